@@ -1,0 +1,79 @@
+// Kernel matrix blocks: K, D⁻¹K, D − K, I − D⁻¹K (DESIGN §1).
+//
+// One invocation per output entry of a block of `rows × cols` entries,
+// whose first row is row `row_off` of the query tile and whose columns are
+// the whole key tile. The normalized and Laplacian modes read each row's
+// state (m, s) from the local-mean shader's row-sum pass (QT = 0), so
+// D⁻¹K is formed in the log domain: exp(ln k − m) / s.
+//
+// Template constant: D dimension.
+
+const D: u32 = {{D}}u;
+
+struct MatParams {
+    rows: u32,      // rows of this block
+    cols: u32,      // columns (keys in the key tile)
+    row_off: u32,   // first row of the block within the query tile
+    mode: u32,      // 0 K, 1 D⁻¹K, 2 D − K, 3 I − D⁻¹K
+    inv_h2: f32,
+    row_global: u32, // global index of the block's first row
+    col_global: u32, // global index of the key tile's first key
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> mp: MatParams;
+@group(0) @binding(1) var<storage, read> queries: array<f32>;
+@group(0) @binding(2) var<storage, read> keys: array<f32>;
+@group(0) @binding(3) var<storage, read> row_state: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(16, 16)
+fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let j = gid.x;
+    let r = gid.y;
+    if r >= mp.rows || j >= mp.cols {
+        return;
+    }
+    let i = mp.row_off + r;
+    var t = 0.0;
+    for (var k = 0u; k < D; k++) {
+        let df = keys[j * D + k] - queries[i * D + k];
+        t = fma(df, df, t);
+    }
+    t = t * mp.inv_h2;
+    // Row state (m, s) of the row-sum pass; m = 0 for non-exponential profiles.
+    var ms = 0.0;
+    var s = 1.0;
+    if mp.mode != 0u {
+        ms = row_state[2u * i];
+        s = row_state[2u * i + 1u];
+    }
+    // Raw entries (modes 0, 2) use m = 0; normalized ones the row maximum,
+    // so exp(ln k − m) / s stays exact when every raw weight underflows.
+    let m = select(0.0, ms, mp.mode == 1u || mp.mode == 3u);
+    var w = 0.0;
+    if t < T_FAR {
+        if profile_is_exp() {
+            w = exp(profile_log_weight(t) - m);
+        } else {
+            w = profile_weight(t);
+        }
+    }
+    let on_diag = mp.row_global + r == mp.col_global + j;
+    var v: f32;
+    switch mp.mode {
+        case 1u: {
+            v = select(nan_f32(), w / s, s > 0.0);
+        }
+        case 2u: {
+            v = select(-w, s * exp(ms) - w, on_diag);
+        }
+        case 3u: {
+            v = select(-w / s, 1.0 - w / s, on_diag);
+        }
+        default: {
+            v = w;
+        }
+    }
+    out[r * mp.cols + j] = v;
+}

@@ -1,0 +1,171 @@
+// Fused, streaming Nadaraya–Watson local mean (DESIGN §1, §3).
+//
+// One invocation per query row. Keys and their value columns are staged
+// through workgroup memory STAGE at a time; each invocation keeps its
+// query and its row state (m, s, u[QT]) in registers:
+//   m = largest log-weight seen (0 for non-exponential profiles),
+//   s = Σ e^{w−m},  u = Σ e^{w−m}·y.
+// A dispatch covers one key tile; states of successive key tiles are
+// merged with the associative rule (merge_state), through `state`.
+// On the last key tile the row is finalized into `out` (NaN + counted
+// when the row has no mass).
+//
+// Template constants (src/gpu/shaders.rs): D dimension, QT value columns
+// in this pass (0: row sums only), QA = max(QT, 1), STAGE staged keys.
+
+const D: u32 = {{D}}u;
+const QT: u32 = {{QT}}u;
+const QA: u32 = {{QA}}u;
+const STAGE: u32 = {{STAGE}}u;
+const WG: u32 = 64u;
+const STATE: u32 = 2u + QA;
+
+struct Params {
+    rows: u32,      // query rows in this tile
+    keys: u32,      // keys in this key tile
+    q_stride: u32,  // columns of the values and of the output
+    c0: u32,        // first value column of this pass
+    inv_h2: f32,    // 1/h²
+    flags: u32,     // bit 0: first key tile; bit 1: last key tile
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> queries: array<f32>;
+@group(0) @binding(2) var<storage, read> keys: array<f32>;
+@group(0) @binding(3) var<storage, read> vals: array<f32>;
+@group(0) @binding(4) var<storage, read_write> state: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
+
+var<workgroup> stage_x: array<f32, STAGE * D>;
+var<workgroup> stage_y: array<f32, STAGE * QA>;
+
+struct RowState {
+    m: f32,
+    s: f32,
+    u: array<f32, QA>,
+}
+
+// The one merge rule: m = max(m₁, m₂), s = s₁e^{m₁−m} + s₂e^{m₂−m}, u likewise.
+fn merge_state(a: RowState, b: RowState) -> RowState {
+    var r: RowState;
+    r.m = max(a.m, b.m);
+    let fa = exp(a.m - r.m);
+    let fb = exp(b.m - r.m);
+    r.s = a.s * fa + b.s * fb;
+    for (var c = 0u; c < QT; c++) {
+        r.u[c] = a.u[c] * fa + b.u[c] * fb;
+    }
+    return r;
+}
+
+@compute @workgroup_size(64)
+fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = gid.x;
+    let live = i < p.rows;
+    let is_exp = profile_is_exp();
+
+    var qx: array<f32, D>;
+    if live {
+        for (var k = 0u; k < D; k++) {
+            qx[k] = queries[i * D + k];
+        }
+    }
+    var st: RowState;
+    st.m = select(0.0, NEG_BIG, is_exp);
+    st.s = 0.0;
+
+    for (var base = 0u; base < p.keys; base += STAGE) {
+        let count = min(STAGE, p.keys - base);
+        for (var e = lid; e < count * D; e += WG) {
+            stage_x[e] = keys[base * D + e];
+        }
+        for (var e = lid; e < count * QT; e += WG) {
+            let j = e / QA;
+            let c = e - j * QA;
+            stage_y[e] = vals[(base + j) * p.q_stride + p.c0 + c];
+        }
+        workgroupBarrier();
+        if live {
+            // Sums of this stage, relative to the same running maximum,
+            // added to the row state afterwards (two-level summation).
+            var ts = 0.0;
+            var tu: array<f32, QA>;
+            for (var j = 0u; j < count; j++) {
+                var t = 0.0;
+                for (var k = 0u; k < D; k++) {
+                    let df = stage_x[j * D + k] - qx[k];
+                    t = fma(df, df, t);
+                }
+                t = t * p.inv_h2;
+                if t < T_FAR {
+                    var w: f32;
+                    if is_exp {
+                        let lw = profile_log_weight(t);
+                        if lw > st.m {
+                            let r = exp(st.m - lw);
+                            st.s *= r;
+                            ts *= r;
+                            for (var c = 0u; c < QT; c++) {
+                                st.u[c] *= r;
+                                tu[c] *= r;
+                            }
+                            st.m = lw;
+                        }
+                        w = exp(lw - st.m);
+                    } else {
+                        w = profile_weight(t);
+                    }
+                    ts += w;
+                    for (var c = 0u; c < QT; c++) {
+                        tu[c] = fma(w, stage_y[j * QA + c], tu[c]);
+                    }
+                }
+            }
+            st.s += ts;
+            for (var c = 0u; c < QT; c++) {
+                st.u[c] += tu[c];
+            }
+        }
+        workgroupBarrier();
+    }
+
+    if !live {
+        return;
+    }
+    let sb = i * STATE;
+    if (p.flags & 1u) == 0u {
+        var prev: RowState;
+        prev.m = state[sb];
+        prev.s = state[sb + 1u];
+        for (var c = 0u; c < QT; c++) {
+            prev.u[c] = state[sb + 2u + c];
+        }
+        st = merge_state(prev, st);
+    }
+    if (p.flags & 2u) == 0u {
+        state[sb] = st.m;
+        state[sb + 1u] = st.s;
+        for (var c = 0u; c < QT; c++) {
+            state[sb + 2u + c] = st.u[c];
+        }
+        return;
+    }
+    let ob = i * p.q_stride + p.c0;
+    if st.s > 0.0 {
+        let inv = 1.0 / st.s;
+        for (var c = 0u; c < QT; c++) {
+            out[ob + c] = st.u[c] * inv;
+        }
+    } else {
+        for (var c = 0u; c < QT; c++) {
+            out[ob + c] = nan_f32();
+        }
+        if p.c0 == 0u {
+            atomicAdd(&empty_rows, 1u);
+        }
+    }
+}

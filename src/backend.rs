@@ -1,0 +1,119 @@
+//! The interface both backends implement, and what an engine reports
+//! about the one it runs on.
+
+use std::fmt;
+
+use ndarray::Array2;
+
+use crate::error::Result;
+use crate::kernel::Kernel;
+use crate::matrix::Matrix;
+use crate::ops::RowNormalized;
+
+/// Which matrix [`Backend::kernel_matrix`] produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MatrixMode {
+    /// `K`.
+    Raw,
+    /// `D⁻¹K` (rows with no mass are NaN and counted).
+    RowNormalized,
+    /// `D − K` (queries are the keys).
+    Laplacian,
+    /// `I − D⁻¹K` (queries are the keys).
+    NormalizedLaplacian,
+}
+
+/// The op set every backend provides. Inputs arrive validated (finite,
+/// non-empty, consistent shapes); the CPU implementation is the reference
+/// and exists for every op.
+pub(crate) trait Backend: Send + Sync + fmt::Debug {
+    /// What this backend is.
+    fn info(&self) -> &BackendInfo;
+
+    /// Nadaraya–Watson local means of `values` at `queries`.
+    fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: &Matrix<'_>,
+    ) -> Result<RowNormalized>;
+
+    /// A kernel matrix and, for the normalized modes, its count of empty rows.
+    fn kernel_matrix(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        mode: MatrixMode,
+    ) -> Result<(Array2<f32>, usize)>;
+}
+
+/// The backend an [`Engine`](crate::Engine) runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendInfo {
+    /// The rayon CPU path.
+    Cpu {
+        /// Worker threads.
+        threads: usize,
+        /// Vector instruction set the kernels were dispatched to.
+        simd: &'static str,
+    },
+    /// A wgpu adapter.
+    Gpu {
+        /// Adapter name, e.g. `"NVIDIA H200"` or `"llvmpipe (LLVM 15.0.6, 256 bits)"`.
+        name: String,
+        /// Graphics API, e.g. `"Vulkan"`.
+        api: String,
+        /// wgpu's device type, e.g. `"DiscreteGpu"`, `"Cpu"`.
+        device_type: String,
+        /// Driver name and version as reported.
+        driver: String,
+        /// Whether this is a software rasterizer (device type `Cpu`, e.g. lavapipe).
+        software: bool,
+    },
+}
+
+impl BackendInfo {
+    /// `"cpu"` or `"gpu"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendInfo::Cpu { .. } => "cpu",
+            BackendInfo::Gpu { .. } => "gpu",
+        }
+    }
+
+    /// Whether this is a GPU backend.
+    pub fn is_gpu(&self) -> bool {
+        matches!(self, BackendInfo::Gpu { .. })
+    }
+
+    /// Whether this is a software GPU (runs shaders on the CPU).
+    pub fn is_software(&self) -> bool {
+        matches!(self, BackendInfo::Gpu { software: true, .. })
+    }
+}
+
+impl fmt::Display for BackendInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendInfo::Cpu { threads, simd } => {
+                write!(f, "cpu (rayon, {threads} threads, {simd})")
+            }
+            BackendInfo::Gpu {
+                name,
+                api,
+                device_type,
+                software,
+                ..
+            } => {
+                write!(f, "gpu: {name} ({api}, {device_type})")?;
+                if *software {
+                    f.write_str(" [software adapter]")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

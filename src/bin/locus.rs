@@ -1,0 +1,2 @@
+//! The `locus` command-line tool.
+fn main() {}

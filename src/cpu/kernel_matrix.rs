@@ -1,0 +1,124 @@
+//! Kernel matrices `K`, `D⁻¹K`, `D − K` and `I − D⁻¹K` on the CPU.
+
+use rayon::prelude::*;
+
+use super::local_mean::KeysSoa;
+use super::simd::{KEY_BLOCK, has_avx2_fma, scaled_sq_dists, sum_of};
+use super::weights::{block_weights, initial_max};
+use crate::backend::MatrixMode;
+use crate::kernel::Kernel;
+
+/// Fills `out` (row-major, `M × n`) with the requested matrix for the
+/// queries (row-major, `d` columns). Returns the number of rows with no
+/// kernel mass (NaN rows of `D⁻¹K`; always 0 for the other modes).
+///
+/// For the Laplacian modes the queries are the keys themselves (`M = n`).
+pub(crate) fn kernel_matrix(
+    kernel: &Kernel,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    mode: MatrixMode,
+    out: &mut [f32],
+) -> usize {
+    let n = keys.n;
+    out.par_chunks_mut(n)
+        .zip(queries.par_chunks(d))
+        .enumerate()
+        .map(|(i, (row, query))| usize::from(!fill_row(kernel, query, keys, mode, i, row)))
+        .sum()
+}
+
+/// One row, dispatched to the best compiled version. Returns whether the
+/// row has kernel mass.
+fn fill_row(
+    kernel: &Kernel,
+    query: &[f32],
+    keys: &KeysSoa<'_>,
+    mode: MatrixMode,
+    i: usize,
+    row: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        return unsafe { fill_row_avx2(kernel, query, keys, mode, i, row) };
+    }
+    fill_row_impl::<false>(kernel, query, keys, mode, i, row)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fill_row_avx2(
+    kernel: &Kernel,
+    query: &[f32],
+    keys: &KeysSoa<'_>,
+    mode: MatrixMode,
+    i: usize,
+    row: &mut [f32],
+) -> bool {
+    fill_row_impl::<true>(kernel, query, keys, mode, i, row)
+}
+
+#[inline(always)]
+fn fill_row_impl<const FMA: bool>(
+    kernel: &Kernel,
+    query: &[f32],
+    keys: &KeysSoa<'_>,
+    mode: MatrixMode,
+    i: usize,
+    row: &mut [f32],
+) -> bool {
+    let profile = kernel.profile();
+    let n = keys.n;
+    for (b, chunk) in row.chunks_mut(KEY_BLOCK).enumerate() {
+        scaled_sq_dists::<FMA>(keys.xt, n, b * KEY_BLOCK, query, kernel.inv_h2(), chunk);
+    }
+    let normalized = matches!(
+        mode,
+        MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian
+    );
+    // Raw weights: a running maximum pinned at ln k(0) = 0 (no log-weight
+    // exceeds it), so the exponentials are the plain values. Normalized:
+    // the row's own maximum, so a tiny bandwidth cannot underflow the row.
+    let mut m = if normalized {
+        initial_max(profile)
+    } else {
+        0.0
+    };
+    if block_weights::<FMA>(profile, row, &mut m).is_none() {
+        // No mass at all (every key infinitely far); raw entries are zeros.
+        if normalized {
+            row.fill(f32::NAN);
+        }
+        return false;
+    }
+    let sum: f64 = row.chunks(KEY_BLOCK).map(|c| f64::from(sum_of(c))).sum();
+    match mode {
+        MatrixMode::Raw => {}
+        MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian => {
+            if sum <= 0.0 {
+                row.fill(f32::NAN);
+                return false;
+            }
+            let inv = 1.0 / sum;
+            for x in row.iter_mut() {
+                *x = (f64::from(*x) * inv) as f32;
+            }
+            if mode == MatrixMode::NormalizedLaplacian {
+                for x in row.iter_mut() {
+                    *x = -*x;
+                }
+                row[i] += 1.0;
+            }
+        }
+        MatrixMode::Laplacian => {
+            let diag = sum - f64::from(row[i]);
+            for x in row.iter_mut() {
+                *x = -*x;
+            }
+            row[i] = diag as f32;
+        }
+    }
+    sum > 0.0
+}

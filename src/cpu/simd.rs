@@ -1,0 +1,226 @@
+//! Vectorizable building blocks of the CPU path.
+//!
+//! Everything here is written over fixed groups of [`LANES`] floats so LLVM
+//! turns it into packed instructions. The kernels are compiled twice: once
+//! for baseline x86-64 and once with AVX2 + FMA enabled (`FMA = true`),
+//! chosen at run time by [`has_avx2_fma`]; no `target-cpu` flag is needed.
+
+/// Width of the lane groups (one AVX register of `f32`).
+pub(crate) const LANES: usize = 8;
+
+/// Keys handled per block: the block's distances, weights and key/value
+/// columns stay in L1 while a group of queries visits it.
+pub(crate) const KEY_BLOCK: usize = 256;
+
+/// A key's scaled squared distance `t = r²/h²` at or beyond this counts as
+/// infinitely far: its weight is zero for every profile (DESIGN §3; the
+/// shaders use the same constant).
+pub(crate) const T_FAR: f32 = 1.0e37;
+
+/// Whether the AVX2 + FMA versions of the kernels can run here.
+#[inline]
+pub(crate) fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A short description of the vector path in use, for reports.
+pub(crate) fn simd_name() -> &'static str {
+    if has_avx2_fma() {
+        "avx2+fma"
+    } else {
+        "baseline"
+    }
+}
+
+/// `a·b + c`, fused when the FMA version is compiled.
+#[inline(always)]
+pub(crate) fn fmadd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
+/// Branch-free `max` that lowers to `maxps` (inputs are never NaN here).
+#[inline(always)]
+pub(crate) fn fmax(a: f32, b: f32) -> f32 {
+    if a > b { a } else { b }
+}
+
+/// `e^x` for `x ≤ 0` (including `-inf`), with relative error below 2e-7;
+/// returns exactly 0 for `x < -87` so no subnormal ever reaches a sum.
+#[inline(always)]
+pub(crate) fn exp_nonpos<const FMA: bool>(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let xc = fmax(x, -87.0);
+    let k = fmadd::<FMA>(xc, LOG2E, MAGIC);
+    let n = k - MAGIC;
+    let r = fmadd::<FMA>(n, -LN2_HI, xc);
+    let r = fmadd::<FMA>(n, -LN2_LO, r);
+    let mut p = 1.987_569_1e-4_f32;
+    p = fmadd::<FMA>(p, r, 1.398_199_9e-3);
+    p = fmadd::<FMA>(p, r, 8.333_452e-3);
+    p = fmadd::<FMA>(p, r, 4.166_579_6e-2);
+    p = fmadd::<FMA>(p, r, 1.666_666_5e-1);
+    p = fmadd::<FMA>(p, r, 5.000_000_1e-1);
+    let y = fmadd::<FMA>(p, r * r, r) + 1.0;
+    // The low bits of `k` hold n (|n| ≤ 126 here): build 2^n directly.
+    let ni = (k.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let scale = f32::from_bits(((ni + 127) as u32) << 23);
+    let v = y * scale;
+    if x < -87.0 { 0.0 } else { v }
+}
+
+/// Maximum of `xs` (−inf when empty).
+#[inline(always)]
+pub(crate) fn max_of(xs: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = fmax(acc[l], c[l]);
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    for &x in chunks.remainder().iter().chain(acc.iter()) {
+        m = fmax(m, x);
+    }
+    m
+}
+
+/// Sum of `xs`, with `4·LANES` independent partial sums.
+#[inline(always)]
+pub(crate) fn sum_of(xs: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 4 * LANES];
+    let mut chunks = xs.chunks_exact(4 * LANES);
+    for c in &mut chunks {
+        for l in 0..4 * LANES {
+            acc[l] += c[l];
+        }
+    }
+    let mut s = 0.0f32;
+    for &x in chunks.remainder() {
+        s += x;
+    }
+    s + reduce(&acc)
+}
+
+/// Dot product `Σ a_j b_j` with `4·LANES` independent partial sums.
+#[inline(always)]
+pub(crate) fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; 4 * LANES];
+    let mut ca = a.chunks_exact(4 * LANES);
+    let mut cb = b.chunks_exact(4 * LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..4 * LANES {
+            acc[l] = fmadd::<FMA>(x[l], y[l], acc[l]);
+        }
+    }
+    let mut s = 0.0f32;
+    for (&x, &y) in ca.remainder().iter().zip(cb.remainder()) {
+        s = fmadd::<FMA>(x, y, s);
+    }
+    s + reduce(&acc)
+}
+
+/// Pairwise sum of an accumulator array.
+#[inline(always)]
+fn reduce(acc: &[f32; 4 * LANES]) -> f32 {
+    let mut v = *acc;
+    let mut w = 4 * LANES;
+    while w > 1 {
+        w /= 2;
+        for l in 0..w {
+            v[l] += v[l + w];
+        }
+    }
+    v[0]
+}
+
+/// Scaled squared distances `t_j = ‖x_j − q‖²/h²` from one query to the keys
+/// `j0..j0+t.len()` of a key set stored column-major (`xt[k·n + j]`).
+#[inline(always)]
+pub(crate) fn scaled_sq_dists<const FMA: bool>(
+    xt: &[f32],
+    n: usize,
+    j0: usize,
+    query: &[f32],
+    inv_h2: f32,
+    t: &mut [f32],
+) {
+    let len = t.len();
+    let full = len / LANES * LANES;
+    let mut j = 0;
+    while j < full {
+        let mut acc = [0.0f32; LANES];
+        for (k, &qk) in query.iter().enumerate() {
+            let x = &xt[k * n + j0 + j..k * n + j0 + j + LANES];
+            for l in 0..LANES {
+                let df = x[l] - qk;
+                acc[l] = fmadd::<FMA>(df, df, acc[l]);
+            }
+        }
+        for l in 0..LANES {
+            t[j + l] = acc[l] * inv_h2;
+        }
+        j += LANES;
+    }
+    for (jj, tj) in t.iter_mut().enumerate().skip(full) {
+        let mut acc = 0.0f32;
+        for (k, &qk) in query.iter().enumerate() {
+            let df = xt[k * n + j0 + jj] - qk;
+            acc = fmadd::<FMA>(df, df, acc);
+        }
+        *tj = acc * inv_h2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_matches_std_on_its_domain() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            for fma in [false, true] {
+                let got = if fma {
+                    exp_nonpos::<true>(x)
+                } else {
+                    exp_nonpos::<false>(x)
+                };
+                let want = f64::from(x).exp();
+                let rel = ((f64::from(got) - want) / want).abs();
+                worst = worst.max(rel);
+            }
+            x += 0.001_37;
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert_eq!(exp_nonpos::<false>(-87.5), 0.0);
+        assert_eq!(exp_nonpos::<false>(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpos::<true>(0.0), 1.0);
+    }
+
+    #[test]
+    fn reductions_match_plain_loops() {
+        let a: Vec<f32> = (0..77).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..77).map(|i| (i as f32 * 0.11).cos()).collect();
+        let s: f64 = a.iter().map(|&x| f64::from(x)).sum();
+        let d: f64 = a.iter().zip(&b).map(|(&x, &y)| f64::from(x * y)).sum();
+        assert!((f64::from(sum_of(&a)) - s).abs() < 1e-5);
+        assert!((f64::from(dot::<true>(&a, &b)) - d).abs() < 1e-5);
+        let m = a.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(max_of(&a), m);
+        assert_eq!(max_of(&[]), f32::NEG_INFINITY);
+    }
+}

@@ -1,0 +1,159 @@
+//! The crate's one error type.
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in locus.
+///
+/// Variants name the operation (`op`) and the sizes involved, so a message
+/// read in a log says what was being computed and on what.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The bandwidth is not finite, not positive, or so extreme that `1/h²`
+    /// is not a normal `f32`.
+    #[error(
+        "bandwidth must be finite and within [{min:e}, {max:e}] (so that 1/h² is a normal f32), got {value}",
+        min = crate::kernel::MIN_BANDWIDTH,
+        max = crate::kernel::MAX_BANDWIDTH
+    )]
+    InvalidBandwidth {
+        /// The rejected value.
+        value: f64,
+    },
+
+    /// A profile name that is not one of the seven known ones.
+    #[error(
+        "unknown kernel profile {name:?} (expected one of gaussian, epanechnikov, uniform, triangular, biweight, laplacian, cauchy)"
+    )]
+    UnknownProfile {
+        /// The rejected name.
+        name: String,
+    },
+
+    /// Queries and keys (or points) do not have the same number of columns.
+    #[error("{op}: queries have dimension {queries} but keys have dimension {keys}")]
+    DimensionMismatch {
+        /// Operation name.
+        op: &'static str,
+        /// Columns of the queries.
+        queries: usize,
+        /// Columns of the keys.
+        keys: usize,
+    },
+
+    /// Values do not have one row per key.
+    #[error("{op}: {keys} keys but {values} value rows; values need one row per key")]
+    RowMismatch {
+        /// Operation name.
+        op: &'static str,
+        /// Rows of the keys.
+        keys: usize,
+        /// Rows of the values.
+        values: usize,
+    },
+
+    /// An input with no rows or no columns.
+    #[error("{op}: {what} is empty ({rows}×{cols}); it needs at least one row and one column")]
+    EmptyInput {
+        /// Operation name.
+        op: &'static str,
+        /// Which input (`"queries"`, `"keys"`, `"values"`, `"points"`).
+        what: &'static str,
+        /// Its rows.
+        rows: usize,
+        /// Its columns.
+        cols: usize,
+    },
+
+    /// A NaN or infinite entry in the data.
+    #[error("{op}: {what} has a non-finite value ({value}) at row {row}, column {col}")]
+    NonFinite {
+        /// Operation name.
+        op: &'static str,
+        /// Which input.
+        what: &'static str,
+        /// Row of the first offending entry.
+        row: usize,
+        /// Column of the first offending entry.
+        col: usize,
+        /// The value itself (NaN or ±inf).
+        value: f32,
+    },
+
+    /// An invalid parameter other than the bandwidth (tile limits, options, …).
+    #[error("invalid parameter {name}: {reason}")]
+    InvalidParameter {
+        /// Parameter name.
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A result or working set too large to allocate.
+    #[error("{op}: {what} needs {bytes} bytes, which cannot be allocated")]
+    TooLarge {
+        /// Operation name.
+        op: &'static str,
+        /// What was being allocated.
+        what: &'static str,
+        /// Bytes requested (saturated at `u64::MAX`).
+        bytes: u64,
+    },
+
+    /// A GPU was required but wgpu found no adapter.
+    #[error(
+        "no GPU adapter found on backends {backends}; install a Vulkan driver (e.g. `apt-get install mesa-vulkan-drivers` for the software one) or use the CPU backend"
+    )]
+    NoAdapter {
+        /// The wgpu backends that were searched.
+        backends: String,
+    },
+
+    /// The adapter exists but refused to create a device.
+    #[error("could not open GPU device on adapter {adapter:?}: {reason}")]
+    DeviceRequest {
+        /// Adapter name.
+        adapter: String,
+        /// wgpu's message.
+        reason: String,
+    },
+
+    /// A validation or internal error reported by wgpu while running an op.
+    #[error("{op} ({sizes}): GPU error: {message}")]
+    Gpu {
+        /// Operation name.
+        op: &'static str,
+        /// Sizes of the op, e.g. `M=777 N=1301 d=7`.
+        sizes: String,
+        /// wgpu's message.
+        message: String,
+    },
+
+    /// The device ran out of memory while running an op.
+    #[error("{op} ({sizes}): GPU out of memory")]
+    GpuOutOfMemory {
+        /// Operation name.
+        op: &'static str,
+        /// Sizes of the op.
+        sizes: String,
+    },
+
+    /// The GPU device was lost (driver reset, removal); create a new engine.
+    #[error("GPU device lost: {reason}")]
+    DeviceLost {
+        /// The driver's reason.
+        reason: String,
+    },
+
+    /// The op (or this configuration of it) has no implementation on this backend.
+    #[error("{op} is not supported on the {backend} backend: {reason}")]
+    Unsupported {
+        /// Operation name.
+        op: &'static str,
+        /// `"cpu"` or `"gpu"`.
+        backend: &'static str,
+        /// Why.
+        reason: String,
+    },
+}

@@ -1,0 +1,228 @@
+//! The wgpu device: adapter choice, creation, error capture.
+
+use std::sync::{Arc, Mutex};
+
+use crate::backend::BackendInfo;
+use crate::error::{Error, Result};
+use crate::plan::{DeviceLimits, TileLimits};
+
+use super::buffers::BufferPool;
+use super::pipelines::Pipelines;
+
+/// The native GPU APIs searched. GL is left out on purpose: wgpu would fall
+/// back to it (llvmpipe through EGL) when Vulkan is missing, hiding the
+/// missing driver behind a slow path.
+pub(crate) const BACKENDS: wgpu::Backends = wgpu::Backends::VULKAN
+    .union(wgpu::Backends::METAL)
+    .union(wgpu::Backends::DX12);
+
+/// Lists the adapters wgpu can see, best first: discrete, integrated,
+/// virtual, other, then software (device type `Cpu`).
+pub(crate) fn list_adapters() -> Vec<wgpu::Adapter> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = BACKENDS;
+    desc.flags = wgpu::InstanceFlags::empty().with_env();
+    let instance = wgpu::Instance::new(desc);
+    let mut adapters = pollster::block_on(instance.enumerate_adapters(BACKENDS));
+    adapters.sort_by_key(|a| rank(a.get_info().device_type));
+    adapters
+}
+
+fn rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+/// Whether an adapter is a software rasterizer (lavapipe, WARP, …).
+pub(crate) fn is_software(info: &wgpu::AdapterInfo) -> bool {
+    info.device_type == wgpu::DeviceType::Cpu
+}
+
+/// Describes an adapter as the engine reports it.
+pub(crate) fn describe(info: &wgpu::AdapterInfo) -> BackendInfo {
+    BackendInfo::Gpu {
+        name: info.name.clone(),
+        api: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info)
+            .trim()
+            .to_string(),
+        software: is_software(info),
+    }
+}
+
+/// An open device with everything built once and shared by all calls:
+/// bind-group layouts, pipeline cache, buffer pool.
+pub(crate) struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: BackendInfo,
+    pub limits: DeviceLimits,
+    pub caps: TileLimits,
+    /// Value written into every output buffer before an op runs, so a
+    /// location the shaders fail to write cannot pass for a result.
+    pub sentinel: Option<f32>,
+    /// Alignment of dynamic uniform offsets.
+    pub uniform_align: u64,
+    pub pipelines: Pipelines,
+    pub pool: BufferPool,
+    lost: Arc<Mutex<Option<String>>>,
+    uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext")
+            .field("info", &self.info)
+            .field("limits", &self.limits)
+            .field("caps", &self.caps)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuContext {
+    /// Opens `adapter` with every limit it offers.
+    pub(crate) fn open(
+        adapter: &wgpu::Adapter,
+        caps: TileLimits,
+        sentinel: Option<f32>,
+        pool_bytes: u64,
+    ) -> Result<Self> {
+        let ainfo = adapter.get_info();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("locus"),
+            required_features: wgpu::Features::empty(),
+            required_limits: adapter.limits(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
+            Error::DeviceRequest {
+                adapter: ainfo.name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        let lost = Arc::new(Mutex::new(None));
+        let l = Arc::clone(&lost);
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut g) = l.lock() {
+                *g = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+        // Errors outside any scope (there should be none) are recorded, not
+        // panicked on: the next op reports them.
+        let uncaptured = Arc::new(Mutex::new(None));
+        let u = Arc::clone(&uncaptured);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut g) = u.lock() {
+                *g = Some(e.to_string());
+            }
+        }));
+        let lim = device.limits();
+        let limits = DeviceLimits {
+            binding_bytes: u64::from(lim.max_storage_buffer_binding_size).min(lim.max_buffer_size),
+            workgroups_per_dim: lim.max_compute_workgroups_per_dimension,
+            workgroup_bytes: lim.max_compute_workgroup_storage_size,
+        };
+        let pipelines = Pipelines::new(&device);
+        Ok(GpuContext {
+            pool: BufferPool::new(pool_bytes, lim.max_buffer_size),
+            uniform_align: u64::from(lim.min_uniform_buffer_offset_alignment),
+            info: describe(&ainfo),
+            device,
+            queue,
+            limits,
+            caps,
+            sentinel,
+            pipelines,
+            lost,
+            uncaptured,
+        })
+    }
+
+    /// Fails when the device was lost or an uncaptured error was recorded.
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        if let Some(reason) = self.lost.lock().ok().and_then(|g| g.clone()) {
+            return Err(Error::DeviceLost { reason });
+        }
+        Ok(())
+    }
+
+    /// Starts capturing validation, out-of-memory and internal errors on
+    /// this thread for one op.
+    pub(crate) fn scope(&self, op: &'static str, sizes: String) -> Result<ErrorScope> {
+        self.check_alive()?;
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+        Ok(ErrorScope {
+            internal,
+            validation,
+            oom,
+            op,
+            sizes,
+        })
+    }
+
+    /// Takes (and clears) an error recorded outside any scope.
+    fn take_uncaptured(&self) -> Option<String> {
+        self.uncaptured.lock().ok().and_then(|mut g| g.take())
+    }
+}
+
+/// Error scopes of one op, popped by [`finish`](Self::finish) before its
+/// results are trusted.
+/// Fields are declared innermost first: dropped on an early return, the
+/// scopes pop in the reverse order of their pushes, as wgpu requires.
+pub(crate) struct ErrorScope {
+    internal: wgpu::ErrorScopeGuard,
+    validation: wgpu::ErrorScopeGuard,
+    oom: wgpu::ErrorScopeGuard,
+    pub op: &'static str,
+    pub sizes: String,
+}
+
+impl ErrorScope {
+    /// Pops the scopes (innermost first) and maps the first error found.
+    pub(crate) fn finish(self, ctx: &GpuContext) -> Result<()> {
+        let internal = pollster::block_on(self.internal.pop());
+        let validation = pollster::block_on(self.validation.pop());
+        let oom = pollster::block_on(self.oom.pop());
+        ctx.check_alive()?;
+        if oom.is_some() {
+            return Err(Error::GpuOutOfMemory {
+                op: self.op,
+                sizes: self.sizes,
+            });
+        }
+        if let Some(e) = validation.or(internal) {
+            return Err(Error::Gpu {
+                op: self.op,
+                sizes: self.sizes,
+                message: e.to_string(),
+            });
+        }
+        if let Some(message) = ctx.take_uncaptured() {
+            return Err(Error::Gpu {
+                op: self.op,
+                sizes: self.sizes,
+                message,
+            });
+        }
+        Ok(())
+    }
+
+    /// An error naming this op, for failures detected on the host side.
+    pub(crate) fn error(&self, message: impl Into<String>) -> Error {
+        Error::Gpu {
+            op: self.op,
+            sizes: self.sizes.clone(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Dispatch of `shaders/kernel_matrix.wgsl`, tile by tile, so the matrix
+//! may be larger than any one device buffer.
+
+use ndarray::Array2;
+
+use crate::backend::MatrixMode;
+use crate::error::Result;
+use crate::kernel::Kernel;
+use crate::matrix::{Matrix, alloc_output};
+use crate::plan::{MATRIX_WG, plan_local_mean, plan_matrix, tiles};
+
+use super::buffers::{submit_and_read, upload};
+use super::context::GpuContext;
+use super::local_mean::{record_tile, upload_key_tiles};
+use super::pipelines::PipelineKey;
+use super::shaders::ShaderId;
+use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
+
+const OP: &str = "kernel_matrix";
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct MatParams {
+    rows: u32,
+    cols: u32,
+    row_off: u32,
+    mode: u32,
+    inv_h2: f32,
+    row_global: u32,
+    col_global: u32,
+    state_stride: u32,
+}
+
+fn mode_code(mode: MatrixMode) -> u32 {
+    match mode {
+        MatrixMode::Raw => 0,
+        MatrixMode::RowNormalized => 1,
+        MatrixMode::Laplacian => 2,
+        MatrixMode::NormalizedLaplacian => 3,
+    }
+}
+
+/// A kernel matrix on the GPU: per query tile, the row sums (for the
+/// normalized and Laplacian modes), then one output block at a time.
+pub(crate) fn kernel_matrix(
+    ctx: &GpuContext,
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &Matrix<'_>,
+    mode: MatrixMode,
+) -> Result<(Array2<f32>, usize)> {
+    let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
+    check_u32(OP, "query rows", m)?;
+    check_u32(OP, "key rows", n)?;
+    let mplan = plan_matrix(&ctx.limits, &ctx.caps, m, n, d)?;
+    let mut lplan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, 0)?;
+    // One set of key tiles serves both the row sums and the blocks.
+    let key_tile = mplan.key_tile.min(lplan.key_tile);
+    let query_tile = mplan.query_tile.min(lplan.query_tile);
+    lplan.key_tile = key_tile;
+    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} mode={mode:?}"))?;
+    let mut out = alloc_output(OP, "output", m, n)?;
+    let key_tiles = upload_key_tiles(ctx, OP, keys, None, key_tile)?;
+    let storage = wgpu::BufferUsages::STORAGE;
+    let needs_sums = mode != MatrixMode::Raw;
+    let state_stride = 3u32; // 2 + QA with QA = 1 for the row-sum pass
+    let workgroups_x = |cols: usize| cols.div_ceil(MATRIX_WG) as u32;
+    for (r0, r1) in tiles(m, query_tile) {
+        let rows = r1 - r0;
+        let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
+        let state = ctx
+            .pool
+            .get(ctx, OP, (rows * state_stride as usize * 4) as u64, storage)?;
+        let mut _sums = None;
+        if needs_sums {
+            let dummy = ctx.pool.get(ctx, OP, 4, storage)?;
+            let counter = ctx.pool.get(ctx, OP, 4, storage)?;
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let params = record_tile(
+                ctx,
+                OP,
+                &mut encoder,
+                kernel,
+                &lplan,
+                d,
+                0,
+                rows,
+                &key_tiles,
+                &qbuf,
+                &state,
+                &dummy,
+                &counter,
+                false,
+            )?;
+            ctx.queue.submit([encoder.finish()]);
+            _sums = Some((params, dummy, counter));
+        }
+        let pipeline = ctx.pipelines.get(
+            ctx,
+            OP,
+            &PipelineKey {
+                shader: ShaderId::KernelMatrix,
+                template: vec![("D", d as u32)],
+                profile: Some(kernel.profile().shader_code()),
+            },
+        )?;
+        for kt in &key_tiles {
+            let block_rows = (mplan.block_rows * mplan.key_tile / kt.len).clamp(1, rows);
+            for (b0, b1) in tiles(rows, block_rows) {
+                let brows = b1 - b0;
+                let obuf = ctx.pool.get(
+                    ctx,
+                    OP,
+                    (brows * kt.len * 4) as u64,
+                    storage | wgpu::BufferUsages::COPY_SRC,
+                )?;
+                let params = ParamBlock::new(
+                    ctx,
+                    OP,
+                    &[MatParams {
+                        rows: brows as u32,
+                        cols: kt.len as u32,
+                        row_off: b0 as u32,
+                        mode: mode_code(mode),
+                        inv_h2: kernel.inv_h2(),
+                        row_global: (r0 + b0) as u32,
+                        col_global: kt.start as u32,
+                        state_stride,
+                    }],
+                )?;
+                let bg = bind_group(
+                    ctx,
+                    ShaderId::KernelMatrix,
+                    &[
+                        params.binding(),
+                        qbuf.binding(),
+                        kt.keys.binding(),
+                        state.binding(),
+                        obuf.binding(),
+                    ],
+                );
+                let mut encoder = ctx.device.create_command_encoder(&Default::default());
+                let _fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
+                {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(OP),
+                        timestamp_writes: None,
+                    });
+                    pass.set_pipeline(&pipeline);
+                    pass.set_bind_group(0, &bg, &[params.offset(0)]);
+                    pass.dispatch_workgroups(
+                        workgroups_x(kt.len),
+                        check_u32(OP, "workgroups", brows.div_ceil(MATRIX_WG))?,
+                        1,
+                    );
+                }
+                let read = submit_and_read(ctx, &scope, encoder, &[(obuf.buffer(), obuf.len())])?;
+                let block = &read[0];
+                for (r, src) in block.chunks_exact(kt.len).enumerate() {
+                    let row = r0 + b0 + r;
+                    out[row * n + kt.start..row * n + kt.start + kt.len].copy_from_slice(src);
+                }
+            }
+        }
+    }
+    scope.finish(ctx)?;
+    // D⁻¹K rows with no mass are NaN (finite inputs cannot produce NaN otherwise).
+    let empty = if mode == MatrixMode::RowNormalized {
+        out.chunks_exact(n).filter(|r| r[0].is_nan()).count()
+    } else {
+        0
+    };
+    let arr = Array2::from_shape_vec((m, n), out).expect("m·n entries"); // ok: allocated m·n
+    Ok((arr, empty))
+}

@@ -1,0 +1,172 @@
+//! The wgpu backend: WGSL shaders driven by the tiling plan of `plan.rs`.
+
+mod buffers;
+pub(crate) mod context;
+mod kernel_matrix;
+mod local_mean;
+mod pipelines;
+pub(crate) mod shaders;
+
+use ndarray::Array2;
+
+use crate::backend::{Backend, BackendInfo, MatrixMode};
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+use crate::matrix::Matrix;
+use crate::ops::RowNormalized;
+
+use buffers::Pooled;
+use context::GpuContext;
+use pipelines::PipelineKey;
+use shaders::ShaderId;
+
+/// The GPU backend: one device, shared by every call.
+#[derive(Debug)]
+pub(crate) struct GpuBackend {
+    ctx: GpuContext,
+}
+
+impl GpuBackend {
+    pub(crate) fn new(ctx: GpuContext) -> Self {
+        GpuBackend { ctx }
+    }
+}
+
+impl Backend for GpuBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.ctx.info
+    }
+
+    fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: &Matrix<'_>,
+    ) -> Result<RowNormalized> {
+        local_mean::local_mean(&self.ctx, kernel, queries, keys, values)
+    }
+
+    fn kernel_matrix(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        mode: MatrixMode,
+    ) -> Result<(Array2<f32>, usize)> {
+        kernel_matrix::kernel_matrix(&self.ctx, kernel, queries, keys, mode)
+    }
+}
+
+/// Sizes as the shaders index them: every count must fit a `u32`.
+pub(crate) fn check_u32(op: &'static str, what: &'static str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::TooLarge {
+        op,
+        what,
+        bytes: (n as u64).saturating_mul(4),
+    })
+}
+
+/// Uniform parameter records of one submission, one per dispatch, at the
+/// device's dynamic-offset alignment.
+pub(crate) struct ParamBlock<'p> {
+    buf: Pooled<'p>,
+    stride: u64,
+    size: u64,
+}
+
+impl<'p> ParamBlock<'p> {
+    pub(crate) fn new<T: bytemuck::Pod>(
+        ctx: &'p GpuContext,
+        op: &'static str,
+        records: &[T],
+    ) -> Result<Self> {
+        let size = std::mem::size_of::<T>() as u64;
+        let stride = size.next_multiple_of(ctx.uniform_align);
+        let mut bytes = vec![0u8; (stride * records.len().max(1) as u64) as usize];
+        for (i, r) in records.iter().enumerate() {
+            let o = i * stride as usize;
+            bytes[o..o + size as usize].copy_from_slice(bytemuck::bytes_of(r));
+        }
+        let buf = buffers::upload(ctx, op, &bytes, wgpu::BufferUsages::UNIFORM)?;
+        Ok(ParamBlock { buf, stride, size })
+    }
+
+    /// Binding resource (bound with a dynamic offset per dispatch).
+    pub(crate) fn binding(&self) -> wgpu::BindingResource<'_> {
+        self.buf.binding_sized(self.size)
+    }
+
+    /// Dynamic offset of record `i`.
+    pub(crate) fn offset(&self, i: usize) -> u32 {
+        (i as u64 * self.stride) as u32
+    }
+}
+
+/// Bind group for `shader` over `resources` in binding order.
+pub(crate) fn bind_group(
+    ctx: &GpuContext,
+    shader: ShaderId,
+    resources: &[wgpu::BindingResource<'_>],
+) -> wgpu::BindGroup {
+    let entries: Vec<_> = resources
+        .iter()
+        .enumerate()
+        .map(|(i, r)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: r.clone(),
+        })
+        .collect();
+    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(shader.file()),
+        layout: ctx.pipelines.layout(shader),
+        entries: &entries,
+    })
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct FillParams {
+    len: u32,
+    value: f32,
+    _pad: [u32; 2],
+}
+
+/// Records a fill of `buf` with the engine's sentinel, if one is set.
+/// The returned parameters must live until the submission completes.
+pub(crate) fn fill_sentinel<'p>(
+    ctx: &'p GpuContext,
+    op: &'static str,
+    encoder: &mut wgpu::CommandEncoder,
+    buf: &Pooled<'_>,
+) -> Result<Option<ParamBlock<'p>>> {
+    let Some(value) = ctx.sentinel else {
+        return Ok(None);
+    };
+    let len = check_u32(op, "sentinel fill", (buf.len() / 4) as usize)?;
+    let params = ParamBlock::new(
+        ctx,
+        op,
+        &[FillParams {
+            len,
+            value,
+            _pad: [0; 2],
+        }],
+    )?;
+    let pipeline = ctx.pipelines.get(
+        ctx,
+        op,
+        &PipelineKey {
+            shader: ShaderId::Fill,
+            template: vec![],
+            profile: None,
+        },
+    )?;
+    let bg = bind_group(ctx, ShaderId::Fill, &[params.binding(), buf.binding()]);
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+    pass.set_pipeline(&pipeline);
+    pass.set_bind_group(0, &bg, &[params.offset(0)]);
+    pass.dispatch_workgroups(len.div_ceil(256).clamp(1, 4096), 1, 1);
+    drop(pass);
+    Ok(Some(params))
+}

@@ -1,0 +1,156 @@
+//! The shader registry: every `shaders/*.wgsl` file, listed once.
+//!
+//! Shaders are specialized two ways: pipeline `override` constants for
+//! scalars (the kernel profile), and `{{NAME}}` placeholders for what
+//! overrides cannot express (sizes of private and workgroup arrays).
+
+/// Shared kernel-profile functions, prepended to the distance-kernel shaders.
+const PROFILES: &str = include_str!("../../shaders/profiles.wgsl");
+
+/// One compute shader of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ShaderId {
+    /// `shaders/local_mean.wgsl`: fused local mean / row sums.
+    LocalMean,
+    /// `shaders/kernel_matrix.wgsl`: kernel-matrix blocks.
+    KernelMatrix,
+    /// `shaders/fill.wgsl`: output sentinels.
+    Fill,
+}
+
+impl ShaderId {
+    /// Every shader.
+    pub(crate) const ALL: [ShaderId; 3] =
+        [ShaderId::LocalMean, ShaderId::KernelMatrix, ShaderId::Fill];
+
+    /// File name under `shaders/`.
+    pub(crate) fn file(self) -> &'static str {
+        match self {
+            ShaderId::LocalMean => "local_mean.wgsl",
+            ShaderId::KernelMatrix => "kernel_matrix.wgsl",
+            ShaderId::Fill => "fill.wgsl",
+        }
+    }
+
+    fn body(self) -> &'static str {
+        match self {
+            ShaderId::LocalMean => include_str!("../../shaders/local_mean.wgsl"),
+            ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
+            ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
+        }
+    }
+
+    /// Entry point.
+    pub(crate) fn entry(self) -> &'static str {
+        match self {
+            ShaderId::LocalMean => "accumulate",
+            ShaderId::KernelMatrix => "entries",
+            ShaderId::Fill => "fill",
+        }
+    }
+
+    /// Whether the shader uses `profiles.wgsl` (and its `PROFILE` override).
+    pub(crate) fn uses_profiles(self) -> bool {
+        !matches!(self, ShaderId::Fill)
+    }
+
+    /// The placeholders the shader needs.
+    pub(crate) fn placeholders(self) -> &'static [&'static str] {
+        match self {
+            ShaderId::LocalMean => &["D", "QT", "QA", "STAGE"],
+            ShaderId::KernelMatrix => &["D"],
+            ShaderId::Fill => &[],
+        }
+    }
+
+    /// The full WGSL source with the placeholders replaced.
+    pub(crate) fn render(self, values: &[(&str, u32)]) -> Result<String, String> {
+        let mut src = String::new();
+        if self.uses_profiles() {
+            src.push_str(PROFILES);
+            src.push('\n');
+        }
+        src.push_str(self.body());
+        for &name in self.placeholders() {
+            let v = values
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| format!("{}: no value for {{{{{name}}}}}", self.file()))?;
+            src = src.replace(&format!("{{{{{name}}}}}", name = name), &v.1.to_string());
+        }
+        if let Some(pos) = src.find("{{") {
+            let end = src[pos..].find("}}").map_or(src.len(), |e| pos + e + 2);
+            return Err(format!(
+                "{}: unknown placeholder {}",
+                self.file(),
+                &src[pos..end]
+            ));
+        }
+        Ok(src)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values exercising each placeholder at small and large sizes.
+    fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
+        match id {
+            ShaderId::LocalMean => vec![
+                vec![("D", 1), ("QT", 0), ("QA", 1), ("STAGE", 256)],
+                vec![("D", 3), ("QT", 3), ("QA", 3), ("STAGE", 256)],
+                vec![("D", 64), ("QT", 8), ("QA", 8), ("STAGE", 112)],
+            ],
+            ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
+            ShaderId::Fill => vec![vec![]],
+        }
+    }
+
+    fn validate(name: &str, src: &str) {
+        let module = naga::front::wgsl::parse_str(src)
+            .unwrap_or_else(|e| panic!("{name} does not parse:\n{}", e.emit_to_string(src)));
+        naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name} does not validate:\n{}", e.emit_to_string(src)));
+    }
+
+    #[test]
+    fn every_shader_file_is_registered_and_validates() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .expect("shaders/ exists")
+            .map(|e| {
+                e.expect("readable entry")
+                    .file_name()
+                    .into_string()
+                    .expect("utf-8 name")
+            })
+            .filter(|n| n.ends_with(".wgsl"))
+            .collect();
+        files.sort();
+        assert!(!files.is_empty());
+        for file in &files {
+            if file == "profiles.wgsl" {
+                validate(file, PROFILES);
+                continue;
+            }
+            let id = ShaderId::ALL
+                .into_iter()
+                .find(|id| id.file() == file)
+                .unwrap_or_else(|| panic!("shaders/{file} is not in the registry"));
+            for values in samples(id) {
+                let src = id.render(&values).expect("placeholders filled");
+                validate(&format!("{file} {values:?}"), &src);
+            }
+        }
+    }
+
+    #[test]
+    fn missing_placeholder_values_are_reported() {
+        assert!(ShaderId::LocalMean.render(&[("D", 3)]).is_err());
+    }
+}

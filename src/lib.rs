@@ -1,0 +1,40 @@
+//! # locus
+//!
+//! A compute engine for *localization methods*: models built from a
+//! localization kernel `K(x, x') = k(‖x − x'‖/h)` and local means
+//! (Nadaraya–Watson averages) `ŷ(q) = Σ_j K(q, x_j) y_j / Σ_j K(q, x_j)`.
+//!
+//! Every op runs on a GPU through wgpu (WGSL compute shaders, tiled to the
+//! device) and on the CPU through rayon, with the same numerics: exponential
+//! kernels are accumulated in the log domain with a running maximum, so a
+//! tiny bandwidth still gives the nearest keys' average rather than NaN.
+//!
+//! ```
+//! use locus::{Engine, Kernel, Profile};
+//! use ndarray::Array2;
+//!
+//! let engine = Engine::new(); // hardware GPU if there is one, else CPU
+//! let x = Array2::from_shape_fn((100, 2), |(i, j)| ((i * 7 + j * 3) % 11) as f32);
+//! let kernel = Kernel::new(Profile::Epanechnikov, 3.0)?;
+//! let smoothed = engine.self_local_mean(&kernel, x.view())?;
+//! assert_eq!(smoothed.values.dim(), (100, 2));
+//! assert_eq!(smoothed.empty_rows, 0);
+//! # Ok::<(), locus::Error>(())
+//! ```
+
+mod backend;
+mod cpu;
+mod engine;
+mod error;
+mod gpu;
+pub mod kernel;
+mod matrix;
+mod ops;
+mod plan;
+
+pub use backend::BackendInfo;
+pub use engine::{Device, Engine, EngineOptions};
+pub use error::{Error, Result};
+pub use kernel::{Kernel, Profile};
+pub use ops::{LaplacianKind, RowNormalized};
+pub use plan::{TileLimits, merge_states};

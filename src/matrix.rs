@@ -1,0 +1,101 @@
+//! Validated, contiguous input matrices.
+
+use std::borrow::Cow;
+
+use ndarray::ArrayView2;
+
+use crate::error::{Error, Result};
+
+/// A row-major `f32` matrix that passed the checks every op needs: at least
+/// one row and one column, every entry finite.
+#[derive(Debug, Clone)]
+pub(crate) struct Matrix<'a> {
+    data: Cow<'a, [f32]>,
+    rows: usize,
+    cols: usize,
+}
+
+impl<'a> Matrix<'a> {
+    /// Checks `view` and borrows it (or copies it into row-major order when
+    /// it is not already contiguous).
+    pub(crate) fn check(
+        op: &'static str,
+        what: &'static str,
+        view: ArrayView2<'a, f32>,
+    ) -> Result<Self> {
+        let (rows, cols) = view.dim();
+        if rows == 0 || cols == 0 {
+            return Err(Error::EmptyInput {
+                op,
+                what,
+                rows,
+                cols,
+            });
+        }
+        let data: Cow<'a, [f32]> = match view.to_slice() {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(view.iter().copied().collect()),
+        };
+        if let Some(pos) = data.iter().position(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                op,
+                what,
+                row: pos / cols,
+                col: pos % cols,
+                value: data[pos],
+            });
+        }
+        Ok(Matrix { data, rows, cols })
+    }
+
+    /// Number of rows.
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns.
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// All entries, row-major.
+    pub(crate) fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+
+    /// Rows `r0..r1`, row-major.
+    pub(crate) fn row_range(&self, r0: usize, r1: usize) -> &[f32] {
+        &self.data[r0 * self.cols..r1 * self.cols]
+    }
+
+    /// The transpose, row-major (`cols × rows`): column `k` of the input is
+    /// the contiguous run `k·rows .. (k+1)·rows`.
+    pub(crate) fn transposed(&self) -> Vec<f32> {
+        let mut t = vec![0.0f32; self.data.len()];
+        for (i, row) in self.data.chunks_exact(self.cols).enumerate() {
+            for (k, &v) in row.iter().enumerate() {
+                t[k * self.rows + i] = v;
+            }
+        }
+        t
+    }
+}
+
+/// Allocates a zeroed `rows × cols` buffer, or reports that it cannot.
+pub(crate) fn alloc_output(
+    op: &'static str,
+    what: &'static str,
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<f32>> {
+    let too_large = || Error::TooLarge {
+        op,
+        what,
+        bytes: (rows as u64).saturating_mul(cols as u64).saturating_mul(4),
+    };
+    let len = rows.checked_mul(cols).ok_or_else(too_large)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| too_large())?;
+    v.resize(len, 0.0);
+    Ok(v)
+}

@@ -1,0 +1,65 @@
+//! Nadaraya–Watson local mean `K̃Y` and the self-local mean `K̃X`.
+
+use ndarray::ArrayView2;
+
+use super::RowNormalized;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+use crate::matrix::Matrix;
+
+impl Engine {
+    /// Local means `ŷ(q_i) = Σ_j K(q_i, x_j) y_j / Σ_j K(q_i, x_j)` of the
+    /// `values` (`N × q`) at the `queries` (`M × d`), with keys `N × d`.
+    ///
+    /// Fused and streaming on both backends: the `M × N` weights are never
+    /// stored. Exponential profiles are accumulated in the log domain, so a
+    /// tiny bandwidth yields the average of the nearest keys, not NaN. Rows
+    /// with an empty neighbourhood are NaN and counted (see
+    /// [`RowNormalized`]).
+    ///
+    /// # Errors
+    /// Empty or non-finite inputs, `queries`/`keys` dimension mismatch,
+    /// `values` rows ≠ `keys` rows, and backend failures.
+    pub fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        values: ArrayView2<'_, f32>,
+    ) -> Result<RowNormalized> {
+        const OP: &str = "local_mean";
+        let q = Matrix::check(OP, "queries", queries)?;
+        let x = Matrix::check(OP, "keys", keys)?;
+        let y = Matrix::check(OP, "values", values)?;
+        if q.cols() != x.cols() {
+            return Err(Error::DimensionMismatch {
+                op: OP,
+                queries: q.cols(),
+                keys: x.cols(),
+            });
+        }
+        if y.rows() != x.rows() {
+            return Err(Error::RowMismatch {
+                op: OP,
+                keys: x.rows(),
+                values: y.rows(),
+            });
+        }
+        self.backend_impl().local_mean(kernel, &q, &x, &y)
+    }
+
+    /// The self-local mean `K̃X`: every point replaced by the local mean of
+    /// all points around it (one MeanShift step).
+    ///
+    /// # Errors
+    /// As [`local_mean`](Self::local_mean).
+    pub fn self_local_mean(
+        &self,
+        kernel: &Kernel,
+        points: ArrayView2<'_, f32>,
+    ) -> Result<RowNormalized> {
+        let x = Matrix::check("self_local_mean", "points", points)?;
+        self.backend_impl().local_mean(kernel, &x, &x, &x)
+    }
+}

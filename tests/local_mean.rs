@@ -1,0 +1,251 @@
+//! Local mean parity: GPU vs CPU vs a plain f64 reference, every profile.
+
+mod common;
+
+use common::*;
+use locus::{Engine, Kernel, Profile, TileLimits};
+use ndarray::{Array2, s};
+
+const RTOL: f64 = 1e-4;
+const ATOL: f64 = 1e-5;
+
+/// (M, N, d, q) shapes that are multiples of no tile size.
+const SHAPES: [(usize, usize, usize, usize); 5] = [
+    (1, 1, 1, 1),
+    (777, 1301, 7, 5),
+    (65, 257, 3, 3),
+    (3, 1000, 2, 11),
+    (129, 33, 1, 2),
+];
+
+fn check_all(engine: &Engine, label: &str, shapes: &[(usize, usize, usize, usize)]) {
+    for (si, &(m, n, d, q)) in shapes.iter().enumerate() {
+        let mut rng = Rng::new(1000 + si as u64);
+        let queries = rng.matrix(m, d, 0.0, 1.0);
+        let keys = rng.matrix(n, d, 0.0, 1.0);
+        let values = rng.matrix(n, q, -2.0, 3.0);
+        let h = 0.4 * (d as f32).sqrt();
+        for p in Profile::ALL {
+            let k = Kernel::new(p, h).unwrap();
+            let (want, want_empty) = ref_local_mean(&k, &queries, &keys, &values);
+            let got = engine
+                .local_mean(&k, queries.view(), keys.view(), values.view())
+                .unwrap();
+            let what = format!("{label} {p} M={m} N={n} d={d} q={q}");
+            assert_close(&what, &got.values, &want, RTOL, ATOL);
+            assert_eq!(got.empty_rows, want_empty, "{what}: empty rows");
+        }
+    }
+}
+
+#[test]
+fn cpu_matches_reference_for_every_profile_and_shape() {
+    check_all(cpu(), "cpu", &SHAPES);
+}
+
+#[test]
+fn gpu_matches_reference_for_every_profile_and_shape() {
+    let Some(gpu) = gpu() else { return };
+    check_all(gpu, "gpu", &SHAPES);
+}
+
+#[test]
+fn gpu_with_forced_tiny_tiles_merges_partial_states() {
+    let limits = TileLimits {
+        query_rows: Some(13),
+        key_rows: Some(29),
+        value_cols: Some(2),
+        buffer_bytes: None,
+    };
+    let Some(gpu) = gpu_engine(limits) else {
+        return;
+    };
+    check_all(
+        &gpu,
+        "gpu tiny tiles",
+        &[(77, 301, 3, 5), (1, 1, 1, 1), (40, 100, 5, 1)],
+    );
+    // Tiles bounded by binding size rather than row caps.
+    let by_bytes = TileLimits {
+        buffer_bytes: Some(4 * 3 * 50),
+        ..TileLimits::default()
+    };
+    let Some(gpu) = gpu_engine(by_bytes) else {
+        return;
+    };
+    check_all(&gpu, "gpu small bindings", &[(120, 333, 3, 3)]);
+}
+
+#[test]
+fn self_local_mean_equals_local_mean_of_points_on_points() {
+    let mut rng = Rng::new(7);
+    let x = rng.matrix(300, 4, -1.0, 1.0);
+    let k = Kernel::new(Profile::Biweight, 0.9).unwrap();
+    let (want, _) = ref_local_mean(&k, &x, &x, &x);
+    let mut engines = vec![("cpu", cpu())];
+    if let Some(g) = gpu() {
+        engines.push(("gpu", g));
+    }
+    for (name, e) in engines {
+        let got = e.self_local_mean(&k, x.view()).unwrap();
+        assert_close(&format!("{name} self"), &got.values, &want, RTOL, ATOL);
+        assert_eq!(got.empty_rows, 0);
+    }
+}
+
+fn engines() -> Vec<(&'static str, &'static Engine)> {
+    let mut v = vec![("cpu", cpu())];
+    if let Some(g) = gpu() {
+        v.push(("gpu", g));
+    }
+    v
+}
+
+#[test]
+fn duplicate_points_are_averaged_with_equal_weight() {
+    let mut rng = Rng::new(11);
+    let base = rng.matrix(40, 3, 0.0, 1.0);
+    // Every key appears three times, with different values.
+    let keys = ndarray::concatenate![ndarray::Axis(0), base, base, base];
+    let values = rng.matrix(120, 2, -1.0, 1.0);
+    for p in Profile::ALL {
+        let k = Kernel::new(p, 0.5).unwrap();
+        let (want, _) = ref_local_mean(&k, &base, &keys, &values);
+        for (name, e) in engines() {
+            let got = e
+                .local_mean(&k, base.view(), keys.view(), values.view())
+                .unwrap();
+            assert_close(
+                &format!("{name} duplicates {p}"),
+                &got.values,
+                &want,
+                RTOL,
+                ATOL,
+            );
+        }
+    }
+}
+
+#[test]
+fn tiny_bandwidth_returns_the_nearest_keys_average_not_nan() {
+    let mut rng = Rng::new(5);
+    let keys = rng.matrix(500, 3, 0.0, 1.0);
+    let values = rng.matrix(500, 2, -1.0, 1.0);
+    // Queries near (not on) keys; the nearest key is ~1e-3 away, the next
+    // much farther, and with h = 1e-5 every plain weight exp(-t/2)
+    // underflows (t ≥ 1e4).
+    let mut queries = keys.slice(s![..50, ..]).to_owned();
+    queries.mapv_inplace(|v| v + 1e-3);
+    for p in [Profile::Gaussian, Profile::Laplacian] {
+        let k = Kernel::new(p, 1e-5).unwrap();
+        let (want, empty) = ref_local_mean(&k, &queries, &keys, &values);
+        assert_eq!(empty, 0);
+        for (name, e) in engines() {
+            let got = e
+                .local_mean(&k, queries.view(), keys.view(), values.view())
+                .unwrap();
+            assert_eq!(got.empty_rows, 0, "{name} {p}");
+            assert_close(
+                &format!("{name} tiny h {p}"),
+                &got.values,
+                &want,
+                RTOL,
+                ATOL,
+            );
+            // The nearest key of query i is key i.
+            for i in 0..50 {
+                for c in 0..2 {
+                    assert!((got.values[[i, c]] - values[[i, c]]).abs() < 1e-5);
+                }
+            }
+        }
+    }
+    // Two keys at exactly the same distance share the weight equally.
+    let keys2 = Array2::from_shape_vec((3, 1), vec![-1.0f32, 1.0, 5.0]).unwrap();
+    let vals2 = Array2::from_shape_vec((3, 1), vec![10.0f32, 20.0, 99.0]).unwrap();
+    let q2 = Array2::from_shape_vec((1, 1), vec![0.0f32]).unwrap();
+    let k = Kernel::gaussian(1e-3).unwrap();
+    for (name, e) in engines() {
+        let got = e
+            .local_mean(&k, q2.view(), keys2.view(), vals2.view())
+            .unwrap();
+        assert!(
+            (got.values[[0, 0]] - 15.0).abs() < 1e-4,
+            "{name}: {}",
+            got.values[[0, 0]]
+        );
+    }
+}
+
+#[test]
+fn huge_bandwidth_gives_the_plain_mean() {
+    let mut rng = Rng::new(9);
+    let keys = rng.matrix(300, 2, 0.0, 1.0);
+    let values = rng.matrix(300, 3, -1.0, 1.0);
+    let queries = rng.matrix(10, 2, 0.0, 1.0);
+    let mean = values.mean_axis(ndarray::Axis(0)).unwrap();
+    for p in Profile::ALL {
+        let k = Kernel::new(p, 1e6).unwrap();
+        for (name, e) in engines() {
+            let got = e
+                .local_mean(&k, queries.view(), keys.view(), values.view())
+                .unwrap();
+            for i in 0..10 {
+                for c in 0..3 {
+                    assert!(
+                        (got.values[[i, c]] - mean[c]).abs() < 1e-5,
+                        "{name} {p}: {} vs {}",
+                        got.values[[i, c]],
+                        mean[c]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn empty_neighbourhoods_are_nan_and_counted() {
+    let mut rng = Rng::new(3);
+    let keys = rng.matrix(200, 2, 0.0, 1.0);
+    let values = rng.matrix(200, 3, -1.0, 1.0);
+    // 20 queries inside the data, 7 far outside it.
+    let inside = rng.matrix(20, 2, 0.2, 0.8);
+    let outside = rng.matrix(7, 2, 10.0, 11.0);
+    let queries = ndarray::concatenate![ndarray::Axis(0), inside, outside];
+    for p in Profile::ALL {
+        let k = Kernel::new(p, 0.3).unwrap();
+        let (want, want_empty) = ref_local_mean(&k, &queries, &keys, &values);
+        assert_eq!(want_empty, if p.is_compact() { 7 } else { 0 });
+        for (name, e) in engines() {
+            let got = e
+                .local_mean(&k, queries.view(), keys.view(), values.view())
+                .unwrap();
+            assert_eq!(got.empty_rows, want_empty, "{name} {p}");
+            assert_close(&format!("{name} empty {p}"), &got.values, &want, RTOL, ATOL);
+        }
+    }
+}
+
+#[test]
+fn non_contiguous_views_are_accepted() {
+    let mut rng = Rng::new(21);
+    let big = rng.matrix(90, 6, 0.0, 1.0);
+    let keys = big.slice(s![..;2, ..3]); // strided rows and columns
+    let values = big.slice(s![..;2, 3..]);
+    let queries = big.t().to_owned();
+    let queries = queries.t();
+    let k = Kernel::gaussian(0.3).unwrap();
+    let (want, _) = ref_local_mean(
+        &k,
+        &queries.slice(s![.., ..3]).to_owned(),
+        &keys.to_owned(),
+        &values.to_owned(),
+    );
+    for (name, e) in engines() {
+        let got = e
+            .local_mean(&k, queries.slice(s![.., ..3]), keys, values)
+            .unwrap();
+        assert_close(&format!("{name} strided"), &got.values, &want, RTOL, ATOL);
+    }
+}
