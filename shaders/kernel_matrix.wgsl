@@ -18,7 +18,7 @@ struct MatParams {
     inv_h2: f32,
     row_global: u32, // global index of the block's first row
     col_global: u32, // global index of the key tile's first key
-    _pad0: u32,
+    state_stride: u32, // floats per row of row_state
 }
 
 @group(0) @binding(0) var<uniform> mp: MatParams;
@@ -45,8 +45,8 @@ fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
     var ms = 0.0;
     var s = 1.0;
     if mp.mode != 0u {
-        ms = row_state[2u * i];
-        s = row_state[2u * i + 1u];
+        ms = row_state[i * mp.state_stride];
+        s = row_state[i * mp.state_stride + 1u];
     }
     // Raw entries (modes 0, 2) use m = 0; normalized ones the row maximum,
     // so exp(ln k − m) / s stays exact when every raw weight underflows.

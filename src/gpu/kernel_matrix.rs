@@ -9,14 +9,51 @@ use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
 use crate::plan::{MATRIX_WG, plan_local_mean, plan_matrix, tiles};
 
-use super::buffers::{submit_and_read, upload};
-use super::context::GpuContext;
+use super::buffers::{Pooled, submit_and_read, upload};
+use super::context::{ErrorScope, GpuContext};
 use super::local_mean::{record_tile, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
 
 const OP: &str = "kernel_matrix";
+/// Output bytes recorded into one submission before it is read back.
+const BATCH_BYTES: u64 = 64 << 20;
+
+/// An output block recorded but not yet read back.
+struct Block<'p> {
+    out: Pooled<'p>,
+    /// Uniforms of its dispatches: alive until the submission completes.
+    _params: [Option<ParamBlock<'p>>; 2],
+    row: usize,
+    rows: usize,
+    col: usize,
+    cols: usize,
+}
+
+/// Submits the pending blocks, reads them back into `out` (row stride `n`).
+fn flush(
+    ctx: &GpuContext,
+    scope: &ErrorScope,
+    encoder: wgpu::CommandEncoder,
+    pending: &mut Vec<Block<'_>>,
+    out: &mut [f32],
+    n: usize,
+) -> Result<()> {
+    let sources: Vec<_> = pending
+        .iter()
+        .map(|b| (b.out.buffer(), b.out.len()))
+        .collect();
+    let read = submit_and_read(ctx, scope, encoder, &sources)?;
+    for (b, data) in pending.iter().zip(&read) {
+        for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
+            let o = (b.row + r) * n + b.col;
+            out[o..o + b.cols].copy_from_slice(src);
+        }
+    }
+    pending.clear();
+    Ok(())
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -104,16 +141,28 @@ pub(crate) fn kernel_matrix(
                 profile: Some(kernel.profile().shader_code()),
             },
         )?;
+        // Blocks are recorded into one submission until their outputs
+        // reach `batch` bytes, then read back together.
+        let batch = BATCH_BYTES.min(ctx.limits.binding_bytes.max(1 << 20));
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let mut pending: Vec<Block<'_>> = Vec::new();
+        let mut pending_bytes = 0u64;
         for kt in &key_tiles {
             let block_rows = (mplan.block_rows * mplan.key_tile / kt.len).clamp(1, rows);
             for (b0, b1) in tiles(rows, block_rows) {
                 let brows = b1 - b0;
-                let obuf = ctx.pool.get(
-                    ctx,
-                    OP,
-                    (brows * kt.len * 4) as u64,
-                    storage | wgpu::BufferUsages::COPY_SRC,
-                )?;
+                let bytes = (brows * kt.len * 4) as u64;
+                if !pending.is_empty() && pending_bytes + bytes > batch {
+                    let full = std::mem::replace(
+                        &mut encoder,
+                        ctx.device.create_command_encoder(&Default::default()),
+                    );
+                    flush(ctx, &scope, full, &mut pending, &mut out, n)?;
+                    pending_bytes = 0;
+                }
+                let obuf = ctx
+                    .pool
+                    .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
                 let params = ParamBlock::new(
                     ctx,
                     OP,
@@ -139,8 +188,7 @@ pub(crate) fn kernel_matrix(
                         obuf.binding(),
                     ],
                 );
-                let mut encoder = ctx.device.create_command_encoder(&Default::default());
-                let _fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
+                let fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
                 {
                     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some(OP),
@@ -154,14 +202,18 @@ pub(crate) fn kernel_matrix(
                         1,
                     );
                 }
-                let read = submit_and_read(ctx, &scope, encoder, &[(obuf.buffer(), obuf.len())])?;
-                let block = &read[0];
-                for (r, src) in block.chunks_exact(kt.len).enumerate() {
-                    let row = r0 + b0 + r;
-                    out[row * n + kt.start..row * n + kt.start + kt.len].copy_from_slice(src);
-                }
+                pending_bytes += bytes;
+                pending.push(Block {
+                    out: obuf,
+                    _params: [Some(params), fill],
+                    row: r0 + b0,
+                    rows: brows,
+                    col: kt.start,
+                    cols: kt.len,
+                });
             }
         }
+        flush(ctx, &scope, encoder, &mut pending, &mut out, n)?;
     }
     scope.finish(ctx)?;
     // D⁻¹K rows with no mass are NaN (finite inputs cannot produce NaN otherwise).
