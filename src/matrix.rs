@@ -68,13 +68,14 @@ impl<'a> Matrix<'a> {
         &self.data[r0 * self.cols..r1 * self.cols]
     }
 
-    /// The transpose, row-major (`cols × rows`): column `k` of the input is
-    /// the contiguous run `k·rows .. (k+1)·rows`.
+    /// The transpose, column `k` of the input at `k·ld .. k·ld + rows`,
+    /// with `ld` = [`padded_stride`]`(rows)`.
     pub(crate) fn transposed(&self) -> Vec<f32> {
-        let mut t = vec![0.0f32; self.data.len()];
+        let ld = padded_stride(self.rows);
+        let mut t = vec![0.0f32; ld * self.cols];
         for (i, row) in self.data.chunks_exact(self.cols).enumerate() {
             for (k, &v) in row.iter().enumerate() {
-                t[k * self.rows + i] = v;
+                t[k * ld + i] = v;
             }
         }
         t
@@ -98,4 +99,12 @@ pub(crate) fn alloc_output(
     v.try_reserve_exact(len).map_err(|_| too_large())?;
     v.resize(len, 0.0);
     Ok(v)
+}
+
+/// Column stride for `rows` floats: a multiple of 16 floats that is not a
+/// multiple of 4 KiB, so the columns of a transposed matrix fall into
+/// different L1 sets instead of evicting each other.
+pub(crate) fn padded_stride(rows: usize) -> usize {
+    let ld = rows.next_multiple_of(16);
+    if (ld * 4) % 4096 == 0 { ld + 16 } else { ld }
 }

@@ -70,7 +70,7 @@ fn fill_row_impl<const FMA: bool>(
     row: &mut [f32],
 ) -> bool {
     let profile = kernel.profile();
-    let n = keys.n;
+    let n = keys.ld;
     for (b, chunk) in row.chunks_mut(KEY_BLOCK).enumerate() {
         scaled_sq_dists::<FMA>(keys.xt, n, b * KEY_BLOCK, query, kernel.inv_h2(), chunk);
     }

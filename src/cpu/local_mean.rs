@@ -2,33 +2,91 @@
 //!
 //! Queries are split into groups handled by rayon tasks; each group walks
 //! the keys in blocks of [`KEY_BLOCK`] that stay in L1 while every query of
-//! the group visits them. Per query the row state `(m, s, u)` of DESIGN §3
+//! the group visits them. The AVX2 kernel is in `avx2.rs`; this file holds
+//! the driver and the portable version. Per query the row state `(m, s, u)` of DESIGN §3
 //! is kept in `f64`; a block's sums are formed in `f32` lanes and merged
 //! into it. The `M×N` matrix is never stored.
 
 use rayon::prelude::*;
 
-use super::simd::{KEY_BLOCK, dot, has_avx2_fma, scaled_sq_dists, sum_of};
-use super::weights::{block_weights, initial_max};
-use crate::kernel::Kernel;
+use super::simd::{KEY_BLOCK, LANES, T_FAR, dot, exp_nonpos, fmadd, fmax};
+use super::weights::initial_max;
+use crate::kernel::{Kernel, Profile};
+use crate::plan::merge_states;
 
 /// Queries that share one pass over the keys.
-const QUERY_GROUP: usize = 8;
+pub(crate) const QUERY_GROUP: usize = 8;
 
 /// Keys and values stored column-major for unit-stride lane loads.
 pub(crate) struct KeysSoa<'a> {
-    /// `d × n`: coordinate `k` of key `j` at `xt[k·n + j]`.
+    /// `d` columns: coordinate `k` of key `j` at `xt[k·ld + j]`.
     pub xt: &'a [f32],
-    /// `q × n`: value column `c` of key `j` at `yt[c·n + j]`.
+    /// `q` columns: value `c` of key `j` at `yt[c·ld + j]`.
     pub yt: &'a [f32],
     /// Number of keys.
     pub n: usize,
+    /// Stride between the columns of `xt` and `yt` (≥ `n`; padded so
+    /// columns do not alias in the L1 cache).
+    pub ld: usize,
     /// Number of value columns.
     pub q: usize,
 }
 
+/// Row states `(m, s, u)` of a group of queries over some of the keys
+/// (DESIGN §3): `m` the largest log-weight (0 for non-exponential
+/// profiles), `s = Σ e^{w−m}`, `u = Σ e^{w−m} y` (`rows × q`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GroupState {
+    pub m: [f32; QUERY_GROUP],
+    pub s: [f64; QUERY_GROUP],
+    pub u: Vec<f64>,
+}
+
+impl GroupState {
+    pub(crate) fn empty(profile: Profile, q: usize) -> Self {
+        GroupState {
+            m: [initial_max(profile); QUERY_GROUP],
+            s: [0.0; QUERY_GROUP],
+            u: vec![0.0; QUERY_GROUP * q],
+        }
+    }
+
+    /// Merges `other` (same queries, other keys) into `self`.
+    fn merge(&mut self, other: &GroupState, q: usize) {
+        let mut u = vec![0.0; q];
+        for r in 0..QUERY_GROUP {
+            let (ua, ub) = (&self.u[r * q..(r + 1) * q], &other.u[r * q..(r + 1) * q]);
+            let (m, s) = merge_states((self.m[r], self.s[r], ua), (other.m[r], other.s[r], ub), &mut u);
+            self.m[r] = m;
+            self.s[r] = s;
+            self.u[r * q..(r + 1) * q].copy_from_slice(&u);
+        }
+    }
+
+    /// Writes `u / s` for the first `out.len() / q` rows (NaN where `s = 0`)
+    /// and returns how many rows were empty.
+    fn finalize(&self, q: usize, out: &mut [f32]) -> usize {
+        let mut empty = 0;
+        for (r, o) in out.chunks_mut(q).enumerate() {
+            if self.s[r] > 0.0 {
+                for (oc, &uc) in o.iter_mut().zip(&self.u[r * q..(r + 1) * q]) {
+                    *oc = (uc / self.s[r]) as f32;
+                }
+            } else {
+                o.fill(f32::NAN);
+                empty += 1;
+            }
+        }
+        empty
+    }
+}
+
 /// Local means of `queries` (row-major, `d` columns) into `out` (`q`
 /// columns). Returns the number of empty rows (written as NaN).
+///
+/// Work is split over query groups; when there are too few of them to
+/// occupy every thread, the keys are split as well and the partial states
+/// merged with the associative rule.
 pub(crate) fn local_mean(
     kernel: &Kernel,
     queries: &[f32],
@@ -36,41 +94,69 @@ pub(crate) fn local_mean(
     keys: &KeysSoa<'_>,
     out: &mut [f32],
 ) -> usize {
-    let q = keys.q;
-    let rows_per_task = QUERY_GROUP * 4;
-    out.par_chunks_mut(rows_per_task * q)
-        .zip(queries.par_chunks(rows_per_task * d))
-        .map(|(out_chunk, q_chunk)| {
-            out_chunk
-                .chunks_mut(QUERY_GROUP * q)
-                .zip(q_chunk.chunks(QUERY_GROUP * d))
-                .map(|(o, qs)| group(kernel, qs, d, keys, o))
-                .sum::<usize>()
+    let (n, q) = (keys.n, keys.q);
+    let groups = queries.len().div_ceil(QUERY_GROUP * d);
+    let want = 4 * rayon::current_num_threads();
+    let splits = if groups >= want {
+        1
+    } else {
+        want.div_ceil(groups).min(n / (4 * KEY_BLOCK)).max(1)
+    };
+    if splits == 1 {
+        return out
+            .par_chunks_mut(QUERY_GROUP * q)
+            .zip(queries.par_chunks(QUERY_GROUP * d))
+            .map(|(o, qs)| group(kernel, qs, d, keys, 0, n).finalize(q, o))
+            .sum();
+    }
+    // Key ranges aligned to whole blocks.
+    let per = n.div_ceil(splits).next_multiple_of(KEY_BLOCK);
+    out.par_chunks_mut(QUERY_GROUP * q)
+        .zip(queries.par_chunks(QUERY_GROUP * d))
+        .map(|(o, qs)| {
+            let state = (0..n.div_ceil(per))
+                .into_par_iter()
+                .map(|t| group(kernel, qs, d, keys, t * per, ((t + 1) * per).min(n)))
+                .reduce_with(|mut a, b| {
+                    a.merge(&b, q);
+                    a
+                })
+                .unwrap_or_else(|| GroupState::empty(kernel.profile(), q));
+            state.finalize(q, o)
         })
         .sum()
 }
 
-/// One group of queries, dispatched to the best compiled version.
-fn group(kernel: &Kernel, queries: &[f32], d: usize, keys: &KeysSoa<'_>, out: &mut [f32]) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        return unsafe { group_avx2(kernel, queries, d, keys, out) };
-    }
-    let _ = has_avx2_fma;
-    group_impl::<false>(kernel, queries, d, keys, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn group_avx2(
+/// The state of one group of queries over keys `k0..k1`, on the best
+/// compiled version.
+fn group(
     kernel: &Kernel,
     queries: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
-    out: &mut [f32],
-) -> usize {
-    group_impl::<true>(kernel, queries, d, keys, out)
+    k0: usize,
+    k1: usize,
+) -> GroupState {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        return unsafe {
+            super::avx2::group(kernel.profile(), kernel.inv_h2(), queries, d, keys, k0, k1)
+        };
+    }
+    group_portable(kernel, queries, d, keys, k0, k1)
+}
+
+/// The portable version (any CPU); the AVX2 one is tested against it.
+pub(crate) fn group_portable(
+    kernel: &Kernel,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    k0: usize,
+    k1: usize,
+) -> GroupState {
+    group_impl::<false>(kernel, queries, d, keys, k0, k1)
 }
 
 #[inline(always)]
@@ -79,52 +165,235 @@ fn group_impl<const FMA: bool>(
     queries: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
-    out: &mut [f32],
-) -> usize {
+    k0: usize,
+    k1: usize,
+) -> GroupState {
     let profile = kernel.profile();
     let inv_h2 = kernel.inv_h2();
-    let (n, q) = (keys.n, keys.q);
+    let (n, q) = (keys.ld, keys.q);
     let g = queries.len() / d;
-    let mut m = [initial_max(profile); QUERY_GROUP];
-    let mut s = [0.0f64; QUERY_GROUP];
-    let mut u = vec![0.0f64; QUERY_GROUP * q];
+    let mut st = GroupState::empty(profile, q);
     let mut buf = [0.0f32; KEY_BLOCK];
-    let mut j0 = 0;
-    while j0 < n {
-        let len = KEY_BLOCK.min(n - j0);
+    let mut cmax = [0.0f32; KEY_BLOCK / LANES + 1];
+    let mut ub = [0.0f32; MAX_FUSED_COLS];
+    let mut j0 = k0;
+    while j0 < k1 {
+        let len = KEY_BLOCK.min(k1 - j0);
         let w = &mut buf[..len];
         for r in 0..g {
-            scaled_sq_dists::<FMA>(keys.xt, n, j0, &queries[r * d..(r + 1) * d], inv_h2, w);
-            let Some(factor) = block_weights::<FMA>(profile, w, &mut m[r]) else {
-                continue;
-            };
-            let ur = &mut u[r * q..(r + 1) * q];
-            if factor != 1.0 {
-                s[r] *= factor;
+            let query = &queries[r * d..(r + 1) * d];
+            let bm = log_weights::<FMA>(profile, keys.xt, n, j0, query, inv_h2, w, &mut cmax);
+            if bm == f32::NEG_INFINITY || (!profile.is_exponential() && bm <= 0.0) {
+                continue; // no mass in this block
+            }
+            let ur = &mut st.u[r * q..(r + 1) * q];
+            if bm > st.m[r] {
+                let factor = (f64::from(st.m[r]) - f64::from(bm)).exp();
+                st.m[r] = bm;
+                st.s[r] *= factor;
                 ur.iter_mut().for_each(|x| *x *= factor);
             }
-            let sb = sum_of(w);
-            if sb == 0.0 {
-                continue;
-            }
-            s[r] += f64::from(sb);
-            for (c, uc) in ur.iter_mut().enumerate() {
-                *uc += f64::from(dot::<FMA>(w, &keys.yt[c * n + j0..c * n + j0 + len]));
+            let sb = accumulate::<FMA>(profile.is_exponential(), st.m[r], w, &cmax, keys, j0, &mut ub);
+            st.s[r] += f64::from(sb);
+            if q <= MAX_FUSED_COLS {
+                for (uc, &b) in ur.iter_mut().zip(&ub) {
+                    *uc += f64::from(b);
+                }
+            } else {
+                // `accumulate` left the weights in `w`.
+                for (c, uc) in ur.iter_mut().enumerate() {
+                    *uc += f64::from(dot::<FMA>(w, &keys.yt[c * n + j0..c * n + j0 + len]));
+                }
             }
         }
         j0 += len;
     }
-    let mut empty = 0;
-    for r in 0..g {
-        let o = &mut out[r * q..(r + 1) * q];
-        if s[r] > 0.0 {
-            for (oc, &uc) in o.iter_mut().zip(&u[r * q..(r + 1) * q]) {
-                *oc = (uc / s[r]) as f32;
+    st
+}
+
+/// Value columns accumulated in registers in the same pass as the weights.
+const MAX_FUSED_COLS: usize = 4;
+
+/// Pass one over a block: scaled squared distances turned into log-weights
+/// (exponential profiles; −inf for infinitely far keys) or weights (the
+/// others), stored in `w`, with the maximum of each lane group in `cmax`.
+/// Returns the block's maximum.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn log_weights<const FMA: bool>(
+    profile: Profile,
+    xt: &[f32],
+    n: usize,
+    j0: usize,
+    query: &[f32],
+    inv_h2: f32,
+    w: &mut [f32],
+    cmax: &mut [f32],
+) -> f32 {
+    let far = |t: f32, v: f32| if t < T_FAR { v } else { f32::NEG_INFINITY };
+    match profile {
+        Profile::Gaussian => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -0.5 * t)),
+        Profile::Laplacian => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -t.sqrt())),
+        Profile::Epanechnikov => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| fmax(1.0 - t, 0.0)),
+        Profile::Uniform => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| if t < 1.0 { 1.0 } else { 0.0 }),
+        Profile::Triangular => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| fmax(1.0 - t.sqrt(), 0.0)),
+        Profile::Biweight => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
+            let a = fmax(1.0 - t, 0.0);
+            a * a
+        }),
+        Profile::Cauchy => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
+            if t < T_FAR { 1.0 / (1.0 + t) } else { 0.0 }
+        }),
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fused_dists<const FMA: bool, F: Fn(f32) -> f32>(
+    xt: &[f32],
+    n: usize,
+    j0: usize,
+    query: &[f32],
+    inv_h2: f32,
+    w: &mut [f32],
+    cmax: &mut [f32],
+    f: F,
+) -> f32 {
+    let mut bm = f32::NEG_INFINITY;
+    for (c, chunk) in w.chunks_mut(LANES).enumerate() {
+        let j = j0 + c * LANES;
+        if chunk.len() == LANES {
+            let mut acc = [0.0f32; LANES];
+            for (k, &qk) in query.iter().enumerate() {
+                let x = &xt[k * n + j..k * n + j + LANES];
+                for l in 0..LANES {
+                    let df = x[l] - qk;
+                    acc[l] = fmadd::<FMA>(df, df, acc[l]);
+                }
             }
+            let mut v = [0.0f32; LANES];
+            for l in 0..LANES {
+                v[l] = f(acc[l] * inv_h2);
+            }
+            chunk.copy_from_slice(&v);
+            let cm = max8(v);
+            cmax[c] = cm;
+            bm = fmax(bm, cm);
         } else {
-            o.fill(f32::NAN);
-            empty += 1;
+            let mut cm = f32::NEG_INFINITY;
+            for (l, wl) in chunk.iter_mut().enumerate() {
+                let mut a = 0.0f32;
+                for (k, &qk) in query.iter().enumerate() {
+                    let df = xt[k * n + j + l] - qk;
+                    a = fmadd::<FMA>(df, df, a);
+                }
+                *wl = f(a * inv_h2);
+                cm = fmax(cm, *wl);
+            }
+            cmax[c] = cm;
+            bm = fmax(bm, cm);
         }
     }
-    empty
+    bm
+}
+
+/// Maximum of one lane group, as a shuffle tree (a sequential `max` fold
+/// would not vectorize: float reductions are not reassociated).
+#[inline(always)]
+fn max8(v: [f32; LANES]) -> f32 {
+    let mut a = [0.0f32; 4];
+    for l in 0..4 {
+        a[l] = fmax(v[l], v[l + 4]);
+    }
+    let b = [fmax(a[0], a[2]), fmax(a[1], a[3])];
+    fmax(b[0], b[1])
+}
+
+/// Pass two: weights `e^{w−m}` (or the plain weights), their sum (returned)
+/// and, for at most [`MAX_FUSED_COLS`] value columns, the weighted value
+/// sums into `ub`. With more columns the weights are left in `w` for the
+/// caller's dot products. Lane groups whose weights are all zero are
+/// skipped.
+#[inline(always)]
+fn accumulate<const FMA: bool>(
+    exponential: bool,
+    m: f32,
+    w: &mut [f32],
+    cmax: &[f32],
+    keys: &KeysSoa<'_>,
+    j0: usize,
+    ub: &mut [f32; MAX_FUSED_COLS],
+) -> f32 {
+    macro_rules! by_q {
+        ($exp:literal) => {
+            match keys.q {
+                1 => accumulate_q::<FMA, $exp, 1>(m, w, cmax, keys, j0, ub),
+                2 => accumulate_q::<FMA, $exp, 2>(m, w, cmax, keys, j0, ub),
+                3 => accumulate_q::<FMA, $exp, 3>(m, w, cmax, keys, j0, ub),
+                4 => accumulate_q::<FMA, $exp, 4>(m, w, cmax, keys, j0, ub),
+                _ => accumulate_q::<FMA, $exp, 0>(m, w, cmax, keys, j0, ub),
+            }
+        };
+    }
+    if exponential { by_q!(true) } else { by_q!(false) }
+}
+
+#[inline(always)]
+fn accumulate_q<const FMA: bool, const EXP: bool, const Q: usize>(
+    m: f32,
+    w: &mut [f32],
+    cmax: &[f32],
+    keys: &KeysSoa<'_>,
+    j0: usize,
+    ub: &mut [f32; MAX_FUSED_COLS],
+) -> f32 {
+    let n = keys.ld;
+    let ys: [&[f32]; Q] = std::array::from_fn(|c| &keys.yt[c * n + j0..c * n + j0 + w.len()]);
+    let mut s_acc = [0.0f32; LANES];
+    let mut u_acc = [[0.0f32; LANES]; Q];
+    let mut s_tail = 0.0f32;
+    let mut u_tail = [0.0f32; Q];
+    for (c, chunk) in w.chunks_mut(LANES).enumerate() {
+        // exp(−87) is the smallest weight exp_nonpos does not flush to 0.
+        let empty = if EXP { cmax[c] - m < -87.0 } else { cmax[c] <= 0.0 };
+        if empty {
+            chunk.fill(0.0);
+            continue;
+        }
+        let o = c * LANES;
+        if chunk.len() == LANES {
+            let mut wl = [0.0f32; LANES];
+            wl.copy_from_slice(chunk);
+            if EXP {
+                for x in &mut wl {
+                    *x = exp_nonpos::<FMA>(*x - m);
+                }
+            }
+            for l in 0..LANES {
+                s_acc[l] += wl[l];
+            }
+            for (col, y) in ys.iter().enumerate() {
+                let y = &y[o..o + LANES];
+                for l in 0..LANES {
+                    u_acc[col][l] = fmadd::<FMA>(wl[l], y[l], u_acc[col][l]);
+                }
+            }
+            if Q == 0 {
+                chunk.copy_from_slice(&wl);
+            }
+        } else {
+            for (l, x) in chunk.iter_mut().enumerate() {
+                let wv = if EXP { exp_nonpos::<FMA>(*x - m) } else { *x };
+                s_tail += wv;
+                for (col, y) in ys.iter().enumerate() {
+                    u_tail[col] = fmadd::<FMA>(wv, y[o + l], u_tail[col]);
+                }
+                *x = wv;
+            }
+        }
+    }
+    for col in 0..Q {
+        ub[col] = u_acc[col].iter().sum::<f32>() + u_tail[col];
+    }
+    s_acc.iter().sum::<f32>() + s_tail
 }

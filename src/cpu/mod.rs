@@ -1,5 +1,7 @@
 //! The rayon CPU backend: every op, same numerics as the shaders.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod kernel_matrix;
 mod local_mean;
 pub(crate) mod simd;
@@ -10,7 +12,7 @@ use ndarray::Array2;
 use crate::backend::{Backend, BackendInfo, MatrixMode};
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::matrix::{Matrix, alloc_output};
+use crate::matrix::{Matrix, alloc_output, padded_stride};
 use crate::ops::RowNormalized;
 
 use local_mean::KeysSoa;
@@ -52,6 +54,7 @@ impl Backend for CpuBackend {
             xt: &xt,
             yt: &yt,
             n: keys.rows(),
+            ld: padded_stride(keys.rows()),
             q,
         };
         let empty_rows =
@@ -73,6 +76,7 @@ impl Backend for CpuBackend {
             xt: &xt,
             yt: &[],
             n,
+            ld: padded_stride(n),
             q: 0,
         };
         let empty = kernel_matrix::kernel_matrix(

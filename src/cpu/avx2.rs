@@ -1,0 +1,401 @@
+//! Explicit AVX2 + FMA kernel of the fused local mean (the CPU hot path).
+//!
+//! Same algorithm and numerics as the portable version in `local_mean.rs`
+//! (which runs where AVX2 is missing and is tested against this one):
+//! per key block, pass one turns distances into log-weights (or weights)
+//! and finds the block maximum; pass two forms `e^{w−m}`, skipping lane
+//! groups whose weights are all zero, and accumulates the weight sum and
+//! up to four value columns in registers.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use super::local_mean::{GroupState, KeysSoa};
+use super::simd::{KEY_BLOCK, LANES, T_FAR};
+use crate::kernel::Profile;
+
+/// A profile evaluated on 8 lanes of `t = r²/h²`.
+trait Prof {
+    /// Exponential profile: the lanes are log-weights.
+    const EXP: bool;
+    /// Log-weight (EXP) or weight of each lane.
+    unsafe fn apply(t: __m256) -> __m256;
+}
+
+macro_rules! profile {
+    ($name:ident, $exp:literal, |$t:ident| $body:expr) => {
+        struct $name;
+        impl Prof for $name {
+            const EXP: bool = $exp;
+            #[inline(always)]
+            unsafe fn apply($t: __m256) -> __m256 {
+                // SAFETY: only called from functions compiled with AVX2 + FMA.
+                unsafe { $body }
+            }
+        }
+    };
+}
+
+profile!(Gauss, true, |t| far(t, _mm256_mul_ps(t, _mm256_set1_ps(-0.5))));
+profile!(Lapl, true, |t| far(
+    t,
+    _mm256_sub_ps(_mm256_setzero_ps(), _mm256_sqrt_ps(t))
+));
+profile!(Epan, false, |t| _mm256_max_ps(
+    _mm256_sub_ps(_mm256_set1_ps(1.0), t),
+    _mm256_setzero_ps()
+));
+profile!(Unif, false, |t| _mm256_and_ps(
+    _mm256_cmp_ps::<_CMP_LT_OQ>(t, _mm256_set1_ps(1.0)),
+    _mm256_set1_ps(1.0)
+));
+profile!(Tria, false, |t| _mm256_max_ps(
+    _mm256_sub_ps(_mm256_set1_ps(1.0), _mm256_sqrt_ps(t)),
+    _mm256_setzero_ps()
+));
+profile!(Biwe, false, |t| {
+    let a = _mm256_max_ps(_mm256_sub_ps(_mm256_set1_ps(1.0), t), _mm256_setzero_ps());
+    _mm256_mul_ps(a, a)
+});
+profile!(Cauc, false, |t| _mm256_and_ps(
+    _mm256_cmp_ps::<_CMP_LT_OQ>(t, _mm256_set1_ps(T_FAR)),
+    _mm256_div_ps(_mm256_set1_ps(1.0), _mm256_add_ps(_mm256_set1_ps(1.0), t))
+));
+
+/// `v` where `t < T_FAR`, −inf elsewhere.
+#[inline(always)]
+unsafe fn far(t: __m256, v: __m256) -> __m256 {
+    unsafe {
+        let near = _mm256_cmp_ps::<_CMP_LT_OQ>(t, _mm256_set1_ps(T_FAR));
+        _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), v, near)
+    }
+}
+
+/// `e^x` for `x ≤ 0`, exactly 0 below −87 (same polynomial as
+/// `simd::exp_nonpos`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn exp_nonpos(x: __m256) -> __m256 {
+    let magic = _mm256_set1_ps(12_582_912.0);
+    let tiny = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.0));
+    let xc = _mm256_max_ps(x, _mm256_set1_ps(-87.0));
+    let k = _mm256_fmadd_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E), magic);
+    let n = _mm256_sub_ps(k, magic);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), xc);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.987_569_1e-4);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.398_199_9e-3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.333_452e-3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.166_579_6e-2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.666_666_5e-1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.000_000_1e-1));
+    let y = _mm256_add_ps(
+        _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
+        _mm256_set1_ps(1.0),
+    );
+    let ni = _mm256_sub_epi32(_mm256_castps_si256(k), _mm256_castps_si256(magic));
+    let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        ni,
+        _mm256_set1_epi32(127),
+    )));
+    _mm256_andnot_ps(tiny, _mm256_mul_ps(y, scale))
+}
+
+/// Horizontal maximum.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hmax(v: __m256) -> f32 {
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
+    _mm_cvtss_f32(m1)
+}
+
+/// Horizontal sum.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_shuffle_ps::<1>(s2, s2));
+    _mm_cvtss_f32(s1)
+}
+
+/// Lane mask selecting the first `rem` lanes (`rem` in 1..=8).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn head_mask(rem: usize) -> __m256i {
+    let idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(rem as i32), idx)
+}
+
+/// Loads 8 floats at `s[o..]`, or the first `s.len() − o` of them (zeros after).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn load(s: &[f32], o: usize) -> __m256 {
+    let rem = s.len() - o;
+    if rem >= LANES {
+        // SAFETY: o + 8 ≤ s.len().
+        unsafe { _mm256_loadu_ps(s.as_ptr().add(o)) }
+    } else {
+        // SAFETY: the mask reads only the first `rem` (in bounds) lanes.
+        unsafe { _mm256_maskload_ps(s.as_ptr().add(o), head_mask(rem)) }
+    }
+}
+
+/// Row states of a group of at most `QUERY_GROUP` queries (row-major, `d`
+/// columns) over the keys `k0..k1`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+pub(crate) unsafe fn group(
+    profile: Profile,
+    inv_h2: f32,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    k0: usize,
+    k1: usize,
+) -> GroupState {
+    // SAFETY: the caller checked AVX2 + FMA.
+    unsafe {
+        match profile {
+            Profile::Gaussian => by_q::<Gauss>(profile, inv_h2, queries, d, keys, k0, k1),
+            Profile::Laplacian => by_q::<Lapl>(profile, inv_h2, queries, d, keys, k0, k1),
+            Profile::Epanechnikov => by_q::<Epan>(profile, inv_h2, queries, d, keys, k0, k1),
+            Profile::Uniform => by_q::<Unif>(profile, inv_h2, queries, d, keys, k0, k1),
+            Profile::Triangular => by_q::<Tria>(profile, inv_h2, queries, d, keys, k0, k1),
+            Profile::Biweight => by_q::<Biwe>(profile, inv_h2, queries, d, keys, k0, k1),
+            Profile::Cauchy => by_q::<Cauc>(profile, inv_h2, queries, d, keys, k0, k1),
+        }
+    }
+}
+
+unsafe fn by_q<P: Prof>(
+    profile: Profile,
+    inv_h2: f32,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    k0: usize,
+    k1: usize,
+) -> GroupState {
+    // SAFETY: forwarded from `group`.
+    unsafe {
+        match keys.q {
+            1 => group_impl::<P, 1>(profile, inv_h2, queries, d, keys, k0, k1),
+            2 => group_impl::<P, 2>(profile, inv_h2, queries, d, keys, k0, k1),
+            3 => group_impl::<P, 3>(profile, inv_h2, queries, d, keys, k0, k1),
+            4 => group_impl::<P, 4>(profile, inv_h2, queries, d, keys, k0, k1),
+            _ => group_impl::<P, 0>(profile, inv_h2, queries, d, keys, k0, k1),
+        }
+    }
+}
+
+#[repr(C, align(32))]
+struct Block([f32; KEY_BLOCK]);
+
+/// `Q` value columns accumulated in registers (`Q = 0`: any number, by
+/// dot products over the stored weights).
+#[target_feature(enable = "avx2,fma")]
+fn group_impl<P: Prof, const Q: usize>(
+    profile: Profile,
+    inv_h2: f32,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    k0: usize,
+    k1: usize,
+) -> GroupState {
+    let (n, q) = (keys.ld, keys.q);
+    let g = queries.len() / d;
+    let mut st = GroupState::empty(profile, q);
+    let (m, s, u) = (&mut st.m, &mut st.s, &mut st.u);
+    let mut buf = Block([0.0; KEY_BLOCK]);
+    let inv = _mm256_set1_ps(inv_h2);
+    let mut j0 = k0;
+    while j0 < k1 {
+        let len = KEY_BLOCK.min(k1 - j0);
+        let chunks = len.div_ceil(LANES);
+        for r in 0..g {
+            let query = &queries[r * d..(r + 1) * d];
+            // Pass one: (log-)weights and the block maximum.
+            let bmv = match d {
+                1 => pass_one::<P, 1>(keys.xt, n, j0, len, query, inv, &mut buf),
+                2 => pass_one::<P, 2>(keys.xt, n, j0, len, query, inv, &mut buf),
+                3 => pass_one::<P, 3>(keys.xt, n, j0, len, query, inv, &mut buf),
+                4 => pass_one::<P, 4>(keys.xt, n, j0, len, query, inv, &mut buf),
+                _ => pass_one::<P, 0>(keys.xt, n, j0, len, query, inv, &mut buf),
+            };
+            let bm = hmax(bmv);
+            if bm == f32::NEG_INFINITY || (!P::EXP && bm <= 0.0) {
+                continue; // no mass in this block
+            }
+            let ur = &mut u[r * q..(r + 1) * q];
+            if bm > m[r] {
+                let factor = (f64::from(m[r]) - f64::from(bm)).exp();
+                m[r] = bm;
+                s[r] *= factor;
+                ur.iter_mut().for_each(|x| *x *= factor);
+            }
+            // Pass two: weights, their sum, weighted values.
+            let mv = _mm256_set1_ps(m[r]);
+            let mut s_acc = _mm256_setzero_ps();
+            let mut u_acc = [_mm256_setzero_ps(); 4];
+            for c in 0..chunks {
+                let o = c * LANES;
+                // SAFETY: o + 8 ≤ KEY_BLOCK.
+                let lw = unsafe { _mm256_loadu_ps(buf.0.as_ptr().add(o)) };
+                let w = if P::EXP {
+                    let x = _mm256_sub_ps(lw, mv);
+                    let live = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(-87.0));
+                    if _mm256_movemask_ps(live) == 0 {
+                        if Q == 0 {
+                            // SAFETY: as above.
+                            unsafe { _mm256_storeu_ps(buf.0.as_mut_ptr().add(o), _mm256_setzero_ps()) };
+                        }
+                        continue;
+                    }
+                    exp_nonpos(x)
+                } else {
+                    let live = _mm256_cmp_ps::<_CMP_GT_OQ>(lw, _mm256_setzero_ps());
+                    if _mm256_movemask_ps(live) == 0 {
+                        continue;
+                    }
+                    lw
+                };
+                s_acc = _mm256_add_ps(s_acc, w);
+                if Q == 0 {
+                    // SAFETY: as above.
+                    unsafe { _mm256_storeu_ps(buf.0.as_mut_ptr().add(o), w) };
+                }
+                for (col, acc) in u_acc.iter_mut().enumerate().take(Q) {
+                    let y = &keys.yt[col * n + j0..col * n + j0 + len];
+                    *acc = _mm256_fmadd_ps(w, load(y, o), *acc);
+                }
+            }
+            s[r] += f64::from(hsum(s_acc));
+            if Q > 0 {
+                for (uc, acc) in ur.iter_mut().zip(&u_acc).take(Q) {
+                    *uc += f64::from(hsum(*acc));
+                }
+            } else {
+                let w = &buf.0[..len];
+                for c0 in (0..q).step_by(4) {
+                    let sums = weighted_cols(w, keys, j0, c0);
+                    for (uc, v) in ur[c0..].iter_mut().zip(sums) {
+                        *uc += f64::from(v);
+                    }
+                }
+            }
+        }
+        j0 += len;
+    }
+    st
+}
+
+/// Pass one over the keys `j0..j0+len`: log-weights (or weights) of one
+/// query into `buf` (lanes past `len` get the identity: −inf or 0), and
+/// their lane-wise maximum. `D > 0` is the dimension known at compile
+/// time (unrolled, query broadcast once); `D = 0` handles any `d`.
+#[inline(never)]
+#[target_feature(enable = "avx2,fma")]
+fn pass_one<P: Prof, const D: usize>(
+    xt: &[f32],
+    n: usize,
+    j0: usize,
+    len: usize,
+    query: &[f32],
+    inv: __m256,
+    buf: &mut Block,
+) -> __m256 {
+    let identity = _mm256_set1_ps(if P::EXP { f32::NEG_INFINITY } else { 0.0 });
+    let d = query.len();
+    assert!(d >= 1 && (D == 0 || D == d) && j0 + len <= n && len <= KEY_BLOCK && xt.len() >= d * n);
+    let qv: [__m256; 4] = std::array::from_fn(|k| _mm256_set1_ps(query[k.min(d - 1)]));
+    let mut bmv = identity;
+    let full = len / LANES;
+    let base = xt.as_ptr();
+    for c in 0..full {
+        let j = j0 + c * LANES;
+        let mut acc = _mm256_setzero_ps();
+        if D > 0 {
+            for (k, qk) in qv.iter().enumerate().take(D) {
+                // SAFETY: k < d and j + 8 ≤ j0 + len ≤ n (asserted above).
+                let x = unsafe { _mm256_loadu_ps(base.add(k * n + j)) };
+                let df = _mm256_sub_ps(x, *qk);
+                acc = _mm256_fmadd_ps(df, df, acc);
+            }
+        } else {
+            // Two accumulation chains halve the latency of long dimensions.
+            let mut acc2 = _mm256_setzero_ps();
+            let mut k = 0;
+            while k + 1 < d {
+                // SAFETY: as above.
+                let (x0, x1) = unsafe {
+                    (
+                        _mm256_loadu_ps(base.add(k * n + j)),
+                        _mm256_loadu_ps(base.add((k + 1) * n + j)),
+                    )
+                };
+                let d0 = _mm256_sub_ps(x0, _mm256_set1_ps(query[k]));
+                let d1 = _mm256_sub_ps(x1, _mm256_set1_ps(query[k + 1]));
+                acc = _mm256_fmadd_ps(d0, d0, acc);
+                acc2 = _mm256_fmadd_ps(d1, d1, acc2);
+                k += 2;
+            }
+            if k < d {
+                // SAFETY: as above.
+                let x = unsafe { _mm256_loadu_ps(base.add(k * n + j)) };
+                let d0 = _mm256_sub_ps(x, _mm256_set1_ps(query[k]));
+                acc = _mm256_fmadd_ps(d0, d0, acc);
+            }
+            acc = _mm256_add_ps(acc, acc2);
+        }
+        // SAFETY: AVX2 + FMA are enabled in this function.
+        let v = unsafe { P::apply(_mm256_mul_ps(acc, inv)) };
+        // SAFETY: c·8 + 8 ≤ len ≤ KEY_BLOCK.
+        unsafe { _mm256_storeu_ps(buf.0.as_mut_ptr().add(c * LANES), v) };
+        bmv = _mm256_max_ps(bmv, v);
+    }
+    let rem = len - full * LANES;
+    if rem > 0 {
+        let j = j0 + full * LANES;
+        let mut acc = _mm256_setzero_ps();
+        for (k, &q) in query.iter().enumerate() {
+            let df = _mm256_sub_ps(load(&xt[k * n..k * n + j0 + len], j), _mm256_set1_ps(q));
+            acc = _mm256_fmadd_ps(df, df, acc);
+        }
+        // SAFETY: AVX2 + FMA are enabled in this function.
+        let v = unsafe { P::apply(_mm256_mul_ps(acc, inv)) };
+        let v = _mm256_blendv_ps(identity, v, _mm256_castsi256_ps(head_mask(rem)));
+        // SAFETY: full·8 + 8 ≤ KEY_BLOCK since rem > 0 and len ≤ KEY_BLOCK.
+        unsafe { _mm256_storeu_ps(buf.0.as_mut_ptr().add(full * LANES), v) };
+        bmv = _mm256_max_ps(bmv, v);
+    }
+    bmv
+}
+
+/// `Σ_j w_j y_{c,j}` for up to four value columns `c0..c0+4` of the keys
+/// `j0..j0+w.len()`, in registers.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn weighted_cols(w: &[f32], keys: &KeysSoa<'_>, j0: usize, c0: usize) -> [f32; 4] {
+    let (n, len) = (keys.ld, w.len());
+    let cols = (keys.q - c0).min(4);
+    let ys: [&[f32]; 4] = std::array::from_fn(|c| {
+        let c = c0 + c.min(cols - 1);
+        &keys.yt[c * n + j0..c * n + j0 + len]
+    });
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut o = 0;
+    while o < len {
+        let wv = load(w, o);
+        for (a, y) in acc.iter_mut().zip(&ys).take(cols) {
+            *a = _mm256_fmadd_ps(wv, load(y, o), *a);
+        }
+        o += LANES;
+    }
+    std::array::from_fn(|c| hsum(acc[c]))
+}
