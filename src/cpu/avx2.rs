@@ -37,7 +37,10 @@ macro_rules! profile {
     };
 }
 
-profile!(Gauss, true, |t| far(t, _mm256_mul_ps(t, _mm256_set1_ps(-0.5))));
+profile!(Gauss, true, |t| far(
+    t,
+    _mm256_mul_ps(t, _mm256_set1_ps(-0.5))
+));
 profile!(Lapl, true, |t| far(
     t,
     _mm256_sub_ps(_mm256_setzero_ps(), _mm256_sqrt_ps(t))
@@ -253,7 +256,9 @@ fn group_impl<P: Prof, const Q: usize>(
                     if _mm256_movemask_ps(live) == 0 {
                         if Q == 0 {
                             // SAFETY: as above.
-                            unsafe { _mm256_storeu_ps(buf.0.as_mut_ptr().add(o), _mm256_setzero_ps()) };
+                            unsafe {
+                                _mm256_storeu_ps(buf.0.as_mut_ptr().add(o), _mm256_setzero_ps())
+                            };
                         }
                         continue;
                     }

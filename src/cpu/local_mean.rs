@@ -56,7 +56,11 @@ impl GroupState {
         let mut u = vec![0.0; q];
         for r in 0..QUERY_GROUP {
             let (ua, ub) = (&self.u[r * q..(r + 1) * q], &other.u[r * q..(r + 1) * q]);
-            let (m, s) = merge_states((self.m[r], self.s[r], ua), (other.m[r], other.s[r], ub), &mut u);
+            let (m, s) = merge_states(
+                (self.m[r], self.s[r], ua),
+                (other.m[r], other.s[r], ub),
+                &mut u,
+            );
             self.m[r] = m;
             self.s[r] = s;
             self.u[r * q..(r + 1) * q].copy_from_slice(&u);
@@ -193,7 +197,15 @@ fn group_impl<const FMA: bool>(
                 st.s[r] *= factor;
                 ur.iter_mut().for_each(|x| *x *= factor);
             }
-            let sb = accumulate::<FMA>(profile.is_exponential(), st.m[r], w, &cmax, keys, j0, &mut ub);
+            let sb = accumulate::<FMA>(
+                profile.is_exponential(),
+                st.m[r],
+                w,
+                &cmax,
+                keys,
+                j0,
+                &mut ub,
+            );
             st.s[r] += f64::from(sb);
             if q <= MAX_FUSED_COLS {
                 for (uc, &b) in ur.iter_mut().zip(&ub) {
@@ -232,11 +244,21 @@ fn log_weights<const FMA: bool>(
 ) -> f32 {
     let far = |t: f32, v: f32| if t < T_FAR { v } else { f32::NEG_INFINITY };
     match profile {
-        Profile::Gaussian => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -0.5 * t)),
-        Profile::Laplacian => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -t.sqrt())),
-        Profile::Epanechnikov => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| fmax(1.0 - t, 0.0)),
-        Profile::Uniform => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| if t < 1.0 { 1.0 } else { 0.0 }),
-        Profile::Triangular => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| fmax(1.0 - t.sqrt(), 0.0)),
+        Profile::Gaussian => {
+            fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -0.5 * t))
+        }
+        Profile::Laplacian => {
+            fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -t.sqrt()))
+        }
+        Profile::Epanechnikov => {
+            fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| fmax(1.0 - t, 0.0))
+        }
+        Profile::Uniform => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
+            if t < 1.0 { 1.0 } else { 0.0 }
+        }),
+        Profile::Triangular => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
+            fmax(1.0 - t.sqrt(), 0.0)
+        }),
         Profile::Biweight => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
             let a = fmax(1.0 - t, 0.0);
             a * a
@@ -335,7 +357,11 @@ fn accumulate<const FMA: bool>(
             }
         };
     }
-    if exponential { by_q!(true) } else { by_q!(false) }
+    if exponential {
+        by_q!(true)
+    } else {
+        by_q!(false)
+    }
 }
 
 #[inline(always)]
@@ -355,7 +381,11 @@ fn accumulate_q<const FMA: bool, const EXP: bool, const Q: usize>(
     let mut u_tail = [0.0f32; Q];
     for (c, chunk) in w.chunks_mut(LANES).enumerate() {
         // exp(−87) is the smallest weight exp_nonpos does not flush to 0.
-        let empty = if EXP { cmax[c] - m < -87.0 } else { cmax[c] <= 0.0 };
+        let empty = if EXP {
+            cmax[c] - m < -87.0
+        } else {
+            cmax[c] <= 0.0
+        };
         if empty {
             chunk.fill(0.0);
             continue;
@@ -396,4 +426,93 @@ fn accumulate_q<const FMA: bool, const EXP: bool, const Q: usize>(
         ub[col] = u_acc[col].iter().sum::<f32>() + u_tail[col];
     }
     s_acc.iter().sum::<f32>() + s_tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::padded_stride;
+
+    fn data(n: usize, cols: usize, seed: u32) -> Vec<f32> {
+        (0..n * cols)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32
+                    / (1 << 24) as f32
+            })
+            .collect()
+    }
+
+    fn soa(rows: &[f32], n: usize, cols: usize) -> Vec<f32> {
+        let ld = padded_stride(n);
+        let mut t = vec![0.0; ld * cols];
+        for i in 0..n {
+            for k in 0..cols {
+                t[k * ld + i] = rows[i * cols + k];
+            }
+        }
+        t
+    }
+
+    /// The AVX2 kernel and the portable one compute the same states, for
+    /// every profile, dimension path (1–4 and any) and value-column path.
+    #[test]
+    fn avx2_and_portable_versions_agree() {
+        if !super::super::simd::has_avx2_fma() {
+            eprintln!("SKIPPED: no AVX2 on this CPU; only the portable version runs here");
+            return;
+        }
+        for &(n, d, q) in &[
+            (300usize, 1usize, 1usize),
+            (517, 3, 3),
+            (260, 4, 2),
+            (99, 7, 4),
+            (700, 5, 9),
+        ] {
+            let x = data(n, d, 1);
+            let y = data(n, q, 2);
+            let queries = data(QUERY_GROUP, d, 3);
+            let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
+            let keys = KeysSoa {
+                xt: &xt,
+                yt: &yt,
+                n,
+                ld: padded_stride(n),
+                q,
+            };
+            for p in Profile::ALL {
+                let k = Kernel::new(p, 0.3 * (d as f32).sqrt()).unwrap();
+                for (k0, k1) in [(0, n), (KEY_BLOCK.min(n), n), (0, 13.min(n))] {
+                    let a = group_portable(&k, &queries, d, &keys, k0, k1);
+                    // SAFETY: AVX2 + FMA checked above.
+                    let b = unsafe {
+                        super::super::avx2::group(p, k.inv_h2(), &queries, d, &keys, k0, k1)
+                    };
+                    for r in 0..QUERY_GROUP {
+                        let what = format!("{p} n={n} d={d} q={q} keys {k0}..{k1} row {r}");
+                        // m may differ in the last bit (fused vs separate multiply-add).
+                        assert!(
+                            a.m[r] == b.m[r] || (a.m[r] - b.m[r]).abs() <= 1e-6 * a.m[r].abs(),
+                            "{what}: m {} vs {}",
+                            a.m[r],
+                            b.m[r]
+                        );
+                        if a.s[r] == 0.0 || b.s[r] == 0.0 {
+                            assert_eq!(a.s[r], b.s[r], "{what}: empty");
+                            continue;
+                        }
+                        let sa = a.s[r] * f64::from(a.m[r]).exp();
+                        let sb = b.s[r] * f64::from(b.m[r]).exp();
+                        assert!((sa - sb).abs() <= 1e-5 * sa.abs(), "{what}: s {sa} vs {sb}");
+                        for c in 0..q {
+                            let (ma, mb) = (a.u[r * q + c] / a.s[r], b.u[r * q + c] / b.s[r]);
+                            assert!(
+                                (ma - mb).abs() <= 1e-5 * ma.abs() + 1e-6,
+                                "{what}: mean {ma} vs {mb}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
