@@ -236,7 +236,8 @@ fn group_impl<P: Prof, const Q: usize>(
                 continue; // no mass in this block
             }
             let ur = &mut u[r * q..(r + 1) * q];
-            if bm > m[r] {
+            // Non-exponential profiles keep m = 0: their weights are not shifted.
+            if P::EXP && bm > m[r] {
                 let factor = (f64::from(m[r]) - f64::from(bm)).exp();
                 m[r] = bm;
                 s[r] *= factor;

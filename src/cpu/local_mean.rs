@@ -191,7 +191,8 @@ fn group_impl<const FMA: bool>(
                 continue; // no mass in this block
             }
             let ur = &mut st.u[r * q..(r + 1) * q];
-            if bm > st.m[r] {
+            // Non-exponential profiles keep m = 0: their weights are not shifted.
+            if profile.is_exponential() && bm > st.m[r] {
                 let factor = (f64::from(st.m[r]) - f64::from(bm)).exp();
                 st.m[r] = bm;
                 st.s[r] *= factor;
@@ -451,6 +452,90 @@ mod tests {
             }
         }
         t
+    }
+
+    /// Plain f64 local mean of one query (None: empty neighbourhood).
+    fn naive(k: &Kernel, q: &[f32], x: &[f32], y: &[f32], d: usize, qc: usize) -> Option<Vec<f64>> {
+        let h2 = f64::from(k.bandwidth()).powi(2);
+        let lw: Vec<Option<f64>> = x
+            .chunks(d)
+            .map(|xj| {
+                let t = xj
+                    .iter()
+                    .zip(q)
+                    .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+                    .sum::<f64>()
+                    / h2;
+                k.profile().log_eval_sq(t).or_else(|| {
+                    let w = k.profile().eval_sq(t);
+                    (w > 0.0).then(|| w.ln())
+                })
+            })
+            .collect();
+        let mx = lw
+            .iter()
+            .flatten()
+            .cloned()
+            .fold(f64::NEG_INFINITY, f64::max);
+        if mx == f64::NEG_INFINITY {
+            return None;
+        }
+        let mut s = 0.0;
+        let mut u = vec![0.0; qc];
+        for (j, l) in lw.iter().enumerate() {
+            if let Some(l) = l {
+                let w = (l - mx).exp();
+                s += w;
+                for c in 0..qc {
+                    u[c] += w * f64::from(y[j * qc + c]);
+                }
+            }
+        }
+        Some(u.into_iter().map(|v| v / s).collect())
+    }
+
+    /// The portable version (which the integration tests do not reach on
+    /// an AVX2 machine) against the plain f64 definition.
+    #[test]
+    fn portable_version_matches_plain_definition() {
+        for &(n, d, q) in &[
+            (300usize, 1usize, 1usize),
+            (517, 3, 3),
+            (99, 7, 4),
+            (700, 5, 9),
+        ] {
+            let x = data(n, d, 1);
+            let y = data(n, q, 2);
+            let queries = data(QUERY_GROUP, d, 3);
+            let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
+            let keys = KeysSoa {
+                xt: &xt,
+                yt: &yt,
+                n,
+                ld: padded_stride(n),
+                q,
+            };
+            for p in Profile::ALL {
+                let k = Kernel::new(p, 0.3 * (d as f32).sqrt()).unwrap();
+                let mut out = vec![0.0f32; QUERY_GROUP * q];
+                let st = group_portable(&k, &queries, d, &keys, 0, n);
+                st.finalize(q, &mut out);
+                for r in 0..QUERY_GROUP {
+                    let want = naive(&k, &queries[r * d..(r + 1) * d], &x, &y, d, q);
+                    for c in 0..q {
+                        let got = f64::from(out[r * q + c]);
+                        match &want {
+                            None => assert!(got.is_nan()),
+                            Some(w) => assert!(
+                                (got - w[c]).abs() <= 1e-4 * w[c].abs() + 1e-5,
+                                "{p} d={d} q={q}: {got} vs {}",
+                                w[c]
+                            ),
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The AVX2 kernel and the portable one compute the same states, for
