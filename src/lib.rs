@@ -38,3 +38,8 @@ pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};
 pub use ops::{LaplacianKind, RowNormalized};
 pub use plan::{TileLimits, merge_states};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

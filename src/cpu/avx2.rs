@@ -92,7 +92,7 @@ fn exp_nonpos(x: __m256) -> __m256 {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.333_452e-3));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.166_579_6e-2));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.666_666_5e-1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.000_000_1e-1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5));
     let y = _mm256_add_ps(
         _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
         _mm256_set1_ps(1.0),

@@ -69,7 +69,7 @@ pub(crate) fn exp_nonpos<const FMA: bool>(x: f32) -> f32 {
     p = fmadd::<FMA>(p, r, 8.333_452e-3);
     p = fmadd::<FMA>(p, r, 4.166_579_6e-2);
     p = fmadd::<FMA>(p, r, 1.666_666_5e-1);
-    p = fmadd::<FMA>(p, r, 5.000_000_1e-1);
+    p = fmadd::<FMA>(p, r, 0.5);
     let y = fmadd::<FMA>(p, r * r, r) + 1.0;
     // The low bits of `k` hold n (|n| ≤ 126 here): build 2^n directly.
     let ni = (k.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);

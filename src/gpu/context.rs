@@ -125,7 +125,7 @@ impl GpuContext {
         }));
         let lim = device.limits();
         let limits = DeviceLimits {
-            binding_bytes: u64::from(lim.max_storage_buffer_binding_size).min(lim.max_buffer_size),
+            binding_bytes: lim.max_storage_buffer_binding_size.min(lim.max_buffer_size),
             workgroups_per_dim: lim.max_compute_workgroups_per_dimension,
             workgroup_bytes: lim.max_compute_workgroup_storage_size,
         };
