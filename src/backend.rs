@@ -8,7 +8,7 @@ use ndarray::Array2;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
-use crate::ops::RowNormalized;
+use crate::ops::{Neighbours, RowNormalized, RowStates};
 
 /// Which matrix [`Backend::kernel_matrix`] produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,20 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized>;
+
+    /// Row states `(m, s, u)`; with `exclude_self` the queries are the keys
+    /// and row `i` leaves key `i` out.
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: Option<&Matrix<'_>>,
+        exclude_self: bool,
+    ) -> Result<RowStates>;
+
+    /// The `k` nearest keys of every query (`1 ≤ k ≤ N`, checked).
+    fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours>;
 
     /// A kernel matrix and, for the normalized modes, its count of empty rows.
     fn kernel_matrix(

@@ -36,7 +36,10 @@ pub use backend::BackendInfo;
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};
-pub use ops::{LaplacianKind, RowNormalized};
+pub use ops::{
+    BandwidthSelection, EmptyFallback, KnnWeights, LaplacianKind, LocalModeClassifier, LooScore,
+    MultiKernel, Neighbours, Predictions, RowNormalized, RowStates, labels_from_f32, ln_normalizer,
+};
 pub use plan::{TileLimits, merge_states};
 
 /// The README's examples, compiled and run as doc tests.

@@ -191,6 +191,62 @@ pub(crate) fn plan_matrix(
     })
 }
 
+/// Most neighbours one GPU kNN pass keeps per query (private arrays).
+pub(crate) const MAX_GPU_K: usize = 128;
+
+/// Tiling of one kNN call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KnnPlan {
+    pub query_tile: usize,
+    pub key_tile: usize,
+    pub staged_keys: usize,
+}
+
+/// Plans `k` nearest neighbours of `m` queries among `n` keys in `d`
+/// dimensions.
+pub(crate) fn plan_knn(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    m: usize,
+    n: usize,
+    d: usize,
+    k: usize,
+) -> Result<KnnPlan> {
+    let binding = caps
+        .buffer_bytes
+        .map_or(dev.binding_bytes, |b| b.min(dev.binding_bytes));
+    let floats = (binding / 4).min(usize::MAX as u64) as usize;
+    let per_row = d.max(2 * k);
+    if floats < per_row {
+        return Err(too_small(binding, per_row));
+    }
+    let staged_keys = (dev.workgroup_bytes as usize / 4 / d).min(MAX_STAGED_KEYS);
+    if staged_keys == 0 {
+        return Err(Error::Unsupported {
+            op: "knn",
+            backend: "gpu",
+            reason: format!(
+                "dimension d={d} does not fit one key in {} bytes of workgroup memory",
+                dev.workgroup_bytes
+            ),
+        });
+    }
+    let key_tile = (floats / d)
+        .min(caps.key_rows.unwrap_or(usize::MAX))
+        .min(n)
+        .max(1);
+    let query_tile = (floats / per_row)
+        .min(dev.workgroups_per_dim as usize * LOCAL_MEAN_WG)
+        .min(caps.query_rows.unwrap_or(usize::MAX))
+        .min(m)
+        .max(1);
+    Ok(KnnPlan {
+        query_tile,
+        key_tile,
+        staged_keys,
+    })
+}
+
 fn too_small(binding: u64, floats: usize) -> Error {
     Error::InvalidParameter {
         name: "tile_limits.buffer_bytes",

@@ -3,6 +3,7 @@
 mod buffers;
 pub(crate) mod context;
 mod kernel_matrix;
+mod knn;
 mod local_mean;
 mod pipelines;
 pub(crate) mod shaders;
@@ -13,7 +14,7 @@ use crate::backend::{Backend, BackendInfo, MatrixMode};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
-use crate::ops::RowNormalized;
+use crate::ops::{Neighbours, RowNormalized, RowStates};
 
 use buffers::Pooled;
 use context::GpuContext;
@@ -45,6 +46,21 @@ impl Backend for GpuBackend {
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
         local_mean::local_mean(&self.ctx, kernel, queries, keys, values)
+    }
+
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: Option<&Matrix<'_>>,
+        exclude_self: bool,
+    ) -> Result<RowStates> {
+        local_mean::row_states(&self.ctx, kernel, queries, keys, values, exclude_self)
+    }
+
+    fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+        knn::knn(&self.ctx, queries, keys, k)
     }
 
     fn kernel_matrix(

@@ -25,6 +25,7 @@ fn slots(id: ShaderId) -> &'static [Slot] {
         ],
         ShaderId::KernelMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],
         ShaderId::Fill => &[Params, ReadWrite],
+        ShaderId::Knn => &[Params, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite],
     }
 }
 

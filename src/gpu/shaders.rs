@@ -16,12 +16,18 @@ pub(crate) enum ShaderId {
     KernelMatrix,
     /// `shaders/fill.wgsl`: output sentinels.
     Fill,
+    /// `shaders/knn.wgsl`: k nearest neighbours.
+    Knn,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 3] =
-        [ShaderId::LocalMean, ShaderId::KernelMatrix, ShaderId::Fill];
+    pub(crate) const ALL: [ShaderId; 4] = [
+        ShaderId::LocalMean,
+        ShaderId::KernelMatrix,
+        ShaderId::Fill,
+        ShaderId::Knn,
+    ];
 
     /// File name under `shaders/`.
     pub(crate) fn file(self) -> &'static str {
@@ -29,6 +35,7 @@ impl ShaderId {
             ShaderId::LocalMean => "local_mean.wgsl",
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
+            ShaderId::Knn => "knn.wgsl",
         }
     }
 
@@ -37,6 +44,7 @@ impl ShaderId {
             ShaderId::LocalMean => include_str!("../../shaders/local_mean.wgsl"),
             ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
+            ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
         }
     }
 
@@ -46,12 +54,13 @@ impl ShaderId {
             ShaderId::LocalMean => "accumulate",
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
+            ShaderId::Knn => "nearest",
         }
     }
 
     /// Whether the shader uses `profiles.wgsl` (and its `PROFILE` override).
     pub(crate) fn uses_profiles(self) -> bool {
-        !matches!(self, ShaderId::Fill)
+        !matches!(self, ShaderId::Fill | ShaderId::Knn)
     }
 
     /// The placeholders the shader needs.
@@ -60,6 +69,7 @@ impl ShaderId {
             ShaderId::LocalMean => &["D", "QT", "QA", "STAGE"],
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill => &[],
+            ShaderId::Knn => &["D", "K", "STAGE"],
         }
     }
 
@@ -104,6 +114,11 @@ mod tests {
             ],
             ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
             ShaderId::Fill => vec![vec![]],
+            ShaderId::Knn => vec![
+                vec![("D", 1), ("K", 1), ("STAGE", 256)],
+                vec![("D", 16), ("K", 16), ("STAGE", 256)],
+                vec![("D", 7), ("K", 128), ("STAGE", 64)],
+            ],
         }
     }
 
