@@ -2,12 +2,15 @@
 //! about the one it runs on.
 
 use std::fmt;
+use std::sync::Arc;
 
 use ndarray::Array2;
 
 use crate::error::Result;
 use crate::kernel::Kernel;
+use crate::keyset::Resident;
 use crate::matrix::Matrix;
+use crate::memory::MemoryUsage;
 use crate::ops::{Neighbours, RowNormalized, RowStates};
 
 /// Which matrix [`Backend::kernel_matrix`] produces.
@@ -61,6 +64,13 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         keys: &Matrix<'_>,
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)>;
+
+    /// Keeps `keys` and the value matrices `sets` (one row per key each)
+    /// for repeated queries (a [`KeySet`](crate::KeySet)).
+    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>>;
+
+    /// Memory held, against the engine's limit.
+    fn memory(&self) -> MemoryUsage;
 }
 
 /// The backend an [`Engine`](crate::Engine) runs on.

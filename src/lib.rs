@@ -28,7 +28,9 @@ mod engine;
 mod error;
 mod gpu;
 pub mod kernel;
+mod keyset;
 mod matrix;
+mod memory;
 mod ops;
 mod plan;
 
@@ -36,6 +38,8 @@ pub use backend::BackendInfo;
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};
+pub use keyset::{BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions};
+pub use memory::MemoryUsage;
 pub use ops::{
     BandwidthSelection, EmptyFallback, KnnWeights, LaplacianKind, LocalModeClassifier, LooScore,
     MultiKernel, Neighbours, Predictions, RowNormalized, RowStates, labels_from_f32, ln_normalizer,

@@ -6,14 +6,19 @@ mod kernel_matrix;
 mod knn;
 mod local_mean;
 mod pipelines;
+mod resident;
 pub(crate) mod shaders;
+
+use std::sync::Arc;
 
 use ndarray::Array2;
 
 use crate::backend::{Backend, BackendInfo, MatrixMode};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
+use crate::keyset::Resident;
 use crate::matrix::Matrix;
+use crate::memory::MemoryUsage;
 use crate::ops::{Neighbours, RowNormalized, RowStates};
 
 use buffers::Pooled;
@@ -21,15 +26,16 @@ use context::GpuContext;
 use pipelines::PipelineKey;
 use shaders::ShaderId;
 
-/// The GPU backend: one device, shared by every call.
+/// The GPU backend: one device, shared by every call (and by the key sets
+/// prepared on it).
 #[derive(Debug)]
 pub(crate) struct GpuBackend {
-    ctx: GpuContext,
+    ctx: Arc<GpuContext>,
 }
 
 impl GpuBackend {
     pub(crate) fn new(ctx: GpuContext) -> Self {
-        GpuBackend { ctx }
+        GpuBackend { ctx: Arc::new(ctx) }
     }
 }
 
@@ -71,6 +77,14 @@ impl Backend for GpuBackend {
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
         kernel_matrix::kernel_matrix(&self.ctx, kernel, queries, keys, mode)
+    }
+
+    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>> {
+        Ok(Arc::new(resident::GpuResident::new(&self.ctx, keys, sets)?))
+    }
+
+    fn memory(&self) -> MemoryUsage {
+        self.ctx.pool.usage()
     }
 }
 
