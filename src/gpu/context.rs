@@ -128,6 +128,9 @@ impl GpuContext {
             binding_bytes: lim.max_storage_buffer_binding_size.min(lim.max_buffer_size),
             workgroups_per_dim: lim.max_compute_workgroups_per_dimension,
             workgroup_bytes: lim.max_compute_workgroup_storage_size,
+            // Software rasterizers (llvmpipe) cap loop iterations per
+            // invocation at 65535; hardware drivers have no such cap.
+            loop_budget: is_software(&ainfo).then_some(65_535),
         };
         let pipelines = Pipelines::new(&device);
         Ok(GpuContext {
