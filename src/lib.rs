@@ -32,7 +32,7 @@ mod matrix;
 mod ops;
 mod plan;
 
-pub use backend::BackendInfo;
+pub use backend::{BackendInfo, GpuLimits};
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};

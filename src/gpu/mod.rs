@@ -10,7 +10,7 @@ pub(crate) mod shaders;
 
 use ndarray::Array2;
 
-use crate::backend::{Backend, BackendInfo, MatrixMode};
+use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -71,6 +71,10 @@ impl Backend for GpuBackend {
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
         kernel_matrix::kernel_matrix(&self.ctx, kernel, queries, keys, mode)
+    }
+
+    fn gpu_limits(&self) -> Option<&GpuLimits> {
+        Some(&self.ctx.gpu_limits)
     }
 }
 
