@@ -1,18 +1,37 @@
-//! The `locus` command-line tool: a thin layer that parses arguments,
-//! builds an engine, calls the library and prints the result.
+//! The `locus` command-line tool: parses arguments, loads files, calls the
+//! library, writes results. Nothing here computes an op.
+//!
+//! Layout: `args` (shared options), `io` (.npy/.csv in and out), `commands`
+//! (one file per subcommand, and the `Job` every compute subcommand runs
+//! through), `report` (text and `--json`), `verify` (tolerances and
+//! deviations), `progress` (the stderr bar), `plot` (PNG scatter plots),
+//! `data` (generated data), `error` (messages and exit codes).
 
+mod args;
+mod commands;
+mod data;
+mod error;
+mod io;
+mod plot;
+mod progress;
+mod report;
+mod verify;
+
+use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
-use std::time::Instant;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use locus::{Device, Engine, EngineOptions, Kernel, Profile};
-use ndarray::Array2;
+use clap::{Parser, Subcommand};
+
+use commands::{bench, demo, info, kernel_matrix, local_mean};
+use error::{CliResult, EXIT_COMPUTE};
 
 #[derive(Parser)]
 #[command(
     name = "locus",
     version,
-    about = "Localization methods on the GPU (wgpu) and CPU (rayon)"
+    about = "Localization methods (kernel matrices, local means) on the GPU (wgpu) and CPU (rayon)",
+    after_help = "Inputs: .npy (f32/f64, C or Fortran order, 1-D = one column) or .csv (optional header, # comments).\n\
+                  Outputs by extension: .npy (f32) or .csv. Exit status: 0 ok, 2 bad usage or input, 1 failure while computing."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -21,120 +40,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// List GPU adapters and the backend `auto` would choose.
-    Info,
-    /// Smooth generated 2-D blobs with a local mean and report backend and time.
-    Demo(DemoArgs),
+    /// List GPU adapters, the backend `auto` chooses, limits and features.
+    Info(info::InfoArgs),
+    /// Nadaraya–Watson local means K̃Y of values at queries (default: the
+    /// self-local mean K̃X).
+    LocalMean(local_mean::LocalMeanArgs),
+    /// The kernel matrix K, D⁻¹K, or a graph Laplacian D − K, I − D⁻¹K.
+    KernelMatrix(kernel_matrix::KernelMatrixArgs),
+    /// Every op on generated data on the GPU and the CPU: times, speed-ups,
+    /// pair evaluations per second, deviations.
+    Bench(bench::BenchArgs),
+    /// Smooth generated 2-D blobs with a local mean; print backend and time.
+    Demo(demo::DemoArgs),
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum BackendArg {
-    /// A hardware GPU if present, else the CPU.
-    Auto,
-    /// Any GPU adapter (a software one if it is all there is).
-    Gpu,
-    /// The rayon CPU path.
-    Cpu,
-}
-
-#[derive(clap::Args)]
-struct DemoArgs {
-    /// Backend to run on.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    backend: BackendArg,
-    /// Number of points.
-    #[arg(long, default_value_t = 20_000)]
-    points: usize,
-    /// Kernel profile.
-    #[arg(long, default_value = "gaussian")]
-    kernel: String,
-    /// Bandwidth.
-    #[arg(long, default_value_t = 0.5)]
-    bandwidth: f32,
-}
-
-fn engine(backend: BackendArg) -> locus::Result<Engine> {
-    Ok(match backend {
-        BackendArg::Auto => Engine::new(),
-        BackendArg::Cpu => Engine::cpu(),
-        BackendArg::Gpu => Engine::with_options(EngineOptions::new(Device::Gpu))?,
-    })
-}
-
-/// Points around five centres on a circle of radius 4, deterministic.
-fn blobs(n: usize) -> Array2<f32> {
-    let mut s = 0x2545_F491_4F6C_DD1Du64;
-    let mut uniform = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 40) as f32 / (1u64 << 24) as f32
-    };
-    let mut x = Array2::zeros((n, 2));
-    for i in 0..n {
-        let c = (i % 5) as f32 * std::f32::consts::TAU / 5.0;
-        // Box–Muller for a standard normal offset.
-        let (u1, u2) = (uniform().max(1e-7), uniform());
-        let r = (-2.0 * u1.ln()).sqrt();
-        let a = std::f32::consts::TAU * u2;
-        x[[i, 0]] = 4.0 * c.cos() + 0.6 * r * a.cos();
-        x[[i, 1]] = 4.0 * c.sin() + 0.6 * r * a.sin();
-    }
-    x
-}
-
-fn demo(args: &DemoArgs) -> locus::Result<()> {
-    let engine = engine(args.backend)?;
-    let profile: Profile = args.kernel.parse()?;
-    let kernel = Kernel::new(profile, args.bandwidth)?;
-    let x = blobs(args.points);
-    println!("backend: {}", engine.backend());
-    if let Some(why) = engine.fallback_reason() {
-        println!("(GPU found but not usable: {why})");
-    }
-    // The first call compiles shaders (GPU); time a second one too.
-    let t0 = Instant::now();
-    let first = engine.self_local_mean(&kernel, x.view())?;
-    let cold = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let m = engine.self_local_mean(&kernel, x.view())?;
-    let warm = t1.elapsed().as_secs_f64();
-    debug_assert_eq!(first, m);
-    let n = args.points as f64;
-    let shift: f64 = (&m.values - &x)
-        .rows()
-        .into_iter()
-        .map(|r| f64::from(r.dot(&r)).sqrt())
-        .sum::<f64>()
-        / n;
-    println!(
-        "self local mean of {} points (d=2), {kernel}: {:.3} s ({:.3} s first call), {:.2e} pairs/s",
-        args.points,
-        warm,
-        cold,
-        n * n / warm
-    );
-    println!(
-        "mean shift toward the blob centres: {shift:.4}; empty neighbourhoods: {}",
-        m.empty_rows
-    );
-    Ok(())
-}
-
-fn info() {
-    let adapters = Engine::adapters();
-    if adapters.is_empty() {
-        println!("GPU adapters: none (install a Vulkan driver, e.g. mesa-vulkan-drivers)");
-    } else {
-        println!("GPU adapters:");
-        for a in &adapters {
-            println!("  {a}");
-        }
-    }
-    let e = Engine::new();
-    println!("auto backend: {}", e.backend());
-    if let Some(why) = e.fallback_reason() {
-        println!("  (GPU not usable: {why})");
+fn run(command: &Command) -> CliResult<()> {
+    match command {
+        Command::Info(a) => info::run(a),
+        Command::LocalMean(a) => local_mean::run(a),
+        Command::KernelMatrix(a) => kernel_matrix::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Demo(a) => demo::run(a),
     }
 }
 
@@ -145,19 +71,30 @@ fn main() -> ExitCode {
         // SAFETY: no other thread exists yet.
         unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
     }
-    let cli = Cli::parse();
-    let result = match &cli.command {
-        Command::Info => {
-            info();
-            Ok(())
+    // A bug must still end in one line on stderr, never a backtrace.
+    panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        // A closed stdout (`locus info | head -1`) is not worth a word.
+        if !msg.contains("Broken pipe") {
+            let at = info
+                .location()
+                .map(|l| format!(" at {l}"))
+                .unwrap_or_default();
+            eprintln!("error: internal error{at}: {}", error::one_line(&msg));
         }
-        Command::Demo(args) => demo(args),
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return error::clap_exit(e),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
+    match panic::catch_unwind(AssertUnwindSafe(|| run(&cli.command))) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => e.report(),
+        Err(_) => ExitCode::from(EXIT_COMPUTE),
     }
 }
