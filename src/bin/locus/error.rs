@@ -41,10 +41,15 @@ impl CliError {
         }
     }
 
+    /// The exit status: [`EXIT_INPUT`] or [`EXIT_COMPUTE`].
+    pub fn code(&self) -> u8 {
+        self.code
+    }
+
     /// Prints the message (one line) and returns the exit status.
     pub fn report(&self) -> ExitCode {
         eprintln!("error: {}", one_line(&self.message));
-        ExitCode::from(self.code)
+        ExitCode::from(self.code())
     }
 }
 

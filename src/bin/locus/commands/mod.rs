@@ -148,3 +148,65 @@ fn timed<T>(
 pub fn pairs_per_second(m: usize, n: usize, seconds: f64) -> f64 {
     m as f64 * n as f64 / seconds.max(1e-9)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::args::{BackendArg, Output};
+    use crate::error::EXIT_COMPUTE;
+    use crate::verify::Tolerance;
+
+    fn args(verify: bool) -> Compute {
+        Compute {
+            backend: BackendArg::Cpu,
+            verify,
+            output: Output {
+                json: false,
+                quiet: true,
+            },
+        }
+    }
+
+    #[test]
+    fn failed_verification_exits_1_and_writes_nothing() {
+        let a = args(true);
+        let mut job = Job::open("test", &a).unwrap();
+        job.verification = Some(Verification {
+            backend: Engine::cpu().backend().clone(),
+            seconds: 0.0,
+            deviation: Deviation {
+                max_abs: 1.0,
+                max_rel: 1.0,
+                ok: false,
+                tolerance: Tolerance::MATRIX,
+            },
+        });
+        let wrote = Cell::new(false);
+        let err = job
+            .finish(Summary::default(), || {
+                wrote.set(true);
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(err.code(), EXIT_COMPUTE);
+        assert!(!wrote.get());
+    }
+
+    #[test]
+    fn without_verify_the_job_runs_and_writes() {
+        let a = args(false);
+        let mut job = Job::open("test", &a).unwrap();
+        assert_eq!(job.run(|e| Ok(e.backend().kind())).unwrap(), "cpu");
+        job.verify(|_| Ok(()), |_| unreachable!("--verify was not given"))
+            .unwrap();
+        let wrote = Cell::new(false);
+        job.finish(Summary::default(), || {
+            wrote.set(true);
+            Ok(())
+        })
+        .unwrap();
+        assert!(wrote.get());
+    }
+}
