@@ -53,7 +53,8 @@ impl fmt::Display for Tolerance {
 pub struct Deviation {
     /// Largest `|a − b|` (infinite where exactly one side is NaN).
     pub max_abs: f64,
-    /// Largest `|a − b| / max(|a|, |b|)` over entries not both zero.
+    /// Largest `|a − b| / max(|a|, |b|)` over entries above the absolute
+    /// tolerance (below it, relative differences are rounding noise).
     pub max_rel: f64,
     /// Whether every entry is within the tolerance (NaN only where both
     /// are NaN: empty neighbourhoods must agree).
@@ -95,7 +96,7 @@ impl Deviation {
             }
             let scale = x.abs().max(y.abs());
             d.max_abs = d.max_abs.max(err);
-            if scale > 0.0 {
+            if scale > tolerance.atol {
                 d.max_rel = d.max_rel.max(err / scale);
             }
             if err > tolerance.rtol * scale + tolerance.atol {
@@ -148,6 +149,8 @@ mod tests {
         let d = Deviation::between(a.view(), b.view(), t);
         assert!(d.ok, "{d}");
         assert!((d.max_abs - 5e-5).abs() < 1e-6);
+        // 0 vs 5e-7 lies below the absolute tolerance: not a relative error of 1.
+        assert!(d.max_rel < 1e-4, "{d}");
         let c = array![[1.001f32, 0.0, f32::NAN]];
         assert!(!Deviation::between(a.view(), c.view(), t).ok);
         let e = array![[1.0f32, 0.0, 0.5]];
