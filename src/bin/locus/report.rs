@@ -94,8 +94,9 @@ impl Report {
             t += &format!(", {k}");
         }
         t += &format!(
-            "\n  backend: {}\n  time: {:.4} s",
-            self.backend, self.seconds
+            "\n  backend: {}\n  time: {} s",
+            self.backend,
+            value_text(&json!(self.seconds))
         );
         for (k, v) in &s.fields {
             t += &format!("\n  {}: {}", k.replace('_', " "), value_text(v));
@@ -105,8 +106,10 @@ impl Report {
         }
         if let Some(v) = &self.verify {
             t += &format!(
-                "\n  verify on {} ({:.4} s): {}",
-                v.backend, v.seconds, v.deviation
+                "\n  verify on {} ({} s): {}",
+                v.backend,
+                value_text(&json!(v.seconds)),
+                v.deviation
             );
         }
         t

@@ -98,6 +98,11 @@ impl<'a> Job<'a> {
         mut summary: Summary,
         write: impl FnOnce() -> CliResult<()>,
     ) -> CliResult<()> {
+        if let Some(why) = self.engine.fallback_reason() {
+            summary
+                .fields
+                .push(("gpu_fallback_reason", serde_json::json!(why)));
+        }
         let failed = self
             .verification
             .as_ref()
