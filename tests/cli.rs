@@ -678,3 +678,145 @@ fn demo_runs_on_the_cpu_and_plots() {
     assert_eq!(j["summary"]["empty_rows"], 0);
     assert!(j["summary"]["mean_shift_length"].as_f64().unwrap() > 0.0);
 }
+
+// ---- kde, classify, knn ----------------------------------------------------
+
+#[test]
+fn kde_classify_knn_match_the_library() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(21);
+    let (q, x) = (rng.matrix(23, 2, 0.0, 1.0), rng.matrix(61, 2, 0.0, 1.0));
+    let labels = Array1::from_shape_fn(61, |i| (i % 3) as f32);
+    let (qp, xp) = (npy(&dir, "q.npy", &q), npy(&dir, "x.npy", &x));
+    let lp = dir.path().join("l.npy");
+    write_npy(&lp, &labels).unwrap();
+    let verify = if have_gpu() { vec!["--verify"] } else { vec![] };
+
+    // kde and --log
+    let k = Kernel::new(Profile::Biweight, 0.4).unwrap();
+    for log in [false, true] {
+        let out = dir.path().join(format!("p{log}.npy"));
+        let mut c = locus();
+        c.args([
+            "kde",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "biweight",
+            "--bandwidth",
+            "0.4",
+        ])
+        .args(&verify)
+        .arg("--queries")
+        .arg(&qp)
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--output")
+        .arg(&out);
+        if log {
+            c.arg("--log");
+        }
+        c.assert().success();
+        let want = cpu().log_density(&k, q.view(), x.view(), None).unwrap();
+        let got: Array1<f32> = read_npy(&out).unwrap();
+        for i in 0..23 {
+            let w = if log { want[i] } else { want[i].exp() };
+            let g = f64::from(got[i]);
+            assert!(
+                g == w || (g - w).abs() <= 1e-5 * w.abs() + 1e-7,
+                "kde log={log} [{i}] {g} vs {w}"
+            );
+        }
+    }
+
+    // classify with probabilities
+    let (pred, proba) = (dir.path().join("pred.csv"), dir.path().join("proba.npy"));
+    locus()
+        .args(["classify", "--backend", "cpu", "--bandwidth", "0.3"])
+        .args(&verify)
+        .arg("--train")
+        .arg(&xp)
+        .arg("--labels")
+        .arg(&lp)
+        .arg("--queries")
+        .arg(&qp)
+        .arg("--output")
+        .arg(&pred)
+        .arg("--proba")
+        .arg(&proba)
+        .assert()
+        .success();
+    let kg = Kernel::gaussian(0.3).unwrap();
+    let li = labels.mapv(|v| v as i64);
+    let clf = cpu()
+        .fit_classifier(&kg, x.view(), li.view(), None)
+        .unwrap();
+    let want = clf.predict(q.view()).unwrap();
+    let got = read_out(&pred);
+    for i in 0..23 {
+        assert_eq!(got[[i, 0]] as i64, want.labels[i]);
+    }
+    assert_near(
+        &read_out(&proba),
+        &clf.predict_proba(q.view()).unwrap().values,
+        1e-6,
+    );
+
+    // knn: i64 indices and distances
+    let (idx, dist) = (dir.path().join("idx.npy"), dir.path().join("d.csv"));
+    locus()
+        .args(["knn", "--backend", "cpu", "--k", "5"])
+        .args(&verify)
+        .arg("--queries")
+        .arg(&qp)
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--output")
+        .arg(&idx)
+        .arg("--distances")
+        .arg(&dist)
+        .assert()
+        .success();
+    let want = cpu().knn(q.view(), x.view(), 5).unwrap();
+    let got: Array2<i64> = read_npy(&idx).unwrap();
+    assert_eq!(got, want.indices);
+    assert_near(&read_out(&dist), &want.distances, 1e-6);
+
+    // Bad inputs: labels that are not class indices, k beyond N.
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(
+        &bad,
+        (0..61)
+            .map(|i| {
+                if i == 4 {
+                    "1.5\n".to_string()
+                } else {
+                    "0\n".to_string()
+                }
+            })
+            .collect::<String>(),
+    )
+    .unwrap();
+    fails_with(
+        &dir,
+        &[
+            "classify",
+            "--bandwidth",
+            "0.3",
+            "--train",
+            "x.npy",
+            "--labels",
+            "bad.csv",
+            "--queries",
+            "q.npy",
+            "--output",
+            "o.npy",
+        ],
+        &["--labels", "bad.csv", "label 4 is 1.5"],
+    );
+    fails_with(
+        &dir,
+        &["knn", "--k", "62", "--keys", "x.npy", "--output", "o.npy"],
+        &["--k 62", "between 1 and"],
+    );
+}

@@ -114,6 +114,16 @@ pub fn same_rows(a: &Input, b: &Input) -> CliResult<()> {
     )))
 }
 
+/// Fails unless `a` has exactly one column (labels, weights).
+pub fn one_column(a: &Input) -> CliResult<()> {
+    if a.cols() == 1 {
+        return Ok(());
+    }
+    Err(CliError::input(format!(
+        "shape mismatch: {a} must have one column (or be 1-D)"
+    )))
+}
+
 /// Reads an `N × d` matrix of finite `f32` from a `.npy` or `.csv` file.
 pub fn read_matrix(flag: &str, path: &Path) -> CliResult<Array2<f32>> {
     let format = Format::of(flag, path)?;

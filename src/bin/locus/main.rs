@@ -22,14 +22,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{bench, demo, info, kernel_matrix, local_mean};
+use commands::{bench, classify, demo, info, kde, kernel_matrix, knn, local_mean};
 use error::{CliResult, EXIT_COMPUTE};
 
 #[derive(Parser)]
 #[command(
     name = "locus",
     version,
-    about = "Localization methods (kernel matrices, local means) on the GPU (wgpu) and CPU (rayon)",
+    about = "Localization methods (local means, kernel matrices, KDE, classification, kNN) on the GPU (wgpu) and CPU (rayon)",
     after_help = "Inputs: .npy (f32/f64, C or Fortran order, 1-D = one column) or .csv (optional header, # comments).\n\
                   Outputs by extension: .npy (f32) or .csv. Exit status: 0 ok, 2 bad usage or input, 1 failure while computing."
 )]
@@ -47,6 +47,12 @@ enum Command {
     LocalMean(local_mean::LocalMeanArgs),
     /// The kernel matrix K, D⁻¹K, or a graph Laplacian D − K, I − D⁻¹K.
     KernelMatrix(kernel_matrix::KernelMatrixArgs),
+    /// Kernel density estimates (or log-densities) at query points.
+    Kde(kde::KdeArgs),
+    /// Local-mode classification: the class with the largest kernel vote.
+    Classify(classify::ClassifyArgs),
+    /// The k nearest keys of each query (indices and distances).
+    Knn(knn::KnnArgs),
     /// Every op on generated data on the GPU and the CPU: times, speed-ups,
     /// pair evaluations per second, deviations.
     Bench(bench::BenchArgs),
@@ -59,6 +65,9 @@ fn run(command: &Command) -> CliResult<()> {
         Command::Info(a) => info::run(a),
         Command::LocalMean(a) => local_mean::run(a),
         Command::KernelMatrix(a) => kernel_matrix::run(a),
+        Command::Kde(a) => kde::run(a),
+        Command::Classify(a) => classify::run(a),
+        Command::Knn(a) => knn::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Demo(a) => demo::run(a),
     }

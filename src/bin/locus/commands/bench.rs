@@ -111,6 +111,34 @@ fn cases(quick: bool) -> CliResult<Vec<Case>> {
             e.laplacian(&gauss, points.view(), LaplacianKind::Unnormalized)
         }),
     });
+    let (m, n, d) = (pick(1_000, 8_192), pick(2_000, 32_768), 3);
+    let (queries, keys) = (data::uniform(m, d, 8), data::uniform(n, d, 9));
+    v.push(Case {
+        op: "kde (log-density)",
+        sizes: vec![("M", m), ("N", n), ("d", d)],
+        pairs: (m * n) as f64,
+        tolerance: Tolerance {
+            rtol: 1e-4,
+            atol: 1e-5,
+        },
+        run: Box::new(move |e: &Engine| {
+            let l = e.log_density(&gauss, queries.view(), keys.view(), None)?;
+            Ok(l.mapv(|v| v as f32).insert_axis(ndarray::Axis(1)))
+        }),
+    });
+
+    let (m, n, d, k) = (pick(500, 2_048), pick(4_000, 65_536), 16, 16);
+    let (queries, keys) = (data::uniform(m, d, 10), data::uniform(n, d, 11));
+    v.push(Case {
+        op: "knn (distances, k=16)",
+        sizes: vec![("M", m), ("N", n), ("d", d), ("k", k)],
+        pairs: (m * n) as f64,
+        tolerance: Tolerance {
+            rtol: 1e-5,
+            atol: 1e-6,
+        },
+        run: Box::new(move |e: &Engine| Ok(e.knn(queries.view(), keys.view(), k)?.distances)),
+    });
     Ok(v)
 }
 

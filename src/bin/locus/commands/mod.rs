@@ -12,9 +12,12 @@
 //!    outputs: it prints the report and writes only if verification passed.
 
 pub mod bench;
+pub mod classify;
 pub mod demo;
 pub mod info;
+pub mod kde;
 pub mod kernel_matrix;
+pub mod knn;
 pub mod local_mean;
 
 use std::time::Instant;
