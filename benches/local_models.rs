@@ -78,9 +78,11 @@ fn bench(c: &mut Criterion) {
         let x = data(m, 3, 1);
         let y = data(m, 3, 2);
         g.throughput(Throughput::Elements((m * m) as u64));
-        g.bench_with_input(BenchmarkId::new(format!("density/{name}"), m), &m, |b, _| {
-            b.iter(|| black_box(e.density(&kernel, y.view(), x.view(), None).expect("kde")))
-        });
+        g.bench_with_input(
+            BenchmarkId::new(format!("density/{name}"), m),
+            &m,
+            |b, _| b.iter(|| black_box(e.density(&kernel, y.view(), x.view(), None).expect("kde"))),
+        );
         g.bench_with_input(BenchmarkId::new(format!("loo/{name}"), m), &m, |b, _| {
             b.iter(|| black_box(e.loo_error(&kernel, x.view(), None).expect("loo")))
         });
@@ -96,17 +98,19 @@ fn bench(c: &mut Criterion) {
     let q = data(m, d, 4);
     g.throughput(Throughput::Elements((m * n) as u64));
     if wants("baseline") {
-        g.bench_function(BenchmarkId::new("brute-force-sort", format!("M={m},N={n}")), |b| {
-            b.iter(|| black_box(brute_force_knn(&q, &x, k)))
-        });
+        g.bench_function(
+            BenchmarkId::new("brute-force-sort", format!("M={m},N={n}")),
+            |b| b.iter(|| black_box(brute_force_knn(&q, &x, k))),
+        );
     }
     for (name, e, div) in &engines {
         let nn = n / div;
         let xs = x.slice(ndarray::s![..nn, ..]);
         g.throughput(Throughput::Elements((m * nn) as u64));
-        g.bench_function(BenchmarkId::new(name.as_str(), format!("M={m},N={nn}")), |b| {
-            b.iter(|| black_box(e.knn(q.view(), xs, k).expect("knn")))
-        });
+        g.bench_function(
+            BenchmarkId::new(name.as_str(), format!("M={m},N={nn}")),
+            |b| b.iter(|| black_box(e.knn(q.view(), xs, k).expect("knn"))),
+        );
     }
     g.finish();
 }

@@ -65,12 +65,38 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)>;
 
+    /// The device's limits and features; `None` on the CPU.
+    fn gpu_limits(&self) -> Option<&GpuLimits> {
+        None
+    }
+
     /// Keeps `keys` and the value matrices `sets` (one row per key each)
     /// for repeated queries (a [`KeySet`](crate::KeySet)).
     fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>>;
 
     /// Memory held, against the engine's limit.
     fn memory(&self) -> MemoryUsage;
+}
+
+/// What the GPU device of an [`Engine`](crate::Engine) allows: the limits
+/// the tiling plan works within and the adapter's optional features. For
+/// reports (`locus info`); the engine itself needs nothing from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GpuLimits {
+    /// Largest buffer, bytes.
+    pub max_buffer_size: u64,
+    /// Largest storage-buffer binding, bytes (bounds a key tile).
+    pub max_storage_buffer_binding_size: u64,
+    /// Workgroups per dispatch dimension (bounds a query tile).
+    pub max_compute_workgroups_per_dimension: u32,
+    /// Threads per workgroup.
+    pub max_compute_invocations_per_workgroup: u32,
+    /// Workgroup memory, bytes.
+    pub max_compute_workgroup_storage_size: u32,
+    /// Optional features the adapter offers, by wgpu's names
+    /// (`SHADER_F16`, `TIMESTAMP_QUERY`, …); locus requests none of them.
+    pub adapter_features: Vec<String>,
 }
 
 /// The backend an [`Engine`](crate::Engine) runs on.

@@ -34,7 +34,7 @@ mod memory;
 mod ops;
 mod plan;
 
-pub use backend::BackendInfo;
+pub use backend::{BackendInfo, GpuLimits};
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};

@@ -67,6 +67,19 @@ pub(crate) struct DeviceLimits {
     pub workgroups_per_dim: u32,
     /// Workgroup memory, bytes.
     pub workgroup_bytes: u32,
+    /// Loop iterations one invocation may execute in total, where the
+    /// driver caps them. Mesa's llvmpipe (lavapipe) silently stops every
+    /// loop of an invocation after 65535 iterations in all, which would
+    /// drop keys from long tiles without any error; key tiles are sized to
+    /// stay well inside the cap.
+    pub loop_budget: Option<u32>,
+}
+
+/// Keys one dispatch may visit per invocation under a loop budget, when
+/// each key costs up to `per_key` loop iterations (nothing unrolled).
+fn budget_keys(dev: &DeviceLimits, per_key: usize) -> usize {
+    dev.loop_budget
+        .map_or(usize::MAX, |b| (b as usize * 7 / 8 / per_key.max(1)).max(1))
 }
 
 /// Threads per workgroup of the local-mean shader (one query each).
@@ -122,6 +135,7 @@ pub(crate) fn plan_local_mean(
     }
     // Keys: one binding holds a tile of keys, another its value rows.
     let key_tile = (floats / d.max(q).max(1))
+        .min(budget_keys(dev, 2 + d + col_slots))
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(n)
         .max(1);
@@ -231,7 +245,9 @@ pub(crate) fn plan_knn(
             ),
         });
     }
+    // The insertion loop may run k times per key in the worst case.
     let key_tile = (floats / d)
+        .min(budget_keys(dev, 2 + d + k))
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(n)
         .max(1);
@@ -290,6 +306,7 @@ mod tests {
         binding_bytes: 128 << 20,
         workgroups_per_dim: 65535,
         workgroup_bytes: 32 << 10,
+        loop_budget: None,
     };
 
     #[test]
@@ -330,6 +347,18 @@ mod tests {
         let p = plan_matrix(&LAVAPIPE, &caps, 777, 1301, 2).unwrap();
         assert!(p.block_rows * p.key_tile <= 1000);
         assert!(p.key_tile * 2 <= 1000);
+    }
+
+    #[test]
+    fn a_loop_budget_bounds_key_tiles() {
+        let dev = DeviceLimits {
+            loop_budget: Some(65535),
+            ..LAVAPIPE
+        };
+        let p = plan_local_mean(&dev, &TileLimits::default(), 10, 1_000_000, 3, 3).unwrap();
+        assert!(p.key_tile * (2 + 3 + 3) < 65535);
+        let p = plan_knn(&dev, &TileLimits::default(), 10, 1_000_000, 16, 16).unwrap();
+        assert!(p.key_tile * (2 + 16 + 16) < 65535);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 
-use crate::backend::{Backend, BackendInfo, MatrixMode};
+use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::keyset::Resident;
@@ -77,6 +77,10 @@ impl Backend for GpuBackend {
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
         kernel_matrix::kernel_matrix(&self.ctx, kernel, queries, keys, mode)
+    }
+
+    fn gpu_limits(&self) -> Option<&GpuLimits> {
+        Some(&self.ctx.gpu_limits)
     }
 
     fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>> {

@@ -9,13 +9,13 @@ use super::check_u32;
 use super::context::GpuContext;
 use super::knn::{check_gpu_k, knn_on_tiles};
 use super::local_mean::{DeviceKeys, KeyTile, means_on_tiles, states_on_tiles};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::keyset::Resident;
 use crate::matrix::Matrix;
 use crate::memory::Reservation;
 use crate::ops::{Neighbours, RowNormalized, RowStates};
-use crate::plan::{plan_knn, plan_local_mean, tiles};
+use crate::plan::{MAX_GPU_K, plan_knn, plan_local_mean, tiles};
 
 /// One key tile: its keys and the same rows of every value matrix.
 struct ResidentTile {
@@ -67,9 +67,13 @@ impl GpuResident {
         let (n, d) = (keys.rows(), keys.cols());
         check_u32(OP, "key rows", n)?;
         let set_cols: Vec<usize> = sets.iter().map(Matrix::cols).collect();
-        // The smallest key tile any op would choose; a plan only ever needs
-        // tiles no larger than its own.
-        let mut key_tile = plan_knn(&ctx.limits, &ctx.caps, 1, n, d, 1)?.key_tile;
+        // The smallest key tile any query would plan (kNN at its largest k,
+        // every value matrix), so that every plan accepts these tiles:
+        // under a driver's loop budget a larger tile would silently drop keys.
+        let knn_tile = plan_knn(&ctx.limits, &ctx.caps, 1, n, d, MAX_GPU_K.min(n))
+            .or_else(|_| plan_knn(&ctx.limits, &ctx.caps, 1, n, d, 1))?
+            .key_tile;
+        let mut key_tile = knn_tile;
         for q in std::iter::once(0).chain(set_cols.iter().copied()) {
             key_tile = key_tile.min(plan_local_mean(&ctx.limits, &ctx.caps, 1, n, d, q)?.key_tile);
         }
@@ -142,6 +146,22 @@ impl GpuResident {
             .collect()
     }
 
+    /// Fails (rather than computing with tiles the plan does not allow)
+    /// when a query's plan wants smaller key tiles than those resident.
+    fn check_tile(&self, op: &'static str, planned: usize) -> Result<usize> {
+        if planned < self.key_tile.min(self.n) {
+            return Err(Error::Unsupported {
+                op,
+                backend: "gpu",
+                reason: format!(
+                    "this query needs key tiles of at most {planned} keys; the key set holds tiles of {} (raise TileLimits::buffer_bytes)",
+                    self.key_tile
+                ),
+            });
+        }
+        Ok(self.key_tile)
+    }
+
     fn sizes(&self, m: usize, what: &str) -> String {
         format!("M={m} N={} d={} {what} (key set)", self.n, self.d)
     }
@@ -158,7 +178,7 @@ impl Resident for GpuResident {
         let (ctx, m, q) = (&*self.ctx, queries.rows(), self.set_cols[set]);
         check_u32(OP, "query rows", m)?;
         let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
-        plan.key_tile = self.key_tile;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
         let tiles = self.key_tiles(Some(set));
         let keys = DeviceKeys {
@@ -182,7 +202,7 @@ impl Resident for GpuResident {
         let q = set.map_or(0, |s| self.set_cols[s]);
         check_u32(OP, "query rows", m)?;
         let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
-        plan.key_tile = self.key_tile;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
         let tiles = self.key_tiles(set);
         let keys = DeviceKeys {
@@ -201,7 +221,7 @@ impl Resident for GpuResident {
         check_gpu_k(k)?;
         check_u32(OP, "query rows", m)?;
         let mut plan = plan_knn(&ctx.limits, &ctx.caps, m, self.n, self.d, k)?;
-        plan.key_tile = self.key_tile;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("k={k}")))?;
         let tiles = self.key_tiles(None);
         let keys = DeviceKeys {
