@@ -53,17 +53,65 @@ fn wants(what: &str) -> bool {
     std::env::var("LOCUS_BENCH_BACKENDS").map_or(true, |b| b.contains(what))
 }
 
-/// Requests per second and latency percentiles of one run.
+/// Requests per second and latency percentiles of one run (or of
+/// several rounds together).
 struct Figures {
     requests: usize,
     per_sec: f64,
     p50: Duration,
     p99: Duration,
+    wall: Duration,
+    latencies: Vec<Duration>,
+    /// CPU seconds used by the whole process during the run.
+    cpu: Option<f64>,
 }
 
+impl Figures {
+    fn new(mut latencies: Vec<Duration>, wall: Duration, cpu: Option<f64>) -> Figures {
+        latencies.sort();
+        let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
+        Figures {
+            requests: latencies.len(),
+            per_sec: latencies.len() as f64 / wall.as_secs_f64(),
+            p50: pct(0.50),
+            p99: pct(0.99),
+            wall,
+            latencies,
+            cpu,
+        }
+    }
+
+    /// All rounds together: requests over the summed wall time.
+    fn sum(rounds: Vec<Figures>) -> Figures {
+        let wall = rounds.iter().map(|f| f.wall).sum();
+        let cpu = rounds.iter().map(|f| f.cpu).sum();
+        Figures::new(
+            rounds.into_iter().flat_map(|f| f.latencies).collect(),
+            wall,
+            cpu,
+        )
+    }
+}
+
+/// CPU seconds this process has used (user + system), on Linux; `None`
+/// elsewhere. On a shared machine the CPU time per request says what a
+/// request costs, whatever share of the cores the process got.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Rounds in which the modes of a backend alternate.
+const ROUNDS: usize = 5;
+
+/// One request: `call(client thread, queries)`.
+type Call<'a> = dyn Fn(usize, &Array2<f32>) + Sync + 'a;
+
 /// `THREADS` callers, each sending `per_thread` requests of `ROWS` queries
-/// (from its own pool of query matrices) through `call`.
-fn load(per_thread: usize, call: &(dyn Fn(&Array2<f32>) + Sync)) -> Figures {
+/// (from its own pool of query matrices) through `call(thread, queries)`.
+fn load(per_thread: usize, call: &Call<'_>) -> Figures {
     let pools: Vec<Vec<Array2<f32>>> = (0..THREADS)
         .map(|t| {
             (0..8)
@@ -72,18 +120,20 @@ fn load(per_thread: usize, call: &(dyn Fn(&Array2<f32>) + Sync)) -> Figures {
         })
         .collect();
     let barrier = Barrier::new(THREADS + 1);
+    let mut cpu0 = None;
     let mut lat: Vec<Duration> = Vec::with_capacity(THREADS * per_thread);
     let t0 = std::thread::scope(|s| {
         let handles: Vec<_> = pools
             .iter()
-            .map(|pool| {
+            .enumerate()
+            .map(|(thread, pool)| {
                 let barrier = &barrier;
                 s.spawn(move || {
                     barrier.wait();
                     (0..per_thread)
                         .map(|r| {
                             let t = Instant::now();
-                            call(&pool[r % pool.len()]);
+                            call(thread, &pool[r % pool.len()]);
                             t.elapsed()
                         })
                         .collect::<Vec<_>>()
@@ -92,26 +142,24 @@ fn load(per_thread: usize, call: &(dyn Fn(&Array2<f32>) + Sync)) -> Figures {
             .collect();
         barrier.wait();
         let t0 = Instant::now();
+        cpu0 = cpu_seconds();
         for h in handles {
             lat.extend(h.join().expect("client thread"));
         }
         t0
     });
     let wall = t0.elapsed();
-    lat.sort();
-    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p).round() as usize];
-    Figures {
-        requests: lat.len(),
-        per_sec: lat.len() as f64 / wall.as_secs_f64(),
-        p50: pct(0.50),
-        p99: pct(0.99),
-    }
+    let cpu = cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
+    Figures::new(lat, wall, cpu)
 }
 
 fn row(backend: &str, mode: &str, f: &Figures, base: Option<f64>, note: &str) {
     let ratio = base.map_or("".to_string(), |b| format!("{:.2}×", f.per_sec / b));
+    let cpu = f.cpu.map_or("".to_string(), |c| {
+        format!("{:.2}", c * 1e3 / f.requests as f64)
+    });
     println!(
-        "| {backend} | {mode} | {} | {:.0} | {:.2} | {:.2} | {ratio} | {note} |",
+        "| {backend} | {mode} | {} | {:.0} | {:.2} | {:.2} | {ratio} | {cpu} | {note} |",
         f.requests,
         f.per_sec,
         f.p50.as_secs_f64() * 1e3,
@@ -119,6 +167,9 @@ fn row(backend: &str, mode: &str, f: &Figures, base: Option<f64>, note: &str) {
     );
 }
 
+/// Runs (a), (b) and (c) in alternating rounds, so that a change in the
+/// machine's load (it may be shared) touches all three alike, and prints
+/// their totals.
 fn bench_backend(
     name: &str,
     engine: &Engine,
@@ -127,20 +178,6 @@ fn bench_backend(
     values: &Array2<f32>,
 ) {
     let kernel = Kernel::gaussian(BANDWIDTH).expect("bandwidth");
-    let naive = load(per_thread, &|q| {
-        black_box(
-            engine
-                .local_mean(&kernel, q.view(), keys.view(), values.view())
-                .expect("local mean"),
-        );
-    });
-    row(
-        name,
-        "(a) Engine::local_mean, keys passed",
-        &naive,
-        None,
-        "",
-    );
     let prepared = |batching| -> KeySet {
         engine
             .prepare(keys.view())
@@ -152,26 +189,45 @@ fn bench_backend(
             .build()
             .expect("key set")
     };
-    for (mode, batching) in [
-        ("(b) KeySet, no batching", Batching::off()),
-        ("(c) KeySet, batching (≤ 1 ms)", Batching::default()),
-    ] {
-        let ks = prepared(batching);
-        let f = load(per_thread, &|q| {
-            black_box(ks.local_mean(&kernel, q.view()).expect("local mean"));
-        });
-        let st = ks.stats();
-        let note = if st.batches > 0 {
+    let (plain, batched) = (prepared(Batching::off()), prepared(Batching::default()));
+    let modes: [(&str, &Call<'_>); 3] = [
+        ("(a) Engine::local_mean, keys passed", &|_, q| {
+            black_box(
+                engine
+                    .local_mean(&kernel, q.view(), keys.view(), values.view())
+                    .expect("local mean"),
+            );
+        }),
+        ("(b) KeySet, no batching", &|_, q| {
+            black_box(plain.local_mean(&kernel, q.view()).expect("local mean"));
+        }),
+        ("(c) KeySet, batching (≤ 1 ms)", &|_, q| {
+            black_box(batched.local_mean(&kernel, q.view()).expect("local mean"));
+        }),
+    ];
+    let rounds = ROUNDS.min(per_thread);
+    let mut totals: Vec<Vec<Figures>> = (0..3).map(|_| Vec::new()).collect();
+    for r in 0..rounds {
+        let n = per_thread / rounds + usize::from(r < per_thread % rounds);
+        for (i, (_, call)) in modes.iter().enumerate() {
+            totals[i].push(load(n, *call));
+        }
+    }
+    let figures: Vec<Figures> = totals.into_iter().map(Figures::sum).collect();
+    for (i, (mode, _)) in modes.iter().enumerate() {
+        let note = if i == 2 {
+            let st = batched.stats();
             format!(
                 "{} batches, {:.1} requests each, largest {}",
                 st.batches,
-                st.batched_requests as f64 / st.batches as f64,
+                st.batched_requests as f64 / st.batches.max(1) as f64,
                 st.largest_batch
             )
         } else {
             String::new()
         };
-        row(name, mode, &f, Some(naive.per_sec), &note);
+        let base = (i > 0).then_some(figures[0].per_sec);
+        row(name, mode, &figures[i], base, &note);
     }
 }
 
@@ -193,46 +249,59 @@ fn bench_http(per_thread: usize, keys: &Array2<f32>, values: &Array2<f32>) {
         v.to_string_lossy().into_owned(),
     );
     let h = BANDWIDTH.to_string();
-    for (mode, extra) in [
+    let modes = [
         ("no batching", Some("--no-batching")),
         ("batching (≤ 1 ms)", None),
-    ] {
-        let mut args = vec!["--keys", &k, "--values", &v, "--bandwidth", &h];
-        args.extend(extra);
-        let mut svc = http::Service::start(&args, Duration::from_secs(120));
-        let addr = svc.addr;
-        let clients: Vec<std::sync::Mutex<http::Client>> = (0..THREADS)
-            .map(|_| std::sync::Mutex::new(http::Client::connect(addr).expect("connect")))
-            .collect();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let f = load(per_thread, &|q| {
-            // Each client thread takes a connection of its own once.
-            thread_local!(static MINE: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) });
-            let i = MINE.with(|m| {
-                m.get().unwrap_or_else(|| {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    m.set(Some(i));
-                    i
-                })
-            });
-            let rows: Vec<Vec<f32>> = q.rows().into_iter().map(|r| r.to_vec()).collect();
-            let body = format!(
-                r#"{{"queries": {}}}"#,
-                serde_json::to_string(&rows).expect("json")
-            );
-            let mut c = clients[i % THREADS].lock().expect("client");
-            let (status, b) = c.request("POST", "/local-mean", &body).expect("request");
-            assert_eq!(status, 200, "{b}");
-        });
-        let mut c = http::Client::connect(addr).expect("connect");
+    ];
+    let services: Vec<http::Service> = modes
+        .iter()
+        .map(|(_, extra)| {
+            let mut args = vec!["--keys", &k, "--values", &v, "--bandwidth", &h];
+            args.extend(extra);
+            http::Service::start(&args, Duration::from_secs(120))
+        })
+        .collect();
+    // One keep-alive connection per client thread and service.
+    let clients: Vec<Vec<std::sync::Mutex<http::Client>>> = services
+        .iter()
+        .map(|svc| {
+            (0..THREADS)
+                .map(|_| std::sync::Mutex::new(http::Client::connect(svc.addr).expect("connect")))
+                .collect()
+        })
+        .collect();
+    let rounds = ROUNDS.min(per_thread);
+    let mut totals: Vec<Vec<Figures>> = modes.iter().map(|_| Vec::new()).collect();
+    for r in 0..rounds {
+        let n = per_thread / rounds + usize::from(r < per_thread % rounds);
+        for (i, conns) in clients.iter().enumerate() {
+            totals[i].push(load(n, &|thread, q| {
+                let rows: Vec<Vec<f32>> = q.rows().into_iter().map(|r| r.to_vec()).collect();
+                let body = format!(
+                    r#"{{"queries": {}}}"#,
+                    serde_json::to_string(&rows).expect("json")
+                );
+                let mut c = conns[thread].lock().expect("client");
+                let (status, b) = c.request("POST", "/local-mean", &body).expect("request");
+                assert_eq!(status, 200, "{b}");
+            }));
+        }
+    }
+    for ((mode, _), (figs, mut svc)) in modes.iter().zip(totals.into_iter().zip(services)) {
+        let mut c = http::Client::connect(svc.addr).expect("connect");
         let (_, health) = c.request("GET", "/health", "").expect("health");
         let (_, stats) = c.request("GET", "/stats", "").expect("stats");
         let backend = serde_json::from_str::<serde_json::Value>(&health)
             .ok()
             .and_then(|v| v["backend"].as_str().map(str::to_string))
             .unwrap_or_default();
-        row("http", mode, &f, None, &format!("{backend}; {stats}"));
-        assert!(svc.running());
+        // The service is another process: this one's CPU time says nothing.
+        let figs = Figures {
+            cpu: None,
+            ..Figures::sum(figs)
+        };
+        row("http", mode, &figs, None, &format!("{backend}; {stats}"));
+        assert!(svc.running(), "the service stopped");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -248,8 +317,10 @@ fn main() {
     println!(
         "resident N = {N} keys, d = {D}, q = 1, gaussian h = {BANDWIDTH}; {THREADS} client threads × requests of {ROWS} queries\n"
     );
-    println!("| backend | mode | requests | requests/s | p50 ms | p99 ms | vs (a) | batches |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| backend | mode | requests | requests/s | p50 ms | p99 ms | vs (a) | CPU ms/request | batches |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     if wants("cpu") {
         bench_backend("cpu", &Engine::cpu(), per_thread, &keys, &values);
     }
@@ -260,7 +331,7 @@ fn main() {
                 bench_backend("gpu-software", &e, n, &keys, &values);
             }
             Ok(e) => bench_backend("gpu", &e, per_thread, &keys, &values),
-            Err(e) => println!("| gpu | not run: {e} | | | | | | |"),
+            Err(e) => println!("| gpu | not run: {e} | | | | | | | |"),
         }
     }
     if wants("http") {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use locus::{
-    Batching, Device, Engine, EngineOptions, Error, Kernel, KeySet, KeySetOptions, Profile,
-    TileLimits,
+    Batching, Device, EmptyFallback, Engine, EngineOptions, Error, Kernel, KeySet, KeySetOptions,
+    Profile, TileLimits,
 };
 use ndarray::{Array1, Array2, s};
 
@@ -160,6 +160,38 @@ fn key_set_ops_match_engine_ops_on_every_backend() {
                 &want.distances,
             );
         }
+    }
+}
+
+#[test]
+fn empty_neighbourhoods_fall_back_to_the_nearest_label_when_asked() {
+    let x = data(400, 2, 1, 3, 15);
+    let q = Rng::new(16).matrix(40, 2, -0.5, 1.5);
+    let k = Kernel::new(Profile::Uniform, 0.05).unwrap();
+    let mut all = vec![("cpu", cpu().clone())];
+    if let Some(g) = gpu() {
+        all.push(("gpu", g.clone()));
+    }
+    for (name, e) in all {
+        let ks = prepare(
+            &e,
+            &x,
+            KeySetOptions {
+                empty_fallback: EmptyFallback::NearestNeighbour,
+                ..KeySetOptions::default()
+            },
+        );
+        let want = e
+            .fit_classifier(&k, x.keys.view(), x.labels.view(), None)
+            .unwrap()
+            .with_fallback(EmptyFallback::NearestNeighbour)
+            .predict(q.view())
+            .unwrap();
+        let got = ks.classify(&k, q.view()).unwrap();
+        assert!(got.empty_rows > 0, "{name}: no empty neighbourhood tested");
+        assert_eq!(got.empty_rows, want.empty_rows, "{name}");
+        assert_eq!(got.labels, want.labels, "{name}");
+        assert!(got.labels.iter().all(|&l| l >= 0), "{name}");
     }
 }
 
