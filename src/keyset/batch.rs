@@ -6,9 +6,10 @@
 //! waits (at most [`Batching::max_wait`]) while others join, then runs the
 //! whole batch on its own thread and hands every member its rows. A batch
 //! closes early when it holds [`Batching::max_batch_rows`] rows, or as soon
-//! as no other batch of this kind is running (then waiting would only idle
-//! the device). Many batches can run at once; the lock is held only to
-//! join or close a batch, never while one runs.
+//! as fewer than [`Batching::concurrent_batches`] batches of its kind are
+//! running (then waiting would only idle the device). Several batches can
+//! run at once; the lock is held only to join or close a batch, never
+//! while one runs.
 //!
 //! Requests are validated before they join, so a batch fails only for
 //! reasons that are not its members' fault (memory, device). Then every
@@ -46,6 +47,11 @@ pub struct Batching {
     /// Requests with at least this many query rows skip batching and run
     /// at once on the caller's thread (default 1024).
     pub direct_rows: usize,
+    /// Batches (and direct requests) of one kind that may run at once
+    /// before a new batch waits to fill (default 2): with fewer running, a
+    /// new batch starts at once, so a lone request is never delayed, and
+    /// one batch can fill while another runs.
+    pub concurrent_batches: usize,
 }
 
 impl Batching {
@@ -65,6 +71,7 @@ impl Default for Batching {
             max_wait: Duration::from_millis(1),
             max_batch_rows: 4096,
             direct_rows: 1024,
+            concurrent_batches: 2,
         }
     }
 }
@@ -347,7 +354,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
         loop {
             let full = p.batches.get(&id).is_none_or(|b| b.full);
             let now = Instant::now();
-            if full || p.running == 0 || now >= deadline {
+            if full || p.running < self.opts.concurrent_batches || now >= deadline {
                 break;
             }
             p = self
@@ -486,6 +493,7 @@ mod tests {
     fn members_get_their_own_rows() {
         let b = Batcher::new(Batching {
             max_wait: Duration::from_millis(200),
+            concurrent_batches: 1,
             ..Batching::default()
         });
         // One running request keeps the batch open for the others.
@@ -505,6 +513,7 @@ mod tests {
     fn a_failed_batch_runs_each_member_alone() {
         let b = Batcher::new(Batching {
             max_wait: Duration::from_millis(200),
+            concurrent_batches: 1,
             ..Batching::default()
         });
         let busy = b.start(&mut b.lock());
@@ -523,6 +532,7 @@ mod tests {
             max_wait: Duration::from_secs(5),
             max_batch_rows: 4,
             direct_rows: 3,
+            concurrent_batches: 1,
             ..Batching::default()
         });
         let busy = b.start(&mut b.lock());

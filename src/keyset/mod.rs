@@ -74,6 +74,9 @@ impl KeySetOptions {
         if self.batching.direct_rows == 0 {
             return bad("batching.direct_rows", "must be at least 1");
         }
+        if self.batching.concurrent_batches == 0 {
+            return bad("batching.concurrent_batches", "must be at least 1");
+        }
         if self.batching.max_wait > std::time::Duration::from_secs(1) {
             return bad("batching.max_wait", "must be at most one second");
         }
