@@ -8,7 +8,7 @@ use ndarray::Array2;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
-use crate::ops::RowNormalized;
+use crate::ops::{Attention, Heads, RowNormalized};
 
 /// Which matrix [`Backend::kernel_matrix`] produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,37 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         keys: &Matrix<'_>,
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)>;
+
+    /// Kernel softmax `softmax(s·ΦΨᵀ)V` of every batch, row-major
+    /// `(B·M) × q` (`phi`, `psi`, `values` share the batch size; the causal
+    /// mask comes with `M ≤ N`).
+    fn kernel_softmax(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>>;
+
+    /// The normalized weights `softmax(s·ΦΨᵀ)` of every batch, row-major
+    /// `(B·M) × N`, masked entries 0.
+    fn softmax_matrix(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>>;
+
+    /// Linear feature local mean `(ΦΨᵀV) ⊘ (ΦΨᵀ1)` of every batch
+    /// (non-negative features), row-major `(B·M) × q`, and the count of
+    /// rows with zero weight (NaN).
+    fn feature_local_mean(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        causal: bool,
+    ) -> Result<(Vec<f32>, usize)>;
 }
 
 /// The backend an [`Engine`](crate::Engine) runs on.

@@ -36,7 +36,9 @@ pub use backend::BackendInfo;
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};
-pub use ops::{LaplacianKind, RowNormalized};
+pub use ops::{
+    FeatureLocalMean, LaplacianKind, RowNormalized, SoftmaxParams, merge_heads, split_heads,
+};
 pub use plan::{TileLimits, merge_states};
 
 /// The README's examples, compiled and run as doc tests.

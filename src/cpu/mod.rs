@@ -5,6 +5,9 @@ mod avx2;
 mod kernel_matrix;
 mod local_mean;
 pub(crate) mod simd;
+mod softmax;
+#[cfg(target_arch = "x86_64")]
+mod softmax_avx2;
 mod weights;
 
 use ndarray::Array2;
@@ -13,7 +16,7 @@ use crate::backend::{Backend, BackendInfo, MatrixMode};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output, padded_stride};
-use crate::ops::RowNormalized;
+use crate::ops::{Attention, Heads, RowNormalized};
 
 use local_mean::KeysSoa;
 
@@ -89,5 +92,34 @@ impl Backend for CpuBackend {
         );
         let arr = Array2::from_shape_vec((m, n), out).expect("shape matches allocation"); // ok: sized above
         Ok((arr, empty))
+    }
+
+    fn kernel_softmax(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>> {
+        softmax::kernel_softmax(phi, psi, values, attn)
+    }
+
+    fn softmax_matrix(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>> {
+        softmax::softmax_matrix(phi, psi, attn)
+    }
+
+    fn feature_local_mean(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        causal: bool,
+    ) -> Result<(Vec<f32>, usize)> {
+        softmax::feature_local_mean(phi, psi, values, causal)
     }
 }

@@ -6,6 +6,7 @@ mod kernel_matrix;
 mod local_mean;
 mod pipelines;
 pub(crate) mod shaders;
+mod softmax;
 
 use ndarray::Array2;
 
@@ -13,7 +14,7 @@ use crate::backend::{Backend, BackendInfo, MatrixMode};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
-use crate::ops::RowNormalized;
+use crate::ops::{Attention, Heads, RowNormalized};
 
 use buffers::Pooled;
 use context::GpuContext;
@@ -55,6 +56,35 @@ impl Backend for GpuBackend {
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
         kernel_matrix::kernel_matrix(&self.ctx, kernel, queries, keys, mode)
+    }
+
+    fn kernel_softmax(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>> {
+        softmax::kernel_softmax(&self.ctx, phi, psi, values, attn)
+    }
+
+    fn softmax_matrix(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>> {
+        softmax::softmax_matrix(&self.ctx, phi, psi, attn)
+    }
+
+    fn feature_local_mean(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        causal: bool,
+    ) -> Result<(Vec<f32>, usize)> {
+        softmax::feature_local_mean(&self.ctx, phi, psi, values, causal)
     }
 }
 

@@ -16,12 +16,30 @@ pub(crate) enum ShaderId {
     KernelMatrix,
     /// `shaders/fill.wgsl`: output sentinels.
     Fill,
+    /// `shaders/softmax.wgsl`: kernel softmax (attention), one pass.
+    Softmax,
+    /// `shaders/softmax_matrix.wgsl`: softmax weight-matrix blocks.
+    SoftmaxMatrix,
+    /// `shaders/feature_mean.wgsl`, entry `chunk_sums`.
+    FeatureSums,
+    /// `shaders/feature_mean.wgsl`, entry `prefix`.
+    FeaturePrefix,
+    /// `shaders/feature_mean.wgsl`, entry `finish`.
+    FeatureFinish,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 3] =
-        [ShaderId::LocalMean, ShaderId::KernelMatrix, ShaderId::Fill];
+    pub(crate) const ALL: [ShaderId; 8] = [
+        ShaderId::LocalMean,
+        ShaderId::KernelMatrix,
+        ShaderId::Fill,
+        ShaderId::Softmax,
+        ShaderId::SoftmaxMatrix,
+        ShaderId::FeatureSums,
+        ShaderId::FeaturePrefix,
+        ShaderId::FeatureFinish,
+    ];
 
     /// File name under `shaders/`.
     pub(crate) fn file(self) -> &'static str {
@@ -29,6 +47,11 @@ impl ShaderId {
             ShaderId::LocalMean => "local_mean.wgsl",
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
+            ShaderId::Softmax => "softmax.wgsl",
+            ShaderId::SoftmaxMatrix => "softmax_matrix.wgsl",
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+                "feature_mean.wgsl"
+            }
         }
     }
 
@@ -37,6 +60,11 @@ impl ShaderId {
             ShaderId::LocalMean => include_str!("../../shaders/local_mean.wgsl"),
             ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
+            ShaderId::Softmax => include_str!("../../shaders/softmax.wgsl"),
+            ShaderId::SoftmaxMatrix => include_str!("../../shaders/softmax_matrix.wgsl"),
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+                include_str!("../../shaders/feature_mean.wgsl")
+            }
         }
     }
 
@@ -46,12 +74,17 @@ impl ShaderId {
             ShaderId::LocalMean => "accumulate",
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
+            ShaderId::Softmax => "attend",
+            ShaderId::SoftmaxMatrix => "entries",
+            ShaderId::FeatureSums => "chunk_sums",
+            ShaderId::FeaturePrefix => "prefix",
+            ShaderId::FeatureFinish => "finish",
         }
     }
 
     /// Whether the shader uses `profiles.wgsl` (and its `PROFILE` override).
     pub(crate) fn uses_profiles(self) -> bool {
-        !matches!(self, ShaderId::Fill)
+        matches!(self, ShaderId::LocalMean | ShaderId::KernelMatrix)
     }
 
     /// The placeholders the shader needs.
@@ -59,7 +92,9 @@ impl ShaderId {
         match self {
             ShaderId::LocalMean => &["D", "QT", "QA", "STAGE"],
             ShaderId::KernelMatrix => &["D"],
-            ShaderId::Fill => &[],
+            ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
+            ShaderId::Softmax => &["D4", "QA4", "BK"],
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &["QA"],
         }
     }
 
@@ -103,7 +138,16 @@ mod tests {
                 vec![("D", 64), ("QT", 8), ("QA", 8), ("STAGE", 112)],
             ],
             ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
-            ShaderId::Fill => vec![vec![]],
+            ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],
+            ShaderId::Softmax => vec![
+                vec![("D4", 1), ("QA4", 1), ("BK", 32)],
+                vec![("D4", 1), ("QA4", 1), ("BK", 7)],
+                vec![("D4", 16), ("QA4", 16), ("BK", 32)],
+                vec![("D4", 20), ("QA4", 5), ("BK", 1)],
+            ],
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+                vec![vec![("QA", 1)], vec![("QA", 16)]]
+            }
         }
     }
 

@@ -3,8 +3,11 @@
 
 mod kernel_matrix;
 mod local_mean;
+mod softmax;
 
 pub use kernel_matrix::LaplacianKind;
+pub(crate) use softmax::{Attention, Heads};
+pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};
 
 use ndarray::Array2;
 
