@@ -10,8 +10,9 @@
 //!
 //! `cargo bench --bench softmax` runs every backend found; a software GPU
 //! adapter (lavapipe, marked `gpu-software`: a CPU, so its figures say
-//! nothing about GPU speed) only at T ≤ `LOCUS_BENCH_SOFTWARE_MAX_T`
-//! (default 1024). `LOCUS_BENCH_SIZES=1024` limits the sizes,
+//! nothing about GPU speed; about 10 s per call at T = 1024) only at
+//! T ≤ `LOCUS_BENCH_SOFTWARE_MAX_T` (default 256, so not at the default
+//! sizes). `LOCUS_BENCH_SIZES=256,1024` sets the sizes,
 //! `LOCUS_BENCH_BACKENDS=cpu,naive` the backends.
 
 use std::collections::BTreeMap;
@@ -132,7 +133,7 @@ fn software_max_t() -> usize {
     std::env::var("LOCUS_BENCH_SOFTWARE_MAX_T")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1024)
+        .unwrap_or(256)
 }
 
 /// Seconds per call of each batch of calls criterion timed, per group and

@@ -6,9 +6,10 @@
 // state and out, keys at b·keys in psi and vals). Each invocation keeps
 // its scaled query (vec4 groups) and its row state in registers:
 //   m = largest logit seen, l = Σ e^{s−m}, acc = Σ e^{s−m}·v.
-// Keys and value rows are staged through workgroup memory BK at a time.
-// Per staged tile: the scores into registers, their maximum, one rescale
-// of the state, then the weights e^{s−m} and the weighted values.
+// Keys and value rows are staged through workgroup memory BK at a time;
+// per key: the score, a rescale of the state when it is a new maximum
+// (rare after the first keys), then the weight e^{s−m} and the weighted
+// values.
 //
 // Causal mask: key j of this key tile is visible to row r when
 // key_start + j ≤ row_start + r + off. Each row stops at its last visible
@@ -150,27 +151,22 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
         // Keys of this stage the row sees.
         let seen = min(count, select(0u, my_end - base, my_end > base));
         if live && seen > 0u {
-            var sc: array<f32, BK>;
-            var tmax = NEG_BIG;
             for (var j = 0u; j < seen; j++) {
                 var dot4 = vec4<f32>(0.0);
                 for (var k4 = 0u; k4 < D4; k4++) {
                     dot4 = fma(qx[k4], stage_k[j * D4 + k4], dot4);
                 }
                 let s = (dot4.x + dot4.y) + (dot4.z + dot4.w);
-                sc[j] = s;
-                tmax = max(tmax, s);
-            }
-            if tmax > st.m {
-                let f = exp(st.m - tmax);
-                st.l *= f;
-                for (var c = 0u; c < QA4; c++) {
-                    st.acc[c] *= f;
+                // A new maximum (rare after the first keys) rescales the state.
+                if s > st.m {
+                    let f = exp(st.m - s);
+                    st.l *= f;
+                    for (var c = 0u; c < QA4; c++) {
+                        st.acc[c] *= f;
+                    }
+                    st.m = s;
                 }
-                st.m = tmax;
-            }
-            for (var j = 0u; j < seen; j++) {
-                let w = exp(sc[j] - st.m);
+                let w = exp(s - st.m);
                 st.l += w;
                 if p.cols > 0u {
                     for (var c = 0u; c < QA4; c++) {
@@ -211,7 +207,14 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
     // Every row sees key 0 (M ≤ N under the mask), so l ≥ 1.
     let inv = 1.0 / st.l;
     let ob = row * p.q_stride + p.c0;
-    for (var c = 0u; c < p.cols; c++) {
-        out[ob + c] = st.acc[c / 4u][c % 4u] * inv;
+    // Constant indices only: a private array indexed at run time would
+    // live in (slow) memory instead of registers.
+    for (var c4 = 0u; c4 < QA4; c4++) {
+        let v = st.acc[c4] * inv;
+        for (var k = 0u; k < 4u; k++) {
+            if c4 * 4u + k < p.cols {
+                out[ob + c4 * 4u + k] = v[k];
+            }
+        }
     }
 }
