@@ -344,9 +344,14 @@ pub(crate) fn kernel_softmax(
         for (r0, r1) in tiles(m, plan.query_tile) {
             let (p0, p1) = stacked(b0, b1, r0, r1, m);
             let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
-            let state =
-                ctx.pool
-                    .get(ctx, OP, ((p1 - p0) * plan.state_cols() * 4) as u64, storage)?;
+            // Row states pass between key tiles; one tile needs none.
+            let state_rows = if key_tiles.len() > 1 { p1 - p0 } else { 0 };
+            let state = ctx.pool.get(
+                ctx,
+                OP,
+                (state_rows * plan.state_cols() * 4) as u64,
+                storage,
+            )?;
             let obuf = ctx.pool.get(
                 ctx,
                 OP,
