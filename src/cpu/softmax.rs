@@ -623,9 +623,19 @@ pub(crate) fn feature_local_mean(
     values: &Heads<'_>,
     causal: bool,
 ) -> Result<(Vec<f32>, usize)> {
+    feature_local_mean_on(phi, psi, values, causal, has_avx2_fma())
+}
+
+/// [`feature_local_mean`] on the AVX2 + FMA build (`avx2`) or the portable one.
+pub(crate) fn feature_local_mean_on(
+    phi: &Heads<'_>,
+    psi: &Heads<'_>,
+    values: &Heads<'_>,
+    causal: bool,
+    avx2: bool,
+) -> Result<(Vec<f32>, usize)> {
     let (nb, m, q) = (phi.batch, phi.rows, values.cols());
     let mut out = alloc_output("feature_local_mean", "output", nb * m, q)?;
-    let avx2 = has_avx2_fma();
     let empty = out
         .par_chunks_mut(m * q)
         .enumerate()
@@ -936,6 +946,68 @@ mod tests {
                             assert!(
                                 (u - w).abs() <= 1e-4 * w.abs() + 1e-5,
                                 "matrix avx2={avx2}: {u} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /// Both builds of the feature local mean against the pairwise f64
+    /// definition, with chunks, prefix sums and an empty row.
+    #[test]
+    fn feature_mean_builds_match_definition() {
+        for &(nb, m, n, d, q, causal) in &[
+            (2usize, 300usize, 700usize, 3usize, 5usize, true),
+            (1, 40, 40, 4, 1, false),
+            (1, 1, 1, 1, 2, true),
+        ] {
+            let pos = |v: Vec<f32>| {
+                v.into_iter()
+                    .map(|x| (x + 0.5).max(0.0))
+                    .collect::<Vec<_>>()
+            };
+            let mut pv = pos(data(nb * m * d, 4));
+            pv[..d].fill(0.0); // query 0 of batch 0 has no weight
+            let (kv, vv) = (pos(data(nb * n * d, 5)), data(nb * n * q, 6));
+            let (p, k, v) = (
+                heads(&pv, nb, m, d),
+                heads(&kv, nb, n, d),
+                heads(&vv, nb, n, q),
+            );
+            let mut builds = vec![false];
+            if has_avx2_fma() {
+                builds.push(true);
+            }
+            for avx2 in builds {
+                let (got, empty) = feature_local_mean_on(&p, &k, &v, causal, avx2).unwrap();
+                assert_eq!(empty, nb.min(1), "avx2={avx2}");
+                let off = n - m.min(n);
+                for b in 0..nb {
+                    let (pb, kb, vb) = (p.batch_slice(b), k.batch_slice(b), v.batch_slice(b));
+                    for i in 0..m {
+                        let lim = if causal { i + off + 1 } else { n };
+                        let w: Vec<f64> = (0..lim)
+                            .map(|j| {
+                                (0..d)
+                                    .map(|t| f64::from(pb[i * d + t]) * f64::from(kb[j * d + t]))
+                                    .sum()
+                            })
+                            .collect();
+                        let den: f64 = w.iter().sum();
+                        for c in 0..q {
+                            let g = f64::from(got[(b * m + i) * q + c]);
+                            if den == 0.0 {
+                                assert!(g.is_nan());
+                                continue;
+                            }
+                            let want = (0..lim)
+                                .map(|j| w[j] * f64::from(vb[j * q + c]))
+                                .sum::<f64>()
+                                / den;
+                            assert!(
+                                (g - want).abs() <= 1e-5 * want.abs() + 1e-6,
+                                "avx2={avx2} [{b}][{i}][{c}]: {g} vs {want}"
                             );
                         }
                     }
