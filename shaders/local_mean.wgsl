@@ -26,9 +26,10 @@ struct Params {
     q_stride: u32,  // columns of the values and of the output
     c0: u32,        // first value column of this pass
     inv_h2: f32,    // 1/h²
-    flags: u32,     // bit 0: first key tile; bit 1: last key tile
-    _pad0: u32,
-    _pad1: u32,
+    flags: u32,     // bit 0: first key tile; bit 1: last key tile;
+                    // bit 2: leave each row's own key out (queries are the keys)
+    row0: u32,      // global index of the tile's first query
+    key0: u32,      // global index of the key tile's first key
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -77,6 +78,12 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
     var st: RowState;
     st.m = select(0.0, NEG_BIG, is_exp);
     st.s = 0.0;
+    // Index within this key tile of the row's own key (leave-one-out), or
+    // an index no key has.
+    var own = 0xffffffffu;
+    if (p.flags & 4u) != 0u {
+        own = p.row0 + i - p.key0;
+    }
 
     for (var base = 0u; base < p.keys; base += STAGE) {
         let count = min(STAGE, p.keys - base);
@@ -101,7 +108,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
                     t = fma(df, df, t);
                 }
                 t = t * p.inv_h2;
-                if t < T_FAR {
+                if t < T_FAR && base + j != own {
                     var w: f32;
                     if is_exp {
                         let lw = profile_log_weight(t);

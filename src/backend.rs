@@ -8,7 +8,7 @@ use ndarray::Array2;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
-use crate::ops::{Attention, Heads, RowNormalized};
+use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 /// Which matrix [`Backend::kernel_matrix`] produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,20 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized>;
+
+    /// Row states `(m, s, u)`; with `exclude_self` the queries are the keys
+    /// and row `i` leaves key `i` out.
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: Option<&Matrix<'_>>,
+        exclude_self: bool,
+    ) -> Result<RowStates>;
+
+    /// The `k` nearest keys of every query (`1 ≤ k ≤ N`, checked).
+    fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours>;
 
     /// A kernel matrix and, for the normalized modes, its count of empty rows.
     fn kernel_matrix(
@@ -78,6 +92,32 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         values: &Heads<'_>,
         causal: bool,
     ) -> Result<(Vec<f32>, usize)>;
+
+    /// The device's limits and features; `None` on the CPU.
+    fn gpu_limits(&self) -> Option<&GpuLimits> {
+        None
+    }
+}
+
+/// What the GPU device of an [`Engine`](crate::Engine) allows: the limits
+/// the tiling plan works within and the adapter's optional features. For
+/// reports (`locus info`); the engine itself needs nothing from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GpuLimits {
+    /// Largest buffer, bytes.
+    pub max_buffer_size: u64,
+    /// Largest storage-buffer binding, bytes (bounds a key tile).
+    pub max_storage_buffer_binding_size: u64,
+    /// Workgroups per dispatch dimension (bounds a query tile).
+    pub max_compute_workgroups_per_dimension: u32,
+    /// Threads per workgroup.
+    pub max_compute_invocations_per_workgroup: u32,
+    /// Workgroup memory, bytes.
+    pub max_compute_workgroup_storage_size: u32,
+    /// Optional features the adapter offers, by wgpu's names
+    /// (`SHADER_F16`, `TIMESTAMP_QUERY`, …); locus requests none of them.
+    pub adapter_features: Vec<String>,
 }
 
 /// The backend an [`Engine`](crate::Engine) runs on.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendInfo};
+use crate::backend::{Backend, BackendInfo, GpuLimits};
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gpu::GpuBackend;
@@ -154,6 +154,12 @@ impl Engine {
     /// API and device type).
     pub fn backend(&self) -> &BackendInfo {
         self.backend.info()
+    }
+
+    /// Limits and features of the GPU device this engine runs on; `None`
+    /// on the CPU.
+    pub fn gpu_limits(&self) -> Option<&GpuLimits> {
+        self.backend.gpu_limits()
     }
 
     /// Why [`Engine::new`] fell back to the CPU although a GPU was found.

@@ -32,12 +32,14 @@ mod matrix;
 mod ops;
 mod plan;
 
-pub use backend::BackendInfo;
+pub use backend::{BackendInfo, GpuLimits};
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};
 pub use ops::{
-    FeatureLocalMean, LaplacianKind, RowNormalized, SoftmaxParams, merge_heads, split_heads,
+    BandwidthSelection, EmptyFallback, FeatureLocalMean, KnnWeights, LaplacianKind,
+    LocalModeClassifier, LooScore, MultiKernel, Neighbours, Predictions, RowNormalized, RowStates,
+    SoftmaxParams, labels_from_f32, ln_normalizer, merge_heads, split_heads,
 };
 pub use plan::{TileLimits, merge_states};
 

@@ -72,6 +72,12 @@ impl<'a> Matrix<'a> {
         &self.data
     }
 
+    /// An owned copy as an ndarray.
+    pub(crate) fn to_array(&self) -> ndarray::Array2<f32> {
+        ndarray::Array2::from_shape_vec((self.rows, self.cols), self.data.to_vec())
+            .expect("rows·cols entries") // ok: checked at construction
+    }
+
     /// Rows `r0..r1`, row-major.
     pub(crate) fn row_range(&self, r0: usize, r1: usize) -> &[f32] {
         &self.data[r0 * self.cols..r1 * self.cols]

@@ -67,6 +67,19 @@ pub(crate) struct DeviceLimits {
     pub workgroups_per_dim: u32,
     /// Workgroup memory, bytes.
     pub workgroup_bytes: u32,
+    /// Loop iterations one invocation may execute in total, where the
+    /// driver caps them. Mesa's llvmpipe (lavapipe) silently stops every
+    /// loop of an invocation after 65535 iterations in all, which would
+    /// drop keys from long tiles without any error; key tiles are sized to
+    /// stay well inside the cap.
+    pub loop_budget: Option<u32>,
+}
+
+/// Keys one dispatch may visit per invocation under a loop budget, when
+/// each key costs up to `per_key` loop iterations (nothing unrolled).
+fn budget_keys(dev: &DeviceLimits, per_key: usize) -> usize {
+    dev.loop_budget
+        .map_or(usize::MAX, |b| (b as usize * 7 / 8 / per_key.max(1)).max(1))
 }
 
 /// Threads per workgroup of the local-mean shader (one query each).
@@ -122,6 +135,7 @@ pub(crate) fn plan_local_mean(
     }
     // Keys: one binding holds a tile of keys, another its value rows.
     let key_tile = (floats / d.max(q).max(1))
+        .min(budget_keys(dev, 2 + d + col_slots))
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(n)
         .max(1);
@@ -191,6 +205,64 @@ pub(crate) fn plan_matrix(
     })
 }
 
+/// Most neighbours one GPU kNN pass keeps per query (private arrays).
+pub(crate) const MAX_GPU_K: usize = 128;
+
+/// Tiling of one kNN call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KnnPlan {
+    pub query_tile: usize,
+    pub key_tile: usize,
+    pub staged_keys: usize,
+}
+
+/// Plans `k` nearest neighbours of `m` queries among `n` keys in `d`
+/// dimensions.
+pub(crate) fn plan_knn(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    m: usize,
+    n: usize,
+    d: usize,
+    k: usize,
+) -> Result<KnnPlan> {
+    let binding = caps
+        .buffer_bytes
+        .map_or(dev.binding_bytes, |b| b.min(dev.binding_bytes));
+    let floats = (binding / 4).min(usize::MAX as u64) as usize;
+    let per_row = d.max(2 * k);
+    if floats < per_row {
+        return Err(too_small(binding, per_row));
+    }
+    let staged_keys = (dev.workgroup_bytes as usize / 4 / d).min(MAX_STAGED_KEYS);
+    if staged_keys == 0 {
+        return Err(Error::Unsupported {
+            op: "knn",
+            backend: "gpu",
+            reason: format!(
+                "dimension d={d} does not fit one key in {} bytes of workgroup memory",
+                dev.workgroup_bytes
+            ),
+        });
+    }
+    // The insertion loop may run k times per key in the worst case.
+    let key_tile = (floats / d)
+        .min(budget_keys(dev, 2 + d + k))
+        .min(caps.key_rows.unwrap_or(usize::MAX))
+        .min(n)
+        .max(1);
+    let query_tile = (floats / per_row)
+        .min(dev.workgroups_per_dim as usize * LOCAL_MEAN_WG)
+        .min(caps.query_rows.unwrap_or(usize::MAX))
+        .min(m)
+        .max(1);
+    Ok(KnnPlan {
+        query_tile,
+        key_tile,
+        staged_keys,
+    })
+}
+
 fn too_small(binding: u64, floats: usize) -> Error {
     Error::InvalidParameter {
         name: "tile_limits.buffer_bytes",
@@ -234,6 +306,7 @@ mod tests {
         binding_bytes: 128 << 20,
         workgroups_per_dim: 65535,
         workgroup_bytes: 32 << 10,
+        loop_budget: None,
     };
 
     #[test]
@@ -274,6 +347,18 @@ mod tests {
         let p = plan_matrix(&LAVAPIPE, &caps, 777, 1301, 2).unwrap();
         assert!(p.block_rows * p.key_tile <= 1000);
         assert!(p.key_tile * 2 <= 1000);
+    }
+
+    #[test]
+    fn a_loop_budget_bounds_key_tiles() {
+        let dev = DeviceLimits {
+            loop_budget: Some(65535),
+            ..LAVAPIPE
+        };
+        let p = plan_local_mean(&dev, &TileLimits::default(), 10, 1_000_000, 3, 3).unwrap();
+        assert!(p.key_tile * (2 + 3 + 3) < 65535);
+        let p = plan_knn(&dev, &TileLimits::default(), 10, 1_000_000, 16, 16).unwrap();
+        assert!(p.key_tile * (2 + 16 + 16) < 65535);
     }
 
     #[test]

@@ -249,3 +249,39 @@ fn non_contiguous_views_are_accepted() {
         assert_close(&format!("{name} strided"), &got.values, &want, RTOL, ATOL);
     }
 }
+
+/// Long key tiles: software rasterizers cap the loop iterations of one
+/// invocation (llvmpipe at 65535 in all, silently); every key must still
+/// count. With a huge flat kernel each local mean is the plain mean.
+#[test]
+fn gpu_counts_every_key_of_long_tiles() {
+    let Some(g) = gpu() else { return };
+    let n = 70_000;
+    let mut rng = Rng::new(70);
+    let keys = rng.matrix(n, 3, 0.0, 1.0);
+    let values = rng.matrix(n, 3, -1.0, 1.0);
+    let queries = rng.matrix(5, 3, 0.0, 1.0);
+    let mean = values.mapv(f64::from).mean_axis(ndarray::Axis(0)).unwrap();
+    let k = Kernel::new(Profile::Uniform, 100.0).unwrap();
+    let got = g
+        .local_mean(&k, queries.view(), keys.view(), values.view())
+        .unwrap();
+    let st = g
+        .row_states(&k, queries.view(), keys.view(), Some(values.view()), false)
+        .unwrap();
+    for i in 0..5 {
+        assert_eq!(st.sum[i], n as f64, "row {i}: every key has weight 1");
+        for c in 0..3 {
+            assert!((f64::from(got.values[[i, c]]) - mean[c]).abs() < 1e-5);
+        }
+    }
+    let kg = Kernel::gaussian(0.05).unwrap();
+    let (want, _) = ref_local_mean(&kg, &queries, &keys, &values);
+    let got = g
+        .local_mean(&kg, queries.view(), keys.view(), values.view())
+        .unwrap();
+    assert_close("gpu long tiles gaussian", &got.values, &want, RTOL, ATOL);
+    let nb = g.knn(queries.view(), keys.view(), 16).unwrap();
+    let nc = cpu().knn(queries.view(), keys.view(), 16).unwrap();
+    assert_eq!(nb.indices, nc.indices);
+}

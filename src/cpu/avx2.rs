@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::local_mean::{GroupState, KeysSoa};
+use super::local_mean::{GroupJob, GroupState, KeysSoa};
 use super::simd::{KEY_BLOCK, LANES, T_FAR};
 use crate::kernel::Profile;
 
@@ -133,6 +133,15 @@ fn head_mask(rem: usize) -> __m256i {
     _mm256_cmpgt_epi32(_mm256_set1_epi32(rem as i32), idx)
 }
 
+/// `v` with lane `lane` replaced by the matching lane of `by`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn mask_lane(v: __m256, lane: usize, by: __m256) -> __m256 {
+    let idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let hit = _mm256_cmpeq_epi32(idx, _mm256_set1_epi32(lane as i32));
+    _mm256_blendv_ps(v, by, _mm256_castsi256_ps(hit))
+}
+
 /// Loads 8 floats at `s[o..]`, or the first `s.len() − o` of them (zeros after).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -147,51 +156,34 @@ fn load(s: &[f32], o: usize) -> __m256 {
     }
 }
 
-/// Row states of a group of at most `QUERY_GROUP` queries (row-major, `d`
-/// columns) over the keys `k0..k1`.
+/// Row states of one group of queries over a key range (see [`GroupJob`]).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
-pub(crate) unsafe fn group(
-    profile: Profile,
-    inv_h2: f32,
-    queries: &[f32],
-    d: usize,
-    keys: &KeysSoa<'_>,
-    k0: usize,
-    k1: usize,
-) -> GroupState {
+pub(crate) unsafe fn group(job: &GroupJob<'_>) -> GroupState {
     // SAFETY: the caller checked AVX2 + FMA.
     unsafe {
-        match profile {
-            Profile::Gaussian => by_q::<Gauss>(profile, inv_h2, queries, d, keys, k0, k1),
-            Profile::Laplacian => by_q::<Lapl>(profile, inv_h2, queries, d, keys, k0, k1),
-            Profile::Epanechnikov => by_q::<Epan>(profile, inv_h2, queries, d, keys, k0, k1),
-            Profile::Uniform => by_q::<Unif>(profile, inv_h2, queries, d, keys, k0, k1),
-            Profile::Triangular => by_q::<Tria>(profile, inv_h2, queries, d, keys, k0, k1),
-            Profile::Biweight => by_q::<Biwe>(profile, inv_h2, queries, d, keys, k0, k1),
-            Profile::Cauchy => by_q::<Cauc>(profile, inv_h2, queries, d, keys, k0, k1),
+        match job.kernel.profile() {
+            Profile::Gaussian => by_q::<Gauss>(job),
+            Profile::Laplacian => by_q::<Lapl>(job),
+            Profile::Epanechnikov => by_q::<Epan>(job),
+            Profile::Uniform => by_q::<Unif>(job),
+            Profile::Triangular => by_q::<Tria>(job),
+            Profile::Biweight => by_q::<Biwe>(job),
+            Profile::Cauchy => by_q::<Cauc>(job),
         }
     }
 }
 
-unsafe fn by_q<P: Prof>(
-    profile: Profile,
-    inv_h2: f32,
-    queries: &[f32],
-    d: usize,
-    keys: &KeysSoa<'_>,
-    k0: usize,
-    k1: usize,
-) -> GroupState {
+unsafe fn by_q<P: Prof>(job: &GroupJob<'_>) -> GroupState {
     // SAFETY: forwarded from `group`.
     unsafe {
-        match keys.q {
-            1 => group_impl::<P, 1>(profile, inv_h2, queries, d, keys, k0, k1),
-            2 => group_impl::<P, 2>(profile, inv_h2, queries, d, keys, k0, k1),
-            3 => group_impl::<P, 3>(profile, inv_h2, queries, d, keys, k0, k1),
-            4 => group_impl::<P, 4>(profile, inv_h2, queries, d, keys, k0, k1),
-            _ => group_impl::<P, 0>(profile, inv_h2, queries, d, keys, k0, k1),
+        match job.keys.q {
+            1 => group_impl::<P, 1>(job),
+            2 => group_impl::<P, 2>(job),
+            3 => group_impl::<P, 3>(job),
+            4 => group_impl::<P, 4>(job),
+            _ => group_impl::<P, 0>(job),
         }
     }
 }
@@ -202,34 +194,36 @@ struct Block([f32; KEY_BLOCK]);
 /// `Q` value columns accumulated in registers (`Q = 0`: any number, by
 /// dot products over the stored weights).
 #[target_feature(enable = "avx2,fma")]
-fn group_impl<P: Prof, const Q: usize>(
-    profile: Profile,
-    inv_h2: f32,
-    queries: &[f32],
-    d: usize,
-    keys: &KeysSoa<'_>,
-    k0: usize,
-    k1: usize,
-) -> GroupState {
+fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
+    let GroupJob {
+        kernel,
+        queries,
+        d,
+        keys,
+        k0,
+        k1,
+        self_row,
+    } = *job;
     let (n, q) = (keys.ld, keys.q);
     let g = queries.len() / d;
-    let mut st = GroupState::empty(profile, q);
+    let mut st = GroupState::empty(kernel.profile(), q);
     let (m, s, u) = (&mut st.m, &mut st.s, &mut st.u);
     let mut buf = Block([0.0; KEY_BLOCK]);
-    let inv = _mm256_set1_ps(inv_h2);
+    let inv = _mm256_set1_ps(kernel.inv_h2());
     let mut j0 = k0;
     while j0 < k1 {
         let len = KEY_BLOCK.min(k1 - j0);
         let chunks = len.div_ceil(LANES);
         for r in 0..g {
             let query = &queries[r * d..(r + 1) * d];
+            let skip = self_row.map(|r0| r0 + r);
             // Pass one: (log-)weights and the block maximum.
             let bmv = match d {
-                1 => pass_one::<P, 1>(keys.xt, n, j0, len, query, inv, &mut buf),
-                2 => pass_one::<P, 2>(keys.xt, n, j0, len, query, inv, &mut buf),
-                3 => pass_one::<P, 3>(keys.xt, n, j0, len, query, inv, &mut buf),
-                4 => pass_one::<P, 4>(keys.xt, n, j0, len, query, inv, &mut buf),
-                _ => pass_one::<P, 0>(keys.xt, n, j0, len, query, inv, &mut buf),
+                1 => pass_one::<P, 1>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                2 => pass_one::<P, 2>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                3 => pass_one::<P, 3>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                4 => pass_one::<P, 4>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                _ => pass_one::<P, 0>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
             };
             let bm = hmax(bmv);
             if bm == f32::NEG_INFINITY || (!P::EXP && bm <= 0.0) {
@@ -304,8 +298,10 @@ fn group_impl<P: Prof, const Q: usize>(
 /// Pass one over the keys `j0..j0+len`: log-weights (or weights) of one
 /// query into `buf` (lanes past `len` get the identity: −inf or 0), and
 /// their lane-wise maximum. `D > 0` is the dimension known at compile
-/// time (unrolled, query broadcast once); `D = 0` handles any `d`.
+/// time (unrolled, query broadcast once); `D = 0` handles any `d`. The key
+/// `skip` (the query itself, for leave-one-out) gets the identity.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 fn pass_one<P: Prof, const D: usize>(
     xt: &[f32],
@@ -314,6 +310,7 @@ fn pass_one<P: Prof, const D: usize>(
     len: usize,
     query: &[f32],
     inv: __m256,
+    skip: Option<usize>,
     buf: &mut Block,
 ) -> __m256 {
     let identity = _mm256_set1_ps(if P::EXP { f32::NEG_INFINITY } else { 0.0 });
@@ -360,7 +357,10 @@ fn pass_one<P: Prof, const D: usize>(
             acc = _mm256_add_ps(acc, acc2);
         }
         // SAFETY: AVX2 + FMA are enabled in this function.
-        let v = unsafe { P::apply(_mm256_mul_ps(acc, inv)) };
+        let mut v = unsafe { P::apply(_mm256_mul_ps(acc, inv)) };
+        if let Some(sk) = skip.filter(|&sk| sk >= j && sk < j + LANES) {
+            v = mask_lane(v, sk - j, identity);
+        }
         // SAFETY: c·8 + 8 ≤ len ≤ KEY_BLOCK.
         unsafe { _mm256_storeu_ps(buf.0.as_mut_ptr().add(c * LANES), v) };
         bmv = _mm256_max_ps(bmv, v);
@@ -374,8 +374,11 @@ fn pass_one<P: Prof, const D: usize>(
             acc = _mm256_fmadd_ps(df, df, acc);
         }
         // SAFETY: AVX2 + FMA are enabled in this function.
-        let v = unsafe { P::apply(_mm256_mul_ps(acc, inv)) };
-        let v = _mm256_blendv_ps(identity, v, _mm256_castsi256_ps(head_mask(rem)));
+        let mut v = unsafe { P::apply(_mm256_mul_ps(acc, inv)) };
+        v = _mm256_blendv_ps(identity, v, _mm256_castsi256_ps(head_mask(rem)));
+        if let Some(sk) = skip.filter(|&sk| sk >= j && sk < j + rem) {
+            v = mask_lane(v, sk - j, identity);
+        }
         // SAFETY: full·8 + 8 ≤ KEY_BLOCK since rem > 0 and len ≤ KEY_BLOCK.
         unsafe { _mm256_storeu_ps(buf.0.as_mut_ptr().add(full * LANES), v) };
         bmv = _mm256_max_ps(bmv, v);

@@ -85,19 +85,36 @@ impl GroupState {
     }
 }
 
-/// Local means of `queries` (row-major, `d` columns) into `out` (`q`
-/// columns). Returns the number of empty rows (written as NaN).
+/// One unit of work: a group of at most [`QUERY_GROUP`] queries against
+/// the keys `k0..k1`.
+#[derive(Clone, Copy)]
+pub(crate) struct GroupJob<'a> {
+    pub kernel: &'a Kernel,
+    /// The group's query rows, row-major with `d` columns.
+    pub queries: &'a [f32],
+    pub d: usize,
+    pub keys: &'a KeysSoa<'a>,
+    pub k0: usize,
+    pub k1: usize,
+    /// When the queries are the keys and every row must leave out its own
+    /// key (leave-one-out): the global index of the group's first query.
+    pub self_row: Option<usize>,
+}
+
+/// Row states `(m, s, u)` of every query: the shared core of local means,
+/// densities and leave-one-out sums. With `exclude_self` the queries must be
+/// the keys and row `i` skips key `i`.
 ///
 /// Work is split over query groups; when there are too few of them to
 /// occupy every thread, the keys are split as well and the partial states
 /// merged with the associative rule.
-pub(crate) fn local_mean(
+pub(crate) fn group_states(
     kernel: &Kernel,
     queries: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
-    out: &mut [f32],
-) -> usize {
+    exclude_self: bool,
+) -> Vec<GroupState> {
     let (n, q) = (keys.n, keys.q);
     let groups = queries.len().div_ceil(QUERY_GROUP * d);
     let want = 4 * rayon::current_num_threads();
@@ -106,72 +123,80 @@ pub(crate) fn local_mean(
     } else {
         want.div_ceil(groups).min(n / (4 * KEY_BLOCK)).max(1)
     };
-    if splits == 1 {
-        return out
-            .par_chunks_mut(QUERY_GROUP * q)
-            .zip(queries.par_chunks(QUERY_GROUP * d))
-            .map(|(o, qs)| group(kernel, qs, d, keys, 0, n).finalize(q, o))
-            .sum();
-    }
     // Key ranges aligned to whole blocks.
     let per = n.div_ceil(splits).next_multiple_of(KEY_BLOCK);
-    out.par_chunks_mut(QUERY_GROUP * q)
-        .zip(queries.par_chunks(QUERY_GROUP * d))
-        .map(|(o, qs)| {
-            let state = (0..n.div_ceil(per))
+    queries
+        .par_chunks(QUERY_GROUP * d)
+        .enumerate()
+        .map(|(gi, qs)| {
+            let job = |k0: usize, k1: usize| GroupJob {
+                kernel,
+                queries: qs,
+                d,
+                keys,
+                k0,
+                k1,
+                self_row: exclude_self.then_some(gi * QUERY_GROUP),
+            };
+            if splits == 1 {
+                return group(&job(0, n));
+            }
+            (0..n.div_ceil(per))
                 .into_par_iter()
-                .map(|t| group(kernel, qs, d, keys, t * per, ((t + 1) * per).min(n)))
+                .map(|t| group(&job(t * per, ((t + 1) * per).min(n))))
                 .reduce_with(|mut a, b| {
                     a.merge(&b, q);
                     a
                 })
-                .unwrap_or_else(|| GroupState::empty(kernel.profile(), q));
-            state.finalize(q, o)
+                .unwrap_or_else(|| GroupState::empty(kernel.profile(), q))
         })
+        .collect()
+}
+
+/// Local means of `queries` (row-major, `d` columns) into `out` (`q`
+/// columns). Returns the number of empty rows (written as NaN).
+pub(crate) fn local_mean(
+    kernel: &Kernel,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    exclude_self: bool,
+    out: &mut [f32],
+) -> usize {
+    let q = keys.q;
+    let states = group_states(kernel, queries, d, keys, exclude_self);
+    out.par_chunks_mut(QUERY_GROUP * q)
+        .zip(states.par_iter())
+        .map(|(o, st)| st.finalize(q, o))
         .sum()
 }
 
-/// The state of one group of queries over keys `k0..k1`, on the best
-/// compiled version.
-fn group(
-    kernel: &Kernel,
-    queries: &[f32],
-    d: usize,
-    keys: &KeysSoa<'_>,
-    k0: usize,
-    k1: usize,
-) -> GroupState {
+/// The state of one group, on the best compiled version.
+fn group(job: &GroupJob<'_>) -> GroupState {
     #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        return unsafe {
-            super::avx2::group(kernel.profile(), kernel.inv_h2(), queries, d, keys, k0, k1)
-        };
+        return unsafe { super::avx2::group(job) };
     }
-    group_portable(kernel, queries, d, keys, k0, k1)
+    group_portable(job)
 }
 
 /// The portable version (any CPU); the AVX2 one is tested against it.
-pub(crate) fn group_portable(
-    kernel: &Kernel,
-    queries: &[f32],
-    d: usize,
-    keys: &KeysSoa<'_>,
-    k0: usize,
-    k1: usize,
-) -> GroupState {
-    group_impl::<false>(kernel, queries, d, keys, k0, k1)
+pub(crate) fn group_portable(job: &GroupJob<'_>) -> GroupState {
+    group_impl::<false>(job)
 }
 
 #[inline(always)]
-fn group_impl<const FMA: bool>(
-    kernel: &Kernel,
-    queries: &[f32],
-    d: usize,
-    keys: &KeysSoa<'_>,
-    k0: usize,
-    k1: usize,
-) -> GroupState {
+fn group_impl<const FMA: bool>(job: &GroupJob<'_>) -> GroupState {
+    let GroupJob {
+        kernel,
+        queries,
+        d,
+        keys,
+        k0,
+        k1,
+        self_row,
+    } = *job;
     let profile = kernel.profile();
     let inv_h2 = kernel.inv_h2();
     let (n, q) = (keys.ld, keys.q);
@@ -186,7 +211,21 @@ fn group_impl<const FMA: bool>(
         let w = &mut buf[..len];
         for r in 0..g {
             let query = &queries[r * d..(r + 1) * d];
-            let bm = log_weights::<FMA>(profile, keys.xt, n, j0, query, inv_h2, w, &mut cmax);
+            let mut bm = log_weights::<FMA>(profile, keys.xt, n, j0, query, inv_h2, w, &mut cmax);
+            if let Some(sk) = self_row
+                .map(|r0| r0 + r)
+                .filter(|&sk| sk >= j0 && sk < j0 + len)
+            {
+                // Leave the query's own key out, and recompute the maxima.
+                w[sk - j0] = initial_max(profile);
+                let c = (sk - j0) / LANES;
+                cmax[c] = w[c * LANES..(c * LANES + LANES).min(len)]
+                    .iter()
+                    .fold(f32::NEG_INFINITY, |a, &b| fmax(a, b));
+                bm = cmax[..len.div_ceil(LANES)]
+                    .iter()
+                    .fold(f32::NEG_INFINITY, |a, &b| fmax(a, b));
+            }
             if bm == f32::NEG_INFINITY || (!profile.is_exponential() && bm <= 0.0) {
                 continue; // no mass in this block
             }
@@ -518,7 +557,15 @@ mod tests {
             for p in Profile::ALL {
                 let k = Kernel::new(p, 0.3 * (d as f32).sqrt()).unwrap();
                 let mut out = vec![0.0f32; QUERY_GROUP * q];
-                let st = group_portable(&k, &queries, d, &keys, 0, n);
+                let st = group_portable(&GroupJob {
+                    kernel: &k,
+                    queries: &queries,
+                    d,
+                    keys: &keys,
+                    k0: 0,
+                    k1: n,
+                    self_row: None,
+                });
                 st.finalize(q, &mut out);
                 for r in 0..QUERY_GROUP {
                     let want = naive(&k, &queries[r * d..(r + 1) * d], &x, &y, d, q);
@@ -566,12 +613,27 @@ mod tests {
             };
             for p in Profile::ALL {
                 let k = Kernel::new(p, 0.3 * (d as f32).sqrt()).unwrap();
-                for (k0, k1) in [(0, n), (KEY_BLOCK.min(n), n), (0, 13.min(n))] {
-                    let a = group_portable(&k, &queries, d, &keys, k0, k1);
-                    // SAFETY: AVX2 + FMA checked above.
-                    let b = unsafe {
-                        super::super::avx2::group(p, k.inv_h2(), &queries, d, &keys, k0, k1)
+                // Key ranges, and leave-one-out with the queries taken as keys 0..8.
+                let own = &x[..QUERY_GROUP * d];
+                for (k0, k1, self_row) in [
+                    (0, n, None),
+                    (KEY_BLOCK.min(n), n, None),
+                    (0, 13.min(n), None),
+                    (0, n, Some(0)),
+                    (5, n, Some(0)),
+                ] {
+                    let job = GroupJob {
+                        kernel: &k,
+                        queries: if self_row.is_some() { own } else { &queries },
+                        d,
+                        keys: &keys,
+                        k0,
+                        k1,
+                        self_row,
                     };
+                    let a = group_portable(&job);
+                    // SAFETY: AVX2 + FMA checked above.
+                    let b = unsafe { super::super::avx2::group(&job) };
                     for r in 0..QUERY_GROUP {
                         let what = format!("{p} n={n} d={d} q={q} keys {k0}..{k1} row {r}");
                         // m may differ in the last bit (fused vs separate multiply-add).

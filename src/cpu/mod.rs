@@ -3,6 +3,7 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod kernel_matrix;
+mod knn;
 mod local_mean;
 pub(crate) mod simd;
 mod softmax;
@@ -16,7 +17,7 @@ use crate::backend::{Backend, BackendInfo, MatrixMode};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output, padded_stride};
-use crate::ops::{Attention, Heads, RowNormalized};
+use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 use local_mean::KeysSoa;
 
@@ -60,9 +61,81 @@ impl Backend for CpuBackend {
             ld: padded_stride(keys.rows()),
             q,
         };
-        let empty_rows =
-            local_mean::local_mean(kernel, queries.as_slice(), queries.cols(), &soa, &mut out);
+        let empty_rows = local_mean::local_mean(
+            kernel,
+            queries.as_slice(),
+            queries.cols(),
+            &soa,
+            false,
+            &mut out,
+        );
         Ok(RowNormalized::from_parts(m, q, out, empty_rows))
+    }
+
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: Option<&Matrix<'_>>,
+        exclude_self: bool,
+    ) -> Result<RowStates> {
+        let (m, q) = (queries.rows(), values.map_or(0, |v| v.cols()));
+        let xt = keys.transposed();
+        let yt = values.map(|v| v.transposed()).unwrap_or_default();
+        let soa = KeysSoa {
+            xt: &xt,
+            yt: &yt,
+            n: keys.rows(),
+            ld: padded_stride(keys.rows()),
+            q,
+        };
+        let groups = local_mean::group_states(
+            kernel,
+            queries.as_slice(),
+            queries.cols(),
+            &soa,
+            exclude_self,
+        );
+        let mut states = RowStates::empty(m, q);
+        for (g, st) in groups.iter().enumerate() {
+            for r in 0..local_mean::QUERY_GROUP {
+                let i = g * local_mean::QUERY_GROUP + r;
+                if i >= m {
+                    break;
+                }
+                states.max_log_weight[i] = st.m[r];
+                states.sum[i] = st.s[r];
+                for c in 0..q {
+                    states.weighted[[i, c]] = st.u[r * q + c];
+                }
+            }
+        }
+        states.normalize_empty();
+        Ok(states)
+    }
+
+    fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+        let n = keys.rows();
+        let xt = keys.transposed();
+        let soa = KeysSoa {
+            xt: &xt,
+            yt: &[],
+            n,
+            ld: padded_stride(n),
+            q: 0,
+        };
+        let lists = knn::knn(queries.as_slice(), queries.cols(), &soa, k);
+        let m = queries.rows();
+        let mut indices = ndarray::Array2::<i64>::zeros((m, k));
+        let mut distances = ndarray::Array2::<f32>::zeros((m, k));
+        for (i, l) in lists.iter().enumerate() {
+            for c in 0..k {
+                indices[[i, c]] = i64::from(l.idx[c]);
+                distances[[i, c]] = l.d2[c].sqrt();
+            }
+        }
+        Ok(Neighbours { indices, distances })
     }
 
     fn kernel_matrix(

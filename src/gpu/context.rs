@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::backend::BackendInfo;
+use crate::backend::{BackendInfo, GpuLimits};
 use crate::error::{Error, Result};
 use crate::plan::{DeviceLimits, TileLimits};
 
@@ -63,6 +63,8 @@ pub(crate) struct GpuContext {
     pub queue: wgpu::Queue,
     pub info: BackendInfo,
     pub limits: DeviceLimits,
+    /// The device's limits and the adapter's features, as reported.
+    pub gpu_limits: GpuLimits,
     pub caps: TileLimits,
     /// Value written into every output buffer before an op runs, so a
     /// location the shaders fail to write cannot pass for a result.
@@ -128,6 +130,21 @@ impl GpuContext {
             binding_bytes: lim.max_storage_buffer_binding_size.min(lim.max_buffer_size),
             workgroups_per_dim: lim.max_compute_workgroups_per_dimension,
             workgroup_bytes: lim.max_compute_workgroup_storage_size,
+            // Software rasterizers (llvmpipe) cap loop iterations per
+            // invocation at 65535; hardware drivers have no such cap.
+            loop_budget: is_software(&ainfo).then_some(65_535),
+        };
+        let gpu_limits = GpuLimits {
+            max_buffer_size: lim.max_buffer_size,
+            max_storage_buffer_binding_size: lim.max_storage_buffer_binding_size,
+            max_compute_workgroups_per_dimension: lim.max_compute_workgroups_per_dimension,
+            max_compute_invocations_per_workgroup: lim.max_compute_invocations_per_workgroup,
+            max_compute_workgroup_storage_size: lim.max_compute_workgroup_storage_size,
+            adapter_features: adapter
+                .features()
+                .iter_names()
+                .map(|(name, _)| name.to_string())
+                .collect(),
         };
         let pipelines = Pipelines::new(&device);
         Ok(GpuContext {
@@ -137,6 +154,7 @@ impl GpuContext {
             device,
             queue,
             limits,
+            gpu_limits,
             caps,
             sentinel,
             pipelines,

@@ -11,7 +11,7 @@ use crate::plan::{MATRIX_WG, plan_local_mean, plan_matrix, tiles};
 
 use super::buffers::{Pooled, submit_and_read, upload};
 use super::context::{ErrorScope, GpuContext};
-use super::local_mean::{record_tile, upload_key_tiles};
+use super::local_mean::{TileJob, record_pass, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
@@ -112,23 +112,22 @@ pub(crate) fn kernel_matrix(
         if needs_sums {
             let dummy = ctx.pool.get(ctx, OP, 4, storage)?;
             let counter = ctx.pool.get(ctx, OP, 4, storage)?;
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
-            let params = record_tile(
-                ctx,
-                OP,
-                &mut encoder,
+            let job = TileJob {
                 kernel,
-                &lplan,
+                plan: &lplan,
                 d,
-                0,
+                q: 0,
                 rows,
-                &key_tiles,
-                &qbuf,
-                &state,
-                &dummy,
-                &counter,
-                false,
-            )?;
+                row0: r0,
+                key_tiles: &key_tiles,
+                queries: &qbuf,
+                state: &state,
+                out: &dummy,
+                counter: &counter,
+                exclude_self: false,
+            };
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let params = record_pass(ctx, OP, &mut encoder, &job, (0, 0), false)?;
             ctx.queue.submit([encoder.finish()]);
             _sums = Some((params, dummy, counter));
         }

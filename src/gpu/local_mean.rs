@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
-use crate::ops::RowNormalized;
+use crate::ops::{RowNormalized, RowStates};
 use crate::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 
 use super::buffers::{Pooled, submit_and_read, upload};
@@ -16,6 +16,7 @@ use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
 const OP: &str = "local_mean";
 const FIRST_TILE: u32 = 1;
 const LAST_TILE: u32 = 2;
+const EXCLUDE_SELF: u32 = 4;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -26,7 +27,8 @@ struct Params {
     c0: u32,
     inv_h2: f32,
     flags: u32,
-    _pad: [u32; 2],
+    row0: u32,
+    key0: u32,
 }
 
 /// Keys (and their value rows) uploaded once per call, one binding each.
@@ -61,56 +63,94 @@ pub(crate) fn upload_key_tiles<'p>(
         .collect()
 }
 
-/// Records, for one query tile, the passes that leave each row's state in
-/// `state` (`finalize = false`, used for row sums) or its local means in
-/// `out` (`finalize = true`). Returns the parameters, which must live until
-/// the submission completes.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn record_tile<'p>(
-    ctx: &'p GpuContext,
-    op: &'static str,
-    encoder: &mut wgpu::CommandEncoder,
-    kernel: &Kernel,
-    plan: &LocalMeanPlan,
-    d: usize,
-    q: usize,
-    rows: usize,
-    key_tiles: &[KeyTile<'_>],
-    queries: &Pooled<'_>,
-    state: &Pooled<'_>,
-    out: &Pooled<'_>,
-    counter: &Pooled<'_>,
-    finalize: bool,
-) -> Result<ParamBlock<'p>> {
-    let rows32 = check_u32(op, "query rows", rows)?;
-    let passes: Vec<(usize, usize)> = if q == 0 {
+/// One query tile of a local-mean-shader call and its buffers.
+pub(crate) struct TileJob<'a, 'p> {
+    pub kernel: &'a Kernel,
+    pub plan: &'a LocalMeanPlan,
+    pub d: usize,
+    /// Value columns of the values buffers (0: row sums only).
+    pub q: usize,
+    /// Query rows in the tile, and the global index of the first.
+    pub rows: usize,
+    pub row0: usize,
+    pub key_tiles: &'a [KeyTile<'p>],
+    pub queries: &'a Pooled<'p>,
+    pub state: &'a Pooled<'p>,
+    pub out: &'a Pooled<'p>,
+    pub counter: &'a Pooled<'p>,
+    /// Leave each row's own key out (the queries are the keys).
+    pub exclude_self: bool,
+}
+
+/// The value-column passes of a call with `q` columns.
+pub(crate) fn passes(plan: &LocalMeanPlan, q: usize) -> Vec<(usize, usize)> {
+    if q == 0 {
         vec![(0, 0)]
     } else {
         tiles(q, plan.col_tile).collect()
-    };
-    let mut records = Vec::with_capacity(passes.len() * key_tiles.len());
-    for &(c0, _) in &passes {
-        for (t, kt) in key_tiles.iter().enumerate() {
+    }
+}
+
+/// Records one value-column pass `c0..c1` over every key tile: each row's
+/// state ends in `state` (`finalize = false`) or its local means in `out`
+/// (`finalize = true`). Returns the parameters, which must live until the
+/// submission completes.
+pub(crate) fn record_pass<'p>(
+    ctx: &'p GpuContext,
+    op: &'static str,
+    encoder: &mut wgpu::CommandEncoder,
+    job: &TileJob<'_, '_>,
+    (c0, c1): (usize, usize),
+    finalize: bool,
+) -> Result<ParamBlock<'p>> {
+    let rows32 = check_u32(op, "query rows", job.rows)?;
+    let tiles_n = job.key_tiles.len();
+    let records = job
+        .key_tiles
+        .iter()
+        .enumerate()
+        .map(|(t, kt)| {
             let mut flags = 0;
             if t == 0 {
                 flags |= FIRST_TILE;
             }
-            if finalize && t + 1 == key_tiles.len() {
+            if finalize && t + 1 == tiles_n {
                 flags |= LAST_TILE;
             }
-            records.push(Params {
+            if job.exclude_self {
+                flags |= EXCLUDE_SELF;
+            }
+            Ok(Params {
                 rows: rows32,
                 keys: check_u32(op, "key rows", kt.len)?,
-                q_stride: check_u32(op, "value columns", q)?,
+                q_stride: check_u32(op, "value columns", job.q)?,
                 c0: c0 as u32,
-                inv_h2: kernel.inv_h2(),
+                inv_h2: job.kernel.inv_h2(),
                 flags,
-                _pad: [0; 2],
-            });
-        }
-    }
+                row0: check_u32(op, "query rows", job.row0)?,
+                key0: check_u32(op, "key rows", kt.start)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let params = ParamBlock::new(ctx, op, &records)?;
-    let groups: Vec<wgpu::BindGroup> = key_tiles
+    let qt = (c1 - c0) as u32;
+    let pipeline = ctx.pipelines.get(
+        ctx,
+        op,
+        &PipelineKey {
+            shader: ShaderId::LocalMean,
+            template: vec![
+                ("D", job.d as u32),
+                ("QT", qt),
+                ("QA", qt.max(1)),
+                ("STAGE", job.plan.staged_keys as u32),
+            ],
+            profile: Some(job.kernel.profile().shader_code()),
+        },
+    )?;
+    let workgroups = check_u32(op, "workgroups", job.rows.div_ceil(LOCAL_MEAN_WG))?;
+    let groups: Vec<wgpu::BindGroup> = job
+        .key_tiles
         .iter()
         .map(|kt| {
             bind_group(
@@ -118,46 +158,60 @@ pub(crate) fn record_tile<'p>(
                 ShaderId::LocalMean,
                 &[
                     params.binding(),
-                    queries.binding(),
+                    job.queries.binding(),
                     kt.keys.binding(),
                     kt.values.binding(),
-                    state.binding(),
-                    out.binding(),
-                    counter.binding(),
+                    job.state.binding(),
+                    job.out.binding(),
+                    job.counter.binding(),
                 ],
             )
         })
         .collect();
-    let workgroups = check_u32(op, "workgroups", rows.div_ceil(LOCAL_MEAN_WG))?;
-    let mut rec = 0;
-    for &(c0, c1) in &passes {
-        let qt = (c1 - c0) as u32;
-        let pipeline = ctx.pipelines.get(
-            ctx,
-            op,
-            &PipelineKey {
-                shader: ShaderId::LocalMean,
-                template: vec![
-                    ("D", d as u32),
-                    ("QT", qt),
-                    ("QA", qt.max(1)),
-                    ("STAGE", plan.staged_keys as u32),
-                ],
-                profile: Some(kernel.profile().shader_code()),
-            },
-        )?;
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(op),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipeline);
-        for bg in &groups {
-            pass.set_bind_group(0, bg, &[params.offset(rec)]);
-            pass.dispatch_workgroups(workgroups, 1, 1);
-            rec += 1;
-        }
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(op),
+        timestamp_writes: None,
+    });
+    pass.set_pipeline(&pipeline);
+    for (t, bg) in groups.iter().enumerate() {
+        pass.set_bind_group(0, bg, &[params.offset(t)]);
+        pass.dispatch_workgroups(workgroups, 1, 1);
     }
+    drop(pass);
     Ok(params)
+}
+
+/// Buffers of one query tile.
+struct TileBuffers<'p> {
+    queries: Pooled<'p>,
+    state: Pooled<'p>,
+    out: Pooled<'p>,
+    counter: Pooled<'p>,
+}
+
+fn tile_buffers<'p>(
+    ctx: &'p GpuContext,
+    op: &'static str,
+    queries: &Matrix<'_>,
+    (r0, r1): (usize, usize),
+    state_cols: usize,
+    out_cols: usize,
+) -> Result<TileBuffers<'p>> {
+    let rows = r1 - r0;
+    let storage = wgpu::BufferUsages::STORAGE;
+    let readable = storage | wgpu::BufferUsages::COPY_SRC;
+    Ok(TileBuffers {
+        queries: upload(ctx, op, queries.row_range(r0, r1), storage)?,
+        state: ctx
+            .pool
+            .get(ctx, op, (rows * state_cols * 4) as u64, readable)?,
+        out: ctx
+            .pool
+            .get(ctx, op, (rows * out_cols * 4) as u64, readable)?,
+        counter: ctx
+            .pool
+            .get(ctx, op, 4, readable | wgpu::BufferUsages::COPY_DST)?,
+    })
 }
 
 /// Local means on the GPU.
@@ -175,55 +229,99 @@ pub(crate) fn local_mean(
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
     let mut out = alloc_output(OP, "output", m, q)?;
     let key_tiles = upload_key_tiles(ctx, OP, keys, Some(values), plan.key_tile)?;
-    let storage = wgpu::BufferUsages::STORAGE;
     let state_cols = 2 + plan.col_tile.max(1);
     let mut empty = 0usize;
     for (r0, r1) in tiles(m, plan.query_tile) {
-        let rows = r1 - r0;
-        let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
-        let state = ctx
-            .pool
-            .get(ctx, OP, (rows * state_cols * 4) as u64, storage)?;
-        let obuf = ctx.pool.get(
-            ctx,
-            OP,
-            (rows * q * 4) as u64,
-            storage | wgpu::BufferUsages::COPY_SRC,
-        )?;
-        let counter = ctx.pool.get(
-            ctx,
-            OP,
-            4,
-            storage | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-        )?;
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        encoder.clear_buffer(counter.buffer(), 0, Some(4));
-        let _fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
-        let _params = record_tile(
-            ctx,
-            OP,
-            &mut encoder,
+        let b = tile_buffers(ctx, OP, queries, (r0, r1), state_cols, q)?;
+        let job = TileJob {
             kernel,
-            &plan,
+            plan: &plan,
             d,
             q,
-            rows,
-            &key_tiles,
-            &qbuf,
-            &state,
-            &obuf,
-            &counter,
-            true,
-        )?;
+            rows: r1 - r0,
+            row0: r0,
+            key_tiles: &key_tiles,
+            queries: &b.queries,
+            state: &b.state,
+            out: &b.out,
+            counter: &b.counter,
+            exclude_self: false,
+        };
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        encoder.clear_buffer(b.counter.buffer(), 0, Some(4));
+        let _fill = fill_sentinel(ctx, OP, &mut encoder, &b.out)?;
+        let _params = passes(&plan, q)
+            .into_iter()
+            .map(|cols| record_pass(ctx, OP, &mut encoder, &job, cols, true))
+            .collect::<Result<Vec<_>>>()?;
         let read = submit_and_read(
             ctx,
             &scope,
             encoder,
-            &[(obuf.buffer(), obuf.len()), (counter.buffer(), 4)],
+            &[(b.out.buffer(), b.out.len()), (b.counter.buffer(), 4)],
         )?;
         out[r0 * q..r1 * q].copy_from_slice(&read[0]);
         empty += read[1][0].to_bits() as usize;
     }
     scope.finish(ctx)?;
     Ok(RowNormalized::from_parts(m, q, out, empty))
+}
+
+/// Row states `(m, s, u)` on the GPU (`values` may be absent: row sums
+/// only); with `exclude_self` the queries are the keys and row `i` leaves
+/// key `i` out.
+pub(crate) fn row_states(
+    ctx: &GpuContext,
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &Matrix<'_>,
+    values: Option<&Matrix<'_>>,
+    exclude_self: bool,
+) -> Result<RowStates> {
+    const OP: &str = "row_states";
+    let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
+    let q = values.map_or(0, |v| v.cols());
+    check_u32(OP, "query rows", m)?;
+    check_u32(OP, "key rows", n)?;
+    let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
+    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
+    let key_tiles = upload_key_tiles(ctx, OP, keys, values, plan.key_tile)?;
+    let state_cols = 2 + plan.col_tile.max(1);
+    let mut states = RowStates::empty(m, q);
+    for (r0, r1) in tiles(m, plan.query_tile) {
+        let b = tile_buffers(ctx, OP, queries, (r0, r1), state_cols, 0)?;
+        let job = TileJob {
+            kernel,
+            plan: &plan,
+            d,
+            q,
+            rows: r1 - r0,
+            row0: r0,
+            key_tiles: &key_tiles,
+            queries: &b.queries,
+            state: &b.state,
+            out: &b.out,
+            counter: &b.counter,
+            exclude_self,
+        };
+        for (c0, c1) in passes(&plan, q) {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let _fill = fill_sentinel(ctx, OP, &mut encoder, &b.state)?;
+            let _params = record_pass(ctx, OP, &mut encoder, &job, (c0, c1), false)?;
+            let read = submit_and_read(ctx, &scope, encoder, &[(b.state.buffer(), b.state.len())])?;
+            // The pass's state rows are 2 + max(c1 − c0, 1) floats wide.
+            let stride = 2 + (c1 - c0).max(1);
+            for (r, row) in read[0].chunks_exact(stride).take(r1 - r0).enumerate() {
+                let i = r0 + r;
+                states.max_log_weight[i] = row[0];
+                states.sum[i] = f64::from(row[1]);
+                for c in c0..c1 {
+                    states.weighted[[i, c]] = f64::from(row[2 + c - c0]);
+                }
+            }
+        }
+    }
+    scope.finish(ctx)?;
+    states.normalize_empty();
+    Ok(states)
 }

@@ -3,6 +3,7 @@
 mod buffers;
 pub(crate) mod context;
 mod kernel_matrix;
+mod knn;
 mod local_mean;
 mod pipelines;
 pub(crate) mod shaders;
@@ -10,11 +11,11 @@ mod softmax;
 
 use ndarray::Array2;
 
-use crate::backend::{Backend, BackendInfo, MatrixMode};
+use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
-use crate::ops::{Attention, Heads, RowNormalized};
+use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 use buffers::Pooled;
 use context::GpuContext;
@@ -46,6 +47,21 @@ impl Backend for GpuBackend {
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
         local_mean::local_mean(&self.ctx, kernel, queries, keys, values)
+    }
+
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: Option<&Matrix<'_>>,
+        exclude_self: bool,
+    ) -> Result<RowStates> {
+        local_mean::row_states(&self.ctx, kernel, queries, keys, values, exclude_self)
+    }
+
+    fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+        knn::knn(&self.ctx, queries, keys, k)
     }
 
     fn kernel_matrix(
@@ -85,6 +101,10 @@ impl Backend for GpuBackend {
         causal: bool,
     ) -> Result<(Vec<f32>, usize)> {
         softmax::feature_local_mean(&self.ctx, phi, psi, values, causal)
+    }
+
+    fn gpu_limits(&self) -> Option<&GpuLimits> {
+        Some(&self.ctx.gpu_limits)
     }
 }
 

@@ -16,6 +16,8 @@ pub(crate) enum ShaderId {
     KernelMatrix,
     /// `shaders/fill.wgsl`: output sentinels.
     Fill,
+    /// `shaders/knn.wgsl`: k nearest neighbours.
+    Knn,
     /// `shaders/softmax.wgsl`: kernel softmax (attention), one pass.
     Softmax,
     /// `shaders/softmax_matrix.wgsl`: softmax weight-matrix blocks.
@@ -30,10 +32,11 @@ pub(crate) enum ShaderId {
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 8] = [
+    pub(crate) const ALL: [ShaderId; 9] = [
         ShaderId::LocalMean,
         ShaderId::KernelMatrix,
         ShaderId::Fill,
+        ShaderId::Knn,
         ShaderId::Softmax,
         ShaderId::SoftmaxMatrix,
         ShaderId::FeatureSums,
@@ -47,6 +50,7 @@ impl ShaderId {
             ShaderId::LocalMean => "local_mean.wgsl",
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
+            ShaderId::Knn => "knn.wgsl",
             ShaderId::Softmax => "softmax.wgsl",
             ShaderId::SoftmaxMatrix => "softmax_matrix.wgsl",
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
@@ -60,6 +64,7 @@ impl ShaderId {
             ShaderId::LocalMean => include_str!("../../shaders/local_mean.wgsl"),
             ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
+            ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
             ShaderId::Softmax => include_str!("../../shaders/softmax.wgsl"),
             ShaderId::SoftmaxMatrix => include_str!("../../shaders/softmax_matrix.wgsl"),
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
@@ -74,6 +79,7 @@ impl ShaderId {
             ShaderId::LocalMean => "accumulate",
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
+            ShaderId::Knn => "nearest",
             ShaderId::Softmax => "attend",
             ShaderId::SoftmaxMatrix => "entries",
             ShaderId::FeatureSums => "chunk_sums",
@@ -93,6 +99,7 @@ impl ShaderId {
             ShaderId::LocalMean => &["D", "QT", "QA", "STAGE"],
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
+            ShaderId::Knn => &["D", "K", "STAGE"],
             ShaderId::Softmax => &["D4", "QA4", "BK"],
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &["QA"],
         }
@@ -139,6 +146,11 @@ mod tests {
             ],
             ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
             ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],
+            ShaderId::Knn => vec![
+                vec![("D", 1), ("K", 1), ("STAGE", 256)],
+                vec![("D", 16), ("K", 16), ("STAGE", 256)],
+                vec![("D", 7), ("K", 128), ("STAGE", 64)],
+            ],
             ShaderId::Softmax => vec![
                 vec![("D4", 1), ("QA4", 1), ("BK", 32)],
                 vec![("D4", 1), ("QA4", 1), ("BK", 7)],

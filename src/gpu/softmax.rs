@@ -883,6 +883,7 @@ mod tests {
         binding_bytes: 128 << 20,
         workgroups_per_dim: 65535,
         workgroup_bytes: 32 << 10,
+        loop_budget: None,
     };
 
     #[test]

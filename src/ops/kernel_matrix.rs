@@ -5,7 +5,7 @@ use ndarray::{Array2, ArrayView2};
 use super::RowNormalized;
 use crate::backend::MatrixMode;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 
@@ -91,12 +91,6 @@ fn check_pair<'a>(
 ) -> Result<(Matrix<'a>, Matrix<'a>)> {
     let q = Matrix::check(op, "queries", queries)?;
     let x = Matrix::check(op, "keys", keys)?;
-    if q.cols() != x.cols() {
-        return Err(Error::DimensionMismatch {
-            op,
-            queries: q.cols(),
-            keys: x.cols(),
-        });
-    }
+    super::check_shapes(op, &q, &x, None)?;
     Ok((q, x))
 }

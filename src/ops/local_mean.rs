@@ -4,7 +4,7 @@ use ndarray::ArrayView2;
 
 use super::RowNormalized;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 
@@ -32,20 +32,7 @@ impl Engine {
         let q = Matrix::check(OP, "queries", queries)?;
         let x = Matrix::check(OP, "keys", keys)?;
         let y = Matrix::check(OP, "values", values)?;
-        if q.cols() != x.cols() {
-            return Err(Error::DimensionMismatch {
-                op: OP,
-                queries: q.cols(),
-                keys: x.cols(),
-            });
-        }
-        if y.rows() != x.rows() {
-            return Err(Error::RowMismatch {
-                op: OP,
-                keys: x.rows(),
-                values: y.rows(),
-            });
-        }
+        super::check_shapes(OP, &q, &x, Some(&y))?;
         self.backend_impl().local_mean(kernel, &q, &x, &y)
     }
 

@@ -1,13 +1,55 @@
 //! The public ops, as methods of [`Engine`](crate::Engine): each checks its
 //! inputs once, then hands valid data to the engine's backend.
 
+mod classify;
+mod kde;
 mod kernel_matrix;
+mod knn;
 mod local_mean;
+mod loo;
+mod multi_kernel;
 mod softmax;
+mod states;
 
+pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
+pub use kde::ln_normalizer;
 pub use kernel_matrix::LaplacianKind;
+pub use knn::{KnnWeights, Neighbours};
+pub use loo::{BandwidthSelection, LooScore};
+pub use multi_kernel::MultiKernel;
 pub(crate) use softmax::{Attention, Heads};
 pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};
+pub use states::RowStates;
+
+use crate::error::{Error, Result};
+use crate::matrix::Matrix;
+
+/// Checks that queries and keys share a dimension and that values (if
+/// any) have one row per key.
+pub(crate) fn check_shapes(
+    op: &'static str,
+    queries: &Matrix<'_>,
+    keys: &Matrix<'_>,
+    values: Option<&Matrix<'_>>,
+) -> Result<()> {
+    if queries.cols() != keys.cols() {
+        return Err(Error::DimensionMismatch {
+            op,
+            queries: queries.cols(),
+            keys: keys.cols(),
+        });
+    }
+    if let Some(v) = values
+        && v.rows() != keys.rows()
+    {
+        return Err(Error::RowMismatch {
+            op,
+            keys: keys.rows(),
+            values: v.rows(),
+        });
+    }
+    Ok(())
+}
 
 use ndarray::Array2;
 

@@ -1,0 +1,125 @@
+//! Options shared by the subcommands, their parsers, and the engine they
+//! select.
+
+use std::io::IsTerminal;
+
+use clap::ValueEnum;
+use locus::{Engine, Kernel, Profile};
+
+use crate::error::{CliError, CliResult};
+
+/// `--backend`: where the op runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// A hardware GPU if present, else the CPU.
+    Auto,
+    /// Any GPU adapter (a software one if it is all there is).
+    Gpu,
+    /// The rayon CPU path.
+    Cpu,
+}
+
+impl BackendArg {
+    /// Opens the engine this choice names.
+    pub fn engine(self) -> CliResult<Engine> {
+        match self {
+            BackendArg::Auto => Ok(Engine::new()),
+            BackendArg::Cpu => Ok(Engine::cpu()),
+            BackendArg::Gpu => {
+                Engine::gpu().map_err(|e| CliError::compute(format!("--backend gpu: {e}")))
+            }
+        }
+    }
+}
+
+/// How results are shown: `--json`, `--quiet`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Output {
+    /// Print one JSON object on stdout (backend, adapter, sizes, seconds,
+    /// the op's summary) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing but errors (and the JSON object with --json); no progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl Output {
+    /// Whether a progress bar may be drawn: not with `--quiet` or `--json`,
+    /// and only when stderr is a terminal.
+    pub fn progress(&self) -> bool {
+        !self.quiet && !self.json && std::io::stderr().is_terminal()
+    }
+}
+
+/// Options of every compute subcommand: `--backend`, `--verify`, and the
+/// [`Output`] options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Compute {
+    /// Backend to run on.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// Also run the other backend (CPU for a GPU run, any GPU for a CPU
+    /// run) and report the largest absolute and relative deviation; exit 1,
+    /// writing nothing, if it exceeds the op's tolerance.
+    #[arg(long)]
+    pub verify: bool,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// `--kernel` and `--bandwidth` for subcommands whose kernel defaults to
+/// gaussian and whose bandwidth is required. Subcommands with other
+/// defaults declare their own arguments with [`parse_profile`] and
+/// [`parse_bandwidth`].
+#[derive(Debug, Clone, clap::Args)]
+pub struct KernelArgs {
+    /// Kernel profile: gaussian, epanechnikov, uniform, triangular,
+    /// biweight, laplacian, cauchy.
+    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile)]
+    pub kernel: Profile,
+    /// Bandwidth h > 0 (distances are divided by h).
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_negative_numbers = true)]
+    pub bandwidth: f32,
+}
+
+impl KernelArgs {
+    /// The kernel (already validated by the parsers).
+    pub fn kernel(&self) -> CliResult<Kernel> {
+        Ok(Kernel::new(self.kernel, self.bandwidth)?)
+    }
+}
+
+/// Parses a kernel profile name (aliases such as `tophat` accepted).
+pub fn parse_profile(s: &str) -> Result<Profile, String> {
+    s.parse::<Profile>().map_err(|e| e.to_string())
+}
+
+/// Parses a bandwidth and checks it as the library would.
+pub fn parse_bandwidth(s: &str) -> Result<f32, String> {
+    let h: f32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("bandwidth {s:?} is not a number"))?;
+    Kernel::new(Profile::Gaussian, h).map_err(|e| e.to_string())?;
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bandwidths_are_checked() {
+        assert_eq!(parse_bandwidth("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "nan", "inf", "1e40", "abc", ""] {
+            assert!(parse_bandwidth(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn profiles_parse_with_aliases() {
+        assert_eq!(parse_profile("tophat"), Ok(Profile::Uniform));
+        assert!(parse_profile("boxcar").unwrap_err().contains("gaussian"));
+    }
+}

@@ -1,0 +1,101 @@
+//! `locus classify`: local-mode classification (the class with the
+//! largest kernel vote), with class probabilities.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use super::Job;
+use crate::args::{Compute, KernelArgs};
+use crate::error::{CliError, CliResult};
+use crate::io::{self, Input};
+use crate::report::Summary;
+use crate::verify::{Deviation, Tolerance};
+
+/// Arguments of `locus classify`.
+#[derive(Debug, clap::Args)]
+pub struct ClassifyArgs {
+    /// Training points, N×d.
+    #[arg(long, value_name = "X")]
+    train: PathBuf,
+    /// Training labels: N class indices 0..C−1 (one column).
+    #[arg(long, value_name = "L")]
+    labels: PathBuf,
+    /// Points to classify, M×d.
+    #[arg(long, value_name = "Q")]
+    queries: PathBuf,
+    #[command(flatten)]
+    kernel: KernelArgs,
+    /// Queries with no training point in reach (compact kernels) get the
+    /// nearest training point's label instead of −1.
+    #[arg(long)]
+    nearest_fallback: bool,
+    /// Where to write the M predicted labels (i64; −1 unassigned).
+    #[arg(long, short, value_name = "PRED")]
+    output: PathBuf,
+    /// Where to write the M×C class probabilities.
+    #[arg(long, value_name = "P")]
+    proba: Option<PathBuf>,
+    #[command(flatten)]
+    common: Compute,
+}
+
+/// Runs `locus classify`.
+pub fn run(a: &ClassifyArgs) -> CliResult<()> {
+    io::check_output("--output", &a.output)?;
+    if let Some(p) = &a.proba {
+        io::check_output("--proba", p)?;
+    }
+    let kernel = a.kernel.kernel()?;
+    let train = Input::load("--train", &a.train)?;
+    let labels_in = Input::load("--labels", &a.labels)?;
+    let queries = Input::load("--queries", &a.queries)?;
+    io::same_cols(&queries, &train)?;
+    io::same_rows(&labels_in, &train)?;
+    io::one_column(&labels_in)?;
+    let labels = locus::labels_from_f32(labels_in.data.column(0))
+        .map_err(|e| CliError::input(format!("--labels {}: {e}", labels_in.path.display())))?;
+    let fallback = if a.nearest_fallback {
+        locus::EmptyFallback::NearestNeighbour
+    } else {
+        locus::EmptyFallback::Unassigned
+    };
+    let (x, q) = (train.data.view(), queries.data.view());
+    let op = |e: &locus::Engine| {
+        let clf = e
+            .fit_classifier(&kernel, x, labels.view(), None)?
+            .with_fallback(fallback);
+        Ok((clf.predict(q)?, clf.predict_proba(q)?))
+    };
+
+    let mut job = Job::open("classify", &a.common)?;
+    let (pred, proba) = job.run(op)?;
+    job.verify(op, |other| {
+        Deviation::between(
+            proba.values.view(),
+            other.1.values.view(),
+            Tolerance::local_mean(1.0),
+        )
+    })?;
+    let classes = proba.values.ncols();
+    let summary = Summary {
+        kernel: Some(kernel),
+        sizes: vec![
+            ("M", q.nrows()),
+            ("N", x.nrows()),
+            ("d", x.ncols()),
+            ("classes", classes),
+        ],
+        fields: vec![("empty_rows", json!(pred.empty_rows))],
+        outputs: std::iter::once(("output", a.output.clone()))
+            .chain(a.proba.clone().map(|p| ("proba", p)))
+            .collect(),
+    };
+    job.finish(summary, || {
+        io::write_array("--output", &a.output, pred.labels.view())?;
+        if let Some(p) = &a.proba {
+            io::write_array("--proba", p, proba.values.view())?;
+        }
+        Ok(())
+    })
+}

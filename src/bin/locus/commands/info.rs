@@ -1,0 +1,145 @@
+//! `locus info`: the GPU adapters found, the backend `auto` chooses, and
+//! the limits and features of the backends.
+
+use locus::{BackendInfo, Engine, GpuLimits};
+use serde_json::{Map, Value, json};
+
+use crate::args::Output;
+use crate::error::CliResult;
+use crate::report::{adapter_json, backend_fields};
+
+/// Arguments of `locus info`.
+#[derive(Debug, clap::Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    output: Output,
+}
+
+/// Runs `locus info`.
+pub fn run(a: &InfoArgs) -> CliResult<()> {
+    let adapters = Engine::adapters();
+    let auto = Engine::new();
+    // The GPU engine `--backend gpu` would open (a software adapter
+    // included), unless `auto` already is one.
+    let gpu = if auto.backend().is_gpu() {
+        Ok(auto.clone())
+    } else if adapters.is_empty() {
+        Err("no adapter".to_string())
+    } else {
+        Engine::gpu().map_err(|e| e.to_string())
+    };
+    let cpu = Engine::cpu();
+
+    if a.output.json {
+        let mut o = Map::new();
+        o.insert(
+            "adapters".into(),
+            adapters.iter().map(adapter_json).collect(),
+        );
+        o.insert("auto".into(), engine_json(&auto));
+        o.insert("auto_fallback_reason".into(), json!(auto.fallback_reason()));
+        o.insert(
+            "gpu".into(),
+            match &gpu {
+                Ok(g) => engine_json(g),
+                Err(_) => Value::Null,
+            },
+        );
+        o.insert("cpu".into(), engine_json(&cpu));
+        println!("{}", Value::Object(o));
+        return Ok(());
+    }
+    if a.output.quiet {
+        return Ok(());
+    }
+    if adapters.is_empty() {
+        println!("GPU adapters: none (install a Vulkan driver, e.g. mesa-vulkan-drivers)");
+    } else {
+        println!("GPU adapters (best first):");
+        for ad in &adapters {
+            println!("  {ad}");
+        }
+    }
+    println!("auto backend: {}", auto.backend());
+    if let Some(why) = auto.fallback_reason() {
+        println!("  (GPU found but not usable: {why})");
+    } else if !auto.backend().is_gpu() && adapters.iter().any(BackendInfo::is_software) {
+        println!(
+            "  (software adapters are not chosen by auto: the CPU path is faster; --backend gpu takes one)"
+        );
+    }
+    match &gpu {
+        Ok(g) => {
+            println!("gpu backend (--backend gpu): {}", g.backend());
+            if let Some(l) = g.gpu_limits() {
+                print_limits(l);
+            }
+        }
+        Err(e) => println!("gpu backend (--backend gpu): unavailable ({e})"),
+    }
+    println!("cpu backend (--backend cpu): {}", cpu.backend());
+    Ok(())
+}
+
+fn engine_json(e: &Engine) -> Value {
+    let mut o = backend_fields(e.backend());
+    if let BackendInfo::Cpu { threads, simd } = e.backend() {
+        o.insert("threads".into(), json!(threads));
+        o.insert("simd".into(), json!(simd));
+    }
+    if let Some(l) = e.gpu_limits() {
+        o.insert(
+            "limits".into(),
+            json!({
+                "max_buffer_size": l.max_buffer_size,
+                "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
+                "max_compute_workgroups_per_dimension": l.max_compute_workgroups_per_dimension,
+                "max_compute_invocations_per_workgroup": l.max_compute_invocations_per_workgroup,
+                "max_compute_workgroup_storage_size": l.max_compute_workgroup_storage_size,
+            }),
+        );
+        o.insert("features".into(), json!(l.adapter_features));
+    }
+    Value::Object(o)
+}
+
+fn print_limits(l: &GpuLimits) {
+    println!("  max buffer: {}", bytes(l.max_buffer_size));
+    println!(
+        "  max storage binding: {}",
+        bytes(l.max_storage_buffer_binding_size)
+    );
+    println!(
+        "  max workgroups per dimension: {}",
+        l.max_compute_workgroups_per_dimension
+    );
+    println!(
+        "  max invocations per workgroup: {}",
+        l.max_compute_invocations_per_workgroup
+    );
+    println!(
+        "  workgroup memory: {}",
+        bytes(u64::from(l.max_compute_workgroup_storage_size))
+    );
+    if l.adapter_features.is_empty() {
+        println!("  adapter features: none");
+    } else {
+        println!("  adapter features: {}", l.adapter_features.join(", "));
+    }
+}
+
+/// Bytes in binary units.
+fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {} ({b} bytes)", UNITS[u])
+    }
+}

@@ -1,0 +1,109 @@
+//! `locus kde`: kernel density estimates (or log-densities) at queries.
+
+use std::path::PathBuf;
+
+use ndarray::Array1;
+use serde_json::json;
+
+use super::Job;
+use crate::args::{Compute, KernelArgs};
+use crate::error::CliResult;
+use crate::io::{self, Input};
+use crate::report::Summary;
+use crate::verify::{Deviation, Tolerance};
+
+/// Arguments of `locus kde`.
+#[derive(Debug, clap::Args)]
+pub struct KdeArgs {
+    /// Query points, M×d (default: the keys).
+    #[arg(long, value_name = "Q")]
+    queries: Option<PathBuf>,
+    /// Sample points, N×d.
+    #[arg(long, value_name = "X")]
+    keys: PathBuf,
+    /// Optional per-key weights (N values, non-negative).
+    #[arg(long, value_name = "W")]
+    weights: Option<PathBuf>,
+    #[command(flatten)]
+    kernel: KernelArgs,
+    /// Write ln p̂ instead of p̂ (finite far from the data for the gaussian,
+    /// laplacian and cauchy profiles; −inf outside a compact support).
+    #[arg(long)]
+    log: bool,
+    /// Where to write the M densities (.npy or .csv).
+    #[arg(long, short, value_name = "OUT")]
+    output: PathBuf,
+    #[command(flatten)]
+    common: Compute,
+}
+
+/// Runs `locus kde`.
+pub fn run(a: &KdeArgs) -> CliResult<()> {
+    io::check_output("--output", &a.output)?;
+    let kernel = a.kernel.kernel()?;
+    let keys = Input::load("--keys", &a.keys)?;
+    let queries = a
+        .queries
+        .as_deref()
+        .map(|p| Input::load("--queries", p))
+        .transpose()?;
+    if let Some(q) = &queries {
+        io::same_cols(q, &keys)?;
+    }
+    let weights = a
+        .weights
+        .as_deref()
+        .map(|p| Input::load("--weights", p))
+        .transpose()?;
+    if let Some(w) = &weights {
+        io::same_rows(w, &keys)?;
+        io::one_column(w)?;
+    }
+    let x = keys.data.view();
+    let q = queries.as_ref().map_or(x, |q| q.data.view());
+    let w = weights.as_ref().map(|w| w.data.column(0));
+    let op = |e: &locus::Engine| e.log_density(&kernel, q, x, w);
+
+    let mut job = Job::open("kde", &a.common)?;
+    let log_p = job.run(op)?;
+    let shown = |l: &Array1<f64>| -> Array1<f32> {
+        if a.log {
+            l.mapv(|v| v as f32)
+        } else {
+            l.mapv(|v| v.exp() as f32)
+        }
+    };
+    let result = shown(&log_p);
+    // Compare what is written; −inf (zero density) on both sides agrees.
+    let comparable = |v: &Array1<f32>| v.mapv(|x| if x.is_infinite() { f32::NAN } else { x });
+    let scale = result
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f32, |s, v| s.max(v.abs()));
+    job.verify(op, |other| {
+        Deviation::between(
+            comparable(&result).view(),
+            comparable(&shown(other)).view(),
+            Tolerance {
+                rtol: 1e-4,
+                atol: if a.log { 1e-5 } else { 1e-6 * f64::from(scale) },
+            },
+        )
+    })?;
+    let summary = Summary {
+        kernel: Some(kernel),
+        sizes: vec![("M", q.nrows()), ("N", x.nrows()), ("d", x.ncols())],
+        fields: vec![
+            ("log", json!(a.log)),
+            ("weighted", json!(w.is_some())),
+            (
+                "max_log_density",
+                json!(log_p.iter().cloned().fold(f64::NEG_INFINITY, f64::max)),
+            ),
+        ],
+        outputs: vec![("output", a.output.clone())],
+    };
+    job.finish(summary, || {
+        io::write_array("--output", &a.output, result.view())
+    })
+}

@@ -1,0 +1,101 @@
+//! `locus knn`: the k nearest keys of each query.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use super::{Job, pairs_per_second};
+use crate::args::Compute;
+use crate::error::{CliError, CliResult};
+use crate::io::{self, Input};
+use crate::report::Summary;
+use crate::verify::{Deviation, Tolerance};
+
+/// Arguments of `locus knn`.
+#[derive(Debug, clap::Args)]
+pub struct KnnArgs {
+    /// Query points, M×d (default: the keys).
+    #[arg(long, value_name = "Q")]
+    queries: Option<PathBuf>,
+    /// Keys, N×d.
+    #[arg(long, value_name = "X")]
+    keys: PathBuf,
+    /// Neighbours per query (1 ≤ k ≤ N).
+    #[arg(long, short)]
+    k: usize,
+    /// Where to write the M×k key indices (i64, nearest first, ties to the
+    /// lower index).
+    #[arg(long, short, value_name = "IDX")]
+    output: PathBuf,
+    /// Where to write the M×k Euclidean distances.
+    #[arg(long, value_name = "D")]
+    distances: Option<PathBuf>,
+    #[command(flatten)]
+    common: Compute,
+}
+
+/// Runs `locus knn`.
+pub fn run(a: &KnnArgs) -> CliResult<()> {
+    io::check_output("--output", &a.output)?;
+    if let Some(d) = &a.distances {
+        io::check_output("--distances", d)?;
+    }
+    let keys = Input::load("--keys", &a.keys)?;
+    let queries = a
+        .queries
+        .as_deref()
+        .map(|p| Input::load("--queries", p))
+        .transpose()?;
+    if let Some(q) = &queries {
+        io::same_cols(q, &keys)?;
+    }
+    if a.k == 0 || a.k > keys.rows() {
+        return Err(CliError::input(format!(
+            "--k {}: must be between 1 and the number of keys ({} in {})",
+            a.k,
+            keys.rows(),
+            keys.path.display()
+        )));
+    }
+    let x = keys.data.view();
+    let q = queries.as_ref().map_or(x, |q| q.data.view());
+    let op = |e: &locus::Engine| e.knn(q, x, a.k);
+
+    let mut job = Job::open("knn", &a.common)?;
+    let nb = job.run(op)?;
+    // Distances are compared: at exact ties the indices are fixed by the
+    // rule, at near-ties rounding may legitimately order them differently.
+    job.verify(op, |other| {
+        Deviation::between(
+            nb.distances.view(),
+            other.distances.view(),
+            Tolerance {
+                rtol: 1e-5,
+                atol: 1e-6,
+            },
+        )
+    })?;
+    let summary = Summary {
+        kernel: None,
+        sizes: vec![
+            ("M", q.nrows()),
+            ("N", x.nrows()),
+            ("d", x.ncols()),
+            ("k", a.k),
+        ],
+        fields: vec![(
+            "pairs_per_second",
+            json!(pairs_per_second(q.nrows(), x.nrows(), job.seconds())),
+        )],
+        outputs: std::iter::once(("output", a.output.clone()))
+            .chain(a.distances.clone().map(|d| ("distances", d)))
+            .collect(),
+    };
+    job.finish(summary, || {
+        io::write_array("--output", &a.output, nb.indices.view())?;
+        if let Some(d) = &a.distances {
+            io::write_array("--distances", d, nb.distances.view())?;
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,150 @@
+//! Brute-force k nearest neighbours on the CPU: blocked squared distances
+//! and a per-query sorted top-k list with a rejection threshold.
+
+use rayon::prelude::*;
+
+use super::local_mean::KeysSoa;
+use super::simd::{KEY_BLOCK, has_avx2_fma, scaled_sq_dists};
+
+/// The `k` nearest keys of one query: squared distances ascending, ties in
+/// index order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TopK {
+    pub d2: Vec<f32>,
+    pub idx: Vec<u32>,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        TopK {
+            d2: vec![f32::INFINITY; k],
+            idx: vec![u32::MAX; k],
+        }
+    }
+
+    /// Inserts key `j` at squared distance `t` if it beats the current
+    /// k-th. Keys arrive in increasing index order, so a tie keeps the
+    /// earlier key ahead.
+    #[inline]
+    fn offer(&mut self, t: f32, j: u32) {
+        let k = self.d2.len();
+        if t >= self.d2[k - 1] {
+            return;
+        }
+        let mut pos = k - 1;
+        while pos > 0 && self.d2[pos - 1] > t {
+            self.d2[pos] = self.d2[pos - 1];
+            self.idx[pos] = self.idx[pos - 1];
+            pos -= 1;
+        }
+        self.d2[pos] = t;
+        self.idx[pos] = j;
+    }
+
+    /// Merges two lists over disjoint key ranges, by (distance, index).
+    fn merge(&self, other: &TopK) -> TopK {
+        let k = self.d2.len();
+        let mut out = TopK::new(k);
+        let (mut a, mut b) = (0, 0);
+        for o in 0..k {
+            let take_a =
+                b >= k || (a < k && (self.d2[a], self.idx[a]) <= (other.d2[b], other.idx[b]));
+            if take_a {
+                out.d2[o] = self.d2[a];
+                out.idx[o] = self.idx[a];
+                a += 1;
+            } else {
+                out.d2[o] = other.d2[b];
+                out.idx[o] = other.idx[b];
+                b += 1;
+            }
+        }
+        out
+    }
+}
+
+/// The `k` nearest keys of every query (row-major, `d` columns).
+pub(crate) fn knn(queries: &[f32], d: usize, keys: &KeysSoa<'_>, k: usize) -> Vec<TopK> {
+    let n = keys.n;
+    let m = queries.len() / d;
+    let want = 4 * rayon::current_num_threads();
+    let splits = if m >= want {
+        1
+    } else {
+        want.div_ceil(m).min(n / (4 * KEY_BLOCK)).max(1)
+    };
+    let per = n.div_ceil(splits).next_multiple_of(KEY_BLOCK);
+    queries
+        .par_chunks(d)
+        .map(|query| {
+            (0..n.div_ceil(per))
+                .into_par_iter()
+                .map(|t| range(query, keys, k, t * per, ((t + 1) * per).min(n)))
+                .reduce_with(|a, b| a.merge(&b))
+                .unwrap_or_else(|| TopK::new(k))
+        })
+        .collect()
+}
+
+fn range(query: &[f32], keys: &KeysSoa<'_>, k: usize, k0: usize, k1: usize) -> TopK {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        return unsafe { range_avx2(query, keys, k, k0, k1) };
+    }
+    range_impl::<false>(query, keys, k, k0, k1)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn range_avx2(query: &[f32], keys: &KeysSoa<'_>, k: usize, k0: usize, k1: usize) -> TopK {
+    range_impl::<true>(query, keys, k, k0, k1)
+}
+
+#[inline(always)]
+fn range_impl<const FMA: bool>(
+    query: &[f32],
+    keys: &KeysSoa<'_>,
+    k: usize,
+    k0: usize,
+    k1: usize,
+) -> TopK {
+    let mut top = TopK::new(k);
+    let mut buf = [0.0f32; KEY_BLOCK];
+    let mut j0 = k0;
+    while j0 < k1 {
+        let len = KEY_BLOCK.min(k1 - j0);
+        let t = &mut buf[..len];
+        scaled_sq_dists::<FMA>(keys.xt, keys.ld, j0, query, 1.0, t);
+        let mut thr = top.d2[k - 1];
+        for (jj, &tj) in t.iter().enumerate() {
+            if tj < thr {
+                top.offer(tj, (j0 + jj) as u32);
+                thr = top.d2[k - 1];
+            }
+        }
+        j0 += len;
+    }
+    top
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ties_keep_the_lower_index_and_merge_is_ordered() {
+        let mut a = TopK::new(3);
+        for (t, j) in [(1.0, 0), (0.5, 1), (1.0, 2), (0.5, 3)] {
+            a.offer(t, j);
+        }
+        assert_eq!(a.idx, vec![1, 3, 0]);
+        let mut b = TopK::new(3);
+        for (t, j) in [(0.5, 7), (0.2, 8)] {
+            b.offer(t, j);
+        }
+        let m = a.merge(&b);
+        assert_eq!(m.idx, vec![8, 1, 3]);
+        assert_eq!(m.d2, vec![0.2, 0.5, 0.5]);
+    }
+}

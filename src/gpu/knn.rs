@@ -1,0 +1,143 @@
+//! Dispatch of `shaders/knn.wgsl`: query tiles × key tiles, the running
+//! top-k list kept on the device between key tiles.
+
+use ndarray::Array2;
+
+use crate::error::{Error, Result};
+use crate::matrix::Matrix;
+use crate::ops::Neighbours;
+use crate::plan::{LOCAL_MEAN_WG, MAX_GPU_K, plan_knn, tiles};
+
+use super::buffers::{submit_and_read, upload};
+use super::context::GpuContext;
+use super::local_mean::upload_key_tiles;
+use super::pipelines::PipelineKey;
+use super::shaders::ShaderId;
+use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
+
+const OP: &str = "knn";
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct KnnParams {
+    rows: u32,
+    keys: u32,
+    key0: u32,
+    flags: u32,
+}
+
+/// The `k` nearest keys of every query on the GPU.
+pub(crate) fn knn(
+    ctx: &GpuContext,
+    queries: &Matrix<'_>,
+    keys: &Matrix<'_>,
+    k: usize,
+) -> Result<Neighbours> {
+    let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
+    if k > MAX_GPU_K {
+        return Err(Error::Unsupported {
+            op: OP,
+            backend: "gpu",
+            reason: format!(
+                "k = {k} exceeds the {MAX_GPU_K} neighbours one GPU pass keeps; use the CPU backend"
+            ),
+        });
+    }
+    check_u32(OP, "query rows", m)?;
+    check_u32(OP, "key rows", n)?;
+    let plan = plan_knn(&ctx.limits, &ctx.caps, m, n, d, k)?;
+    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} k={k}"))?;
+    let key_tiles = upload_key_tiles(ctx, OP, keys, None, plan.key_tile)?;
+    let pipeline = ctx.pipelines.get(
+        ctx,
+        OP,
+        &PipelineKey {
+            shader: ShaderId::Knn,
+            template: vec![
+                ("D", d as u32),
+                ("K", k as u32),
+                ("STAGE", plan.staged_keys as u32),
+            ],
+            profile: None,
+        },
+    )?;
+    let mut distances = Array2::<f32>::zeros((m, k));
+    let mut indices = Array2::<i64>::zeros((m, k));
+    let storage = wgpu::BufferUsages::STORAGE;
+    let readable = storage | wgpu::BufferUsages::COPY_SRC;
+    for (r0, r1) in tiles(m, plan.query_tile) {
+        let rows = r1 - r0;
+        let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
+        let best = ctx.pool.get(ctx, OP, (rows * k * 8) as u64, storage)?;
+        let out_d = ctx.pool.get(ctx, OP, (rows * k * 4) as u64, readable)?;
+        let out_i = ctx.pool.get(ctx, OP, (rows * k * 4) as u64, readable)?;
+        let last = key_tiles.len() - 1;
+        let records = key_tiles
+            .iter()
+            .enumerate()
+            .map(|(t, kt)| {
+                Ok(KnnParams {
+                    rows: rows as u32,
+                    keys: check_u32(OP, "key rows", kt.len)?,
+                    key0: check_u32(OP, "key rows", kt.start)?,
+                    flags: u32::from(t == 0) | (u32::from(t == last) << 1),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let params = ParamBlock::new(ctx, OP, &records)?;
+        let groups: Vec<_> = key_tiles
+            .iter()
+            .map(|kt| {
+                bind_group(
+                    ctx,
+                    ShaderId::Knn,
+                    &[
+                        params.binding(),
+                        qbuf.binding(),
+                        kt.keys.binding(),
+                        best.binding(),
+                        out_d.binding(),
+                        out_i.binding(),
+                    ],
+                )
+            })
+            .collect();
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let _fill_d = fill_sentinel(ctx, OP, &mut encoder, &out_d)?;
+        let _fill_i = fill_sentinel(ctx, OP, &mut encoder, &out_i)?;
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(OP),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&pipeline);
+            let wg = check_u32(OP, "workgroups", rows.div_ceil(LOCAL_MEAN_WG))?;
+            for (t, bg) in groups.iter().enumerate() {
+                pass.set_bind_group(0, bg, &[params.offset(t)]);
+                pass.dispatch_workgroups(wg, 1, 1);
+            }
+        }
+        let read = submit_and_read(
+            ctx,
+            &scope,
+            encoder,
+            &[(out_d.buffer(), out_d.len()), (out_i.buffer(), out_i.len())],
+        )?;
+        for r in 0..rows {
+            for c in 0..k {
+                distances[[r0 + r, c]] = read[0][r * k + c];
+                let idx = read[1][r * k + c].to_bits();
+                indices[[r0 + r, c]] = if idx == u32::MAX { -1 } else { i64::from(idx) };
+            }
+        }
+    }
+    scope.finish(ctx)?;
+    if indices.iter().any(|&i| i < 0 || i as usize >= n) {
+        return Err(Error::Gpu {
+            op: OP,
+            sizes: format!("M={m} N={n} d={d} k={k}"),
+            message: "the device returned an out-of-range neighbour index".into(),
+        });
+    }
+    Ok(Neighbours { indices, distances })
+}

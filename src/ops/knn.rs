@@ -1,0 +1,169 @@
+//! k nearest neighbours, and the kNN local models on top (paper §4.4).
+
+use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
+
+use super::RowNormalized;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+use crate::matrix::Matrix;
+
+/// The `k` nearest keys of each query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbours {
+    /// Key indices (`M × k`), nearest first; equal distances in index order.
+    pub indices: Array2<i64>,
+    /// Euclidean distances (`M × k`), ascending.
+    pub distances: Array2<f32>,
+}
+
+/// How the `k` neighbours are weighted in [`Engine::knn_regress`] and
+/// [`Engine::knn_classify`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KnnWeights {
+    /// Every neighbour counts the same (the plain kNN average / vote).
+    Uniform,
+    /// Neighbour `j` weighs `K(q, x_j)` (log domain for exponential
+    /// profiles); a query whose `k` neighbours all have weight 0 is empty.
+    Kernel(Kernel),
+}
+
+impl Engine {
+    /// The `k` nearest keys of every query, by Euclidean distance.
+    ///
+    /// # Errors
+    /// Empty or non-finite inputs, dimension mismatch, `k = 0` or `k > N`;
+    /// on the GPU, `k` above 128 (one pass keeps at most that many).
+    pub fn knn(
+        &self,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        k: usize,
+    ) -> Result<Neighbours> {
+        const OP: &str = "knn";
+        let q = Matrix::check(OP, "queries", queries)?;
+        let x = Matrix::check(OP, "keys", keys)?;
+        super::check_shapes(OP, &q, &x, None)?;
+        check_k(k, x.rows())?;
+        self.backend_impl().knn(&q, &x, k)
+    }
+
+    /// kNN regression: the (weighted) mean of the `k` nearest keys' values.
+    ///
+    /// # Errors
+    /// As [`knn`](Self::knn), plus `values` rows ≠ keys rows.
+    pub fn knn_regress(
+        &self,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        values: ArrayView2<'_, f32>,
+        k: usize,
+        weights: KnnWeights,
+    ) -> Result<RowNormalized> {
+        const OP: &str = "knn_regress";
+        let y = Matrix::check(OP, "values", values)?;
+        if y.rows() != keys.nrows() {
+            return Err(Error::RowMismatch {
+                op: OP,
+                keys: keys.nrows(),
+                values: y.rows(),
+            });
+        }
+        let nb = self.knn(queries, keys, k)?;
+        let (m, q) = (nb.indices.nrows(), y.cols());
+        let mut out = Array2::<f32>::zeros((m, q));
+        let mut empty = 0;
+        for i in 0..m {
+            match neighbour_weights(&nb, i, weights) {
+                None => {
+                    out.row_mut(i).fill(f32::NAN);
+                    empty += 1;
+                }
+                Some(w) => {
+                    let total: f64 = w.iter().sum();
+                    for c in 0..q {
+                        let s: f64 = w
+                            .iter()
+                            .zip(nb.indices.row(i))
+                            .map(|(&wj, &j)| wj * f64::from(y.as_slice()[j as usize * q + c]))
+                            .sum();
+                        out[[i, c]] = (s / total) as f32;
+                    }
+                }
+            }
+        }
+        Ok(RowNormalized {
+            values: out,
+            empty_rows: empty,
+        })
+    }
+
+    /// kNN classification: the class with the largest (weighted) vote among
+    /// the `k` nearest keys; ties go to the smaller class. Empty queries
+    /// (all weights 0) get −1 and are counted in the second value.
+    ///
+    /// # Errors
+    /// As [`knn`](Self::knn), plus labels that are negative or not one per key.
+    pub fn knn_classify(
+        &self,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        labels: ArrayView1<'_, i64>,
+        k: usize,
+        weights: KnnWeights,
+    ) -> Result<(Array1<i64>, usize)> {
+        let classes = super::classify::check_labels("knn_classify", labels, keys.nrows(), None)?;
+        let nb = self.knn(queries, keys, k)?;
+        let m = nb.indices.nrows();
+        let mut out = Array1::<i64>::zeros(m);
+        let mut empty = 0;
+        let mut votes = vec![0.0f64; classes];
+        for i in 0..m {
+            let Some(w) = neighbour_weights(&nb, i, weights) else {
+                out[i] = -1;
+                empty += 1;
+                continue;
+            };
+            votes.fill(0.0);
+            for (&wj, &j) in w.iter().zip(nb.indices.row(i)) {
+                votes[labels[j as usize] as usize] += wj;
+            }
+            out[i] = super::classify::argmax(&votes) as i64;
+        }
+        Ok((out, empty))
+    }
+}
+
+/// Weights of the `k` neighbours of query `i`, relative to the largest
+/// (None when they are all zero).
+fn neighbour_weights(nb: &Neighbours, i: usize, weights: KnnWeights) -> Option<Vec<f64>> {
+    let k = nb.indices.ncols();
+    match weights {
+        KnnWeights::Uniform => Some(vec![1.0; k]),
+        KnnWeights::Kernel(kernel) => {
+            let h = f64::from(kernel.bandwidth());
+            let p = kernel.profile();
+            let lw: Vec<f64> = nb
+                .distances
+                .row(i)
+                .iter()
+                .map(|&r| {
+                    let t = (f64::from(r) / h).powi(2);
+                    p.log_eval_sq(t).unwrap_or_else(|| p.eval_sq(t).ln())
+                })
+                .collect();
+            let mx = lw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            (mx > f64::NEG_INFINITY).then(|| lw.iter().map(|l| (l - mx).exp()).collect())
+        }
+    }
+}
+
+fn check_k(k: usize, n: usize) -> Result<()> {
+    if k == 0 || k > n {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("k must be in 1..={n} (the number of keys), got {k}"),
+        });
+    }
+    Ok(())
+}

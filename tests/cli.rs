@@ -1,0 +1,822 @@
+//! The `locus` binary, run on small files in a temporary folder: outputs
+//! against the library's results, file formats, error messages and exit
+//! codes, `--verify`, `--json`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use common::{Rng, cpu, gpu};
+use locus::{Kernel, LaplacianKind, Profile};
+use ndarray::{Array1, Array2, ShapeBuilder};
+use ndarray_npy::{read_npy, write_npy};
+use predicates::prelude::*;
+use serde_json::Value;
+use tempfile::TempDir;
+
+fn locus() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_locus"));
+    c.env("NODEVICE_SELECT", "1");
+    c
+}
+
+fn npy(dir: &TempDir, name: &str, a: &Array2<f32>) -> PathBuf {
+    let p = dir.path().join(name);
+    write_npy(&p, a).unwrap();
+    p
+}
+
+fn file(dir: &TempDir, name: &str, text: &str) -> PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn to_csv(a: &Array2<f32>) -> String {
+    let mut s = String::new();
+    for r in a.rows() {
+        let cells: Vec<String> = r.iter().map(|v| format!("{v:?}")).collect();
+        s += &cells.join(",");
+        s.push('\n');
+    }
+    s
+}
+
+/// Reads an output: `.npy` as f32, `.csv` as plain numbers.
+fn read_out(p: &Path) -> Array2<f32> {
+    if p.extension().unwrap() == "npy" {
+        return read_npy(p).unwrap();
+    }
+    let text = std::fs::read_to_string(p).unwrap();
+    let rows: Vec<Vec<f32>> = text
+        .lines()
+        .map(|l| l.split(',').map(|f| f.parse().unwrap()).collect())
+        .collect();
+    let cols = rows[0].len();
+    Array2::from_shape_vec((rows.len(), cols), rows.concat()).unwrap()
+}
+
+/// Same shape, equal within `rtol` (NaN where the other is NaN).
+#[track_caller]
+fn assert_near(got: &Array2<f32>, want: &Array2<f32>, rtol: f32) {
+    assert_eq!(got.dim(), want.dim());
+    for ((i, j), &w) in want.indexed_iter() {
+        let g = got[[i, j]];
+        if w.is_nan() {
+            assert!(g.is_nan(), "[{i},{j}] = {g}, expected NaN");
+        } else {
+            assert!(
+                (g - w).abs() <= rtol * w.abs() + 1e-6,
+                "[{i},{j}] = {g}, expected {w}"
+            );
+        }
+    }
+}
+
+fn json_of(out: &[u8]) -> Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}): {}",
+            String::from_utf8_lossy(out)
+        )
+    })
+}
+
+/// Whether GPU runs can be tested: a GPU adapter (lavapipe will do), or
+/// SKIPPED (a failure under `CI=true`, see `common::gpu_engine`).
+fn have_gpu() -> bool {
+    gpu().is_some()
+}
+
+// ---- local-mean ------------------------------------------------------------
+
+#[test]
+fn local_mean_matches_the_library() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(1);
+    let (q, x, y) = (
+        rng.matrix(37, 3, 0.0, 1.0),
+        rng.matrix(53, 3, 0.0, 1.0),
+        rng.matrix(53, 2, -5.0, 5.0),
+    );
+    let out = dir.path().join("m.npy");
+    locus()
+        .args(["local-mean", "--backend", "cpu", "--kernel", "epanechnikov"])
+        .args(["--bandwidth", "0.3", "--queries"])
+        .arg(npy(&dir, "q.npy", &q))
+        .arg("--keys")
+        .arg(npy(&dir, "x.npy", &x))
+        .arg("--values")
+        .arg(npy(&dir, "y.npy", &y))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("local-mean: M=37 N=53 d=3 q=2"));
+    let k = Kernel::new(Profile::Epanechnikov, 0.3).unwrap();
+    let want = cpu().local_mean(&k, q.view(), x.view(), y.view()).unwrap();
+    assert!(want.empty_rows > 0, "the test wants some empty rows");
+    assert_near(&read_out(&out), &want.values, 1e-6);
+}
+
+#[test]
+fn self_local_mean_from_csv_with_header_and_comments() {
+    let dir = TempDir::new().unwrap();
+    let x = Rng::new(2).matrix(40, 2, 0.0, 1.0);
+    let text = format!("# points, made by a test\nx,y\n{}", to_csv(&x));
+    let out = dir.path().join("m.csv");
+    let assert = locus()
+        .args([
+            "local-mean",
+            "--backend",
+            "cpu",
+            "--bandwidth",
+            "0.25",
+            "--json",
+            "--keys",
+        ])
+        .arg(file(&dir, "x.csv", &text))
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success();
+    let j = json_of(&assert.get_output().stdout);
+    assert_eq!(j["command"], "local-mean");
+    assert_eq!(j["backend"], "cpu");
+    assert_eq!(j["summary"]["self_local_mean"], true);
+    assert_eq!(j["sizes"]["N"], 40);
+    assert_eq!(j["kernel"]["profile"], "gaussian");
+    assert!(j["seconds"].as_f64().unwrap() >= 0.0);
+    let k = Kernel::gaussian(0.25).unwrap();
+    let want = cpu().self_local_mean(&k, x.view()).unwrap();
+    assert_near(&read_out(&out), &want.values, 1e-6);
+}
+
+#[test]
+fn values_default_to_the_keys() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(3);
+    let (q, x) = (rng.matrix(9, 2, 0.0, 1.0), rng.matrix(30, 2, 0.0, 1.0));
+    let out = dir.path().join("m.npy");
+    locus()
+        .args([
+            "local-mean",
+            "--backend",
+            "cpu",
+            "--bandwidth",
+            "0.4",
+            "-q",
+            "--queries",
+        ])
+        .arg(npy(&dir, "q.npy", &q))
+        .arg("--keys")
+        .arg(npy(&dir, "x.npy", &x))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout("");
+    let k = Kernel::gaussian(0.4).unwrap();
+    let want = cpu().local_mean(&k, q.view(), x.view(), x.view()).unwrap();
+    assert_near(&read_out(&out), &want.values, 1e-6);
+}
+
+// ---- kernel-matrix ---------------------------------------------------------
+
+#[test]
+fn kernel_matrix_variants_match_the_library() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(4);
+    let (q, x) = (rng.matrix(11, 2, 0.0, 1.0), rng.matrix(17, 2, 0.0, 1.0));
+    let qp = npy(&dir, "q.npy", &q);
+    let xp = file(&dir, "x.csv", &to_csv(&x));
+    let k = Kernel::new(Profile::Biweight, 0.5).unwrap();
+    let e = cpu();
+    let cases: [(&[&str], bool, Array2<f32>); 4] = [
+        (&[], true, e.kernel_matrix(&k, q.view(), x.view()).unwrap()),
+        (
+            &["--normalize", "rows"],
+            true,
+            e.normalized_kernel_matrix(&k, q.view(), x.view())
+                .unwrap()
+                .values,
+        ),
+        (
+            &["--laplacian"],
+            false,
+            e.laplacian(&k, x.view(), LaplacianKind::Unnormalized)
+                .unwrap(),
+        ),
+        (
+            &["--laplacian", "--normalize", "rows"],
+            false,
+            e.laplacian(&k, x.view(), LaplacianKind::RandomWalk)
+                .unwrap(),
+        ),
+    ];
+    for (i, (extra, with_queries, want)) in cases.iter().enumerate() {
+        let out = dir.path().join(format!("k{i}.csv"));
+        let mut cmd = locus();
+        cmd.args([
+            "kernel-matrix",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "biweight",
+            "--bandwidth",
+            "0.5",
+        ])
+        .args(*extra)
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--output")
+        .arg(&out);
+        if *with_queries {
+            cmd.arg("--queries").arg(&qp);
+        }
+        cmd.assert().success();
+        assert_near(&read_out(&out), want, 1e-6);
+    }
+}
+
+#[test]
+fn laplacian_takes_no_queries() {
+    let dir = TempDir::new().unwrap();
+    let x = file(&dir, "x.csv", "0,0\n1,1\n");
+    locus()
+        .args([
+            "kernel-matrix",
+            "--laplacian",
+            "--bandwidth",
+            "1",
+            "--queries",
+        ])
+        .arg(&x)
+        .arg("--keys")
+        .arg(&x)
+        .arg("--output")
+        .arg(dir.path().join("l.npy"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot be used with"));
+}
+
+// ---- files -----------------------------------------------------------------
+
+#[test]
+fn npy_f64_fortran_order_and_one_dimensional_inputs() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(5);
+    let (q, x) = (rng.matrix(6, 2, 0.0, 1.0), rng.matrix(25, 2, 0.0, 1.0));
+    let y: Array1<f32> = Array1::from_shape_fn(25, |i| i as f32 * 0.5 - 3.0);
+    // Queries: f32 in Fortran order; keys: f64 in Fortran order; values: 1-D f64.
+    let qf = Array2::from_shape_vec((6, 2).f(), q.t().iter().copied().collect()).unwrap();
+    assert_eq!(qf, q);
+    let xf =
+        Array2::from_shape_vec((25, 2).f(), x.t().iter().map(|&v| f64::from(v)).collect()).unwrap();
+    let (qp, xp, yp) = (
+        dir.path().join("q.npy"),
+        dir.path().join("x.npy"),
+        dir.path().join("y.npy"),
+    );
+    write_npy(&qp, &qf).unwrap();
+    write_npy(&xp, &xf).unwrap();
+    write_npy(&yp, &y.mapv(f64::from)).unwrap();
+    let out = dir.path().join("m.npy");
+    locus()
+        .args([
+            "local-mean",
+            "--backend",
+            "cpu",
+            "--bandwidth",
+            "0.3",
+            "--queries",
+        ])
+        .arg(&qp)
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--values")
+        .arg(&yp)
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let k = Kernel::gaussian(0.3).unwrap();
+    let y2 = y.insert_axis(ndarray::Axis(1));
+    let want = cpu().local_mean(&k, q.view(), x.view(), y2.view()).unwrap();
+    assert_near(&read_out(&out), &want.values, 1e-6);
+}
+
+#[test]
+fn csv_and_npy_outputs_hold_the_same_bits() {
+    let dir = TempDir::new().unwrap();
+    let x = Rng::new(6).matrix(30, 3, -1e3, 1e3);
+    let xp = npy(&dir, "x.npy", &x);
+    let (a, b) = (dir.path().join("m.csv"), dir.path().join("m.npy"));
+    for out in [&a, &b] {
+        locus()
+            .args([
+                "local-mean",
+                "--backend",
+                "cpu",
+                "--bandwidth",
+                "300",
+                "--keys",
+            ])
+            .arg(&xp)
+            .arg("--output")
+            .arg(out)
+            .assert()
+            .success();
+    }
+    let (ca, nb) = (read_out(&a), read_out(&b));
+    assert_eq!(ca.dim(), (30, 3));
+    for (u, v) in ca.iter().zip(&nb) {
+        assert_eq!(u.to_bits(), v.to_bits(), "{u} vs {v}");
+    }
+    // Written f32, and no temporary files left beside the outputs.
+    let header = std::fs::read(&b).unwrap();
+    assert!(String::from_utf8_lossy(&header[..80]).contains("<f4"));
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains("tmp")), "{names:?}");
+}
+
+// ---- errors ----------------------------------------------------------------
+
+/// Runs `args` in `dir` and checks: exit 2, one line on stderr containing
+/// every piece of `expect`, no output file, no panic.
+#[track_caller]
+fn fails_with(dir: &TempDir, args: &[&str], expect: &[&str]) {
+    let out = locus().current_dir(dir.path()).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: stderr {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: not one line: {err}"
+    );
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+    for e in expect {
+        assert!(err.contains(e), "{args:?}: {err:?} lacks {e:?}");
+    }
+    assert!(!dir.path().join("out.csv").exists());
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_problem() {
+    let dir = TempDir::new().unwrap();
+    file(&dir, "x.csv", "a,b\n0,0\n1,1\n2,0.5\n");
+    file(&dir, "x3.csv", "0,0,0\n1,1,1\n");
+    file(&dir, "ragged.csv", "# comment\n1,2\n3,4\n5\n");
+    file(&dir, "nan.csv", "1,2\n3,nan\n");
+    file(&dir, "word.csv", "1,2\n3,four\n");
+    file(&dir, "y2.csv", "1\n2\n");
+    file(&dir, "empty.csv", "x,y\n");
+    std::fs::write(dir.path().join("bad.npy"), b"not numpy").unwrap();
+    write_npy(dir.path().join("int.npy"), &Array2::<i64>::zeros((2, 2))).unwrap();
+    write_npy(
+        dir.path().join("inf.npy"),
+        &ndarray::array![[0.0f64], [f64::INFINITY]],
+    )
+    .unwrap();
+    let lm = |extra: &[&'static str]| {
+        let mut v = vec!["local-mean", "--bandwidth", "1", "--output", "out.csv"];
+        v.extend_from_slice(extra);
+        v
+    };
+    fails_with(
+        &dir,
+        &lm(&["--keys", "missing.csv"]),
+        &["--keys missing.csv", "no such file"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "ragged.csv"]),
+        &["ragged.csv", "ragged row: line 4"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "nan.csv"]),
+        &["nan.csv", "NaN at row 1, column 1", "line 2"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "inf.npy"]),
+        &["inf.npy", "infinity at row 1, column 0"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "word.csv"]),
+        &["word.csv", "line 2, field 2", "\"four\""],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "empty.csv"]),
+        &["empty.csv", "empty (0×2)"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "bad.npy"]),
+        &["bad.npy", "not a valid .npy file"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "int.npy"]),
+        &["int.npy", "unsupported dtype"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "x.txt"]),
+        &["x.txt", "unknown file type"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "x.csv", "--queries", "x3.csv"]),
+        &[
+            "shape mismatch",
+            "--queries x3.csv (2×3)",
+            "--keys x.csv (3×2)",
+        ],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "x.csv", "--values", "y2.csv"]),
+        &[
+            "shape mismatch",
+            "--values y2.csv (2×1)",
+            "one row per row of --keys",
+        ],
+    );
+    for h in ["0", "-1", "nan", "1e40", "wide"] {
+        fails_with(
+            &dir,
+            &[
+                "local-mean",
+                "--keys",
+                "x.csv",
+                "--output",
+                "out.csv",
+                "--bandwidth",
+                h,
+            ],
+            &["--bandwidth", "bandwidth"],
+        );
+    }
+    fails_with(
+        &dir,
+        &[
+            "kernel-matrix",
+            "--keys",
+            "x.csv",
+            "-o",
+            "out.csv",
+            "--bandwidth",
+            "1",
+            "--kernel",
+            "boxcar",
+        ],
+        &["unknown kernel profile \"boxcar\"", "epanechnikov"],
+    );
+    fails_with(
+        &dir,
+        &["local-mean", "--keys", "x.csv", "--output", "out.csv"],
+        &["--bandwidth"],
+    );
+    fails_with(
+        &dir,
+        &lm(&["--keys", "x.csv", "--backend", "tpu"]),
+        &["tpu"],
+    );
+    fails_with(
+        &dir,
+        &[
+            "local-mean",
+            "--keys",
+            "x.csv",
+            "--bandwidth",
+            "1",
+            "--output",
+            "out.xlsx",
+        ],
+        &["out.xlsx", "unknown file type"],
+    );
+    fails_with(
+        &dir,
+        &[
+            "local-mean",
+            "--keys",
+            "x.csv",
+            "--bandwidth",
+            "1",
+            "--output",
+            "no/such/out.csv",
+        ],
+        &["no/such/out.csv", "does not exist"],
+    );
+    fails_with(&dir, &["demo", "--plot", "demo.jpg"], &["demo.jpg", ".png"]);
+    fails_with(&dir, &["frobnicate"], &["frobnicate"]);
+}
+
+// ---- GPU: --verify, --backend gpu -------------------------------------------
+
+#[test]
+fn verify_passes_between_gpu_and_cpu() {
+    if !have_gpu() {
+        return;
+    }
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(7);
+    let (q, x, y) = (
+        rng.matrix(45, 3, 0.0, 1.0),
+        rng.matrix(70, 3, 0.0, 1.0),
+        rng.matrix(70, 3, -2.0, 2.0),
+    );
+    let (qp, xp, yp) = (
+        npy(&dir, "q.npy", &q),
+        npy(&dir, "x.npy", &x),
+        npy(&dir, "y.npy", &y),
+    );
+    let out = dir.path().join("m.npy");
+    let assert = locus()
+        .args([
+            "local-mean",
+            "--backend",
+            "gpu",
+            "--verify",
+            "--json",
+            "--kernel",
+            "cauchy",
+        ])
+        .args(["--bandwidth", "0.2", "--queries"])
+        .arg(&qp)
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--values")
+        .arg(&yp)
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let j = json_of(&assert.get_output().stdout);
+    assert_eq!(j["backend"], "gpu");
+    assert!(j["adapter"]["name"].is_string());
+    assert_eq!(j["verify"]["backend"], "cpu");
+    assert_eq!(j["verify"]["ok"], true);
+    assert!(j["verify"]["max_abs"].as_f64().unwrap() <= 1e-4);
+    let k = Kernel::new(Profile::Cauchy, 0.2).unwrap();
+    let want = cpu().local_mean(&k, q.view(), x.view(), y.view()).unwrap();
+    assert_near(&read_out(&out), &want.values, 1e-4);
+
+    // A CPU run verified on the GPU, in text.
+    let out = dir.path().join("k.csv");
+    locus()
+        .args([
+            "kernel-matrix",
+            "--backend",
+            "cpu",
+            "--verify",
+            "--laplacian",
+            "--bandwidth",
+            "0.3",
+            "--keys",
+        ])
+        .arg(&xp)
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("verify on gpu").and(predicate::str::contains(": ok")));
+    assert!(out.exists());
+}
+
+// ---- info, bench, demo -----------------------------------------------------
+
+#[test]
+fn info_text_and_json() {
+    locus().arg("info").assert().success().stdout(
+        predicate::str::contains("auto backend:").and(predicate::str::contains("cpu backend")),
+    );
+    let out = locus().args(["info", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let j = json_of(&out.stdout);
+    assert_eq!(j["cpu"]["backend"], "cpu");
+    assert!(j["cpu"]["threads"].as_u64().unwrap() >= 1);
+    assert!(j["adapters"].is_array());
+    if have_gpu() {
+        assert!(
+            j["gpu"]["limits"]["max_storage_buffer_binding_size"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        assert!(j["gpu"]["features"].is_array());
+    }
+}
+
+#[test]
+fn bench_quick_json() {
+    let out = locus()
+        .args(["bench", "--quick", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = json_of(&out.stdout);
+    let results = j["results"].as_array().unwrap();
+    let ops: Vec<&str> = results.iter().map(|r| r["op"].as_str().unwrap()).collect();
+    for op in ["local-mean", "kernel-matrix", "kernel-matrix --laplacian"] {
+        assert!(ops.contains(&op), "{ops:?}");
+    }
+    for r in results {
+        assert!(r["cpu_seconds"].as_f64().unwrap() > 0.0);
+        assert!(r["cpu_pairs_per_second"].as_f64().unwrap() > 0.0);
+        if have_gpu() {
+            assert!(r["gpu_seconds"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["speedup"].as_f64().unwrap() > 0.0);
+            assert_eq!(r["deviation"]["ok"], true, "{r}");
+        }
+    }
+    if have_gpu() {
+        let software = j["gpu"]["adapter"]["software"].as_bool().unwrap();
+        assert_eq!(j["gpu_software"], software);
+    }
+}
+
+#[test]
+fn demo_runs_on_the_cpu_and_plots() {
+    let dir = TempDir::new().unwrap();
+    let png = dir.path().join("demo.png");
+    locus()
+        .args(["demo", "--backend", "cpu", "--points", "3000", "--plot"])
+        .arg(&png)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("backend: cpu")
+                .and(predicate::str::contains("time:"))
+                .and(predicate::str::contains("wrote")),
+        );
+    let img = image::open(&png).unwrap();
+    assert_eq!((img.width(), img.height()), (900, 900));
+    let out = locus()
+        .args(["demo", "--backend", "cpu", "--points", "500", "--json"])
+        .output()
+        .unwrap();
+    let j = json_of(&out.stdout);
+    assert_eq!(j["command"], "demo");
+    assert_eq!(j["summary"]["empty_rows"], 0);
+    assert!(j["summary"]["mean_shift_length"].as_f64().unwrap() > 0.0);
+}
+
+// ---- kde, classify, knn ----------------------------------------------------
+
+#[test]
+fn kde_classify_knn_match_the_library() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(21);
+    let (q, x) = (rng.matrix(23, 2, 0.0, 1.0), rng.matrix(61, 2, 0.0, 1.0));
+    let labels = Array1::from_shape_fn(61, |i| (i % 3) as f32);
+    let (qp, xp) = (npy(&dir, "q.npy", &q), npy(&dir, "x.npy", &x));
+    let lp = dir.path().join("l.npy");
+    write_npy(&lp, &labels).unwrap();
+    let verify = if have_gpu() { vec!["--verify"] } else { vec![] };
+
+    // kde and --log
+    let k = Kernel::new(Profile::Biweight, 0.4).unwrap();
+    for log in [false, true] {
+        let out = dir.path().join(format!("p{log}.npy"));
+        let mut c = locus();
+        c.args([
+            "kde",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "biweight",
+            "--bandwidth",
+            "0.4",
+        ])
+        .args(&verify)
+        .arg("--queries")
+        .arg(&qp)
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--output")
+        .arg(&out);
+        if log {
+            c.arg("--log");
+        }
+        c.assert().success();
+        let want = cpu().log_density(&k, q.view(), x.view(), None).unwrap();
+        let got: Array1<f32> = read_npy(&out).unwrap();
+        for i in 0..23 {
+            let w = if log { want[i] } else { want[i].exp() };
+            let g = f64::from(got[i]);
+            assert!(
+                g == w || (g - w).abs() <= 1e-5 * w.abs() + 1e-7,
+                "kde log={log} [{i}] {g} vs {w}"
+            );
+        }
+    }
+
+    // classify with probabilities
+    let (pred, proba) = (dir.path().join("pred.csv"), dir.path().join("proba.npy"));
+    locus()
+        .args(["classify", "--backend", "cpu", "--bandwidth", "0.3"])
+        .args(&verify)
+        .arg("--train")
+        .arg(&xp)
+        .arg("--labels")
+        .arg(&lp)
+        .arg("--queries")
+        .arg(&qp)
+        .arg("--output")
+        .arg(&pred)
+        .arg("--proba")
+        .arg(&proba)
+        .assert()
+        .success();
+    let kg = Kernel::gaussian(0.3).unwrap();
+    let li = labels.mapv(|v| v as i64);
+    let clf = cpu()
+        .fit_classifier(&kg, x.view(), li.view(), None)
+        .unwrap();
+    let want = clf.predict(q.view()).unwrap();
+    let got = read_out(&pred);
+    for i in 0..23 {
+        assert_eq!(got[[i, 0]] as i64, want.labels[i]);
+    }
+    assert_near(
+        &read_out(&proba),
+        &clf.predict_proba(q.view()).unwrap().values,
+        1e-6,
+    );
+
+    // knn: i64 indices and distances
+    let (idx, dist) = (dir.path().join("idx.npy"), dir.path().join("d.csv"));
+    locus()
+        .args(["knn", "--backend", "cpu", "--k", "5"])
+        .args(&verify)
+        .arg("--queries")
+        .arg(&qp)
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--output")
+        .arg(&idx)
+        .arg("--distances")
+        .arg(&dist)
+        .assert()
+        .success();
+    let want = cpu().knn(q.view(), x.view(), 5).unwrap();
+    let got: Array2<i64> = read_npy(&idx).unwrap();
+    assert_eq!(got, want.indices);
+    assert_near(&read_out(&dist), &want.distances, 1e-6);
+
+    // Bad inputs: labels that are not class indices, k beyond N.
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(
+        &bad,
+        (0..61)
+            .map(|i| {
+                if i == 4 {
+                    "1.5\n".to_string()
+                } else {
+                    "0\n".to_string()
+                }
+            })
+            .collect::<String>(),
+    )
+    .unwrap();
+    fails_with(
+        &dir,
+        &[
+            "classify",
+            "--bandwidth",
+            "0.3",
+            "--train",
+            "x.npy",
+            "--labels",
+            "bad.csv",
+            "--queries",
+            "q.npy",
+            "--output",
+            "o.npy",
+        ],
+        &["--labels", "bad.csv", "label 4 is 1.5"],
+    );
+    fails_with(
+        &dir,
+        &["knn", "--k", "62", "--keys", "x.npy", "--output", "o.npy"],
+        &["--k 62", "between 1 and"],
+    );
+}
