@@ -228,6 +228,14 @@ fn gpu_attention_with_forced_tiny_tiles_merges_states() {
 }
 
 #[test]
+fn gpu_long_key_ranges_stay_within_the_software_loop_budget() {
+    // llvmpipe silently stops an invocation's loops after 65535
+    // iterations in all: 70000 keys in one key tile would lose the last.
+    let Some(g) = gpu() else { return };
+    check_attention(g, "gpu long", &[(1, 5, 70_000, 4, 2)]);
+}
+
+#[test]
 fn two_dimensional_inputs_are_one_batch() {
     let x = data(7, (1, 20, 30, 5, 4), -1.0);
     let (p2, k2, v2) = (

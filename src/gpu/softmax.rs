@@ -132,6 +132,7 @@ pub(crate) fn plan_attend(
         .min(m)
         .max(1);
     plan.key_tile = (floats / wk)
+        .min(attend_budget_keys(dev, d, plan.qa4()))
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(n)
         .max(1);
@@ -143,6 +144,27 @@ pub(crate) fn plan_attend(
             .max(1);
     }
     Ok(plan)
+}
+
+/// Loop iterations one invocation may run under the device's loop budget
+/// (llvmpipe stops an invocation's loops after 65535 iterations in all),
+/// with a margin; `None` where there is no cap.
+fn loop_budget(dev: &DeviceLimits) -> Option<usize> {
+    dev.loop_budget.map(|b| b as usize * 7 / 8)
+}
+
+/// Keys one `attend` dispatch may visit per invocation under the loop
+/// budget, counting every loop iteration as if nothing were unrolled: per
+/// key the dot product (`D4`), a rescale and the weighted values (`QA4`
+/// each), the key loop and its share of the staging loops; once, the
+/// query load and the state merge.
+fn attend_budget_keys(dev: &DeviceLimits, d: usize, qa4: usize) -> usize {
+    let d4 = AttendPlan::d4(d);
+    loop_budget(dev).map_or(usize::MAX, |b| {
+        let fixed = 5 * d4 + 10 * qa4 + 16;
+        let per_key = 2 + d4 + 2 * qa4 + (d4 + qa4).div_ceil(8);
+        (b.saturating_sub(fixed) / per_key).max(1)
+    })
 }
 
 /// Rows `first..last` of the stacked rows (`per` rows per batch) that hold
@@ -618,6 +640,16 @@ pub(crate) fn plan_feature(
     let floats = binding_floats(dev, caps);
     let e = d.saturating_mul(q + 1);
     let wk = d.max(q);
+    let dispatch = dev.workgroups_per_dim as usize;
+    let col_tile = q
+        .min(FEATURE_COLS)
+        .min(caps.value_cols.unwrap_or(usize::MAX))
+        .max(1);
+    let unsupported = |reason: String| Error::Unsupported {
+        op: "feature_local_mean",
+        backend: "gpu",
+        reason,
+    };
     // Keys one binding (of keys or of values) holds.
     let max_keys = (floats / wk)
         .min(caps.key_rows.unwrap_or(usize::MAX))
@@ -625,24 +657,40 @@ pub(crate) fn plan_feature(
     if max_keys == 0 {
         return Err(too_small(floats, wk));
     }
-    let mut chunk = FEATURE_CHUNK.min(max_keys);
-    // The chunk sums and the total must fit one binding too: fewer, longer chunks.
-    while n.div_ceil(chunk).saturating_add(1).saturating_mul(e) > floats {
-        if chunk == max_keys {
-            return Err(too_small(floats, e.saturating_mul(2)));
+    // Under a loop budget, a chunk bounds the iterations of `chunk_sums`
+    // (its entries × its keys) and of `finish` (its keys × (d + columns)),
+    // and the number of chunks those of `prefix`.
+    let qa = col_tile.next_power_of_two();
+    let budget = loop_budget(dev);
+    let longest = budget.map_or(usize::MAX, |b| {
+        let sums = (b / e.div_ceil(SUM_WG).max(1)).saturating_sub(1);
+        let finish = b.saturating_sub(d * (2 + qa) + 2 * qa) / (1 + d + qa);
+        sums.min(finish)
+    });
+    let hi = max_keys.min(longest);
+    if hi == 0 {
+        return Err(unsupported(format!(
+            "d={d}, q={q} exceed the device's loop budget per invocation"
+        )));
+    }
+    let mut chunk = FEATURE_CHUNK.min(hi);
+    // The chunk sums and the total must fit one binding, and the prefix
+    // pass the loop budget: fewer, longer chunks.
+    while n.div_ceil(chunk).saturating_add(1).saturating_mul(e) > floats
+        || budget.is_some_and(|b| n.div_ceil(chunk) > b)
+    {
+        if chunk == hi {
+            return Err(unsupported(format!(
+                "{n} keys need more chunk sums (d={d}, q={q}) than one binding or the loop budget allows"
+            )));
         }
-        chunk = (chunk * 2).min(max_keys);
+        chunk = (chunk * 2).min(hi);
     }
     let key_tile = max_keys / chunk * chunk;
-    let dispatch = dev.workgroups_per_dim as usize;
     let query_tile = (floats / wk)
         .min(dispatch * FINISH_WG)
         .min(caps.query_rows.unwrap_or(usize::MAX))
         .min(m)
-        .max(1);
-    let col_tile = q
-        .min(FEATURE_COLS)
-        .min(caps.value_cols.unwrap_or(usize::MAX))
         .max(1);
     Ok(FeaturePlan {
         chunk,
@@ -913,6 +961,22 @@ mod tests {
         let p = plan_attend(&LAVAPIPE, &small, 8, 1000, 1000, 64, 64).unwrap();
         assert_eq!(p.batch_group, 1);
         assert!(p.key_tile * 64 <= 6400 && p.query_tile * (2 + 64) <= 6400);
+    }
+
+    #[test]
+    fn a_loop_budget_bounds_key_tiles_and_chunks() {
+        let dev = DeviceLimits {
+            loop_budget: Some(65535),
+            ..LAVAPIPE
+        };
+        let p = plan_attend(&dev, &TileLimits::default(), 8, 4096, 4096, 64, 64).unwrap();
+        // 2 + 16 + 2·16 + 4 iterations per key.
+        assert!(p.key_tile * 54 < 65535 && p.key_tile > 500);
+        assert_eq!(p.batch_group, 1);
+        let p = plan_feature(&dev, &TileLimits::default(), 1000, 1_000_000, 64, 64).unwrap();
+        assert!(p.chunk * (1 + 64 + 16) + 64 * 18 < 65535);
+        assert!(1_000_000usize.div_ceil(p.chunk) < 65535);
+        assert!(p.chunk * (64 * 65usize).div_ceil(256) < 65535);
     }
 
     #[test]
