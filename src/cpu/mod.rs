@@ -2,15 +2,18 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub(crate) mod grid;
 mod kernel_matrix;
 mod knn;
 mod local_mean;
+mod mean_shift;
 pub(crate) mod simd;
 mod weights;
 
 use ndarray::Array2;
 
 use crate::backend::{Backend, BackendInfo, MatrixMode};
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output, padded_stride};
@@ -162,5 +165,23 @@ impl Backend for CpuBackend {
         );
         let arr = Array2::from_shape_vec((m, n), out).expect("shape matches allocation"); // ok: sized above
         Ok((arr, empty))
+    }
+
+    fn mean_shift(
+        &self,
+        kernel: &Kernel,
+        points: &Matrix<'_>,
+        seeds: Vec<f32>,
+        run: &ShiftRun,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ShiftOutcome> {
+        Ok(mean_shift::mean_shift(
+            kernel,
+            points.as_slice(),
+            points.cols(),
+            seeds,
+            run,
+            progress,
+        ))
     }
 }

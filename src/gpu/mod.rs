@@ -5,12 +5,14 @@ pub(crate) mod context;
 mod kernel_matrix;
 mod knn;
 mod local_mean;
+mod mean_shift;
 mod pipelines;
 pub(crate) mod shaders;
 
 use ndarray::Array2;
 
 use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -71,6 +73,17 @@ impl Backend for GpuBackend {
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
         kernel_matrix::kernel_matrix(&self.ctx, kernel, queries, keys, mode)
+    }
+
+    fn mean_shift(
+        &self,
+        kernel: &Kernel,
+        points: &Matrix<'_>,
+        seeds: Vec<f32>,
+        run: &ShiftRun,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ShiftOutcome> {
+        mean_shift::mean_shift(&self.ctx, kernel, points, seeds, run, progress)
     }
 
     fn gpu_limits(&self) -> Option<&GpuLimits> {

@@ -18,15 +18,18 @@ pub(crate) enum ShaderId {
     Fill,
     /// `shaders/knn.wgsl`: k nearest neighbours.
     Knn,
+    /// `shaders/mean_shift.wgsl`: MeanShift gather / move / compact.
+    MeanShift,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 4] = [
+    pub(crate) const ALL: [ShaderId; 5] = [
         ShaderId::LocalMean,
         ShaderId::KernelMatrix,
         ShaderId::Fill,
         ShaderId::Knn,
+        ShaderId::MeanShift,
     ];
 
     /// File name under `shaders/`.
@@ -36,6 +39,7 @@ impl ShaderId {
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
             ShaderId::Knn => "knn.wgsl",
+            ShaderId::MeanShift => "mean_shift.wgsl",
         }
     }
 
@@ -45,6 +49,7 @@ impl ShaderId {
             ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
             ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
+            ShaderId::MeanShift => include_str!("../../shaders/mean_shift.wgsl"),
         }
     }
 
@@ -55,12 +60,13 @@ impl ShaderId {
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
             ShaderId::Knn => "nearest",
+            ShaderId::MeanShift => "step",
         }
     }
 
     /// Whether the shader uses `profiles.wgsl` (and its `PROFILE` override).
     pub(crate) fn uses_profiles(self) -> bool {
-        !matches!(self, ShaderId::Fill | ShaderId::Knn)
+        !matches!(self, ShaderId::Fill | ShaderId::Knn | ShaderId::MeanShift)
     }
 
     /// The placeholders the shader needs.
@@ -70,6 +76,7 @@ impl ShaderId {
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
+            ShaderId::MeanShift => &["D"],
         }
     }
 
@@ -119,6 +126,7 @@ mod tests {
                 vec![("D", 16), ("K", 16), ("STAGE", 256)],
                 vec![("D", 7), ("K", 128), ("STAGE", 64)],
             ],
+            ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
         }
     }
 
