@@ -134,11 +134,8 @@ impl Engine {
         let center = midpoint(x.as_slice(), d);
         let xc = centred(x.as_slice(), &center);
         let seeds = centred(&seeds, &center);
-        let xm = Matrix::check(
-            OP,
-            "points",
-            ArrayView2::from_shape((n, d), &xc).expect("n·d"),
-        )?; // ok: same shape
+        let xv = ArrayView2::from_shape((n, d), &xc).expect("n·d"); // ok: same shape as x
+        let xm = Matrix::check(OP, "points", xv)?;
         let tol_h = params.tol() * f64::from(h);
         let run = ShiftRun {
             max_iter: params.max_iter(),
@@ -259,4 +256,42 @@ pub(crate) fn bin_seeds(x: &[f32], d: usize, h: f32, min_bin_freq: usize) -> Vec
         return x.to_vec();
     }
     seeds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted_rows(v: Vec<f32>, d: usize) -> Vec<Vec<f32>> {
+        let mut rows: Vec<Vec<f32>> = v.chunks(d).map(<[f32]>::to_vec).collect();
+        rows.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+        rows
+    }
+
+    #[test]
+    fn bin_seeds_follow_scikit_learn() {
+        // x/h = 0.5 and 2.5 round half to even (to 0 and 2); −0.2 and 0.2
+        // share bin 0 (no separate −0 bin).
+        let x = [
+            0.5f32, 0.0, -0.2, 0.0, 0.2, 0.0, 2.5, 0.0, 2.4, 0.0, 7.0, 7.0,
+        ];
+        let seeds = sorted_rows(bin_seeds(&x, 2, 1.0, 1), 2);
+        assert_eq!(seeds, vec![vec![0.0, 0.0], vec![2.0, 0.0], vec![7.0, 7.0]]);
+        let seeds = sorted_rows(bin_seeds(&x, 2, 1.0, 2), 2);
+        assert_eq!(seeds, vec![vec![0.0, 0.0], vec![2.0, 0.0]]);
+        assert!(bin_seeds(&x, 2, 1.0, 4).is_empty());
+        // Bins of side h = 2 land on multiples of 2.
+        let seeds = sorted_rows(bin_seeds(&[3.1f32, 5.2], 1, 2.0, 1), 1);
+        assert_eq!(seeds, vec![vec![3.1], vec![5.2]]); // every bin single: the points
+        let seeds = sorted_rows(bin_seeds(&[3.1f32, 3.3, 5.2], 1, 2.0, 1), 1);
+        assert_eq!(seeds, vec![vec![4.0], vec![6.0]]);
+    }
+
+    #[test]
+    fn midpoint_is_exact_for_constant_data() {
+        let x = vec![1234.5f32; 6];
+        let c = midpoint(&x, 3);
+        assert_eq!(c, vec![1234.5; 3]);
+        assert!(centred(&x, &c).iter().all(|&v| v == 0.0));
+    }
 }

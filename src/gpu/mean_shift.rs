@@ -105,7 +105,9 @@ pub(crate) fn mean_shift(
     let mut chunks = Vec::with_capacity(ranges.len());
     for &(a, b) in &ranges {
         let len = b - a;
-        let local: Vec<u32> = (0..len as u32).collect();
+        // Blurring needs no lists and no gathered queries (bound, unused).
+        let (listed, gathered) = if run.blurring { (1, 1) } else { (len, len * d) };
+        let local: Vec<u32> = (0..listed as u32).collect();
         chunks.push(Chunk {
             start: a,
             len,
@@ -116,10 +118,10 @@ pub(crate) fn mean_shift(
             },
             lists: [
                 upload(ctx, OP, &local, storage)?,
-                ctx.pool.get(ctx, OP, (len * 4) as u64, storage)?,
+                ctx.pool.get(ctx, OP, (listed * 4) as u64, storage)?,
             ],
             cur: 0,
-            queries: ctx.pool.get(ctx, OP, (len * d * 4) as u64, storage)?,
+            queries: ctx.pool.get(ctx, OP, (gathered * 4) as u64, storage)?,
             means: ctx.pool.get(ctx, OP, (len * d * 4) as u64, storage)?,
             state: ctx
                 .pool
