@@ -79,5 +79,10 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    // No plots: the plotting backend needs system fonts a server may lack.
+    config = Criterion::default().without_plots();
+    targets = bench
+}
 criterion_main!(benches);
