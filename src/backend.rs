@@ -5,6 +5,7 @@ use std::fmt;
 
 use ndarray::Array2;
 
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -21,6 +22,9 @@ pub(crate) enum MatrixMode {
     Laplacian,
     /// `I − D⁻¹K` (queries are the keys).
     NormalizedLaplacian,
+    /// Squared Euclidean distances `‖q_i − x_j‖²` (the kernel must have
+    /// bandwidth 1; its profile is ignored).
+    SqDistance,
 }
 
 /// The op set every backend provides. Inputs arrive validated (finite,
@@ -92,6 +96,19 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         values: &Heads<'_>,
         causal: bool,
     ) -> Result<(Vec<f32>, usize)>;
+
+    /// MeanShift iterations: `seeds` (row-major) move to their local means
+    /// over `points` until each shift is within tolerance, or, blurring,
+    /// the seeds are the points and move together. `progress` is called
+    /// after every iteration.
+    fn mean_shift(
+        &self,
+        kernel: &Kernel,
+        points: &Matrix<'_>,
+        seeds: Vec<f32>,
+        run: &ShiftRun,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ShiftOutcome>;
 
     /// The device's limits and features; `None` on the CPU.
     fn gpu_limits(&self) -> Option<&GpuLimits> {

@@ -222,4 +222,8 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+
+    /// A clustering parameter, or data a clustering method cannot use.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }

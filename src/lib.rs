@@ -23,6 +23,7 @@
 //! ```
 
 mod backend;
+mod cluster;
 mod cpu;
 mod engine;
 mod error;
@@ -33,6 +34,11 @@ mod ops;
 mod plan;
 
 pub use backend::{BackendInfo, GpuLimits};
+pub use cluster::{
+    Bandwidth, ClusterError, MeanShiftFit, MeanShiftParams, MeanShiftValidParams, MedoidShiftFit,
+    MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
+    silverman_bandwidth,
+};
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};

@@ -2,9 +2,11 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub(crate) mod grid;
 mod kernel_matrix;
 mod knn;
 mod local_mean;
+mod mean_shift;
 pub(crate) mod simd;
 mod softmax;
 #[cfg(target_arch = "x86_64")]
@@ -14,6 +16,7 @@ mod weights;
 use ndarray::Array2;
 
 use crate::backend::{Backend, BackendInfo, MatrixMode};
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output, padded_stride};
@@ -194,5 +197,23 @@ impl Backend for CpuBackend {
         causal: bool,
     ) -> Result<(Vec<f32>, usize)> {
         softmax::feature_local_mean(phi, psi, values, causal)
+    }
+
+    fn mean_shift(
+        &self,
+        kernel: &Kernel,
+        points: &Matrix<'_>,
+        seeds: Vec<f32>,
+        run: &ShiftRun,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ShiftOutcome> {
+        Ok(mean_shift::mean_shift(
+            kernel,
+            points.as_slice(),
+            points.cols(),
+            seeds,
+            run,
+            progress,
+        ))
     }
 }

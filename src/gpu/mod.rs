@@ -5,6 +5,7 @@ pub(crate) mod context;
 mod kernel_matrix;
 mod knn;
 mod local_mean;
+mod mean_shift;
 mod pipelines;
 pub(crate) mod shaders;
 mod softmax;
@@ -12,6 +13,7 @@ mod softmax;
 use ndarray::Array2;
 
 use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -101,6 +103,17 @@ impl Backend for GpuBackend {
         causal: bool,
     ) -> Result<(Vec<f32>, usize)> {
         softmax::feature_local_mean(&self.ctx, phi, psi, values, causal)
+    }
+
+    fn mean_shift(
+        &self,
+        kernel: &Kernel,
+        points: &Matrix<'_>,
+        seeds: Vec<f32>,
+        run: &ShiftRun,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ShiftOutcome> {
+        mean_shift::mean_shift(&self.ctx, kernel, points, seeds, run, progress)
     }
 
     fn gpu_limits(&self) -> Option<&GpuLimits> {

@@ -18,6 +18,8 @@ pub(crate) enum ShaderId {
     Fill,
     /// `shaders/knn.wgsl`: k nearest neighbours.
     Knn,
+    /// `shaders/mean_shift.wgsl`: MeanShift gather / move / compact.
+    MeanShift,
     /// `shaders/softmax.wgsl`: kernel softmax (attention), one pass.
     Softmax,
     /// `shaders/softmax_matrix.wgsl`: softmax weight-matrix blocks.
@@ -32,11 +34,12 @@ pub(crate) enum ShaderId {
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 9] = [
+    pub(crate) const ALL: [ShaderId; 10] = [
         ShaderId::LocalMean,
         ShaderId::KernelMatrix,
         ShaderId::Fill,
         ShaderId::Knn,
+        ShaderId::MeanShift,
         ShaderId::Softmax,
         ShaderId::SoftmaxMatrix,
         ShaderId::FeatureSums,
@@ -51,6 +54,7 @@ impl ShaderId {
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
             ShaderId::Knn => "knn.wgsl",
+            ShaderId::MeanShift => "mean_shift.wgsl",
             ShaderId::Softmax => "softmax.wgsl",
             ShaderId::SoftmaxMatrix => "softmax_matrix.wgsl",
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
@@ -65,6 +69,7 @@ impl ShaderId {
             ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
             ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
+            ShaderId::MeanShift => include_str!("../../shaders/mean_shift.wgsl"),
             ShaderId::Softmax => include_str!("../../shaders/softmax.wgsl"),
             ShaderId::SoftmaxMatrix => include_str!("../../shaders/softmax_matrix.wgsl"),
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
@@ -80,6 +85,7 @@ impl ShaderId {
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
             ShaderId::Knn => "nearest",
+            ShaderId::MeanShift => "step",
             ShaderId::Softmax => "attend",
             ShaderId::SoftmaxMatrix => "entries",
             ShaderId::FeatureSums => "chunk_sums",
@@ -100,6 +106,7 @@ impl ShaderId {
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
+            ShaderId::MeanShift => &["D"],
             ShaderId::Softmax => &["D4", "QA4", "BK"],
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &["QA"],
         }
@@ -151,6 +158,7 @@ mod tests {
                 vec![("D", 16), ("K", 16), ("STAGE", 256)],
                 vec![("D", 7), ("K", 128), ("STAGE", 64)],
             ],
+            ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
             ShaderId::Softmax => vec![
                 vec![("D4", 1), ("QA4", 1), ("BK", 32)],
                 vec![("D4", 1), ("QA4", 1), ("BK", 7)],
