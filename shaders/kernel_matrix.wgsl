@@ -1,4 +1,5 @@
-// Kernel matrix blocks: K, D⁻¹K, D − K, I − D⁻¹K (DESIGN §1).
+// Kernel matrix blocks: K, D⁻¹K, D − K, I − D⁻¹K (DESIGN §1), and the
+// scaled squared distances themselves.
 //
 // One invocation per output entry of a block of `rows × cols` entries,
 // whose first row is row `row_off` of the query tile and whose columns are
@@ -14,7 +15,7 @@ struct MatParams {
     rows: u32,      // rows of this block
     cols: u32,      // columns (keys in the key tile)
     row_off: u32,   // first row of the block within the query tile
-    mode: u32,      // 0 K, 1 D⁻¹K, 2 D − K, 3 I − D⁻¹K
+    mode: u32,      // 0 K, 1 D⁻¹K, 2 D − K, 3 I − D⁻¹K, 4 ‖q − x‖²/h²
     inv_h2: f32,
     row_global: u32, // global index of the block's first row
     col_global: u32, // global index of the key tile's first key
@@ -70,6 +71,9 @@ fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         case 3u: {
             v = select(-w / s, 1.0 - w / s, on_diag);
+        }
+        case 4u: {
+            v = t;
         }
         default: {
             v = w;

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::keyset::Resident;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::ops::{Neighbours, RowNormalized, RowStates};
+use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 /// Which matrix [`Backend::kernel_matrix`] produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +25,9 @@ pub(crate) enum MatrixMode {
     Laplacian,
     /// `I − D⁻¹K` (queries are the keys).
     NormalizedLaplacian,
+    /// Squared Euclidean distances `‖q_i − x_j‖²` (the kernel must have
+    /// bandwidth 1; its profile is ignored).
+    SqDistance,
 }
 
 /// The op set every backend provides. Inputs arrive validated (finite,
@@ -64,6 +68,50 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         keys: &Matrix<'_>,
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)>;
+
+    /// Kernel softmax `softmax(s·ΦΨᵀ)V` of every batch, row-major
+    /// `(B·M) × q` (`phi`, `psi`, `values` share the batch size; the causal
+    /// mask comes with `M ≤ N`).
+    fn kernel_softmax(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>>;
+
+    /// The normalized weights `softmax(s·ΦΨᵀ)` of every batch, row-major
+    /// `(B·M) × N`, masked entries 0.
+    fn softmax_matrix(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>>;
+
+    /// Linear feature local mean `(ΦΨᵀV) ⊘ (ΦΨᵀ1)` of every batch
+    /// (non-negative features), row-major `(B·M) × q`, and the count of
+    /// rows with zero weight (NaN).
+    fn feature_local_mean(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        causal: bool,
+    ) -> Result<(Vec<f32>, usize)>;
+
+    /// MeanShift iterations: `seeds` (row-major) move to their local means
+    /// over `points` until each shift is within tolerance, or, blurring,
+    /// the seeds are the points and move together. `progress` is called
+    /// after every iteration.
+    fn mean_shift(
+        &self,
+        kernel: &Kernel,
+        points: &Matrix<'_>,
+        seeds: Vec<f32>,
+        run: &ShiftRun,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ShiftOutcome>;
 
     /// The device's limits and features; `None` on the CPU.
     fn gpu_limits(&self) -> Option<&GpuLimits> {

@@ -166,6 +166,72 @@ pub enum Error {
         limit: u64,
     },
 
+    /// An array with a number of axes the op does not accept.
+    #[error("{op}: {what} has {ndim} axes; expected 2 (rows × cols) or 3 (batch × rows × cols)")]
+    Rank {
+        /// Operation name.
+        op: &'static str,
+        /// Which input.
+        what: &'static str,
+        /// Its number of axes.
+        ndim: usize,
+    },
+
+    /// Inputs of a batched op do not have the same batch size.
+    #[error("{op}: {what} has batch size {got} but phi has {expected}")]
+    BatchMismatch {
+        /// Operation name.
+        op: &'static str,
+        /// Which input.
+        what: &'static str,
+        /// Batch size of `phi`.
+        expected: usize,
+        /// Batch size of `what`.
+        got: usize,
+    },
+
+    /// A causal mask with more queries than keys: the first queries would
+    /// see no key at all.
+    #[error(
+        "{op}: the causal mask needs at most as many queries as keys per batch, got {queries} queries and {keys} keys"
+    )]
+    CausalShape {
+        /// Operation name.
+        op: &'static str,
+        /// Query rows per batch.
+        queries: usize,
+        /// Key rows per batch.
+        keys: usize,
+    },
+
+    /// A negative entry in a feature map whose weights must form a kernel.
+    #[error(
+        "{op}: {what} has a negative value ({value}) at row {row}, column {col}; features must be non-negative"
+    )]
+    NegativeFeature {
+        /// Operation name.
+        op: &'static str,
+        /// Which input.
+        what: &'static str,
+        /// Row of the first offending entry (batches stacked: row `b·rows + i`).
+        row: usize,
+        /// Column of the first offending entry.
+        col: usize,
+        /// The value itself.
+        value: f32,
+    },
+
+    /// Logits `scale·⟨φ, ψ⟩` whose size could exceed the `f32` range.
+    #[error(
+        "{op}: logits scale·⟨phi, psi⟩ may reach {bound:e}, beyond the f32 range; rescale the features or the scale"
+    )]
+    LogitOverflow {
+        /// Operation name.
+        op: &'static str,
+        /// `|scale|·max‖φ_i‖·max‖ψ_j‖` (or `|scale|·max|φ|`), an upper bound on the logits.
+        bound: f64,
+    },
+
     /// The op (or this configuration of it) has no implementation on this backend.
     #[error("{op} is not supported on the {backend} backend: {reason}")]
     Unsupported {
@@ -176,4 +242,8 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+
+    /// A clustering parameter, or data a clustering method cannot use.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }

@@ -23,6 +23,7 @@
 //! ```
 
 mod backend;
+mod cluster;
 mod cpu;
 mod engine;
 mod error;
@@ -35,14 +36,20 @@ mod ops;
 mod plan;
 
 pub use backend::{BackendInfo, GpuLimits};
+pub use cluster::{
+    Bandwidth, ClusterError, MeanShiftFit, MeanShiftParams, MeanShiftValidParams, MedoidShiftFit,
+    MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
+    silverman_bandwidth,
+};
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};
 pub use keyset::{BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions};
 pub use memory::MemoryUsage;
 pub use ops::{
-    BandwidthSelection, EmptyFallback, KnnWeights, LaplacianKind, LocalModeClassifier, LooScore,
-    MultiKernel, Neighbours, Predictions, RowNormalized, RowStates, labels_from_f32, ln_normalizer,
+    BandwidthSelection, EmptyFallback, FeatureLocalMean, KnnWeights, LaplacianKind,
+    LocalModeClassifier, LooScore, MultiKernel, Neighbours, Predictions, RowNormalized, RowStates,
+    SoftmaxParams, labels_from_f32, ln_normalizer, merge_heads, split_heads,
 };
 pub use plan::{TileLimits, merge_states};
 

@@ -48,6 +48,15 @@ impl<'a> Matrix<'a> {
         Ok(Matrix { data, rows, cols })
     }
 
+    /// The same matrix, owning its data.
+    pub(crate) fn into_owned(self) -> Matrix<'static> {
+        Matrix {
+            data: Cow::Owned(self.data.into_owned()),
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+
     /// Number of rows.
     pub(crate) fn rows(&self) -> usize {
         self.rows

@@ -664,19 +664,155 @@ fn demo_runs_on_the_cpu_and_plots() {
         .success()
         .stdout(
             predicate::str::contains("backend: cpu")
+                .and(predicate::str::contains("MeanShift found 5 clusters"))
                 .and(predicate::str::contains("time:"))
                 .and(predicate::str::contains("wrote")),
         );
     let img = image::open(&png).unwrap();
     assert_eq!((img.width(), img.height()), (900, 900));
+    // The default plot path is demo.png in the working directory.
     let out = locus()
+        .current_dir(dir.path())
         .args(["demo", "--backend", "cpu", "--points", "500", "--json"])
         .output()
         .unwrap();
     let j = json_of(&out.stdout);
     assert_eq!(j["command"], "demo");
-    assert_eq!(j["summary"]["empty_rows"], 0);
-    assert!(j["summary"]["mean_shift_length"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["summary"]["clusters"], 5);
+    assert_eq!(j["summary"]["converged"], true);
+    assert!(dir.path().join("demo.png").exists());
+}
+
+// ---- mean-shift, medoid-shift ----------------------------------------------
+
+#[test]
+fn mean_shift_and_medoid_shift_match_the_library() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(33);
+    // Three blobs of 60 points.
+    let mut x = rng.matrix(180, 2, -0.5, 0.5);
+    for (i, mut r) in x.rows_mut().into_iter().enumerate() {
+        r[0] += [0.0, 6.0, 0.0][i % 3];
+        r[1] += [0.0, 0.0, 6.0][i % 3];
+    }
+    let xp = npy(&dir, "x.npy", &x);
+    let verify = if have_gpu() { vec!["--verify"] } else { vec![] };
+    let (labels, modes, png) = (
+        dir.path().join("l.npy"),
+        dir.path().join("m.csv"),
+        dir.path().join("ms.png"),
+    );
+    let out = locus()
+        .args([
+            "mean-shift",
+            "--backend",
+            "cpu",
+            "--bandwidth",
+            "1.5",
+            "--seeds",
+            "binned",
+            "--json",
+        ])
+        .args(&verify)
+        .arg("--input")
+        .arg(&xp)
+        .arg("--labels")
+        .arg(&labels)
+        .arg("--modes")
+        .arg(&modes)
+        .arg("--plot")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = json_of(&out.stdout);
+    assert_eq!(j["summary"]["clusters"], 3);
+    let p = locus::MeanShiftParams::new()
+        .bandwidth(1.5)
+        .seeds(locus::Seeds::Binned { min_bin_freq: 1 })
+        .check()
+        .unwrap();
+    let want = cpu().mean_shift(&p, x.view()).unwrap();
+    let got: Array1<i64> = read_npy(&labels).unwrap();
+    assert_eq!(got, want.labels);
+    assert_near(&read_out(&modes), &want.modes, 1e-6);
+    assert!(image::open(&png).is_ok());
+
+    // --quantile estimates the bandwidth first and reports it.
+    let out = locus()
+        .args([
+            "mean-shift",
+            "--backend",
+            "cpu",
+            "--quantile",
+            "0.2",
+            "--json",
+            "--input",
+        ])
+        .arg(&xp)
+        .arg("--labels")
+        .arg(dir.path().join("l2.npy"))
+        .output()
+        .unwrap();
+    let j = json_of(&out.stdout);
+    let h = j["summary"]["bandwidth"].as_f64().unwrap() as f32;
+    let want_h = cpu().estimate_bandwidth(x.view(), 0.2, None).unwrap();
+    assert_eq!(h, want_h);
+    assert_eq!(j["summary"]["bandwidth_estimated"], true);
+
+    let (ml, mm) = (dir.path().join("ml.csv"), dir.path().join("mm.npy"));
+    locus()
+        .args(["medoid-shift", "--backend", "cpu", "--bandwidth", "1.0"])
+        .args(&verify)
+        .arg("--input")
+        .arg(&xp)
+        .arg("--labels")
+        .arg(&ml)
+        .arg("--medoids")
+        .arg(&mm)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("clusters: ").and(predicate::str::contains("medoid indices")),
+        );
+    let p = locus::MedoidShiftParams::new()
+        .bandwidth(1.0)
+        .check()
+        .unwrap();
+    let want = cpu().medoid_shift(&p, x.view()).unwrap();
+    let got = read_out(&ml);
+    for i in 0..180 {
+        assert_eq!(got[[i, 0]] as i64, want.labels[i]);
+    }
+    assert_near(&read_out(&mm), &want.modes, 0.0);
+
+    // Bad input: a constant input cannot estimate a bandwidth; max-iter 0.
+    let c = npy(&dir, "c.npy", &Array2::from_elem((10, 2), 1.0f32));
+    fails_with(
+        &dir,
+        &["mean-shift", "--input", "c.npy", "--labels", "o.npy"],
+        &["--input", "c.npy", "bandwidth"],
+    );
+    let _ = c;
+    fails_with(
+        &dir,
+        &[
+            "mean-shift",
+            "--bandwidth",
+            "1",
+            "--max-iter",
+            "0",
+            "--input",
+            "x.npy",
+            "--labels",
+            "o.npy",
+        ],
+        &["max_iter"],
+    );
 }
 
 // ---- kde, classify, knn ----------------------------------------------------

@@ -74,6 +74,9 @@ fn fill_row_impl<const FMA: bool>(
     for (b, chunk) in row.chunks_mut(KEY_BLOCK).enumerate() {
         scaled_sq_dists::<FMA>(keys.xt, n, b * KEY_BLOCK, query, kernel.inv_h2(), chunk);
     }
+    if mode == MatrixMode::SqDistance {
+        return true;
+    }
     let normalized = matches!(
         mode,
         MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian
@@ -112,6 +115,7 @@ fn fill_row_impl<const FMA: bool>(
                 row[i] += 1.0;
             }
         }
+        MatrixMode::SqDistance => {}
         MatrixMode::Laplacian => {
             let diag = sum - f64::from(row[i]);
             for x in row.iter_mut() {

@@ -52,7 +52,7 @@ impl GroupState {
     }
 
     /// Merges `other` (same queries, other keys) into `self`.
-    fn merge(&mut self, other: &GroupState, q: usize) {
+    pub(crate) fn merge(&mut self, other: &GroupState, q: usize) {
         let mut u = vec![0.0; q];
         for r in 0..QUERY_GROUP {
             let (ua, ub) = (&self.u[r * q..(r + 1) * q], &other.u[r * q..(r + 1) * q]);
@@ -69,7 +69,7 @@ impl GroupState {
 
     /// Writes `u / s` for the first `out.len() / q` rows (NaN where `s = 0`)
     /// and returns how many rows were empty.
-    fn finalize(&self, q: usize, out: &mut [f32]) -> usize {
+    pub(crate) fn finalize(&self, q: usize, out: &mut [f32]) -> usize {
         let mut empty = 0;
         for (r, o) in out.chunks_mut(q).enumerate() {
             if self.s[r] > 0.0 {
@@ -172,7 +172,7 @@ pub(crate) fn local_mean(
 }
 
 /// The state of one group, on the best compiled version.
-fn group(job: &GroupJob<'_>) -> GroupState {
+pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
     #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).

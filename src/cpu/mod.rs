@@ -2,11 +2,16 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub(crate) mod grid;
 mod kernel_matrix;
 mod knn;
 mod local_mean;
 mod resident;
+mod mean_shift;
 pub(crate) mod simd;
+mod softmax;
+#[cfg(target_arch = "x86_64")]
+mod softmax_avx2;
 mod weights;
 
 use std::sync::Arc;
@@ -14,12 +19,13 @@ use std::sync::Arc;
 use ndarray::Array2;
 
 use crate::backend::{Backend, BackendInfo, MatrixMode};
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::keyset::Resident;
 use crate::matrix::{Matrix, alloc_output, padded_stride};
 use crate::memory::{MemoryBudget, MemoryUsage};
-use crate::ops::{Neighbours, RowNormalized, RowStates};
+use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 use local_mean::KeysSoa;
 
@@ -193,5 +199,52 @@ impl Backend for CpuBackend {
             idle: 0,
             limit,
         }
+    }
+
+    fn kernel_softmax(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>> {
+        softmax::kernel_softmax(phi, psi, values, attn)
+    }
+
+    fn softmax_matrix(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>> {
+        softmax::softmax_matrix(phi, psi, attn)
+    }
+
+    fn feature_local_mean(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        causal: bool,
+    ) -> Result<(Vec<f32>, usize)> {
+        softmax::feature_local_mean(phi, psi, values, causal)
+    }
+
+    fn mean_shift(
+        &self,
+        kernel: &Kernel,
+        points: &Matrix<'_>,
+        seeds: Vec<f32>,
+        run: &ShiftRun,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ShiftOutcome> {
+        Ok(mean_shift::mean_shift(
+            kernel,
+            points.as_slice(),
+            points.cols(),
+            seeds,
+            run,
+            progress,
+        ))
     }
 }

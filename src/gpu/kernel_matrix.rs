@@ -74,6 +74,7 @@ fn mode_code(mode: MatrixMode) -> u32 {
         MatrixMode::RowNormalized => 1,
         MatrixMode::Laplacian => 2,
         MatrixMode::NormalizedLaplacian => 3,
+        MatrixMode::SqDistance => 4,
     }
 }
 
@@ -99,7 +100,7 @@ pub(crate) fn kernel_matrix(
     let mut out = alloc_output(OP, "output", m, n)?;
     let key_tiles = upload_key_tiles(ctx, OP, keys, None, key_tile)?;
     let storage = wgpu::BufferUsages::STORAGE;
-    let needs_sums = mode != MatrixMode::Raw;
+    let needs_sums = !matches!(mode, MatrixMode::Raw | MatrixMode::SqDistance);
     let state_stride = 3u32; // 2 + QA with QA = 1 for the row-sum pass
     let workgroups_x = |cols: usize| cols.div_ceil(MATRIX_WG) as u32;
     for (r0, r1) in tiles(m, query_tile) {

@@ -5,21 +5,24 @@ pub(crate) mod context;
 mod kernel_matrix;
 mod knn;
 mod local_mean;
+mod mean_shift;
 mod pipelines;
 mod resident;
 pub(crate) mod shaders;
+mod softmax;
 
 use std::sync::Arc;
 
 use ndarray::Array2;
 
 use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::keyset::Resident;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::ops::{Neighbours, RowNormalized, RowStates};
+use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 use buffers::Pooled;
 use context::GpuContext;
@@ -77,6 +80,46 @@ impl Backend for GpuBackend {
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
         kernel_matrix::kernel_matrix(&self.ctx, kernel, queries, keys, mode)
+    }
+
+    fn kernel_softmax(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>> {
+        softmax::kernel_softmax(&self.ctx, phi, psi, values, attn)
+    }
+
+    fn softmax_matrix(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        attn: &Attention,
+    ) -> Result<Vec<f32>> {
+        softmax::softmax_matrix(&self.ctx, phi, psi, attn)
+    }
+
+    fn feature_local_mean(
+        &self,
+        phi: &Heads<'_>,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+        causal: bool,
+    ) -> Result<(Vec<f32>, usize)> {
+        softmax::feature_local_mean(&self.ctx, phi, psi, values, causal)
+    }
+
+    fn mean_shift(
+        &self,
+        kernel: &Kernel,
+        points: &Matrix<'_>,
+        seeds: Vec<f32>,
+        run: &ShiftRun,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<ShiftOutcome> {
+        mean_shift::mean_shift(&self.ctx, kernel, points, seeds, run, progress)
     }
 
     fn gpu_limits(&self) -> Option<&GpuLimits> {

@@ -26,6 +26,14 @@ fn slots(id: ShaderId) -> &'static [Slot] {
         ShaderId::KernelMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],
         ShaderId::Fill => &[Params, ReadWrite],
         ShaderId::Knn => &[Params, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite],
+        ShaderId::MeanShift => &[
+            Params, ReadWrite, ReadOnly, ReadWrite, ReadWrite, ReadOnly, ReadWrite,
+        ],
+        ShaderId::Softmax => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite],
+        ShaderId::SoftmaxMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],
+        ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &[
+            Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite,
+        ],
     }
 }
 

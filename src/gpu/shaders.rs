@@ -18,15 +18,33 @@ pub(crate) enum ShaderId {
     Fill,
     /// `shaders/knn.wgsl`: k nearest neighbours.
     Knn,
+    /// `shaders/mean_shift.wgsl`: MeanShift gather / move / compact.
+    MeanShift,
+    /// `shaders/softmax.wgsl`: kernel softmax (attention), one pass.
+    Softmax,
+    /// `shaders/softmax_matrix.wgsl`: softmax weight-matrix blocks.
+    SoftmaxMatrix,
+    /// `shaders/feature_mean.wgsl`, entry `chunk_sums`.
+    FeatureSums,
+    /// `shaders/feature_mean.wgsl`, entry `prefix`.
+    FeaturePrefix,
+    /// `shaders/feature_mean.wgsl`, entry `finish`.
+    FeatureFinish,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 4] = [
+    pub(crate) const ALL: [ShaderId; 10] = [
         ShaderId::LocalMean,
         ShaderId::KernelMatrix,
         ShaderId::Fill,
         ShaderId::Knn,
+        ShaderId::MeanShift,
+        ShaderId::Softmax,
+        ShaderId::SoftmaxMatrix,
+        ShaderId::FeatureSums,
+        ShaderId::FeaturePrefix,
+        ShaderId::FeatureFinish,
     ];
 
     /// File name under `shaders/`.
@@ -36,6 +54,12 @@ impl ShaderId {
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
             ShaderId::Knn => "knn.wgsl",
+            ShaderId::MeanShift => "mean_shift.wgsl",
+            ShaderId::Softmax => "softmax.wgsl",
+            ShaderId::SoftmaxMatrix => "softmax_matrix.wgsl",
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+                "feature_mean.wgsl"
+            }
         }
     }
 
@@ -45,6 +69,12 @@ impl ShaderId {
             ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
             ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
+            ShaderId::MeanShift => include_str!("../../shaders/mean_shift.wgsl"),
+            ShaderId::Softmax => include_str!("../../shaders/softmax.wgsl"),
+            ShaderId::SoftmaxMatrix => include_str!("../../shaders/softmax_matrix.wgsl"),
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+                include_str!("../../shaders/feature_mean.wgsl")
+            }
         }
     }
 
@@ -55,12 +85,18 @@ impl ShaderId {
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
             ShaderId::Knn => "nearest",
+            ShaderId::MeanShift => "step",
+            ShaderId::Softmax => "attend",
+            ShaderId::SoftmaxMatrix => "entries",
+            ShaderId::FeatureSums => "chunk_sums",
+            ShaderId::FeaturePrefix => "prefix",
+            ShaderId::FeatureFinish => "finish",
         }
     }
 
     /// Whether the shader uses `profiles.wgsl` (and its `PROFILE` override).
     pub(crate) fn uses_profiles(self) -> bool {
-        !matches!(self, ShaderId::Fill | ShaderId::Knn)
+        matches!(self, ShaderId::LocalMean | ShaderId::KernelMatrix)
     }
 
     /// The placeholders the shader needs.
@@ -68,8 +104,11 @@ impl ShaderId {
         match self {
             ShaderId::LocalMean => &["D", "QT", "QA", "STAGE"],
             ShaderId::KernelMatrix => &["D"],
-            ShaderId::Fill => &[],
+            ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
+            ShaderId::MeanShift => &["D"],
+            ShaderId::Softmax => &["D4", "QA4", "BK"],
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &["QA"],
         }
     }
 
@@ -113,12 +152,22 @@ mod tests {
                 vec![("D", 64), ("QT", 8), ("QA", 8), ("STAGE", 112)],
             ],
             ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
-            ShaderId::Fill => vec![vec![]],
+            ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],
             ShaderId::Knn => vec![
                 vec![("D", 1), ("K", 1), ("STAGE", 256)],
                 vec![("D", 16), ("K", 16), ("STAGE", 256)],
                 vec![("D", 7), ("K", 128), ("STAGE", 64)],
             ],
+            ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
+            ShaderId::Softmax => vec![
+                vec![("D4", 1), ("QA4", 1), ("BK", 32)],
+                vec![("D4", 1), ("QA4", 1), ("BK", 7)],
+                vec![("D4", 16), ("QA4", 16), ("BK", 32)],
+                vec![("D4", 20), ("QA4", 5), ("BK", 1)],
+            ],
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+                vec![vec![("QA", 1)], vec![("QA", 16)]]
+            }
         }
     }
 

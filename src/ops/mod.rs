@@ -8,6 +8,7 @@ mod knn;
 mod local_mean;
 mod loo;
 mod multi_kernel;
+mod softmax;
 mod states;
 
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
@@ -17,6 +18,8 @@ pub use kernel_matrix::LaplacianKind;
 pub use knn::{KnnWeights, Neighbours};
 pub use loo::{BandwidthSelection, LooScore};
 pub use multi_kernel::MultiKernel;
+pub(crate) use softmax::{Attention, Heads};
+pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};
 pub use states::RowStates;
 
 use crate::error::{Error, Result};

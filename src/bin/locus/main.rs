@@ -22,14 +22,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{bench, classify, demo, info, kde, kernel_matrix, knn, local_mean};
+use commands::{
+    bench, classify, demo, info, kde, kernel_matrix, knn, local_mean, mean_shift, medoid_shift,
+};
 use error::{CliResult, EXIT_COMPUTE};
 
 #[derive(Parser)]
 #[command(
     name = "locus",
     version,
-    about = "Localization methods (local means, kernel matrices, KDE, classification, kNN) on the GPU (wgpu) and CPU (rayon)",
+    about = "Localization methods (local means, MeanShift, kernel matrices, KDE, classification, kNN) on the GPU (wgpu) and CPU (rayon)",
     after_help = "Inputs: .npy (f32/f64, C or Fortran order, 1-D = one column) or .csv (optional header, # comments).\n\
                   Outputs by extension: .npy (f32) or .csv. Exit status: 0 ok, 2 bad usage or input, 1 failure while computing."
 )]
@@ -53,10 +55,15 @@ enum Command {
     Classify(classify::ClassifyArgs),
     /// The k nearest keys of each query (indices and distances).
     Knn(knn::KnnArgs),
+    /// MeanShift clustering: labels, modes, plot.
+    MeanShift(mean_shift::MeanShiftArgs),
+    /// MedoidShift clustering: labels, medoids (sample points), plot.
+    MedoidShift(medoid_shift::MedoidShiftArgs),
     /// Every op on generated data on the GPU and the CPU: times, speed-ups,
     /// pair evaluations per second, deviations.
     Bench(bench::BenchArgs),
-    /// Smooth generated 2-D blobs with a local mean; print backend and time.
+    /// Cluster generated 2-D blobs with MeanShift on the best backend; print
+    /// the clusters, backend and time; draw demo.png.
     Demo(demo::DemoArgs),
 }
 
@@ -68,6 +75,8 @@ fn run(command: &Command) -> CliResult<()> {
         Command::Kde(a) => kde::run(a),
         Command::Classify(a) => classify::run(a),
         Command::Knn(a) => knn::run(a),
+        Command::MeanShift(a) => mean_shift::run(a),
+        Command::MedoidShift(a) => medoid_shift::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Demo(a) => demo::run(a),
     }

@@ -139,6 +139,27 @@ fn cases(quick: bool) -> CliResult<Vec<Case>> {
         },
         run: Box::new(move |e: &Engine| Ok(e.knn(queries.view(), keys.view(), k)?.distances)),
     });
+
+    // MeanShift, every point a seed, exactly `iters` iterations (a tolerance
+    // no seed reaches): iters·N² pair evaluations.
+    let (n, iters) = (pick(1_500, 16_384), 10usize);
+    let points = data::blobs(n);
+    let params = locus::MeanShiftParams::new()
+        .profile(Profile::Gaussian)
+        .bandwidth(0.8)
+        .max_iter(iters)
+        .tol(1e-12)
+        .check()?;
+    v.push(Case {
+        op: "mean-shift (gaussian, 10 iterations)",
+        sizes: vec![("N", n), ("d", 2)],
+        pairs: (iters * n * n) as f64,
+        tolerance: Tolerance {
+            rtol: 0.0,
+            atol: 1e-4 * 0.8,
+        },
+        run: Box::new(move |e: &Engine| Ok(e.mean_shift(&params, points.view())?.modes)),
+    });
     Ok(v)
 }
 

@@ -1,20 +1,20 @@
-//! `locus demo`: the README's main job. Generates 2-D blobs, takes one
-//! MeanShift step (the self-local mean `K̃X`) on the best backend, and
-//! prints the backend and the time; runs with no GPU at all.
+//! `locus demo`: the README's main job. Generates 2-D blobs, clusters them
+//! with MeanShift on the best backend (bin seeding, flat kernel), prints
+//! the clusters found, the time and the backend, and draws `demo.png`;
+//! runs with no GPU at all.
 
 use std::path::PathBuf;
 
-use locus::{Engine, Kernel, Profile};
-use ndarray::{Array1, Array2};
+use locus::{Engine, Kernel, MeanShiftParams, Profile, Seeds};
 use serde_json::json;
 
-use super::{Job, pairs_per_second};
+use super::Job;
+use super::mean_shift::compare;
 use crate::args::{Compute, parse_bandwidth, parse_profile};
 use crate::data::{self, BLOBS};
-use crate::error::CliResult;
+use crate::error::{CliError, CliResult};
 use crate::plot::{self, Scatter};
 use crate::report::Summary;
-use crate::verify::{Deviation, Tolerance};
 
 /// Arguments of `locus demo`.
 #[derive(Debug, clap::Args)]
@@ -23,83 +23,83 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     points: u32,
     /// Kernel profile.
-    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile)]
+    #[arg(long, value_name = "K", default_value = "uniform", value_parser = parse_profile)]
     kernel: Profile,
     /// Bandwidth.
-    #[arg(long, value_name = "H", default_value = "0.5", value_parser = parse_bandwidth, allow_negative_numbers = true)]
+    #[arg(long, value_name = "H", default_value = "1.0", value_parser = parse_bandwidth, allow_negative_numbers = true)]
     bandwidth: f32,
-    /// Also draw the smoothed points, coloured by blob, to this PNG.
-    #[arg(long, value_name = "PNG")]
-    plot: Option<PathBuf>,
+    /// Where to draw the points coloured by cluster, modes marked.
+    #[arg(long, value_name = "PNG", default_value = "demo.png")]
+    plot: PathBuf,
+    /// Do not draw the plot.
+    #[arg(long)]
+    no_plot: bool,
     #[command(flatten)]
     common: Compute,
 }
 
 /// Runs `locus demo`.
 pub fn run(a: &DemoArgs) -> CliResult<()> {
-    if let Some(p) = &a.plot {
+    let plot_path = (!a.no_plot).then_some(&a.plot);
+    if let Some(p) = plot_path {
         plot::check_path("--plot", p)?;
     }
     let kernel = Kernel::new(a.kernel, a.bandwidth)?;
     let n = a.points as usize;
     let x = data::blobs(n);
-    let op = |e: &Engine| e.self_local_mean(&kernel, x.view());
+    let params = MeanShiftParams::new()
+        .profile(a.kernel)
+        .bandwidth(a.bandwidth)
+        .seeds(Seeds::Binned { min_bin_freq: 1 })
+        .check()
+        .map_err(CliError::input)?;
 
     let mut job = Job::open("demo", &a.common)?;
-    // The first call also compiles shaders (GPU); the reported time is the second's.
-    job.run(op)?;
-    let first_call = job.seconds();
-    let m = job.run(op)?;
-    job.verify(op, |other| {
-        Deviation::between(
-            m.values.view(),
-            other.values.view(),
-            Tolerance::local_mean(8.0),
-        )
+    let fit = job.run_observed(300, |e: &Engine, bar| {
+        e.mean_shift_with_progress(&params, x.view(), |_| bar.inc(1))
     })?;
+    job.verify(
+        |e: &Engine| e.mean_shift(&params, x.view()),
+        |other| compare(&fit, other, a.bandwidth),
+    )?;
 
-    // Mean distance each point moved toward its blob's centre.
-    let moved = (&m.values - &x)
-        .rows()
-        .into_iter()
-        .filter(|r| r.iter().all(|v| v.is_finite()))
-        .map(|r| f64::from(r.dot(&r)).sqrt())
-        .sum::<f64>()
-        / n as f64;
+    let clusters = fit.modes.nrows();
+    let sizes = fit.cluster_sizes();
+    if !a.common.output.json && !a.common.output.quiet {
+        println!("MeanShift found {clusters} clusters in {n} points drawn around {BLOBS} centres:");
+        for (c, (mode, size)) in fit.modes.rows().into_iter().zip(&sizes).enumerate() {
+            println!(
+                "  cluster {c}: mode ({:7.3}, {:7.3}), {size} points",
+                mode[0], mode[1]
+            );
+        }
+    }
     let mut summary = Summary {
         kernel: Some(kernel),
         sizes: vec![("N", n), ("d", 2)],
         fields: vec![
-            (
-                "op",
-                json!("self local mean (one MeanShift step) of generated blobs"),
-            ),
+            ("op", json!("MeanShift (bin seeding) of generated blobs")),
             ("blobs", json!(BLOBS)),
-            ("first_call_seconds", json!(first_call)),
-            (
-                "pairs_per_second",
-                json!(pairs_per_second(n, n, job.seconds())),
-            ),
-            ("mean_shift_length", json!(moved)),
-            ("empty_rows", json!(m.empty_rows)),
+            ("clusters", json!(clusters)),
+            ("cluster_sizes", json!(sizes)),
+            ("iterations", json!(fit.iterations)),
+            ("converged", json!(fit.converged)),
         ],
         outputs: Vec::new(),
     };
-    if let Some(p) = &a.plot {
+    if let Some(p) = plot_path {
         summary.outputs.push(("plot", p.clone()));
     }
-    job.finish(summary, || match &a.plot {
+    job.finish(summary, || match plot_path {
         Some(p) => {
-            let labels = Array1::from_shape_fn(n, |i| (i % BLOBS) as i64);
-            let centres = Array2::from_shape_fn((BLOBS, 2), |(k, j)| data::blob_centre(k)[j]);
-            let title = format!("one local-mean step of {n} blob points, {kernel}");
+            let title = format!("MeanShift of {n} blob points, {kernel}: {clusters} clusters");
             plot::write_png(
                 "--plot",
                 p,
                 &Scatter {
-                    points: m.values.view(),
-                    labels: labels.view(),
-                    marked: Some((centres.view(), "blob centres")),
+                    points: x.view(),
+                    labels: fit.labels.view(),
+                    marked: Some((fit.modes.view(), "modes")),
                     title: &title,
                 },
             )

@@ -19,6 +19,8 @@ pub mod kde;
 pub mod kernel_matrix;
 pub mod knn;
 pub mod local_mean;
+pub mod mean_shift;
+pub mod medoid_shift;
 
 use std::time::Instant;
 
@@ -50,6 +52,29 @@ impl<'a> Job<'a> {
             seconds: 0.0,
             verification: None,
         })
+    }
+
+    /// Runs `op` on the job's engine, timed, with a progress bar of
+    /// `steps` steps that `op` advances (iterations of an iterative op).
+    pub fn run_observed<T>(
+        &mut self,
+        steps: u64,
+        op: impl Fn(&Engine, &Progress) -> locus::Result<T>,
+    ) -> CliResult<T> {
+        let bar = Progress::bar(
+            self.args.output.progress(),
+            steps,
+            format!("{} on {}", self.command, self.engine.backend().kind()),
+        );
+        let t = Instant::now();
+        let out = op(&self.engine, &bar)?;
+        self.seconds = t.elapsed().as_secs_f64();
+        Ok(out)
+    }
+
+    /// The engine the job runs on.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// Runs `op` on the job's engine, timed, with a progress spinner.

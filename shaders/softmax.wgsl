@@ -1,0 +1,220 @@
+// Kernel softmax (attention) softmax(s·ΦΨᵀ)V in one pass (DESIGN §1, §3):
+// FlashAttention's online softmax, the M×N scores never stored.
+//
+// One invocation per query row, WG rows per workgroup; workgroup_id.y is
+// the batch within the dispatch (rows of batch b start at b·rows in phi,
+// state and out, keys at b·keys in psi and vals). Each invocation keeps
+// its scaled query (vec4 groups) and its row state in registers:
+//   m = largest logit seen, l = Σ e^{s−m}, acc = Σ e^{s−m}·v.
+// Keys and value rows are staged through workgroup memory BK at a time;
+// per key: the score, a rescale of the state when it is a new maximum
+// (rare after the first keys), then the weight e^{s−m} and the weighted
+// values.
+//
+// Causal mask: key j of this key tile is visible to row r when
+// key_start + j ≤ row_start + r + off. Each row stops at its last visible
+// key; staged tiles past the workgroup's last visible key are never loaded
+// (and the host skips key tiles that no row of the query tile sees).
+//
+// A dispatch covers one key tile; states of successive key tiles merge
+// through `state` (merge_state, the rule of plan::merge_states). The last
+// key tile writes acc/l into `out`. With cols = 0 only the row statistics
+// (m, l) are computed and left in `state` (softmax_matrix's row pass).
+//
+// Template constants (src/gpu/shaders.rs): D4 = ⌈d/4⌉, QA4 = max(⌈cols/4⌉, 1)
+// (vec4 groups of value columns a pass holds), BK staged keys.
+
+const D4: u32 = {{D4}}u;
+const QA4: u32 = {{QA4}}u;
+const BK: u32 = {{BK}}u;
+const WG: u32 = 64u;
+const STATE: u32 = 2u + 4u * QA4;
+// A finite stand-in for −inf (logits are checked to stay below 1e37).
+const NEG_BIG: f32 = -3.0e38;
+
+struct Params {
+    rows: u32,       // query rows per batch in this query tile
+    keys: u32,       // keys per batch in this key tile
+    d: u32,          // feature dimension
+    q_stride: u32,   // value columns: row stride of vals and out
+    c0: u32,         // first value column of this pass
+    scale: f32,      // logit scale s
+    flags: u32,      // bit 0: first key tile; bit 1: last key tile; bit 2: causal
+    row_start: u32,  // index within its batch of the tile's first query
+    key_start: u32,  // index within its batch of the tile's first key
+    off: u32,        // N − M: query i sees the keys j ≤ i + off
+    cols: u32,       // value columns of this pass (≤ 4·QA4; 0: statistics only)
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> phi: array<f32>;
+@group(0) @binding(2) var<storage, read> psi: array<f32>;
+@group(0) @binding(3) var<storage, read> vals: array<f32>;
+@group(0) @binding(4) var<storage, read_write> state: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+
+var<workgroup> stage_k: array<vec4<f32>, BK * D4>;
+var<workgroup> stage_v: array<vec4<f32>, BK * QA4>;
+
+struct RowState {
+    m: f32,
+    l: f32,
+    acc: array<vec4<f32>, QA4>,
+}
+
+// The one merge rule: m = max(m₁, m₂), l = l₁e^{m₁−m} + l₂e^{m₂−m}, acc likewise.
+fn merge_state(a: RowState, b: RowState) -> RowState {
+    var r: RowState;
+    r.m = max(a.m, b.m);
+    let fa = exp(a.m - r.m);
+    let fb = exp(b.m - r.m);
+    r.l = a.l * fa + b.l * fb;
+    for (var c = 0u; c < QA4; c++) {
+        r.acc[c] = a.acc[c] * fa + b.acc[c] * fb;
+    }
+    return r;
+}
+
+@compute @workgroup_size(64)
+fn attend(@builtin(workgroup_id) wid: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let b = wid.y;
+    let r = wid.x * WG + lid;
+    let live = r < p.rows;
+    let causal = (p.flags & 4u) != 0u;
+    let row = b * p.rows + r;
+
+    var qx: array<vec4<f32>, D4>;
+    if live {
+        for (var k4 = 0u; k4 < D4; k4++) {
+            var v = vec4<f32>(0.0);
+            for (var c = 0u; c < 4u; c++) {
+                let k = k4 * 4u + c;
+                if k < p.d {
+                    v[c] = phi[row * p.d + k] * p.scale;
+                }
+            }
+            qx[k4] = v;
+        }
+    }
+    // Keys this workgroup may see (causal: up to its last row's limit),
+    // and the number this row sees: keys j < my_end of the tile.
+    var kend = p.keys;
+    var my_end = p.keys;
+    if causal {
+        let last = min(wid.x * WG + WG, p.rows) - 1u;
+        let wg_lim = p.row_start + last + p.off + 1u;
+        kend = select(0u, min(p.keys, wg_lim - p.key_start), wg_lim > p.key_start);
+        let lim = p.row_start + r + p.off + 1u;
+        my_end = select(0u, min(p.keys, lim - p.key_start), lim > p.key_start);
+    }
+
+    var st: RowState;
+    st.m = NEG_BIG;
+    st.l = 0.0;
+    for (var c = 0u; c < QA4; c++) {
+        st.acc[c] = vec4<f32>(0.0);
+    }
+
+    for (var base = 0u; base < kend; base += BK) {
+        let count = min(BK, kend - base);
+        for (var e = lid; e < count * D4; e += WG) {
+            let j = e / D4;
+            let k4 = e - j * D4;
+            let src = (b * p.keys + base + j) * p.d;
+            var v = vec4<f32>(0.0);
+            for (var c = 0u; c < 4u; c++) {
+                let k = k4 * 4u + c;
+                if k < p.d {
+                    v[c] = psi[src + k];
+                }
+            }
+            stage_k[e] = v;
+        }
+        if p.cols > 0u {
+            for (var e = lid; e < count * QA4; e += WG) {
+                let j = e / QA4;
+                let c4 = e - j * QA4;
+                let src = (b * p.keys + base + j) * p.q_stride + p.c0;
+                var v = vec4<f32>(0.0);
+                for (var c = 0u; c < 4u; c++) {
+                    let col = c4 * 4u + c;
+                    if col < p.cols {
+                        v[c] = vals[src + col];
+                    }
+                }
+                stage_v[e] = v;
+            }
+        }
+        workgroupBarrier();
+        // Keys of this stage the row sees.
+        let seen = min(count, select(0u, my_end - base, my_end > base));
+        if live && seen > 0u {
+            for (var j = 0u; j < seen; j++) {
+                var dot4 = vec4<f32>(0.0);
+                for (var k4 = 0u; k4 < D4; k4++) {
+                    dot4 = fma(qx[k4], stage_k[j * D4 + k4], dot4);
+                }
+                let s = (dot4.x + dot4.y) + (dot4.z + dot4.w);
+                // A new maximum (rare after the first keys) rescales the state.
+                if s > st.m {
+                    let f = exp(st.m - s);
+                    st.l *= f;
+                    for (var c = 0u; c < QA4; c++) {
+                        st.acc[c] *= f;
+                    }
+                    st.m = s;
+                }
+                let w = exp(s - st.m);
+                st.l += w;
+                if p.cols > 0u {
+                    for (var c = 0u; c < QA4; c++) {
+                        st.acc[c] = fma(vec4<f32>(w), stage_v[j * QA4 + c], st.acc[c]);
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    if !live {
+        return;
+    }
+    let sb = row * STATE;
+    if (p.flags & 1u) == 0u {
+        var prev: RowState;
+        prev.m = state[sb];
+        prev.l = state[sb + 1u];
+        for (var c = 0u; c < QA4; c++) {
+            let o = sb + 2u + 4u * c;
+            prev.acc[c] = vec4<f32>(state[o], state[o + 1u], state[o + 2u], state[o + 3u]);
+        }
+        st = merge_state(prev, st);
+    }
+    if (p.flags & 2u) == 0u {
+        state[sb] = st.m;
+        state[sb + 1u] = st.l;
+        for (var c = 0u; c < QA4; c++) {
+            let o = sb + 2u + 4u * c;
+            state[o] = st.acc[c].x;
+            state[o + 1u] = st.acc[c].y;
+            state[o + 2u] = st.acc[c].z;
+            state[o + 3u] = st.acc[c].w;
+        }
+        return;
+    }
+    // Every row sees key 0 (M ≤ N under the mask), so l ≥ 1.
+    let inv = 1.0 / st.l;
+    let ob = row * p.q_stride + p.c0;
+    // Constant indices only: a private array indexed at run time would
+    // live in (slow) memory instead of registers.
+    for (var c4 = 0u; c4 < QA4; c4++) {
+        let v = st.acc[c4] * inv;
+        for (var k = 0u; k < 4u; k++) {
+            if c4 * 4u + k < p.cols {
+                out[ob + c4 * 4u + k] = v[k];
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! `locus mean-shift`: MeanShift clustering (scikit-learn's semantics, any
+//! kernel, classic or blurring), with labels, modes and a plot.
+
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+use locus::{Bandwidth, Engine, MeanShiftFit, MeanShiftParams, Profile, Seeds};
+use serde_json::json;
+
+use super::Job;
+use crate::args::{Compute, parse_bandwidth, parse_profile};
+use crate::error::{CliError, CliResult};
+use crate::io::{self, Input};
+use crate::plot::{self, Scatter};
+use crate::report::Summary;
+use crate::verify::{Deviation, Tolerance};
+
+/// `--seeds`: where the iterations start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SeedsArg {
+    /// Every point is a seed.
+    All,
+    /// One seed per occupied grid bin of side h (scikit-learn's bin seeding).
+    Binned,
+}
+
+/// Arguments of `locus mean-shift`.
+#[derive(Debug, clap::Args)]
+pub struct MeanShiftArgs {
+    /// Points to cluster, N×d.
+    #[arg(long, value_name = "X")]
+    input: PathBuf,
+    /// Bandwidth h (without it, estimated from --quantile).
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_negative_numbers = true, conflicts_with = "quantile")]
+    bandwidth: Option<f32>,
+    /// Estimate h as the mean distance to the ⌊quantile·N⌋-th neighbour
+    /// (scikit-learn's estimate_bandwidth; default 0.3); the estimate is reported.
+    #[arg(long, value_name = "Q", allow_negative_numbers = true)]
+    quantile: Option<f64>,
+    /// Kernel profile (default: uniform, scikit-learn's flat kernel).
+    #[arg(long, value_name = "K", default_value = "uniform", value_parser = parse_profile)]
+    kernel: Profile,
+    /// Seeds: every point, or one per grid bin.
+    #[arg(long, value_enum, default_value_t = SeedsArg::All)]
+    seeds: SeedsArg,
+    /// With --seeds binned: fewest points a bin needs to give a seed.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    min_bin_freq: usize,
+    /// Most iterations.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    max_iter: usize,
+    /// A seed stops when it moves at most tol·h.
+    #[arg(
+        long,
+        value_name = "T",
+        default_value_t = 1e-3,
+        allow_negative_numbers = true
+    )]
+    tol: f64,
+    /// Move the points themselves (blurring MeanShift).
+    #[arg(long)]
+    blurring: bool,
+    /// Label points farther than h from every mode −1 instead of assigning
+    /// them to the nearest.
+    #[arg(long)]
+    no_cluster_all: bool,
+    /// Where to write the N labels (i64; −1 unassigned).
+    #[arg(long, value_name = "L")]
+    labels: PathBuf,
+    /// Where to write the C×d modes, most populated first.
+    #[arg(long, value_name = "M")]
+    modes: Option<PathBuf>,
+    /// Draw the points coloured by cluster, modes marked, to this PNG.
+    #[arg(long, value_name = "PNG")]
+    plot: Option<PathBuf>,
+    #[command(flatten)]
+    common: Compute,
+}
+
+/// Runs `locus mean-shift`.
+pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
+    io::check_output("--labels", &a.labels)?;
+    if let Some(m) = &a.modes {
+        io::check_output("--modes", m)?;
+    }
+    if let Some(p) = &a.plot {
+        plot::check_path("--plot", p)?;
+    }
+    let input = Input::load("--input", &a.input)?;
+    let rule = match (a.bandwidth, a.quantile) {
+        (Some(h), _) => Bandwidth::Fixed(h),
+        (None, q) => Bandwidth::Quantile {
+            quantile: q.unwrap_or(0.3),
+            n_samples: None,
+        },
+    };
+    let seeds = match a.seeds {
+        SeedsArg::All => Seeds::All,
+        SeedsArg::Binned => Seeds::Binned {
+            min_bin_freq: a.min_bin_freq,
+        },
+    };
+    let build = |rule: Bandwidth| {
+        MeanShiftParams::new()
+            .profile(a.kernel)
+            .bandwidth_rule(rule)
+            .seeds(seeds.clone())
+            .max_iter(a.max_iter)
+            .tol(a.tol)
+            .blurring(a.blurring)
+            .cluster_all(!a.no_cluster_all)
+            .check()
+            .map_err(CliError::input)
+    };
+    // Bad parameters are reported before any work.
+    build(rule)?;
+    let x = input.data.view();
+
+    let mut job = Job::open("mean-shift", &a.common)?;
+    // The bandwidth is resolved once, so both backends of --verify use it.
+    let h = match rule {
+        Bandwidth::Fixed(h) => h,
+        _ => job
+            .engine()
+            .estimate_bandwidth(x, a.quantile.unwrap_or(0.3), None)
+            .map_err(|e| CliError::input(format!("--input {}: {e}", input.path.display())))?,
+    };
+    let params = build(Bandwidth::Fixed(h))?;
+    let fit = job.run_observed(a.max_iter as u64, |e: &Engine, bar| {
+        e.mean_shift_with_progress(&params, x, |p| {
+            bar.inc(1);
+            bar.set_message(format!(
+                "mean-shift: iteration {}, {} moving, max shift {:.2e}",
+                p.iteration, p.moving, p.max_shift
+            ));
+        })
+    })?;
+    job.verify(
+        |e: &Engine| e.mean_shift(&params, x),
+        |other| compare(&fit, other, h),
+    )?;
+
+    let clusters = fit.modes.nrows();
+    let summary = Summary {
+        kernel: Some(locus::Kernel::new(a.kernel, h)?),
+        sizes: vec![("N", x.nrows()), ("d", x.ncols())],
+        fields: vec![
+            ("bandwidth", json!(h)),
+            ("bandwidth_estimated", json!(a.bandwidth.is_none())),
+            ("clusters", json!(clusters)),
+            ("populations", json!(fit.populations)),
+            ("iterations", json!(fit.iterations)),
+            ("converged", json!(fit.converged)),
+            (
+                "unassigned",
+                json!(fit.labels.iter().filter(|&&l| l < 0).count()),
+            ),
+        ],
+        outputs: [
+            Some(("labels", a.labels.clone())),
+            a.modes.clone().map(|m| ("modes", m)),
+            a.plot.clone().map(|p| ("plot", p)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+    };
+    job.finish(summary, || {
+        io::write_array("--labels", &a.labels, fit.labels.view())?;
+        if let Some(m) = &a.modes {
+            io::write_array("--modes", m, fit.modes.view())?;
+        }
+        if let Some(p) = &a.plot {
+            let title = format!(
+                "MeanShift{}, {} h={h:.3}: {clusters} clusters",
+                if a.blurring { " (blurring)" } else { "" },
+                a.kernel
+            );
+            plot::write_png(
+                "--plot",
+                p,
+                &Scatter {
+                    points: x,
+                    labels: fit.labels.view(),
+                    marked: Some((fit.modes.view(), "modes")),
+                    title: &title,
+                },
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// Modes within 1e-4·h (same count) and identical labels.
+pub fn compare(a: &MeanShiftFit, b: &MeanShiftFit, h: f32) -> Deviation {
+    let mut d = Deviation::between(
+        a.modes.view(),
+        b.modes.view(),
+        Tolerance {
+            rtol: 0.0,
+            atol: 1e-4 * f64::from(h),
+        },
+    );
+    if a.labels != b.labels {
+        d.ok = false;
+    }
+    d
+}

@@ -1,0 +1,125 @@
+//! `locus medoid-shift`: MedoidShift clustering; every cluster centre is a
+//! sample point.
+
+use std::path::PathBuf;
+
+use locus::{Engine, MedoidShiftParams, Profile};
+use ndarray::Array1;
+use serde_json::json;
+
+use super::Job;
+use crate::args::{Compute, parse_bandwidth, parse_profile};
+use crate::error::{CliError, CliResult};
+use crate::io::{self, Input};
+use crate::plot::{self, Scatter};
+use crate::report::Summary;
+use crate::verify::{Deviation, Tolerance};
+
+/// Arguments of `locus medoid-shift`.
+#[derive(Debug, clap::Args)]
+pub struct MedoidShiftArgs {
+    /// Points to cluster, N×d.
+    #[arg(long, value_name = "X")]
+    input: PathBuf,
+    /// Bandwidth h.
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_negative_numbers = true)]
+    bandwidth: f32,
+    /// Kernel profile.
+    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile)]
+    kernel: Profile,
+    /// Most rounds of jumps.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    max_iter: usize,
+    /// Where to write the N labels (i64).
+    #[arg(long, value_name = "L")]
+    labels: PathBuf,
+    /// Where to write the medoids' coordinates (C×d), most populated first.
+    #[arg(long, value_name = "M")]
+    medoids: Option<PathBuf>,
+    /// Draw the points coloured by cluster, medoids marked, to this PNG.
+    #[arg(long, value_name = "PNG")]
+    plot: Option<PathBuf>,
+    #[command(flatten)]
+    common: Compute,
+}
+
+/// Runs `locus medoid-shift`.
+pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
+    io::check_output("--labels", &a.labels)?;
+    if let Some(m) = &a.medoids {
+        io::check_output("--medoids", m)?;
+    }
+    if let Some(p) = &a.plot {
+        plot::check_path("--plot", p)?;
+    }
+    let input = Input::load("--input", &a.input)?;
+    let params = MedoidShiftParams::new()
+        .profile(a.kernel)
+        .bandwidth(a.bandwidth)
+        .max_iter(a.max_iter)
+        .check()
+        .map_err(CliError::input)?;
+    let x = input.data.view();
+    let op = |e: &Engine| e.medoid_shift(&params, x);
+
+    let mut job = Job::open("medoid-shift", &a.common)?;
+    let fit = job.run(op)?;
+    job.verify(op, |other| {
+        let as_f32 = |l: &Array1<i64>| l.mapv(|v| v as f32);
+        let mut d = Deviation::between(
+            as_f32(&fit.labels).view(),
+            as_f32(&other.labels).view(),
+            Tolerance {
+                rtol: 0.0,
+                atol: 0.0,
+            },
+        );
+        if fit.medoids != other.medoids {
+            d.ok = false;
+        }
+        d
+    })?;
+    let clusters = fit.medoids.len();
+    let summary = Summary {
+        kernel: Some(locus::Kernel::new(a.kernel, a.bandwidth)?),
+        sizes: vec![("N", x.nrows()), ("d", x.ncols())],
+        fields: vec![
+            ("clusters", json!(clusters)),
+            ("medoid_indices", json!(fit.medoids)),
+            ("populations", json!(fit.populations)),
+            ("iterations", json!(fit.iterations)),
+            ("converged", json!(fit.converged)),
+        ],
+        outputs: [
+            Some(("labels", a.labels.clone())),
+            a.medoids.clone().map(|m| ("medoids", m)),
+            a.plot.clone().map(|p| ("plot", p)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+    };
+    job.finish(summary, || {
+        io::write_array("--labels", &a.labels, fit.labels.view())?;
+        if let Some(m) = &a.medoids {
+            io::write_array("--medoids", m, fit.modes.view())?;
+        }
+        if let Some(p) = &a.plot {
+            let title = format!(
+                "MedoidShift, {} h={}: {clusters} clusters",
+                a.kernel, a.bandwidth
+            );
+            plot::write_png(
+                "--plot",
+                p,
+                &Scatter {
+                    points: x,
+                    labels: fit.labels.view(),
+                    marked: Some((fit.modes.view(), "medoids")),
+                    title: &title,
+                },
+            )?;
+        }
+        Ok(())
+    })
+}

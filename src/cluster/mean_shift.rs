@@ -1,0 +1,297 @@
+//! The MeanShift driver: seeds, centring, the backend's iterations, then
+//! the post-processing of `postprocess.rs`.
+
+use ndarray::{Array1, Array2, ArrayView2};
+use rayon::prelude::*;
+
+use super::errors::ClusterError;
+use super::params::{MeanShiftValidParams, Seeds};
+use super::postprocess::{label, select_modes};
+use super::{Progress, ShiftRun};
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::kernel::Kernel;
+use crate::matrix::Matrix;
+
+const OP: &str = "mean_shift";
+
+/// What MeanShift found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeanShiftFit {
+    /// The modes (`C × d`), most populated first.
+    pub modes: Array2<f32>,
+    /// One label per input point: the index of its mode in
+    /// [`modes`](Self::modes), or −1 for a point farther than one bandwidth
+    /// from every mode when `cluster_all` is off. Non-blurring, a point
+    /// gets the mode nearest to it (as in scikit-learn); blurring, the mode
+    /// nearest to where the point moved.
+    pub labels: Array1<i64>,
+    /// For each mode, the number of input points at distance < h from it
+    /// (what the modes are ranked by); blurring, of moved points.
+    pub populations: Vec<usize>,
+    /// Iterations run (the most shifts any seed took).
+    pub iterations: usize,
+    /// Whether every seed stopped within `max_iter`.
+    pub converged: bool,
+    /// The bandwidth used (given or estimated).
+    pub bandwidth: f32,
+}
+
+impl MeanShiftFit {
+    /// The number of points labelled with each mode.
+    pub fn cluster_sizes(&self) -> Vec<usize> {
+        let mut sizes = vec![0; self.modes.nrows()];
+        for &l in &self.labels {
+            if l >= 0 {
+                sizes[l as usize] += 1;
+            }
+        }
+        sizes
+    }
+}
+
+impl Engine {
+    /// MeanShift clustering of `points` (`N × d`) with `params`.
+    ///
+    /// Each seed moves to the local mean of the points around it until its
+    /// shift is at most `tol·h` (or `max_iter` shifts); blurring, the
+    /// points themselves move. A seed whose neighbourhood is empty stays
+    /// where it is. The final positions are ranked and merged as in
+    /// scikit-learn: by the number of points within one bandwidth, a seed
+    /// within one bandwidth of a stronger one dropped, seeds with no point
+    /// within one bandwidth dropped; then every point is labelled by its
+    /// nearest mode (on the engine's backend).
+    ///
+    /// Coordinates are centred on the middle of the data's bounding box
+    /// while iterating (constant data then converges in one step, and
+    /// offsets do not eat f32 precision). A shift within f32 rounding of a
+    /// seed's coordinates (`2⁻²¹·max|x|` after centring) also counts as
+    /// converged.
+    ///
+    /// ```
+    /// use locus::{Engine, MeanShiftParams};
+    /// use ndarray::array;
+    /// let x = array![[0.0f32, 0.0], [0.1, 0.0], [0.0, 0.1], [5.0, 5.0], [5.1, 5.0]];
+    /// let params = MeanShiftParams::new().bandwidth(1.0).check()?;
+    /// let fit = Engine::cpu().mean_shift(&params, x.view())?;
+    /// assert_eq!(fit.modes.nrows(), 2);
+    /// assert_eq!(fit.labels.to_vec(), vec![0, 0, 0, 1, 1]);
+    /// assert_eq!(fit.populations, vec![3, 2]);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Empty or non-finite points; given seeds of another dimension
+    /// ([`ClusterError::SeedDimension`]); a bandwidth rule that fails on
+    /// this data ([`ClusterError::DegenerateBandwidth`]); no seed with a
+    /// point within one bandwidth ([`ClusterError::NoModes`]); backend
+    /// failures.
+    pub fn mean_shift(
+        &self,
+        params: &MeanShiftValidParams,
+        points: ArrayView2<'_, f32>,
+    ) -> Result<MeanShiftFit> {
+        self.mean_shift_with_progress(params, points, |_| {})
+    }
+
+    /// [`mean_shift`](Self::mean_shift), calling `progress` after every
+    /// iteration with the iteration number, the seeds still moving and the
+    /// largest shift.
+    ///
+    /// # Errors
+    /// As [`mean_shift`](Self::mean_shift).
+    pub fn mean_shift_with_progress(
+        &self,
+        params: &MeanShiftValidParams,
+        points: ArrayView2<'_, f32>,
+        mut progress: impl FnMut(&Progress),
+    ) -> Result<MeanShiftFit> {
+        let x = Matrix::check(OP, "points", points)?;
+        let (n, d) = (x.rows(), x.cols());
+        let h = self.resolve_bandwidth(params.bandwidth(), &x)?;
+        let kernel = Kernel::new(params.profile(), h)?;
+        let seeds = match params.seeds() {
+            Seeds::All => x.as_slice().to_vec(),
+            Seeds::Binned { min_bin_freq } => bin_seeds(x.as_slice(), d, h, *min_bin_freq),
+            Seeds::Given(s) => {
+                if s.ncols() != d {
+                    return Err(ClusterError::SeedDimension {
+                        seeds: s.ncols(),
+                        points: d,
+                    }
+                    .into());
+                }
+                s.iter().copied().collect()
+            }
+        };
+        if seeds.is_empty() {
+            return Err(ClusterError::NoModes {
+                seeds: 0,
+                bandwidth: h,
+            }
+            .into());
+        }
+        let center = midpoint(x.as_slice(), d);
+        let xc = centred(x.as_slice(), &center);
+        let seeds = centred(&seeds, &center);
+        let xv = ArrayView2::from_shape((n, d), &xc).expect("n·d"); // ok: same shape as x
+        let xm = Matrix::check(OP, "points", xv)?;
+        let tol_h = params.tol() * f64::from(h);
+        let run = ShiftRun {
+            max_iter: params.max_iter(),
+            thr_sq: (tol_h * tol_h) as f32,
+            blurring: params.blurring(),
+        };
+        let backend = self.backend_impl();
+        let out = backend.mean_shift(&kernel, &xm, seeds, &run, &mut progress)?;
+        // Blurring, the moved points are the data the modes are judged by.
+        let moved;
+        let data = if run.blurring {
+            moved = Matrix::check(
+                OP,
+                "points",
+                ArrayView2::from_shape((n, d), &out.positions).expect("n·d"), // ok: one row per point
+            )?;
+            &moved
+        } else {
+            &xm
+        };
+        let modes = select_modes(backend, h, &out.positions, d, data)?;
+        let c = modes.populations.len();
+        let mm = Matrix::check(
+            OP,
+            "modes",
+            ArrayView2::from_shape((c, d), &modes.modes).expect("c·d"), // ok: rows of d
+        )?;
+        let labels = label(backend, data, &mm, h, params.cluster_all())?;
+        let mut modes_out = Array2::from_shape_vec((c, d), modes.modes).expect("c·d"); // ok: rows of d
+        for mut row in modes_out.rows_mut() {
+            for (v, &c0) in row.iter_mut().zip(&center) {
+                *v = (f64::from(*v) + c0) as f32;
+            }
+        }
+        Ok(MeanShiftFit {
+            modes: modes_out,
+            labels: Array1::from(labels),
+            populations: modes.populations,
+            iterations: out.iterations,
+            converged: out.converged,
+            bandwidth: h,
+        })
+    }
+}
+
+/// The middle of the bounding box, per coordinate (exact for constant data).
+fn midpoint(x: &[f32], d: usize) -> Vec<f64> {
+    let mut lo = vec![f64::INFINITY; d];
+    let mut hi = vec![f64::NEG_INFINITY; d];
+    for row in x.chunks_exact(d) {
+        for (k, &v) in row.iter().enumerate() {
+            lo[k] = lo[k].min(f64::from(v));
+            hi[k] = hi[k].max(f64::from(v));
+        }
+    }
+    lo.iter()
+        .zip(&hi)
+        .map(|(&a, &b)| f64::from(((a + b) * 0.5) as f32))
+        .collect()
+}
+
+fn centred(x: &[f32], center: &[f64]) -> Vec<f32> {
+    let d = center.len();
+    x.par_chunks_exact(d)
+        .flat_map_iter(|row| {
+            row.iter()
+                .zip(center)
+                .map(|(&v, &c)| (f64::from(v) - c) as f32)
+        })
+        .collect()
+}
+
+/// scikit-learn's bin seeds: one per bin `round(x/h)` (half to even, in
+/// f64) holding at least `min_bin_freq` points, at the bin's grid point
+/// `round(x/h)·h`; the points themselves when every point has a bin of its
+/// own. Points are grouped by a hash of their bin, then by the bin itself.
+pub(crate) fn bin_seeds(x: &[f32], d: usize, h: f32, min_bin_freq: usize) -> Vec<f32> {
+    let n = x.len() / d;
+    let hf = f64::from(h);
+    // `+ 0.0` turns −0.0 into 0.0, so both land in the same bin.
+    let bins: Vec<f64> = x
+        .par_iter()
+        .map(|&v| (f64::from(v) / hf).round_ties_even() + 0.0)
+        .collect();
+    let row = |i: usize| &bins[i * d..(i + 1) * d];
+    let mut keyed: Vec<(u64, u32)> = (0..n)
+        .into_par_iter()
+        .map(|i| {
+            let hash = row(i).iter().fold(0xCBF2_9CE4_8422_2325u64, |a, v| {
+                (a.rotate_left(5) ^ v.to_bits()).wrapping_mul(0x0100_0000_01B3)
+            });
+            (hash, i as u32)
+        })
+        .collect();
+    keyed.par_sort_unstable();
+    let same = |a: u32, b: u32| row(a as usize) == row(b as usize);
+    let mut seeds = Vec::new();
+    let mut kept = 0;
+    let mut start = 0;
+    while start < n {
+        let mut end = start + 1;
+        while end < n && keyed[end].0 == keyed[start].0 {
+            end += 1;
+        }
+        // Equal hashes: almost always one bin; split exact groups otherwise.
+        let mut run: Vec<u32> = keyed[start..end].iter().map(|k| k.1).collect();
+        while let Some(&first) = run.first() {
+            let (mine, rest): (Vec<u32>, Vec<u32>) = run.iter().partition(|&&i| same(i, first));
+            if mine.len() >= min_bin_freq {
+                seeds.extend(row(first as usize).iter().map(|&b| (b * hf) as f32));
+                kept += 1;
+            }
+            run = rest;
+        }
+        start = end;
+    }
+    if kept == n {
+        return x.to_vec();
+    }
+    seeds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted_rows(v: Vec<f32>, d: usize) -> Vec<Vec<f32>> {
+        let mut rows: Vec<Vec<f32>> = v.chunks(d).map(<[f32]>::to_vec).collect();
+        rows.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+        rows
+    }
+
+    #[test]
+    fn bin_seeds_follow_scikit_learn() {
+        // x/h = 0.5 and 2.5 round half to even (to 0 and 2); −0.2 and 0.2
+        // share bin 0 (no separate −0 bin).
+        let x = [
+            0.5f32, 0.0, -0.2, 0.0, 0.2, 0.0, 2.5, 0.0, 2.4, 0.0, 7.0, 7.0,
+        ];
+        let seeds = sorted_rows(bin_seeds(&x, 2, 1.0, 1), 2);
+        assert_eq!(seeds, vec![vec![0.0, 0.0], vec![2.0, 0.0], vec![7.0, 7.0]]);
+        let seeds = sorted_rows(bin_seeds(&x, 2, 1.0, 2), 2);
+        assert_eq!(seeds, vec![vec![0.0, 0.0], vec![2.0, 0.0]]);
+        assert!(bin_seeds(&x, 2, 1.0, 4).is_empty());
+        // Bins of side h = 2 land on multiples of 2.
+        let seeds = sorted_rows(bin_seeds(&[3.1f32, 5.2], 1, 2.0, 1), 1);
+        assert_eq!(seeds, vec![vec![3.1], vec![5.2]]); // every bin single: the points
+        let seeds = sorted_rows(bin_seeds(&[3.1f32, 3.3, 5.2], 1, 2.0, 1), 1);
+        assert_eq!(seeds, vec![vec![4.0], vec![6.0]]);
+    }
+
+    #[test]
+    fn midpoint_is_exact_for_constant_data() {
+        let x = vec![1234.5f32; 6];
+        let c = midpoint(&x, 3);
+        assert_eq!(c, vec![1234.5; 3]);
+        assert!(centred(&x, &c).iter().all(|&v| v == 0.0));
+    }
+}

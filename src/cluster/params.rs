@@ -1,0 +1,359 @@
+//! MeanShift and MedoidShift parameters: consuming builders whose `check()`
+//! yields the valid parameters the engine accepts (DESIGN §2).
+
+use ndarray::Array2;
+
+use super::errors::ClusterError;
+use crate::error::Result;
+use crate::kernel::{Kernel, Profile};
+use crate::matrix::Matrix;
+
+/// How the bandwidth `h` is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bandwidth {
+    /// This bandwidth.
+    Fixed(f32),
+    /// scikit-learn's `estimate_bandwidth`: the mean over points of the
+    /// distance to their k-th nearest neighbour (the point itself counts as
+    /// the first), `k = max(1, ⌊quantile·n⌋)`, on `n_samples` points drawn
+    /// without replacement (all points when `None`). `O(n²d)`: for large
+    /// data give `n_samples` (a few thousand) or a fixed bandwidth.
+    /// See [`Engine::estimate_bandwidth`](crate::Engine::estimate_bandwidth).
+    Quantile {
+        /// In `[0, 1]`.
+        quantile: f64,
+        /// Subsample size (at least 1).
+        n_samples: Option<usize>,
+    },
+    /// Scott's rule: `σ · n^(−1/(d+4))`, with `σ` the root mean square of
+    /// the per-coordinate standard deviations.
+    Scott,
+    /// Silverman's rule: `σ · (n(d+2)/4)^(−1/(d+4))`, same `σ`.
+    Silverman,
+}
+
+impl Default for Bandwidth {
+    /// `Quantile { quantile: 0.3, n_samples: None }`, scikit-learn's default.
+    fn default() -> Self {
+        Bandwidth::Quantile {
+            quantile: 0.3,
+            n_samples: None,
+        }
+    }
+}
+
+impl Bandwidth {
+    /// Checks what can be checked without data.
+    pub(crate) fn check(&self, profile: Profile) -> Result<()> {
+        match *self {
+            Bandwidth::Fixed(h) => Kernel::new(profile, h).map(|_| ()),
+            Bandwidth::Quantile {
+                quantile,
+                n_samples,
+            } => {
+                if !(0.0..=1.0).contains(&quantile) {
+                    return Err(ClusterError::InvalidQuantile { value: quantile }.into());
+                }
+                if n_samples == Some(0) {
+                    return Err(ClusterError::ZeroSamples.into());
+                }
+                Ok(())
+            }
+            Bandwidth::Scott | Bandwidth::Silverman => Ok(()),
+        }
+    }
+}
+
+/// Where MeanShift starts its seeds.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Seeds {
+    /// Every point is a seed.
+    #[default]
+    All,
+    /// scikit-learn's bin seeding: points are binned on a grid of side `h`
+    /// (bin `round(x/h)`, rounding half to even, in `f64`); each bin holding
+    /// at least `min_bin_freq` points gives one seed at its grid point
+    /// `round(x/h)·h`. As in scikit-learn, when every point lands in a bin
+    /// of its own, the points themselves are the seeds.
+    Binned {
+        /// Fewest points a bin needs to give a seed (at least 1).
+        min_bin_freq: usize,
+    },
+    /// These seeds (`M × d`, finite).
+    Given(Array2<f32>),
+}
+
+/// MeanShift parameters, unchecked. Build with the setters, then
+/// [`check`](Self::check).
+///
+/// ```
+/// use locus::{MeanShiftParams, Profile, Seeds};
+/// let params = MeanShiftParams::new()
+///     .bandwidth(1.0)
+///     .profile(Profile::Uniform)
+///     .seeds(Seeds::Binned { min_bin_freq: 1 })
+///     .check()?;
+/// assert_eq!(params.max_iter(), 300);
+/// assert!(MeanShiftParams::new().max_iter(0).check().is_err());
+/// # Ok::<(), locus::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeanShiftParams {
+    profile: Profile,
+    bandwidth: Bandwidth,
+    seeds: Seeds,
+    max_iter: usize,
+    tol: f64,
+    blurring: bool,
+    cluster_all: bool,
+}
+
+impl Default for MeanShiftParams {
+    fn default() -> Self {
+        MeanShiftParams::new()
+    }
+}
+
+impl MeanShiftParams {
+    /// scikit-learn's defaults: flat (uniform) kernel, bandwidth estimated
+    /// with quantile 0.3, every point a seed, `max_iter = 300`,
+    /// `tol = 1e-3`, not blurring, `cluster_all = true`.
+    pub fn new() -> Self {
+        MeanShiftParams {
+            profile: Profile::Uniform,
+            bandwidth: Bandwidth::default(),
+            seeds: Seeds::All,
+            max_iter: 300,
+            tol: 1e-3,
+            blurring: false,
+            cluster_all: true,
+        }
+    }
+
+    /// The kernel profile (default uniform, scikit-learn's flat kernel).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// A fixed bandwidth `h`.
+    pub fn bandwidth(mut self, h: f32) -> Self {
+        self.bandwidth = Bandwidth::Fixed(h);
+        self
+    }
+
+    /// How the bandwidth is chosen.
+    pub fn bandwidth_rule(mut self, rule: Bandwidth) -> Self {
+        self.bandwidth = rule;
+        self
+    }
+
+    /// Where the seeds start.
+    pub fn seeds(mut self, seeds: Seeds) -> Self {
+        self.seeds = seeds;
+        self
+    }
+
+    /// Most shifts of a seed (default 300).
+    pub fn max_iter(mut self, max_iter: usize) -> Self {
+        self.max_iter = max_iter;
+        self
+    }
+
+    /// A seed stops when its shift is at most `tol·h` (default 1e-3).
+    pub fn tol(mut self, tol: f64) -> Self {
+        self.tol = tol;
+        self
+    }
+
+    /// `true`: the points themselves move (blurring MeanShift); `false`
+    /// (default): seeds move over the fixed points.
+    pub fn blurring(mut self, blurring: bool) -> Self {
+        self.blurring = blurring;
+        self
+    }
+
+    /// `true` (default): every point gets the nearest mode; `false`: points
+    /// farther than one bandwidth from every mode are labelled −1.
+    pub fn cluster_all(mut self, cluster_all: bool) -> Self {
+        self.cluster_all = cluster_all;
+        self
+    }
+
+    /// Checks every parameter.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBandwidth`] for a fixed bandwidth no kernel accepts;
+    /// [`Error::Cluster`] with [`ClusterError::ZeroMaxIter`],
+    /// [`InvalidTolerance`](ClusterError::InvalidTolerance),
+    /// [`ZeroMinBinFreq`](ClusterError::ZeroMinBinFreq),
+    /// [`BlurringNeedsAllSeeds`](ClusterError::BlurringNeedsAllSeeds),
+    /// [`InvalidQuantile`](ClusterError::InvalidQuantile),
+    /// [`ZeroSamples`](ClusterError::ZeroSamples); [`Error::EmptyInput`] or
+    /// [`Error::NonFinite`] for given seeds that are empty or not finite.
+    ///
+    /// [`Error::InvalidBandwidth`]: crate::Error::InvalidBandwidth
+    /// [`Error::Cluster`]: crate::Error::Cluster
+    /// [`Error::EmptyInput`]: crate::Error::EmptyInput
+    /// [`Error::NonFinite`]: crate::Error::NonFinite
+    pub fn check(self) -> Result<MeanShiftValidParams> {
+        const OP: &str = "mean_shift";
+        if self.max_iter == 0 {
+            return Err(ClusterError::ZeroMaxIter { op: OP }.into());
+        }
+        if !self.tol.is_finite() || self.tol <= 0.0 {
+            return Err(ClusterError::InvalidTolerance { value: self.tol }.into());
+        }
+        self.bandwidth.check(self.profile)?;
+        match &self.seeds {
+            Seeds::All => {}
+            Seeds::Binned { min_bin_freq } => {
+                if *min_bin_freq == 0 {
+                    return Err(ClusterError::ZeroMinBinFreq.into());
+                }
+            }
+            Seeds::Given(s) => {
+                Matrix::check(OP, "seeds", s.view())?;
+            }
+        }
+        if self.blurring && self.seeds != Seeds::All {
+            return Err(ClusterError::BlurringNeedsAllSeeds.into());
+        }
+        Ok(MeanShiftValidParams(self))
+    }
+}
+
+/// Checked MeanShift parameters, as [`Engine::mean_shift`](crate::Engine::mean_shift) takes them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeanShiftValidParams(MeanShiftParams);
+
+impl MeanShiftValidParams {
+    /// The kernel profile.
+    pub fn profile(&self) -> Profile {
+        self.0.profile
+    }
+    /// The bandwidth rule.
+    pub fn bandwidth(&self) -> Bandwidth {
+        self.0.bandwidth
+    }
+    /// The seeding.
+    pub fn seeds(&self) -> &Seeds {
+        &self.0.seeds
+    }
+    /// Most shifts per seed.
+    pub fn max_iter(&self) -> usize {
+        self.0.max_iter
+    }
+    /// Convergence tolerance, relative to the bandwidth.
+    pub fn tol(&self) -> f64 {
+        self.0.tol
+    }
+    /// Whether the points themselves move.
+    pub fn blurring(&self) -> bool {
+        self.0.blurring
+    }
+    /// Whether every point gets a label.
+    pub fn cluster_all(&self) -> bool {
+        self.0.cluster_all
+    }
+}
+
+/// MedoidShift parameters, unchecked (paper §7.4).
+///
+/// ```
+/// use locus::{MedoidShiftParams, Profile};
+/// let p = MedoidShiftParams::new().profile(Profile::Gaussian).bandwidth(0.5).check()?;
+/// assert_eq!(p.max_iter(), 300);
+/// # Ok::<(), locus::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MedoidShiftParams {
+    profile: Profile,
+    bandwidth: Bandwidth,
+    max_iter: usize,
+}
+
+impl Default for MedoidShiftParams {
+    fn default() -> Self {
+        MedoidShiftParams::new()
+    }
+}
+
+impl MedoidShiftParams {
+    /// Gaussian kernel, bandwidth estimated with quantile 0.3, `max_iter = 300`.
+    pub fn new() -> Self {
+        MedoidShiftParams {
+            profile: Profile::Gaussian,
+            bandwidth: Bandwidth::default(),
+            max_iter: 300,
+        }
+    }
+
+    /// The kernel profile (default gaussian).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// A fixed bandwidth `h`.
+    pub fn bandwidth(mut self, h: f32) -> Self {
+        self.bandwidth = Bandwidth::Fixed(h);
+        self
+    }
+
+    /// How the bandwidth is chosen.
+    pub fn bandwidth_rule(mut self, rule: Bandwidth) -> Self {
+        self.bandwidth = rule;
+        self
+    }
+
+    /// Most jumps of a point (default 300).
+    pub fn max_iter(mut self, max_iter: usize) -> Self {
+        self.max_iter = max_iter;
+        self
+    }
+
+    /// Checks every parameter.
+    ///
+    /// # Errors
+    /// As [`MeanShiftParams::check`] for the bandwidth and `max_iter`.
+    pub fn check(self) -> Result<MedoidShiftValidParams> {
+        if self.max_iter == 0 {
+            return Err(ClusterError::ZeroMaxIter { op: "medoid_shift" }.into());
+        }
+        self.bandwidth.check(self.profile)?;
+        Ok(MedoidShiftValidParams(self))
+    }
+}
+
+/// Checked MedoidShift parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MedoidShiftValidParams(MedoidShiftParams);
+
+impl MedoidShiftValidParams {
+    /// The kernel profile.
+    pub fn profile(&self) -> Profile {
+        self.0.profile
+    }
+    /// The bandwidth rule.
+    pub fn bandwidth(&self) -> Bandwidth {
+        self.0.bandwidth
+    }
+    /// Most jumps per point.
+    pub fn max_iter(&self) -> usize {
+        self.0.max_iter
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<MeanShiftParams>();
+        assert_send_sync::<MeanShiftValidParams>();
+        assert_send_sync::<MedoidShiftValidParams>();
+    }
+}

@@ -1,0 +1,214 @@
+//! A cell list: points sorted by grid cell, so the points near a box come
+//! as a few contiguous index ranges of the sorted order.
+//!
+//! The grid covers up to three coordinates, the ones with the largest
+//! range (a point within distance `h` of a query differs from it by less
+//! than `h` in every coordinate, so any subset of coordinates is a valid
+//! filter). Cell keys pack the cell coordinates into a `u64`, the last
+//! gridded coordinate fastest, so a row of cells along it is one range.
+
+use rayon::prelude::*;
+
+/// Bits per cell coordinate in a key (at most 2^20 + 1 cells per axis).
+const BITS: u32 = 21;
+/// Most cells per axis; a wider range gets wider cells.
+const MAX_CELLS: f64 = (1u64 << 20) as f64;
+/// Most gridded coordinates.
+const MAX_AXES: usize = 3;
+
+/// Points sorted by cell.
+#[derive(Debug, Clone)]
+pub(crate) struct Grid {
+    /// Gridded coordinates, by decreasing range.
+    axes: Vec<usize>,
+    /// Per gridded coordinate: lowest value (f64), inverse cell side, last cell.
+    origin: Vec<f64>,
+    inv_side: Vec<f64>,
+    last: Vec<i64>,
+    /// Point indices in cell order.
+    pub order: Vec<u32>,
+    /// Cell key of each point in `order`.
+    keys: Vec<u64>,
+}
+
+impl Grid {
+    /// Grids `points` (row-major, `d` columns) with cells of side at least
+    /// `side` (> 0). Coordinates whose whole range fits in one cell are
+    /// left out; with none left, every point is in the one cell.
+    pub(crate) fn new(points: &[f32], d: usize, side: f64) -> Grid {
+        let n = points.len() / d;
+        let mut lo = vec![f64::INFINITY; d];
+        let mut hi = vec![f64::NEG_INFINITY; d];
+        for row in points.chunks_exact(d) {
+            for (k, &v) in row.iter().enumerate() {
+                lo[k] = lo[k].min(f64::from(v));
+                hi[k] = hi[k].max(f64::from(v));
+            }
+        }
+        let mut by_range: Vec<usize> = (0..d).filter(|&k| hi[k] - lo[k] >= side).collect();
+        by_range.sort_by(|&a, &b| (hi[b] - lo[b]).total_cmp(&(hi[a] - lo[a])).then(a.cmp(&b)));
+        by_range.truncate(MAX_AXES);
+        let axes = by_range;
+        let sides: Vec<f64> = axes
+            .iter()
+            .map(|&k| side.max((hi[k] - lo[k]) / MAX_CELLS))
+            .collect();
+        let origin: Vec<f64> = axes.iter().map(|&k| lo[k]).collect();
+        let inv_side: Vec<f64> = sides.iter().map(|s| 1.0 / s).collect();
+        let last: Vec<i64> = axes
+            .iter()
+            .zip(&inv_side)
+            .map(|(&k, &inv)| ((hi[k] - lo[k]) * inv).floor() as i64)
+            .collect();
+        let mut grid = Grid {
+            axes,
+            origin,
+            inv_side,
+            last,
+            order: Vec::new(),
+            keys: Vec::new(),
+        };
+        let mut keyed: Vec<(u64, u32)> = points
+            .par_chunks_exact(d)
+            .enumerate()
+            .map(|(i, row)| (grid.key_of(row), i as u32))
+            .collect();
+        keyed.par_sort_unstable();
+        debug_assert_eq!(keyed.len(), n);
+        (grid.keys, grid.order) = keyed.into_iter().unzip();
+        grid
+    }
+
+    /// Number of gridded coordinates (0: one cell holds everything).
+    #[cfg(test)]
+    pub(crate) fn axes(&self) -> usize {
+        self.axes.len()
+    }
+
+    /// Cell coordinate of value `v` along gridded axis `a` (unclamped).
+    fn coord(&self, a: usize, v: f64) -> i64 {
+        let c = ((v - self.origin[a]) * self.inv_side[a]).floor();
+        // Far outside the grid: any value beyond the ends behaves the same.
+        c.clamp(-2.0, (self.last[a] + 2) as f64) as i64
+    }
+
+    /// The key of the cell holding `row` (clamped into the grid).
+    pub(crate) fn key_of(&self, row: &[f32]) -> u64 {
+        let mut key = 0u64;
+        for (a, &k) in self.axes.iter().enumerate() {
+            let c = self.coord(a, f64::from(row[k])).clamp(0, self.last[a]);
+            key = (key << BITS) | c as u64;
+        }
+        key
+    }
+
+    /// Appends to `out` the ranges of the sorted order holding every point
+    /// whose cell meets the box `lo..=hi` (indexed by point coordinate,
+    /// all `d` of them). Adjacent ranges are merged.
+    pub(crate) fn ranges(&self, lo: &[f64], hi: &[f64], out: &mut Vec<(usize, usize)>) {
+        let g = self.axes.len();
+        if g == 0 {
+            if !self.order.is_empty() {
+                out.push((0, self.order.len()));
+            }
+            return;
+        }
+        let mut clo = [0i64; MAX_AXES];
+        let mut chi = [0i64; MAX_AXES];
+        for (a, &k) in self.axes.iter().enumerate() {
+            clo[a] = self.coord(a, lo[k]).max(0);
+            chi[a] = self.coord(a, hi[k]).min(self.last[a]);
+            if clo[a] > chi[a] {
+                return; // the box misses the grid
+            }
+        }
+        // Walk every combination of the leading axes; the last is a range.
+        let mut cur = clo;
+        loop {
+            let mut prefix = 0u64;
+            for &c in &cur[..g - 1] {
+                prefix = (prefix << BITS) | c as u64;
+            }
+            let k0 = (prefix << BITS) | clo[g - 1] as u64;
+            let k1 = (prefix << BITS) | chi[g - 1] as u64;
+            let p0 = self.keys.partition_point(|&k| k < k0);
+            let p1 = p0 + self.keys[p0..].partition_point(|&k| k <= k1);
+            if p0 < p1 {
+                match out.last_mut() {
+                    Some(last) if last.1 == p0 => last.1 = p1,
+                    _ => out.push((p0, p1)),
+                }
+            }
+            // Next combination of the leading axes (odometer).
+            let mut a = g - 1;
+            loop {
+                if a == 0 {
+                    return;
+                }
+                a -= 1;
+                if cur[a] < chi[a] {
+                    cur[a] += 1;
+                    break;
+                }
+                cur[a] = clo[a];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, d: usize) -> Vec<f32> {
+        (0..n * d)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 8) as f32 / (1 << 24) as f32 * 10.0)
+            .collect()
+    }
+
+    /// Every point within the box is inside one of the ranges.
+    #[test]
+    fn ranges_cover_every_point_in_the_box() {
+        for d in [1usize, 2, 3, 5] {
+            let pts = data(3000, d);
+            let grid = Grid::new(&pts, d, 0.7);
+            assert_eq!(grid.axes(), d.min(3));
+            for q in 0..40 {
+                let c: Vec<f64> = (0..d)
+                    .map(|k| f64::from(pts[q * 13 * d % pts.len() + k % d]) - 0.3)
+                    .collect();
+                let lo: Vec<f64> = c.iter().map(|v| v - 1.1).collect();
+                let hi: Vec<f64> = c.iter().map(|v| v + 0.9).collect();
+                let mut r = Vec::new();
+                grid.ranges(&lo, &hi, &mut r);
+                let inside: std::collections::HashSet<u32> = r
+                    .iter()
+                    .flat_map(|&(a, b)| grid.order[a..b].iter().copied())
+                    .collect();
+                for (i, row) in pts.chunks_exact(d).enumerate() {
+                    let inbox = row
+                        .iter()
+                        .enumerate()
+                        .all(|(k, &v)| f64::from(v) >= lo[k] && f64::from(v) <= hi[k]);
+                    if inbox {
+                        assert!(inside.contains(&(i as u32)), "d={d} point {i} missed");
+                    }
+                }
+                // Ranges are disjoint and sorted.
+                for w in r.windows(2) {
+                    assert!(w[0].1 < w[1].0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn constant_data_is_one_cell() {
+        let pts = vec![2.5f32; 40];
+        let grid = Grid::new(&pts, 2, 1.0);
+        assert_eq!(grid.axes(), 0);
+        let mut r = Vec::new();
+        grid.ranges(&[0.0, 0.0], &[1.0, 1.0], &mut r);
+        assert_eq!(r, vec![(0, 20)]);
+    }
+}

@@ -1,0 +1,277 @@
+//! MeanShift iterations on the CPU.
+//!
+//! Local means come from the fused kernel of `local_mean.rs` (AVX2 where
+//! available). For compact profiles the keys are sorted by grid cell
+//! (`grid.rs`) and each group of seeds visits only the key ranges of the
+//! cells within one bandwidth, so a step costs the seed's neighbourhood,
+//! not all N keys. Seeds that have converged leave the active list.
+
+use rayon::prelude::*;
+
+use super::grid::Grid;
+use super::local_mean::{GroupJob, GroupState, KeysSoa, QUERY_GROUP, group, local_mean};
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun, stop_sq};
+use crate::kernel::Kernel;
+use crate::matrix::padded_stride;
+
+/// Grid cells per bandwidth: a box of side 2h then spans about 5 cells
+/// per axis, 2.5h wide instead of 3h with cells of side h.
+const CELLS_PER_H: f64 = 2.0;
+
+/// Keys stored column-major (values are the keys themselves), sorted by
+/// cell when the profile is compact.
+pub(crate) struct ShiftKeys {
+    xt: Vec<f32>,
+    n: usize,
+    ld: usize,
+    d: usize,
+    grid: Option<Grid>,
+    /// Slack added to the bandwidth when cutting boxes, so f32 rounding at
+    /// the kernel's edge can never drop a key the kernel would count.
+    reach: f64,
+}
+
+impl ShiftKeys {
+    /// Keys for `kernel` from row-major `points` (`d` columns).
+    pub(crate) fn new(kernel: &Kernel, points: &[f32], d: usize) -> Self {
+        let n = points.len() / d;
+        let ld = padded_stride(n);
+        let h = f64::from(kernel.bandwidth());
+        let grid = kernel
+            .profile()
+            .is_compact()
+            .then(|| Grid::new(points, d, h / CELLS_PER_H));
+        let mut xt = vec![0.0f32; ld * d];
+        match &grid {
+            Some(g) => {
+                for (pos, &i) in g.order.iter().enumerate() {
+                    let row = &points[i as usize * d..(i as usize + 1) * d];
+                    for (k, &v) in row.iter().enumerate() {
+                        xt[k * ld + pos] = v;
+                    }
+                }
+            }
+            None => {
+                for (i, row) in points.chunks_exact(d).enumerate() {
+                    for (k, &v) in row.iter().enumerate() {
+                        xt[k * ld + i] = v;
+                    }
+                }
+            }
+        }
+        ShiftKeys {
+            xt,
+            n,
+            ld,
+            d,
+            grid,
+            reach: h * (1.0 + 1e-4),
+        }
+    }
+
+    /// The keys, with themselves as values.
+    fn soa(&self) -> KeysSoa<'_> {
+        KeysSoa {
+            xt: &self.xt,
+            yt: &self.xt,
+            n: self.n,
+            ld: self.ld,
+            q: self.d,
+        }
+    }
+
+    /// Row states of the queries `rows` of `pos` (at most `QUERY_GROUP`),
+    /// gathered into `buf`, over every key that can weigh.
+    fn group_state(
+        &self,
+        kernel: &Kernel,
+        pos: &[f32],
+        rows: &[u32],
+        buf: &mut Vec<f32>,
+        ranges: &mut Vec<(usize, usize)>,
+    ) -> GroupState {
+        let d = self.d;
+        buf.clear();
+        for &r in rows {
+            buf.extend_from_slice(&pos[r as usize * d..(r as usize + 1) * d]);
+        }
+        let soa = self.soa();
+        let job = |k0, k1| GroupJob {
+            kernel,
+            queries: buf,
+            d,
+            keys: &soa,
+            k0,
+            k1,
+            self_row: None,
+        };
+        let Some(grid) = &self.grid else {
+            return group(&job(0, self.n));
+        };
+        let mut lo = vec![f64::INFINITY; d];
+        let mut hi = vec![f64::NEG_INFINITY; d];
+        for row in buf.chunks_exact(d) {
+            for (k, &v) in row.iter().enumerate() {
+                lo[k] = lo[k].min(f64::from(v) - self.reach);
+                hi[k] = hi[k].max(f64::from(v) + self.reach);
+            }
+        }
+        ranges.clear();
+        grid.ranges(&lo, &hi, ranges);
+        let mut st = GroupState::empty(kernel.profile(), soa.q);
+        for &(a, b) in ranges.iter() {
+            // Compact profiles keep m = 0, so merging is a plain sum.
+            let part = group(&job(a, b));
+            st.merge(&part, soa.q);
+        }
+        st
+    }
+
+    /// Groups of at most `QUERY_GROUP` rows of `pos` (from `active`) that
+    /// share a grid cell, so they share their key ranges.
+    fn groups(&self, pos: &[f32], active: &[u32]) -> Vec<Vec<u32>> {
+        let d = self.d;
+        let Some(grid) = &self.grid else {
+            return active.chunks(QUERY_GROUP).map(<[u32]>::to_vec).collect();
+        };
+        let mut keyed: Vec<(u64, u32)> = active
+            .par_iter()
+            .map(|&r| (grid.key_of(&pos[r as usize * d..(r as usize + 1) * d]), r))
+            .collect();
+        keyed.par_sort_unstable();
+        let mut groups = Vec::new();
+        let mut cur: Vec<u32> = Vec::with_capacity(QUERY_GROUP);
+        let mut cur_key = None;
+        for (key, r) in keyed {
+            if cur.len() == QUERY_GROUP || (cur_key != Some(key) && !cur.is_empty()) {
+                groups.push(std::mem::take(&mut cur));
+            }
+            cur_key = Some(key);
+            cur.push(r);
+        }
+        if !cur.is_empty() {
+            groups.push(cur);
+        }
+        groups
+    }
+
+    /// Local means of the rows `active` of `pos`: `(row, mean)` pairs in
+    /// some order; a NaN mean is an empty neighbourhood.
+    fn local_means(&self, kernel: &Kernel, pos: &[f32], active: &[u32]) -> (Vec<u32>, Vec<f32>) {
+        let d = self.d;
+        if self.grid.is_none() {
+            // Every key weighs: the full fused local mean (it also splits
+            // the keys across threads when the queries are few).
+            let mut queries = Vec::with_capacity(active.len() * d);
+            for &r in active {
+                queries.extend_from_slice(&pos[r as usize * d..(r as usize + 1) * d]);
+            }
+            let mut out = vec![0.0f32; active.len() * d];
+            local_mean(kernel, &queries, d, &self.soa(), false, &mut out);
+            return (active.to_vec(), out);
+        }
+        let groups = self.groups(pos, active);
+        let parts: Vec<(Vec<u32>, Vec<f32>)> = groups
+            .into_par_iter()
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(buf, ranges), rows| {
+                    let st = self.group_state(kernel, pos, &rows, buf, ranges);
+                    let mut out = vec![0.0f32; rows.len() * d];
+                    st.finalize(d, &mut out);
+                    (rows, out)
+                },
+            )
+            .collect();
+        let mut order = Vec::with_capacity(active.len());
+        let mut means = Vec::with_capacity(active.len() * d);
+        for (rows, out) in parts {
+            order.extend(rows);
+            means.extend(out);
+        }
+        (order, means)
+    }
+}
+
+/// MeanShift on the CPU: `seeds` (row-major, `d` columns) move over
+/// `points`, or, blurring, the points themselves move.
+pub(crate) fn mean_shift(
+    kernel: &Kernel,
+    points: &[f32],
+    d: usize,
+    seeds: Vec<f32>,
+    run: &ShiftRun,
+    progress: &mut dyn FnMut(&Progress),
+) -> ShiftOutcome {
+    let mut pos = seeds;
+    let m = pos.len() / d;
+    let mut keys = ShiftKeys::new(kernel, points, d);
+    let mut active: Vec<u32> = (0..m as u32).collect();
+    let mut iterations = 0;
+    let mut converged = false;
+    for it in 1..=run.max_iter {
+        if run.blurring && it > 1 {
+            keys = ShiftKeys::new(kernel, &pos, d);
+        }
+        let (order, means) = keys.local_means(kernel, &pos, &active);
+        let mut next = Vec::with_capacity(order.len());
+        let mut max_shift = 0.0f64;
+        if run.blurring {
+            // Every point moves at once: the means were computed from the
+            // old positions, which the keys hold.
+            let mut moving = 0;
+            for (&r, mean) in order.iter().zip(means.chunks_exact(d)) {
+                let (sh2, stop) = step(&mut pos[r as usize * d..(r as usize + 1) * d], mean, run);
+                max_shift = max_shift.max(sh2);
+                moving += usize::from(!stop);
+            }
+            iterations = it;
+            progress(&Progress {
+                iteration: it,
+                moving,
+                max_shift: max_shift.sqrt() as f32,
+            });
+            if moving == 0 {
+                converged = true;
+                break;
+            }
+            continue;
+        }
+        for (&r, mean) in order.iter().zip(means.chunks_exact(d)) {
+            let (sh2, stop) = step(&mut pos[r as usize * d..(r as usize + 1) * d], mean, run);
+            max_shift = max_shift.max(sh2);
+            if !stop {
+                next.push(r);
+            }
+        }
+        next.sort_unstable();
+        active = next;
+        iterations = it;
+        progress(&Progress {
+            iteration: it,
+            moving: active.len(),
+            max_shift: max_shift.sqrt() as f32,
+        });
+        if active.is_empty() {
+            converged = true;
+            break;
+        }
+    }
+    ShiftOutcome {
+        positions: pos,
+        iterations,
+        converged,
+    }
+}
+
+/// Moves one seed to its local mean. Returns the squared shift and whether
+/// the seed stops (shift within tolerance, or an empty neighbourhood: the
+/// seed then stays where it is).
+fn step(p: &mut [f32], mean: &[f32], run: &ShiftRun) -> (f64, bool) {
+    if mean[0].is_nan() {
+        return (0.0, true);
+    }
+    let sh2: f32 = p.iter().zip(mean).map(|(&a, &b)| (b - a) * (b - a)).sum();
+    p.copy_from_slice(mean);
+    (f64::from(sh2), sh2 <= stop_sq(run.thr_sq, mean))
+}

@@ -1,0 +1,376 @@
+//! MeanShift on the GPU: the iteration stays on the device.
+//!
+//! Seeds are cut into chunks that fit one dispatch and one binding; each
+//! chunk keeps its positions, an active list of the seeds still moving,
+//! a query tile and the local means on the device. Per iteration and
+//! chunk: `mean_shift.wgsl` gathers the moving seeds into the query tile,
+//! `local_mean.wgsl` computes their local means over every key tile
+//! (merged on the device), and `mean_shift.wgsl` moves the seeds and
+//! compacts those still moving into the next list. Only the chunk's two
+//! counters (seeds moving, largest shift) are read back; a chunk whose
+//! seeds all stopped costs nothing more. Blurring, the chunks are the key
+//! tiles themselves and every point moves each iteration.
+
+use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
+use crate::error::Result;
+use crate::kernel::Kernel;
+use crate::matrix::Matrix;
+use crate::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
+
+use super::buffers::{Pooled, submit_and_read, upload};
+use super::context::GpuContext;
+use super::local_mean::{KeyTile, TileJob, passes, record_pass, upload_key_tiles};
+use super::pipelines::PipelineKey;
+use super::shaders::ShaderId;
+use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
+
+const OP: &str = "mean_shift";
+const GATHER: u32 = 0;
+const FINISH: u32 = 1;
+const FINISH_BLURRING: u32 = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ShiftParams {
+    rows: u32,
+    mode: u32,
+    thr_sq: f32,
+    _pad: u32,
+}
+
+/// A chunk of seeds and its device state.
+struct Chunk<'p> {
+    /// Seeds `start..start + len`.
+    start: usize,
+    len: usize,
+    /// Positions (`len × d`); blurring, the key tile holds them instead.
+    positions: Option<Pooled<'p>>,
+    /// Active lists (local seed indices); `lists[cur]` is this iteration's.
+    lists: [Pooled<'p>; 2],
+    cur: usize,
+    queries: Pooled<'p>,
+    means: Pooled<'p>,
+    state: Pooled<'p>,
+    empty: Pooled<'p>,
+    counters: Pooled<'p>,
+    /// Seeds still moving (the length of `lists[cur]`).
+    moving: usize,
+}
+
+/// MeanShift iterations on the GPU (see the module notes).
+pub(crate) fn mean_shift(
+    ctx: &GpuContext,
+    kernel: &Kernel,
+    points: &Matrix<'_>,
+    seeds: Vec<f32>,
+    run: &ShiftRun,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<ShiftOutcome> {
+    let (n, d) = (points.rows(), points.cols());
+    let m = seeds.len() / d;
+    check_u32(OP, "points", n)?;
+    check_u32(OP, "seeds", m)?;
+    let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m.max(1), n, d, d)?;
+    if run.blurring {
+        // A key tile is also a chunk of queries.
+        let t = plan.key_tile.min(plan.query_tile);
+        plan.key_tile = t;
+        plan.query_tile = t;
+    }
+    let storage = wgpu::BufferUsages::STORAGE;
+    let copy_src = wgpu::BufferUsages::COPY_SRC;
+    let key_tiles: Vec<KeyTile<'_>> = if run.blurring {
+        tiles(n, plan.key_tile)
+            .map(|(a, b)| {
+                Ok(KeyTile {
+                    start: a,
+                    len: b - a,
+                    keys: upload(ctx, OP, points.row_range(a, b), storage | copy_src)?,
+                    values: upload(ctx, OP, points.row_range(a, b), storage)?,
+                })
+            })
+            .collect::<Result<_>>()?
+    } else {
+        upload_key_tiles(ctx, OP, points, Some(points), plan.key_tile)?
+    };
+    let ranges: Vec<(usize, usize)> = if run.blurring {
+        key_tiles
+            .iter()
+            .map(|t| (t.start, t.start + t.len))
+            .collect()
+    } else {
+        tiles(m, plan.query_tile).collect()
+    };
+    let state_cols = 2 + plan.col_tile.max(1);
+    let mut chunks = Vec::with_capacity(ranges.len());
+    for &(a, b) in &ranges {
+        let len = b - a;
+        // Blurring needs no lists and no gathered queries (bound, unused).
+        let (listed, gathered) = if run.blurring { (1, 1) } else { (len, len * d) };
+        let local: Vec<u32> = (0..listed as u32).collect();
+        chunks.push(Chunk {
+            start: a,
+            len,
+            positions: if run.blurring {
+                None
+            } else {
+                Some(upload(ctx, OP, &seeds[a * d..b * d], storage | copy_src)?)
+            },
+            lists: [
+                upload(ctx, OP, &local, storage)?,
+                ctx.pool.get(ctx, OP, (listed * 4) as u64, storage)?,
+            ],
+            cur: 0,
+            queries: ctx.pool.get(ctx, OP, (gathered * 4) as u64, storage)?,
+            means: ctx.pool.get(ctx, OP, (len * d * 4) as u64, storage)?,
+            state: ctx
+                .pool
+                .get(ctx, OP, (len * state_cols * 4) as u64, storage)?,
+            empty: ctx.pool.get(ctx, OP, 4, storage)?,
+            counters: ctx.pool.get(
+                ctx,
+                OP,
+                8,
+                storage | copy_src | wgpu::BufferUsages::COPY_DST,
+            )?,
+            moving: len,
+        });
+    }
+    drop(seeds);
+    let pipeline = ctx.pipelines.get(
+        ctx,
+        OP,
+        &PipelineKey {
+            shader: ShaderId::MeanShift,
+            template: vec![("D", d as u32)],
+            profile: None,
+        },
+    )?;
+    let sizes = format!("M={m} N={n} d={d} blurring={}", run.blurring);
+    let mut iterations = 0;
+    let mut converged = false;
+    for it in 1..=run.max_iter {
+        let scope = ctx.scope(OP, sizes.clone())?;
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let live: Vec<usize> = (0..chunks.len())
+            .filter(|&c| chunks[c].moving > 0)
+            .collect();
+        // Uniforms and sentinel fills: alive until the submission completes.
+        let mut alive: Vec<ParamBlock<'_>> = Vec::new();
+        for &c in &live {
+            encoder.clear_buffer(chunks[c].counters.buffer(), 0, None);
+        }
+        if run.blurring {
+            for &c in &live {
+                let ch = &chunks[c];
+                alive.extend(fill_sentinel(ctx, OP, &mut encoder, &ch.means)?);
+                alive.extend(record_means(
+                    ctx,
+                    &mut encoder,
+                    kernel,
+                    &plan,
+                    d,
+                    ch.len,
+                    &key_tiles,
+                    &key_tiles[c].keys,
+                    ch,
+                )?);
+            }
+            // Every local mean above read the old positions; now move.
+            for &c in &live {
+                let ch = &chunks[c];
+                let kt = &key_tiles[c];
+                let params = step_params(ctx, ch.len, &[FINISH_BLURRING], run)?;
+                dispatch(ctx, &mut encoder, &pipeline, ch, &kt.keys, &params, 0)?;
+                alive.push(params);
+                encoder.copy_buffer_to_buffer(
+                    kt.keys.buffer(),
+                    0,
+                    kt.values.buffer(),
+                    0,
+                    kt.keys.len(),
+                );
+            }
+        } else {
+            for &c in &live {
+                let ch = &chunks[c];
+                let pos = ch
+                    .positions
+                    .as_ref()
+                    .expect("non-blurring chunks own positions"); // ok: set above
+                let params = step_params(ctx, ch.moving, &[GATHER, FINISH], run)?;
+                dispatch(ctx, &mut encoder, &pipeline, ch, pos, &params, 0)?;
+                alive.extend(fill_sentinel(ctx, OP, &mut encoder, &ch.means)?);
+                alive.extend(record_means(
+                    ctx,
+                    &mut encoder,
+                    kernel,
+                    &plan,
+                    d,
+                    ch.moving,
+                    &key_tiles,
+                    &ch.queries,
+                    ch,
+                )?);
+                dispatch(ctx, &mut encoder, &pipeline, ch, pos, &params, 1)?;
+                alive.push(params);
+            }
+        }
+        let sources: Vec<_> = live
+            .iter()
+            .map(|&c| (chunks[c].counters.buffer(), 8))
+            .collect();
+        let read = submit_and_read(ctx, &scope, encoder, &sources)?;
+        scope.finish(ctx)?;
+        drop(alive);
+        let mut moving = 0;
+        let mut max_shift = 0.0f32;
+        for (&c, r) in live.iter().zip(&read) {
+            let ch = &mut chunks[c];
+            let count = (r[0].to_bits() as usize).min(ch.len);
+            max_shift = max_shift.max(r[1]);
+            moving += count;
+            if !run.blurring {
+                ch.moving = count;
+                ch.cur ^= 1;
+            }
+        }
+        if run.blurring {
+            for ch in &mut chunks {
+                ch.moving = if moving > 0 { ch.len } else { 0 };
+            }
+        }
+        iterations = it;
+        progress(&Progress {
+            iteration: it,
+            moving,
+            max_shift,
+        });
+        if moving == 0 {
+            converged = true;
+            break;
+        }
+    }
+    // Final positions, chunk by chunk.
+    let scope = ctx.scope(OP, sizes)?;
+    let mut positions = Vec::with_capacity(m * d);
+    for (c, ch) in chunks.iter().enumerate() {
+        let buf = match &ch.positions {
+            Some(p) => p,
+            None => &key_tiles[c].keys,
+        };
+        let encoder = ctx.device.create_command_encoder(&Default::default());
+        let read = submit_and_read(
+            ctx,
+            &scope,
+            encoder,
+            &[(buf.buffer(), (ch.len * d * 4) as u64)],
+        )?;
+        debug_assert_eq!(positions.len(), ch.start * d);
+        positions.extend_from_slice(&read[0]);
+    }
+    scope.finish(ctx)?;
+    Ok(ShiftOutcome {
+        positions,
+        iterations,
+        converged,
+    })
+}
+
+/// One uniform record per mode, all for `rows` rows.
+fn step_params<'p>(
+    ctx: &'p GpuContext,
+    rows: usize,
+    modes: &[u32],
+    run: &ShiftRun,
+) -> Result<ParamBlock<'p>> {
+    let rows = check_u32(OP, "seeds", rows)?;
+    let records: Vec<ShiftParams> = modes
+        .iter()
+        .map(|&mode| ShiftParams {
+            rows,
+            mode,
+            thr_sq: run.thr_sq,
+            _pad: 0,
+        })
+        .collect();
+    ParamBlock::new(ctx, OP, &records)
+}
+
+/// Records one `mean_shift.wgsl` dispatch over a chunk, with uniform
+/// record `rec` of `params`.
+fn dispatch(
+    ctx: &GpuContext,
+    encoder: &mut wgpu::CommandEncoder,
+    pipeline: &wgpu::ComputePipeline,
+    ch: &Chunk<'_>,
+    positions: &Pooled<'_>,
+    params: &ParamBlock<'_>,
+    rec: usize,
+) -> Result<()> {
+    let rows = if ch.positions.is_some() {
+        ch.moving
+    } else {
+        ch.len
+    };
+    let bg = bind_group(
+        ctx,
+        ShaderId::MeanShift,
+        &[
+            params.binding(),
+            positions.binding(),
+            ch.lists[ch.cur].binding(),
+            ch.lists[ch.cur ^ 1].binding(),
+            ch.queries.binding(),
+            ch.means.binding(),
+            ch.counters.binding(),
+        ],
+    );
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(OP),
+        timestamp_writes: None,
+    });
+    pass.set_pipeline(pipeline);
+    pass.set_bind_group(0, &bg, &[params.offset(rec)]);
+    pass.dispatch_workgroups(
+        check_u32(OP, "workgroups", rows.div_ceil(LOCAL_MEAN_WG))?,
+        1,
+        1,
+    );
+    Ok(())
+}
+
+/// Records the local means of the first `rows` queries in `queries` over
+/// every key tile into the chunk's `means` (the keys are their own values).
+/// The returned uniforms must live until the submission completes.
+#[allow(clippy::too_many_arguments)]
+fn record_means<'p>(
+    ctx: &'p GpuContext,
+    encoder: &mut wgpu::CommandEncoder,
+    kernel: &Kernel,
+    plan: &LocalMeanPlan,
+    d: usize,
+    rows: usize,
+    key_tiles: &[KeyTile<'p>],
+    queries: &Pooled<'p>,
+    ch: &Chunk<'p>,
+) -> Result<Vec<ParamBlock<'p>>> {
+    let job = TileJob {
+        kernel,
+        plan,
+        d,
+        q: d,
+        rows,
+        row0: 0,
+        key_tiles,
+        queries,
+        state: &ch.state,
+        out: &ch.means,
+        counter: &ch.empty,
+        exclude_self: false,
+    };
+    passes(plan, d)
+        .into_iter()
+        .map(|cols| record_pass(ctx, OP, encoder, &job, cols, true))
+        .collect()
+}

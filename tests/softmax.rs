@@ -1,0 +1,765 @@
+//! Kernel softmax (attention), its weight matrix and the linear feature
+//! local mean: GPU vs CPU vs plain f64 references, the heads helper, and
+//! one test per error.
+
+mod common;
+
+use common::*;
+use locus::{Engine, Error, SoftmaxParams, TileLimits, merge_heads, split_heads};
+use ndarray::{Array2, Array3, ArrayD, Axis, IxDyn};
+
+const RTOL: f64 = 1e-4;
+const ATOL: f64 = 1e-5;
+
+/// (B, M, N, d, q): multiples of no tile size, the odd shapes.
+const SHAPES: [(usize, usize, usize, usize, usize); 6] = [
+    (1, 1, 1, 1, 1),
+    (3, 1, 37, 3, 2),
+    (3, 37, 1, 3, 5),
+    (2, 67, 131, 64, 64),
+    (2, 50, 50, 80, 17),
+    (3, 33, 70, 3, 7),
+];
+
+fn engines() -> Vec<(String, Engine)> {
+    let mut v = vec![("cpu".to_string(), cpu().clone())];
+    if let Some(g) = gpu() {
+        v.push(("gpu".to_string(), g.clone()));
+    }
+    v
+}
+
+fn flat<T: Clone>(a: &Array3<T>) -> Array2<T> {
+    let (b, m, c) = a.dim();
+    a.to_shape((b * m, c)).unwrap().to_owned()
+}
+
+/// Plain f64 softmax weights of every batch: scores materialized, the row
+/// maximum subtracted, exponentiated, normalized (masked entries 0).
+fn ref_weights(phi: &Array3<f32>, psi: &Array3<f32>, scale: f64, causal: bool) -> Array3<f64> {
+    let (nb, m, d) = phi.dim();
+    let n = psi.dim().1;
+    let mut w = Array3::<f64>::zeros((nb, m, n));
+    for b in 0..nb {
+        for i in 0..m {
+            let lim = if causal { i + 1 + n - m } else { n };
+            let s: Vec<f64> = (0..lim)
+                .map(|j| {
+                    scale
+                        * (0..d)
+                            .map(|k| f64::from(phi[[b, i, k]]) * f64::from(psi[[b, j, k]]))
+                            .sum::<f64>()
+                })
+                .collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let tot: f64 = s.iter().map(|x| (x - mx).exp()).sum();
+            for (j, x) in s.iter().enumerate() {
+                w[[b, i, j]] = (x - mx).exp() / tot;
+            }
+        }
+    }
+    w
+}
+
+fn ref_attention(
+    phi: &Array3<f32>,
+    psi: &Array3<f32>,
+    v: &Array3<f32>,
+    scale: f64,
+    causal: bool,
+) -> Array3<f64> {
+    let w = ref_weights(phi, psi, scale, causal);
+    let v = v.mapv(f64::from);
+    let mut out = Array3::<f64>::zeros((phi.dim().0, phi.dim().1, v.dim().2));
+    for b in 0..w.dim().0 {
+        out.index_axis_mut(Axis(0), b)
+            .assign(&w.index_axis(Axis(0), b).dot(&v.index_axis(Axis(0), b)));
+    }
+    out
+}
+
+/// Plain f64 `(ΦΨᵀV) ⊘ (ΦΨᵀ1)` with the pairwise weights formed
+/// explicitly; NaN rows (and their count) where every weight is 0.
+fn ref_feature_mean(
+    phi: &Array3<f32>,
+    psi: &Array3<f32>,
+    v: &Array3<f32>,
+    causal: bool,
+) -> (Array3<f64>, usize) {
+    let (nb, m, d) = phi.dim();
+    let (n, q) = (psi.dim().1, v.dim().2);
+    let mut out = Array3::<f64>::zeros((nb, m, q));
+    let mut empty = 0;
+    for b in 0..nb {
+        for i in 0..m {
+            let lim = if causal { i + 1 + n - m } else { n };
+            let mut den = 0.0;
+            let mut num = vec![0.0; q];
+            for j in 0..lim {
+                let w: f64 = (0..d)
+                    .map(|k| f64::from(phi[[b, i, k]]) * f64::from(psi[[b, j, k]]))
+                    .sum();
+                den += w;
+                for c in 0..q {
+                    num[c] += w * f64::from(v[[b, j, c]]);
+                }
+            }
+            for c in 0..q {
+                out[[b, i, c]] = if den > 0.0 { num[c] / den } else { f64::NAN };
+            }
+            empty += usize::from(den <= 0.0);
+        }
+    }
+    (out, empty)
+}
+
+struct Data {
+    phi: Array3<f32>,
+    psi: Array3<f32>,
+    v: Array3<f32>,
+}
+
+fn data(seed: u64, (b, m, n, d, q): (usize, usize, usize, usize, usize), lo: f32) -> Data {
+    let mut rng = Rng::new(seed);
+    let mut t = |r, c, lo, hi| {
+        let a = rng.matrix(b * r, c, lo, hi);
+        a.into_shape_with_order((b, r, c)).unwrap()
+    };
+    Data {
+        phi: t(m, d, lo, 1.0),
+        psi: t(n, d, lo, 1.0),
+        v: t(n, q, -2.0, 3.0),
+    }
+}
+
+fn check_attention(e: &Engine, label: &str, shapes: &[(usize, usize, usize, usize, usize)]) {
+    for (si, &shape) in shapes.iter().enumerate() {
+        let (_, m, n, d, _) = shape;
+        let x = data(300 + si as u64, shape, -1.0);
+        // A scale that makes the weights far from uniform.
+        let scale = 3.0 / (d as f32).sqrt();
+        for causal in [false, true] {
+            if causal && m > n {
+                continue;
+            }
+            let p = SoftmaxParams::new().with_scale(scale).with_causal(causal);
+            let what = format!("{label} {shape:?} causal={causal}");
+            let got = e
+                .kernel_softmax(x.phi.view(), x.psi.view(), x.v.view(), &p)
+                .unwrap();
+            let want = ref_attention(&x.phi, &x.psi, &x.v, f64::from(scale), causal);
+            assert_close(&what, &flat(&got), &flat(&want), RTOL, ATOL);
+            let got = e.softmax_matrix(x.phi.view(), x.psi.view(), &p).unwrap();
+            let want = ref_weights(&x.phi, &x.psi, f64::from(scale), causal);
+            assert_close(
+                &format!("{what} matrix"),
+                &flat(&got),
+                &flat(&want),
+                RTOL,
+                1e-6,
+            );
+        }
+    }
+}
+
+fn check_feature_mean(e: &Engine, label: &str, shapes: &[(usize, usize, usize, usize, usize)]) {
+    for (si, &shape) in shapes.iter().enumerate() {
+        let (_, m, n, _, _) = shape;
+        let mut x = data(500 + si as u64, shape, 0.0);
+        // Some zero features, and a query row with none: an empty row.
+        x.phi.mapv_inplace(|f| if f < 0.2 { 0.0 } else { f });
+        x.psi.mapv_inplace(|f| if f < 0.2 { 0.0 } else { f });
+        if m > 2 {
+            x.phi.index_axis_mut(Axis(1), 1).fill(0.0);
+        }
+        for causal in [false, true] {
+            if causal && m > n {
+                continue;
+            }
+            let what = format!("{label} {shape:?} causal={causal}");
+            let got = e
+                .feature_local_mean(x.phi.view(), x.psi.view(), x.v.view(), causal)
+                .unwrap();
+            let (want, empty) = ref_feature_mean(&x.phi, &x.psi, &x.v, causal);
+            assert_close(&what, &flat(&got.values), &flat(&want), RTOL, ATOL);
+            assert_eq!(got.empty_rows, empty, "{what}: empty rows");
+        }
+    }
+}
+
+#[test]
+fn cpu_attention_matches_reference() {
+    check_attention(cpu(), "cpu", &SHAPES);
+}
+
+#[test]
+fn gpu_attention_matches_reference() {
+    let Some(g) = gpu() else { return };
+    check_attention(g, "gpu", &SHAPES);
+}
+
+#[test]
+fn gpu_attention_with_forced_tiny_tiles_merges_states() {
+    for limits in [
+        TileLimits {
+            query_rows: Some(13),
+            key_rows: Some(29),
+            value_cols: Some(5),
+            buffer_bytes: None,
+        },
+        // Bindings of 1 KiB: one batch per dispatch, rows and keys tiled.
+        TileLimits {
+            buffer_bytes: Some(1 << 10),
+            ..TileLimits::default()
+        },
+        // Room for two of the three batches in one dispatch.
+        TileLimits {
+            buffer_bytes: Some(4000),
+            ..TileLimits::default()
+        },
+    ] {
+        let Some(g) = gpu_engine(limits) else { return };
+        check_attention(
+            &g,
+            &format!("gpu {limits:?}"),
+            &[(3, 33, 70, 3, 7), (2, 20, 45, 4, 12)],
+        );
+    }
+}
+
+#[test]
+fn gpu_long_key_ranges_stay_within_the_software_loop_budget() {
+    // llvmpipe silently stops an invocation's loops after 65535
+    // iterations in all: 70000 keys in one key tile would lose the last.
+    let Some(g) = gpu() else { return };
+    check_attention(g, "gpu long", &[(1, 5, 70_000, 4, 2)]);
+}
+
+#[test]
+fn two_dimensional_inputs_are_one_batch() {
+    let x = data(7, (1, 20, 30, 5, 4), -1.0);
+    let (p2, k2, v2) = (
+        x.phi.index_axis(Axis(0), 0),
+        x.psi.index_axis(Axis(0), 0),
+        x.v.index_axis(Axis(0), 0),
+    );
+    for (name, e) in engines() {
+        let p = SoftmaxParams::new().with_causal(true);
+        let two = e.kernel_softmax(p2, k2, v2, &p).unwrap();
+        let three = e
+            .kernel_softmax(x.phi.view(), x.psi.view(), x.v.view(), &p)
+            .unwrap();
+        assert_eq!(two.dim(), (20, 4), "{name}");
+        assert_eq!(two, three.index_axis(Axis(0), 0), "{name}");
+        let w = e.softmax_matrix(p2, k2, &p).unwrap();
+        assert_eq!(w.dim(), (20, 30));
+        // Dynamic-rank views keep their rank.
+        let dynv = x.phi.view().into_dyn();
+        let out = e
+            .kernel_softmax(dynv, x.psi.view().into_dyn(), x.v.view().into_dyn(), &p)
+            .unwrap();
+        assert_eq!(out.shape(), &[1, 20, 4]);
+    }
+}
+
+#[test]
+fn transposed_views_are_read_in_logical_order() {
+    let x = data(8, (2, 9, 14, 4, 3), -1.0);
+    // (M, B, d) in memory, viewed as (B, M, d): not contiguous.
+    let stored = x
+        .phi
+        .view()
+        .permuted_axes([1, 0, 2])
+        .as_standard_layout()
+        .to_owned();
+    let phi_back = stored.view().permuted_axes([1, 0, 2]);
+    assert_eq!(phi_back, x.phi);
+    assert!(!phi_back.is_standard_layout());
+    for (name, e) in engines() {
+        let p = SoftmaxParams::new();
+        let a = e
+            .kernel_softmax(phi_back, x.psi.view(), x.v.view(), &p)
+            .unwrap();
+        let b = e
+            .kernel_softmax(x.phi.view(), x.psi.view(), x.v.view(), &p)
+            .unwrap();
+        assert_eq!(a, b, "{name}");
+    }
+}
+
+#[test]
+fn huge_logits_stay_finite_and_exact() {
+    // d = 1, logits 10000 + 1.5625·j and their negatives: exact in f32, so
+    // the weights e^{1.5625(j − j_max)} can be checked at 1e-4.
+    let n = 50;
+    let psi = Array3::from_shape_fn((1, n, 1), |(_, j, _)| 100.0 + j as f32 / 64.0);
+    let phi = Array3::from_shape_fn((1, 2, 1), |(_, i, _)| if i == 0 { 100.0 } else { -100.0 });
+    let mut rng = Rng::new(11);
+    let v = rng
+        .matrix(n, 3, -1.0, 1.0)
+        .into_shape_with_order((1, n, 3))
+        .unwrap();
+    for (name, e) in engines() {
+        for causal in [false, true] {
+            let p = SoftmaxParams::new().with_scale(1.0).with_causal(causal);
+            let got = e
+                .kernel_softmax(phi.view(), psi.view(), v.view(), &p)
+                .unwrap();
+            let want = ref_attention(&phi, &psi, &v, 1.0, causal);
+            assert_close(
+                &format!("{name} exact huge"),
+                &flat(&got),
+                &flat(&want),
+                RTOL,
+                ATOL,
+            );
+        }
+    }
+    // Random features with logits around ±1e4: the largest logit wins.
+    let x = data(12, (2, 40, 60, 16, 3), -1.0);
+    let p = SoftmaxParams::new().with_scale(2500.0);
+    let want = ref_attention(&x.phi, &x.psi, &x.v, 2500.0, false);
+    for (name, e) in engines() {
+        let got = e
+            .kernel_softmax(x.phi.view(), x.psi.view(), x.v.view(), &p)
+            .unwrap();
+        assert!(got.iter().all(|v| v.is_finite()), "{name}");
+        assert_close(
+            &format!("{name} random huge"),
+            &flat(&got),
+            &flat(&want),
+            RTOL,
+            ATOL,
+        );
+        let w = e.softmax_matrix(x.phi.view(), x.psi.view(), &p).unwrap();
+        for s in w.sum_axis(Axis(2)) {
+            assert!((s - 1.0).abs() < 1e-5, "{name}: row sum {s}");
+        }
+    }
+}
+
+#[test]
+fn equal_scores_give_the_plain_average() {
+    // φ = 0: every logit is 0, every weight 1/N (1/(i+1) under the mask).
+    let x = data(13, (2, 30, 30, 6, 4), -1.0);
+    let zero = Array3::<f32>::zeros((2, 30, 6));
+    for (name, e) in engines() {
+        for causal in [false, true] {
+            let p = SoftmaxParams::new().with_causal(causal);
+            let got = e
+                .kernel_softmax(zero.view(), x.psi.view(), x.v.view(), &p)
+                .unwrap();
+            for ((b, i, c), &g) in got.indexed_iter() {
+                let lim = if causal { i + 1 } else { 30 };
+                let mean: f64 =
+                    (0..lim).map(|j| f64::from(x.v[[b, j, c]])).sum::<f64>() / lim as f64;
+                assert!(
+                    (f64::from(g) - mean).abs() <= 1e-5 * mean.abs() + 1e-6,
+                    "{name} causal={causal} [{b},{i},{c}]: {g} vs {mean}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn weight_rows_sum_to_one_and_masked_entries_are_zero() {
+    let x = data(14, (2, 20, 26, 5, 1), -1.0);
+    for (name, e) in engines() {
+        let p = SoftmaxParams::new().with_causal(true);
+        let w = e.softmax_matrix(x.phi.view(), x.psi.view(), &p).unwrap();
+        for ((b, i, j), &v) in w.indexed_iter() {
+            if j > i + 6 {
+                assert_eq!(v, 0.0, "{name} [{b},{i},{j}]");
+            } else {
+                assert!(v > 0.0, "{name} [{b},{i},{j}]");
+            }
+        }
+        for s in w.sum_axis(Axis(2)) {
+            assert!((s - 1.0).abs() < 1e-5, "{name}: row sum {s}");
+        }
+    }
+}
+
+#[test]
+fn gpu_weight_matrix_larger_than_one_binding_is_tiled() {
+    let limits = TileLimits {
+        buffer_bytes: Some(2048),
+        ..TileLimits::default()
+    };
+    let Some(g) = gpu_engine(limits) else { return };
+    check_attention(&g, "gpu 2 KiB bindings", &[(2, 37, 150, 3, 2)]);
+}
+
+#[test]
+fn cpu_feature_mean_matches_reference() {
+    check_feature_mean(cpu(), "cpu", &SHAPES);
+    // Long enough for several chunks and their prefix sums.
+    check_feature_mean(cpu(), "cpu", &[(2, 1500, 2000, 3, 2), (1, 700, 700, 5, 20)]);
+}
+
+#[test]
+fn gpu_feature_mean_matches_reference() {
+    let Some(g) = gpu() else { return };
+    check_feature_mean(g, "gpu", &SHAPES);
+    check_feature_mean(g, "gpu", &[(1, 700, 700, 5, 20)]);
+}
+
+#[test]
+fn gpu_feature_mean_with_forced_tiny_tiles() {
+    for limits in [
+        TileLimits {
+            query_rows: Some(13),
+            key_rows: Some(29),
+            value_cols: Some(5),
+            buffer_bytes: None,
+        },
+        TileLimits {
+            buffer_bytes: Some(4 * 4 * 8 * 30),
+            ..TileLimits::default()
+        },
+    ] {
+        let Some(g) = gpu_engine(limits) else { return };
+        check_feature_mean(
+            &g,
+            &format!("gpu {limits:?}"),
+            &[(2, 90, 300, 4, 7), (1, 1, 1, 1, 1)],
+        );
+    }
+}
+
+#[test]
+fn feature_mean_of_tiny_features_is_not_mistaken_for_empty() {
+    let x = data(15, (2, 10, 40, 3, 2), 0.0);
+    let phi = x.phi.mapv(|f| f * 1e-25);
+    let psi = x.psi.mapv(|f| f * 1e-22);
+    let (want, empty) = ref_feature_mean(&phi, &psi, &x.v, false);
+    assert_eq!(empty, 0);
+    for (name, e) in engines() {
+        for causal in [false, true] {
+            let got = e
+                .feature_local_mean(phi.view(), psi.view(), x.v.view(), causal)
+                .unwrap();
+            assert_eq!(got.empty_rows, 0, "{name}");
+            if !causal {
+                assert_close(name.as_str(), &flat(&got.values), &flat(&want), RTOL, ATOL);
+            }
+        }
+    }
+}
+
+#[test]
+fn heads_split_and_merge() {
+    let mut rng = Rng::new(16);
+    let x = rng.matrix(7, 12, -1.0, 1.0);
+    let h = split_heads(x.view(), 3).unwrap();
+    assert_eq!(h.dim(), (3, 7, 4));
+    assert_eq!(h[[2, 5, 1]], x[[5, 9]]);
+    assert_eq!(merge_heads(h.view()), x);
+    for heads in [0, 5] {
+        let err = split_heads(x.view(), heads).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidParameter { name: "heads", .. }),
+            "{err}"
+        );
+    }
+}
+
+// One test per error: a typed error on every backend, never a panic.
+
+fn small() -> Data {
+    data(17, (2, 4, 5, 3, 2), 0.0)
+}
+
+#[test]
+fn error_rank() {
+    let x = small();
+    let four = ArrayD::<f32>::zeros(IxDyn(&[1, 2, 4, 3]));
+    for (_, e) in engines() {
+        let err = e
+            .kernel_softmax(
+                four.view(),
+                x.psi.view().into_dyn(),
+                x.v.view().into_dyn(),
+                &SoftmaxParams::new(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Rank {
+                    what: "phi",
+                    ndim: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn error_batch_mismatch() {
+    let x = small();
+    let other = data(18, (3, 4, 5, 3, 2), 0.0);
+    for (_, e) in engines() {
+        let p = SoftmaxParams::new();
+        let err = e
+            .kernel_softmax(x.phi.view(), other.psi.view(), x.v.view(), &p)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::BatchMismatch {
+                    what: "psi",
+                    expected: 2,
+                    got: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = e
+            .feature_local_mean(x.phi.view(), x.psi.view(), other.v.view(), false)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::BatchMismatch { what: "values", .. }),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn error_dimension_mismatch() {
+    let x = small();
+    let wide = data(19, (2, 4, 5, 4, 2), 0.0);
+    for (_, e) in engines() {
+        let err = e
+            .softmax_matrix(x.phi.view(), wide.psi.view(), &SoftmaxParams::new())
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::DimensionMismatch {
+                    queries: 3,
+                    keys: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn error_value_rows_mismatch() {
+    let x = small();
+    let long = data(20, (2, 4, 6, 3, 2), 0.0);
+    for (_, e) in engines() {
+        let err = e
+            .kernel_softmax(
+                x.phi.view(),
+                x.psi.view(),
+                long.v.view(),
+                &SoftmaxParams::new(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::RowMismatch {
+                    keys: 5,
+                    values: 6,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn error_empty_input() {
+    let x = small();
+    let no_rows = Array3::<f32>::zeros((2, 0, 3));
+    let no_cols = Array3::<f32>::zeros((2, 4, 0));
+    for (_, e) in engines() {
+        let p = SoftmaxParams::new();
+        let err = e
+            .kernel_softmax(no_rows.view(), x.psi.view(), x.v.view(), &p)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::EmptyInput { what: "phi", .. }),
+            "{err}"
+        );
+        let err = e
+            .kernel_softmax(no_cols.view(), no_cols.view(), x.v.view(), &p)
+            .unwrap_err();
+        assert!(matches!(err, Error::EmptyInput { cols: 0, .. }), "{err}");
+    }
+}
+
+#[test]
+fn error_non_finite_input() {
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        for (_, e) in engines() {
+            for which in ["phi", "psi", "values"] {
+                let mut x = small();
+                match which {
+                    "phi" => x.phi[[1, 2, 1]] = bad,
+                    "psi" => x.psi[[1, 2, 1]] = bad,
+                    _ => x.v[[1, 2, 1]] = bad,
+                }
+                let err = e
+                    .kernel_softmax(
+                        x.phi.view(),
+                        x.psi.view(),
+                        x.v.view(),
+                        &SoftmaxParams::new(),
+                    )
+                    .unwrap_err();
+                match err {
+                    // Batches are stacked: batch 1, row 2 is row 1·rows + 2.
+                    Error::NonFinite {
+                        what, col: 1, row, ..
+                    } => {
+                        assert_eq!(what, which);
+                        assert_eq!(row, if which == "phi" { 6 } else { 7 });
+                    }
+                    other => panic!("{which}: {other}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn error_bad_scale() {
+    let x = small();
+    for s in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        for (_, e) in engines() {
+            let p = SoftmaxParams::new().with_scale(s);
+            let err = e
+                .kernel_softmax(x.phi.view(), x.psi.view(), x.v.view(), &p)
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidParameter { name: "scale", .. }),
+                "{s}: {err}"
+            );
+        }
+    }
+    // Zero and negative scales are valid kernels.
+    for s in [0.0f32, -2.0] {
+        let p = SoftmaxParams::new().with_scale(s);
+        assert!(
+            cpu()
+                .kernel_softmax(x.phi.view(), x.psi.view(), x.v.view(), &p)
+                .is_ok()
+        );
+    }
+}
+
+#[test]
+fn error_causal_with_more_queries_than_keys() {
+    let x = data(21, (1, 6, 5, 3, 2), 0.0);
+    for (_, e) in engines() {
+        let p = SoftmaxParams::new().with_causal(true);
+        let err = e
+            .kernel_softmax(x.phi.view(), x.psi.view(), x.v.view(), &p)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::CausalShape {
+                    queries: 6,
+                    keys: 5,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = e
+            .feature_local_mean(x.phi.view(), x.psi.view(), x.v.view(), true)
+            .unwrap_err();
+        assert!(matches!(err, Error::CausalShape { .. }), "{err}");
+        // Without the mask the shape is fine.
+        assert!(
+            e.kernel_softmax(
+                x.phi.view(),
+                x.psi.view(),
+                x.v.view(),
+                &SoftmaxParams::new()
+            )
+            .is_ok()
+        );
+    }
+}
+
+#[test]
+fn error_logits_beyond_f32_range() {
+    let x = small();
+    let big = x.phi.mapv(|f| f * 1e20);
+    for (_, e) in engines() {
+        let p = SoftmaxParams::new().with_scale(1e19);
+        let err = e
+            .kernel_softmax(big.view(), x.psi.view(), x.v.view(), &p)
+            .unwrap_err();
+        assert!(matches!(err, Error::LogitOverflow { .. }), "{err}");
+        let err = e.softmax_matrix(big.view(), x.psi.view(), &p).unwrap_err();
+        assert!(matches!(err, Error::LogitOverflow { .. }), "{err}");
+    }
+}
+
+#[test]
+fn error_negative_feature() {
+    for which in ["phi", "psi"] {
+        let mut x = small();
+        match which {
+            "phi" => x.phi[[0, 3, 2]] = -0.5,
+            _ => x.psi[[0, 3, 2]] = -0.5,
+        }
+        for (_, e) in engines() {
+            let err = e
+                .feature_local_mean(x.phi.view(), x.psi.view(), x.v.view(), false)
+                .unwrap_err();
+            match err {
+                Error::NegativeFeature {
+                    what,
+                    row: 3,
+                    col: 2,
+                    value,
+                    ..
+                } => {
+                    assert_eq!((what, value), (which, -0.5));
+                }
+                other => panic!("{which}: {other}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn params_are_send_sync_and_default_to_one_over_sqrt_d() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SoftmaxParams>();
+    assert_send_sync::<locus::FeatureLocalMean<ndarray::Ix3>>();
+    let x = small();
+    let d = 3.0f32;
+    let a = cpu()
+        .kernel_softmax(
+            x.phi.view(),
+            x.psi.view(),
+            x.v.view(),
+            &SoftmaxParams::new(),
+        )
+        .unwrap();
+    let b = cpu()
+        .kernel_softmax(
+            x.phi.view(),
+            x.psi.view(),
+            x.v.view(),
+            &SoftmaxParams::new().with_scale(1.0 / d.sqrt()),
+        )
+        .unwrap();
+    assert_eq!(a, b);
+}
