@@ -2,13 +2,16 @@
 //! about the one it runs on.
 
 use std::fmt;
+use std::sync::Arc;
 
 use ndarray::Array2;
 
 use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
+use crate::keyset::Resident;
 use crate::matrix::Matrix;
+use crate::memory::MemoryUsage;
 use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 /// Which matrix [`Backend::kernel_matrix`] produces.
@@ -114,6 +117,13 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn gpu_limits(&self) -> Option<&GpuLimits> {
         None
     }
+
+    /// Keeps `keys` and the value matrices `sets` (one row per key each)
+    /// for repeated queries (a [`KeySet`](crate::KeySet)).
+    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>>;
+
+    /// Memory held, against the engine's limit.
+    fn memory(&self) -> MemoryUsage;
 }
 
 /// What the GPU device of an [`Engine`](crate::Engine) allows: the limits

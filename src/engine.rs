@@ -44,6 +44,12 @@ pub struct EngineOptions {
     pub output_sentinel: Option<f32>,
     /// Bytes of idle GPU buffers kept for reuse.
     pub buffer_pool_bytes: u64,
+    /// Most bytes the engine may hold (`None`: no limit). On a GPU: every
+    /// device buffer (key sets, running calls, idle buffers, which are
+    /// freed first); on the CPU: key sets and their requests' working
+    /// memory. An allocation past it fails with
+    /// [`Error::MemoryLimit`](crate::Error::MemoryLimit) and changes nothing.
+    pub memory_limit: Option<u64>,
 }
 
 impl EngineOptions {
@@ -55,6 +61,7 @@ impl EngineOptions {
             tile_limits: TileLimits::default(),
             output_sentinel: None,
             buffer_pool_bytes: 256 << 20,
+            memory_limit: None,
         }
     }
 }
@@ -121,8 +128,12 @@ impl Engine {
     /// that cannot be opened.
     pub fn with_options(options: EngineOptions) -> Result<Engine> {
         options.tile_limits.validate()?;
+        let cpu = || Engine {
+            backend: Arc::new(CpuBackend::with_memory_limit(options.memory_limit)),
+            fallback: None,
+        };
         if options.device == Device::Cpu {
-            return Ok(Engine::cpu());
+            return Ok(cpu());
         }
         let adapters = context::list_adapters();
         let chosen = adapters.iter().find(|a| {
@@ -136,7 +147,7 @@ impl Engine {
                     backends: format!("{:?}", context::BACKENDS),
                 });
             }
-            return Ok(Engine::cpu());
+            return Ok(cpu());
         };
         let ctx = GpuContext::open(
             adapter,
@@ -144,6 +155,7 @@ impl Engine {
             options.output_sentinel,
             options.buffer_pool_bytes,
         )?;
+        ctx.pool.set_limit(options.memory_limit);
         Ok(Engine {
             backend: Arc::new(GpuBackend::new(ctx)),
             fallback: None,

@@ -146,6 +146,26 @@ pub enum Error {
         reason: String,
     },
 
+    /// An allocation would pass the engine's memory limit
+    /// ([`EngineOptions::memory_limit`](crate::EngineOptions::memory_limit)).
+    /// Nothing was changed: the engine and its key sets keep working, and
+    /// a smaller request (or the same one later) can succeed.
+    #[error(
+        "{op}: {what} needs {bytes} bytes, but {in_use} of the {limit}-byte memory limit are in use"
+    )]
+    MemoryLimit {
+        /// Operation name.
+        op: &'static str,
+        /// What was being allocated.
+        what: &'static str,
+        /// Bytes requested.
+        bytes: u64,
+        /// Bytes held when the request was refused.
+        in_use: u64,
+        /// The limit.
+        limit: u64,
+    },
+
     /// An array with a number of axes the op does not accept.
     #[error("{op}: {what} has {ndim} axes; expected 2 (rows × cols) or 3 (batch × rows × cols)")]
     Rank {

@@ -29,7 +29,9 @@ mod engine;
 mod error;
 mod gpu;
 pub mod kernel;
+mod keyset;
 mod matrix;
+mod memory;
 mod ops;
 mod plan;
 
@@ -42,6 +44,8 @@ pub use cluster::{
 pub use engine::{Device, Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};
+pub use keyset::{BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions};
+pub use memory::MemoryUsage;
 pub use ops::{
     BandwidthSelection, EmptyFallback, FeatureLocalMean, KnnWeights, LaplacianKind,
     LocalModeClassifier, LooScore, MultiKernel, Neighbours, Predictions, RowNormalized, RowStates,

@@ -6,6 +6,7 @@ pub(crate) mod grid;
 mod kernel_matrix;
 mod knn;
 mod local_mean;
+mod resident;
 mod mean_shift;
 pub(crate) mod simd;
 mod softmax;
@@ -13,30 +14,43 @@ mod softmax;
 mod softmax_avx2;
 mod weights;
 
+use std::sync::Arc;
+
 use ndarray::Array2;
 
 use crate::backend::{Backend, BackendInfo, MatrixMode};
 use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
+use crate::keyset::Resident;
 use crate::matrix::{Matrix, alloc_output, padded_stride};
+use crate::memory::{MemoryBudget, MemoryUsage};
 use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 use local_mean::KeysSoa;
 
-/// The CPU backend. Stateless: it uses rayon's global thread pool.
+/// The CPU backend: rayon's global thread pool, and the memory budget of
+/// its key sets.
 #[derive(Debug)]
 pub(crate) struct CpuBackend {
     info: BackendInfo,
+    budget: Arc<MemoryBudget>,
 }
 
 impl CpuBackend {
     pub(crate) fn new() -> Self {
+        CpuBackend::with_memory_limit(None)
+    }
+
+    /// A backend whose key sets (resident data and request working memory)
+    /// hold at most `limit` bytes.
+    pub(crate) fn with_memory_limit(limit: Option<u64>) -> Self {
         CpuBackend {
             info: BackendInfo::Cpu {
                 threads: rayon::current_num_threads(),
                 simd: simd::simd_name(),
             },
+            budget: Arc::new(MemoryBudget::new(limit)),
         }
     }
 }
@@ -168,6 +182,23 @@ impl Backend for CpuBackend {
         );
         let arr = Array2::from_shape_vec((m, n), out).expect("shape matches allocation"); // ok: sized above
         Ok((arr, empty))
+    }
+
+    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>> {
+        Ok(Arc::new(resident::CpuResident::new(
+            &self.budget,
+            keys,
+            sets,
+        )?))
+    }
+
+    fn memory(&self) -> MemoryUsage {
+        let (in_use, limit) = self.budget.usage();
+        MemoryUsage {
+            in_use,
+            idle: 0,
+            limit,
+        }
     }
 
     fn kernel_softmax(

@@ -1,10 +1,15 @@
 //! Buffer pool, uploads and readback.
+//!
+//! Every device buffer the engine creates is charged to its
+//! [`MemoryBudget`] while it lives, idle ones included; when a new buffer
+//! would pass the limit, idle buffers are freed first.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::memory::{MemoryBudget, MemoryUsage, Reservation};
 
 use super::context::{ErrorScope, GpuContext};
 
@@ -13,23 +18,84 @@ use super::context::{ErrorScope, GpuContext};
 const SMALL_MAX: u64 = 64 << 20;
 const BIG_STEP: u64 = 16 << 20;
 
+/// Idle buffers by (size class, usage), and their total size.
+#[derive(Default)]
+struct Idle {
+    free: HashMap<(u64, u32), Vec<wgpu::Buffer>>,
+    bytes: u64,
+}
+
 /// Reuses device buffers by (size class, usage). Idle buffers are kept up
 /// to a byte cap; beyond it they are freed on return.
 pub(crate) struct BufferPool {
-    free: Mutex<HashMap<(u64, u32), Vec<wgpu::Buffer>>>,
-    idle_bytes: Mutex<u64>,
+    idle: Mutex<Idle>,
     cap: u64,
     max_buffer: u64,
+    budget: Arc<MemoryBudget>,
 }
 
 impl BufferPool {
     pub(crate) fn new(cap: u64, max_buffer: u64) -> Self {
         BufferPool {
-            free: Mutex::new(HashMap::new()),
-            idle_bytes: Mutex::new(0),
+            idle: Mutex::new(Idle::default()),
             cap,
             max_buffer,
+            budget: Arc::new(MemoryBudget::new(None)),
         }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Idle> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the cap on device bytes held (`None`: no cap).
+    pub(crate) fn set_limit(&self, limit: Option<u64>) {
+        self.budget.set_limit(limit);
+    }
+
+    /// Device bytes held, idle ones, and the cap.
+    pub(crate) fn usage(&self) -> MemoryUsage {
+        let (in_use, limit) = self.budget.usage();
+        MemoryUsage {
+            in_use,
+            idle: self.idle().bytes,
+            limit,
+        }
+    }
+
+    /// Charges `bytes` of new device memory, freeing idle buffers first
+    /// when the cap would be passed.
+    fn charge(&self, op: &'static str, what: &'static str, bytes: u64) -> Result<()> {
+        if self.budget.charge(op, what, bytes).is_ok() {
+            return Ok(());
+        }
+        self.trim();
+        self.budget.charge(op, what, bytes)
+    }
+
+    /// Frees every idle buffer.
+    fn trim(&self) {
+        let freed = {
+            let mut idle = self.idle();
+            idle.free.clear();
+            std::mem::take(&mut idle.bytes)
+        };
+        self.budget.release(freed);
+    }
+
+    /// Charges `bytes` of device memory owned outside the pool (resident
+    /// key sets) for as long as the guard lives.
+    pub(crate) fn reserve(
+        &self,
+        op: &'static str,
+        what: &'static str,
+        bytes: u64,
+    ) -> Result<Reservation> {
+        if let Ok(r) = self.budget.reserve(op, what, bytes) {
+            return Ok(r);
+        }
+        self.trim();
+        self.budget.reserve(op, what, bytes)
     }
 
     fn class(&self, size: u64) -> u64 {
@@ -60,56 +126,69 @@ impl BufferPool {
         }
         let class = self.class(size);
         let key = (class, usage.bits());
-        let reused = self
-            .free
-            .lock()
-            .ok()
-            .and_then(|mut f| f.get_mut(&key).and_then(Vec::pop));
-        let buffer = match reused {
-            Some(b) => {
-                if let Ok(mut idle) = self.idle_bytes.lock() {
-                    *idle -= class;
-                }
-                b
+        let reused = {
+            let mut idle = self.idle();
+            let b = idle.free.get_mut(&key).and_then(Vec::pop);
+            if b.is_some() {
+                idle.bytes -= class;
             }
-            None => ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(op),
-                size: class,
-                usage,
-                mapped_at_creation: false,
-            }),
+            b
+        };
+        let buffer = match reused {
+            Some(b) => b,
+            None => {
+                self.charge(op, "a GPU buffer", class)?;
+                ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(op),
+                    size: class,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            }
         };
         Ok(Pooled {
             buffer: Some(buffer),
-            pool: self,
+            pool: Some(self),
             key,
             len: size,
         })
     }
 
     fn put(&self, key: (u64, u32), buffer: wgpu::Buffer) {
-        let Ok(mut idle) = self.idle_bytes.lock() else {
-            return;
-        };
-        if *idle + key.0 > self.cap {
-            return; // dropped: freed by wgpu
+        {
+            let mut idle = self.idle();
+            if idle.bytes + key.0 <= self.cap {
+                idle.bytes += key.0;
+                idle.free.entry(key).or_default().push(buffer);
+                return;
+            }
         }
-        if let Ok(mut f) = self.free.lock() {
-            *idle += key.0;
-            f.entry(key).or_default().push(buffer);
-        }
+        drop(buffer); // freed by wgpu once no submission uses it
+        self.budget.release(key.0);
     }
 }
 
-/// A buffer on loan from the pool; returned when dropped.
+/// A buffer on loan from the pool, returned when dropped; or a loan of a
+/// buffer owned elsewhere (a resident key set), which nothing returns.
 pub(crate) struct Pooled<'p> {
     buffer: Option<wgpu::Buffer>,
-    pool: &'p BufferPool,
+    pool: Option<&'p BufferPool>,
     key: (u64, u32),
     len: u64,
 }
 
 impl Pooled<'_> {
+    /// A loan of `buffer` (its first `len` bytes), owned and charged by
+    /// someone else; dropping the loan leaves it alone.
+    pub(crate) fn shared(buffer: &wgpu::Buffer, len: u64) -> Pooled<'static> {
+        Pooled {
+            buffer: Some(buffer.clone()),
+            pool: None,
+            key: (0, 0),
+            len,
+        }
+    }
+
     pub(crate) fn buffer(&self) -> &wgpu::Buffer {
         self.buffer.as_ref().expect("present until drop") // ok: taken only in Drop
     }
@@ -141,8 +220,8 @@ impl Pooled<'_> {
 
 impl Drop for Pooled<'_> {
     fn drop(&mut self) {
-        if let Some(b) = self.buffer.take() {
-            self.pool.put(self.key, b);
+        if let (Some(b), Some(pool)) = (self.buffer.take(), self.pool) {
+            pool.put(self.key, b);
         }
     }
 }

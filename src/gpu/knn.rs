@@ -6,11 +6,11 @@ use ndarray::Array2;
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
 use crate::ops::Neighbours;
-use crate::plan::{LOCAL_MEAN_WG, MAX_GPU_K, plan_knn, tiles};
+use crate::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, plan_knn, tiles};
 
 use super::buffers::{submit_and_read, upload};
-use super::context::GpuContext;
-use super::local_mean::upload_key_tiles;
+use super::context::{ErrorScope, GpuContext};
+use super::local_mean::{DeviceKeys, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
@@ -34,6 +34,24 @@ pub(crate) fn knn(
     k: usize,
 ) -> Result<Neighbours> {
     let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
+    check_gpu_k(k)?;
+    check_u32(OP, "query rows", m)?;
+    check_u32(OP, "key rows", n)?;
+    let plan = plan_knn(&ctx.limits, &ctx.caps, m, n, d, k)?;
+    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} k={k}"))?;
+    let key_tiles = upload_key_tiles(ctx, OP, keys, None, plan.key_tile)?;
+    let keys = DeviceKeys {
+        tiles: &key_tiles,
+        d,
+        q: 0,
+    };
+    let out = knn_on_tiles(ctx, &scope, queries, &keys, n, k, &plan)?;
+    scope.finish(ctx)?;
+    Ok(out)
+}
+
+/// Refuses `k` above what one GPU pass keeps.
+pub(crate) fn check_gpu_k(k: usize) -> Result<()> {
     if k > MAX_GPU_K {
         return Err(Error::Unsupported {
             op: OP,
@@ -43,11 +61,22 @@ pub(crate) fn knn(
             ),
         });
     }
-    check_u32(OP, "query rows", m)?;
-    check_u32(OP, "key rows", n)?;
-    let plan = plan_knn(&ctx.limits, &ctx.caps, m, n, d, k)?;
-    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} k={k}"))?;
-    let key_tiles = upload_key_tiles(ctx, OP, keys, None, plan.key_tile)?;
+    Ok(())
+}
+
+/// The `k` nearest of `n` keys already on the device, under the caller's
+/// error scope (which the caller finishes).
+pub(crate) fn knn_on_tiles(
+    ctx: &GpuContext,
+    scope: &ErrorScope,
+    queries: &Matrix<'_>,
+    keys: &DeviceKeys<'_, '_>,
+    n: usize,
+    k: usize,
+    plan: &KnnPlan,
+) -> Result<Neighbours> {
+    let (m, d) = (queries.rows(), keys.d);
+    let key_tiles = keys.tiles;
     let pipeline = ctx.pipelines.get(
         ctx,
         OP,
@@ -119,7 +148,7 @@ pub(crate) fn knn(
         }
         let read = submit_and_read(
             ctx,
-            &scope,
+            scope,
             encoder,
             &[(out_d.buffer(), out_d.len()), (out_i.buffer(), out_i.len())],
         )?;
@@ -131,7 +160,6 @@ pub(crate) fn knn(
             }
         }
     }
-    scope.finish(ctx)?;
     if indices.iter().any(|&i| i < 0 || i as usize >= n) {
         return Err(Error::Gpu {
             op: OP,

@@ -8,7 +8,7 @@ use crate::ops::{RowNormalized, RowStates};
 use crate::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 
 use super::buffers::{Pooled, submit_and_read, upload};
-use super::context::GpuContext;
+use super::context::{ErrorScope, GpuContext};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
@@ -214,6 +214,15 @@ fn tile_buffers<'p>(
     })
 }
 
+/// Key tiles on the device (uploaded for one call, or resident) and the
+/// shapes the shader needs.
+pub(crate) struct DeviceKeys<'a, 'p> {
+    pub tiles: &'a [KeyTile<'p>],
+    pub d: usize,
+    /// Value columns of the tiles' values buffers (0: row sums only).
+    pub q: usize,
+}
+
 /// Local means on the GPU.
 pub(crate) fn local_mean(
     ctx: &GpuContext,
@@ -227,20 +236,42 @@ pub(crate) fn local_mean(
     check_u32(OP, "key rows", n)?;
     let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
-    let mut out = alloc_output(OP, "output", m, q)?;
     let key_tiles = upload_key_tiles(ctx, OP, keys, Some(values), plan.key_tile)?;
+    let keys = DeviceKeys {
+        tiles: &key_tiles,
+        d,
+        q,
+    };
+    let out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
+    scope.finish(ctx)?;
+    Ok(out)
+}
+
+/// Local means of `queries` against key tiles already on the device, under
+/// the caller's error scope (which the caller finishes).
+pub(crate) fn means_on_tiles(
+    ctx: &GpuContext,
+    scope: &ErrorScope,
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &DeviceKeys<'_, '_>,
+    plan: &LocalMeanPlan,
+) -> Result<RowNormalized> {
+    let op = scope.op;
+    let (m, d, q) = (queries.rows(), keys.d, keys.q);
+    let mut out = alloc_output(op, "output", m, q)?;
     let state_cols = 2 + plan.col_tile.max(1);
     let mut empty = 0usize;
     for (r0, r1) in tiles(m, plan.query_tile) {
-        let b = tile_buffers(ctx, OP, queries, (r0, r1), state_cols, q)?;
+        let b = tile_buffers(ctx, op, queries, (r0, r1), state_cols, q)?;
         let job = TileJob {
             kernel,
-            plan: &plan,
+            plan,
             d,
             q,
             rows: r1 - r0,
             row0: r0,
-            key_tiles: &key_tiles,
+            key_tiles: keys.tiles,
             queries: &b.queries,
             state: &b.state,
             out: &b.out,
@@ -249,21 +280,20 @@ pub(crate) fn local_mean(
         };
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
         encoder.clear_buffer(b.counter.buffer(), 0, Some(4));
-        let _fill = fill_sentinel(ctx, OP, &mut encoder, &b.out)?;
-        let _params = passes(&plan, q)
+        let _fill = fill_sentinel(ctx, op, &mut encoder, &b.out)?;
+        let _params = passes(plan, q)
             .into_iter()
-            .map(|cols| record_pass(ctx, OP, &mut encoder, &job, cols, true))
+            .map(|cols| record_pass(ctx, op, &mut encoder, &job, cols, true))
             .collect::<Result<Vec<_>>>()?;
         let read = submit_and_read(
             ctx,
-            &scope,
+            scope,
             encoder,
             &[(b.out.buffer(), b.out.len()), (b.counter.buffer(), 4)],
         )?;
         out[r0 * q..r1 * q].copy_from_slice(&read[0]);
         empty += read[1][0].to_bits() as usize;
     }
-    scope.finish(ctx)?;
     Ok(RowNormalized::from_parts(m, q, out, empty))
 }
 
@@ -286,29 +316,52 @@ pub(crate) fn row_states(
     let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
     let key_tiles = upload_key_tiles(ctx, OP, keys, values, plan.key_tile)?;
+    let keys = DeviceKeys {
+        tiles: &key_tiles,
+        d,
+        q,
+    };
+    let states = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, exclude_self)?;
+    scope.finish(ctx)?;
+    Ok(states)
+}
+
+/// Row states of `queries` against key tiles already on the device, under
+/// the caller's error scope (which the caller finishes).
+pub(crate) fn states_on_tiles(
+    ctx: &GpuContext,
+    scope: &ErrorScope,
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &DeviceKeys<'_, '_>,
+    plan: &LocalMeanPlan,
+    exclude_self: bool,
+) -> Result<RowStates> {
+    let op = scope.op;
+    let (m, d, q) = (queries.rows(), keys.d, keys.q);
     let state_cols = 2 + plan.col_tile.max(1);
     let mut states = RowStates::empty(m, q);
     for (r0, r1) in tiles(m, plan.query_tile) {
-        let b = tile_buffers(ctx, OP, queries, (r0, r1), state_cols, 0)?;
+        let b = tile_buffers(ctx, op, queries, (r0, r1), state_cols, 0)?;
         let job = TileJob {
             kernel,
-            plan: &plan,
+            plan,
             d,
             q,
             rows: r1 - r0,
             row0: r0,
-            key_tiles: &key_tiles,
+            key_tiles: keys.tiles,
             queries: &b.queries,
             state: &b.state,
             out: &b.out,
             counter: &b.counter,
             exclude_self,
         };
-        for (c0, c1) in passes(&plan, q) {
+        for (c0, c1) in passes(plan, q) {
             let mut encoder = ctx.device.create_command_encoder(&Default::default());
-            let _fill = fill_sentinel(ctx, OP, &mut encoder, &b.state)?;
-            let _params = record_pass(ctx, OP, &mut encoder, &job, (c0, c1), false)?;
-            let read = submit_and_read(ctx, &scope, encoder, &[(b.state.buffer(), b.state.len())])?;
+            let _fill = fill_sentinel(ctx, op, &mut encoder, &b.state)?;
+            let _params = record_pass(ctx, op, &mut encoder, &job, (c0, c1), false)?;
+            let read = submit_and_read(ctx, scope, encoder, &[(b.state.buffer(), b.state.len())])?;
             // The pass's state rows are 2 + max(c1 − c0, 1) floats wide.
             let stride = 2 + (c1 - c0).max(1);
             for (r, row) in read[0].chunks_exact(stride).take(r1 - r0).enumerate() {
@@ -321,7 +374,6 @@ pub(crate) fn row_states(
             }
         }
     }
-    scope.finish(ctx)?;
     states.normalize_empty();
     Ok(states)
 }

@@ -7,8 +7,11 @@ mod knn;
 mod local_mean;
 mod mean_shift;
 mod pipelines;
+mod resident;
 pub(crate) mod shaders;
 mod softmax;
+
+use std::sync::Arc;
 
 use ndarray::Array2;
 
@@ -16,7 +19,9 @@ use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
 use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
+use crate::keyset::Resident;
 use crate::matrix::Matrix;
+use crate::memory::MemoryUsage;
 use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
 use buffers::Pooled;
@@ -24,15 +29,16 @@ use context::GpuContext;
 use pipelines::PipelineKey;
 use shaders::ShaderId;
 
-/// The GPU backend: one device, shared by every call.
+/// The GPU backend: one device, shared by every call (and by the key sets
+/// prepared on it).
 #[derive(Debug)]
 pub(crate) struct GpuBackend {
-    ctx: GpuContext,
+    ctx: Arc<GpuContext>,
 }
 
 impl GpuBackend {
     pub(crate) fn new(ctx: GpuContext) -> Self {
-        GpuBackend { ctx }
+        GpuBackend { ctx: Arc::new(ctx) }
     }
 }
 
@@ -118,6 +124,14 @@ impl Backend for GpuBackend {
 
     fn gpu_limits(&self) -> Option<&GpuLimits> {
         Some(&self.ctx.gpu_limits)
+    }
+
+    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>> {
+        Ok(Arc::new(resident::GpuResident::new(&self.ctx, keys, sets)?))
+    }
+
+    fn memory(&self) -> MemoryUsage {
+        self.ctx.pool.usage()
     }
 }
 

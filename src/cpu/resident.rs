@@ -1,0 +1,163 @@
+//! Key sets on the CPU: keys and value matrices kept transposed in the
+//! padded column layout the kernels stream ([`KeysSoa`]), so a query pays
+//! for neither the transpose nor the checks of the keys.
+
+use std::sync::Arc;
+
+use super::knn;
+use super::local_mean::{self, KeysSoa, QUERY_GROUP};
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+use crate::keyset::Resident;
+use crate::matrix::{Matrix, alloc_output, padded_stride};
+use crate::memory::{MemoryBudget, Reservation};
+use crate::ops::{Neighbours, RowNormalized, RowStates};
+
+/// Keys (`d` columns of stride `ld`) and value matrices, transposed.
+pub(crate) struct CpuResident {
+    xt: Vec<f32>,
+    /// Each value matrix transposed, and its column count.
+    sets: Vec<(Vec<f32>, usize)>,
+    n: usize,
+    d: usize,
+    ld: usize,
+    budget: Arc<MemoryBudget>,
+    held: Reservation,
+}
+
+impl std::fmt::Debug for CpuResident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuResident")
+            .field("n", &self.n)
+            .field("d", &self.d)
+            .field("sets", &self.sets.iter().map(|s| s.1).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Working memory of a request of `m` rows with `q` value columns: the
+/// output and the `f64` row states.
+fn request_bytes(m: usize, q: usize) -> u64 {
+    let m = m.next_multiple_of(QUERY_GROUP) as u64;
+    m.saturating_mul(12 * q as u64 + 16)
+}
+
+impl CpuResident {
+    /// Transposes `keys` and every value matrix, after charging their size
+    /// to `budget`.
+    pub(crate) fn new(
+        budget: &Arc<MemoryBudget>,
+        keys: &Matrix<'_>,
+        sets: &[Matrix<'_>],
+    ) -> Result<Self> {
+        let (n, d) = (keys.rows(), keys.cols());
+        let ld = padded_stride(n);
+        let cols: usize = d + sets.iter().map(Matrix::cols).sum::<usize>();
+        let bytes = (ld as u64).saturating_mul(cols as u64).saturating_mul(4);
+        let held = budget.reserve("prepare", "resident keys and values", bytes)?;
+        // The transposes allocate what was charged: refuse rather than abort.
+        let mut probe = Vec::<f32>::new();
+        ld.checked_mul(cols)
+            .and_then(|len| probe.try_reserve_exact(len).ok())
+            .ok_or(Error::TooLarge {
+                op: "prepare",
+                what: "resident keys and values",
+                bytes,
+            })?;
+        drop(probe);
+        Ok(CpuResident {
+            xt: keys.transposed(),
+            sets: sets.iter().map(|v| (v.transposed(), v.cols())).collect(),
+            n,
+            d,
+            ld,
+            budget: Arc::clone(budget),
+            held,
+        })
+    }
+
+    fn soa(&self, set: Option<usize>) -> KeysSoa<'_> {
+        let (yt, q) = match set {
+            Some(s) => (&self.sets[s].0[..], self.sets[s].1),
+            None => (&[][..], 0),
+        };
+        KeysSoa {
+            xt: &self.xt,
+            yt,
+            n: self.n,
+            ld: self.ld,
+            q,
+        }
+    }
+}
+
+impl Resident for CpuResident {
+    fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: usize,
+    ) -> Result<RowNormalized> {
+        let soa = self.soa(Some(set));
+        let (m, q) = (queries.rows(), soa.q);
+        let _work = self
+            .budget
+            .reserve("local_mean", "request", request_bytes(m, q))?;
+        let mut out = alloc_output("local_mean", "output", m, q)?;
+        let empty =
+            local_mean::local_mean(kernel, queries.as_slice(), self.d, &soa, false, &mut out);
+        Ok(RowNormalized::from_parts(m, q, out, empty))
+    }
+
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: Option<usize>,
+    ) -> Result<RowStates> {
+        let soa = self.soa(set);
+        let (m, q) = (queries.rows(), soa.q);
+        let _work = self
+            .budget
+            .reserve("row_states", "request", request_bytes(m, q))?;
+        let groups = local_mean::group_states(kernel, queries.as_slice(), self.d, &soa, false);
+        let mut states = RowStates::empty(m, q);
+        for (g, st) in groups.iter().enumerate() {
+            for r in 0..QUERY_GROUP.min(m - g * QUERY_GROUP) {
+                let i = g * QUERY_GROUP + r;
+                states.max_log_weight[i] = st.m[r];
+                states.sum[i] = st.s[r];
+                for c in 0..q {
+                    states.weighted[[i, c]] = st.u[r * q + c];
+                }
+            }
+        }
+        states.normalize_empty();
+        Ok(states)
+    }
+
+    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+        let m = queries.rows();
+        let _work =
+            self.budget
+                .reserve("knn", "request", (m as u64).saturating_mul(16 * k as u64))?;
+        let lists = knn::knn(queries.as_slice(), self.d, &self.soa(None), k);
+        let mut indices = ndarray::Array2::<i64>::zeros((m, k));
+        let mut distances = ndarray::Array2::<f32>::zeros((m, k));
+        for (i, l) in lists.iter().enumerate() {
+            for c in 0..k {
+                indices[[i, c]] = i64::from(l.idx[c]);
+                distances[[i, c]] = l.d2[c].sqrt();
+            }
+        }
+        Ok(Neighbours { indices, distances })
+    }
+
+    fn check_k(&self, _k: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn bytes(&self) -> u64 {
+        self.held.bytes()
+    }
+}

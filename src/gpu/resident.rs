@@ -1,0 +1,244 @@
+//! Key sets on the GPU: key tiles and their value rows uploaded once into
+//! device buffers the key set owns, cut by the same plan as the ops (so
+//! `N` may exceed one binding); each query uploads only its own rows.
+
+use std::sync::Arc;
+
+use super::buffers::Pooled;
+use super::check_u32;
+use super::context::GpuContext;
+use super::knn::{check_gpu_k, knn_on_tiles};
+use super::local_mean::{DeviceKeys, KeyTile, means_on_tiles, states_on_tiles};
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+use crate::keyset::Resident;
+use crate::matrix::Matrix;
+use crate::memory::Reservation;
+use crate::ops::{Neighbours, RowNormalized, RowStates};
+use crate::plan::{MAX_GPU_K, plan_knn, plan_local_mean, tiles};
+
+/// One key tile: its keys and the same rows of every value matrix.
+struct ResidentTile {
+    start: usize,
+    len: usize,
+    keys: wgpu::Buffer,
+    sets: Vec<wgpu::Buffer>,
+}
+
+/// Device buffers of a key set. Dropping it frees them (wgpu keeps a
+/// buffer alive until the submissions that use it complete) and gives
+/// their bytes back to the engine's memory budget.
+pub(crate) struct GpuResident {
+    ctx: Arc<GpuContext>,
+    tiles: Vec<ResidentTile>,
+    n: usize,
+    d: usize,
+    set_cols: Vec<usize>,
+    key_tile: usize,
+    held: Reservation,
+}
+
+impl std::fmt::Debug for GpuResident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuResident")
+            .field("n", &self.n)
+            .field("d", &self.d)
+            .field("sets", &self.set_cols)
+            .field("key_tile", &self.key_tile)
+            .field("tiles", &self.tiles.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes of a buffer holding `floats` values (at least 4, as the pool rounds).
+fn buffer_bytes(floats: usize) -> u64 {
+    (floats as u64).saturating_mul(4).max(4)
+}
+
+impl GpuResident {
+    /// Uploads `keys` and every value matrix, tiled so that every op's plan
+    /// accepts the tiles, after charging their size to the engine's budget.
+    pub(crate) fn new(
+        ctx: &Arc<GpuContext>,
+        keys: &Matrix<'_>,
+        sets: &[Matrix<'_>],
+    ) -> Result<Self> {
+        const OP: &str = "prepare";
+        let (n, d) = (keys.rows(), keys.cols());
+        check_u32(OP, "key rows", n)?;
+        let set_cols: Vec<usize> = sets.iter().map(Matrix::cols).collect();
+        // The smallest key tile any query would plan (kNN at its largest k,
+        // every value matrix), so that every plan accepts these tiles:
+        // under a driver's loop budget a larger tile would silently drop keys.
+        let knn_tile = plan_knn(&ctx.limits, &ctx.caps, 1, n, d, MAX_GPU_K.min(n))
+            .or_else(|_| plan_knn(&ctx.limits, &ctx.caps, 1, n, d, 1))?
+            .key_tile;
+        let mut key_tile = knn_tile;
+        for q in std::iter::once(0).chain(set_cols.iter().copied()) {
+            key_tile = key_tile.min(plan_local_mean(&ctx.limits, &ctx.caps, 1, n, d, q)?.key_tile);
+        }
+        let bytes: u64 = tiles(n, key_tile)
+            .map(|(a, b)| {
+                let len = b - a;
+                buffer_bytes(len * d) + set_cols.iter().map(|&q| buffer_bytes(len * q)).sum::<u64>()
+            })
+            .sum();
+        let held = ctx.pool.reserve(OP, "resident keys and values", bytes)?;
+        let scope = ctx.scope(
+            OP,
+            format!("N={n} d={d} value columns={set_cols:?} key tile={key_tile}"),
+        )?;
+        let upload = |data: &[f32]| {
+            let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("key set"),
+                size: buffer_bytes(data.len()),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            ctx.queue
+                .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+            buffer
+        };
+        let tiles: Vec<ResidentTile> = tiles(n, key_tile)
+            .map(|(a, b)| ResidentTile {
+                start: a,
+                len: b - a,
+                keys: upload(keys.row_range(a, b)),
+                sets: sets.iter().map(|v| upload(v.row_range(a, b))).collect(),
+            })
+            .collect();
+        // Wait until the data are on the device, so that failures surface here.
+        let index = ctx.queue.submit([]);
+        ctx.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: None,
+            })
+            .map_err(|e| scope.error(format!("waiting for the upload: {e}")))?;
+        scope.finish(ctx)?;
+        Ok(GpuResident {
+            ctx: Arc::clone(ctx),
+            tiles,
+            n,
+            d,
+            set_cols,
+            key_tile,
+            held,
+        })
+    }
+
+    /// Loans of the key tiles, with value matrix `set` as their values
+    /// (the keys themselves stand in when there is none: the shader reads
+    /// no values then).
+    fn key_tiles(&self, set: Option<usize>) -> Vec<KeyTile<'static>> {
+        let q = set.map_or(0, |s| self.set_cols[s]);
+        self.tiles
+            .iter()
+            .map(|t| KeyTile {
+                start: t.start,
+                len: t.len,
+                keys: Pooled::shared(&t.keys, buffer_bytes(t.len * self.d)),
+                values: match set {
+                    Some(s) => Pooled::shared(&t.sets[s], buffer_bytes(t.len * q)),
+                    None => Pooled::shared(&t.keys, buffer_bytes(t.len * self.d)),
+                },
+            })
+            .collect()
+    }
+
+    /// Fails (rather than computing with tiles the plan does not allow)
+    /// when a query's plan wants smaller key tiles than those resident.
+    fn check_tile(&self, op: &'static str, planned: usize) -> Result<usize> {
+        if planned < self.key_tile.min(self.n) {
+            return Err(Error::Unsupported {
+                op,
+                backend: "gpu",
+                reason: format!(
+                    "this query needs key tiles of at most {planned} keys; the key set holds tiles of {} (raise TileLimits::buffer_bytes)",
+                    self.key_tile
+                ),
+            });
+        }
+        Ok(self.key_tile)
+    }
+
+    fn sizes(&self, m: usize, what: &str) -> String {
+        format!("M={m} N={} d={} {what} (key set)", self.n, self.d)
+    }
+}
+
+impl Resident for GpuResident {
+    fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: usize,
+    ) -> Result<RowNormalized> {
+        const OP: &str = "local_mean";
+        let (ctx, m, q) = (&*self.ctx, queries.rows(), self.set_cols[set]);
+        check_u32(OP, "query rows", m)?;
+        let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
+        let tiles = self.key_tiles(Some(set));
+        let keys = DeviceKeys {
+            tiles: &tiles,
+            d: self.d,
+            q,
+        };
+        let out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
+        scope.finish(ctx)?;
+        Ok(out)
+    }
+
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: Option<usize>,
+    ) -> Result<RowStates> {
+        const OP: &str = "row_states";
+        let (ctx, m) = (&*self.ctx, queries.rows());
+        let q = set.map_or(0, |s| self.set_cols[s]);
+        check_u32(OP, "query rows", m)?;
+        let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
+        let tiles = self.key_tiles(set);
+        let keys = DeviceKeys {
+            tiles: &tiles,
+            d: self.d,
+            q,
+        };
+        let out = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, false)?;
+        scope.finish(ctx)?;
+        Ok(out)
+    }
+
+    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+        const OP: &str = "knn";
+        let (ctx, m) = (&*self.ctx, queries.rows());
+        check_gpu_k(k)?;
+        check_u32(OP, "query rows", m)?;
+        let mut plan = plan_knn(&ctx.limits, &ctx.caps, m, self.n, self.d, k)?;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("k={k}")))?;
+        let tiles = self.key_tiles(None);
+        let keys = DeviceKeys {
+            tiles: &tiles,
+            d: self.d,
+            q: 0,
+        };
+        let out = knn_on_tiles(ctx, &scope, queries, &keys, self.n, k, &plan)?;
+        scope.finish(ctx)?;
+        Ok(out)
+    }
+
+    fn check_k(&self, k: usize) -> Result<()> {
+        check_gpu_k(k)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.held.bytes()
+    }
+}

@@ -1,0 +1,543 @@
+//! Key sets: keys, values and labels prepared once on an engine's backend
+//! and queried many times, from many threads, with any kernel.
+//!
+//! A service that answers "local mean / class / density at these points"
+//! keeps one reference set and receives many small requests. A
+//! [`KeySet`] keeps the keys where the backend wants them (GPU: tiled
+//! device buffers; CPU: the transposed layout its kernels stream), so a
+//! request pays only for its own rows, and coalesces small concurrent
+//! requests into one call ([`Batching`]).
+
+mod batch;
+mod resident;
+
+use std::sync::Arc;
+
+use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
+
+pub use batch::{BatchStats, Batching};
+pub(crate) use resident::Resident;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, Profile};
+use crate::matrix::Matrix;
+use crate::memory::MemoryUsage;
+use crate::ops::{
+    EmptyFallback, Neighbours, RowNormalized, RowStates, argmax, check_labels, ln_normalizer,
+};
+use batch::Batcher;
+
+/// Options of a [`KeySet`].
+///
+/// ```
+/// use locus::{Batching, KeySetOptions};
+/// let o = KeySetOptions { batching: Batching::off(), ..KeySetOptions::default() };
+/// assert_eq!(o.max_request_rows, 1 << 20);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeySetOptions {
+    /// How concurrent small requests are coalesced.
+    pub batching: Batching,
+    /// Most query rows in one request (default 2²⁰); a larger request is
+    /// refused with [`Error::TooLarge`] before any work.
+    pub max_request_rows: usize,
+    /// What [`KeySet::classify`] answers for a query with an empty
+    /// neighbourhood (default: label −1).
+    pub empty_fallback: EmptyFallback,
+}
+
+impl Default for KeySetOptions {
+    fn default() -> Self {
+        KeySetOptions {
+            batching: Batching::default(),
+            max_request_rows: 1 << 20,
+            empty_fallback: EmptyFallback::Unassigned,
+        }
+    }
+}
+
+impl KeySetOptions {
+    fn validate(&self) -> Result<()> {
+        let bad = |name, reason: &str| {
+            Err(Error::InvalidParameter {
+                name,
+                reason: reason.to_string(),
+            })
+        };
+        if self.max_request_rows == 0 {
+            return bad("max_request_rows", "must be at least 1");
+        }
+        if self.batching.max_batch_rows == 0 {
+            return bad("batching.max_batch_rows", "must be at least 1");
+        }
+        if self.batching.direct_rows == 0 {
+            return bad("batching.direct_rows", "must be at least 1");
+        }
+        if self.batching.concurrent_batches == 0 {
+            return bad("batching.concurrent_batches", "must be at least 1");
+        }
+        if self.batching.max_wait > std::time::Duration::from_secs(1) {
+            return bad("batching.max_wait", "must be at most one second");
+        }
+        Ok(())
+    }
+}
+
+/// Class labels and probabilities from [`KeySet::classify`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Classification {
+    /// The most probable class per query (ties to the smaller class); −1
+    /// for an empty neighbourhood unless
+    /// [`KeySetOptions::empty_fallback`] says otherwise.
+    pub labels: Array1<i64>,
+    /// Class probabilities (`M × C`): the local mean of one-hot labels;
+    /// NaN rows for empty neighbourhoods.
+    pub proba: Array2<f32>,
+    /// Queries whose neighbourhood was empty.
+    pub empty_rows: usize,
+}
+
+/// Builds a [`KeySet`]; from [`Engine::prepare`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeySetBuilder<'a> {
+    engine: Engine,
+    keys: ArrayView2<'a, f32>,
+    values: Option<ArrayView2<'a, f32>>,
+    labels: Option<ArrayView1<'a, i64>>,
+    classes: Option<usize>,
+    options: KeySetOptions,
+}
+
+impl<'a> KeySetBuilder<'a> {
+    /// Values (`N × q`) for [`KeySet::local_mean`] and [`KeySet::row_states`].
+    pub fn values(mut self, values: ArrayView2<'a, f32>) -> Self {
+        self.values = Some(values);
+        self
+    }
+
+    /// Class labels in `0..C` (one per key) for [`KeySet::classify`] and
+    /// [`KeySet::predict_proba`]; `C` is the largest label + 1 unless
+    /// [`classes`](Self::classes) says more.
+    pub fn labels(mut self, labels: ArrayView1<'a, i64>) -> Self {
+        self.labels = Some(labels);
+        self
+    }
+
+    /// The number of classes `C` (at least the largest label + 1).
+    pub fn classes(mut self, classes: usize) -> Self {
+        self.classes = Some(classes);
+        self
+    }
+
+    /// Batching, request-size and classification options.
+    pub fn options(mut self, options: KeySetOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Checks everything and makes the keys resident on the backend.
+    ///
+    /// # Errors
+    /// Empty or non-finite keys or values, values or labels not one row
+    /// per key, labels out of range, invalid options; on a GPU, a
+    /// dimension too large for the shaders; [`Error::MemoryLimit`] when the
+    /// key set does not fit under the engine's memory limit.
+    pub fn build(self) -> Result<KeySet> {
+        const OP: &str = "prepare";
+        self.options.validate()?;
+        let keys = Matrix::check(OP, "keys", self.keys)?;
+        let (n, d) = (keys.rows(), keys.cols());
+        let mut sets = Vec::new();
+        let mut values_set = None;
+        if let Some(v) = self.values {
+            let v = Matrix::check(OP, "values", v)?;
+            if v.rows() != n {
+                return Err(Error::RowMismatch {
+                    op: OP,
+                    keys: n,
+                    values: v.rows(),
+                });
+            }
+            values_set = Some((sets.len(), v.cols()));
+            sets.push(v);
+        }
+        let mut labels_set = None;
+        let mut labels = None;
+        let one_hot;
+        if let Some(l) = self.labels {
+            let c = check_labels(OP, l, n, self.classes)?;
+            one_hot = Array2::from_shape_fn((n, c), |(j, k)| f32::from(u8::from(l[j] == k as i64)));
+            labels_set = Some((sets.len(), c));
+            sets.push(Matrix::check(OP, "labels", one_hot.view())?);
+            labels = Some(l.to_owned());
+        }
+        let resident = self.engine.backend_impl().prepare(&keys, &sets)?;
+        let b = self.options.batching;
+        Ok(KeySet {
+            inner: Arc::new(Inner {
+                engine: self.engine,
+                resident,
+                n,
+                d,
+                values_set,
+                labels_set,
+                labels,
+                options: self.options,
+                means: Batcher::new(b),
+                states: Batcher::new(b),
+                knn: Batcher::new(b),
+            }),
+        })
+    }
+}
+
+/// A kernel, as a key that groups requests: same profile, same bandwidth bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct KernelKey(Profile, u32);
+
+impl From<&Kernel> for KernelKey {
+    fn from(k: &Kernel) -> Self {
+        KernelKey(k.profile(), k.bandwidth().to_bits())
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    engine: Engine,
+    resident: Arc<dyn Resident>,
+    n: usize,
+    d: usize,
+    /// Index among the resident value matrices, and columns.
+    values_set: Option<(usize, usize)>,
+    labels_set: Option<(usize, usize)>,
+    labels: Option<Array1<i64>>,
+    options: KeySetOptions,
+    means: Batcher<(KernelKey, usize), RowNormalized>,
+    states: Batcher<(KernelKey, Option<usize>), RowStates>,
+    knn: Batcher<usize, Neighbours>,
+}
+
+/// Keys (`N × d`), and optionally values (`N × q`) and class labels, kept
+/// on an engine's backend for many queries with any kernel: local means,
+/// row states, densities, class probabilities and labels, nearest
+/// neighbours. Results equal the [`Engine`] ops' on the same data.
+///
+/// On a GPU the keys, values and one-hot labels are uploaded once into
+/// device buffers the key set owns (tiled like the ops, so `N` may exceed
+/// one binding); on the CPU they are kept transposed in the layout the
+/// kernels stream. Either way they count against the engine's memory limit
+/// and are freed when the last clone is dropped.
+///
+/// A key set is `Send + Sync` and cheap to clone: share it between
+/// threads. Small requests that arrive together are coalesced into one
+/// call ([`Batching`]); large ones run at once on the caller's thread.
+///
+/// ```
+/// use locus::{Engine, Kernel};
+/// use ndarray::array;
+/// let engine = Engine::cpu();
+/// let keys = array![[0.0f32], [1.0], [10.0]];
+/// let values = array![[1.0f32], [3.0], [100.0]];
+/// let set = engine.prepare(keys.view()).values(values.view()).build()?;
+/// let k = Kernel::gaussian(0.5)?;
+/// let m = set.local_mean(&k, array![[0.0f32]].view())?;
+/// assert!((m.values[[0, 0]] - 1.24).abs() < 0.01);
+/// # Ok::<(), locus::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct KeySet {
+    inner: Arc<Inner>,
+}
+
+impl Engine {
+    /// Starts preparing a [`KeySet`] on this engine's backend from `keys`
+    /// (`N × d`); add values and labels on the builder.
+    pub fn prepare<'a>(&self, keys: ArrayView2<'a, f32>) -> KeySetBuilder<'a> {
+        KeySetBuilder {
+            engine: self.clone(),
+            keys,
+            values: None,
+            labels: None,
+            classes: None,
+            options: KeySetOptions::default(),
+        }
+    }
+
+    /// Memory the engine holds, against its limit
+    /// ([`EngineOptions::memory_limit`](crate::EngineOptions::memory_limit)).
+    pub fn memory_usage(&self) -> MemoryUsage {
+        self.backend_impl().memory()
+    }
+}
+
+impl KeySet {
+    /// Number of keys `N`.
+    pub fn rows(&self) -> usize {
+        self.inner.n
+    }
+
+    /// Dimension `d` of keys and queries.
+    pub fn dim(&self) -> usize {
+        self.inner.d
+    }
+
+    /// Value columns `q`, if values were given.
+    pub fn value_cols(&self) -> Option<usize> {
+        self.inner.values_set.map(|s| s.1)
+    }
+
+    /// Number of classes `C`, if labels were given.
+    pub fn classes(&self) -> Option<usize> {
+        self.inner.labels_set.map(|s| s.1)
+    }
+
+    /// Bytes held by the backend for the keys, values and labels.
+    pub fn resident_bytes(&self) -> u64 {
+        self.inner.resident.bytes()
+    }
+
+    /// The engine the key set lives on.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &KeySetOptions {
+        &self.inner.options
+    }
+
+    /// How requests were served so far: directly, in batches, retried.
+    pub fn stats(&self) -> BatchStats {
+        let i = &self.inner;
+        let mut s = i.means.stats();
+        s.add(&i.states.stats());
+        s.add(&i.knn.stats());
+        s
+    }
+
+    /// Checks a request's queries: non-empty, finite, `d` columns, not
+    /// more rows than the options allow.
+    fn queries<'q>(&self, op: &'static str, queries: ArrayView2<'q, f32>) -> Result<Matrix<'q>> {
+        let q = Matrix::check(op, "queries", queries)?;
+        if q.cols() != self.inner.d {
+            return Err(Error::DimensionMismatch {
+                op,
+                queries: q.cols(),
+                keys: self.inner.d,
+            });
+        }
+        if q.rows() > self.inner.options.max_request_rows {
+            return Err(Error::TooLarge {
+                op,
+                what: "request (more query rows than KeySetOptions::max_request_rows)",
+                bytes: (q.rows() as u64).saturating_mul(q.cols() as u64 * 4),
+            });
+        }
+        Ok(q)
+    }
+
+    fn set(&self, set: Option<(usize, usize)>, what: &'static str, builder: &str) -> Result<usize> {
+        set.map(|s| s.0).ok_or_else(|| Error::InvalidParameter {
+            name: what,
+            reason: format!("this key set was prepared without {what} (KeySetBuilder::{builder})"),
+        })
+    }
+
+    fn means(&self, kernel: &Kernel, q: &Matrix<'_>, set: usize) -> Result<RowNormalized> {
+        let r = &self.inner.resident;
+        self.inner
+            .means
+            .submit((kernel.into(), set), q, &|m| r.local_mean(kernel, m, set))
+    }
+
+    fn states(&self, kernel: &Kernel, q: &Matrix<'_>, set: Option<usize>) -> Result<RowStates> {
+        let r = &self.inner.resident;
+        self.inner
+            .states
+            .submit((kernel.into(), set), q, &|m| r.row_states(kernel, m, set))
+    }
+
+    /// Local means of the values at `queries` (`M × d`), as
+    /// [`Engine::local_mean`] with this key set's keys and values.
+    ///
+    /// # Errors
+    /// No values in this key set; empty or non-finite queries, wrong
+    /// dimension, too many rows; backend failures
+    /// ([`Error::MemoryLimit`] among them: the key set keeps working).
+    pub fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+    ) -> Result<RowNormalized> {
+        let set = self.set(self.inner.values_set, "values", "values")?;
+        let q = self.queries("local_mean", queries)?;
+        self.means(kernel, &q, set)
+    }
+
+    /// Row states `(m, s, u)` of `queries` with the values (or, without
+    /// values, row sums only), as [`Engine::row_states`]: they merge with
+    /// the states of other key sets ([`RowStates::merge`]).
+    ///
+    /// # Errors
+    /// As [`local_mean`](Self::local_mean).
+    pub fn row_states(&self, kernel: &Kernel, queries: ArrayView2<'_, f32>) -> Result<RowStates> {
+        let q = self.queries("row_states", queries)?;
+        self.states(kernel, &q, self.inner.values_set.map(|s| s.0))
+    }
+
+    /// `ln p̂(q)` per query, as [`Engine::log_density`] with unweighted keys.
+    ///
+    /// # Errors
+    /// As [`local_mean`](Self::local_mean) (values are not needed); the
+    /// cauchy profile in `d ≥ 2`.
+    pub fn log_density(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+    ) -> Result<Array1<f64>> {
+        const OP: &str = "density";
+        let d = self.inner.d;
+        let ln_c = ln_normalizer(kernel.profile(), d)?;
+        let q = self.queries(OP, queries)?;
+        let states = self.states(kernel, &q, None)?;
+        let norm =
+            (self.inner.n as f64).ln() + d as f64 * f64::from(kernel.bandwidth()).ln() + ln_c;
+        Ok(states.log_sum().mapv(|l| l - norm))
+    }
+
+    /// Kernel density estimate per query, as [`Engine::density`] with
+    /// unweighted keys.
+    ///
+    /// # Errors
+    /// As [`log_density`](Self::log_density).
+    pub fn density(&self, kernel: &Kernel, queries: ArrayView2<'_, f32>) -> Result<Array1<f64>> {
+        Ok(self.log_density(kernel, queries)?.mapv(f64::exp))
+    }
+
+    /// Class probabilities (`M × C`): the local mean of the one-hot labels,
+    /// as [`LocalModeClassifier::predict_proba`](crate::LocalModeClassifier::predict_proba).
+    ///
+    /// # Errors
+    /// No labels in this key set; otherwise as [`local_mean`](Self::local_mean).
+    pub fn predict_proba(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+    ) -> Result<RowNormalized> {
+        let set = self.set(self.inner.labels_set, "labels", "labels")?;
+        let q = self.queries("classify", queries)?;
+        self.means(kernel, &q, set)
+    }
+
+    /// The most probable class per query and the class probabilities, as
+    /// [`LocalModeClassifier::predict`](crate::LocalModeClassifier::predict)
+    /// with [`KeySetOptions::empty_fallback`].
+    ///
+    /// # Errors
+    /// As [`predict_proba`](Self::predict_proba).
+    pub fn classify(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+    ) -> Result<Classification> {
+        let set = self.set(self.inner.labels_set, "labels", "labels")?;
+        let q = self.queries("classify", queries)?;
+        let proba = self.means(kernel, &q, set)?;
+        let mut labels: Array1<i64> = proba
+            .values
+            .rows()
+            .into_iter()
+            .map(|r| {
+                if r[0].is_nan() {
+                    -1
+                } else {
+                    let v: Vec<f64> = r.iter().map(|&p| f64::from(p)).collect();
+                    argmax(&v) as i64
+                }
+            })
+            .collect();
+        if proba.empty_rows > 0
+            && self.inner.options.empty_fallback == EmptyFallback::NearestNeighbour
+            && let Some(train) = &self.inner.labels
+        {
+            let empty: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] < 0).collect();
+            let sub = queries.select(ndarray::Axis(0), &empty);
+            let sub = Matrix::check("classify", "queries", sub.view())?;
+            let nb = self.inner.resident.knn(&sub, 1)?;
+            for (r, &i) in empty.iter().enumerate() {
+                labels[i] = train[nb.indices[[r, 0]] as usize];
+            }
+        }
+        Ok(Classification {
+            labels,
+            empty_rows: proba.empty_rows,
+            proba: proba.values,
+        })
+    }
+
+    /// The `k` nearest keys of every query, as [`Engine::knn`].
+    ///
+    /// # Errors
+    /// `k = 0` or `k > N`; on the GPU `k` above 128; otherwise as
+    /// [`local_mean`](Self::local_mean).
+    pub fn knn(&self, queries: ArrayView2<'_, f32>, k: usize) -> Result<Neighbours> {
+        if k == 0 || k > self.inner.n {
+            return Err(Error::InvalidParameter {
+                name: "k",
+                reason: format!(
+                    "k must be in 1..={} (the number of keys), got {k}",
+                    self.inner.n
+                ),
+            });
+        }
+        self.inner.resident.check_k(k)?;
+        let q = self.queries("knn", queries)?;
+        let r = &self.inner.resident;
+        self.inner.knn.submit(k, &q, &|m| r.knn(m, k))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_set_types_are_send_sync_and_cheap_to_clone() {
+        fn assert_send_sync<T: Send + Sync + Clone>() {}
+        assert_send_sync::<KeySet>();
+        assert_send_sync::<KeySetOptions>();
+        assert_send_sync::<Classification>();
+        assert_send_sync::<BatchStats>();
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let e = Engine::cpu();
+        let x = ndarray::array![[0.0f32]];
+        for o in [
+            KeySetOptions {
+                max_request_rows: 0,
+                ..KeySetOptions::default()
+            },
+            KeySetOptions {
+                batching: Batching {
+                    max_batch_rows: 0,
+                    ..Batching::default()
+                },
+                ..KeySetOptions::default()
+            },
+            KeySetOptions {
+                batching: Batching {
+                    max_wait: std::time::Duration::from_secs(5),
+                    ..Batching::default()
+                },
+                ..KeySetOptions::default()
+            },
+        ] {
+            let err = e.prepare(x.view()).options(o).build().unwrap_err();
+            assert!(matches!(err, Error::InvalidParameter { .. }), "{err}");
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The example service (`examples/service.rs`) as a client sees it: started
+//! on 127.0.0.1 on a free port with `.npy` files, real HTTP requests, valid
+//! and invalid, from several connections at once; then shut down.
+
+mod common;
+#[path = "support/http.rs"]
+mod http;
+
+use std::time::Duration;
+
+use common::*;
+use http::{Client, Service, temp_dir};
+use locus::{Engine, Kernel, Profile};
+use ndarray::{Array1, Array2};
+use ndarray_npy::write_npy;
+use serde_json::Value;
+
+struct Files {
+    dir: std::path::PathBuf,
+    keys: Array2<f32>,
+    values: Array2<f32>,
+    labels: Array1<i64>,
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Files {
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+}
+
+/// Keys (N × 3, float32), values (N × 2, float64: converted on load),
+/// labels (N, int64).
+fn files() -> Files {
+    let dir = temp_dir("service");
+    let mut rng = Rng::new(5);
+    let keys = rng.matrix(500, 3, 0.0, 1.0);
+    let values = rng.matrix(500, 2, -1.0, 1.0);
+    let labels = Array1::from_shape_fn(500, |j| i64::from(keys[[j, 0]] > 0.5));
+    write_npy(dir.join("keys.npy"), &keys).unwrap();
+    write_npy(dir.join("values.npy"), &values.mapv(f64::from)).unwrap();
+    write_npy(dir.join("labels.npy"), &labels).unwrap();
+    Files {
+        dir,
+        keys,
+        values,
+        labels,
+    }
+}
+
+fn start(f: &Files, labels: bool) -> Service {
+    let (k, v, l) = (
+        f.path("keys.npy"),
+        f.path("values.npy"),
+        f.path("labels.npy"),
+    );
+    let mut args = vec![
+        "--keys",
+        &k,
+        "--values",
+        &v,
+        "--kernel",
+        "gaussian",
+        "--bandwidth",
+        "0.3",
+        "--backend",
+        "cpu",
+    ];
+    if labels {
+        args.extend(["--labels", &l]);
+    }
+    Service::start(&args, Duration::from_secs(60))
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+fn matrix(v: &Value) -> Array2<f32> {
+    let rows = v.as_array().expect("array of rows");
+    let cols = rows[0].as_array().expect("row").len();
+    Array2::from_shape_fn((rows.len(), cols), |(i, j)| {
+        rows[i][j].as_f64().map_or(f32::NAN, |x| x as f32)
+    })
+}
+
+fn body(q: &Array2<f32>, extra: &str) -> String {
+    let rows: Vec<Vec<f32>> = q.rows().into_iter().map(|r| r.to_vec()).collect();
+    format!(
+        r#"{{"queries": {}{extra}}}"#,
+        serde_json::to_string(&rows).unwrap()
+    )
+}
+
+#[test]
+fn the_service_answers_valid_requests_and_refuses_bad_ones() {
+    let f = files();
+    let mut svc = start(&f, true);
+    let mut c = Client::connect(svc.addr).unwrap();
+    let engine = Engine::cpu();
+    let q = Rng::new(6).matrix(7, 3, 0.0, 1.0);
+
+    // Local mean with the start-up kernel, then with another one.
+    let (status, b) = c.request("POST", "/local-mean", &body(&q, "")).unwrap();
+    assert_eq!(status, 200, "{b}");
+    let k = Kernel::gaussian(0.3).unwrap();
+    let want = engine
+        .local_mean(&k, q.view(), f.keys.view(), f.values.view())
+        .unwrap();
+    assert_close(
+        "local mean",
+        &matrix(&json(&b)["values"]),
+        &want.values.mapv(f64::from),
+        1e-5,
+        1e-6,
+    );
+    let extra = r#", "kernel": "epanechnikov", "bandwidth": 0.05"#;
+    let (status, b) = c.request("POST", "/local-mean", &body(&q, extra)).unwrap();
+    assert_eq!(status, 200, "{b}");
+    let k = Kernel::new(Profile::Epanechnikov, 0.05).unwrap();
+    let want = engine
+        .local_mean(&k, q.view(), f.keys.view(), f.values.view())
+        .unwrap();
+    let v = json(&b);
+    // Empty neighbourhoods come back as nulls, and are counted.
+    assert_eq!(v["empty_rows"].as_u64(), Some(want.empty_rows as u64));
+    assert!(want.empty_rows > 0);
+    assert_close(
+        "compact",
+        &matrix(&v["values"]),
+        &want.values.mapv(f64::from),
+        1e-5,
+        1e-6,
+    );
+
+    // Classification.
+    let (status, b) = c.request("POST", "/classify", &body(&q, "")).unwrap();
+    assert_eq!(status, 200, "{b}");
+    let v = json(&b);
+    let k = Kernel::gaussian(0.3).unwrap();
+    let clf = engine
+        .fit_classifier(&k, f.keys.view(), f.labels.view(), None)
+        .unwrap();
+    let labels: Vec<i64> = v["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_i64().unwrap())
+        .collect();
+    assert_eq!(labels, clf.predict(q.view()).unwrap().labels.to_vec());
+    let proba = matrix(&v["proba"]);
+    assert_close(
+        "proba",
+        &proba,
+        &clf.predict_proba(q.view()).unwrap().values.mapv(f64::from),
+        1e-5,
+        1e-6,
+    );
+
+    // Bad input: 400 with a message, and the service stays up.
+    let bad = [
+        ("/local-mean", "not json".to_string(), "invalid request"),
+        ("/local-mean", r#"{"queries": []}"#.to_string(), "empty"),
+        (
+            "/local-mean",
+            r#"{"queries": [[0.1, 0.2]]}"#.to_string(),
+            "coordinates",
+        ),
+        (
+            "/local-mean",
+            r#"{"queries": [[0.1, 0.2, 0.3], [1]]}"#.to_string(),
+            "query 1",
+        ),
+        (
+            "/local-mean",
+            r#"{"queries": [[0.1, 1e300, 0.3]]}"#.to_string(),
+            "finite",
+        ),
+        (
+            "/local-mean",
+            r#"{"queries": [[0.1, "x", 0.3]]}"#.to_string(),
+            "invalid request",
+        ),
+        (
+            "/local-mean",
+            r#"{"points": [[0.1, 0.2, 0.3]]}"#.to_string(),
+            "invalid request",
+        ),
+        (
+            "/classify",
+            body(&q, r#", "kernel": "boxcar""#),
+            "unknown kernel",
+        ),
+        ("/classify", body(&q, r#", "bandwidth": -1"#), "bandwidth"),
+        ("/classify", body(&q, r#", "bandwidth": 0"#), "bandwidth"),
+    ];
+    for (path, b, needle) in bad {
+        let (status, answer) = c.request("POST", path, &b).unwrap();
+        assert_eq!(status, 400, "{path} {b}: {answer}");
+        let msg = json(&answer)["error"].as_str().unwrap().to_string();
+        assert!(msg.contains(needle), "{path} {b}: {msg:?} lacks {needle:?}");
+    }
+    // (A server may close a connection whose request body it did not read.)
+    let (status, _) = Client::connect(svc.addr)
+        .unwrap()
+        .request("GET", "/local-mean", "")
+        .unwrap();
+    assert_eq!(status, 405);
+    let (status, _) = Client::connect(svc.addr)
+        .unwrap()
+        .request("POST", "/nowhere", "{}")
+        .unwrap();
+    assert_eq!(status, 404);
+
+    // Many connections at once; batching coalesces their requests.
+    let addr = svc.addr;
+    let qs: Vec<Array2<f32>> = (0..8)
+        .map(|t| Rng::new(100 + t).matrix(1 + t as usize, 3, 0.0, 1.0))
+        .collect();
+    std::thread::scope(|s| {
+        for q in &qs {
+            let (f, engine) = (&f, &engine);
+            s.spawn(move || {
+                let mut c = Client::connect(addr).unwrap();
+                let k = Kernel::gaussian(0.3).unwrap();
+                let want = engine
+                    .local_mean(&k, q.view(), f.keys.view(), f.values.view())
+                    .unwrap();
+                for _ in 0..10 {
+                    let (status, b) = c.request("POST", "/local-mean", &body(q, "")).unwrap();
+                    assert_eq!(status, 200, "{b}");
+                    assert_close(
+                        "concurrent",
+                        &matrix(&json(&b)["values"]),
+                        &want.values.mapv(f64::from),
+                        1e-5,
+                        1e-6,
+                    );
+                }
+            });
+        }
+    });
+    let (status, b) = c.request("GET", "/stats", "").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(json(&b)["batched_requests"].as_u64(), Some(80 + 3), "{b}");
+    let (status, b) = c.request("GET", "/health", "").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(json(&b)["keys"].as_u64(), Some(500));
+    assert!(svc.running(), "{}", svc.stderr.lock().unwrap());
+}
+
+#[test]
+fn without_labels_classify_is_a_clear_400_and_bad_files_fail_at_start() {
+    let f = files();
+    let svc = start(&f, false);
+    let mut c = Client::connect(svc.addr).unwrap();
+    let (status, b) = c
+        .request("POST", "/classify", r#"{"queries": [[0.1, 0.2, 0.3]]}"#)
+        .unwrap();
+    assert_eq!(status, 400, "{b}");
+    assert!(b.contains("--labels"), "{b}");
+    drop(svc);
+
+    // Values with the wrong number of rows: the service refuses to start.
+    write_npy(f.dir.join("short.npy"), &Array2::<f32>::zeros((3, 1))).unwrap();
+    let out = std::process::Command::new(http::example_binary())
+        .args([
+            "--keys",
+            &f.path("keys.npy"),
+            "--values",
+            &f.path("short.npy"),
+        ])
+        .args(["--port", "0", "--backend", "cpu"])
+        .env("NODEVICE_SELECT", "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("500 keys but 3 value rows"), "{err}");
+}

@@ -1,0 +1,209 @@
+//! A minimal HTTP/1.1 client over one keep-alive connection, and a way to
+//! run the example service: enough to test and load the example service
+//! on loopback without another dependency.
+#![allow(dead_code)]
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One connection; requests are sent one after the other.
+pub struct Client {
+    reader: BufReader<TcpStream>,
+    addr: SocketAddr,
+    /// The server said it closes the connection: reconnect before the next request.
+    closed: bool,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> io::Result<Client> {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
+        s.set_read_timeout(Some(Duration::from_secs(120)))?;
+        s.set_nodelay(true)?;
+        Ok(Client {
+            reader: BufReader::new(s),
+            addr,
+            closed: false,
+        })
+    }
+
+    /// Sends a request and returns the status and the body.
+    pub fn request(&mut self, method: &str, path: &str, body: &str) -> io::Result<(u16, String)> {
+        if self.closed {
+            *self = Client::connect(self.addr)?;
+        }
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        );
+        let s = self.reader.get_mut();
+        s.write_all(head.as_bytes())?;
+        s.write_all(body.as_bytes())?;
+        s.flush()?;
+        let mut line = String::new();
+        self.reader.read_line(&mut line)?;
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| io::Error::other(format!("bad status line {line:?}")))?;
+        let mut len = None;
+        let mut chunked = false;
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line)?;
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            let lower = l.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                len = v.trim().parse::<usize>().ok();
+            }
+            if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+                chunked = true;
+            }
+            if lower.starts_with("connection:") && lower.contains("close") {
+                self.closed = true;
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                line.clear();
+                self.reader.read_line(&mut line)?;
+                let n = usize::from_str_radix(line.trim(), 16)
+                    .map_err(|e| io::Error::other(format!("bad chunk size {line:?}: {e}")))?;
+                let mut chunk = vec![0; n + 2];
+                self.reader.read_exact(&mut chunk)?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        } else {
+            let mut b = vec![0; len.unwrap_or(0)];
+            self.reader.read_exact(&mut b)?;
+            body = b;
+        }
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+}
+
+/// Where `cargo test` / `cargo build --example service` put the example
+/// service's executable, beside the running one's profile directory
+/// (`target/<profile>/examples/service`).
+pub fn example_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/examples/service
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    profile_dir
+        .join("examples")
+        .join(format!("service{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// The example service's executable (which `cargo test` builds).
+pub fn example_binary() -> PathBuf {
+    let bin = example_path();
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo test` builds the examples; with a target filter run \
+         `cargo build --example service` (same profile) first",
+        bin.display()
+    );
+    bin
+}
+
+/// A running example service, killed when dropped.
+pub struct Service {
+    pub child: Child,
+    pub addr: SocketAddr,
+    /// What it wrote on stderr so far.
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl Service {
+    /// Starts the service with `args` on 127.0.0.1 and a free port, and
+    /// waits (up to `timeout`) until it accepts connections.
+    pub fn start(args: &[&str], timeout: Duration) -> Service {
+        let mut child = Command::new(example_binary())
+            .args(args)
+            .args(["--host", "127.0.0.1", "--port", "0"])
+            .env("NODEVICE_SELECT", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the example service");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(e) = child.stderr.take() {
+            let sink = Arc::clone(&stderr);
+            std::thread::spawn(move || {
+                for line in BufReader::new(e).lines().map_while(Result::ok) {
+                    let mut s = sink.lock().unwrap_or_else(|p| p.into_inner());
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            });
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(a) = line.strip_prefix("listening on http://") {
+                    let _ = tx.send(a.trim().to_string());
+                }
+            }
+        });
+        let t0 = Instant::now();
+        let addr = loop {
+            if let Ok(a) = rx.recv_timeout(Duration::from_millis(100)) {
+                break a.parse().expect("printed address");
+            }
+            if let Some(status) = child.try_wait().expect("child status") {
+                std::thread::sleep(Duration::from_millis(200));
+                let err = stderr.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                panic!("the service exited with {status} before listening: {err}");
+            }
+            if t0.elapsed() > timeout {
+                let _ = child.kill();
+                panic!("the service did not listen within {timeout:?}");
+            }
+        };
+        Service {
+            child,
+            addr,
+            stderr,
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes `.npy` test data into a fresh folder under the system temp dir.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "locus-{tag}-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
