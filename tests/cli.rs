@@ -956,3 +956,262 @@ fn kde_classify_knn_match_the_library() {
         &["--k 62", "between 1 and"],
     );
 }
+
+// ---- softmax ---------------------------------------------------------------
+
+#[test]
+fn softmax_matches_the_library_for_stacks_matrices_and_merged_heads() {
+    use locus::{SoftmaxParams, merge_heads, split_heads};
+    use ndarray::{Array3, Axis};
+
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(21);
+    let stack = |rng: &mut Rng, b: usize, r: usize, c: usize, lo: f32| {
+        let m = rng.matrix(b * r, c, lo, 1.0);
+        m.into_shape_with_order((b, r, c)).unwrap()
+    };
+    let (phi, psi, v) = (
+        stack(&mut rng, 3, 17, 5, -1.0),
+        stack(&mut rng, 3, 23, 5, -1.0),
+        stack(&mut rng, 3, 23, 2, -1.0),
+    );
+    let path = |name: &str, a: &Array3<f32>| {
+        let p = dir.path().join(name);
+        write_npy(&p, a).unwrap();
+        p
+    };
+    let (pp, kp, vp) = (
+        path("phi.npy", &phi),
+        path("psi.npy", &psi),
+        path("v.npy", &v),
+    );
+
+    // 3-D in, 3-D out; causal with M < N; the weights too.
+    let (out, w) = (dir.path().join("o.npy"), dir.path().join("w.npy"));
+    let assert = locus()
+        .args(["softmax", "--backend", "cpu", "--causal", "--json", "--phi"])
+        .arg(&pp)
+        .arg("--psi")
+        .arg(&kp)
+        .arg("--values")
+        .arg(&vp)
+        .arg("--output")
+        .arg(&out)
+        .arg("--weights")
+        .arg(&w)
+        .assert()
+        .success();
+    let j = json_of(&assert.get_output().stdout);
+    assert_eq!(j["sizes"]["B"], 3);
+    assert_eq!(j["summary"]["causal"], true);
+    let p = SoftmaxParams::new().with_causal(true);
+    let want = cpu()
+        .kernel_softmax(phi.view(), psi.view(), v.view(), &p)
+        .unwrap();
+    let got: Array3<f32> = read_npy(&out).unwrap();
+    let flat = |a: Array3<f32>| {
+        let (b, r, c) = a.dim();
+        a.into_shape_with_order((b * r, c)).unwrap()
+    };
+    assert_near(&flat(got), &flat(want), 1e-5);
+    let want_w = cpu().softmax_matrix(phi.view(), psi.view(), &p).unwrap();
+    let got_w: Array3<f32> = read_npy(&w).unwrap();
+    assert_near(&flat(got_w), &flat(want_w.clone()), 1e-5);
+    // The last M of N = 23 positions: query 0 sees keys 0..=6.
+    assert!(want_w[[1, 0, 7]] == 0.0 && want_w[[1, 0, 6]] > 0.0);
+
+    // One head as a matrix, a CSV output, an explicit scale.
+    let (phi0, psi0, v0) = (
+        phi.index_axis(Axis(0), 0).to_owned(),
+        psi.index_axis(Axis(0), 0).to_owned(),
+        v.index_axis(Axis(0), 0).to_owned(),
+    );
+    let out = dir.path().join("o.csv");
+    locus()
+        .args([
+            "softmax",
+            "--backend",
+            "cpu",
+            "-q",
+            "--scale",
+            "-0.5",
+            "--phi",
+        ])
+        .arg(npy(&dir, "phi0.npy", &phi0))
+        .arg("--psi")
+        .arg(npy(&dir, "psi0.npy", &psi0))
+        .arg("--values")
+        .arg(file(&dir, "v0.csv", &to_csv(&v0)))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let want = cpu()
+        .kernel_softmax(
+            phi0.view(),
+            psi0.view(),
+            v0.view(),
+            &SoftmaxParams::new().with_scale(-0.5),
+        )
+        .unwrap();
+    assert_near(&read_out(&out), &want, 1e-5);
+
+    // --heads: (T, H·d) split into heads, the output merged back.
+    let (t, h) = (19, 2);
+    let (x, vv) = (rng.matrix(t, 8, -1.0, 1.0), rng.matrix(t, 6, -1.0, 1.0));
+    let xp = npy(&dir, "x.npy", &x);
+    let out = dir.path().join("mh.npy");
+    locus()
+        .args([
+            "softmax",
+            "--backend",
+            "cpu",
+            "-q",
+            "--causal",
+            "--heads",
+            "2",
+        ])
+        .arg("--phi")
+        .arg(&xp)
+        .arg("--psi")
+        .arg(&xp)
+        .arg("--values")
+        .arg(npy(&dir, "vv.npy", &vv))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let xs = split_heads(x.view(), h).unwrap();
+    let vs = split_heads(vv.view(), h).unwrap();
+    let want = cpu()
+        .kernel_softmax(
+            xs.view(),
+            xs.view(),
+            vs.view(),
+            &SoftmaxParams::new().with_causal(true),
+        )
+        .unwrap();
+    assert_near(&read_out(&out), &merge_heads(want.view()), 1e-5);
+
+    // --linear: the feature local mean, with non-negative features.
+    let (a, b) = (phi0.mapv(f32::abs), psi0.mapv(f32::abs));
+    let out = dir.path().join("lin.npy");
+    let assert = locus()
+        .args(["softmax", "--backend", "cpu", "--linear", "--json", "--phi"])
+        .arg(npy(&dir, "a.npy", &a))
+        .arg("--psi")
+        .arg(npy(&dir, "b.npy", &b))
+        .arg("--values")
+        .arg(npy(&dir, "v0.npy", &v0))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    assert_eq!(
+        json_of(&assert.get_output().stdout)["summary"]["empty_rows"],
+        0
+    );
+    let want = cpu()
+        .feature_local_mean(a.view(), b.view(), v0.view(), false)
+        .unwrap();
+    assert_near(&read_out(&out), &want.values, 1e-5);
+
+    // Bad input: exit 2, one line naming the problem, nothing written.
+    let p = |s: &str| s.to_string();
+    let (pp, kp, vp) = (
+        pp.display().to_string(),
+        kp.display().to_string(),
+        vp.display().to_string(),
+    );
+    let base = |extra: &[&str]| -> Vec<String> {
+        let mut v = vec![p("softmax"), p("--backend"), p("cpu")];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v.push(p("--output"));
+        v.push(p("out.csv"));
+        v
+    };
+    let run = |args: Vec<String>, expect: &[&str]| {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&dir, &a, expect);
+    };
+    // A 3-D result cannot be CSV.
+    run(
+        base(&["--phi", &pp, "--psi", &kp, "--values", &vp]),
+        &["--output out.csv", "3-D", ".npy"],
+    );
+    // Heads, columns and rows must agree.
+    run(
+        base(&["--phi", &pp, "--psi", "psi0.npy", "--values", &vp]),
+        &["shape mismatch", "--psi", "heads"],
+    );
+    run(
+        base(&["--phi", "phi0.npy", "--psi", "x.npy", "--values", "v0.npy"]),
+        &["shape mismatch", "--phi", "--psi", "columns"],
+    );
+    run(
+        base(&[
+            "--phi", "phi0.npy", "--psi", "psi0.npy", "--values", "x.npy",
+        ]),
+        &["shape mismatch", "--values", "one row per row"],
+    );
+    // More queries than keys under the causal mask; negative features.
+    run(
+        base(&[
+            "--causal", "--phi", "psi0.npy", "--psi", "phi0.npy", "--values", "phi0.npy",
+        ]),
+        &["causal", "23 queries and 17 keys"],
+    );
+    run(
+        base(&[
+            "--linear", "--phi", "phi0.npy", "--psi", "psi0.npy", "--values", "v0.npy",
+        ]),
+        &["phi", "negative"],
+    );
+    run(
+        base(&[
+            "--scale", "nan", "--phi", "phi0.npy", "--psi", "psi0.npy", "--values", "v0.npy",
+        ]),
+        &["scale", "finite"],
+    );
+    run(
+        base(&[
+            "--heads", "3", "--phi", "x.npy", "--psi", "x.npy", "--values", "vv.npy",
+        ]),
+        &["--heads 3", "do not divide"],
+    );
+    // A 4-D array is rejected with its shape.
+    let four = ndarray::Array4::<f32>::zeros((1, 2, 3, 4));
+    write_npy(dir.path().join("four.npy"), &four).unwrap();
+    run(
+        base(&[
+            "--phi", "four.npy", "--psi", "psi0.npy", "--values", "v0.npy",
+        ]),
+        &["--phi four.npy", "3-D", "[1, 2, 3, 4]"],
+    );
+
+    // Verified against the GPU.
+    if have_gpu() {
+        let out = dir.path().join("g.npy");
+        locus()
+            .args([
+                "softmax",
+                "--backend",
+                "gpu",
+                "--verify",
+                "--causal",
+                "--phi",
+            ])
+            .arg(&pp)
+            .arg("--psi")
+            .arg(&kp)
+            .arg("--values")
+            .arg(&vp)
+            .arg("--output")
+            .arg(&out)
+            .arg("--weights")
+            .arg(dir.path().join("gw.npy"))
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(": ok"));
+    }
+}

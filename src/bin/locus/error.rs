@@ -64,7 +64,13 @@ impl From<Error> for CliError {
             | Error::RowMismatch { .. }
             | Error::EmptyInput { .. }
             | Error::NonFinite { .. }
-            | Error::InvalidParameter { .. } => CliError::input(e),
+            | Error::InvalidParameter { .. }
+            | Error::Rank { .. }
+            | Error::BatchMismatch { .. }
+            | Error::CausalShape { .. }
+            | Error::NegativeFeature { .. }
+            | Error::LogitOverflow { .. }
+            | Error::Cluster(_) => CliError::input(e),
             _ => CliError::compute(e),
         }
     }

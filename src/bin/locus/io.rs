@@ -13,7 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use ndarray::{Array2, ArrayD, ArrayView, Dimension, Ix1, Ix2};
+use ndarray::{Array2, Array3, ArrayD, ArrayView, Axis, Dimension, Ix1, Ix2, Ix3};
 use ndarray_npy::{ReadNpyError, ReadNpyExt, WritableElement, WriteNpyExt};
 
 use crate::error::{CliError, CliResult};
@@ -126,6 +126,27 @@ pub fn one_column(a: &Input) -> CliResult<()> {
 
 /// Reads an `N × d` matrix of finite `f32` from a `.npy` or `.csv` file.
 pub fn read_matrix(flag: &str, path: &Path) -> CliResult<Array2<f32>> {
+    let a = read_array(flag, path, 2)?;
+    a.into_dimensionality::<Ix2>()
+        .map_err(|e| CliError::input(format!("{flag} {}: {e}", path.display())))
+}
+
+/// Reads a stack of matrices `(B, N, d)` of finite `f32`: a 3-D `.npy`, or
+/// a matrix (2-D `.npy`, 1-D `.npy` as a column, `.csv`) as one matrix
+/// (`B = 1`). Returns the stack and the number of axes the file had.
+pub fn read_stack(flag: &str, path: &Path) -> CliResult<(Array3<f32>, usize)> {
+    let a = read_array(flag, path, 3)?;
+    let ndim = a.ndim();
+    let a = if ndim == 2 { a.insert_axis(Axis(0)) } else { a };
+    let a = a
+        .into_dimensionality::<Ix3>()
+        .map_err(|e| CliError::input(format!("{flag} {}: {e}", path.display())))?;
+    Ok((a, ndim.max(2)))
+}
+
+/// Reads an array of at most `max_ndim` axes (1-D taken as a column, so at
+/// least 2) of finite `f32`, none of them empty.
+fn read_array(flag: &str, path: &Path, max_ndim: usize) -> CliResult<ArrayD<f32>> {
     let format = Format::of(flag, path)?;
     let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
     let bytes = fs::read(path).map_err(|e| {
@@ -135,18 +156,19 @@ pub fn read_matrix(flag: &str, path: &Path) -> CliResult<Array2<f32>> {
         })
     })?;
     let (m, lines) = match format {
-        Format::Npy => (parse_npy(&bytes).map_err(at)?, None),
+        Format::Npy => (parse_npy(&bytes, max_ndim).map_err(at)?, None),
         Format::Csv => {
             let text =
                 std::str::from_utf8(&bytes).map_err(|e| at(format!("not UTF-8 text: {e}")))?;
             let (m, lines) = parse_csv(text).map_err(at)?;
-            (m, Some(lines))
+            (m.into_dyn(), Some(lines))
         }
     };
-    let (rows, cols) = m.dim();
-    if rows == 0 || cols == 0 {
+    if m.shape().contains(&0) {
+        let shape = m.shape().iter().map(usize::to_string).collect::<Vec<_>>();
         return Err(at(format!(
-            "empty ({rows}×{cols}); it needs at least one row and one column"
+            "empty ({}); it needs at least one row and one column",
+            shape.join("×")
         )));
     }
     to_f32(&m, lines.as_deref()).map_err(at)
@@ -154,10 +176,10 @@ pub fn read_matrix(flag: &str, path: &Path) -> CliResult<Array2<f32>> {
 
 /// Converts to `f32`, failing on the first entry that is not finite or
 /// does not fit; `lines[i]` is the text line of row `i` (CSV).
-fn to_f32(m: &Array2<f64>, lines: Option<&[usize]>) -> Result<Array2<f32>, String> {
+fn to_f32(m: &ArrayD<f64>, lines: Option<&[usize]>) -> Result<ArrayD<f32>, String> {
     let out = m.mapv(|v| v as f32);
-    if let Some(((i, j), &v)) = out.indexed_iter().find(|(_, v)| !v.is_finite()) {
-        let orig = m[[i, j]];
+    if let Some((at, &v)) = out.indexed_iter().find(|(_, v)| !v.is_finite()) {
+        let orig = m[&at];
         let what = if orig.is_finite() {
             format!("value {orig:e} is too large for f32")
         } else if orig.is_nan() {
@@ -165,13 +187,22 @@ fn to_f32(m: &Array2<f64>, lines: Option<&[usize]>) -> Result<Array2<f32>, Strin
         } else {
             format!("{}infinity", if v < 0.0 { "-" } else { "" })
         };
-        let line = lines.map_or(String::new(), |l| format!("; line {}", l[i]));
-        return Err(format!("{what} at row {i}, column {j} (0-based{line})"));
+        let at = at.slice();
+        let (row, col) = (at[at.len() - 2], at[at.len() - 1]);
+        let batch = if at.len() == 3 {
+            format!("batch {}, ", at[0])
+        } else {
+            String::new()
+        };
+        let line = lines.map_or(String::new(), |l| format!("; line {}", l[row]));
+        return Err(format!(
+            "{what} at {batch}row {row}, column {col} (0-based{line})"
+        ));
     }
     Ok(out)
 }
 
-fn parse_npy(bytes: &[u8]) -> Result<Array2<f64>, String> {
+fn parse_npy(bytes: &[u8], max_ndim: usize) -> Result<ArrayD<f64>, String> {
     let any: ArrayD<f64> = match ArrayD::<f32>::read_npy(bytes) {
         Ok(a) => a.mapv(f64::from),
         Err(ReadNpyError::WrongDescriptor(_)) => match ArrayD::<f64>::read_npy(bytes) {
@@ -186,20 +217,21 @@ fn parse_npy(bytes: &[u8]) -> Result<Array2<f64>, String> {
         Err(e) => return Err(format!("not a valid .npy file: {e}")),
     };
     let shape = any.shape().to_vec();
-    let any = match shape.len() {
+    match shape.len() {
         1 => any
             .into_shape_with_order((shape[0], 1))
-            .map_err(|e| e.to_string())?
-            .into_dyn(),
-        2 => any,
+            .map(|a| a.into_dyn())
+            .map_err(|e| e.to_string()),
+        n if (2..=max_ndim).contains(&n) => Ok(any.as_standard_layout().into_owned()),
         _ => {
-            return Err(format!("expected a 1-D or 2-D array, got shape {shape:?}"));
+            let allowed = if max_ndim == 3 {
+                "1-D, 2-D or 3-D"
+            } else {
+                "1-D or 2-D"
+            };
+            Err(format!("expected a {allowed} array, got shape {shape:?}"))
         }
-    };
-    let m = any
-        .into_dimensionality::<Ix2>()
-        .map_err(|e| e.to_string())?;
-    Ok(m.as_standard_layout().into_owned())
+    }
 }
 
 /// Parses comma-separated numbers. A first row that is not all numbers is
@@ -426,9 +458,9 @@ mod tests {
     #[test]
     fn non_finite_is_located() {
         let (m, lines) = parse_csv("1,2\n3,nan\n").unwrap();
-        let e = to_f32(&m, Some(&lines)).unwrap_err();
+        let e = to_f32(&m.into_dyn(), Some(&lines)).unwrap_err();
         assert_eq!(e, "NaN at row 1, column 1 (0-based; line 2)");
-        let big = ndarray::array![[1e300]];
+        let big = ndarray::array![[1e300]].into_dyn();
         assert!(
             to_f32(&big, None)
                 .unwrap_err()

@@ -24,6 +24,7 @@ use clap::{Parser, Subcommand};
 
 use commands::{
     bench, classify, demo, info, kde, kernel_matrix, knn, local_mean, mean_shift, medoid_shift,
+    softmax,
 };
 use error::{CliResult, EXIT_COMPUTE};
 
@@ -31,8 +32,8 @@ use error::{CliResult, EXIT_COMPUTE};
 #[command(
     name = "locus",
     version,
-    about = "Localization methods (local means, MeanShift, kernel matrices, KDE, classification, kNN) on the GPU (wgpu) and CPU (rayon)",
-    after_help = "Inputs: .npy (f32/f64, C or Fortran order, 1-D = one column) or .csv (optional header, # comments).\n\
+    about = "Localization methods (local means, MeanShift, kernel matrices, KDE, classification, kNN, attention) on the GPU (wgpu) and CPU (rayon)",
+    after_help = "Inputs: .npy (f32/f64, C or Fortran order, 1-D = one column; 3-D = heads first for softmax) or .csv (optional header, # comments).\n\
                   Outputs by extension: .npy (f32) or .csv. Exit status: 0 ok, 2 bad usage or input, 1 failure while computing."
 )]
 struct Cli {
@@ -59,6 +60,9 @@ enum Command {
     MeanShift(mean_shift::MeanShiftArgs),
     /// MedoidShift clustering: labels, medoids (sample points), plot.
     MedoidShift(medoid_shift::MedoidShiftArgs),
+    /// Kernel softmax (attention) softmax(s·ΦΨᵀ)V per head, or the linear
+    /// feature local mean (ΦΨᵀV) ⊘ (ΦΨᵀ1).
+    Softmax(softmax::SoftmaxArgs),
     /// Every op on generated data on the GPU and the CPU: times, speed-ups,
     /// pair evaluations per second, deviations.
     Bench(bench::BenchArgs),
@@ -77,6 +81,7 @@ fn run(command: &Command) -> CliResult<()> {
         Command::Knn(a) => knn::run(a),
         Command::MeanShift(a) => mean_shift::run(a),
         Command::MedoidShift(a) => medoid_shift::run(a),
+        Command::Softmax(a) => softmax::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Demo(a) => demo::run(a),
     }

@@ -140,6 +140,28 @@ fn cases(quick: bool) -> CliResult<Vec<Case>> {
         run: Box::new(move |e: &Engine| Ok(e.knn(queries.view(), keys.view(), k)?.distances)),
     });
 
+    // Causal attention over B heads: about B·T²/2 (query, key) pairs.
+    let (b, t, d) = (pick(4, 8), pick(512, 2_048), 64);
+    let stack = |seed| {
+        let m = data::uniform(b * t, d, seed).mapv(|x| 2.0 * x - 1.0);
+        m.into_shape_with_order((b, t, d))
+            .map_err(crate::error::CliError::compute)
+    };
+    let (phi, psi, values) = (stack(12)?, stack(13)?, stack(14)?);
+    let causal = locus::SoftmaxParams::new().with_causal(true);
+    v.push(Case {
+        op: "softmax (causal attention)",
+        sizes: vec![("B", b), ("T", t), ("d", d), ("q", d)],
+        pairs: (b * t * (t + 1) / 2) as f64,
+        tolerance: Tolerance::local_mean(1.0),
+        run: Box::new(move |e: &Engine| {
+            let out = e.kernel_softmax(phi.view(), psi.view(), values.view(), &causal)?;
+            Ok(Array2::from_shape_fn((b * t, d), |(r, c)| {
+                out[[r / t, r % t, c]]
+            }))
+        }),
+    });
+
     // MeanShift, every point a seed, exactly `iters` iterations (a tolerance
     // no seed reaches): iters·N² pair evaluations.
     let (n, iters) = (pick(1_500, 16_384), 10usize);
@@ -294,8 +316,14 @@ fn print_table(
     } else {
         "gpu s"
     };
+    let w = rows
+        .iter()
+        .map(|r| r.case.op.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(2);
     println!(
-        "{:<32} {:<24} {:>16} {:>10} {:>9} {:>12} {:>12} {:>9} {:>9}",
+        "{:<w$} {:<24} {:>16} {:>10} {:>9} {:>12} {:>12} {:>9} {:>9}",
         "op",
         "sizes",
         gpu_col,
@@ -325,7 +353,7 @@ fn print_table(
             None => ("-".into(), "-".into(), ""),
         };
         println!(
-            "{:<32} {:<24} {:>16} {:>10.4} {:>9} {:>12} {:>12.2e} {:>9} {:>9}{verdict}",
+            "{:<w$} {:<24} {:>16} {:>10.4} {:>9} {:>12} {:>12.2e} {:>9} {:>9}{verdict}",
             r.case.op,
             sizes_text(&r.case.sizes),
             gs,

@@ -21,6 +21,7 @@ pub mod knn;
 pub mod local_mean;
 pub mod mean_shift;
 pub mod medoid_shift;
+pub mod softmax;
 
 use std::time::Instant;
 
