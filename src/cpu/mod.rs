@@ -6,8 +6,8 @@ pub(crate) mod grid;
 mod kernel_matrix;
 mod knn;
 mod local_mean;
-mod resident;
 mod mean_shift;
+mod resident;
 pub(crate) mod simd;
 mod softmax;
 #[cfg(target_arch = "x86_64")]
