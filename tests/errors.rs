@@ -218,3 +218,50 @@ fn forced_gpu_without_adapter_is_an_error() {
         .unwrap();
     assert!(status.success(), "child test failed: {status}");
 }
+
+#[test]
+fn class_counts_are_bounded_and_one_hot_allocation_is_fallible() {
+    let k = Kernel::gaussian(1.0).unwrap();
+    let x = Array2::<f32>::zeros((3, 2));
+    // A label of 10^15 would ask for an N × 10^15 indicator matrix.
+    let labels = ndarray::array![0i64, 1, 1_000_000_000_000_000];
+    for e in engines() {
+        let err = e
+            .fit_classifier(&k, x.view(), labels.view(), None)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidParameter {
+                    name: "classes",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = e
+            .prepare(x.view())
+            .labels(labels.view())
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidParameter {
+                    name: "classes",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+    // Within the bound but too large to allocate: TooLarge, not an abort.
+    let one = Array2::<f32>::zeros((1, 2));
+    let wide = one.broadcast((1 << 20, 2)).unwrap();
+    let zero = ndarray::arr1(&[0i64]);
+    let many = zero.broadcast(1 << 20).unwrap();
+    let err = cpu()
+        .fit_classifier(&k, wide, many, Some((1 << 24) - 1))
+        .unwrap_err();
+    assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+}

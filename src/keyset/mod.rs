@@ -25,6 +25,7 @@ use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
     EmptyFallback, Neighbours, RowNormalized, RowStates, argmax, check_labels, ln_normalizer,
+    one_hot,
 };
 use batch::Batcher;
 
@@ -165,12 +166,12 @@ impl<'a> KeySetBuilder<'a> {
         }
         let mut labels_set = None;
         let mut labels = None;
-        let one_hot;
+        let indicator;
         if let Some(l) = self.labels {
             let c = check_labels(OP, l, n, self.classes)?;
-            one_hot = Array2::from_shape_fn((n, c), |(j, k)| f32::from(u8::from(l[j] == k as i64)));
+            indicator = one_hot(OP, l, c)?;
             labels_set = Some((sets.len(), c));
-            sets.push(Matrix::check(OP, "labels", one_hot.view())?);
+            sets.push(Matrix::check(OP, "labels", indicator.view())?);
             labels = Some(l.to_owned());
         }
         let resident = self.engine.backend_impl().prepare(&keys, &sets)?;

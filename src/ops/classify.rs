@@ -58,10 +58,7 @@ impl Engine {
         const OP: &str = "fit_classifier";
         let x = Matrix::check(OP, "keys", keys)?;
         let c = check_labels(OP, labels, x.rows(), classes)?;
-        let mut one_hot = Array2::<f32>::zeros((x.rows(), c));
-        for (j, &l) in labels.iter().enumerate() {
-            one_hot[[j, l as usize]] = 1.0;
-        }
+        let one_hot = one_hot(OP, labels, c)?;
         Ok(LocalModeClassifier {
             engine: self.clone(),
             kernel: *kernel,
@@ -163,6 +160,14 @@ pub(crate) fn check_labels(
         });
     }
     let c = classes.unwrap_or(max as usize + 1);
+    if c > MAX_CLASSES {
+        return Err(Error::InvalidParameter {
+            name: "classes",
+            reason: format!(
+                "{c} classes; at most {MAX_CLASSES} (2^24) are supported (labels must be class indices 0..C−1)"
+            ),
+        });
+    }
     if c == 0 {
         return Err(Error::InvalidParameter {
             name: "classes",
@@ -176,6 +181,34 @@ pub(crate) fn check_labels(
         });
     }
     Ok(c)
+}
+
+/// The most classes a classifier takes: labels are class indices, and
+/// every class index below 2²⁴ is exact as an `f32`.
+pub(crate) const MAX_CLASSES: usize = 1 << 24;
+
+/// The `n × c` indicator matrix of `labels` (checked to lie in `0..c`),
+/// allocated fallibly: a size that cannot be allocated is
+/// [`Error::TooLarge`], not an abort.
+pub(crate) fn one_hot(
+    op: &'static str,
+    labels: ArrayView1<'_, i64>,
+    c: usize,
+) -> Result<Array2<f32>> {
+    let n = labels.len();
+    let too_large = || Error::TooLarge {
+        op,
+        what: "one-hot label matrix",
+        bytes: (n as u64).saturating_mul(c as u64).saturating_mul(4),
+    };
+    let len = n.checked_mul(c).ok_or_else(too_large)?;
+    let mut data = Vec::<f32>::new();
+    data.try_reserve_exact(len).map_err(|_| too_large())?;
+    data.resize(len, 0.0);
+    for (j, &l) in labels.iter().enumerate() {
+        data[j * c + l as usize] = 1.0;
+    }
+    Array2::from_shape_vec((n, c), data).map_err(|_| too_large())
 }
 
 /// Converts labels stored as floats (e.g. read from a file) to class
