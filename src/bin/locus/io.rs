@@ -203,6 +203,7 @@ fn to_f32(m: &ArrayD<f64>, lines: Option<&[usize]>) -> Result<ArrayD<f32>, Strin
 }
 
 fn parse_npy(bytes: &[u8], max_ndim: usize) -> Result<ArrayD<f64>, String> {
+    check_npy_size(bytes)?;
     let any: ArrayD<f64> = match ArrayD::<f32>::read_npy(bytes) {
         Ok(a) => a.mapv(f64::from),
         Err(ReadNpyError::WrongDescriptor(_)) => match ArrayD::<f64>::read_npy(bytes) {
@@ -232,6 +233,64 @@ fn parse_npy(bytes: &[u8], max_ndim: usize) -> Result<ArrayD<f64>, String> {
             Err(format!("expected a {allowed} array, got shape {shape:?}"))
         }
     }
+}
+
+/// Fails when the shape in a `.npy` header needs more data than the file
+/// holds, before anything is allocated for it (a header may claim any
+/// shape). Headers this cannot read are left to the `.npy` reader.
+fn check_npy_size(bytes: &[u8]) -> Result<(), String> {
+    if bytes.len() < 10 || !bytes.starts_with(b"\x93NUMPY") {
+        return Ok(());
+    }
+    let (len, start) = if bytes[6] == 1 {
+        (usize::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10usize)
+    } else if bytes.len() >= 12 {
+        let l = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        (usize::try_from(l).unwrap_or(usize::MAX), 12)
+    } else {
+        return Ok(());
+    };
+    let Some(header) = bytes.get(start..start.saturating_add(len)) else {
+        return Ok(());
+    };
+    let header = String::from_utf8_lossy(header);
+    let field = |name: &str| header.find(name).map(|i| &header[i + name.len()..]);
+    let Some(shape) = field("'shape':") else {
+        return Ok(());
+    };
+    let Some(shape) = shape
+        .find('(')
+        .and_then(|a| shape[a + 1..].find(')').map(|b| &shape[a + 1..a + 1 + b]))
+    else {
+        return Ok(());
+    };
+    let item = field("'descr':")
+        .and_then(|d| {
+            let d = d.trim_start().trim_start_matches(['\'', '"']);
+            let digits: String = d
+                .chars()
+                .skip_while(|c| !c.is_ascii_digit())
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse::<u64>().ok()
+        })
+        .unwrap_or(1)
+        .max(1);
+    let mut elements: u64 = 1;
+    for dim in shape.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let Ok(dim) = dim.parse::<u64>() else {
+            return Ok(());
+        };
+        elements = elements.saturating_mul(dim);
+    }
+    let need = elements.saturating_mul(item);
+    let have = (bytes.len() - start - len) as u64;
+    if need > have {
+        return Err(format!(
+            "truncated or corrupt: the header's shape ({shape}) needs {need} bytes of data but the file holds {have}"
+        ));
+    }
+    Ok(())
 }
 
 /// Parses comma-separated numbers. A first row that is not all numbers is
@@ -465,6 +524,30 @@ mod tests {
             to_f32(&big, None)
                 .unwrap_err()
                 .contains("too large for f32")
+        );
+    }
+
+    #[test]
+    fn npy_headers_claiming_more_data_than_the_file_holds_are_refused() {
+        let mut bytes = Vec::new();
+        ndarray::array![[1.0f32, 2.0], [3.0, 4.0]]
+            .write_npy(&mut bytes)
+            .unwrap();
+        assert!(parse_npy(&bytes, 2).is_ok());
+        // The same file, its shape claiming 10^6 × 10^6.
+        let mut forged_bytes = bytes.clone();
+        let at = bytes.windows(6).position(|w| w == b"(2, 2)").unwrap();
+        forged_bytes.splice(at..at + 6, b"(1000000, 1000000)".iter().copied());
+        // Keep the header length field consistent (version 1: u16 at 8..10).
+        let len = u16::from_le_bytes([bytes[8], bytes[9]]) + 12;
+        forged_bytes[8..10].copy_from_slice(&len.to_le_bytes());
+        let e = parse_npy(&forged_bytes, 2).unwrap_err();
+        assert!(e.contains("truncated or corrupt"), "{e}");
+        // A file cut short is refused the same way.
+        let e = parse_npy(&bytes[..bytes.len() - 4], 2).unwrap_err();
+        assert!(
+            e.contains("needs 16 bytes of data but the file holds 12"),
+            "{e}"
         );
     }
 
