@@ -139,9 +139,11 @@ impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         let status = match e {
             Error::MemoryLimit { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Error::Gpu { .. } | Error::GpuOutOfMemory { .. } | Error::DeviceLost { .. } => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            Error::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Gpu { .. }
+            | Error::GpuOutOfMemory { .. }
+            | Error::DeviceLost { .. }
+            | Error::Unsupported { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         };
         Failure(status, e.to_string())
@@ -323,7 +325,13 @@ fn build(args: &Args) -> Result<App, String> {
         BackendArg::Cpu => Device::Cpu,
         BackendArg::Gpu => Device::Gpu,
     });
-    opts.memory_limit = args.memory_limit_mib.map(|m| m << 20);
+    opts.memory_limit = args
+        .memory_limit_mib
+        .map(|m| {
+            m.checked_mul(1 << 20)
+                .ok_or_else(|| format!("--memory-limit-mib {m} is too large"))
+        })
+        .transpose()?;
     let engine = Engine::with_options(opts).map_err(|e| e.to_string())?;
     let batching = if args.no_batching {
         Batching::off()

@@ -243,7 +243,10 @@ fn check_npy_size(bytes: &[u8]) -> Result<(), String> {
         return Ok(());
     }
     let (len, start) = if bytes[6] == 1 {
-        (usize::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10usize)
+        (
+            usize::from(u16::from_le_bytes([bytes[8], bytes[9]])),
+            10usize,
+        )
     } else if bytes.len() >= 12 {
         let l = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
         (usize::try_from(l).unwrap_or(usize::MAX), 12)
