@@ -115,7 +115,7 @@ fn finish(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     var rs = 1.0;
     if mx > 0.0 {
-        rs = ldexp(1.0, min(1 - frexp(mx).exp, 126));
+        rs = ldexp(1.0, clamp(1 - frexp(mx).exp, -126, 126));
     }
     var slot = fp.chunks;
     var t0 = 0u;

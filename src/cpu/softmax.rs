@@ -167,11 +167,11 @@ pub(crate) fn kernel_softmax_on(
 ) -> Result<Vec<f32>> {
     let (nb, m, n, d, q) = (phi.batch, phi.rows, psi.rows, phi.cols(), values.cols());
     let mut out = alloc_output("kernel_softmax", "output", nb * m, q)?;
-    let packed: Vec<Packed> = (0..nb)
-        .into_par_iter()
-        .map(|b| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q))))
-        .collect();
-    let blocks = nb * m.div_ceil(BQ);
+    // Batches run a group at a time, a group as large as the thread pool,
+    // so the packed keys and values in memory are those of one group, not
+    // of every batch.
+    let group = rayon::current_num_threads().clamp(1, nb.max(1));
+    let blocks = group * m.div_ceil(BQ);
     let want = 4 * rayon::current_num_threads();
     // Few blocks (short query sequences): split the keys too.
     let splits = if blocks >= want {
@@ -179,32 +179,41 @@ pub(crate) fn kernel_softmax_on(
     } else {
         want.div_ceil(blocks).min(n / (4 * BK)).max(1)
     };
-    out.par_chunks_mut(m * q)
-        .zip(&packed)
-        .enumerate()
-        .for_each(|(b, (ob, keys))| {
-            let batch = Batch {
-                phi: phi.batch_slice(b),
-                keys,
-                d,
-                n,
-                scale: attn.scale,
-                causal: attn.causal,
-                off: n - m.min(n),
-            };
-            ob.par_chunks_mut(BQ * q).enumerate().for_each(|(blk, o)| {
-                let i0 = blk * BQ;
-                let i1 = i0 + o.len() / q;
-                let end = batch.key_end(i1);
-                let per = end.div_ceil(splits).next_multiple_of(BK);
-                let state = (0..end.div_ceil(per))
-                    .into_par_iter()
-                    .map(|t| block_state(&batch, i0, i1, t * per, ((t + 1) * per).min(end), avx2))
-                    .reduce_with(BlockState::merge)
-                    .unwrap_or_else(|| BlockState::empty(i1 - i0, keys.qp));
-                state.finalize(q, o);
+    for (g, og) in out.chunks_mut(group * m * q).enumerate() {
+        let b0 = g * group;
+        let packed: Vec<Packed> = (b0..b0 + og.len() / (m * q))
+            .into_par_iter()
+            .map(|b| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q))))
+            .collect();
+        og.par_chunks_mut(m * q)
+            .zip(&packed)
+            .enumerate()
+            .for_each(|(i, (ob, keys))| {
+                let batch = Batch {
+                    phi: phi.batch_slice(b0 + i),
+                    keys,
+                    d,
+                    n,
+                    scale: attn.scale,
+                    causal: attn.causal,
+                    off: n - m.min(n),
+                };
+                ob.par_chunks_mut(BQ * q).enumerate().for_each(|(blk, o)| {
+                    let i0 = blk * BQ;
+                    let i1 = i0 + o.len() / q;
+                    let end = batch.key_end(i1);
+                    let per = end.div_ceil(splits).next_multiple_of(BK);
+                    let state = (0..end.div_ceil(per))
+                        .into_par_iter()
+                        .map(|t| {
+                            block_state(&batch, i0, i1, t * per, ((t + 1) * per).min(end), avx2)
+                        })
+                        .reduce_with(BlockState::merge)
+                        .unwrap_or_else(|| BlockState::empty(i1 - i0, keys.qp));
+                    state.finalize(q, o);
+                });
             });
-        });
+    }
     Ok(out)
 }
 
@@ -758,8 +767,13 @@ impl FeatureBatch<'_> {
     /// Runs the batch into `out` (`M × q`); returns the empty rows.
     fn run(&self, out: &mut [f32]) -> usize {
         let (n, d, q) = (self.n, self.d, self.q);
-        // At most 64 chunks per batch: few prefix states, enough tasks.
-        let chunk = 256usize.max(n.div_ceil(64));
+        // At most 64 chunks per batch: few prefix states, enough tasks; and
+        // fewer when the states are large (each chunk holds a sum and,
+        // causal, a prefix of d·(q+1) f64), so a batch's states stay within
+        // about 32 MiB.
+        let state_bytes = d.saturating_mul(q + 1).saturating_mul(16).max(1);
+        let max_chunks = ((32usize << 20) / state_bytes).clamp(1, 64);
+        let chunk = 256usize.max(n.div_ceil(max_chunks));
         let ranges: Vec<(usize, usize)> = (0..n.div_ceil(chunk))
             .map(|c| (c * chunk, ((c + 1) * chunk).min(n)))
             .collect();

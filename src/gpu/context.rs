@@ -127,7 +127,12 @@ impl GpuContext {
         }));
         let lim = device.limits();
         let limits = DeviceLimits {
-            binding_bytes: lim.max_storage_buffer_binding_size.min(lim.max_buffer_size),
+            // Shaders index bindings with u32 element offsets: a binding of
+            // at most 4 GiB keeps every byte offset within u32 as well.
+            binding_bytes: lim
+                .max_storage_buffer_binding_size
+                .min(lim.max_buffer_size)
+                .min(u64::from(u32::MAX)),
             workgroups_per_dim: lim.max_compute_workgroups_per_dimension,
             workgroup_bytes: lim.max_compute_workgroup_storage_size,
             // Software rasterizers (llvmpipe) cap loop iterations per
