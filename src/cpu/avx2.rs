@@ -223,6 +223,10 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
                 2 => pass_one::<P, 2>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
                 3 => pass_one::<P, 3>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
                 4 => pass_one::<P, 4>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                5 => pass_one::<P, 5>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                6 => pass_one::<P, 6>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                7 => pass_one::<P, 7>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                8 => pass_one::<P, 8>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
                 _ => pass_one::<P, 0>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
             };
             let bm = hmax(bmv);
@@ -316,7 +320,7 @@ fn pass_one<P: Prof, const D: usize>(
     let identity = _mm256_set1_ps(if P::EXP { f32::NEG_INFINITY } else { 0.0 });
     let d = query.len();
     assert!(d >= 1 && (D == 0 || D == d) && j0 + len <= n && len <= KEY_BLOCK && xt.len() >= d * n);
-    let qv: [__m256; 4] = std::array::from_fn(|k| _mm256_set1_ps(query[k.min(d - 1)]));
+    let qv: [__m256; 8] = std::array::from_fn(|k| _mm256_set1_ps(query[k.min(d - 1)]));
     let mut bmv = identity;
     let full = len / LANES;
     let base = xt.as_ptr();
@@ -324,12 +328,20 @@ fn pass_one<P: Prof, const D: usize>(
         let j = j0 + c * LANES;
         let mut acc = _mm256_setzero_ps();
         if D > 0 {
+            // Two accumulation chains (even and odd coordinates) halve the
+            // latency of the longer dimensions.
+            let mut acc2 = _mm256_setzero_ps();
             for (k, qk) in qv.iter().enumerate().take(D) {
                 // SAFETY: k < d and j + 8 ≤ j0 + len ≤ n (asserted above).
                 let x = unsafe { _mm256_loadu_ps(base.add(k * n + j)) };
                 let df = _mm256_sub_ps(x, *qk);
-                acc = _mm256_fmadd_ps(df, df, acc);
+                if k % 2 == 0 {
+                    acc = _mm256_fmadd_ps(df, df, acc);
+                } else {
+                    acc2 = _mm256_fmadd_ps(df, df, acc2);
+                }
             }
+            acc = _mm256_add_ps(acc, acc2);
         } else {
             // Two accumulation chains halve the latency of long dimensions.
             let mut acc2 = _mm256_setzero_ps();

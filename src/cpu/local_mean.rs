@@ -542,6 +542,9 @@ mod tests {
             (517, 3, 3),
             (99, 7, 4),
             (700, 5, 9),
+            (333, 8, 1),
+            (270, 6, 2),
+            (301, 11, 3),
         ] {
             let x = data(n, d, 1);
             let y = data(n, q, 2);
@@ -586,7 +589,7 @@ mod tests {
     }
 
     /// The AVX2 kernel and the portable one compute the same states, for
-    /// every profile, dimension path (1–4 and any) and value-column path.
+    /// every profile, dimension path (1–8 and any) and value-column path.
     #[test]
     fn avx2_and_portable_versions_agree() {
         if !super::super::simd::has_avx2_fma() {
@@ -599,6 +602,9 @@ mod tests {
             (260, 4, 2),
             (99, 7, 4),
             (700, 5, 9),
+            (333, 8, 1),
+            (270, 6, 2),
+            (301, 11, 3),
         ] {
             let x = data(n, d, 1);
             let y = data(n, q, 2);
