@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use super::simd::{KEY_BLOCK, LANES, T_FAR, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
 use crate::kernel::{Kernel, Profile};
+use crate::ops::RowStates;
 use crate::plan::merge_states;
 
 /// Queries that share one pass over the keys.
@@ -151,6 +152,24 @@ pub(crate) fn group_states(
                 .unwrap_or_else(|| GroupState::empty(kernel.profile(), q))
         })
         .collect()
+}
+
+/// The row states of `m` queries from their groups' states (as
+/// [`group_states`] returns them), rows with no mass normalized.
+pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> RowStates {
+    let mut states = RowStates::empty(m, q);
+    for (g, st) in groups.iter().enumerate() {
+        for r in 0..QUERY_GROUP.min(m.saturating_sub(g * QUERY_GROUP)) {
+            let i = g * QUERY_GROUP + r;
+            states.max_log_weight[i] = st.m[r];
+            states.sum[i] = st.s[r];
+            for c in 0..q {
+                states.weighted[[i, c]] = st.u[r * q + c];
+            }
+        }
+    }
+    states.normalize_empty();
+    states
 }
 
 /// Local means of `queries` (row-major, `d` columns) into `out` (`q`

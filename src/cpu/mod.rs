@@ -114,22 +114,7 @@ impl Backend for CpuBackend {
             &soa,
             exclude_self,
         );
-        let mut states = RowStates::empty(m, q);
-        for (g, st) in groups.iter().enumerate() {
-            for r in 0..local_mean::QUERY_GROUP {
-                let i = g * local_mean::QUERY_GROUP + r;
-                if i >= m {
-                    break;
-                }
-                states.max_log_weight[i] = st.m[r];
-                states.sum[i] = st.s[r];
-                for c in 0..q {
-                    states.weighted[[i, c]] = st.u[r * q + c];
-                }
-            }
-        }
-        states.normalize_empty();
-        Ok(states)
+        Ok(local_mean::row_states_of(&groups, m, q))
     }
 
     fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {

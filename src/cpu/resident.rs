@@ -121,19 +121,7 @@ impl Resident for CpuResident {
             .budget
             .reserve("row_states", "request", request_bytes(m, q))?;
         let groups = local_mean::group_states(kernel, queries.as_slice(), self.d, &soa, false);
-        let mut states = RowStates::empty(m, q);
-        for (g, st) in groups.iter().enumerate() {
-            for r in 0..QUERY_GROUP.min(m - g * QUERY_GROUP) {
-                let i = g * QUERY_GROUP + r;
-                states.max_log_weight[i] = st.m[r];
-                states.sum[i] = st.s[r];
-                for c in 0..q {
-                    states.weighted[[i, c]] = st.u[r * q + c];
-                }
-            }
-        }
-        states.normalize_empty();
-        Ok(states)
+        Ok(local_mean::row_states_of(&groups, m, q))
     }
 
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {

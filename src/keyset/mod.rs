@@ -24,8 +24,8 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
-    EmptyFallback, Neighbours, RowNormalized, RowStates, argmax, check_labels, ln_normalizer,
-    one_hot,
+    EmptyFallback, Neighbours, RowNormalized, RowStates, argmax_labels, check_labels,
+    ln_normalizer, one_hot,
 };
 use batch::Batcher;
 
@@ -446,19 +446,7 @@ impl KeySet {
         let set = self.set(self.inner.labels_set, "labels", "labels")?;
         let q = self.queries("classify", queries)?;
         let proba = self.means(kernel, &q, set)?;
-        let mut labels: Array1<i64> = proba
-            .values
-            .rows()
-            .into_iter()
-            .map(|r| {
-                if r[0].is_nan() {
-                    -1
-                } else {
-                    let v: Vec<f64> = r.iter().map(|&p| f64::from(p)).collect();
-                    argmax(&v) as i64
-                }
-            })
-            .collect();
+        let mut labels = argmax_labels(proba.values.view());
         if proba.empty_rows > 0
             && self.inner.options.empty_fallback == EmptyFallback::NearestNeighbour
             && let Some(train) = &self.inner.labels

@@ -99,19 +99,7 @@ impl LocalModeClassifier {
     /// As [`Engine::local_mean`].
     pub fn predict(&self, queries: ArrayView2<'_, f32>) -> Result<Predictions> {
         let proba = self.predict_proba(queries)?;
-        let mut labels: Array1<i64> = proba
-            .values
-            .rows()
-            .into_iter()
-            .map(|r| {
-                if r[0].is_nan() {
-                    -1
-                } else {
-                    let v: Vec<f64> = r.iter().map(|&p| f64::from(p)).collect();
-                    argmax(&v) as i64
-                }
-            })
-            .collect();
+        let mut labels = argmax_labels(proba.values.view());
         if proba.empty_rows > 0 && self.fallback == EmptyFallback::NearestNeighbour {
             let empty: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] < 0).collect();
             let sub = queries.select(ndarray::Axis(0), &empty);
@@ -125,6 +113,23 @@ impl LocalModeClassifier {
             empty_rows: proba.empty_rows,
         })
     }
+}
+
+/// The class of each row of class probabilities: the largest, the smaller
+/// class on ties; −1 for a row with no mass (NaN).
+pub(crate) fn argmax_labels(proba: ArrayView2<'_, f32>) -> Array1<i64> {
+    proba
+        .rows()
+        .into_iter()
+        .map(|r| {
+            if r[0].is_nan() {
+                -1
+            } else {
+                let v: Vec<f64> = r.iter().map(|&p| f64::from(p)).collect();
+                argmax(&v) as i64
+            }
+        })
+        .collect()
 }
 
 /// Index of the largest value, the first one on ties.

@@ -12,7 +12,7 @@ mod softmax;
 mod states;
 
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
-pub(crate) use classify::{argmax, check_labels, one_hot};
+pub(crate) use classify::{argmax_labels, check_labels, one_hot};
 pub use kde::ln_normalizer;
 pub use kernel_matrix::LaplacianKind;
 pub use knn::{KnnWeights, Neighbours};
