@@ -48,7 +48,7 @@ pub struct SoftmaxArgs {
     #[arg(long, value_name = "H")]
     heads: Option<usize>,
     /// Where to write the local means: M×q, or B×M×q for 3-D inputs (.npy;
-    /// .csv only for one head).
+    /// a .csv file only takes a matrix result).
     #[arg(long, short, value_name = "OUT")]
     output: PathBuf,
     /// Also write the attention weights softmax(s·ΦΨᵀ): M×N, or B×M×N
