@@ -265,3 +265,79 @@ fn class_counts_are_bounded_and_one_hot_allocation_is_fallible() {
         .unwrap_err();
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");
 }
+
+#[test]
+fn knn_with_coordinates_whose_squares_overflow_is_exact() {
+    // Squared distances of 1e19 and 2e19 overflow f32; the ranking and the
+    // distances must not.
+    let q = ndarray::array![[2e19f32]];
+    let x = ndarray::array![[0.0f32], [1.0], [3e19]];
+    for e in engines() {
+        let nb = e.knn(q.view(), x.view(), 3).unwrap();
+        // Keys 0 and 1 are both 2e19 away in f32: the lower index first.
+        assert_eq!(nb.indices.row(0).to_vec(), vec![2, 0, 1], "{}", e.backend());
+        let want = [1e19f32, 2e19, 2e19];
+        for (g, w) in nb.distances.iter().zip(want) {
+            assert!((g - w).abs() <= 1e-6 * w, "{g} vs {w}");
+        }
+        let y = ndarray::array![[1.0f32], [2.0], [3.0]];
+        let r = e
+            .knn_regress(q.view(), x.view(), y.view(), 1, locus::KnnWeights::Uniform)
+            .unwrap();
+        assert_eq!(r.values[[0, 0]], 3.0);
+        // A key set cannot rescale its resident keys per request: a typed error.
+        let set = e.prepare(x.view()).build().unwrap();
+        let err = set.knn(q.view(), 1).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidParameter {
+                    name: "queries",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // MeanShift labels every point with a real mode.
+        let pts = ndarray::array![[0.0f32], [0.1], [1e20]];
+        let params = locus::MeanShiftParams::new()
+            .bandwidth(1.0)
+            .seeds(locus::Seeds::Binned { min_bin_freq: 2 })
+            .check()
+            .unwrap();
+        let fit = e.mean_shift(&params, pts.view()).unwrap();
+        assert_eq!(fit.labels.to_vec(), vec![0, 0, 0]);
+    }
+}
+
+#[test]
+fn neighbour_lists_too_large_to_allocate_are_an_error() {
+    // 2^40 queries (a broadcast view: no memory) × k = 2^20 neighbours.
+    let one = Array2::<f32>::zeros((1, 1));
+    let q = one.broadcast((1 << 24, 1)).unwrap();
+    let keys = one.broadcast((1 << 21, 1)).unwrap();
+    let err = cpu().knn(q, keys, 1 << 21).unwrap_err();
+    assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+}
+
+#[test]
+fn constant_only_multi_kernel_still_checks_its_inputs() {
+    let mk = locus::MultiKernel::new().constant(1.0).check().unwrap();
+    let q = ndarray::array![[f32::NAN, 0.0]];
+    let x = Array2::<f32>::zeros((4, 2));
+    let y = Array2::<f32>::zeros((4, 1));
+    let err = cpu()
+        .multi_kernel_local_mean(&mk, q.view(), x.view(), y.view())
+        .unwrap_err();
+    assert!(matches!(err, Error::NonFinite { .. }), "{err}");
+    let wide = Array2::<f32>::zeros((1, 3));
+    let err = cpu()
+        .multi_kernel_local_mean(&mk, wide.view(), x.view(), y.view())
+        .unwrap_err();
+    assert!(matches!(err, Error::DimensionMismatch { .. }), "{err}");
+    let short = Array2::<f32>::zeros((3, 1));
+    let err = cpu()
+        .multi_kernel_local_mean(&mk, x.view(), x.view(), short.view())
+        .unwrap_err();
+    assert!(matches!(err, Error::RowMismatch { .. }), "{err}");
+}

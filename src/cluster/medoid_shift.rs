@@ -73,7 +73,7 @@ impl Engine {
         // k(0) = 1: every point is its own neighbour, so no row is empty.
         let means = backend.local_mean(&kernel, &x, &x, &x)?;
         let mm = Matrix::check(OP, "local means", means.values.view())?;
-        let nearest = backend.knn(&mm, &x, 1)?;
+        let nearest = crate::ops::knn_scaled(backend, &mm, &x, 1)?;
         let next: Vec<u32> = nearest.indices.iter().map(|&j| j as u32).collect();
         let mut fit = follow(&next, params.max_iter(), h);
         let d = x.cols();
@@ -140,6 +140,20 @@ impl Engine {
             }
         };
         let kernel = Kernel::new(params.profile(), h)?;
+        // Two N × N f64 work matrices: refuse, rather than abort, when
+        // they cannot be allocated.
+        let n = distances.nrows();
+        let bytes = (n as u64).saturating_mul(n as u64).saturating_mul(16);
+        let too_large = || crate::error::Error::TooLarge {
+            op: "medoid_shift",
+            what: "weight matrices",
+            bytes,
+        };
+        let mut probe = Vec::<u8>::new();
+        probe
+            .try_reserve_exact(usize::try_from(bytes).map_err(|_| too_large())?)
+            .map_err(|_| too_large())?;
+        drop(probe);
         let next = medoid_targets(&kernel, &distances);
         let mut fit = follow(&next, params.max_iter(), h);
         fit.modes = Array2::zeros((fit.medoids.len(), 0));

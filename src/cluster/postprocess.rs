@@ -142,7 +142,7 @@ pub(crate) fn label(
     h: f32,
     cluster_all: bool,
 ) -> Result<Vec<i64>> {
-    let nearest = backend.knn(queries, modes, 1)?;
+    let nearest = crate::ops::knn_scaled(backend, queries, modes, 1)?;
     Ok(nearest
         .indices
         .iter()

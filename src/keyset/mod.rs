@@ -24,8 +24,8 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
-    EmptyFallback, Neighbours, RowNormalized, RowStates, argmax_labels, check_labels,
-    ln_normalizer, one_hot,
+    EmptyFallback, Neighbours, RowNormalized, RowStates, SQ_DIST_LIMIT, argmax_labels,
+    check_labels, check_room, ln_normalizer, one_hot,
 };
 use batch::Batcher;
 
@@ -174,6 +174,7 @@ impl<'a> KeySetBuilder<'a> {
             sets.push(Matrix::check(OP, "labels", indicator.view())?);
             labels = Some(l.to_owned());
         }
+        let extent = keys.as_slice().iter().fold(0.0f32, |r, v| r.max(v.abs()));
         let resident = self.engine.backend_impl().prepare(&keys, &sets)?;
         let b = self.options.batching;
         Ok(KeySet {
@@ -185,6 +186,7 @@ impl<'a> KeySetBuilder<'a> {
                 values_set,
                 labels_set,
                 labels,
+                extent,
                 options: self.options,
                 means: Batcher::new(b),
                 states: Batcher::new(b),
@@ -214,6 +216,8 @@ struct Inner {
     values_set: Option<(usize, usize)>,
     labels_set: Option<(usize, usize)>,
     labels: Option<Array1<i64>>,
+    /// The keys' largest coordinate magnitude (for the kNN range check).
+    extent: f32,
     options: KeySetOptions,
     means: Batcher<(KernelKey, usize), RowNormalized>,
     states: Batcher<(KernelKey, Option<usize>), RowStates>,
@@ -454,6 +458,7 @@ impl KeySet {
             let empty: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] < 0).collect();
             let sub = queries.select(ndarray::Axis(0), &empty);
             let sub = Matrix::check("classify", "queries", sub.view())?;
+            self.check_distances("classify", &sub)?;
             let nb = self.inner.resident.knn(&sub, 1)?;
             for (r, &i) in empty.iter().enumerate() {
                 labels[i] = train[nb.indices[[r, 0]] as usize];
@@ -483,8 +488,33 @@ impl KeySet {
         }
         self.inner.resident.check_k(k)?;
         let q = self.queries("knn", queries)?;
+        self.check_distances("knn", &q)?;
+        check_room("knn", q.rows(), k)?;
         let r = &self.inner.resident;
         self.inner.knn.submit(k, &q, &|m| r.knn(m, k))
+    }
+}
+
+impl KeySet {
+    /// Fails when squared distances between `queries` and the keys could
+    /// overflow `f32`. [`Engine::knn`] rescales such data; resident keys
+    /// cannot be rescaled per request.
+    fn check_distances(&self, op: &'static str, queries: &Matrix<'_>) -> Result<()> {
+        let qx = queries
+            .as_slice()
+            .iter()
+            .fold(0.0f32, |r, v| r.max(v.abs()));
+        let r = f64::from(qx) + f64::from(self.inner.extent);
+        if self.inner.d as f64 * r * r <= SQ_DIST_LIMIT {
+            return Ok(());
+        }
+        Err(Error::InvalidParameter {
+            name: "queries",
+            reason: format!(
+                "{op}: coordinates up to {qx:e} (keys up to {:e}) make squared distances overflow f32; rescale the data, or use Engine::knn, which rescales",
+                self.inner.extent
+            ),
+        })
     }
 }
 

@@ -3,6 +3,7 @@
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
 use super::RowNormalized;
+use crate::backend::Backend;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
@@ -45,7 +46,8 @@ impl Engine {
         let x = Matrix::check(OP, "keys", keys)?;
         super::check_shapes(OP, &q, &x, None)?;
         check_k(k, x.rows())?;
-        self.backend_impl().knn(&q, &x, k)
+        check_room(OP, q.rows(), k)?;
+        knn_scaled(self.backend_impl(), &q, &x, k)
     }
 
     /// kNN regression: the (weighted) mean of the `k` nearest keys' values.
@@ -166,4 +168,60 @@ fn check_k(k: usize, n: usize) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Fails with [`Error::TooLarge`] unless the `M × k` neighbour lists (and
+/// their working copies, about 20 bytes an entry) can be allocated now,
+/// rather than letting the allocation abort the process.
+pub(crate) fn check_room(op: &'static str, m: usize, k: usize) -> Result<()> {
+    let bytes = (m as u64).saturating_mul(k as u64).saturating_mul(20);
+    let too_large = || Error::TooLarge {
+        op,
+        what: "neighbour lists",
+        bytes,
+    };
+    let len = usize::try_from(bytes).map_err(|_| too_large())?;
+    let mut probe = Vec::<u8>::new();
+    probe.try_reserve_exact(len).map_err(|_| too_large())?;
+    Ok(())
+}
+
+/// Squared distances up to this size are computed without overflow; larger
+/// coordinates are scaled down first (see [`knn_scaled`]).
+pub(crate) const SQ_DIST_LIMIT: f64 = 1e37;
+
+/// The largest squared distance between rows of `a` and `b` can reach:
+/// `d·(max|a| + max|b|)²`.
+fn sq_dist_bound(a: &Matrix<'_>, b: &Matrix<'_>) -> f64 {
+    let extent = |m: &Matrix<'_>| m.as_slice().iter().fold(0.0f32, |r, v| r.max(v.abs()));
+    let r = f64::from(extent(a)) + f64::from(extent(b));
+    a.cols() as f64 * r * r
+}
+
+/// `backend.knn`, exact for coordinates of any finite size: when squared
+/// distances could overflow `f32`, queries and keys are first scaled by a
+/// power of two (exact, so the ranking and the ties do not change) and the
+/// distances scaled back (`+∞` when beyond the `f32` range).
+pub(crate) fn knn_scaled(
+    backend: &dyn Backend,
+    queries: &Matrix<'_>,
+    keys: &Matrix<'_>,
+    k: usize,
+) -> Result<Neighbours> {
+    let bound = sq_dist_bound(queries, keys);
+    if bound <= SQ_DIST_LIMIT {
+        return backend.knn(queries, keys, k);
+    }
+    // 2^e with bound / 4^e ≤ SQ_DIST_LIMIT; finite f32 inputs keep e below
+    // about 70 (plus log₄ d), so 2^−e is a normal f32.
+    let e = ((bound / SQ_DIST_LIMIT).log2() / 2.0).ceil() as i32;
+    let down = 2.0f32.powi(-e);
+    let scale = |m: &Matrix<'_>| m.to_array().mapv(|v| v * down);
+    let (qs, xs) = (scale(queries), scale(keys));
+    let q = Matrix::check("knn", "queries", qs.view())?;
+    let x = Matrix::check("knn", "keys", xs.view())?;
+    let mut nb = backend.knn(&q, &x, k)?;
+    let up = 2.0f64.powi(e);
+    nb.distances.mapv_inplace(|v| (f64::from(v) * up) as f32);
+    Ok(nb)
 }

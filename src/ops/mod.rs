@@ -16,6 +16,7 @@ pub(crate) use classify::{argmax_labels, check_labels, one_hot};
 pub use kde::ln_normalizer;
 pub use kernel_matrix::LaplacianKind;
 pub use knn::{KnnWeights, Neighbours};
+pub(crate) use knn::{SQ_DIST_LIMIT, check_room, knn_scaled};
 pub use loo::{BandwidthSelection, LooScore};
 pub use multi_kernel::MultiKernel;
 pub(crate) use softmax::{Attention, Heads};

@@ -153,6 +153,13 @@ impl Engine {
         values: ArrayView2<'_, f32>,
     ) -> Result<RowStates> {
         let m = queries.nrows();
+        // Checked here too: a constant-only mixture never reaches row_states.
+        let (q, x, y) = (
+            Matrix::check("multi_kernel", "queries", queries)?,
+            Matrix::check("multi_kernel", "keys", keys)?,
+            Matrix::check("multi_kernel", "values", values)?,
+        );
+        super::check_shapes("multi_kernel", &q, &x, Some(&y))?;
         let mut total: Option<RowStates> = None;
         for &(w, ref k) in mk.terms.iter().filter(|t| t.0 > 0.0) {
             let mut st = self.row_states(k, queries, keys, Some(values), false)?;
@@ -163,7 +170,6 @@ impl Engine {
             }
         }
         if mk.constant > 0.0 {
-            let y = Matrix::check("multi_kernel", "values", values)?;
             let col_sums = y.to_array().mapv(f64::from).sum_axis(ndarray::Axis(0));
             let c = RowStates {
                 max_log_weight: Array1::from_elem(m, mk.constant.ln()),
