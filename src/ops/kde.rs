@@ -94,9 +94,9 @@ impl Engine {
     /// `ln p̂(q)` per query, computed in the log domain: for profiles with
     /// full support (gaussian, laplacian, cauchy) a query far from every key
     /// gets a finite, very negative value, not −inf, as long as some key
-    /// lies within `(r/h)² < 10³⁷` (beyond that every kernel treats a key as
-    /// out of reach: its weight would underflow any float); compact profiles give −inf outside the
-    /// support (the density is exactly 0 there).
+    /// lies within `(r/h)² < 10³⁷` (every kernel treats a key beyond that as
+    /// out of reach); compact profiles give −inf outside the support (the
+    /// density is exactly 0 there).
     ///
     /// # Errors
     /// Empty or non-finite inputs, dimension mismatch, `weights` of the
