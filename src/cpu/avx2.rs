@@ -245,6 +245,15 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
             let mv = _mm256_set1_ps(m[r]);
             let mut s_acc = _mm256_setzero_ps();
             let mut u_acc = [_mm256_setzero_ps(); 4];
+            // The value columns of this block, sliced once.
+            let ys: [&[f32]; 4] = std::array::from_fn(|col| {
+                let c = col.min(Q.max(1) - 1).min(keys.q.max(1) - 1);
+                if Q == 0 {
+                    &[][..]
+                } else {
+                    &keys.yt[c * n + j0..c * n + j0 + len]
+                }
+            });
             for c in 0..chunks {
                 let o = c * LANES;
                 // SAFETY: o + 8 ≤ KEY_BLOCK.
@@ -274,9 +283,14 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
                     // SAFETY: as above.
                     unsafe { _mm256_storeu_ps(buf.0.as_mut_ptr().add(o), w) };
                 }
-                for (col, acc) in u_acc.iter_mut().enumerate().take(Q) {
-                    let y = &keys.yt[col * n + j0..col * n + j0 + len];
-                    *acc = _mm256_fmadd_ps(w, load(y, o), *acc);
+                for (y, acc) in ys.iter().zip(u_acc.iter_mut()).take(Q) {
+                    let yv = if o + LANES <= len {
+                        // SAFETY: o + 8 ≤ len = y.len().
+                        unsafe { _mm256_loadu_ps(y.as_ptr().add(o)) }
+                    } else {
+                        load(y, o)
+                    };
+                    *acc = _mm256_fmadd_ps(w, yv, *acc);
                 }
             }
             s[r] += f64::from(hsum(s_acc));
