@@ -57,6 +57,11 @@ impl<'a> Matrix<'a> {
         }
     }
 
+    /// The largest magnitude of an entry.
+    pub(crate) fn max_abs(&self) -> f32 {
+        self.data.iter().fold(0.0f32, |r, v| r.max(v.abs()))
+    }
+
     /// Number of rows.
     pub(crate) fn rows(&self) -> usize {
         self.rows
@@ -104,16 +109,32 @@ pub(crate) fn alloc_output(
     rows: usize,
     cols: usize,
 ) -> Result<Vec<f32>> {
+    let mut v = reserve::<f32>(op, what, (rows as u64).saturating_mul(cols as u64))?;
+    // Reserved, so rows·cols fits.
+    v.resize(rows * cols, 0.0);
+    Ok(v)
+}
+
+/// An empty vector with room for `len` elements, or [`Error::TooLarge`]
+/// (reporting `len` elements' bytes) when they cannot be allocated now:
+/// sizes that come from user input must not abort the process.
+pub(crate) fn reserve<T>(op: &'static str, what: &'static str, len: u64) -> Result<Vec<T>> {
     let too_large = || Error::TooLarge {
         op,
         what,
-        bytes: (rows as u64).saturating_mul(cols as u64).saturating_mul(4),
+        bytes: len.saturating_mul(std::mem::size_of::<T>() as u64),
     };
-    let len = rows.checked_mul(cols).ok_or_else(too_large)?;
+    let len = usize::try_from(len).map_err(|_| too_large())?;
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| too_large())?;
-    v.resize(len, 0.0);
     Ok(v)
+}
+
+/// Fails with [`Error::TooLarge`] unless `bytes` of working memory can be
+/// allocated now (for work buffers allocated further down, by code that
+/// cannot fail).
+pub(crate) fn ensure_room(op: &'static str, what: &'static str, bytes: u64) -> Result<()> {
+    reserve::<u8>(op, what, bytes).map(drop)
 }
 
 /// Column stride for `rows` floats: a multiple of 16 floats that is not a

@@ -142,18 +142,12 @@ impl Engine {
         let kernel = Kernel::new(params.profile(), h)?;
         // Two N × N f64 work matrices: refuse, rather than abort, when
         // they cannot be allocated.
-        let n = distances.nrows();
-        let bytes = (n as u64).saturating_mul(n as u64).saturating_mul(16);
-        let too_large = || crate::error::Error::TooLarge {
-            op: "medoid_shift",
-            what: "weight matrices",
-            bytes,
-        };
-        let mut probe = Vec::<u8>::new();
-        probe
-            .try_reserve_exact(usize::try_from(bytes).map_err(|_| too_large())?)
-            .map_err(|_| too_large())?;
-        drop(probe);
+        let n = distances.nrows() as u64;
+        crate::matrix::ensure_room(
+            "medoid_shift",
+            "weight matrices",
+            n.saturating_mul(n).saturating_mul(16),
+        )?;
         let next = medoid_targets(&kernel, &distances);
         let mut fit = follow(&next, params.max_iter(), h);
         fit.modes = Array2::zeros((fit.medoids.len(), 0));

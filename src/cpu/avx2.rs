@@ -214,6 +214,15 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
     while j0 < k1 {
         let len = KEY_BLOCK.min(k1 - j0);
         let chunks = len.div_ceil(LANES);
+        // The value columns of this block, sliced once for every row.
+        let ys: [&[f32]; 4] = std::array::from_fn(|col| {
+            let c = col.min(Q.max(1) - 1).min(keys.q.max(1) - 1);
+            if Q == 0 {
+                &[][..]
+            } else {
+                &keys.yt[c * n + j0..c * n + j0 + len]
+            }
+        });
         for r in 0..g {
             let query = &queries[r * d..(r + 1) * d];
             let skip = self_row.map(|r0| r0 + r);
@@ -245,15 +254,6 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
             let mv = _mm256_set1_ps(m[r]);
             let mut s_acc = _mm256_setzero_ps();
             let mut u_acc = [_mm256_setzero_ps(); 4];
-            // The value columns of this block, sliced once.
-            let ys: [&[f32]; 4] = std::array::from_fn(|col| {
-                let c = col.min(Q.max(1) - 1).min(keys.q.max(1) - 1);
-                if Q == 0 {
-                    &[][..]
-                } else {
-                    &keys.yt[c * n + j0..c * n + j0 + len]
-                }
-            });
             for c in 0..chunks {
                 let o = c * LANES;
                 // SAFETY: o + 8 ≤ KEY_BLOCK.

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use super::local_mean::KeysSoa;
 use super::simd::{KEY_BLOCK, has_avx2_fma, scaled_sq_dists};
+use crate::ops::Neighbours;
 
 /// The `k` nearest keys of one query: squared distances ascending, ties in
 /// index order.
@@ -126,6 +127,20 @@ fn range_impl<const FMA: bool>(
         j0 += len;
     }
     top
+}
+
+/// The lists as [`Neighbours`]: indices and Euclidean distances, `k` per query.
+pub(crate) fn neighbours(lists: &[TopK], k: usize) -> Neighbours {
+    let m = lists.len();
+    let mut indices = ndarray::Array2::<i64>::zeros((m, k));
+    let mut distances = ndarray::Array2::<f32>::zeros((m, k));
+    for (i, l) in lists.iter().enumerate() {
+        for c in 0..k {
+            indices[[i, c]] = i64::from(l.idx[c]);
+            distances[[i, c]] = l.d2[c].sqrt();
+        }
+    }
+    Neighbours { indices, distances }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use super::simd::{KEY_BLOCK, LANES, T_FAR, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
 use crate::kernel::{Kernel, Profile};
+use crate::matrix::{Matrix, padded_stride};
 use crate::ops::RowStates;
 use crate::plan::merge_states;
 
@@ -31,6 +32,38 @@ pub(crate) struct KeysSoa<'a> {
     pub ld: usize,
     /// Number of value columns.
     pub q: usize,
+}
+
+/// Keys (and values) transposed for the kernels, owned: what a one-call op
+/// builds from its inputs (a key set keeps its own).
+pub(crate) struct OwnedSoa {
+    xt: Vec<f32>,
+    yt: Vec<f32>,
+    n: usize,
+    q: usize,
+}
+
+impl OwnedSoa {
+    /// Transposes `keys` and `values` (none: no value columns).
+    pub(crate) fn new(keys: &Matrix<'_>, values: Option<&Matrix<'_>>) -> Self {
+        OwnedSoa {
+            xt: keys.transposed(),
+            yt: values.map(Matrix::transposed).unwrap_or_default(),
+            n: keys.rows(),
+            q: values.map_or(0, Matrix::cols),
+        }
+    }
+
+    /// The borrowed layout the kernels take.
+    pub(crate) fn view(&self) -> KeysSoa<'_> {
+        KeysSoa {
+            xt: &self.xt,
+            yt: &self.yt,
+            n: self.n,
+            ld: padded_stride(self.n),
+            q: self.q,
+        }
+    }
 }
 
 /// Row states `(m, s, u)` of a group of queries over some of the keys
@@ -490,7 +523,6 @@ fn accumulate_q<const FMA: bool, const EXP: bool, const Q: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::padded_stride;
 
     fn data(n: usize, cols: usize, seed: u32) -> Vec<f32> {
         (0..n * cols)

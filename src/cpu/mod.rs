@@ -23,11 +23,11 @@ use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::keyset::Resident;
-use crate::matrix::{Matrix, alloc_output, padded_stride};
+use crate::matrix::{Matrix, alloc_output};
 use crate::memory::{MemoryBudget, MemoryUsage};
 use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 
-use local_mean::KeysSoa;
+use local_mean::OwnedSoa;
 
 /// The CPU backend: rayon's global thread pool, and the memory budget of
 /// its key sets.
@@ -69,15 +69,8 @@ impl Backend for CpuBackend {
     ) -> Result<RowNormalized> {
         let (m, q) = (queries.rows(), values.cols());
         let mut out = alloc_output("local_mean", "output", m, q)?;
-        let xt = keys.transposed();
-        let yt = values.transposed();
-        let soa = KeysSoa {
-            xt: &xt,
-            yt: &yt,
-            n: keys.rows(),
-            ld: padded_stride(keys.rows()),
-            q,
-        };
+        let owned = OwnedSoa::new(keys, Some(values));
+        let soa = owned.view();
         let empty_rows = local_mean::local_mean(
             kernel,
             queries.as_slice(),
@@ -98,15 +91,8 @@ impl Backend for CpuBackend {
         exclude_self: bool,
     ) -> Result<RowStates> {
         let (m, q) = (queries.rows(), values.map_or(0, |v| v.cols()));
-        let xt = keys.transposed();
-        let yt = values.map(|v| v.transposed()).unwrap_or_default();
-        let soa = KeysSoa {
-            xt: &xt,
-            yt: &yt,
-            n: keys.rows(),
-            ld: padded_stride(keys.rows()),
-            q,
-        };
+        let owned = OwnedSoa::new(keys, values);
+        let soa = owned.view();
         let groups = local_mean::group_states(
             kernel,
             queries.as_slice(),
@@ -118,26 +104,10 @@ impl Backend for CpuBackend {
     }
 
     fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
-        let n = keys.rows();
-        let xt = keys.transposed();
-        let soa = KeysSoa {
-            xt: &xt,
-            yt: &[],
-            n,
-            ld: padded_stride(n),
-            q: 0,
-        };
+        let owned = OwnedSoa::new(keys, None);
+        let soa = owned.view();
         let lists = knn::knn(queries.as_slice(), queries.cols(), &soa, k);
-        let m = queries.rows();
-        let mut indices = ndarray::Array2::<i64>::zeros((m, k));
-        let mut distances = ndarray::Array2::<f32>::zeros((m, k));
-        for (i, l) in lists.iter().enumerate() {
-            for c in 0..k {
-                indices[[i, c]] = i64::from(l.idx[c]);
-                distances[[i, c]] = l.d2[c].sqrt();
-            }
-        }
-        Ok(Neighbours { indices, distances })
+        Ok(knn::neighbours(&lists, k))
     }
 
     fn kernel_matrix(
@@ -149,14 +119,8 @@ impl Backend for CpuBackend {
     ) -> Result<(Array2<f32>, usize)> {
         let (m, n) = (queries.rows(), keys.rows());
         let mut out = alloc_output("kernel_matrix", "output", m, n)?;
-        let xt = keys.transposed();
-        let soa = KeysSoa {
-            xt: &xt,
-            yt: &[],
-            n,
-            ld: padded_stride(n),
-            q: 0,
-        };
+        let owned = OwnedSoa::new(keys, None);
+        let soa = owned.view();
         let empty = kernel_matrix::kernel_matrix(
             kernel,
             queries.as_slice(),

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use super::knn;
 use super::local_mean::{self, KeysSoa, QUERY_GROUP};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::keyset::Resident;
-use crate::matrix::{Matrix, alloc_output, padded_stride};
+use crate::matrix::{Matrix, alloc_output, ensure_room, padded_stride};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::ops::{Neighbours, RowNormalized, RowStates};
 
@@ -56,15 +56,7 @@ impl CpuResident {
         let bytes = (ld as u64).saturating_mul(cols as u64).saturating_mul(4);
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
         // The transposes allocate what was charged: refuse rather than abort.
-        let mut probe = Vec::<f32>::new();
-        ld.checked_mul(cols)
-            .and_then(|len| probe.try_reserve_exact(len).ok())
-            .ok_or(Error::TooLarge {
-                op: "prepare",
-                what: "resident keys and values",
-                bytes,
-            })?;
-        drop(probe);
+        ensure_room("prepare", "resident keys and values", bytes)?;
         Ok(CpuResident {
             xt: keys.transposed(),
             sets: sets.iter().map(|v| (v.transposed(), v.cols())).collect(),
@@ -130,15 +122,7 @@ impl Resident for CpuResident {
             self.budget
                 .reserve("knn", "request", (m as u64).saturating_mul(16 * k as u64))?;
         let lists = knn::knn(queries.as_slice(), self.d, &self.soa(None), k);
-        let mut indices = ndarray::Array2::<i64>::zeros((m, k));
-        let mut distances = ndarray::Array2::<f32>::zeros((m, k));
-        for (i, l) in lists.iter().enumerate() {
-            for c in 0..k {
-                indices[[i, c]] = i64::from(l.idx[c]);
-                distances[[i, c]] = l.d2[c].sqrt();
-            }
-        }
-        Ok(Neighbours { indices, distances })
+        Ok(knn::neighbours(&lists, k))
     }
 
     fn check_k(&self, _k: usize) -> Result<()> {

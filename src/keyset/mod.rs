@@ -174,7 +174,7 @@ impl<'a> KeySetBuilder<'a> {
             sets.push(Matrix::check(OP, "labels", indicator.view())?);
             labels = Some(l.to_owned());
         }
-        let extent = keys.as_slice().iter().fold(0.0f32, |r, v| r.max(v.abs()));
+        let extent = keys.max_abs();
         let resident = self.engine.backend_impl().prepare(&keys, &sets)?;
         let b = self.options.batching;
         Ok(KeySet {
@@ -500,10 +500,7 @@ impl KeySet {
     /// overflow `f32`. [`Engine::knn`] rescales such data; resident keys
     /// cannot be rescaled per request.
     fn check_distances(&self, op: &'static str, queries: &Matrix<'_>) -> Result<()> {
-        let qx = queries
-            .as_slice()
-            .iter()
-            .fold(0.0f32, |r, v| r.max(v.abs()));
+        let qx = queries.max_abs();
         let r = f64::from(qx) + f64::from(self.inner.extent);
         if self.inner.d as f64 * r * r <= SQ_DIST_LIMIT {
             return Ok(());

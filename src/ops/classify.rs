@@ -7,7 +7,7 @@ use super::RowNormalized;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, alloc_output};
 
 /// What [`LocalModeClassifier::predict`] answers for a query with an empty
 /// neighbourhood (no training point within reach of a compact kernel).
@@ -201,19 +201,11 @@ pub(crate) fn one_hot(
     c: usize,
 ) -> Result<Array2<f32>> {
     let n = labels.len();
-    let too_large = || Error::TooLarge {
-        op,
-        what: "one-hot label matrix",
-        bytes: (n as u64).saturating_mul(c as u64).saturating_mul(4),
-    };
-    let len = n.checked_mul(c).ok_or_else(too_large)?;
-    let mut data = Vec::<f32>::new();
-    data.try_reserve_exact(len).map_err(|_| too_large())?;
-    data.resize(len, 0.0);
+    let mut data = alloc_output(op, "one-hot label matrix", n, c)?;
     for (j, &l) in labels.iter().enumerate() {
         data[j * c + l as usize] = 1.0;
     }
-    Array2::from_shape_vec((n, c), data).map_err(|_| too_large())
+    Ok(Array2::from_shape_vec((n, c), data).expect("n·c entries")) // ok: allocated n·c
 }
 
 /// Converts labels stored as floats (e.g. read from a file) to class

@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, ensure_room};
 
 /// The `k` nearest keys of each query.
 #[derive(Debug, Clone, PartialEq)]
@@ -175,15 +175,7 @@ fn check_k(k: usize, n: usize) -> Result<()> {
 /// rather than letting the allocation abort the process.
 pub(crate) fn check_room(op: &'static str, m: usize, k: usize) -> Result<()> {
     let bytes = (m as u64).saturating_mul(k as u64).saturating_mul(20);
-    let too_large = || Error::TooLarge {
-        op,
-        what: "neighbour lists",
-        bytes,
-    };
-    let len = usize::try_from(bytes).map_err(|_| too_large())?;
-    let mut probe = Vec::<u8>::new();
-    probe.try_reserve_exact(len).map_err(|_| too_large())?;
-    Ok(())
+    ensure_room(op, "neighbour lists", bytes)
 }
 
 /// Squared distances up to this size are computed without overflow; larger
@@ -193,8 +185,7 @@ pub(crate) const SQ_DIST_LIMIT: f64 = 1e37;
 /// The largest squared distance between rows of `a` and `b` can reach:
 /// `d·(max|a| + max|b|)²`.
 fn sq_dist_bound(a: &Matrix<'_>, b: &Matrix<'_>) -> f64 {
-    let extent = |m: &Matrix<'_>| m.as_slice().iter().fold(0.0f32, |r, v| r.max(v.abs()));
-    let r = f64::from(extent(a)) + f64::from(extent(b));
+    let r = f64::from(a.max_abs()) + f64::from(b.max_abs());
     a.cols() as f64 * r * r
 }
 

@@ -1,7 +1,7 @@
 //! Mixtures of kernels `Σ_m w_m K_m`, and the regularized kernels
 //! `wK + vI` and `wK + v` (paper §8.2, Eq. 91).
 
-use ndarray::{Array1, ArrayView2};
+use ndarray::{Array1, Array2, ArrayView2};
 
 use super::{RowNormalized, RowStates};
 use crate::engine::Engine;
@@ -174,10 +174,7 @@ impl Engine {
             let c = RowStates {
                 max_log_weight: Array1::from_elem(m, mk.constant.ln()),
                 sum: Array1::from_elem(m, y.rows() as f64),
-                weighted: col_sums
-                    .broadcast((m, y.cols()))
-                    .expect("row of sums")
-                    .to_owned(), // ok: q columns
+                weighted: Array2::from_shape_fn((m, y.cols()), |(_, c)| col_sums[c]),
             };
             match &mut total {
                 None => total = Some(c),
