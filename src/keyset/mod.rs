@@ -24,8 +24,8 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
-    EmptyFallback, Neighbours, RowNormalized, RowStates, SQ_DIST_LIMIT, argmax_labels,
-    check_labels, check_room, ln_normalizer, one_hot,
+    Classes, EmptyFallback, Neighbours, RowNormalized, RowStates, SQ_DIST_LIMIT, argmax_labels,
+    check_room, ln_normalizer,
 };
 use batch::Batcher;
 
@@ -118,15 +118,17 @@ impl<'a> KeySetBuilder<'a> {
         self
     }
 
-    /// Class labels in `0..C` (one per key) for [`KeySet::classify`] and
-    /// [`KeySet::predict_proba`]; `C` is the largest label + 1 unless
-    /// [`classes`](Self::classes) says more.
+    /// Class labels, non-negative integers (one per key), for
+    /// [`KeySet::classify`] and [`KeySet::predict_proba`]. The classes are
+    /// the distinct labels present, in increasing order
+    /// ([`KeySet::class_labels`]), unless [`classes`](Self::classes) is set.
     pub fn labels(mut self, labels: ArrayView1<'a, i64>) -> Self {
         self.labels = Some(labels);
         self
     }
 
-    /// The number of classes `C` (at least the largest label + 1).
+    /// The classes are all of `0..C`, present or not (every label must lie
+    /// below `C`).
     pub fn classes(mut self, classes: usize) -> Self {
         self.classes = Some(classes);
         self
@@ -166,13 +168,15 @@ impl<'a> KeySetBuilder<'a> {
         }
         let mut labels_set = None;
         let mut labels = None;
+        let mut class_labels = None;
         let indicator;
         if let Some(l) = self.labels {
-            let c = check_labels(OP, l, n, self.classes)?;
-            indicator = one_hot(OP, l, c)?;
-            labels_set = Some((sets.len(), c));
+            let c = Classes::of(OP, l, n, self.classes)?;
+            indicator = c.one_hot(OP)?;
+            labels_set = Some((sets.len(), c.len()));
             sets.push(Matrix::check(OP, "labels", indicator.view())?);
             labels = Some(l.to_owned());
+            class_labels = Some(c.labels);
         }
         let extent = keys.max_abs();
         let resident = self.engine.backend_impl().prepare(&keys, &sets)?;
@@ -186,6 +190,7 @@ impl<'a> KeySetBuilder<'a> {
                 values_set,
                 labels_set,
                 labels,
+                class_labels,
                 extent,
                 options: self.options,
                 means: Batcher::new(b),
@@ -216,6 +221,8 @@ struct Inner {
     values_set: Option<(usize, usize)>,
     labels_set: Option<(usize, usize)>,
     labels: Option<Array1<i64>>,
+    /// The label of each class (column of the one-hot matrix).
+    class_labels: Option<Array1<i64>>,
     /// The keys' largest coordinate magnitude (for the kNN range check).
     extent: f32,
     options: KeySetOptions,
@@ -296,6 +303,13 @@ impl KeySet {
     /// Number of classes `C`, if labels were given.
     pub fn classes(&self) -> Option<usize> {
         self.inner.labels_set.map(|s| s.1)
+    }
+
+    /// The label of each class, increasing, if labels were given: column
+    /// `j` of [`predict_proba`](Self::predict_proba) is the probability of
+    /// label `class_labels()[j]`.
+    pub fn class_labels(&self) -> Option<ArrayView1<'_, i64>> {
+        self.inner.class_labels.as_ref().map(|c| c.view())
     }
 
     /// Bytes held by the backend for the keys, values and labels.
@@ -450,7 +464,13 @@ impl KeySet {
         let set = self.set(self.inner.labels_set, "labels", "labels")?;
         let q = self.queries("classify", queries)?;
         let proba = self.means(kernel, &q, set)?;
-        let mut labels = argmax_labels(proba.values.view());
+        // Present whenever the labels set is (checked by `set` above).
+        let classes = self
+            .inner
+            .class_labels
+            .as_ref()
+            .map_or(ArrayView1::from(&[][..]), |c| c.view());
+        let mut labels = argmax_labels(proba.values.view(), classes);
         if proba.empty_rows > 0
             && self.inner.options.empty_fallback == EmptyFallback::NearestNeighbour
             && let Some(train) = &self.inner.labels

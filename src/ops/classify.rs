@@ -37,13 +37,21 @@ pub struct LocalModeClassifier {
     kernel: Kernel,
     keys: Array2<f32>,
     labels: Array1<i64>,
+    classes: Array1<i64>,
     one_hot: Array2<f32>,
     fallback: EmptyFallback,
 }
 
 impl Engine {
-    /// Fits a local-mode classifier on `keys` (`N × d`) with `labels` in
-    /// `0..C` (`C = max label + 1`, or `classes` when given).
+    /// Fits a local-mode classifier on `keys` (`N × d`) with non-negative
+    /// integer `labels`, one per key.
+    ///
+    /// The classes are the distinct labels present, in increasing order
+    /// (scikit-learn's `classes_`): labels `{0, 16777215}` make two
+    /// classes, not 2²⁴. With `classes = Some(C)` they are instead all of
+    /// `0..C`, present or not, and every label must lie below `C`.
+    /// [`LocalModeClassifier::class_labels`] says which label each column
+    /// of the probabilities stands for; predictions are labels.
     ///
     /// # Errors
     /// Empty or non-finite keys; labels not one per key, negative, or
@@ -57,13 +65,14 @@ impl Engine {
     ) -> Result<LocalModeClassifier> {
         const OP: &str = "fit_classifier";
         let x = Matrix::check(OP, "keys", keys)?;
-        let c = check_labels(OP, labels, x.rows(), classes)?;
-        let one_hot = one_hot(OP, labels, c)?;
+        let c = Classes::of(OP, labels, x.rows(), classes)?;
+        let one_hot = c.one_hot(OP)?;
         Ok(LocalModeClassifier {
             engine: self.clone(),
             kernel: *kernel,
             keys: keys.to_owned(),
             labels: labels.to_owned(),
+            classes: c.labels,
             one_hot,
             fallback: EmptyFallback::default(),
         })
@@ -82,8 +91,16 @@ impl LocalModeClassifier {
         self.one_hot.ncols()
     }
 
-    /// Class probabilities (`M × C`): the local mean of one-hot labels.
-    /// Rows with an empty neighbourhood are NaN and counted.
+    /// The label of each class, in increasing order: column `j` of
+    /// [`predict_proba`](Self::predict_proba) is the probability of label
+    /// `class_labels()[j]`.
+    pub fn class_labels(&self) -> ArrayView1<'_, i64> {
+        self.classes.view()
+    }
+
+    /// Class probabilities (`M × C`, columns in the order of
+    /// [`class_labels`](Self::class_labels)): the local mean of one-hot
+    /// labels. Rows with an empty neighbourhood are NaN and counted.
     ///
     /// # Errors
     /// As [`Engine::local_mean`].
@@ -92,14 +109,14 @@ impl LocalModeClassifier {
             .local_mean(&self.kernel, queries, self.keys.view(), self.one_hot.view())
     }
 
-    /// The most probable class per query (ties to the smaller class), with
-    /// empty neighbourhoods handled by the [`EmptyFallback`].
+    /// The label of the most probable class per query (ties to the smaller
+    /// label), with empty neighbourhoods handled by the [`EmptyFallback`].
     ///
     /// # Errors
     /// As [`Engine::local_mean`].
     pub fn predict(&self, queries: ArrayView2<'_, f32>) -> Result<Predictions> {
         let proba = self.predict_proba(queries)?;
-        let mut labels = argmax_labels(proba.values.view());
+        let mut labels = argmax_labels(proba.values.view(), self.classes.view());
         if proba.empty_rows > 0 && self.fallback == EmptyFallback::NearestNeighbour {
             let empty: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] < 0).collect();
             let sub = queries.select(ndarray::Axis(0), &empty);
@@ -115,9 +132,14 @@ impl LocalModeClassifier {
     }
 }
 
-/// The class of each row of class probabilities: the largest, the smaller
-/// class on ties; −1 for a row with no mass (NaN).
-pub(crate) fn argmax_labels(proba: ArrayView2<'_, f32>) -> Array1<i64> {
+/// The label of each row of class probabilities (column `j` for label
+/// `classes[j]`): the largest, the first on ties; −1 for a row with no
+/// mass (NaN).
+pub(crate) fn argmax_labels(
+    proba: ArrayView2<'_, f32>,
+    classes: ArrayView1<'_, i64>,
+) -> Array1<i64> {
+    let mut v = Vec::with_capacity(proba.ncols());
     proba
         .rows()
         .into_iter()
@@ -125,8 +147,9 @@ pub(crate) fn argmax_labels(proba: ArrayView2<'_, f32>) -> Array1<i64> {
             if r[0].is_nan() {
                 -1
             } else {
-                let v: Vec<f64> = r.iter().map(|&p| f64::from(p)).collect();
-                argmax(&v) as i64
+                v.clear();
+                v.extend(r.iter().map(|&p| f64::from(p)));
+                classes[argmax(&v)]
             }
         })
         .collect()
@@ -143,70 +166,107 @@ pub(crate) fn argmax(v: &[f64]) -> usize {
     best
 }
 
-/// Checks labels (one per key, in `0..C`) and returns `C`.
-pub(crate) fn check_labels(
-    op: &'static str,
-    labels: ArrayView1<'_, i64>,
-    n: usize,
-    classes: Option<usize>,
-) -> Result<usize> {
-    if labels.len() != n {
-        return Err(Error::RowMismatch {
-            op,
-            keys: n,
-            values: labels.len(),
-        });
-    }
-    let max = labels.iter().copied().max().unwrap_or(-1);
-    if let Some((i, &l)) = labels.iter().enumerate().find(|(_, l)| **l < 0) {
-        return Err(Error::InvalidParameter {
-            name: "labels",
-            reason: format!("labels must be class indices 0..C−1; label {i} is {l}"),
-        });
-    }
-    let c = classes.unwrap_or(max as usize + 1);
-    if c > MAX_CLASSES {
-        return Err(Error::InvalidParameter {
-            name: "classes",
-            reason: format!(
-                "{c} classes; at most {MAX_CLASSES} (2^24) are supported (labels must be class indices 0..C−1)"
-            ),
-        });
-    }
-    if c == 0 {
-        return Err(Error::InvalidParameter {
-            name: "classes",
-            reason: "there must be at least one class".into(),
-        });
-    }
-    if max as usize >= c {
-        return Err(Error::InvalidParameter {
-            name: "labels",
-            reason: format!("label {max} is outside 0..{c} (the number of classes)"),
-        });
-    }
-    Ok(c)
+/// The classes of a set of labels, and each key's class.
+#[derive(Debug, Clone)]
+pub(crate) struct Classes {
+    /// The label of each class, increasing.
+    pub labels: Array1<i64>,
+    /// The class of each key (an index into `labels`).
+    pub index: Vec<usize>,
 }
 
-/// The most classes a classifier takes: labels are class indices, and
-/// every class index below 2²⁴ is exact as an `f32`.
+impl Classes {
+    /// Checks `labels` (one per key, non-negative; below `classes` when
+    /// given) and finds the classes: the distinct labels present, or all
+    /// of `0..classes` when given.
+    pub(crate) fn of(
+        op: &'static str,
+        labels: ArrayView1<'_, i64>,
+        n: usize,
+        classes: Option<usize>,
+    ) -> Result<Classes> {
+        if labels.len() != n {
+            return Err(Error::RowMismatch {
+                op,
+                keys: n,
+                values: labels.len(),
+            });
+        }
+        if let Some((i, &l)) = labels.iter().enumerate().find(|(_, l)| **l < 0) {
+            return Err(Error::InvalidParameter {
+                name: "labels",
+                reason: format!(
+                    "labels must be non-negative integers (−1 means unassigned in results); label {i} is {l}"
+                ),
+            });
+        }
+        let Some(c) = classes else {
+            let mut present: Vec<i64> = labels.to_vec();
+            present.sort_unstable();
+            present.dedup();
+            if present.is_empty() {
+                return Err(Error::InvalidParameter {
+                    name: "classes",
+                    reason: "there must be at least one class".into(),
+                });
+            }
+            let index = labels
+                .iter()
+                .map(|l| present.binary_search(l).unwrap_or_default())
+                .collect();
+            return Ok(Classes {
+                labels: Array1::from(present),
+                index,
+            });
+        };
+        if c > MAX_CLASSES {
+            return Err(Error::InvalidParameter {
+                name: "classes",
+                reason: format!("{c} classes; at most {MAX_CLASSES} (2^24) are supported"),
+            });
+        }
+        if c == 0 {
+            return Err(Error::InvalidParameter {
+                name: "classes",
+                reason: "there must be at least one class".into(),
+            });
+        }
+        let max = labels.iter().copied().max().unwrap_or(0);
+        if max as u64 >= c as u64 {
+            return Err(Error::InvalidParameter {
+                name: "labels",
+                reason: format!("label {max} is outside 0..{c} (the number of classes)"),
+            });
+        }
+        Ok(Classes {
+            labels: (0..c as i64).collect(),
+            index: labels.iter().map(|&l| l as usize).collect(),
+        })
+    }
+
+    /// Number of classes.
+    pub(crate) fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The `n × C` indicator matrix of the keys' classes, allocated
+    /// fallibly: a size that cannot be allocated is [`Error::TooLarge`],
+    /// not an abort.
+    pub(crate) fn one_hot(&self, op: &'static str) -> Result<Array2<f32>> {
+        let (n, c) = (self.index.len(), self.len());
+        let mut data = alloc_output(op, "one-hot label matrix", n, c)?;
+        for (j, &k) in self.index.iter().enumerate() {
+            data[j * c + k] = 1.0;
+        }
+        Array2::from_shape_vec((n, c), data).map_err(|e| Error::InvalidParameter {
+            name: "labels",
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// The most classes a classifier takes when their number is given.
 pub(crate) const MAX_CLASSES: usize = 1 << 24;
-
-/// The `n × c` indicator matrix of `labels` (checked to lie in `0..c`),
-/// allocated fallibly: a size that cannot be allocated is
-/// [`Error::TooLarge`], not an abort.
-pub(crate) fn one_hot(
-    op: &'static str,
-    labels: ArrayView1<'_, i64>,
-    c: usize,
-) -> Result<Array2<f32>> {
-    let n = labels.len();
-    let mut data = alloc_output(op, "one-hot label matrix", n, c)?;
-    for (j, &l) in labels.iter().enumerate() {
-        data[j * c + l as usize] = 1.0;
-    }
-    Ok(Array2::from_shape_vec((n, c), data).expect("n·c entries")) // ok: allocated n·c
-}
 
 /// Converts labels stored as floats (e.g. read from a file) to class
 /// indices, refusing values that are not non-negative integers.

@@ -114,12 +114,12 @@ impl Engine {
         k: usize,
         weights: KnnWeights,
     ) -> Result<(Array1<i64>, usize)> {
-        let classes = super::classify::check_labels("knn_classify", labels, keys.nrows(), None)?;
+        let classes = super::classify::Classes::of("knn_classify", labels, keys.nrows(), None)?;
         let nb = self.knn(queries, keys, k)?;
         let m = nb.indices.nrows();
         let mut out = Array1::<i64>::zeros(m);
         let mut empty = 0;
-        let mut votes = vec![0.0f64; classes];
+        let mut votes = vec![0.0f64; classes.len()];
         for i in 0..m {
             let Some(w) = neighbour_weights(&nb, i, weights) else {
                 out[i] = -1;
@@ -128,9 +128,9 @@ impl Engine {
             };
             votes.fill(0.0);
             for (&wj, &j) in w.iter().zip(nb.indices.row(i)) {
-                votes[labels[j as usize] as usize] += wj;
+                votes[classes.index[j as usize]] += wj;
             }
-            out[i] = super::classify::argmax(&votes) as i64;
+            out[i] = classes.labels[super::classify::argmax(&votes)];
         }
         Ok((out, empty))
     }

@@ -11,8 +11,8 @@ mod multi_kernel;
 mod softmax;
 mod states;
 
+pub(crate) use classify::{Classes, argmax_labels};
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
-pub(crate) use classify::{argmax_labels, check_labels, one_hot};
 pub use kde::ln_normalizer;
 pub use kernel_matrix::LaplacianKind;
 pub use knn::{KnnWeights, Neighbours};
