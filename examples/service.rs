@@ -37,10 +37,8 @@ use axum::routing::{get, post};
 use clap::{Parser, ValueEnum};
 use locus::{
     Batching, Device, Engine, EngineOptions, Error, Kernel, KeySet, KeySetOptions, Profile,
-    labels_from_f32,
 };
-use ndarray::{Array1, Array2, ArrayD, Ix1, Ix2};
-use ndarray_npy::{ReadNpyError, read_npy};
+use ndarray::{Array1, Array2, Ix1};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -265,50 +263,52 @@ async fn stats(State(app): State<Arc<App>>) -> Response {
     .into_response()
 }
 
-/// Reads an `.npy` array of any of the usual numeric types as `f64`.
-fn read_any(path: &Path) -> Result<ArrayD<f64>, String> {
-    let err = |e: ReadNpyError| format!("{}: {e}", path.display());
-    macro_rules! attempt {
-        ($t:ty) => {
-            match read_npy::<_, ArrayD<$t>>(path) {
-                Ok(a) => return Ok(a.mapv(|v| v as f64)),
-                Err(ReadNpyError::WrongDescriptor(_)) => {}
-                Err(e) => return Err(err(e)),
-            }
-        };
-    }
-    attempt!(f32);
-    attempt!(f64);
-    attempt!(i64);
-    attempt!(i32);
-    attempt!(u32);
-    attempt!(u8);
-    Err(format!(
-        "{}: unsupported element type (expected float32/64 or an integer type)",
-        path.display()
-    ))
+/// The command-line tool's `.npy` reader: the header is checked against
+/// the file before anything is allocated, so a forged shape is an error.
+#[path = "../src/bin/locus/npy.rs"]
+mod npy;
+
+/// Opens an `.npy` file and reads its header.
+fn open_npy(path: &Path) -> Result<(std::io::BufReader<std::fs::File>, npy::Header), String> {
+    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| err(&e))?;
+    let len = file.metadata().map_err(|e| err(&e))?.len();
+    let mut r = std::io::BufReader::new(file);
+    let h = npy::read_header(&mut r, len).map_err(|e| err(&e))?;
+    Ok((r, h))
 }
 
-/// A matrix from a 2-D array, or a column from a 1-D one.
+/// A matrix from a 2-D float array, or a column from a 1-D one.
 fn matrix(path: &Path) -> Result<Array2<f32>, String> {
-    let a = read_any(path)?.mapv(|v| v as f32);
-    match a.ndim() {
-        1 => {
-            let v = a.into_dimensionality::<Ix1>().map_err(|e| e.to_string())?;
-            let n = v.len();
-            Ok(v.into_shape_with_order((n, 1)).map_err(|e| e.to_string())?)
+    let (mut r, h) = open_npy(path)?;
+    let cols = match h.shape.as_slice() {
+        [_] => 1,
+        [_, c] => *c,
+        s => {
+            return Err(format!(
+                "{}: shape {s:?}; expected 1 or 2 axes",
+                path.display()
+            ));
         }
-        2 => a.into_dimensionality::<Ix2>().map_err(|e| e.to_string()),
-        n => Err(format!("{}: {n} axes; expected 1 or 2", path.display())),
-    }
+    };
+    let a = npy::read_f32(&mut r, &h).map_err(|e| format!("{}: {e}", path.display()))?;
+    let rows = a.len() / cols.max(1);
+    a.into_shape_with_order((rows, cols))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Labels from a 1-D array of any integer type or of whole floats.
 fn labels(path: &Path) -> Result<Array1<i64>, String> {
-    let a = read_any(path)?;
-    let v = a
-        .into_dimensionality::<Ix1>()
-        .map_err(|_| format!("{}: labels must be one-dimensional", path.display()))?;
-    labels_from_f32(v.mapv(|x| x as f32).view()).map_err(|e| format!("{}: {e}", path.display()))
+    let (mut r, h) = open_npy(path)?;
+    if h.shape.len() != 1 {
+        return Err(format!(
+            "{}: labels must be one-dimensional",
+            path.display()
+        ));
+    }
+    let a = npy::read_i64(&mut r, &h).map_err(|e| format!("{}: {e}", path.display()))?;
+    a.into_dimensionality::<Ix1>()
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn build(args: &Args) -> Result<App, String> {

@@ -948,7 +948,11 @@ fn kde_classify_knn_match_the_library() {
             "--output",
             "o.npy",
         ],
-        &["--labels", "bad.csv", "label 4 is 1.5"],
+        &[
+            "--labels",
+            "bad.csv",
+            "line 5, field 1: \"1.5\" is not an integer",
+        ],
     );
     fails_with(
         &dir,

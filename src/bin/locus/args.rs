@@ -79,7 +79,7 @@ pub struct KernelArgs {
     #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile)]
     pub kernel: Profile,
     /// Bandwidth h > 0 (distances are divided by h).
-    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_negative_numbers = true)]
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true)]
     pub bandwidth: f32,
 }
 

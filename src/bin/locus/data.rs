@@ -33,18 +33,33 @@ pub fn blob_centre(k: usize) -> [f32; 2] {
 /// `n` 2-D points, point `i` drawn around [`blob_centre`]`(i % BLOBS)`
 /// with a normal offset of standard deviation 0.6.
 pub fn blobs(n: usize) -> Array2<f32> {
-    let mut rng = Rng::new(0x2545_F491_4F6C_DD1D);
     let mut x = Array2::zeros((n, 2));
-    for i in 0..n {
+    fill_blobs(&mut x);
+    x
+}
+
+/// [`blobs`], or `None` when `n` points do not fit in memory.
+pub fn try_blobs(n: usize) -> Option<Array2<f32>> {
+    let len = n.checked_mul(2)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, 0.0f32);
+    let mut x = Array2::from_shape_vec((n, 2), v).ok()?;
+    fill_blobs(&mut x);
+    Some(x)
+}
+
+fn fill_blobs(x: &mut Array2<f32>) {
+    let mut rng = Rng::new(0x2545_F491_4F6C_DD1D);
+    for (i, mut p) in x.rows_mut().into_iter().enumerate() {
         let c = blob_centre(i % BLOBS);
         // Box–Muller for a standard normal offset.
         let (u1, u2) = (rng.uniform().max(1e-7), rng.uniform());
         let r = (-2.0 * u1.ln()).sqrt();
         let a = TAU * u2;
-        x[[i, 0]] = c[0] + 0.6 * r * a.cos();
-        x[[i, 1]] = c[1] + 0.6 * r * a.sin();
+        p[0] = c[0] + 0.6 * r * a.cos();
+        p[1] = c[1] + 0.6 * r * a.sin();
     }
-    x
 }
 
 /// `rows × cols` uniform in [0, 1), seeded.
@@ -67,5 +82,7 @@ mod tests {
             assert!((mean(0) - c[0]).abs() < 0.2 && (mean(1) - c[1]).abs() < 0.2);
         }
         assert_eq!(uniform(3, 2, 7), uniform(3, 2, 7));
+        assert_eq!(try_blobs(1000), Some(x));
+        assert_eq!(try_blobs(usize::MAX), None);
     }
 }

@@ -41,6 +41,12 @@ impl CliError {
         }
     }
 
+    /// The message.
+    #[cfg(test)]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The exit status: [`EXIT_INPUT`] or [`EXIT_COMPUTE`].
     pub fn code(&self) -> u8 {
         self.code
@@ -88,6 +94,11 @@ pub fn clap_exit(e: clap::Error) -> ExitCode {
         // --help, --version: not errors.
         let _ = e.print();
         return ExitCode::SUCCESS;
+    }
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        // Bare `locus`: the help, on stderr, as a usage error.
+        let _ = e.print();
+        return ExitCode::from(EXIT_INPUT);
     }
     // clap renders "error: …", details, a blank line, then usage; keep the
     // first paragraph, joined.

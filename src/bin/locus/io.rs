@@ -1,22 +1,31 @@
 //! Files in and out: `.npy` (f32 or f64, C or Fortran order, 1-D as a
-//! column) and `.csv` (comma separated, optional header row, `#` comments).
+//! column; labels of any integer type or whole floats) and `.csv` (comma
+//! separated, header row detected or set by `--header`/`--no-header`,
+//! `#` comments).
 //!
 //! Every input is checked while it is read (shape, every entry a finite
-//! `f32`) and every problem is reported with the option and file it came
-//! from. Outputs are chosen by extension (`.npy` as f32, or i64 for labels;
-//! `.csv` with the shortest text that reads back to the same value) and are
-//! written to a temporary file in the same folder, then renamed, so a failed
-//! run never leaves a partial file.
+//! `f32`, sizes against the file before anything is allocated) and every
+//! problem is reported with the option and file it came from. Outputs are
+//! chosen by extension (`.npy` as f32, or i64 for labels; `.csv` with the
+//! shortest text that reads back to the same value). Every output path is
+//! checked before any work (folder writable, no path given twice); a run
+//! writes each output to a temporary file in its folder (an unnamed one
+//! where the system allows, so even a killed run leaves nothing) and
+//! renames them into place together at the end, so a failed or
+//! interrupted run never leaves a partial file or half of its outputs.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
-use ndarray::{Array2, Array3, ArrayD, ArrayView, Axis, Dimension, Ix1, Ix2, Ix3};
-use ndarray_npy::{ReadNpyError, ReadNpyExt, WritableElement, WriteNpyExt};
+use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView, Axis, Dimension, Ix1, Ix2, Ix3};
 
+use crate::delimited::{self, HeaderRule};
 use crate::error::{CliError, CliResult};
+use crate::npy::{self, NpyError};
 
 /// A file format, chosen by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,208 +153,172 @@ pub fn read_stack(flag: &str, path: &Path) -> CliResult<(Array3<f32>, usize)> {
     Ok((a, ndim.max(2)))
 }
 
+/// How the first row of every CSV input is read, set once from
+/// `--header`/`--no-header` (automatic when never set).
+static HEADER_RULE: OnceLock<HeaderRule> = OnceLock::new();
+
+/// Sets how the first row of CSV inputs is read (once, at start-up).
+pub fn set_header_rule(rule: HeaderRule) {
+    let _ = HEADER_RULE.set(rule);
+}
+
+fn header_rule() -> HeaderRule {
+    HEADER_RULE.get().copied().unwrap_or_default()
+}
+
+/// Opens `path` for reading, with its length.
+fn open(path: &Path) -> Result<(File, u64), String> {
+    let fail = |e: io::Error| match e.kind() {
+        io::ErrorKind::NotFound => "no such file".to_string(),
+        _ => format!("cannot read: {e}"),
+    };
+    let file = File::open(path).map_err(fail)?;
+    let meta = file.metadata().map_err(fail)?;
+    if meta.is_dir() {
+        return Err("is a folder".to_string());
+    }
+    Ok((file, meta.len()))
+}
+
+/// Reads a whole text file, refusing one too large for memory.
+fn read_text(path: &Path) -> Result<Vec<u8>, String> {
+    let (mut file, len) = open(path)?;
+    let mut bytes = Vec::new();
+    usize::try_from(len)
+        .ok()
+        .and_then(|l| bytes.try_reserve_exact(l).ok())
+        .ok_or_else(|| format!("{len} bytes do not fit in memory"))?;
+    io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    Ok(bytes)
+}
+
+/// `batch b, row r, column c` of an index into an array of up to 3 axes
+/// (1-D: a column).
+fn locate(at: &[usize]) -> String {
+    match at {
+        [r] => format!("row {r}, column 0"),
+        [r, c] => format!("row {r}, column {c}"),
+        [b, r, c] => format!("batch {b}, row {r}, column {c}"),
+        _ => format!("index {at:?}"),
+    }
+}
+
+fn npy_message(e: NpyError) -> String {
+    match e {
+        NpyError::Value { at, reason } => format!("{reason} at {} (0-based)", locate(&at)),
+        e => e.to_string(),
+    }
+}
+
 /// Reads an array of at most `max_ndim` axes (1-D taken as a column, so at
 /// least 2) of finite `f32`, none of them empty.
 fn read_array(flag: &str, path: &Path, max_ndim: usize) -> CliResult<ArrayD<f32>> {
     let format = Format::of(flag, path)?;
     let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
-    let bytes = fs::read(path).map_err(|e| {
-        at(match e.kind() {
-            io::ErrorKind::NotFound => "no such file".to_string(),
-            _ => format!("cannot read: {e}"),
-        })
-    })?;
     let (m, lines) = match format {
-        Format::Npy => (parse_npy(&bytes, max_ndim).map_err(at)?, None),
-        Format::Csv => {
-            let text =
-                std::str::from_utf8(&bytes).map_err(|e| at(format!("not UTF-8 text: {e}")))?;
-            let (m, lines) = parse_csv(text).map_err(at)?;
-            (m.into_dyn(), Some(lines))
-        }
-    };
-    if m.shape().contains(&0) {
-        let shape = m.shape().iter().map(usize::to_string).collect::<Vec<_>>();
-        return Err(at(format!(
-            "empty ({}); it needs at least one row and one column",
-            shape.join("×")
-        )));
-    }
-    to_f32(&m, lines.as_deref()).map_err(at)
-}
-
-/// Converts to `f32`, failing on the first entry that is not finite or
-/// does not fit; `lines[i]` is the text line of row `i` (CSV).
-fn to_f32(m: &ArrayD<f64>, lines: Option<&[usize]>) -> Result<ArrayD<f32>, String> {
-    let out = m.mapv(|v| v as f32);
-    if let Some((at, &v)) = out.indexed_iter().find(|(_, v)| !v.is_finite()) {
-        let orig = m[&at];
-        let what = if orig.is_finite() {
-            format!("value {orig:e} is too large for f32")
-        } else if orig.is_nan() {
-            "NaN".to_string()
-        } else {
-            format!("{}infinity", if v < 0.0 { "-" } else { "" })
-        };
-        let at = at.slice();
-        let (row, col) = (at[at.len() - 2], at[at.len() - 1]);
-        let batch = if at.len() == 3 {
-            format!("batch {}, ", at[0])
-        } else {
-            String::new()
-        };
-        let line = lines.map_or(String::new(), |l| format!("; line {}", l[row]));
-        return Err(format!(
-            "{what} at {batch}row {row}, column {col} (0-based{line})"
-        ));
-    }
-    Ok(out)
-}
-
-fn parse_npy(bytes: &[u8], max_ndim: usize) -> Result<ArrayD<f64>, String> {
-    check_npy_size(bytes)?;
-    let any: ArrayD<f64> = match ArrayD::<f32>::read_npy(bytes) {
-        Ok(a) => a.mapv(f64::from),
-        Err(ReadNpyError::WrongDescriptor(_)) => match ArrayD::<f64>::read_npy(bytes) {
-            Ok(a) => a,
-            Err(ReadNpyError::WrongDescriptor(d)) => {
-                return Err(format!(
-                    "unsupported dtype {d} (expected float32 '<f4' or float64 '<f8')"
-                ));
+        Format::Npy => {
+            let (file, len) = open(path).map_err(at)?;
+            let mut r = BufReader::new(file);
+            let h = npy::read_header(&mut r, len).map_err(|e| at(npy_message(e)))?;
+            if h.shape.is_empty() || h.shape.len() > max_ndim {
+                let allowed = if max_ndim == 3 {
+                    "1-D, 2-D or 3-D"
+                } else {
+                    "1-D or 2-D"
+                };
+                return Err(at(format!(
+                    "expected a {allowed} array, got shape {:?}",
+                    h.shape
+                )));
             }
-            Err(e) => return Err(format!("not a valid .npy file: {e}")),
-        },
-        Err(e) => return Err(format!("not a valid .npy file: {e}")),
-    };
-    let shape = any.shape().to_vec();
-    match shape.len() {
-        1 => any
-            .into_shape_with_order((shape[0], 1))
-            .map(|a| a.into_dyn())
-            .map_err(|e| e.to_string()),
-        n if (2..=max_ndim).contains(&n) => Ok(any.as_standard_layout().into_owned()),
-        _ => {
-            let allowed = if max_ndim == 3 {
-                "1-D, 2-D or 3-D"
+            check_not_empty(&h.shape).map_err(at)?;
+            let a = npy::read_f32(&mut r, &h).map_err(|e| at(npy_message(e)))?;
+            let a = if a.ndim() == 1 {
+                let n = a.len();
+                a.into_shape_with_order((n, 1))
+                    .map_err(|e| at(e.to_string()))?
+                    .into_dyn()
             } else {
-                "1-D or 2-D"
+                a
             };
-            Err(format!("expected a {allowed} array, got shape {shape:?}"))
+            (a, None)
         }
-    }
+        Format::Csv => {
+            let text = read_text(path).map_err(at)?;
+            let t = delimited::read(&text, header_rule(), delimited::f32_field).map_err(at)?;
+            (t.data.into_dyn(), Some(t.lines))
+        }
+    };
+    check_not_empty(m.shape()).map_err(at)?;
+    check_finite(&m, lines.as_deref()).map_err(at)?;
+    Ok(m)
 }
 
-/// Fails when the shape in a `.npy` header needs more data than the file
-/// holds, before anything is allocated for it (a header may claim any
-/// shape). Headers this cannot read are left to the `.npy` reader.
-fn check_npy_size(bytes: &[u8]) -> Result<(), String> {
-    if bytes.len() < 10 || !bytes.starts_with(b"\x93NUMPY") {
+fn check_not_empty(shape: &[usize]) -> Result<(), String> {
+    if !shape.contains(&0) {
         return Ok(());
     }
-    let (len, start) = if bytes[6] == 1 {
-        (
-            usize::from(u16::from_le_bytes([bytes[8], bytes[9]])),
-            10usize,
-        )
-    } else if bytes.len() >= 12 {
-        let l = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        (usize::try_from(l).unwrap_or(usize::MAX), 12)
+    let shape = shape.iter().map(usize::to_string).collect::<Vec<_>>();
+    Err(format!(
+        "empty ({}); it needs at least one row and one column",
+        shape.join("×")
+    ))
+}
+
+/// Fails on the first entry that is not finite; `lines[i]` is the text
+/// line of row `i` (CSV).
+fn check_finite(m: &ArrayD<f32>, lines: Option<&[usize]>) -> Result<(), String> {
+    let Some((at, &v)) = m.indexed_iter().find(|(_, v)| !v.is_finite()) else {
+        return Ok(());
+    };
+    let what = if v.is_nan() {
+        "NaN".to_string()
     } else {
-        return Ok(());
+        format!("{}infinity", if v < 0.0 { "-" } else { "" })
     };
-    let Some(header) = bytes.get(start..start.saturating_add(len)) else {
-        return Ok(());
-    };
-    let header = String::from_utf8_lossy(header);
-    let field = |name: &str| header.find(name).map(|i| &header[i + name.len()..]);
-    let Some(shape) = field("'shape':") else {
-        return Ok(());
-    };
-    let Some(shape) = shape
-        .find('(')
-        .and_then(|a| shape[a + 1..].find(')').map(|b| &shape[a + 1..a + 1 + b]))
-    else {
-        return Ok(());
-    };
-    let item = field("'descr':")
-        .and_then(|d| {
-            let d = d.trim_start().trim_start_matches(['\'', '"']);
-            let digits: String = d
-                .chars()
-                .skip_while(|c| !c.is_ascii_digit())
-                .take_while(char::is_ascii_digit)
-                .collect();
-            digits.parse::<u64>().ok()
-        })
-        .unwrap_or(1)
-        .max(1);
-    let mut elements: u64 = 1;
-    for dim in shape.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        let Ok(dim) = dim.parse::<u64>() else {
-            return Ok(());
-        };
-        elements = elements.saturating_mul(dim);
-    }
-    let need = elements.saturating_mul(item);
-    let have = (bytes.len() - start - len) as u64;
-    if need > have {
-        return Err(format!(
-            "truncated or corrupt: the header's shape ({shape}) needs {need} bytes of data but the file holds {have}"
-        ));
-    }
-    Ok(())
+    let at = at.slice();
+    let line = lines.map_or(String::new(), |l| format!("; line {}", l[at[at.len() - 2]]));
+    Err(format!("{what} at {} (0-based{line})", locate(at)))
 }
 
-/// Parses comma-separated numbers. A first row that is not all numbers is
-/// a header; `#` starts a comment; blank lines are skipped. Returns the
-/// matrix and the (1-based) line of each row.
-fn parse_csv(text: &str) -> Result<(Array2<f64>, Vec<usize>), String> {
-    let mut data = Vec::new();
-    let mut lines = Vec::new();
-    // Columns, and the line that set them.
-    let mut width: Option<(usize, usize)> = None;
-    for (idx, raw) in text.lines().enumerate() {
-        let line_no = idx + 1;
-        let line = raw.split('#').next().unwrap_or_default().trim();
-        if line.is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if let Some((w, first)) = width {
-            if fields.len() != w {
-                return Err(format!(
-                    "ragged row: line {line_no} has {} fields but line {first} has {w}",
-                    fields.len()
-                ));
+/// Reads class labels: one integer per row, from a 1-D or one-column
+/// `.npy` of any integer type (int8…int64, uint8…uint64, bool) or of
+/// floats that are whole numbers, or from a one-column `.csv`.
+pub fn read_labels(flag: &str, path: &Path) -> CliResult<Array1<i64>> {
+    let format = Format::of(flag, path)?;
+    let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
+    let a = match format {
+        Format::Npy => {
+            let (file, len) = open(path).map_err(at)?;
+            let mut r = BufReader::new(file);
+            let h = npy::read_header(&mut r, len).map_err(|e| at(npy_message(e)))?;
+            if !matches!(h.shape.as_slice(), [_] | [_, 1]) {
+                return Err(at(format!(
+                    "labels must be 1-D or one column, got shape {:?}",
+                    h.shape
+                )));
             }
+            npy::read_i64(&mut r, &h).map_err(|e| at(npy_message(e)))?
         }
-        let parsed: Vec<Option<f64>> = fields.iter().map(|f| f.parse().ok()).collect();
-        if width.is_none() {
-            width = Some((fields.len(), line_no));
-            if parsed.iter().any(Option::is_none) {
-                continue; // the header row
+        Format::Csv => {
+            let text = read_text(path).map_err(at)?;
+            let t = delimited::read(&text, header_rule(), delimited::i64_field).map_err(at)?;
+            if t.data.ncols() > 1 {
+                return Err(at(format!(
+                    "labels must be one column, got {} columns",
+                    t.data.ncols()
+                )));
             }
+            t.data.into_dyn()
         }
-        for (j, (v, f)) in parsed.iter().zip(&fields).enumerate() {
-            match v {
-                Some(v) => data.push(*v),
-                None => {
-                    return Err(format!(
-                        "line {line_no}, field {}: {f:?} is not a number",
-                        j + 1
-                    ));
-                }
-            }
-        }
-        lines.push(line_no);
-    }
-    let cols = width.map_or(0, |(w, _)| w);
-    let m = Array2::from_shape_vec((lines.len(), cols), data).map_err(|e| e.to_string())?;
-    Ok((m, lines))
+    };
+    check_not_empty(a.shape()).map_err(at)?;
+    let n = a.len();
+    a.into_shape_with_order(n).map_err(|e| at(e.to_string()))
 }
 
 /// An element that can be written to `.npy` and `.csv`.
-pub trait Cell: WritableElement + Copy {
+pub trait Cell: npy::Element {
     /// Writes the value as CSV text that reads back to the same value.
     fn write_csv(self, out: &mut impl Write) -> io::Result<()>;
 }
@@ -364,32 +337,63 @@ impl Cell for i64 {
     }
 }
 
+thread_local! {
+    /// The outputs this run has claimed: option and resolved path.
+    static CLAIMED: RefCell<Vec<(String, PathBuf)>> = const { RefCell::new(Vec::new()) };
+    /// With [`write_all_or_nothing`] under way, the outputs written so far
+    /// (committed together at its end).
+    static STAGED: RefCell<Option<Vec<(String, PathBuf, TempFile)>>> = const { RefCell::new(None) };
+}
+
 /// Checks, before any work, that `path` can be an output: a known
-/// extension, an existing folder, not itself a folder.
+/// extension, and as [`check_output_dir`].
 pub fn check_output(flag: &str, path: &Path) -> CliResult<Format> {
     let format = Format::of(flag, path)?;
     check_output_dir(flag, path)?;
     Ok(format)
 }
 
-/// Checks, before any work, that `path` lies in an existing folder and is
-/// not itself a folder.
+/// Checks, before any work, that `path` lies in an existing folder this
+/// run may write to, is not itself a folder, and is not an output another
+/// option of this run already names.
 pub fn check_output_dir(flag: &str, path: &Path) -> CliResult<()> {
     let dir = parent_dir(path);
+    let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
     if !dir.is_dir() {
-        return Err(CliError::input(format!(
-            "{flag} {}: folder {} does not exist",
-            path.display(),
-            dir.display()
-        )));
+        return Err(at(format!("folder {} does not exist", dir.display())));
     }
     if path.is_dir() {
-        return Err(CliError::input(format!(
-            "{flag} {}: is a folder",
-            path.display()
+        return Err(at("is a folder".to_string()));
+    }
+    let resolved = resolve(path);
+    if let Some(other) = CLAIMED.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(_, p)| *p == resolved)
+            .map(|(f, _)| f.clone())
+    }) {
+        return Err(at(format!(
+            "the same file as {other}; give each output its own path"
         )));
     }
+    // The same temporary file the write will use proves the folder writable.
+    TempFile::create(path)
+        .map_err(|e| at(format!("cannot write in folder {}: {e}", dir.display())))?;
+    CLAIMED.with(|c| c.borrow_mut().push((flag.to_string(), resolved)));
     Ok(())
+}
+
+/// `path` with its folder (and the file itself, if it exists) resolved,
+/// so two spellings of one file compare equal.
+fn resolve(path: &Path) -> PathBuf {
+    if let Ok(p) = fs::canonicalize(path) {
+        return p;
+    }
+    let dir = fs::canonicalize(parent_dir(path)).unwrap_or_else(|_| parent_dir(path).into());
+    match path.file_name() {
+        Some(name) => dir.join(name),
+        None => dir,
+    }
 }
 
 /// Writes a 1-D or 2-D array (`.csv`: one row per line; `.npy`: any shape)
@@ -401,7 +405,7 @@ pub fn write_array<T: Cell, D: Dimension>(
 ) -> CliResult<()> {
     let format = Format::of(flag, path)?;
     write_atomic(flag, path, |w| match format {
-        Format::Npy => a.write_npy(w).map_err(io::Error::other),
+        Format::Npy => npy::write(w, a.shape(), a.iter().copied()),
         Format::Csv => write_csv(w, a),
     })
 }
@@ -433,7 +437,8 @@ fn write_csv<T: Cell, D: Dimension>(w: &mut impl Write, a: ArrayView<'_, T, D>) 
 }
 
 /// Writes through `fill` into a temporary file beside `path`, then renames
-/// it to `path`; on any failure the temporary file is removed.
+/// it to `path` (inside [`write_all_or_nothing`]: at its end, with the
+/// other outputs); on any failure the temporary file is removed.
 pub fn write_atomic(
     flag: &str,
     path: &Path,
@@ -443,48 +448,182 @@ pub fn write_atomic(
         |e: io::Error| CliError::compute(format!("{flag} {}: cannot write: {e}", path.display()));
     let mut tmp = TempFile::create(path).map_err(fail)?;
     fill(&mut tmp.writer).map_err(fail)?;
-    tmp.commit(path).map_err(fail)
+    tmp.finish().map_err(fail)?;
+    let staged = STAGED.with(|s| match s.borrow_mut().as_mut() {
+        Some(list) => {
+            list.push((flag.to_string(), path.to_path_buf(), tmp));
+            None
+        }
+        None => Some(tmp),
+    });
+    match staged {
+        Some(tmp) => tmp.commit(path).map_err(fail),
+        None => Ok(()),
+    }
 }
 
-/// A hidden temporary file, removed on drop unless committed.
+/// Runs `write`, which writes a run's outputs with [`write_array`] and
+/// [`write_atomic`], and puts them all in place only if it succeeds:
+/// every output is first written in full to its temporary file, then all
+/// are renamed into place. If `write` fails, no output is touched.
+pub fn write_all_or_nothing(write: impl FnOnce() -> CliResult<()>) -> CliResult<()> {
+    STAGED.with(|s| *s.borrow_mut() = Some(Vec::new()));
+    let result = write();
+    let staged = STAGED.with(|s| s.borrow_mut().take()).unwrap_or_default();
+    result?;
+    // Give every output a name beside its target first, so that a failure
+    // here still leaves every target as it was.
+    let mut named = Vec::with_capacity(staged.len());
+    for (flag, path, tmp) in staged {
+        let fail = |e: io::Error| {
+            CliError::compute(format!("{flag} {}: cannot write: {e}", path.display()))
+        };
+        let tmp = tmp.name(&path).map_err(fail)?;
+        named.push((flag, path, tmp));
+    }
+    for (flag, path, tmp) in named {
+        tmp.commit(&path).map_err(|e| {
+            CliError::compute(format!("{flag} {}: cannot write: {e}", path.display()))
+        })?;
+    }
+    Ok(())
+}
+
+/// Named temporary files that exist now: removed by
+/// [`remove_temporary_files`] when the run is interrupted.
+static NAMED_TEMPS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn named_temps() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    NAMED_TEMPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes every named temporary file of this run (for a signal handler:
+/// the run is ending).
+pub fn remove_temporary_files() {
+    for p in named_temps().drain(..) {
+        let _ = fs::remove_file(p);
+    }
+}
+
+/// A temporary file beside an output: unnamed (`O_TMPFILE`) where the
+/// system and file system allow, so nothing is left behind however the
+/// run ends, else a hidden named file, removed on drop unless committed and
+/// on SIGINT, SIGTERM and SIGHUP.
 struct TempFile {
-    path: PathBuf,
     writer: BufWriter<File>,
+    /// The file's name; `None` while it is unnamed.
+    path: Option<PathBuf>,
     committed: bool,
 }
 
 impl TempFile {
     fn create(target: &Path) -> io::Result<TempFile> {
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let path = parent_dir(target).join(format!(".{name}.{}.tmp", std::process::id()));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        #[cfg(target_os = "linux")]
+        if let Some(file) = unnamed_in(parent_dir(target))? {
+            return Ok(TempFile {
+                writer: BufWriter::new(file),
+                path: None,
+                committed: false,
+            });
+        }
+        let path = temp_name(target);
+        let file = create_named(&path)?;
         Ok(TempFile {
-            path,
             writer: BufWriter::new(file),
+            path: Some(path),
             committed: false,
         })
     }
 
-    fn commit(mut self, target: &Path) -> io::Result<()> {
+    /// Flushes the data to disk.
+    fn finish(&mut self) -> io::Result<()> {
         self.writer.flush()?;
-        self.writer.get_ref().sync_all()?;
-        fs::rename(&self.path, target)?;
-        self.committed = true;
+        self.writer.get_ref().sync_all()
+    }
+
+    /// Gives an unnamed file a (hidden) name beside `target`.
+    fn name(mut self, target: &Path) -> io::Result<TempFile> {
+        if self.path.is_some() {
+            return Ok(self);
+        }
+        let path = temp_name(target);
+        named_temps().push(path.clone());
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let fd = format!("/proc/self/fd/{}", self.writer.get_ref().as_raw_fd());
+            if let Err(e) = rustix::fs::linkat(
+                rustix::fs::CWD,
+                fd.as_str(),
+                rustix::fs::CWD,
+                &path,
+                rustix::fs::AtFlags::SYMLINK_FOLLOW,
+            ) {
+                named_temps().retain(|p| *p != path);
+                return Err(e.into());
+            }
+        }
+        self.path = Some(path);
+        Ok(self)
+    }
+
+    /// Renames the file to `target`.
+    fn commit(self, target: &Path) -> io::Result<()> {
+        let mut this = self.name(target)?;
+        if let Some(path) = &this.path {
+            fs::rename(path, target)?;
+            named_temps().retain(|p| p != path);
+        }
+        this.committed = true;
         Ok(())
     }
 }
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        if !self.committed {
-            let _ = fs::remove_file(&self.path);
+        if let (Some(path), false) = (&self.path, self.committed) {
+            let _ = fs::remove_file(path);
+            named_temps().retain(|p| p != path);
         }
+    }
+}
+
+/// `.NAME.PID.K.tmp` beside `target`, `K` counting within the run.
+fn temp_name(target: &Path) -> PathBuf {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parent_dir(target).join(format!(".{name}.{}.{k}.tmp", std::process::id()))
+}
+
+fn create_named(path: &Path) -> io::Result<File> {
+    // Registered first, so an interruption between the two cannot leak it.
+    named_temps().push(path.to_path_buf());
+    let file = OpenOptions::new().write(true).create_new(true).open(path);
+    if file.is_err() {
+        named_temps().retain(|p| p != path);
+    }
+    file
+}
+
+/// An unnamed file in `dir`, or `None` where `O_TMPFILE` is not available.
+#[cfg(target_os = "linux")]
+fn unnamed_in(dir: &Path) -> io::Result<Option<File>> {
+    use rustix::fs::{Mode, OFlags};
+    use rustix::io::Errno;
+    match rustix::fs::openat(
+        rustix::fs::CWD,
+        dir,
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_bits_truncate(0o666),
+    ) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        // Kernels or file systems without O_TMPFILE.
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOSYS) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -499,55 +638,54 @@ fn parent_dir(path: &Path) -> &Path {
 mod tests {
     use super::*;
 
+    fn csv(text: &str) -> Result<delimited::Table<f32>, String> {
+        delimited::read(text.as_bytes(), HeaderRule::Auto, delimited::f32_field)
+    }
+
     #[test]
     fn csv_header_comments_and_blank_lines() {
-        let (m, lines) = parse_csv("# made by hand\nx, y\n\n1,2 # first\n3.5,-4e-3\n").unwrap();
-        assert_eq!(m, ndarray::array![[1.0, 2.0], [3.5, -4e-3]]);
-        assert_eq!(lines, [4, 5]);
+        let t = csv("# made by hand\nx, y\n\n1,2 # first\n3.5,-4e-3\n").unwrap();
+        assert_eq!(t.data, ndarray::array![[1.0, 2.0], [3.5, -4e-3]]);
+        assert_eq!(t.lines, [4, 5]);
     }
 
     #[test]
     fn csv_errors_name_the_line() {
-        let e = parse_csv("1,2\n3,4\n5\n").unwrap_err();
+        let e = csv("1,2\n3,4\n5\n").unwrap_err();
         assert!(
             e.contains("ragged row: line 3 has 1 fields but line 1 has 2"),
             "{e}"
         );
-        let e = parse_csv("a,b\n1,2\n3,x\n").unwrap_err();
+        let e = csv("a,b\n1,2\n3,x\n").unwrap_err();
         assert!(e.contains("line 3, field 2"), "{e}");
     }
 
     #[test]
     fn non_finite_is_located() {
-        let (m, lines) = parse_csv("1,2\n3,nan\n").unwrap();
-        let e = to_f32(&m.into_dyn(), Some(&lines)).unwrap_err();
+        let t = csv("1,2\n3,nan\n").unwrap();
+        let e = check_finite(&t.data.into_dyn(), Some(&t.lines)).unwrap_err();
         assert_eq!(e, "NaN at row 1, column 1 (0-based; line 2)");
-        let big = ndarray::array![[1e300]].into_dyn();
-        assert!(
-            to_f32(&big, None)
-                .unwrap_err()
-                .contains("too large for f32")
-        );
+        assert!(csv("1e300\n").unwrap_err().contains("too large for f32"));
     }
 
     #[test]
     fn npy_headers_claiming_more_data_than_the_file_holds_are_refused() {
         let mut bytes = Vec::new();
-        ndarray::array![[1.0f32, 2.0], [3.0, 4.0]]
-            .write_npy(&mut bytes)
-            .unwrap();
-        assert!(parse_npy(&bytes, 2).is_ok());
+        npy::write(&mut bytes, &[2, 2], [1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        assert!(npy::f32_from_bytes(&bytes).is_ok());
         // The same file, its shape claiming 10^6 × 10^6.
-        let mut forged_bytes = bytes.clone();
+        let mut forged = bytes.clone();
         let at = bytes.windows(6).position(|w| w == b"(2, 2)").unwrap();
-        forged_bytes.splice(at..at + 6, b"(1000000, 1000000)".iter().copied());
-        // Keep the header length field consistent (version 1: u16 at 8..10).
+        forged.splice(at..at + 6, b"(1000000, 1000000)".iter().copied());
+        // Keep the header length consistent (version 1: u16 at 8..10).
         let len = u16::from_le_bytes([bytes[8], bytes[9]]) + 12;
-        forged_bytes[8..10].copy_from_slice(&len.to_le_bytes());
-        let e = parse_npy(&forged_bytes, 2).unwrap_err();
+        forged[8..10].copy_from_slice(&len.to_le_bytes());
+        let e = npy::f32_from_bytes(&forged).unwrap_err().to_string();
         assert!(e.contains("truncated or corrupt"), "{e}");
         // A file cut short is refused the same way.
-        let e = parse_npy(&bytes[..bytes.len() - 4], 2).unwrap_err();
+        let e = npy::f32_from_bytes(&bytes[..bytes.len() - 4])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("needs 16 bytes of data but the file holds 12"),
             "{e}"
@@ -562,5 +700,40 @@ mod tests {
             let back: f32 = std::str::from_utf8(&s).unwrap().parse().unwrap();
             assert_eq!(back.to_bits(), v.to_bits(), "{v}");
         }
+    }
+
+    #[test]
+    fn an_output_path_may_be_claimed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.npy");
+        check_output("--output", &a).unwrap();
+        let same = dir.path().join(".").join("a.npy");
+        let e = check_output("--proba", &same).unwrap_err();
+        let e = e.message();
+        assert!(e.contains("the same file as --output"), "{e}");
+        check_output("--proba", &dir.path().join("b.npy")).unwrap();
+        // Nothing was left in the folder by the checks.
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn outputs_are_put_in_place_together_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+        let e = write_all_or_nothing(|| {
+            write_array("--a", &a, ndarray::array![1.0f32].view())?;
+            Err(CliError::compute("the second output failed"))
+        });
+        assert!(e.is_err());
+        assert!(!a.exists() && !b.exists());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+        write_all_or_nothing(|| {
+            write_array("--a", &a, ndarray::array![1.0f32].view())?;
+            write_array("--b", &b, ndarray::array![2i64].view())
+        })
+        .unwrap();
+        assert_eq!(fs::read_to_string(&a).unwrap(), "1.0\n");
+        assert_eq!(fs::read_to_string(&b).unwrap(), "2\n");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }

@@ -1,7 +1,8 @@
 //! The `locus` command-line tool: parses arguments, loads files, calls the
 //! library, writes results. Nothing here computes an op.
 //!
-//! Layout: `args` (shared options), `io` (.npy/.csv in and out), `commands`
+//! Layout: `args` (shared options), `io` (.npy/.csv in and out, over the
+//! `npy` and `delimited` readers and writers), `commands`
 //! (one file per subcommand, and the `Job` every compute subcommand runs
 //! through), `report` (text and `--json`), `verify` (tolerances and
 //! deviations), `progress` (the stderr bar), `plot` (PNG scatter plots),
@@ -10,8 +11,10 @@
 mod args;
 mod commands;
 mod data;
+mod delimited;
 mod error;
 mod io;
+mod npy;
 mod plot;
 mod progress;
 mod report;
@@ -33,10 +36,19 @@ use error::{CliResult, EXIT_COMPUTE};
     name = "locus",
     version,
     about = "Localization methods (local means, MeanShift, kernel matrices, KDE, classification, kNN, attention) on the GPU (wgpu) and CPU (rayon)",
-    after_help = "Inputs: .npy (f32/f64, C or Fortran order, 1-D = one column; 3-D = heads first for softmax) or .csv (optional header, # comments).\n\
-                  Outputs by extension: .npy (f32) or .csv. Exit status: 0 ok, 2 bad usage or input, 1 failure while computing."
+    after_help = "Inputs: .npy (f32/f64, C or Fortran order, 1-D = one column; 3-D = heads first for softmax; labels: any integer type or whole floats) or .csv (header row detected, or set with --header/--no-header; # comments).\n\
+                  Outputs by extension: .npy (f32) or .csv. Exit status: 0 ok, 2 bad usage or input, 1 failure while computing.",
+    arg_required_else_help = true
 )]
 struct Cli {
+    /// CSV inputs: the first row is a header (skipped). Without this or
+    /// --no-header, a first row is a header when none of its fields is a
+    /// number, and a row that is partly numbers is an error.
+    #[arg(long, global = true, conflicts_with = "no_header")]
+    header: bool,
+    /// CSV inputs: the first row is data.
+    #[arg(long, global = true)]
+    no_header: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -87,10 +99,35 @@ fn run(command: &Command) -> CliResult<()> {
     }
 }
 
+/// On SIGINT, SIGTERM and SIGHUP: remove this run's named temporary files,
+/// then end as the signal would have.
+fn clean_up_on_signals() {
+    #[cfg(unix)]
+    {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+            return;
+        };
+        std::thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                io::remove_temporary_files();
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                std::process::exit(128 + signal);
+            }
+        });
+    }
+}
+
 fn main() -> ExitCode {
-    // Mesa's device-select layer prints a warning in every process without
-    // XDG_RUNTIME_DIR; it has no bearing on compute. Silence it for users.
-    if std::env::var_os("NODEVICE_SELECT").is_none() {
+    // Mesa's device-select layer connects to the display server to pick a
+    // default GPU; without a valid XDG_RUNTIME_DIR that prints a warning in
+    // every process, and it has no bearing on compute. Silence it for
+    // users: off unless asked for, and always off where it cannot work
+    // (no runtime folder) and no device was chosen through it.
+    let runtime_dir_ok = std::env::var_os("XDG_RUNTIME_DIR")
+        .is_some_and(|d| !d.is_empty() && std::path::Path::new(&d).is_dir());
+    let chosen = std::env::var_os("MESA_VK_DEVICE_SELECT").is_some();
+    if std::env::var_os("NODEVICE_SELECT").is_none() || (!runtime_dir_ok && !chosen) {
         // SAFETY: no other thread exists yet.
         unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
     }
@@ -115,6 +152,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return error::clap_exit(e),
     };
+    io::set_header_rule(match (cli.header, cli.no_header) {
+        (true, _) => delimited::HeaderRule::Header,
+        (_, true) => delimited::HeaderRule::NoHeader,
+        _ => delimited::HeaderRule::Auto,
+    });
+    clean_up_on_signals();
     match panic::catch_unwind(AssertUnwindSafe(|| run(&cli.command))) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => e.report(),

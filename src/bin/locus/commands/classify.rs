@@ -18,7 +18,9 @@ pub struct ClassifyArgs {
     /// Training points, N×d.
     #[arg(long, value_name = "X")]
     train: PathBuf,
-    /// Training labels: N class indices 0..C−1 (one column).
+    /// Training labels: N non-negative integers (one column; .npy of any
+    /// integer type or whole floats). The classes are the distinct labels
+    /// present, in increasing order (the columns of --proba).
     #[arg(long, value_name = "L")]
     labels: PathBuf,
     /// Points to classify, M×d.
@@ -48,13 +50,16 @@ pub fn run(a: &ClassifyArgs) -> CliResult<()> {
     }
     let kernel = a.kernel.kernel()?;
     let train = Input::load("--train", &a.train)?;
-    let labels_in = Input::load("--labels", &a.labels)?;
+    let labels = io::read_labels("--labels", &a.labels)?;
     let queries = Input::load("--queries", &a.queries)?;
     io::same_cols(&queries, &train)?;
-    io::same_rows(&labels_in, &train)?;
-    io::one_column(&labels_in)?;
-    let labels = locus::labels_from_f32(labels_in.data.column(0))
-        .map_err(|e| CliError::input(format!("--labels {}: {e}", labels_in.path.display())))?;
+    if labels.len() != train.rows() {
+        return Err(CliError::input(format!(
+            "shape mismatch: --labels {} has {} labels; {train} needs one per row",
+            a.labels.display(),
+            labels.len()
+        )));
+    }
     let fallback = if a.nearest_fallback {
         locus::EmptyFallback::NearestNeighbour
     } else {

@@ -26,7 +26,7 @@ pub struct DemoArgs {
     #[arg(long, value_name = "K", default_value = "uniform", value_parser = parse_profile)]
     kernel: Profile,
     /// Bandwidth.
-    #[arg(long, value_name = "H", default_value = "1.0", value_parser = parse_bandwidth, allow_negative_numbers = true)]
+    #[arg(long, value_name = "H", default_value = "1.0", value_parser = parse_bandwidth, allow_hyphen_values = true)]
     bandwidth: f32,
     /// Where to draw the points coloured by cluster, modes marked.
     #[arg(long, value_name = "PNG", default_value = "demo.png")]
@@ -46,7 +46,12 @@ pub fn run(a: &DemoArgs) -> CliResult<()> {
     }
     let kernel = Kernel::new(a.kernel, a.bandwidth)?;
     let n = a.points as usize;
-    let x = data::blobs(n);
+    let x = data::try_blobs(n).ok_or_else(|| {
+        CliError::input(format!(
+            "--points {n}: {} bytes of points do not fit in memory",
+            n as u64 * 8
+        ))
+    })?;
     let params = MeanShiftParams::new()
         .profile(a.kernel)
         .bandwidth(a.bandwidth)

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::Job;
 use crate::args::{Compute, KernelArgs};
-use crate::error::CliResult;
+use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::report::Summary;
 use crate::verify::{Deviation, Tolerance};
@@ -60,6 +60,15 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
         io::one_column(w)?;
     }
     let x = keys.data.view();
+    // A profile with no finite integral in this dimension has no density:
+    // a usage error, found before any work.
+    if locus::ln_normalizer(kernel.profile(), x.ncols()).is_err() {
+        return Err(CliError::input(format!(
+            "--kernel {}: the profile has no finite integral in d = {} (the keys' columns), so it cannot be normalized into a density; use another kernel",
+            kernel.profile(),
+            x.ncols()
+        )));
+    }
     let q = queries.as_ref().map_or(x, |q| q.data.view());
     let w = weights.as_ref().map(|w| w.data.column(0));
     let op = |e: &locus::Engine| e.log_density(&kernel, q, x, w);

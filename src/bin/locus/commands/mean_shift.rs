@@ -31,11 +31,11 @@ pub struct MeanShiftArgs {
     #[arg(long, value_name = "X")]
     input: PathBuf,
     /// Bandwidth h (without it, estimated from --quantile).
-    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_negative_numbers = true, conflicts_with = "quantile")]
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, conflicts_with = "quantile")]
     bandwidth: Option<f32>,
     /// Estimate h as the mean distance to the ⌊quantile·N⌋-th neighbour
     /// (scikit-learn's estimate_bandwidth; default 0.3); the estimate is reported.
-    #[arg(long, value_name = "Q", allow_negative_numbers = true)]
+    #[arg(long, value_name = "Q", allow_hyphen_values = true)]
     quantile: Option<f64>,
     /// Kernel profile (default: uniform, scikit-learn's flat kernel).
     #[arg(long, value_name = "K", default_value = "uniform", value_parser = parse_profile)]
@@ -54,7 +54,7 @@ pub struct MeanShiftArgs {
         long,
         value_name = "T",
         default_value_t = 1e-3,
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     tol: f64,
     /// Move the points themselves (blurring MeanShift).
@@ -120,10 +120,12 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     // The bandwidth is resolved once, so both backends of --verify use it.
     let h = match rule {
         Bandwidth::Fixed(h) => h,
-        _ => job
-            .engine()
-            .estimate_bandwidth(x, a.quantile.unwrap_or(0.3), None)
-            .map_err(|e| CliError::input(format!("--input {}: {e}", input.path.display())))?,
+        _ => {
+            let q = a.quantile.unwrap_or(0.3);
+            job.engine()
+                .estimate_bandwidth(x, q, None)
+                .map_err(|e| quantile_error(e, q, x.nrows(), &input))?
+        }
     };
     let params = build(Bandwidth::Fixed(h))?;
     let fit = job.run_observed(a.max_iter as u64, |e: &Engine, bar| {
@@ -189,6 +191,19 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
         }
         Ok(())
     })
+}
+
+/// The error of a failed bandwidth estimate: a quantile too small for the
+/// number of points is the quantile's fault, not the data's.
+fn quantile_error(e: locus::Error, q: f64, n: usize, input: &Input) -> CliError {
+    let k = (q * n as f64) as u64;
+    if matches!(e, locus::Error::Cluster(_)) && (0.0..=1.0).contains(&q) && k < 2 {
+        return CliError::input(format!(
+            "--quantile {q}: too small for {n} points: the estimate averages the distance to the ⌊quantile·N⌋ = {k}-th nearest neighbour, and the nearest is the point itself (distance 0); use a quantile of at least 2/N = {:.3e}, or --bandwidth",
+            2.0 / n as f64
+        ));
+    }
+    CliError::input(format!("--input {}: {e}", input.path.display()))
 }
 
 /// Modes within 1e-4·h (same count) and identical labels.

@@ -22,7 +22,7 @@ pub struct MedoidShiftArgs {
     #[arg(long, value_name = "X")]
     input: PathBuf,
     /// Bandwidth h.
-    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_negative_numbers = true)]
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true)]
     bandwidth: f32,
     /// Kernel profile.
     #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile)]

@@ -30,7 +30,7 @@ pub struct SoftmaxArgs {
     #[arg(
         long,
         value_name = "S",
-        allow_negative_numbers = true,
+        allow_hyphen_values = true,
         conflicts_with = "linear"
     )]
     scale: Option<f32>,

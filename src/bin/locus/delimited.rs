@@ -1,0 +1,198 @@
+//! Comma-separated numbers, read with the `csv` crate (quoted fields, any
+//! line ending), self-contained so the tests can include it.
+//!
+//! A UTF-8 byte-order mark is skipped; `#` starts a comment (outside
+//! quotes) that runs to the end of the line; blank lines are skipped;
+//! fields are trimmed. Whether the first row is a header is decided by a
+//! [`HeaderRule`]: automatically, a first row is a header only when none
+//! of its fields is a number, and a first row with some numeric and some
+//! other fields is an error, since either reading of it could be wrong.
+
+use csv::{ReaderBuilder, Trim};
+use ndarray::Array2;
+
+/// Whether the first row is a header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HeaderRule {
+    /// A header when none of its fields is a number; data when all are;
+    /// an error otherwise.
+    #[default]
+    Auto,
+    /// The first row is a header, whatever it holds.
+    Header,
+    /// The first row is data.
+    NoHeader,
+}
+
+/// A table read from text: `rows × cols` entries (row-major) and the
+/// 1-based line each row came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table<T> {
+    /// The entries.
+    pub data: Array2<T>,
+    /// The text line of each row.
+    pub lines: Vec<usize>,
+}
+
+/// Removes a leading byte-order mark and `#` comments (outside double
+/// quotes). A line left blank becomes a single space, so that the CSV
+/// reader sees (and counts) every line and line numbers stay right.
+fn strip(text: &[u8]) -> Vec<u8> {
+    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
+    let mut out = Vec::with_capacity(text.len() + text.len() / 8);
+    let mut lines = text.split(|&c| c == b'\n').peekable();
+    while let Some(line) = lines.next() {
+        let start = out.len();
+        let mut quoted = false;
+        for &c in line {
+            match c {
+                b'#' if !quoted => break,
+                b'"' => {
+                    quoted = !quoted;
+                    out.push(c);
+                }
+                _ => out.push(c),
+            }
+        }
+        if out[start..].iter().all(u8::is_ascii_whitespace) {
+            out.truncate(start);
+            out.push(b' ');
+        }
+        if lines.peek().is_some() {
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+fn is_number(field: &str) -> bool {
+    field.parse::<f64>().is_ok()
+}
+
+/// Reads a table, converting each field with `conv` (`Err` says what is
+/// wrong with it).
+///
+/// # Errors
+/// Text that is not UTF-8, a malformed CSV record, rows of unequal length,
+/// a first row that is part numbers and part not under
+/// [`HeaderRule::Auto`], a field `conv` refuses, or a table too large for
+/// memory. Messages name the 1-based line (and field).
+pub fn read<T: Clone>(
+    text: &[u8],
+    rule: HeaderRule,
+    conv: impl Fn(&str) -> Result<T, String>,
+) -> Result<Table<T>, String> {
+    let clean = strip(text);
+    let mut reader = ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(Trim::All)
+        .from_reader(clean.as_slice());
+    let mut data = Vec::new();
+    let mut lines = Vec::new();
+    // Columns, and the line that set them.
+    let mut width: Option<(usize, usize)> = None;
+    let mut record = csv::StringRecord::new();
+    let mut first = true;
+    loop {
+        let more = reader
+            .read_record(&mut record)
+            .map_err(|e| match e.kind() {
+                csv::ErrorKind::Utf8 { pos, .. } => format!(
+                    "not UTF-8 text (line {})",
+                    pos.as_ref().map_or(0, |p| p.line())
+                ),
+                _ => format!("malformed CSV: {e}"),
+            })?;
+        if !more {
+            break;
+        }
+        let line = record.position().map_or(0, |p| p.line() as usize);
+        if record.iter().all(str::is_empty) && record.len() <= 1 {
+            continue; // a blank (or comment-only) line
+        }
+        if first {
+            first = false;
+            let numeric = record.iter().filter(|f| is_number(f)).count();
+            let header = match rule {
+                HeaderRule::Header => true,
+                HeaderRule::NoHeader => false,
+                HeaderRule::Auto if numeric == 0 => true,
+                HeaderRule::Auto if numeric == record.len() => false,
+                HeaderRule::Auto => {
+                    let bad: Vec<String> = record
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, f)| !is_number(f))
+                        .map(|(j, f)| format!("field {} {f:?}", j + 1))
+                        .collect();
+                    return Err(format!(
+                        "line {line} is neither a header nor a row of numbers ({} of {} fields are numbers; {} not); \
+                         pass --header or --no-header to say which it is",
+                        numeric,
+                        record.len(),
+                        bad.join(", ")
+                    ));
+                }
+            };
+            if header {
+                width = Some((record.len(), line));
+                continue;
+            }
+        }
+        match width {
+            Some((w, from)) if record.len() != w => {
+                return Err(format!(
+                    "ragged row: line {line} has {} fields but line {from} has {w}",
+                    record.len()
+                ));
+            }
+            Some(_) => {}
+            None => width = Some((record.len(), line)),
+        }
+        if data.try_reserve(record.len()).is_err() || lines.try_reserve(1).is_err() {
+            return Err(format!("too large for memory (at line {line})"));
+        }
+        for (j, f) in record.iter().enumerate() {
+            let v = conv(f).map_err(|why| {
+                let what = if f.is_empty() {
+                    "an empty field".to_string()
+                } else {
+                    format!("{f:?}")
+                };
+                format!("line {line}, field {}: {what} {why}", j + 1)
+            })?;
+            data.push(v);
+        }
+        lines.push(line);
+    }
+    let cols = width.map_or(0, |(w, _)| w);
+    let data = Array2::from_shape_vec((lines.len(), cols), data).map_err(|e| e.to_string())?;
+    Ok(Table { data, lines })
+}
+
+/// Converts a field to `f32`: any number `f64` reads, refusing finite
+/// values too large for `f32` (NaN and infinities pass, for the caller to
+/// locate).
+pub fn f32_field(f: &str) -> Result<f32, String> {
+    let v: f64 = f.parse().map_err(|_| "is not a number".to_string())?;
+    let x = v as f32;
+    if v.is_finite() && !x.is_finite() {
+        return Err(format!("is too large for f32 (value {v:e})"));
+    }
+    Ok(x)
+}
+
+/// Converts a field to `i64`: an integer, or a number with no fractional
+/// part below 2⁵³ in magnitude (`3`, `3.0`, `3e2`).
+pub fn i64_field(f: &str) -> Result<i64, String> {
+    if let Ok(v) = f.parse::<i64>() {
+        return Ok(v);
+    }
+    let v: f64 = f.parse().map_err(|_| "is not a number".to_string())?;
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+        Ok(v as i64)
+    } else {
+        Err("is not an integer".to_string())
+    }
+}

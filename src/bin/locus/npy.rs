@@ -1,0 +1,659 @@
+//! NumPy `.npy` files (format versions 1, 2 and 3), read and written with
+//! std and ndarray only, so the command-line tool and the example service
+//! share one reader.
+//!
+//! Reading trusts nothing in the file: the header is parsed as the Python
+//! literal it is (either quote style, any spacing, every key exactly once),
+//! the data the shape claims must be exactly what the file holds, and that
+//! is checked before anything is allocated for it; the allocation itself
+//! is fallible. Data are read in small chunks straight into the result
+//! (`f32` files without a widened copy), so reading costs the array and a
+//! 64 KiB buffer (Fortran-order files one transposed copy more).
+
+// Shared by the tool, the example service and the tests; each uses a part.
+#![allow(dead_code)]
+
+use std::fmt;
+use std::io::{self, Read, Write};
+
+use ndarray::{ArrayD, IxDyn, ShapeBuilder};
+
+/// The largest header accepted (NumPy itself refuses more than 10 000
+/// bytes by default).
+const MAX_HEADER: usize = 1 << 20;
+
+/// Bytes read at a time.
+const CHUNK: usize = 64 * 1024;
+
+/// What a `.npy` file failed on.
+#[derive(Debug)]
+pub enum NpyError {
+    /// Not a `.npy` file, or a header or size that does not hold together.
+    Format(String),
+    /// A dtype this reader does not take for this use.
+    Dtype(String),
+    /// An element that cannot be converted: the reason, and its index
+    /// (C order, one entry per axis of the file's shape).
+    Value {
+        /// The element's index.
+        at: Vec<usize>,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The array does not fit in memory.
+    Alloc(String),
+    /// Reading failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for NpyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NpyError::Format(m) => write!(f, "not a valid .npy file: {m}"),
+            NpyError::Dtype(m) | NpyError::Alloc(m) => f.write_str(m),
+            NpyError::Value { at, reason } => write!(f, "{reason} at index {at:?}"),
+            NpyError::Io(e) => write!(f, "cannot read: {e}"),
+        }
+    }
+}
+
+impl From<io::Error> for NpyError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::UnexpectedEof => {
+                NpyError::Format("the file ends before its header says it does".into())
+            }
+            _ => NpyError::Io(e),
+        }
+    }
+}
+
+fn format_err<T>(msg: impl Into<String>) -> Result<T, NpyError> {
+    Err(NpyError::Format(msg.into()))
+}
+
+/// The kind of an element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// IEEE float (`f`, 2, 4 or 8 bytes).
+    Float,
+    /// Signed integer (`i`).
+    Int,
+    /// Unsigned integer (`u`).
+    UInt,
+    /// Boolean (`b`, one byte).
+    Bool,
+}
+
+/// An element type: kind, size in bytes, byte order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dtype {
+    /// Float, signed, unsigned or bool.
+    pub kind: Kind,
+    /// Bytes per element.
+    pub size: usize,
+    /// Stored big-endian.
+    pub big_endian: bool,
+}
+
+impl Dtype {
+    /// Parses a NumPy type string such as `<f4`, `|u1`, `>i8`.
+    fn parse(descr: &str) -> Result<Dtype, NpyError> {
+        let unsupported = || {
+            Err(NpyError::Dtype(format!(
+                "unsupported dtype {descr:?} (expected a float or integer type)"
+            )))
+        };
+        let mut chars = descr.chars();
+        let (order, rest) = match chars.next() {
+            Some(c @ ('<' | '>' | '|' | '=')) => (c, chars.as_str()),
+            _ => (cfg_endian(), descr),
+        };
+        let mut rest_chars = rest.chars();
+        let kind = match rest_chars.next() {
+            Some('f') => Kind::Float,
+            Some('i') => Kind::Int,
+            Some('u') => Kind::UInt,
+            Some('b') => Kind::Bool,
+            _ => return unsupported(),
+        };
+        let Ok(size) = rest_chars.as_str().parse::<usize>() else {
+            return unsupported();
+        };
+        let valid = match kind {
+            Kind::Float => matches!(size, 2 | 4 | 8),
+            Kind::Int | Kind::UInt => matches!(size, 1 | 2 | 4 | 8),
+            Kind::Bool => size == 1,
+        };
+        if !valid {
+            return unsupported();
+        }
+        let big_endian = match order {
+            '>' => true,
+            '=' => cfg!(target_endian = "big"),
+            _ => false,
+        };
+        Ok(Dtype {
+            kind,
+            size,
+            big_endian,
+        })
+    }
+}
+
+fn cfg_endian() -> char {
+    if cfg!(target_endian = "big") {
+        '>'
+    } else {
+        '<'
+    }
+}
+
+/// A parsed `.npy` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// The element type.
+    pub dtype: Dtype,
+    /// The type string as written.
+    pub descr: String,
+    /// Column-major data.
+    pub fortran_order: bool,
+    /// The shape (empty for a scalar).
+    pub shape: Vec<usize>,
+    /// Elements (the product of the shape).
+    pub len: usize,
+}
+
+/// Reads the header from `r` (positioned at the start of the file) and
+/// checks that the rest of the file, `file_len` bytes in all, holds exactly
+/// the data the shape needs. `r` is left at the first data byte.
+///
+/// # Errors
+/// [`NpyError::Format`] for anything malformed or inconsistent,
+/// [`NpyError::Dtype`] for an element type that is not a number.
+pub fn read_header(r: &mut impl Read, file_len: u64) -> Result<Header, NpyError> {
+    let mut pre = [0u8; 8];
+    if file_len < 10 {
+        return format_err("the file is too short for a .npy header");
+    }
+    r.read_exact(&mut pre)?;
+    if &pre[..6] != b"\x93NUMPY" {
+        return format_err("no .npy magic string at the start");
+    }
+    let (len, start) = match pre[6] {
+        1 => {
+            let mut b = [0u8; 2];
+            r.read_exact(&mut b)?;
+            (usize::from(u16::from_le_bytes(b)), 10u64)
+        }
+        2 | 3 => {
+            let mut b = [0u8; 4];
+            r.read_exact(&mut b)?;
+            let l = u32::from_le_bytes(b);
+            (usize::try_from(l).unwrap_or(usize::MAX), 12u64)
+        }
+        v => return format_err(format!("unknown format version {v}.{}", pre[7])),
+    };
+    if len > MAX_HEADER {
+        return format_err(format!(
+            "header of {len} bytes (at most {MAX_HEADER} are accepted)"
+        ));
+    }
+    if start + len as u64 > file_len {
+        return format_err(format!(
+            "header of {len} bytes but the file holds {}",
+            file_len.saturating_sub(start)
+        ));
+    }
+    let mut text = vec![0u8; len];
+    r.read_exact(&mut text)?;
+    // Version 3 is UTF-8, the others Latin-1; a valid header is ASCII.
+    let Ok(text) = std::str::from_utf8(&text) else {
+        return format_err("the header is not ASCII text");
+    };
+    let header = parse_dict(text)?;
+    let have = file_len - start - len as u64;
+    let need = (header.len as u64).checked_mul(header.dtype.size as u64);
+    match need {
+        Some(need) if need == have => Ok(header),
+        Some(need) if need > have => format_err(format!(
+            "truncated or corrupt: the header's shape {:?} needs {need} bytes of data but the file holds {have}",
+            header.shape
+        )),
+        Some(need) => format_err(format!(
+            "corrupt: the header's shape {:?} needs {need} bytes of data but the file holds {have} (extra data after the array)",
+            header.shape
+        )),
+        None => format_err(format!(
+            "truncated or corrupt: the header's shape {:?} is larger than any file",
+            header.shape
+        )),
+    }
+}
+
+/// Parses the header's Python dict literal:
+/// `{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }`.
+fn parse_dict(text: &str) -> Result<Header, NpyError> {
+    let mut p = Parser {
+        s: text.as_bytes(),
+        i: 0,
+    };
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    p.expect(b'{')?;
+    loop {
+        p.skip_ws();
+        if p.eat(b'}') {
+            break;
+        }
+        let key = p.string()?;
+        p.skip_ws();
+        p.expect(b':')?;
+        p.skip_ws();
+        let dup = match key.as_str() {
+            "descr" => descr.replace(p.descr()?).is_some(),
+            "fortran_order" => fortran.replace(p.boolean()?).is_some(),
+            "shape" => shape.replace(p.tuple()?).is_some(),
+            other => return format_err(format!("unexpected header key {other:?}")),
+        };
+        if dup {
+            return format_err(format!("header key {key:?} given twice"));
+        }
+        p.skip_ws();
+        if p.eat(b'}') {
+            break;
+        }
+        p.expect(b',')?;
+    }
+    p.skip_ws();
+    if p.i != p.s.len() {
+        return format_err("unexpected text after the header's dict");
+    }
+    let (Some(descr), Some(fortran_order), Some(shape)) = (descr, fortran, shape) else {
+        return format_err("the header lacks one of 'descr', 'fortran_order', 'shape'");
+    };
+    let dtype = Dtype::parse(&descr)?;
+    let len = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| {
+            NpyError::Format(format!(
+                "truncated or corrupt: the header's shape {shape:?} is larger than any file"
+            ))
+        })?;
+    Ok(Header {
+        dtype,
+        descr,
+        fortran_order,
+        shape,
+        len,
+    })
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn skip_ws(&mut self) {
+        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        if self.s.get(self.i) == Some(&c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), NpyError> {
+        if self.eat(c) {
+            return Ok(());
+        }
+        format_err(format!(
+            "header: expected '{}' at byte {}",
+            char::from(c),
+            self.i
+        ))
+    }
+
+    /// A quoted string (either quote; no escapes in a valid header).
+    fn string(&mut self) -> Result<String, NpyError> {
+        let q = match self.s.get(self.i) {
+            Some(&q @ (b'\'' | b'"')) => q,
+            _ => return format_err(format!("header: expected a quoted key at byte {}", self.i)),
+        };
+        let from = self.i + 1;
+        let Some(len) = self.s[from..].iter().position(|&c| c == q) else {
+            return format_err("header: unterminated string");
+        };
+        self.i = from + len + 1;
+        let s = &self.s[from..from + len];
+        if s.contains(&b'\\') {
+            return format_err("header: escapes in strings are not supported");
+        }
+        Ok(String::from_utf8_lossy(s).into_owned())
+    }
+
+    /// A type string; a structured dtype (a list) is refused.
+    fn descr(&mut self) -> Result<String, NpyError> {
+        if self.s.get(self.i) == Some(&b'[') {
+            return Err(NpyError::Dtype(
+                "unsupported dtype: a structured array (expected a float or integer type)".into(),
+            ));
+        }
+        self.string()
+    }
+
+    fn boolean(&mut self) -> Result<bool, NpyError> {
+        for (word, v) in [(&b"True"[..], true), (&b"False"[..], false)] {
+            if self.s[self.i..].starts_with(word) {
+                self.i += word.len();
+                return Ok(v);
+            }
+        }
+        format_err("header: 'fortran_order' must be True or False")
+    }
+
+    /// A tuple of non-negative integers, e.g. `()`, `(5,)`, `(3, 2)`.
+    fn tuple(&mut self) -> Result<Vec<usize>, NpyError> {
+        self.expect(b'(')?;
+        let mut dims = Vec::new();
+        loop {
+            self.skip_ws();
+            if self.eat(b')') {
+                return Ok(dims);
+            }
+            let from = self.i;
+            while self.s.get(self.i).is_some_and(u8::is_ascii_digit) {
+                self.i += 1;
+            }
+            let digits = std::str::from_utf8(&self.s[from..self.i]).unwrap_or_default();
+            if digits.is_empty() {
+                return format_err("header: 'shape' must be a tuple of non-negative integers");
+            }
+            // Python 2 wrote long integers with a suffix.
+            self.eat(b'L');
+            let Ok(d) = digits.parse::<usize>() else {
+                return format_err(format!(
+                    "truncated or corrupt: shape dimension {digits} is larger than any file"
+                ));
+            };
+            dims.push(d);
+            self.skip_ws();
+            if self.eat(b')') {
+                return Ok(dims);
+            }
+            self.expect(b',')?;
+        }
+    }
+}
+
+/// Reserves room for `len` elements, failing instead of aborting.
+fn alloc<T>(len: usize, what: &str) -> Result<Vec<T>, NpyError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        NpyError::Alloc(format!(
+            "{len} elements ({} bytes) of {what} do not fit in memory",
+            len.saturating_mul(std::mem::size_of::<T>())
+        ))
+    })?;
+    Ok(v)
+}
+
+/// Reads the data after `h` and converts each element with `conv`
+/// (which gets the raw little-endian bytes; `Err` names what is wrong);
+/// returns a C-order array of the file's shape.
+fn read_data<T: Clone>(
+    r: &mut impl Read,
+    h: &Header,
+    what: &str,
+    conv: impl Fn(&[u8]) -> Result<T, String>,
+) -> Result<ArrayD<T>, NpyError> {
+    let size = h.dtype.size;
+    let mut out: Vec<T> = alloc(h.len, what)?;
+    let mut buf = vec![0u8; CHUNK - CHUNK % size];
+    let mut left = h.len;
+    let mut le = [0u8; 8];
+    while left > 0 {
+        let n = (left * size).min(buf.len());
+        r.read_exact(&mut buf[..n])?;
+        for raw in buf[..n].chunks_exact(size) {
+            le[..size].copy_from_slice(raw);
+            if h.dtype.big_endian {
+                le[..size].reverse();
+            }
+            match conv(&le[..size]) {
+                Ok(v) => out.push(v),
+                Err(reason) => {
+                    return Err(NpyError::Value {
+                        at: file_index(h, out.len()),
+                        reason,
+                    });
+                }
+            }
+        }
+        left -= n / size;
+    }
+    let shape = IxDyn(&h.shape);
+    if h.fortran_order && h.shape.len() > 1 {
+        let a =
+            ArrayD::from_shape_vec(shape.f(), out).map_err(|e| NpyError::Format(e.to_string()))?;
+        Ok(a.as_standard_layout().into_owned())
+    } else {
+        ArrayD::from_shape_vec(shape, out).map_err(|e| NpyError::Format(e.to_string()))
+    }
+}
+
+/// The index (C order over the shape) of the `k`-th element stored.
+fn file_index(h: &Header, mut k: usize) -> Vec<usize> {
+    let mut at = vec![0; h.shape.len()];
+    let axes: Vec<usize> = if h.fortran_order {
+        (0..h.shape.len()).collect()
+    } else {
+        (0..h.shape.len()).rev().collect()
+    };
+    for ax in axes {
+        let d = h.shape[ax].max(1);
+        at[ax] = k % d;
+        k /= d;
+    }
+    at
+}
+
+fn float_of(raw: &[u8]) -> f64 {
+    match raw.len() {
+        2 => f64::from(half_to_f32(u16::from_le_bytes([raw[0], raw[1]]))),
+        4 => f64::from(f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])),
+        _ => f64::from_le_bytes(le8(raw)),
+    }
+}
+
+fn le8(raw: &[u8]) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b[..raw.len()].copy_from_slice(raw);
+    b
+}
+
+/// IEEE half precision to `f32` (exact).
+fn half_to_f32(h: u16) -> f32 {
+    let sign = if h >> 15 == 1 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let frac = f32::from(h & 0x3ff);
+    match exp {
+        0 => sign * frac * 2f32.powi(-24),
+        31 if frac == 0.0 => sign * f32::INFINITY,
+        31 => f32::NAN,
+        _ => sign * (1.0 + frac / 1024.0) * 2f32.powi(exp - 15),
+    }
+}
+
+/// Reads the array after `h` as `f32`: float files only (`f2`, `f4`, `f8`;
+/// `f4` read without a widened copy). An `f8` value too large for `f32`
+/// is a [`NpyError::Value`]; NaN and infinities are passed through for the
+/// caller to locate.
+///
+/// # Errors
+/// [`NpyError::Dtype`] for integer or bool data; as [`read_header`]'s
+/// size check, reading, and allocation.
+pub fn read_f32(r: &mut impl Read, h: &Header) -> Result<ArrayD<f32>, NpyError> {
+    if h.dtype.kind != Kind::Float {
+        return Err(NpyError::Dtype(format!(
+            "unsupported dtype {} (expected float32 '<f4' or float64 '<f8')",
+            h.descr
+        )));
+    }
+    read_data(r, h, "f32", |raw| {
+        let v = float_of(raw);
+        let x = v as f32;
+        if v.is_finite() && !x.is_finite() {
+            return Err(format!("value {v:e} is too large for f32"));
+        }
+        Ok(x)
+    })
+}
+
+/// Reads the array after `h` as integers: any integer dtype, bool, or
+/// floats that are whole numbers below 2⁵³ in magnitude.
+///
+/// # Errors
+/// [`NpyError::Value`] naming the first element that is not an integer
+/// or does not fit an `i64`; as [`read_f32`] otherwise.
+pub fn read_i64(r: &mut impl Read, h: &Header) -> Result<ArrayD<i64>, NpyError> {
+    let kind = h.dtype.kind;
+    read_data(r, h, "i64", |raw| match kind {
+        Kind::Int => {
+            let b = le8(raw);
+            let bits = i64::from_le_bytes(b);
+            // Sign-extend from the stored width.
+            let shift = 64 - 8 * raw.len() as u32;
+            Ok((bits << shift) >> shift)
+        }
+        Kind::UInt | Kind::Bool => {
+            let v = u64::from_le_bytes(le8(raw));
+            i64::try_from(v).map_err(|_| format!("value {v} does not fit a 64-bit integer"))
+        }
+        Kind::Float => integral(float_of(raw)),
+    })
+}
+
+/// A float that is a whole number of magnitude below 2⁵³, as `i64`.
+pub fn integral(v: f64) -> Result<i64, String> {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+        Ok(v as i64)
+    } else {
+        Err(format!("value {v} is not an integer"))
+    }
+}
+
+/// An element `.npy` files are written with.
+pub trait Element: Copy {
+    /// The type string, e.g. `<f4`.
+    const DESCR: &'static str;
+    /// Appends the little-endian bytes.
+    fn put(self, out: &mut Vec<u8>);
+}
+
+impl Element for f32 {
+    const DESCR: &'static str = "<f4";
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
+impl Element for i64 {
+    const DESCR: &'static str = "<i8";
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
+/// Writes a C-order array of `shape` whose elements `data` yields in
+/// order (format version 1, or 2 for a header too long for it).
+///
+/// # Errors
+/// Writing fails, or `data` yields a number of elements other than the
+/// shape's.
+pub fn write<T: Element>(
+    w: &mut impl Write,
+    shape: &[usize],
+    data: impl IntoIterator<Item = T>,
+) -> io::Result<()> {
+    let dims = match shape {
+        [d] => format!("({d},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let dict = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {dims}, }}",
+        T::DESCR
+    );
+    // Magic, version, length, dict, padding spaces and '\n' to a multiple of 64.
+    let (version, pre) = if dict.len() + 11 <= usize::from(u16::MAX) {
+        (1u8, 10)
+    } else {
+        (2u8, 12)
+    };
+    let total = (pre + dict.len() + 1).div_ceil(64) * 64;
+    let hlen = total - pre;
+    w.write_all(b"\x93NUMPY")?;
+    w.write_all(&[version, 0])?;
+    if version == 1 {
+        w.write_all(&(hlen as u16).to_le_bytes())?;
+    } else {
+        w.write_all(&(hlen as u32).to_le_bytes())?;
+    }
+    w.write_all(dict.as_bytes())?;
+    w.write_all(&vec![b' '; hlen - dict.len() - 1])?;
+    w.write_all(b"\n")?;
+    let expected: usize = shape.iter().product();
+    let mut count = 0usize;
+    let mut buf = Vec::with_capacity(CHUNK);
+    for v in data {
+        v.put(&mut buf);
+        count += 1;
+        if buf.len() >= CHUNK - 8 {
+            w.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    w.write_all(&buf)?;
+    if count != expected {
+        return Err(io::Error::other(format!(
+            "{count} elements written for shape {shape:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a whole `.npy` file held in memory as `f32` (for tests and small
+/// files).
+///
+/// # Errors
+/// As [`read_header`] and [`read_f32`].
+pub fn f32_from_bytes(bytes: &[u8]) -> Result<ArrayD<f32>, NpyError> {
+    let mut r = bytes;
+    let h = read_header(&mut r, bytes.len() as u64)?;
+    read_f32(&mut r, &h)
+}
+
+/// Reads a whole `.npy` file held in memory as `i64` (for tests and small
+/// files).
+///
+/// # Errors
+/// As [`read_header`] and [`read_i64`].
+pub fn i64_from_bytes(bytes: &[u8]) -> Result<ArrayD<i64>, NpyError> {
+    let mut r = bytes;
+    let h = read_header(&mut r, bytes.len() as u64)?;
+    read_i64(&mut r, &h)
+}
