@@ -104,15 +104,61 @@ impl Engine {
         &self,
         params: &MeanShiftValidParams,
         points: ArrayView2<'_, f32>,
-        mut progress: impl FnMut(&Progress),
+        progress: impl FnMut(&Progress),
     ) -> Result<MeanShiftFit> {
         let x = Matrix::check(OP, "points", points)?;
+        let start = self.shift_start(params, &x)?;
+        let xc = centred(x.as_slice(), &start.center);
+        drop(x);
+        self.shift_from(params, start, xc, progress)
+    }
+
+    /// [`mean_shift_with_progress`](Self::mean_shift_with_progress) on
+    /// points the engine may take over: they are centred in place rather
+    /// than copied, so clustering large data needs no second copy of it.
+    /// The results are the same.
+    ///
+    /// # Errors
+    /// As [`mean_shift`](Self::mean_shift).
+    pub fn mean_shift_owned(
+        &self,
+        params: &MeanShiftValidParams,
+        points: Array2<f32>,
+        progress: impl FnMut(&Progress),
+    ) -> Result<MeanShiftFit> {
+        let points = if points.is_standard_layout() {
+            points
+        } else {
+            points.as_standard_layout().into_owned()
+        };
+        let len = points.len();
+        let start = {
+            let x = Matrix::check(OP, "points", points.view())?;
+            self.shift_start(params, &x)?
+        };
+        let (mut xc, offset) = points.into_raw_vec_and_offset();
+        xc.drain(..offset.unwrap_or(0).min(xc.len()));
+        xc.truncate(len);
+        xc.par_chunks_exact_mut(start.d).for_each(|row| {
+            for (v, &c) in row.iter_mut().zip(&start.center) {
+                *v = (f64::from(*v) - c) as f32;
+            }
+        });
+        self.shift_from(params, start, xc, progress)
+    }
+
+    /// Bandwidth, kernel, centre and (unless every point is one) seeds.
+    fn shift_start(&self, params: &MeanShiftValidParams, x: &Matrix<'_>) -> Result<ShiftStart> {
         let (n, d) = (x.rows(), x.cols());
-        let h = self.resolve_bandwidth(params.bandwidth(), &x)?;
+        let h = self.resolve_bandwidth(params.bandwidth(), x)?;
         let kernel = Kernel::new(params.profile(), h)?;
+        let center = midpoint(x.as_slice(), d);
         let seeds = match params.seeds() {
-            Seeds::All => x.as_slice().to_vec(),
-            Seeds::Binned { min_bin_freq } => bin_seeds(x.as_slice(), d, h, *min_bin_freq),
+            Seeds::All => None,
+            Seeds::Binned { min_bin_freq } => Some(centred(
+                &bin_seeds(x.as_slice(), d, h, *min_bin_freq),
+                &center,
+            )),
             Seeds::Given(s) => {
                 if s.ncols() != d {
                     return Err(ClusterError::SeedDimension {
@@ -121,19 +167,43 @@ impl Engine {
                     }
                     .into());
                 }
-                s.iter().copied().collect()
+                Some(centred(&s.iter().copied().collect::<Vec<f32>>(), &center))
             }
         };
-        if seeds.is_empty() {
+        if seeds.as_ref().is_some_and(Vec::is_empty) {
             return Err(ClusterError::NoModes {
                 seeds: 0,
                 bandwidth: h,
             }
             .into());
         }
-        let center = midpoint(x.as_slice(), d);
-        let xc = centred(x.as_slice(), &center);
-        let seeds = centred(&seeds, &center);
+        Ok(ShiftStart {
+            n,
+            d,
+            h,
+            kernel,
+            center,
+            seeds,
+        })
+    }
+
+    /// The iterations and post-processing on the centred points `xc`.
+    fn shift_from(
+        &self,
+        params: &MeanShiftValidParams,
+        start: ShiftStart,
+        xc: Vec<f32>,
+        mut progress: impl FnMut(&Progress),
+    ) -> Result<MeanShiftFit> {
+        let ShiftStart {
+            n,
+            d,
+            h,
+            kernel,
+            center,
+            seeds,
+        } = start;
+        let seeds = seeds.unwrap_or_else(|| xc.clone());
         let xv = ArrayView2::from_shape((n, d), &xc).expect("n·d"); // ok: same shape as x
         let xm = Matrix::check(OP, "points", xv)?;
         let tol_h = params.tol() * f64::from(h);
@@ -181,6 +251,17 @@ impl Engine {
     }
 }
 
+/// Where MeanShift starts: sizes, bandwidth, kernel, the centre the
+/// points are shifted by, and the centred seeds (`None`: every point).
+struct ShiftStart {
+    n: usize,
+    d: usize,
+    h: f32,
+    kernel: Kernel,
+    center: Vec<f64>,
+    seeds: Option<Vec<f32>>,
+}
+
 /// The middle of the bounding box, per coordinate (exact for constant data).
 fn midpoint(x: &[f32], d: usize) -> Vec<f64> {
     let mut lo = vec![f64::INFINITY; d];
@@ -211,44 +292,54 @@ fn centred(x: &[f32], center: &[f64]) -> Vec<f32> {
 /// scikit-learn's bin seeds: one per bin `round(x/h)` (half to even, in
 /// f64) holding at least `min_bin_freq` points, at the bin's grid point
 /// `round(x/h)·h`; the points themselves when every point has a bin of its
-/// own. Points are grouped by a hash of their bin, then by the bin itself.
+/// own. Points are grouped by a 32-bit hash of their bin, then by the bin
+/// itself; bins are recomputed from the points rather than stored, so the
+/// work memory is 8 bytes per point.
 pub(crate) fn bin_seeds(x: &[f32], d: usize, h: f32, min_bin_freq: usize) -> Vec<f32> {
     let n = x.len() / d;
     let hf = f64::from(h);
     // `+ 0.0` turns −0.0 into 0.0, so both land in the same bin.
-    let bins: Vec<f64> = x
-        .par_iter()
-        .map(|&v| (f64::from(v) / hf).round_ties_even() + 0.0)
-        .collect();
-    let row = |i: usize| &bins[i * d..(i + 1) * d];
-    let mut keyed: Vec<(u64, u32)> = (0..n)
+    let bin = |v: f32| (f64::from(v) / hf).round_ties_even() + 0.0;
+    let row = |i: usize| x[i * d..(i + 1) * d].iter().map(move |&v| bin(v));
+    let mut keyed: Vec<(u32, u32)> = (0..n)
         .into_par_iter()
         .map(|i| {
-            let hash = row(i).iter().fold(0xCBF2_9CE4_8422_2325u64, |a, v| {
+            let hash = row(i).fold(0xCBF2_9CE4_8422_2325u64, |a, v| {
                 (a.rotate_left(5) ^ v.to_bits()).wrapping_mul(0x0100_0000_01B3)
             });
-            (hash, i as u32)
+            ((hash ^ (hash >> 32)) as u32, i as u32)
         })
         .collect();
     keyed.par_sort_unstable();
-    let same = |a: u32, b: u32| row(a as usize) == row(b as usize);
+    let same = |a: u32, b: u32| row(a as usize).eq(row(b as usize));
     let mut seeds = Vec::new();
     let mut kept = 0;
     let mut start = 0;
+    let mut run: Vec<u32> = Vec::new();
+    let mut rest: Vec<u32> = Vec::new();
     while start < n {
         let mut end = start + 1;
         while end < n && keyed[end].0 == keyed[start].0 {
             end += 1;
         }
         // Equal hashes: almost always one bin; split exact groups otherwise.
-        let mut run: Vec<u32> = keyed[start..end].iter().map(|k| k.1).collect();
+        run.clear();
+        run.extend(keyed[start..end].iter().map(|k| k.1));
         while let Some(&first) = run.first() {
-            let (mine, rest): (Vec<u32>, Vec<u32>) = run.iter().partition(|&&i| same(i, first));
-            if mine.len() >= min_bin_freq {
-                seeds.extend(row(first as usize).iter().map(|&b| (b * hf) as f32));
+            rest.clear();
+            let mut mine = 0;
+            for &i in &run {
+                if same(i, first) {
+                    mine += 1;
+                } else {
+                    rest.push(i);
+                }
+            }
+            if mine >= min_bin_freq {
+                seeds.extend(row(first as usize).map(|b| (b * hf) as f32));
                 kept += 1;
             }
-            run = rest;
+            std::mem::swap(&mut run, &mut rest);
         }
         start = end;
     }
@@ -285,6 +376,37 @@ mod tests {
         assert_eq!(seeds, vec![vec![3.1], vec![5.2]]); // every bin single: the points
         let seeds = sorted_rows(bin_seeds(&[3.1f32, 3.3, 5.2], 1, 2.0, 1), 1);
         assert_eq!(seeds, vec![vec![4.0], vec![6.0]]);
+    }
+
+    #[test]
+    fn points_handed_over_give_the_same_fit() {
+        use crate::cluster::params::MeanShiftParams;
+        let x = Array2::from_shape_fn((301, 2), |(i, j)| {
+            ((i * 37 + j * 11) % 97) as f32 * 0.05 + (i % 3) as f32 * 10.0 + 1000.0
+        });
+        let e = Engine::cpu();
+        for seeds in [Seeds::All, Seeds::Binned { min_bin_freq: 2 }] {
+            let p = MeanShiftParams::new()
+                .bandwidth(1.5)
+                .seeds(seeds)
+                .check()
+                .expect("valid");
+            let want = e.mean_shift(&p, x.view()).expect("view");
+            let got = e.mean_shift_owned(&p, x.clone(), |_| {}).expect("owned");
+            assert_eq!(got, want);
+            // A column-major copy and a sliced array are handled too.
+            let mut f = Array2::zeros(ndarray::ShapeBuilder::f((301, 2)));
+            f.assign(&x);
+            assert!(!f.is_standard_layout());
+            assert_eq!(e.mean_shift_owned(&p, f, |_| {}).expect("fortran"), want);
+            let mut wide = Array2::zeros((302, 2));
+            wide.slice_mut(ndarray::s![1.., ..]).assign(&x);
+            let sliced = wide.slice_move(ndarray::s![1.., ..]);
+            assert_eq!(
+                e.mean_shift_owned(&p, sliced, |_| {}).expect("sliced"),
+                want
+            );
+        }
     }
 
     #[test]

@@ -133,6 +133,10 @@ fn suppress(sorted: &[f32], d: usize, h: f32) -> Vec<bool> {
     keep
 }
 
+/// Points labelled per backend call: the neighbour lists of a block are
+/// temporary, so labelling costs the labels and one block's lists.
+const LABEL_BLOCK: usize = 1 << 16;
+
 /// Labels: the index of the nearest mode, or −1 when `cluster_all` is off
 /// and that mode is farther than `h`.
 pub(crate) fn label(
@@ -142,11 +146,26 @@ pub(crate) fn label(
     h: f32,
     cluster_all: bool,
 ) -> Result<Vec<i64>> {
-    let nearest = crate::ops::knn_scaled(backend, queries, modes, 1)?;
-    Ok(nearest
-        .indices
-        .iter()
-        .zip(&nearest.distances)
-        .map(|(&i, &dist)| if cluster_all || dist <= h { i } else { -1 })
-        .collect())
+    let (n, d) = (queries.rows(), queries.cols());
+    let mut labels = crate::matrix::reserve::<i64>("mean_shift", "labels", n as u64)?;
+    for r0 in (0..n).step_by(LABEL_BLOCK) {
+        let r1 = (r0 + LABEL_BLOCK).min(n);
+        let rows =
+            ArrayView2::from_shape((r1 - r0, d), queries.row_range(r0, r1)).map_err(|e| {
+                crate::error::Error::InvalidParameter {
+                    name: "points",
+                    reason: e.to_string(),
+                }
+            })?;
+        let block = Matrix::check("mean_shift", "points", rows)?;
+        let nearest = crate::ops::knn_scaled(backend, &block, modes, 1)?;
+        labels.extend(
+            nearest
+                .indices
+                .iter()
+                .zip(&nearest.distances)
+                .map(|(&i, &dist)| if cluster_all || dist <= h { i } else { -1 }),
+        );
+    }
+    Ok(labels)
 }

@@ -1,6 +1,7 @@
 //! `locus mean-shift`: MeanShift clustering (scikit-learn's semantics, any
 //! kernel, classic or blurring), with labels, modes and a plot.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 
 use clap::ValueEnum;
@@ -86,7 +87,7 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     if let Some(p) = &a.plot {
         plot::check_path("--plot", p)?;
     }
-    let input = Input::load("--input", &a.input)?;
+    let mut input = Input::load("--input", &a.input)?;
     let rule = match (a.bandwidth, a.quantile) {
         (Some(h), _) => Bandwidth::Fixed(h),
         (None, q) => Bandwidth::Quantile {
@@ -114,7 +115,7 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     };
     // Bad parameters are reported before any work.
     build(rule)?;
-    let x = input.data.view();
+    let (n, d) = input.data.dim();
 
     let mut job = Job::open("mean-shift", &a.common)?;
     // The bandwidth is resolved once, so both backends of --verify use it.
@@ -123,19 +124,29 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
         _ => {
             let q = a.quantile.unwrap_or(0.3);
             job.engine()
-                .estimate_bandwidth(x, q, None)
-                .map_err(|e| quantile_error(e, q, x.nrows(), &input))?
+                .estimate_bandwidth(input.data.view(), q, None)
+                .map_err(|e| quantile_error(e, q, n, &input))?
         }
     };
     let params = build(Bandwidth::Fixed(h))?;
+    // When nothing needs the points afterwards (no plot, no second run),
+    // they are handed to the library, which centres them in place: large
+    // inputs then cost one copy of the data, not two.
+    let handed_over = (a.plot.is_none() && !a.common.verify)
+        .then(|| RefCell::new(Some(std::mem::take(&mut input.data))));
+    let x = input.data.view();
     let fit = job.run_observed(a.max_iter as u64, |e: &Engine, bar| {
-        e.mean_shift_with_progress(&params, x, |p| {
+        let report = |p: &locus::Progress| {
             bar.inc(1);
             bar.set_message(format!(
                 "mean-shift: iteration {}, {} moving, max shift {:.2e}",
                 p.iteration, p.moving, p.max_shift
             ));
-        })
+        };
+        match handed_over.as_ref().and_then(|c| c.borrow_mut().take()) {
+            Some(points) => e.mean_shift_owned(&params, points, report),
+            None => e.mean_shift_with_progress(&params, x, report),
+        }
     })?;
     job.verify(
         |e: &Engine| e.mean_shift(&params, x),
@@ -145,7 +156,7 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     let clusters = fit.modes.nrows();
     let summary = Summary {
         kernel: Some(locus::Kernel::new(a.kernel, h)?),
-        sizes: vec![("N", x.nrows()), ("d", x.ncols())],
+        sizes: vec![("N", n), ("d", d)],
         fields: vec![
             ("bandwidth", json!(h)),
             ("bandwidth_estimated", json!(a.bandwidth.is_none())),
