@@ -35,12 +35,19 @@ pub struct Table<T> {
 }
 
 /// Removes a leading byte-order mark and `#` comments (outside double
-/// quotes). A line left blank becomes a single space, so that the CSV
-/// reader sees (and counts) every line and line numbers stay right.
+/// quotes), and ends every line with `\n` (CRLF and CR too). A line left
+/// blank becomes a single space, so that the CSV reader sees (and counts)
+/// every line and line numbers stay right.
 fn strip(text: &[u8]) -> Vec<u8> {
     let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
     let mut out = Vec::with_capacity(text.len() + text.len() / 8);
-    let mut lines = text.split(|&c| c == b'\n').peekable();
+    let mut lines = text
+        .split(|&c| c == b'\n')
+        .flat_map(|l| {
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            l.split(|&c| c == b'\r')
+        })
+        .peekable();
     while let Some(line) = lines.next() {
         let start = out.len();
         let mut quoted = false;
@@ -66,7 +73,21 @@ fn strip(text: &[u8]) -> Vec<u8> {
 }
 
 fn is_number(field: &str) -> bool {
-    field.parse::<f64>().is_ok()
+    unquote(field).parse::<f64>().is_ok()
+}
+
+/// A field the CSV reader left quoted because of spaces around the quotes
+/// (`1, "2"`), unquoted.
+fn unquote(field: &str) -> std::borrow::Cow<'_, str> {
+    match field
+        .strip_prefix('"')
+        .and_then(|f| f.strip_suffix('"'))
+        .map(str::trim)
+    {
+        Some(inner) if !inner.contains('"') => inner.into(),
+        Some(inner) => inner.replace("\"\"", "\"").into(),
+        None => field.into(),
+    }
 }
 
 /// Reads a table, converting each field with `conv` (`Err` says what is
@@ -154,7 +175,7 @@ pub fn read<T: Clone>(
             return Err(format!("too large for memory (at line {line})"));
         }
         for (j, f) in record.iter().enumerate() {
-            let v = conv(f).map_err(|why| {
+            let v = conv(&unquote(f)).map_err(|why| {
                 let what = if f.is_empty() {
                     "an empty field".to_string()
                 } else {
@@ -171,13 +192,15 @@ pub fn read<T: Clone>(
     Ok(Table { data, lines })
 }
 
-/// Converts a field to `f32`: any number `f64` reads, refusing finite
-/// values too large for `f32` (NaN and infinities pass, for the caller to
-/// locate).
+/// Converts a field to `f32`, correctly rounded (parsed as `f32`, not
+/// through `f64`, which could round twice), refusing finite values too
+/// large for `f32` (NaN and infinities pass, for the caller to locate).
 pub fn f32_field(f: &str) -> Result<f32, String> {
-    let v: f64 = f.parse().map_err(|_| "is not a number".to_string())?;
-    let x = v as f32;
-    if v.is_finite() && !x.is_finite() {
+    let x: f32 = f.parse().map_err(|_| "is not a number".to_string())?;
+    if x.is_infinite()
+        && let Ok(v) = f.parse::<f64>()
+        && v.is_finite()
+    {
         return Err(format!("is too large for f32 (value {v:e})"));
     }
     Ok(x)

@@ -508,7 +508,9 @@ pub fn remove_temporary_files() {
 /// A temporary file beside an output: unnamed (`O_TMPFILE`) where the
 /// system and file system allow, so nothing is left behind however the
 /// run ends, else a hidden named file, removed on drop unless committed and
-/// on SIGINT, SIGTERM and SIGHUP.
+/// on SIGINT, SIGTERM and SIGHUP. The environment variable
+/// `LOCUS_NO_TMPFILE` (any value) asks for named files everywhere, as on
+/// systems without `O_TMPFILE` (the tests use it).
 struct TempFile {
     writer: BufWriter<File>,
     /// The file's name; `None` while it is unnamed.
@@ -519,7 +521,9 @@ struct TempFile {
 impl TempFile {
     fn create(target: &Path) -> io::Result<TempFile> {
         #[cfg(target_os = "linux")]
-        if let Some(file) = unnamed_in(parent_dir(target))? {
+        if std::env::var_os("LOCUS_NO_TMPFILE").is_none()
+            && let Some(file) = unnamed_in(parent_dir(target))?
+        {
             return Ok(TempFile {
                 writer: BufWriter::new(file),
                 path: None,

@@ -210,7 +210,7 @@ fn quantile_error(e: locus::Error, q: f64, n: usize, input: &Input) -> CliError 
     let k = (q * n as f64) as u64;
     if matches!(e, locus::Error::Cluster(_)) && (0.0..=1.0).contains(&q) && k < 2 {
         return CliError::input(format!(
-            "--quantile {q}: too small for {n} points: the estimate averages the distance to the ⌊quantile·N⌋ = {k}-th nearest neighbour, and the nearest is the point itself (distance 0); use a quantile of at least 2/N = {:.3e}, or --bandwidth",
+            "--quantile {q:?}: too small for {n} points: the estimate averages the distance to the ⌊quantile·N⌋ = {k}-th nearest neighbour, and the nearest is the point itself (distance 0); use a quantile of at least 2/N = {:.3e}, or --bandwidth",
             2.0 / n as f64
         ));
     }
