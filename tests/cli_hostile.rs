@@ -1030,3 +1030,79 @@ fn binned_mean_shift_peak_memory_is_bounded_per_point() {
     let labels: Array1<i64> = read_npy(dir.path().join("l.npy")).unwrap();
     assert_eq!(labels.len(), n);
 }
+
+// ---- the example service's loading -----------------------------------------------
+
+/// The example service's executable beside this test's profile directory
+/// (`cargo test` builds it), or None with the reason printed.
+fn example_service() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe
+        .parent()?
+        .parent()?
+        .join("examples")
+        .join(format!("service{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        eprintln!(
+            "SKIPPED: {} is missing (a filtered `cargo test` does not build examples; \
+             run `cargo build --release --example service` first)",
+            bin.display()
+        );
+        return None;
+    }
+    Some(bin)
+}
+
+#[test]
+fn the_example_service_refuses_forged_headers_at_start_up() {
+    let Some(service) = example_service() else {
+        return;
+    };
+    let dir = TempDir::new().unwrap();
+    npy(&dir, "v.npy", &Array2::zeros((4, 1)));
+    npy(&dir, "k.npy", &Array2::zeros((4, 2)));
+    for (name, dict) in forged_headers() {
+        file(&dir, name, raw_npy(&dict, &[0u8; 64]));
+        for args in [
+            ["--keys", name, "--values", "v.npy"],
+            ["--keys", "k.npy", "--values", name],
+        ] {
+            let out = Process::new(&service)
+                .current_dir(dir.path())
+                .args(args)
+                .args(["--port", "0", "--backend", "cpu"])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            // A message and exit 1, not an abort.
+            assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+            assert!(
+                err.contains(name)
+                    && (err.contains("truncated or corrupt") || err.contains("given twice")),
+                "{name}: {err}"
+            );
+            assert!(!err.contains("memory allocation"), "{err}");
+        }
+    }
+    // Forged labels are refused the same way.
+    file(
+        &dir,
+        "bad_l.npy",
+        raw_npy(&forged_headers()[0].1, &[0u8; 64]),
+    );
+    let out = Process::new(&service)
+        .current_dir(dir.path())
+        .args([
+            "--keys",
+            "k.npy",
+            "--values",
+            "v.npy",
+            "--labels",
+            "bad_l.npy",
+        ])
+        .args(["--port", "0", "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad_l.npy"));
+}
