@@ -186,10 +186,12 @@ impl Classes {
         classes: Option<usize>,
     ) -> Result<Classes> {
         if labels.len() != n {
-            return Err(Error::RowMismatch {
-                op,
-                keys: n,
-                values: labels.len(),
+            return Err(Error::InvalidParameter {
+                name: "labels",
+                reason: format!(
+                    "{op}: {} labels for {n} keys; labels need one per key",
+                    labels.len()
+                ),
             });
         }
         if let Some((i, &l)) = labels.iter().enumerate().find(|(_, l)| **l < 0) {
@@ -288,4 +290,44 @@ pub fn labels_from_f32(labels: ArrayView1<'_, f32>) -> Result<Array1<i64>> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::array;
+
+    use super::*;
+
+    #[test]
+    fn classes_are_the_labels_present_or_all_of_a_given_count() {
+        let labels = array![16_777_215i64, 0, 7, 0, 16_777_215];
+        let c = Classes::of("t", labels.view(), 5, None).expect("valid");
+        assert_eq!(c.labels.to_vec(), vec![0, 7, 16_777_215]);
+        assert_eq!(c.index, vec![2, 0, 1, 0, 2]);
+        let one_hot = c.one_hot("t").expect("small");
+        assert_eq!(one_hot.dim(), (5, 3));
+        assert_eq!(one_hot.row(2).to_vec(), vec![0.0, 1.0, 0.0]);
+        let c = Classes::of("t", array![0i64, 2].view(), 2, Some(4)).expect("valid");
+        assert_eq!(c.labels.to_vec(), vec![0, 1, 2, 3]);
+        assert_eq!(c.index, vec![0, 2]);
+        // The predicted label of a probability row is the class's label.
+        let proba = array![[0.2f32, 0.5, 0.3], [f32::NAN, f32::NAN, f32::NAN]];
+        let classes = array![3i64, 9, 40];
+        assert_eq!(
+            argmax_labels(proba.view(), classes.view()).to_vec(),
+            vec![9, -1]
+        );
+    }
+
+    #[test]
+    fn labels_that_are_not_classes_are_refused_with_their_reason() {
+        let short = Classes::of("fit", array![0i64, 1].view(), 3, None).unwrap_err();
+        assert!(short.to_string().contains("2 labels for 3 keys"), "{short}");
+        let neg = Classes::of("fit", array![0i64, -1].view(), 2, None).unwrap_err();
+        assert!(neg.to_string().contains("label 1 is -1"), "{neg}");
+        let beyond = Classes::of("fit", array![0i64, 4].view(), 2, Some(4)).unwrap_err();
+        assert!(beyond.to_string().contains("outside 0..4"), "{beyond}");
+        let many = Classes::of("fit", array![0i64].view(), 1, Some((1 << 24) + 1)).unwrap_err();
+        assert!(many.to_string().contains("at most"), "{many}");
+    }
 }
