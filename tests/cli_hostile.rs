@@ -690,10 +690,13 @@ fn interrupted_runs_remove_their_temporary_files() {
     for (name, number) in [("TERM", 15), ("INT", 2), ("HUP", 1)] {
         let dir = TempDir::new().unwrap();
         let mut child = start_large_write(&dir, true);
+        // Writing: a temporary file with data in it (the output check
+        // before any work makes an empty one for an instant).
         let writing = wait_for(&mut child, || {
-            debris(dir.path(), &["x.npy"])
-                .iter()
-                .any(|n| n.ends_with(".tmp"))
+            debris(dir.path(), &["x.npy"]).iter().any(|n| {
+                n.ends_with(".tmp")
+                    && std::fs::metadata(dir.path().join(n)).is_ok_and(|m| m.len() > 0)
+            })
         });
         assert!(
             writing,
@@ -716,13 +719,14 @@ fn killed_runs_leave_nothing_behind() {
     let mut child = start_large_write(&dir, false);
     let fds = PathBuf::from(format!("/proc/{}/fd", child.id()));
     let folder = std::fs::canonicalize(dir.path()).unwrap();
-    // Writing: an open file in the folder that has no name there.
+    // Writing: an open file in the folder that has no name there, with
+    // data in it.
     let writing = wait_for(&mut child, || {
         std::fs::read_dir(&fds).is_ok_and(|fds| {
             fds.flatten().any(|fd| {
                 std::fs::read_link(fd.path()).is_ok_and(|l| {
                     l.starts_with(&folder) && l.to_string_lossy().ends_with("(deleted)")
-                })
+                }) && std::fs::metadata(fd.path()).is_ok_and(|m| m.len() > 0)
             })
         })
     });
