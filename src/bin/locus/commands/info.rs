@@ -81,7 +81,8 @@ pub fn run(a: &InfoArgs) -> CliResult<()> {
     Ok(())
 }
 
-fn engine_json(e: &Engine) -> Value {
+/// An engine as JSON: backend, adapter, and for a GPU its limits and features.
+pub fn engine_json(e: &Engine) -> Value {
     let mut o = backend_fields(e.backend());
     if let BackendInfo::Cpu { threads, simd } = e.backend() {
         o.insert("threads".into(), json!(threads));
