@@ -118,6 +118,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Device time of the compute passes since the last call, when the
+    /// backend times them; `None` otherwise.
+    fn take_gpu_time(&self) -> Result<Option<std::time::Duration>> {
+        Ok(None)
+    }
+
     /// Keeps `keys` and the value matrices `sets` (one row per key each)
     /// for repeated queries (a [`KeySet`](crate::KeySet)).
     fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>>;

@@ -50,7 +50,79 @@ pub struct EngineOptions {
     /// memory. An allocation past it fails with
     /// [`Error::MemoryLimit`](crate::Error::MemoryLimit) and changes nothing.
     pub memory_limit: Option<u64>,
+    /// The GPU adapter to open (`None`: the best one). Indices count in the
+    /// order of [`Engine::adapters`] (best first), as `locus info` lists
+    /// them. With [`Device::Auto`] a chosen adapter is taken even when it
+    /// is a software one; with [`Device::Cpu`] it is ignored.
+    pub adapter: Option<AdapterChoice>,
+    /// Refuse a software adapter (lavapipe, WARP): opening one fails with
+    /// [`Error::SoftwareAdapter`], so a measurement can never run on a CPU
+    /// posing as a GPU. With [`Device::Auto`] and no hardware adapter the
+    /// engine still runs on the CPU path, which is not a GPU.
+    pub require_hardware: bool,
+    /// Time every GPU compute pass with timestamp queries, when the adapter
+    /// has `TIMESTAMP_QUERY` (see [`Engine::take_gpu_time`]). Costs one small
+    /// readback per submission; meant for benchmarks.
+    pub gpu_timing: bool,
 }
+
+/// Which GPU adapter to open: by its index in [`Engine::adapters`] or by a
+/// case-insensitive substring of its name. Parsed from `LOCUS_ADAPTER`:
+/// digits are an index, anything else a name.
+///
+/// ```
+/// use locus::AdapterChoice;
+/// assert_eq!("1".parse::<AdapterChoice>(), Ok(AdapterChoice::Index(1)));
+/// assert_eq!("H200".parse::<AdapterChoice>(), Ok(AdapterChoice::Name("H200".into())));
+/// assert!(" ".parse::<AdapterChoice>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdapterChoice {
+    /// Position in the list of [`Engine::adapters`], from 0.
+    Index(usize),
+    /// A substring of the adapter's name, compared case-insensitively.
+    Name(String),
+}
+
+impl std::str::FromStr for AdapterChoice {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let t = s.trim();
+        if t.is_empty() {
+            return Err(Error::InvalidParameter {
+                name: "adapter",
+                reason: "empty; give an index from `locus info` or part of an adapter's name"
+                    .into(),
+            });
+        }
+        if t.bytes().all(|b| b.is_ascii_digit()) {
+            return t
+                .parse()
+                .map(AdapterChoice::Index)
+                .map_err(|_| Error::InvalidParameter {
+                    name: "adapter",
+                    reason: format!("index {t} is too large"),
+                });
+        }
+        Ok(AdapterChoice::Name(t.to_string()))
+    }
+}
+
+impl std::fmt::Display for AdapterChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdapterChoice::Index(i) => write!(f, "index {i}"),
+            AdapterChoice::Name(n) => write!(f, "name containing {n:?}"),
+        }
+    }
+}
+
+/// Environment variable choosing the GPU adapter (see [`AdapterChoice`]).
+pub const ADAPTER_ENV: &str = "LOCUS_ADAPTER";
+/// Environment variable that, set to `1` (or `true`, `yes`, `on`), refuses
+/// software adapters (see [`EngineOptions::require_hardware`]).
+pub const REQUIRE_HARDWARE_ENV: &str = "LOCUS_REQUIRE_HARDWARE";
 
 impl EngineOptions {
     /// Defaults for `device`.
@@ -62,7 +134,47 @@ impl EngineOptions {
             output_sentinel: None,
             buffer_pool_bytes: 256 << 20,
             memory_limit: None,
+            adapter: None,
+            require_hardware: false,
+            gpu_timing: false,
         }
+    }
+
+    /// Defaults for `device`, then `LOCUS_ADAPTER` and
+    /// `LOCUS_REQUIRE_HARDWARE` from the environment.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when either variable holds something
+    /// that cannot be read (an empty adapter, a flag that is not 0/1).
+    pub fn from_env(device: Device) -> Result<Self> {
+        let mut o = EngineOptions::new(device);
+        if let Some(v) = std::env::var_os(ADAPTER_ENV) {
+            let v = v.to_string_lossy();
+            o.adapter = Some(v.parse().map_err(|e| match e {
+                Error::InvalidParameter { reason, .. } => Error::InvalidParameter {
+                    name: ADAPTER_ENV,
+                    reason,
+                },
+                e => e,
+            })?);
+        }
+        if let Some(v) = std::env::var_os(REQUIRE_HARDWARE_ENV) {
+            o.require_hardware =
+                parse_flag(&v.to_string_lossy()).ok_or_else(|| Error::InvalidParameter {
+                    name: REQUIRE_HARDWARE_ENV,
+                    reason: format!("{v:?} is not a flag; use 1 or 0"),
+                })?;
+        }
+        Ok(o)
+    }
+}
+
+/// Reads an on/off environment flag.
+fn parse_flag(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "" | "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
     }
 }
 
@@ -95,10 +207,12 @@ pub struct Engine {
 
 impl Engine {
     /// The best backend: a hardware GPU if present, else the CPU. Never
-    /// fails; if a GPU was found but could not be opened, the engine runs
-    /// on the CPU and [`fallback_reason`](Self::fallback_reason) says why.
+    /// fails; if a GPU was found but could not be opened (or
+    /// `LOCUS_ADAPTER` / `LOCUS_REQUIRE_HARDWARE` cannot be read or
+    /// matched), the engine runs on the CPU and
+    /// [`fallback_reason`](Self::fallback_reason) says why.
     pub fn new() -> Engine {
-        Engine::with_options(EngineOptions::default()).unwrap_or_else(|e| Engine {
+        Engine::from_env(Device::Auto).unwrap_or_else(|e| Engine {
             backend: Arc::new(CpuBackend::new()),
             fallback: Some(e.to_string().into()),
         })
@@ -112,20 +226,42 @@ impl Engine {
         }
     }
 
-    /// The best GPU adapter, including a software one if it is all there is.
+    /// The best GPU adapter, including a software one if it is all there
+    /// is, or the one `LOCUS_ADAPTER` names; a software adapter is refused
+    /// when `LOCUS_REQUIRE_HARDWARE=1`.
     ///
     /// # Errors
     /// [`Error::NoAdapter`] when wgpu finds no adapter at all;
-    /// [`Error::DeviceRequest`] when it cannot be opened.
+    /// [`Error::AdapterNotFound`], [`Error::SoftwareAdapter`] as the
+    /// environment asks; [`Error::DeviceRequest`] when it cannot be opened.
     pub fn gpu() -> Result<Engine> {
-        Engine::with_options(EngineOptions::new(Device::Gpu))
+        Engine::from_env(Device::Gpu)
+    }
+
+    /// An engine on `device` with [`EngineOptions::from_env`]. With
+    /// [`Device::Auto`], a GPU that is found but cannot be opened gives a
+    /// CPU engine whose [`fallback_reason`](Self::fallback_reason) says why.
+    ///
+    /// # Errors
+    /// The environment cannot be read or matched; with [`Device::Gpu`],
+    /// as [`Engine::gpu`].
+    pub fn from_env(device: Device) -> Result<Engine> {
+        let options = EngineOptions::from_env(device)?;
+        match Engine::with_options(options) {
+            Err(e @ Error::DeviceRequest { .. }) if device == Device::Auto => Ok(Engine {
+                backend: Arc::new(CpuBackend::new()),
+                fallback: Some(e.to_string().into()),
+            }),
+            r => r,
+        }
     }
 
     /// An engine built from `options`.
     ///
     /// # Errors
-    /// Invalid tile limits; with [`Device::Gpu`], no adapter or a device
-    /// that cannot be opened.
+    /// Invalid tile limits; an adapter asked for that is not found or is
+    /// refused ([`Error::AdapterNotFound`], [`Error::SoftwareAdapter`]);
+    /// with [`Device::Gpu`], no adapter or a device that cannot be opened.
     pub fn with_options(options: EngineOptions) -> Result<Engine> {
         options.tile_limits.validate()?;
         let cpu = || Engine {
@@ -136,24 +272,38 @@ impl Engine {
             return Ok(cpu());
         }
         let adapters = context::list_adapters();
-        let chosen = adapters.iter().find(|a| {
-            options.device == Device::Gpu
-                || options.allow_software_gpu
-                || !context::is_software(&a.get_info())
-        });
+        let chosen = match &options.adapter {
+            Some(choice) => Some(pick_adapter(&adapters, choice)?),
+            None => adapters.iter().find(|a| {
+                let software = context::is_software(&a.get_info());
+                !software
+                    || (!options.require_hardware
+                        && (options.device == Device::Gpu || options.allow_software_gpu))
+            }),
+        };
         let Some(adapter) = chosen else {
             if options.device == Device::Gpu {
+                if let (true, Some(a)) = (options.require_hardware, adapters.first()) {
+                    return Err(Error::SoftwareAdapter {
+                        adapter: a.get_info().name,
+                    });
+                }
                 return Err(Error::NoAdapter {
                     backends: format!("{:?}", context::BACKENDS),
                 });
             }
             return Ok(cpu());
         };
+        let info = adapter.get_info();
+        if options.require_hardware && context::is_software(&info) {
+            return Err(Error::SoftwareAdapter { adapter: info.name });
+        }
         let ctx = GpuContext::open(
             adapter,
             options.tile_limits,
             options.output_sentinel,
             options.buffer_pool_bytes,
+            options.gpu_timing,
         )?;
         ctx.pool.set_limit(options.memory_limit);
         Ok(Engine {
@@ -179,6 +329,19 @@ impl Engine {
         self.fallback.as_deref()
     }
 
+    /// Device time spent in compute passes since the last call, measured
+    /// with GPU timestamp queries: what the kernels took, without uploads,
+    /// readbacks, host work or queue waits. `None` on the CPU, or when the
+    /// engine was built without [`EngineOptions::gpu_timing`] or the
+    /// adapter lacks `TIMESTAMP_QUERY`. Calls running at the same time on
+    /// one engine are summed together.
+    ///
+    /// # Errors
+    /// The timestamps cannot be read back (a lost device).
+    pub fn take_gpu_time(&self) -> Result<Option<std::time::Duration>> {
+        self.backend.take_gpu_time()
+    }
+
     /// Every GPU adapter wgpu can see, best first (for `locus info`).
     pub fn adapters() -> Vec<BackendInfo> {
         context::list_adapters()
@@ -190,6 +353,35 @@ impl Engine {
     pub(crate) fn backend_impl(&self) -> &dyn Backend {
         &*self.backend
     }
+}
+
+/// The adapter `choice` names among `adapters` (best first).
+fn pick_adapter<'a>(
+    adapters: &'a [wgpu::Adapter],
+    choice: &AdapterChoice,
+) -> Result<&'a wgpu::Adapter> {
+    let found = match choice {
+        AdapterChoice::Index(i) => adapters.get(*i),
+        AdapterChoice::Name(n) => {
+            let n = n.to_lowercase();
+            adapters
+                .iter()
+                .find(|a| a.get_info().name.to_lowercase().contains(&n))
+        }
+    };
+    found.ok_or_else(|| Error::AdapterNotFound {
+        wanted: choice.to_string(),
+        available: if adapters.is_empty() {
+            "none".into()
+        } else {
+            adapters
+                .iter()
+                .enumerate()
+                .map(|(i, a)| format!("{i}: {}", a.get_info().name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+    })
 }
 
 impl Default for Engine {

@@ -110,6 +110,27 @@ pub enum Error {
         backends: String,
     },
 
+    /// The adapter asked for (by [`EngineOptions::adapter`](crate::EngineOptions::adapter)
+    /// or `LOCUS_ADAPTER`) is not among those wgpu finds.
+    #[error("no GPU adapter matches {wanted}; adapters found: {available}")]
+    AdapterNotFound {
+        /// What was asked for, e.g. `index 3` or `name containing "h200"`.
+        wanted: String,
+        /// The adapters found, with their indices (`none` when there are none).
+        available: String,
+    },
+
+    /// Hardware was required (`LOCUS_REQUIRE_HARDWARE=1` or
+    /// [`EngineOptions::require_hardware`](crate::EngineOptions::require_hardware))
+    /// but the adapter chosen is a software rasterizer, which runs shaders on the CPU.
+    #[error(
+        "GPU adapter {adapter:?} is a software rasterizer (it runs shaders on the CPU) and a hardware adapter is required"
+    )]
+    SoftwareAdapter {
+        /// Adapter name.
+        adapter: String,
+    },
+
     /// The adapter exists but refused to create a device.
     #[error("could not open GPU device on adapter {adapter:?}: {reason}")]
     DeviceRequest {

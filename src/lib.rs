@@ -41,7 +41,7 @@ pub use cluster::{
     MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
     silverman_bandwidth,
 };
-pub use engine::{Device, Engine, EngineOptions};
+pub use engine::{ADAPTER_ENV, AdapterChoice, Device, Engine, EngineOptions, REQUIRE_HARDWARE_ENV};
 pub use error::{Error, Result};
 pub use kernel::{Kernel, Profile};
 pub use keyset::{BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions};

@@ -639,12 +639,13 @@ fn bench_quick_json() {
         assert!(ops.contains(&op), "{ops:?}");
     }
     for r in results {
-        assert!(r["cpu_seconds"].as_f64().unwrap() > 0.0);
-        assert!(r["cpu_pairs_per_second"].as_f64().unwrap() > 0.0);
+        assert!(r["cpu"]["seconds"].as_f64().unwrap() > 0.0);
+        assert!(r["cpu"]["pairs_per_second"].as_f64().unwrap() > 0.0);
         if have_gpu() {
-            assert!(r["gpu_seconds"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["gpu"]["seconds"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["speedup"].as_f64().unwrap() > 0.0);
-            assert_eq!(r["deviation"]["ok"], true, "{r}");
+            assert_eq!(r["check"]["rows"], "all", "{r}");
+            assert_eq!(r["check"]["deviation"]["ok"], true, "{r}");
         }
     }
     if have_gpu() {

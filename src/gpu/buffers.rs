@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex};
 
+use super::timing::{self, Encoder};
 use crate::error::{Error, Result};
 use crate::memory::{MemoryBudget, MemoryUsage, Reservation};
 
@@ -253,7 +254,7 @@ pub(crate) fn upload<'p, T: bytemuck::Pod>(
 pub(crate) fn submit_and_read(
     ctx: &GpuContext,
     scope: &ErrorScope,
-    mut encoder: wgpu::CommandEncoder,
+    mut encoder: Encoder,
     sources: &[(&wgpu::Buffer, u64)],
 ) -> Result<Vec<Vec<f32>>> {
     let total: u64 = sources.iter().map(|s| s.1).sum();
@@ -268,7 +269,7 @@ pub(crate) fn submit_and_read(
         encoder.copy_buffer_to_buffer(src, 0, staging.buffer(), off, len);
         off += len;
     }
-    let index = ctx.queue.submit([encoder.finish()]);
+    let index = timing::submit(ctx, encoder);
     let (tx, rx) = std::sync::mpsc::channel();
     staging
         .buffer()

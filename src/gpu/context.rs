@@ -8,6 +8,7 @@ use crate::plan::{DeviceLimits, TileLimits};
 
 use super::buffers::BufferPool;
 use super::pipelines::Pipelines;
+use super::timing::Timing;
 
 /// The native GPU APIs searched. GL is left out on purpose: wgpu would fall
 /// back to it (llvmpipe through EGL) when Vulkan is missing, hiding the
@@ -73,6 +74,8 @@ pub(crate) struct GpuContext {
     pub uniform_align: u64,
     pub pipelines: Pipelines,
     pub pool: BufferPool,
+    /// Pass timestamps, when the engine times its kernels.
+    pub timing: Option<Timing>,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
 }
@@ -88,17 +91,24 @@ impl std::fmt::Debug for GpuContext {
 }
 
 impl GpuContext {
-    /// Opens `adapter` with every limit it offers.
+    /// Opens `adapter` with every limit it offers; with `timing`, also
+    /// timestamp queries when the adapter has them.
     pub(crate) fn open(
         adapter: &wgpu::Adapter,
         caps: TileLimits,
         sentinel: Option<f32>,
         pool_bytes: u64,
+        timing: bool,
     ) -> Result<Self> {
         let ainfo = adapter.get_info();
+        let timing = timing && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let desc = wgpu::DeviceDescriptor {
             label: Some("locus"),
-            required_features: wgpu::Features::empty(),
+            required_features: if timing {
+                wgpu::Features::TIMESTAMP_QUERY
+            } else {
+                wgpu::Features::empty()
+            },
             required_limits: adapter.limits(),
             memory_hints: wgpu::MemoryHints::Performance,
             ..Default::default()
@@ -152,6 +162,7 @@ impl GpuContext {
                 .collect(),
         };
         let pipelines = Pipelines::new(&device);
+        let timer = timing.then(|| Timing::new(queue.get_timestamp_period()));
         Ok(GpuContext {
             pool: BufferPool::new(pool_bytes, lim.max_buffer_size),
             uniform_align: u64::from(lim.min_uniform_buffer_offset_alignment),
@@ -163,6 +174,7 @@ impl GpuContext {
             caps,
             sentinel,
             pipelines,
+            timing: timer,
             lost,
             uncaptured,
         })

@@ -3,6 +3,7 @@
 
 use ndarray::Array2;
 
+use super::timing::{self, Encoder};
 use crate::backend::MatrixMode;
 use crate::error::Result;
 use crate::kernel::Kernel;
@@ -35,7 +36,7 @@ struct Block<'p> {
 fn flush(
     ctx: &GpuContext,
     scope: &ErrorScope,
-    encoder: wgpu::CommandEncoder,
+    encoder: Encoder,
     pending: &mut Vec<Block<'_>>,
     out: &mut [f32],
     n: usize,
@@ -127,9 +128,9 @@ pub(crate) fn kernel_matrix(
                 counter: &counter,
                 exclude_self: false,
             };
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let mut encoder = Encoder::new(ctx);
             let params = record_pass(ctx, OP, &mut encoder, &job, (0, 0), false)?;
-            ctx.queue.submit([encoder.finish()]);
+            timing::submit(ctx, encoder);
             _sums = Some((params, dummy, counter));
         }
         let pipeline = ctx.pipelines.get(
@@ -144,7 +145,7 @@ pub(crate) fn kernel_matrix(
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
         let batch = BATCH_BYTES.min(ctx.limits.binding_bytes.max(1 << 20));
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let mut encoder = Encoder::new(ctx);
         let mut pending: Vec<Block<'_>> = Vec::new();
         let mut pending_bytes = 0u64;
         for kt in &key_tiles {
@@ -153,10 +154,7 @@ pub(crate) fn kernel_matrix(
                 let brows = b1 - b0;
                 let bytes = (brows * kt.len * 4) as u64;
                 if !pending.is_empty() && pending_bytes + bytes > batch {
-                    let full = std::mem::replace(
-                        &mut encoder,
-                        ctx.device.create_command_encoder(&Default::default()),
-                    );
+                    let full = std::mem::replace(&mut encoder, Encoder::new(ctx));
                     flush(ctx, &scope, full, &mut pending, &mut out, n)?;
                     pending_bytes = 0;
                 }

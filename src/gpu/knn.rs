@@ -3,6 +3,7 @@
 
 use ndarray::Array2;
 
+use super::timing::Encoder;
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
 use crate::ops::Neighbours;
@@ -131,7 +132,7 @@ pub(crate) fn knn_on_tiles(
                 )
             })
             .collect();
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let mut encoder = Encoder::new(ctx);
         let _fill_d = fill_sentinel(ctx, OP, &mut encoder, &out_d)?;
         let _fill_i = fill_sentinel(ctx, OP, &mut encoder, &out_i)?;
         {

@@ -1,6 +1,7 @@
 //! Dispatch of `shaders/local_mean.wgsl`: query tiles × value-column
 //! passes × key tiles, merged on the device.
 
+use super::timing::Encoder;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
@@ -98,7 +99,7 @@ pub(crate) fn passes(plan: &LocalMeanPlan, q: usize) -> Vec<(usize, usize)> {
 pub(crate) fn record_pass<'p>(
     ctx: &'p GpuContext,
     op: &'static str,
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut Encoder,
     job: &TileJob<'_, '_>,
     (c0, c1): (usize, usize),
     finalize: bool,
@@ -278,7 +279,7 @@ pub(crate) fn means_on_tiles(
             counter: &b.counter,
             exclude_self: false,
         };
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let mut encoder = Encoder::new(ctx);
         encoder.clear_buffer(b.counter.buffer(), 0, Some(4));
         let _fill = fill_sentinel(ctx, op, &mut encoder, &b.out)?;
         let _params = passes(plan, q)
@@ -358,7 +359,7 @@ pub(crate) fn states_on_tiles(
             exclude_self,
         };
         for (c0, c1) in passes(plan, q) {
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let mut encoder = Encoder::new(ctx);
             let _fill = fill_sentinel(ctx, op, &mut encoder, &b.state)?;
             let _params = record_pass(ctx, op, &mut encoder, &job, (c0, c1), false)?;
             let read = submit_and_read(ctx, scope, encoder, &[(b.state.buffer(), b.state.len())])?;

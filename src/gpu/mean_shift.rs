@@ -11,6 +11,7 @@
 //! seeds all stopped costs nothing more. Blurring, the chunks are the key
 //! tiles themselves and every point moves each iteration.
 
+use super::timing::Encoder;
 use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
@@ -151,7 +152,7 @@ pub(crate) fn mean_shift(
     let mut converged = false;
     for it in 1..=run.max_iter {
         let scope = ctx.scope(OP, sizes.clone())?;
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let mut encoder = Encoder::new(ctx);
         let live: Vec<usize> = (0..chunks.len())
             .filter(|&c| chunks[c].moving > 0)
             .collect();
@@ -259,7 +260,7 @@ pub(crate) fn mean_shift(
             Some(p) => p,
             None => &key_tiles[c].keys,
         };
-        let encoder = ctx.device.create_command_encoder(&Default::default());
+        let encoder = Encoder::new(ctx);
         let read = submit_and_read(
             ctx,
             &scope,
@@ -301,7 +302,7 @@ fn step_params<'p>(
 /// record `rec` of `params`.
 fn dispatch(
     ctx: &GpuContext,
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut Encoder,
     pipeline: &wgpu::ComputePipeline,
     ch: &Chunk<'_>,
     positions: &Pooled<'_>,
@@ -346,7 +347,7 @@ fn dispatch(
 #[allow(clippy::too_many_arguments)]
 fn record_means<'p>(
     ctx: &'p GpuContext,
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut Encoder,
     kernel: &Kernel,
     plan: &LocalMeanPlan,
     d: usize,

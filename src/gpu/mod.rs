@@ -10,6 +10,7 @@ mod pipelines;
 mod resident;
 pub(crate) mod shaders;
 mod softmax;
+mod timing;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use buffers::Pooled;
 use context::GpuContext;
 use pipelines::PipelineKey;
 use shaders::ShaderId;
+use timing::Encoder;
 
 /// The GPU backend: one device, shared by every call (and by the key sets
 /// prepared on it).
@@ -45,6 +47,14 @@ impl GpuBackend {
 impl Backend for GpuBackend {
     fn info(&self) -> &BackendInfo {
         &self.ctx.info
+    }
+
+    fn take_gpu_time(&self) -> Result<Option<std::time::Duration>> {
+        self.ctx
+            .timing
+            .as_ref()
+            .map(|t| t.take(&self.ctx))
+            .transpose()
     }
 
     fn local_mean(
@@ -214,7 +224,7 @@ struct FillParams {
 pub(crate) fn fill_sentinel<'p>(
     ctx: &'p GpuContext,
     op: &'static str,
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut Encoder,
     buf: &Pooled<'_>,
 ) -> Result<Option<ParamBlock<'p>>> {
     let Some(value) = ctx.sentinel else {

@@ -9,6 +9,7 @@
 //! into query tiles × key tiles, and the partial row states of the key
 //! tiles merge on the device.
 
+use super::timing::{self, Encoder};
 use crate::error::{Error, Result};
 use crate::matrix::alloc_output;
 use crate::ops::{Attention, Heads};
@@ -244,7 +245,7 @@ struct QueryTile<'a, 'p> {
 fn record_attend<'p>(
     ctx: &'p GpuContext,
     op: &'static str,
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut Encoder,
     plan: &AttendPlan,
     attn: &Attention,
     (n, d, q, off): (usize, usize, usize, usize),
@@ -380,7 +381,7 @@ pub(crate) fn kernel_softmax(
                 ((p1 - p0) * q * 4) as u64,
                 storage | wgpu::BufferUsages::COPY_SRC,
             )?;
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let mut encoder = Encoder::new(ctx);
             let _fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
             let tile = QueryTile {
                 row_start: r0,
@@ -482,7 +483,7 @@ pub(crate) fn softmax_matrix(
                 .pool
                 .get(ctx, OP, (rows * plan.state_cols() * 4) as u64, storage)?;
             let dummy_out = ctx.pool.get(ctx, OP, 4, storage)?;
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let mut encoder = Encoder::new(ctx);
             let tile = QueryTile {
                 row_start: r0,
                 rows,
@@ -513,10 +514,7 @@ pub(crate) fn softmax_matrix(
                     let brows = a1 - a0;
                     let bytes = (brows * kt.len * 4) as u64;
                     if !pending.is_empty() && pending_bytes + bytes > batch_bytes {
-                        let full = std::mem::replace(
-                            &mut encoder,
-                            ctx.device.create_command_encoder(&Default::default()),
-                        );
+                        let full = std::mem::replace(&mut encoder, Encoder::new(ctx));
                         flush(ctx, &scope, full, &mut pending, &mut out, n)?;
                         pending_bytes = 0;
                     }
@@ -590,13 +588,13 @@ pub(crate) fn softmax_matrix(
 fn flush(
     ctx: &GpuContext,
     scope: &super::context::ErrorScope,
-    encoder: wgpu::CommandEncoder,
+    encoder: Encoder,
     pending: &mut Vec<Block<'_>>,
     out: &mut [f32],
     n: usize,
 ) -> Result<()> {
     if pending.is_empty() {
-        ctx.queue.submit([encoder.finish()]);
+        timing::submit(ctx, encoder);
         return Ok(());
     }
     let sources: Vec<_> = pending
@@ -848,7 +846,7 @@ pub(crate) fn feature_local_mean(
             }
         }
         let params = ParamBlock::new(ctx, OP, &records)?;
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let mut encoder = Encoder::new(ctx);
         encoder.clear_buffer(counter.buffer(), 0, Some(4));
         let group = |kt: &KeyTile<'_>, queries: &Pooled<'_>, out: &Pooled<'_>| {
             bind_group(

@@ -23,12 +23,24 @@ impl BackendArg {
     /// Opens the engine this choice names.
     pub fn engine(self) -> CliResult<Engine> {
         match self {
-            BackendArg::Auto => Ok(Engine::new()),
-            BackendArg::Cpu => Ok(Engine::cpu()),
-            BackendArg::Gpu => {
-                Engine::gpu().map_err(|e| CliError::compute(format!("--backend gpu: {e}")))
+            // The environment's adapter choice is checked: a misspelt
+            // LOCUS_ADAPTER is an error, not a silent CPU run.
+            BackendArg::Auto => {
+                Engine::from_env(locus::Device::Auto).map_err(|e| with_context("--backend auto", e))
             }
+            BackendArg::Cpu => Ok(Engine::cpu()),
+            BackendArg::Gpu => Engine::gpu().map_err(|e| with_context("--backend gpu", e)),
         }
+    }
+}
+
+/// `e` prefixed with the option it came from, with `e`'s exit status.
+fn with_context(option: &str, e: locus::Error) -> CliError {
+    let message = format!("{option}: {e}");
+    if CliError::from(e).code() == crate::error::EXIT_INPUT {
+        CliError::input(message)
+    } else {
+        CliError::compute(message)
     }
 }
 

@@ -76,6 +76,7 @@ impl From<Error> for CliError {
             | Error::CausalShape { .. }
             | Error::NegativeFeature { .. }
             | Error::LogitOverflow { .. }
+            | Error::AdapterNotFound { .. }
             | Error::Cluster(_) => CliError::input(e),
             _ => CliError::compute(e),
         }

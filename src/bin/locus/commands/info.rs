@@ -1,7 +1,7 @@
 //! `locus info`: the GPU adapters found, the backend `auto` chooses, and
 //! the limits and features of the backends.
 
-use locus::{BackendInfo, Engine, GpuLimits};
+use locus::{ADAPTER_ENV, BackendInfo, Engine, GpuLimits, REQUIRE_HARDWARE_ENV};
 use serde_json::{Map, Value, json};
 
 use crate::args::Output;
@@ -34,8 +34,19 @@ pub fn run(a: &InfoArgs) -> CliResult<()> {
         let mut o = Map::new();
         o.insert(
             "adapters".into(),
-            adapters.iter().map(adapter_json).collect(),
+            adapters
+                .iter()
+                .enumerate()
+                .map(|(i, ad)| {
+                    let mut v = adapter_json(ad);
+                    if let Value::Object(m) = &mut v {
+                        m.insert("index".into(), json!(i));
+                    }
+                    v
+                })
+                .collect(),
         );
+        o.insert("env".into(), env_json());
         o.insert("auto".into(), engine_json(&auto));
         o.insert("auto_fallback_reason".into(), json!(auto.fallback_reason()));
         o.insert(
@@ -55,9 +66,14 @@ pub fn run(a: &InfoArgs) -> CliResult<()> {
     if adapters.is_empty() {
         println!("GPU adapters: none (install a Vulkan driver, e.g. mesa-vulkan-drivers)");
     } else {
-        println!("GPU adapters (best first):");
-        for ad in &adapters {
-            println!("  {ad}");
+        println!("GPU adapters (best first; {ADAPTER_ENV}=INDEX or =NAME picks one):");
+        for (i, ad) in adapters.iter().enumerate() {
+            println!("  {i}: {ad}");
+        }
+    }
+    for var in [ADAPTER_ENV, REQUIRE_HARDWARE_ENV] {
+        if let Some(v) = std::env::var_os(var) {
+            println!("{var}={}", v.to_string_lossy());
         }
     }
     println!("auto backend: {}", auto.backend());
@@ -81,7 +97,19 @@ pub fn run(a: &InfoArgs) -> CliResult<()> {
     Ok(())
 }
 
-fn engine_json(e: &Engine) -> Value {
+/// The adapter-choosing environment variables that are set.
+fn env_json() -> Value {
+    [ADAPTER_ENV, REQUIRE_HARDWARE_ENV]
+        .into_iter()
+        .filter_map(|var| {
+            std::env::var_os(var).map(|v| (var.to_string(), json!(v.to_string_lossy())))
+        })
+        .collect::<Map<String, Value>>()
+        .into()
+}
+
+/// An engine as JSON: backend, adapter, and for a GPU its limits and features.
+pub fn engine_json(e: &Engine) -> Value {
     let mut o = backend_fields(e.backend());
     if let BackendInfo::Cpu { threads, simd } = e.backend() {
         o.insert("threads".into(), json!(threads));
