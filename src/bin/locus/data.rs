@@ -30,15 +30,17 @@ pub fn blob_centre(k: usize) -> [f32; 2] {
     [4.0 * a.cos(), 4.0 * a.sin()]
 }
 
-/// `n` 2-D points, point `i` drawn around [`blob_centre`]`(i % BLOBS)`
-/// with a normal offset of standard deviation 0.6.
+/// [`try_blobs`] that aborts when the points do not fit (tests only).
+#[cfg(test)]
 pub fn blobs(n: usize) -> Array2<f32> {
     let mut x = Array2::zeros((n, 2));
     fill_blobs(&mut x);
     x
 }
 
-/// [`blobs`], or `None` when `n` points do not fit in memory.
+/// `n` 2-D points, point `i` drawn around [`blob_centre`]`(i % BLOBS)`
+/// with a normal offset of standard deviation 0.6; `None` when they do not
+/// fit in memory.
 pub fn try_blobs(n: usize) -> Option<Array2<f32>> {
     let len = n.checked_mul(2)?;
     let mut v = Vec::new();
@@ -62,7 +64,19 @@ fn fill_blobs(x: &mut Array2<f32>) {
     }
 }
 
-/// `rows × cols` uniform in [0, 1), seeded.
+/// `rows × cols` uniform in [0, 1), seeded; `None` when it does not fit in
+/// memory.
+pub fn try_uniform(rows: usize, cols: usize, seed: u64) -> Option<Array2<f32>> {
+    let len = rows.checked_mul(cols)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    let mut rng = Rng::new(seed);
+    v.extend((0..len).map(|_| rng.uniform()));
+    Array2::from_shape_vec((rows, cols), v).ok()
+}
+
+/// [`try_uniform`] that aborts when the matrix does not fit (tests only).
+#[cfg(test)]
 pub fn uniform(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
     let mut rng = Rng::new(seed);
     Array2::from_shape_fn((rows, cols), |_| rng.uniform())
@@ -82,6 +96,8 @@ mod tests {
             assert!((mean(0) - c[0]).abs() < 0.2 && (mean(1) - c[1]).abs() < 0.2);
         }
         assert_eq!(uniform(3, 2, 7), uniform(3, 2, 7));
+        assert_eq!(try_uniform(3, 2, 7), Some(uniform(3, 2, 7)));
+        assert_eq!(try_uniform(usize::MAX, 2, 7), None);
         assert_eq!(try_blobs(1000), Some(x));
         assert_eq!(try_blobs(usize::MAX), None);
     }

@@ -1,6 +1,8 @@
 //! The cases `locus bench` runs, at each `--size`. A new op adds its case
 //! here.
 
+use std::sync::Arc;
+
 use locus::{Engine, Kernel, LaplacianKind, MeanShiftParams, Profile, Seeds, SoftmaxParams};
 use ndarray::{Array2, s};
 use serde_json::{Value, json};
@@ -196,6 +198,22 @@ fn bandwidth(d: usize) -> f32 {
     0.2 * (d as f32 / 3.0).sqrt().max(1.0)
 }
 
+/// Generated uniform data, or an input error when it does not fit in memory.
+fn uniform(rows: usize, cols: usize, seed: u64) -> CliResult<Array2<f32>> {
+    data::try_uniform(rows, cols, seed).ok_or_else(|| too_large(rows, cols))
+}
+
+/// Generated blobs, or an input error when they do not fit in memory.
+fn blobs(n: usize) -> CliResult<Array2<f32>> {
+    data::try_blobs(n).ok_or_else(|| too_large(n, 2))
+}
+
+fn too_large(rows: usize, cols: usize) -> CliError {
+    CliError::input(format!(
+        "bench: {rows}×{cols} generated points do not fit in memory; choose smaller --m/--n/--d"
+    ))
+}
+
 fn plan(size: Size) -> Vec<Spec> {
     use Spec::*;
     match size {
@@ -386,13 +404,13 @@ fn build(spec: Spec) -> CliResult<Case> {
         Spec::LocalMean { m, n, d, q, h } => {
             let gauss = Kernel::new(Profile::Gaussian, h)?;
             let (queries, keys, values) = (
-                data::uniform(m, d, 1),
-                data::uniform(n, d, 2),
-                data::uniform(n, q, 3),
+                uniform(m, d, 1)?,
+                Arc::new(uniform(n, d, 2)?),
+                Arc::new(uniform(n, q, 3)?),
             );
             let rows = sample_rows(m, d);
             let head = queries.slice(s![..rows, ..]).to_owned();
-            let (k2, v2) = (keys.clone(), values.clone());
+            let (k2, v2) = (Arc::clone(&keys), Arc::clone(&values));
             Case {
                 kind,
                 op: "local-mean".into(),
@@ -418,7 +436,7 @@ fn build(spec: Spec) -> CliResult<Case> {
         }
         Spec::SelfLocalMean { n, h } => {
             let epan = Kernel::new(Profile::Epanechnikov, h)?;
-            let points = data::uniform(n, 2, 4);
+            let points = uniform(n, 2, 4)?;
             Case {
                 kind,
                 op: "local-mean (self, epanechnikov)".into(),
@@ -440,10 +458,10 @@ fn build(spec: Spec) -> CliResult<Case> {
             rows: normalize,
         } => {
             let gauss = Kernel::new(Profile::Gaussian, 0.2)?;
-            let (queries, keys) = (data::uniform(m, d, 5), data::uniform(n, d, 6));
+            let (queries, keys) = (uniform(m, d, 5)?, Arc::new(uniform(n, d, 6)?));
             let rows = sample_rows(m, d);
             let head = queries.slice(s![..rows, ..]).to_owned();
-            let k2 = keys.clone();
+            let k2 = Arc::clone(&keys);
             let run = move |e: &Engine,
                             q: ndarray::ArrayView2<'_, f32>,
                             k: ndarray::ArrayView2<'_, f32>| {
@@ -474,7 +492,7 @@ fn build(spec: Spec) -> CliResult<Case> {
         }
         Spec::Laplacian { n } => {
             let gauss = Kernel::new(Profile::Gaussian, 0.2)?;
-            let points = data::uniform(n, 3, 7);
+            let points = uniform(n, 3, 7)?;
             Case {
                 kind,
                 op: "kernel-matrix --laplacian".into(),
@@ -491,10 +509,10 @@ fn build(spec: Spec) -> CliResult<Case> {
         }
         Spec::Kde { m, n, d } => {
             let gauss = Kernel::new(Profile::Gaussian, bandwidth(d))?;
-            let (queries, keys) = (data::uniform(m, d, 8), data::uniform(n, d, 9));
+            let (queries, keys) = (uniform(m, d, 8)?, Arc::new(uniform(n, d, 9)?));
             let rows = sample_rows(m, d);
             let head = queries.slice(s![..rows, ..]).to_owned();
-            let k2 = keys.clone();
+            let k2 = Arc::clone(&keys);
             let run = move |e: &Engine,
                             q: ndarray::ArrayView2<'_, f32>,
                             k: ndarray::ArrayView2<'_, f32>| {
@@ -520,10 +538,10 @@ fn build(spec: Spec) -> CliResult<Case> {
             }
         }
         Spec::Knn { m, n, d, k } => {
-            let (queries, keys) = (data::uniform(m, d, 10), data::uniform(n, d, 11));
+            let (queries, keys) = (uniform(m, d, 10)?, Arc::new(uniform(n, d, 11)?));
             let rows = sample_rows(m, d);
             let head = queries.slice(s![..rows, ..]).to_owned();
-            let k2 = keys.clone();
+            let k2 = Arc::clone(&keys);
             Case {
                 kind,
                 op: format!("knn (distances, k={k})"),
@@ -548,7 +566,7 @@ fn build(spec: Spec) -> CliResult<Case> {
         }
         Spec::Attention { b, t, d, causal } => {
             let stack = |seed| {
-                let m = data::uniform(b * t, d, seed).mapv(|x| 2.0 * x - 1.0);
+                let m = uniform(b * t, d, seed)?.mapv(|x| 2.0 * x - 1.0);
                 m.into_shape_with_order((b, t, d))
                     .map_err(CliError::compute)
             };
@@ -584,7 +602,7 @@ fn build(spec: Spec) -> CliResult<Case> {
         Spec::MeanShiftFixed { n, iters } => {
             // A tolerance no seed reaches: exactly `iters` iterations, so
             // iters·N² pair evaluations.
-            let points = data::blobs(n);
+            let points = blobs(n)?;
             let params = MeanShiftParams::new()
                 .profile(Profile::Gaussian)
                 .bandwidth(0.8)
@@ -607,7 +625,7 @@ fn build(spec: Spec) -> CliResult<Case> {
             }
         }
         Spec::MeanShift { n, binned } => {
-            let points = data::blobs(n);
+            let points = blobs(n)?;
             let params = MeanShiftParams::new()
                 .profile(Profile::Uniform)
                 .bandwidth(0.8)
