@@ -8,7 +8,7 @@ use crate::matrix::{Matrix, alloc_output};
 use crate::ops::{RowNormalized, RowStates};
 use crate::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 
-use super::buffers::{Pooled, submit_and_read, upload};
+use super::buffers::{Pooled, submit_and_read, submit_and_wait, upload};
 use super::context::{ErrorScope, GpuContext};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
@@ -18,6 +18,9 @@ const OP: &str = "local_mean";
 const FIRST_TILE: u32 = 1;
 const LAST_TILE: u32 = 2;
 const EXCLUDE_SELF: u32 = 4;
+/// Value-column passes recorded into one submission: bounds the memory of
+/// their parameters and bind groups however many value columns there are.
+const PASSES_PER_SUBMIT: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -341,10 +344,23 @@ pub(crate) fn means_on_tiles(
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
         encoder.clear_buffer(b.counter.buffer(), 0, Some(4));
         let _fill = fill_sentinel(ctx, op, &mut encoder, &b.out)?;
-        let _params = passes(plan, q)
-            .into_iter()
-            .map(|cols| record_pass(ctx, op, &mut encoder, &job, cols, true))
-            .collect::<Result<Vec<_>>>()?;
+        // Value columns in bounded batches of passes: each batch's
+        // parameters and bind groups are released before the next.
+        let all = passes(plan, q);
+        let batches = all.len().div_ceil(PASSES_PER_SUBMIT);
+        for (bi, batch) in all.chunks(PASSES_PER_SUBMIT).enumerate() {
+            let _params = batch
+                .iter()
+                .map(|&cols| record_pass(ctx, op, &mut encoder, &job, cols, true))
+                .collect::<Result<Vec<_>>>()?;
+            if bi + 1 < batches {
+                let done = std::mem::replace(
+                    &mut encoder,
+                    ctx.device.create_command_encoder(&Default::default()),
+                );
+                submit_and_wait(ctx, scope, done)?;
+            }
+        }
         let read = submit_and_read(
             ctx,
             scope,
