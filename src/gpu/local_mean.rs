@@ -346,19 +346,23 @@ pub(crate) fn means_on_tiles(
         let _fill = fill_sentinel(ctx, op, &mut encoder, &b.out)?;
         // Value columns in bounded batches of passes: each batch's
         // parameters and bind groups are released before the next.
+        // The parameters of recorded passes must stay on loan until their
+        // submission is done: a returned buffer can be rewritten by another
+        // call at once.
         let all = passes(plan, q);
         let batches = all.len().div_ceil(PASSES_PER_SUBMIT);
+        let mut params = Vec::with_capacity(PASSES_PER_SUBMIT.min(all.len()));
         for (bi, batch) in all.chunks(PASSES_PER_SUBMIT).enumerate() {
-            let _params = batch
-                .iter()
-                .map(|&cols| record_pass(ctx, op, &mut encoder, &job, cols, true))
-                .collect::<Result<Vec<_>>>()?;
+            for &cols in batch {
+                params.push(record_pass(ctx, op, &mut encoder, &job, cols, true)?);
+            }
             if bi + 1 < batches {
                 let done = std::mem::replace(
                     &mut encoder,
                     ctx.device.create_command_encoder(&Default::default()),
                 );
                 submit_and_wait(ctx, scope, done)?;
+                params.clear();
             }
         }
         let read = submit_and_read(
