@@ -94,10 +94,13 @@ impl Engine {
 
     /// `ln p̂(q)` per query, computed in the log domain: for profiles with
     /// full support (gaussian, laplacian, cauchy) a query far from every key
-    /// gets a finite, very negative value, not −inf, as long as some key
-    /// lies within `(r/h)² < 10³⁷` (every kernel treats a key beyond that as
-    /// out of reach); compact profiles give −inf outside the support (the
-    /// density is exactly 0 there).
+    /// gets a finite, very negative value, not −inf, wherever that value
+    /// fits in `f32` (rows whose keys all lie beyond the `f32` distance
+    /// range are finished in `f64`; below the `f32` range the result is
+    /// −inf, see docs/numerics.md); compact profiles give −inf outside the
+    /// support (the density is exactly 0 there). With `weights`, the
+    /// running maximum includes `ln w_j`, so keys of weight 0 nearest the
+    /// query do not hide the others.
     ///
     /// # Errors
     /// Empty or non-finite inputs, dimension mismatch, `weights` of the
