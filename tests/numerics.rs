@@ -522,3 +522,42 @@ fn merging_empty_states_stays_empty() {
         assert_eq!(means.values[[1, 0]], 1.5, "{name}");
     }
 }
+
+/// docs/numerics.md, "Near the support's edge": with every key in the
+/// outermost 0.1–0.2 % of the support (`1 − t ∈ [10⁻³, 2·10⁻³]`), local
+/// means stay within the documented `f32` bound (`≈ 3·10⁻⁴` per weight at
+/// d = 3) of the `f64` reference on every engine.
+#[test]
+fn local_means_with_all_mass_at_the_support_edge_stay_within_the_documented_bound() {
+    let mut rng = Rng::new(91);
+    let n = 200;
+    let mut x = Array2::<f32>::zeros((n, 3));
+    for j in 0..n {
+        let dir: Vec<f64> = (0..3).map(|_| f64::from(rng.uniform()) - 0.5).collect();
+        let norm = dir.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let r = (1.0 - 1e-3 * (1.0 + f64::from(rng.uniform()))).sqrt();
+        for k in 0..3 {
+            x[[j, k]] = (dir[k] / norm * r) as f32;
+        }
+    }
+    let y = rng.matrix(n, 1, 1.0, 2.0);
+    let q = Array2::<f32>::zeros((1, 3));
+    for p in [
+        Profile::Epanechnikov,
+        Profile::Biweight,
+        Profile::Triangular,
+    ] {
+        let k = Kernel::new(p, 1.0).unwrap();
+        let (_, want) = ref_row(&k, &[0.0, 0.0, 0.0], &x, &y, &vec![1.0; n]);
+        for (name, e) in engines() {
+            let got = e.local_mean(&k, q.view(), x.view(), y.view()).unwrap();
+            let g = f64::from(got.values[[0, 0]]);
+            let err = ((g - want[0]) / want[0]).abs();
+            assert!(
+                err < 1e-3,
+                "{name} {p}: {g} vs {} (relative error {err:e})",
+                want[0]
+            );
+        }
+    }
+}
