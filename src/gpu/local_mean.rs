@@ -1,7 +1,6 @@
 //! Dispatch of `shaders/local_mean.wgsl`: query tiles × value-column
 //! passes × key tiles, merged on the device.
 
-use crate::cpu::exact::needs_exact;
 use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
@@ -10,6 +9,7 @@ use crate::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 
 use super::buffers::{Pooled, submit_and_read, submit_and_wait, upload};
 use super::context::{ErrorScope, GpuContext};
+use super::far::{HostKeys, far_means, far_states};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
@@ -254,60 +254,9 @@ pub(crate) fn local_mean(
     };
     let mut out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
     scope.finish(ctx)?;
-    exact_far_means(kernel, queries, keys_host, values, &mut out);
+    let host = HostKeys::of(keys_host, Some(values));
+    far_means(kernel, queries, &host, &mut out);
     Ok(out)
-}
-
-/// The `f64` state of row `i` over every key (docs/numerics.md, "Far
-/// rows"): for rows whose keys all lie beyond the `f32` kernels' reach.
-fn exact_state(
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
-    values: Option<&Matrix<'_>>,
-    i: usize,
-    exclude_self: bool,
-    u: &mut [f64],
-) -> (f32, f64) {
-    let (d, q) = (keys.cols(), values.map_or(0, Matrix::cols));
-    let (xs, ys) = (keys.as_slice(), values.map_or(&[][..], Matrix::as_slice));
-    crate::cpu::exact::row_state(
-        kernel,
-        queries.row_range(i, i + 1),
-        |j, k| xs[j * d + k],
-        |j, c| ys[j * q + c],
-        (0, keys.rows()),
-        exclude_self.then_some(i),
-        u,
-    )
-}
-
-/// Replaces the empty rows of full-support profiles by their `f64` local
-/// means (a key beyond `T_FAR` weighs 0 in the shader, exact unless every
-/// key of the row is that far).
-fn exact_far_means(
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
-    values: &Matrix<'_>,
-    out: &mut RowNormalized,
-) {
-    if out.empty_rows == 0 || kernel.profile().is_compact() {
-        return;
-    }
-    let mut u = vec![0.0; values.cols()];
-    for i in 0..out.values.nrows() {
-        if !out.values[[i, 0]].is_nan() {
-            continue;
-        }
-        let (_, s) = exact_state(kernel, queries, keys, Some(values), i, false, &mut u);
-        if s > 0.0 {
-            for (o, &uc) in out.values.row_mut(i).iter_mut().zip(&u) {
-                *o = (uc / s) as f32;
-            }
-            out.empty_rows -= 1;
-        }
-    }
 }
 
 /// Local means of `queries` against key tiles already on the device, under
@@ -404,21 +353,13 @@ pub(crate) fn row_states(
     };
     let mut states = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, exclude_self)?;
     scope.finish(ctx)?;
-    let profile = kernel.profile();
-    let mut u = vec![0.0; q];
-    for i in 0..m {
-        if needs_exact(profile, states.sum[i]) {
-            let (mi, s) = exact_state(kernel, queries, keys_host, values, i, exclude_self, &mut u);
-            if s > 0.0 {
-                states.max_log_weight[i] = mi;
-                states.sum[i] = s;
-                states
-                    .weighted
-                    .row_mut(i)
-                    .assign(&ndarray::ArrayView1::from(&u[..]));
-            }
-        }
-    }
+    far_states(
+        kernel,
+        queries,
+        &HostKeys::of(keys_host, values),
+        exclude_self,
+        &mut states,
+    );
     Ok(states)
 }
 
