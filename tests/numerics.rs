@@ -561,3 +561,41 @@ fn local_means_with_all_mass_at_the_support_edge_stay_within_the_documented_boun
         }
     }
 }
+
+/// Key sets keep their keys on the device (GPU): far rows are finished
+/// from a read-back copy, as one-shot calls finish them from the host's.
+#[test]
+fn key_sets_finish_far_rows_too() {
+    for (h, x, y, q) in far_cases() {
+        for p in [Profile::Gaussian, Profile::Laplacian, Profile::Cauchy] {
+            let k = Kernel::new(p, h).unwrap();
+            let ones = vec![1.0; x.nrows()];
+            for (name, e) in engines() {
+                let what = format!("{name} key set {p} h={h}");
+                let ks = e.prepare(x.view()).values(y.view()).build().unwrap();
+                let lm = ks.local_mean(&k, q.view()).unwrap();
+                assert_eq!(lm.empty_rows, 0, "{what}");
+                let st = ks.row_states(&k, q.view()).unwrap();
+                assert_eq!(st.empty_rows(), 0, "{what}: states");
+                for (i, qi) in q.rows().into_iter().enumerate() {
+                    let (wl, wm) = ref_row(&k, qi.as_slice().unwrap(), &x, &y, &ones);
+                    let g = f64::from(lm.values[[i, 0]]);
+                    assert!(
+                        close(g, wm[0], 1e-5, 1e-6),
+                        "{what}: [{i}] {g} vs {}",
+                        wm[0]
+                    );
+                    let ls = st.log_sum()[i];
+                    if wl >= f64::from(f32::MIN) {
+                        assert!(
+                            close(ls, wl, 1e-6, 0.0),
+                            "{what}: log-sum [{i}] {ls} vs {wl}"
+                        );
+                    } else {
+                        assert_eq!(ls, f64::NEG_INFINITY, "{what}: log-sum [{i}]");
+                    }
+                }
+            }
+        }
+    }
+}
