@@ -580,9 +580,9 @@ fn dropping_the_last_clone_frees_the_key_set() {
 #[test]
 fn batched_row_states_give_each_caller_its_own_rows() {
     let x = data(301, 3, 3, 2, 57);
-    // While one batch runs, the next waits to fill: callers surely meet.
+    // While one request of the kind runs, a new batch waits to fill.
     let slow = Batching {
-        max_wait: Duration::from_millis(20),
+        max_wait: Duration::from_millis(200),
         concurrent_batches: 1,
         ..Batching::default()
     };
@@ -615,17 +615,39 @@ fn batched_row_states_give_each_caller_its_own_rows() {
                     .collect()
             })
             .collect();
-        let barrier = std::sync::Barrier::new(threads);
+        // A large request runs directly, again and again, while the small
+        // ones arrive: with one request of the kind running, every new
+        // batch waits to fill, so the small ones meet even on a busy machine.
+        // Two of them, so that one is running whenever the other ends.
+        let big = Rng::new(9).matrix(20_000, 3, 0.0, 1.0);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let barrier = std::sync::Barrier::new(threads + 2);
         std::thread::scope(|s| {
-            for (t, plan) in plans.iter().enumerate() {
-                let (ks, barrier) = (ks.clone(), &barrier);
+            for _ in 0..2 {
+                let (ks2, barrier2, done2, big) = (ks.clone(), &barrier, &done, &big);
                 s.spawn(move || {
-                    barrier.wait();
-                    for (r, x) in plan.iter().enumerate() {
-                        check(&ks, &format!("{name} row states thread {t} request {r}"), x);
+                    barrier2.wait();
+                    while !done2.load(std::sync::atomic::Ordering::Relaxed) {
+                        ks2.row_states(&k, big.view()).unwrap();
                     }
                 });
             }
+            let workers: Vec<_> = plans
+                .iter()
+                .enumerate()
+                .map(|(t, plan)| {
+                    let (ks, barrier) = (ks.clone(), &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        for (r, x) in plan.iter().enumerate() {
+                            check(&ks, &format!("{name} row states thread {t} request {r}"), x);
+                        }
+                    })
+                })
+                .collect();
+            let ok = workers.into_iter().all(|w| w.join().is_ok());
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert!(ok, "{name}: a caller failed");
         });
         let st = ks.stats();
         assert!(st.largest_batch > 1, "{name}: no batch formed: {st:?}");
