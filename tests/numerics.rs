@@ -168,12 +168,39 @@ fn rows_beyond_the_f32_distance_range_keep_their_nearest_keys() {
                 }
             }
         }
+        // D⁻¹K: the same rows, normalized weights (the local mean of the
+        // one-hot columns).
+        for p in [Profile::Gaussian, Profile::Laplacian, Profile::Cauchy] {
+            let k = Kernel::new(p, h).unwrap();
+            let n = x.nrows();
+            let eye = Array2::from_shape_fn((n, n), |(a, b)| f32::from(u8::from(a == b)));
+            let ones = vec![1.0; n];
+            for (name, e) in engines() {
+                let nk = e.normalized_kernel_matrix(&k, q.view(), x.view()).unwrap();
+                assert_eq!(
+                    nk.empty_rows, 0,
+                    "{name} {p} h={h}: D⁻¹K rows counted empty"
+                );
+                for (i, qi) in q.rows().into_iter().enumerate() {
+                    let (_, want) = ref_row(&k, qi.as_slice().unwrap(), &x, &eye, &ones);
+                    for (j, &w) in want.iter().enumerate() {
+                        let g = f64::from(nk.values[[i, j]]);
+                        assert!(
+                            close(g, w, 1e-5, 1e-7),
+                            "{name} {p} h={h}: D⁻¹K [{i},{j}] {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
         // Compact profiles: nothing in reach, NaN rows, counted.
         let k = Kernel::new(Profile::Epanechnikov, h).unwrap();
         for (name, e) in engines() {
             let got = e.local_mean(&k, q.view(), x.view(), y.view()).unwrap();
             assert_eq!(got.empty_rows, q.nrows(), "{name} epanechnikov h={h}");
             assert!(got.values.iter().all(|v| v.is_nan()), "{name}");
+            let nk = e.normalized_kernel_matrix(&k, q.view(), x.view()).unwrap();
+            assert_eq!(nk.empty_rows, q.nrows(), "{name} epanechnikov h={h}: D⁻¹K");
         }
     }
 }

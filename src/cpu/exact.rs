@@ -84,6 +84,37 @@ pub(crate) fn row_state(
     ((m as f32).max(f32::MIN), s)
 }
 
+/// The row `K(q, x_j) / Σ_j K(q, x_j)` of `D⁻¹K` over keys `0..n`, from
+/// `f64` log-weights (for the rows the `f32` kernels leave without mass).
+/// Returns `false`, leaving `out` alone, when no key has weight.
+pub(crate) fn normalized_row(
+    kernel: &Kernel,
+    query: &[f32],
+    key: impl Fn(usize, usize) -> f32,
+    out: &mut [f32],
+) -> bool {
+    let h = f64::from(kernel.bandwidth());
+    let lw: Vec<f64> = (0..out.len())
+        .map(|j| {
+            let mut t = 0.0f64;
+            for (k, &qk) in query.iter().enumerate() {
+                let df = (f64::from(key(j, k)) - f64::from(qk)) / h;
+                t += df * df;
+            }
+            log_weight(kernel.profile(), t)
+        })
+        .collect();
+    let m = lw.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        return false;
+    }
+    let s: f64 = lw.iter().map(|&l| (l - m).exp()).sum();
+    for (o, &l) in out.iter_mut().zip(&lw) {
+        *o = ((l - m).exp() / s) as f32;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
