@@ -16,12 +16,25 @@
 //!   requests were batched.
 //!
 //! Bad input (malformed JSON, ragged or wrong-width rows, non-finite
-//! numbers, unknown kernels, bad bandwidths, too many rows) is answered
-//! with 400 and a message; a request that does not fit under the memory
-//! limit with 503. Requests from many connections run concurrently on
-//! blocking threads and are coalesced by the key set's micro-batching.
-//! The port `0` takes a free one; the address is printed on stdout as
-//! `listening on http://ADDR` once the service accepts connections.
+//! numbers, unknown kernels, bad bandwidths) is answered with 400 and a
+//! message; more rows than `--max-rows` (or a body too large to hold them)
+//! with 413 "too many rows (limit N)"; a request that does not fit under
+//! the memory limit with 503. Every error, 404 and 405 included, has a
+//! JSON body `{"error": "..."}`.
+//!
+//! Protection: a client must send a request's headers within
+//! `--header-timeout-ms` (idle and half-sent connections are closed), at
+//! most `--max-connections` are served at once (more wait in the
+//! listen queue), at most `--max-in-flight` requests compute at once (more
+//! are shed at once with 503 and `Retry-After`; `/health` is exempt), and
+//! a request that takes longer than `--request-timeout-ms` is answered 503.
+//! SIGTERM or SIGINT stops accepting, lets in-flight requests finish (up
+//! to `--shutdown-grace-ms`) and exits 0.
+//!
+//! Requests from many connections run concurrently on blocking threads
+//! and are coalesced by the key set's micro-batching. The port `0` takes a
+//! free one; the address is printed on stdout as `listening on http://ADDR`
+//! once the service accepts connections.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -30,17 +43,23 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use clap::{Parser, ValueEnum};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use locus::{
     Batching, Device, Engine, EngineOptions, Error, Kernel, KeySet, KeySetOptions, Profile,
 };
 use ndarray::{Array1, Array2, Ix1};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 #[derive(Parser)]
 #[command(about = "HTTP JSON service: local means and classes over a resident key set")]
@@ -81,6 +100,22 @@ struct Args {
     /// Memory limit of the engine, in MiB.
     #[arg(long)]
     memory_limit_mib: Option<u64>,
+    /// Longest a client may take to send a request's headers (and longest
+    /// an idle connection stays open), in milliseconds.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_ms: u64,
+    /// Longest a request may take from its headers to its answer, in milliseconds.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    request_timeout_ms: u64,
+    /// Most connections served at once.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    max_connections: u64,
+    /// Most requests computing at once; more are refused with 503.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    max_in_flight: u64,
+    /// Longest a shutdown waits for in-flight requests, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    shutdown_grace_ms: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -93,6 +128,18 @@ enum BackendArg {
 struct App {
     set: KeySet,
     kernel: Kernel,
+    /// `--max-rows`.
+    max_rows: usize,
+}
+
+/// The limits of the HTTP layer.
+#[derive(Clone)]
+struct Limits {
+    in_flight: Arc<Semaphore>,
+    max_in_flight: usize,
+    request_timeout: Duration,
+    max_rows: usize,
+    body_bytes: usize,
 }
 
 /// A request body.
@@ -133,6 +180,13 @@ fn bad(msg: impl Into<String>) -> Failure {
     Failure(StatusCode::BAD_REQUEST, msg.into())
 }
 
+fn too_many_rows(limit: usize, rows: usize) -> Failure {
+    Failure(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("too many rows (limit {limit}): the request has {rows}; split it"),
+    )
+}
+
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         let status = match e {
@@ -157,6 +211,9 @@ impl App {
         let d = self.set.dim();
         if q.queries.is_empty() {
             return Err(bad("\"queries\" is empty; send at least one point"));
+        }
+        if q.queries.len() > self.max_rows {
+            return Err(too_many_rows(self.max_rows, q.queries.len()));
         }
         let mut data = Vec::with_capacity(q.queries.len() * d);
         for (i, row) in q.queries.iter().enumerate() {
@@ -353,9 +410,14 @@ fn build(args: &Args) -> Result<App, String> {
         builder = builder.labels(l.view());
     }
     let set = builder.build().map_err(|e| e.to_string())?;
-    Ok(App { set, kernel })
+    Ok(App {
+        set,
+        kernel,
+        max_rows: args.max_rows,
+    })
 }
 
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -374,6 +436,153 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
+    }
+}
+
+/// The HTTP layer around every route: load shedding and the request
+/// timeout (`/health` is exempt from both, so it answers under load).
+async fn guard(State(limits): State<Limits>, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/health" {
+        return next.run(req).await;
+    }
+    // A body announced larger than any allowed request: refused unread.
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limits.body_bytes as u64) {
+        return Failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "too many rows (limit {}): the request body exceeds {} bytes",
+                limits.max_rows, limits.body_bytes
+            ),
+        )
+        .into_response();
+    }
+    let Ok(_permit) = Arc::clone(&limits.in_flight).try_acquire_owned() else {
+        let mut r = Failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "busy: {} requests in flight (limit {}); retry later",
+                limits.max_in_flight, limits.max_in_flight
+            ),
+        )
+        .into_response();
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    };
+    match tokio::time::timeout(limits.request_timeout, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => Failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the request took longer than {} ms; send fewer rows or retry later",
+                limits.request_timeout.as_millis()
+            ),
+        )
+        .into_response(),
+    }
+}
+
+/// Gives every error answer a JSON body `{"error": "..."}`: those of the
+/// routes already have one; the router's own (404, 405) and the body
+/// limit's (413) are rewritten here.
+async fn json_errors(State(limits): State<Limits>, req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let r = next.run(req).await;
+    let status = r.status();
+    let is_json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return r;
+    }
+    let msg = match status {
+        StatusCode::NOT_FOUND => format!(
+            "no such endpoint: {method} {path} (POST /local-mean, POST /classify, GET /health, GET /stats)"
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => format!("method {method} not allowed on {path}"),
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "too many rows (limit {}): the request body exceeds {} bytes",
+            limits.max_rows, limits.body_bytes
+        ),
+        _ => {
+            let text = axum::body::to_bytes(r.into_body(), 64 << 10)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+                .unwrap_or_default();
+            let reason = status.canonical_reason().unwrap_or("error");
+            if text.is_empty() {
+                reason.to_string()
+            } else {
+                format!("{reason}: {text}")
+            }
+        }
+    };
+    Failure(status, msg).into_response()
+}
+
+/// Serves `router` on `listener` until a shutdown signal: each connection
+/// under the header-read timeout, at most `max_connections` at once; then
+/// waits for the open ones (up to `grace`).
+async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    header_timeout: Duration,
+    max_connections: usize,
+    grace: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let mut stop = std::pin::pin!(shutdown_signal());
+    loop {
+        let slot = tokio::select! {
+            s = Arc::clone(&slots).acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+            _ = &mut stop => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of file descriptors or a connection reset before
+                    // it was accepted: wait a little, keep serving.
+                    eprintln!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let mut http = http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .keep_alive(true);
+        let conn = http.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(router.clone()),
+        );
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    eprintln!("shutting down: finishing the requests in flight");
+    tokio::select! {
+        _ = graceful.shutdown() => {},
+        _ = tokio::time::sleep(grace) => {
+            eprintln!("shutdown: gave up waiting after {} ms", grace.as_millis());
+        },
     }
 }
 
@@ -402,21 +611,40 @@ async fn main() -> std::process::ExitCode {
         app.set.dim(),
         app.set.engine().backend()
     );
+    // A body with `--max-rows` rows of `d` numbers of up to 32 characters
+    // each fits; larger ones are refused while they are read.
+    let body_bytes = args
+        .max_rows
+        .saturating_mul(app.set.dim().saturating_mul(32).saturating_add(8))
+        .saturating_add(1 << 20);
+    let max_in_flight = usize::try_from(args.max_in_flight).unwrap_or(usize::MAX);
+    let limits = Limits {
+        in_flight: Arc::new(Semaphore::new(max_in_flight)),
+        max_in_flight,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        max_rows: args.max_rows,
+        body_bytes,
+    };
     let router = Router::new()
         .route("/local-mean", post(local_mean))
         .route("/classify", post(classify))
         .route("/health", get(health))
         .route("/stats", get(stats))
-        .with_state(Arc::new(app));
+        .with_state(Arc::new(app))
+        .layer(DefaultBodyLimit::max(body_bytes))
+        .layer(middleware::from_fn_with_state(limits.clone(), guard))
+        .layer(middleware::from_fn_with_state(limits, json_errors));
     println!("listening on http://{local}");
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    if let Err(e) = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-    {
-        eprintln!("error: {e}");
-        return std::process::ExitCode::FAILURE;
-    }
+    serve(
+        listener,
+        router,
+        Duration::from_millis(args.header_timeout_ms),
+        usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        Duration::from_millis(args.shutdown_grace_ms),
+    )
+    .await;
+    eprintln!("stopped");
     std::process::ExitCode::SUCCESS
 }

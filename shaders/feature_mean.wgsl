@@ -1,5 +1,5 @@
 // Linear feature local mean (ΦΨᵀV) ⊘ (ΦΨᵀ1), computed as Φ(ΨᵀV) ⊘ Φ(Ψᵀ1)
-// in O((M + N)·d·q), never forming ΦΨᵀ (DESIGN §1). Three entry points,
+// in O((M + N)·d·q), never forming ΦΨᵀ (docs/numerics.md). Three entry points,
 // dispatched in order for one batch:
 //
 // chunk_sums  one workgroup per chunk of `chunk` keys of a key tile: the

@@ -1,4 +1,4 @@
-// Kernel matrix blocks: K, D⁻¹K, D − K, I − D⁻¹K (DESIGN §1), and the
+// Kernel matrix blocks: K, D⁻¹K, D − K, I − D⁻¹K (docs/numerics.md), and the
 // scaled squared distances themselves.
 //
 // One invocation per output entry of a block of `rows × cols` entries,

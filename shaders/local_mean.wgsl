@@ -1,4 +1,4 @@
-// Fused, streaming Nadaraya–Watson local mean (DESIGN §1, §3).
+// Fused, streaming Nadaraya–Watson local mean (docs/numerics.md).
 //
 // One invocation per query row. Keys and their value columns are staged
 // through workgroup memory STAGE at a time; each invocation keeps its

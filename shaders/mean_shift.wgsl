@@ -1,5 +1,5 @@
 // MeanShift bookkeeping around the fused local mean (local_mean.wgsl),
-// so the iteration stays on the device (DESIGN §1):
+// so the iteration stays on the device (docs/numerics.md):
 //   mode 0, gather: the moving seeds of the active list → a query tile;
 //   mode 1, finish: each seed moves to its local mean; a seed whose shift
 //     is above tolerance is appended to the next active list, so seeds
@@ -7,7 +7,7 @@
 //   mode 2, finish (blurring): every point moves; no list.
 // `counters` = (seeds still moving, largest shift as f32 bits) is all the
 // host reads back per iteration. A NaN mean is an empty neighbourhood: the
-// seed stays where it is and stops (DESIGN §3).
+// seed stays where it is and stops (docs/numerics.md).
 //
 // Template constant: D dimension.
 

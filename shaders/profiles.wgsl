@@ -1,4 +1,4 @@
-// Kernel profiles shared by every distance-kernel op (DESIGN §1, §3).
+// Kernel profiles shared by every distance-kernel op (docs/numerics.md).
 // Prepended to each op's shader by the registry (src/gpu/shaders.rs).
 //
 // PROFILE: 0 gaussian, 1 epanechnikov, 2 uniform, 3 triangular,

@@ -1,4 +1,4 @@
-// Kernel softmax (attention) softmax(s·ΦΨᵀ)V in one pass (DESIGN §1, §3):
+// Kernel softmax (attention) softmax(s·ΦΨᵀ)V in one pass (docs/numerics.md):
 // FlashAttention's online softmax, the M×N scores never stored.
 //
 // One invocation per query row, WG rows per workgroup; workgroup_id.y is

@@ -1,4 +1,4 @@
-// Softmax weight-matrix blocks: e^{s·⟨φ_i, ψ_j⟩ − m_i} / l_i (DESIGN §1).
+// Softmax weight-matrix blocks: e^{s·⟨φ_i, ψ_j⟩ − m_i} / l_i (docs/numerics.md).
 //
 // One invocation per entry of a block of `rows × cols` entries of one
 // batch, whose first row is row `row_off` of the query tile and whose

@@ -67,7 +67,7 @@ impl Profile {
     }
 
     /// Whether the weights are exponentials, accumulated in the log domain
-    /// with a running maximum (DESIGN §3).
+    /// with a running maximum (docs/numerics.md).
     pub fn is_exponential(self) -> bool {
         matches!(self, Profile::Gaussian | Profile::Laplacian)
     }

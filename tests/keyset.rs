@@ -219,6 +219,7 @@ enum Expect {
     Class(Kernel, Array2<f32>, Array1<i64>),
     Density(Kernel, Array2<f32>, Array1<f64>),
     Knn(usize, Array2<f32>, Array2<i64>),
+    States(Kernel, Array2<f32>, locus::RowStates),
 }
 
 fn plan_requests(e: &Engine, x: &Data, thread: usize, count: usize) -> Vec<Expect> {
@@ -252,6 +253,12 @@ fn plan_requests(e: &Engine, x: &Data, thread: usize, count: usize) -> Vec<Expec
                     let nb = e.knn(q.view(), x.keys.view(), 3).unwrap();
                     Expect::Knn(3, q, nb.indices)
                 }
+                _ if r % 2 == 0 => {
+                    let st = e
+                        .row_states(&k, q.view(), x.keys.view(), Some(x.values.view()), false)
+                        .unwrap();
+                    Expect::States(k, q, st)
+                }
                 _ => {
                     let d = e.log_density(&k, q.view(), x.keys.view(), None).unwrap();
                     Expect::Density(k, q, d)
@@ -278,6 +285,31 @@ fn check(ks: &KeySet, what: &str, x: &Expect) {
         }
         Expect::Knn(k, q, want) => {
             assert_eq!(&ks.knn(q.view(), *k).unwrap().indices, want, "{what}");
+        }
+        Expect::States(k, q, want) => {
+            // Each caller's own rows of every part of the state, the
+            // weighted sums included, compared as Σ K and Σ K·y.
+            let got = ks.row_states(k, q.view()).unwrap();
+            assert_eq!(got.rows(), q.nrows(), "{what}: rows");
+            assert_eq!(got.weighted.dim(), want.weighted.dim(), "{what}: shape");
+            for i in 0..q.nrows() {
+                let scale = |st: &locus::RowStates| f64::from(st.max_log_weight[i]).exp();
+                let (sg, sw) = (got.sum[i] * scale(&got), want.sum[i] * scale(want));
+                assert!(
+                    (sg - sw).abs() <= 1e-5 * sw.abs() + 1e-12,
+                    "{what}: row {i} sum {sg} vs {sw}"
+                );
+                for c in 0..want.weighted.ncols() {
+                    let (ug, uw) = (
+                        got.weighted[[i, c]] * scale(&got),
+                        want.weighted[[i, c]] * scale(want),
+                    );
+                    assert!(
+                        (ug - uw).abs() <= 1e-5 * uw.abs() + 1e-6 * sw.abs() + 1e-12,
+                        "{what}: row {i} weighted sum {c}: {ug} vs {uw}"
+                    );
+                }
+            }
         }
     }
 }
@@ -539,5 +571,101 @@ fn dropping_the_last_clone_frees_the_key_set() {
         let with_queries = e.memory_usage().in_use;
         drop(ks);
         assert_eq!(e.memory_usage().in_use, with_queries - held, "{device:?}");
+    }
+}
+
+/// Row states of concurrent callers with one kernel, so their requests
+/// meet in batches: each caller gets its own rows of `m`, `s` and the
+/// weighted sums `u`, as the engine computes them for its queries alone.
+#[test]
+fn batched_row_states_give_each_caller_its_own_rows() {
+    let x = data(301, 3, 3, 2, 57);
+    // While a request of the kind runs, a new batch waits to fill.
+    let slow = Batching {
+        max_wait: Duration::from_millis(200),
+        concurrent_batches: 1,
+        ..Batching::default()
+    };
+    let mut engines = vec![("cpu", cpu().clone())];
+    if let Some(g) = gpu() {
+        engines.push(("gpu", g.clone()));
+    }
+    for (name, e) in engines {
+        let k = Kernel::gaussian(0.3).unwrap();
+        let threads = 6;
+        let plans: Vec<Vec<Expect>> = (0..threads)
+            .map(|t| {
+                let mut rng = Rng::new(500 + t as u64);
+                (0..6)
+                    .map(|r| {
+                        let q = rng.matrix(1 + (t * 5 + r * 3) % 7, 3, 0.0, 1.0);
+                        let st = e
+                            .row_states(&k, q.view(), x.keys.view(), Some(x.values.view()), false)
+                            .unwrap();
+                        Expect::States(k, q, st)
+                    })
+                    .collect()
+            })
+            .collect();
+        // Large requests run directly, again and again, while the small
+        // ones arrive: with a request of the kind running, every new batch
+        // waits to fill, so the small ones meet. Three of different sizes,
+        // so that they rarely all end at once; a few attempts, as a busy
+        // machine may still keep the callers apart (every attempt checks
+        // every answer).
+        let bigs: Vec<Array2<f32>> = [20_000, 31_000, 47_000]
+            .iter()
+            .map(|&r| Rng::new(r as u64).matrix(r, 3, 0.0, 1.0))
+            .collect();
+        let mut formed = None;
+        for _attempt in 0..4 {
+            let ks = prepare(
+                &e,
+                &x,
+                KeySetOptions {
+                    batching: slow,
+                    ..KeySetOptions::default()
+                },
+            );
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let barrier = std::sync::Barrier::new(threads + bigs.len());
+            std::thread::scope(|s| {
+                for big in &bigs {
+                    let (ks2, barrier2, done2) = (ks.clone(), &barrier, &done);
+                    s.spawn(move || {
+                        barrier2.wait();
+                        while !done2.load(std::sync::atomic::Ordering::Relaxed) {
+                            ks2.row_states(&k, big.view()).unwrap();
+                        }
+                    });
+                }
+                let workers: Vec<_> = plans
+                    .iter()
+                    .enumerate()
+                    .map(|(t, plan)| {
+                        let (ks, barrier) = (ks.clone(), &barrier);
+                        s.spawn(move || {
+                            barrier.wait();
+                            for (r, x) in plan.iter().enumerate() {
+                                check(&ks, &format!("{name} row states thread {t} request {r}"), x);
+                            }
+                        })
+                    })
+                    .collect();
+                let ok = workers.into_iter().all(|w| w.join().is_ok());
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                assert!(ok, "{name}: a caller failed");
+            });
+            let st = ks.stats();
+            formed = Some(st);
+            if st.largest_batch > 1 {
+                break;
+            }
+        }
+        let st = formed.unwrap();
+        assert!(
+            st.largest_batch > 1,
+            "{name}: no batch formed in 4 attempts: {st:?}"
+        );
     }
 }

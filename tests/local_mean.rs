@@ -76,6 +76,36 @@ fn gpu_with_forced_tiny_tiles_merges_partial_states() {
     check_all(&gpu, "gpu small bindings", &[(120, 333, 3, 3)]);
 }
 
+/// Many more value-column passes than one submission records (one column
+/// per pass here): every batch of passes lands in the output, and the
+/// row counts are not counted twice.
+#[test]
+fn gpu_many_value_column_passes_are_submitted_in_batches() {
+    let Some(gpu) = gpu_engine(TileLimits {
+        value_cols: Some(1),
+        key_rows: Some(7),
+        ..TileLimits::default()
+    }) else {
+        return;
+    };
+    check_all(
+        &gpu,
+        "gpu one column per pass",
+        &[(9, 20, 2, 150), (1, 3, 1, 129)],
+    );
+    // Far queries: every row empty under a compact kernel, counted once.
+    let k = Kernel::new(Profile::Uniform, 0.1).unwrap();
+    let mut rng = Rng::new(5);
+    let keys = rng.matrix(20, 2, 0.0, 1.0);
+    let values = rng.matrix(20, 150, 0.0, 1.0);
+    let far = rng.matrix(4, 2, 10.0, 11.0);
+    let got = gpu
+        .local_mean(&k, far.view(), keys.view(), values.view())
+        .unwrap();
+    assert_eq!(got.empty_rows, 4);
+    assert!(got.values.iter().all(|v| v.is_nan()));
+}
+
 #[test]
 fn self_local_mean_equals_local_mean_of_points_on_points() {
     let mut rng = Rng::new(7);

@@ -6,45 +6,42 @@ mod common;
 #[path = "support/http.rs"]
 mod http;
 
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 use common::*;
-use http::{Client, Service, temp_dir};
+use http::{Client, Service, temp_folder};
 use locus::{Engine, Kernel, Profile};
 use ndarray::{Array1, Array2};
 use ndarray_npy::write_npy;
 use serde_json::Value;
 
 struct Files {
-    dir: std::path::PathBuf,
+    /// Removed when dropped.
+    dir: tempfile::TempDir,
     keys: Array2<f32>,
     values: Array2<f32>,
     labels: Array1<i64>,
 }
 
-impl Drop for Files {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 impl Files {
     fn path(&self, name: &str) -> String {
-        self.dir.join(name).to_string_lossy().into_owned()
+        self.dir.path().join(name).to_string_lossy().into_owned()
     }
 }
 
 /// Keys (N × 3, float32), values (N × 2, float64: converted on load),
 /// labels (N, int64).
 fn files() -> Files {
-    let dir = temp_dir("service");
+    let dir = temp_folder("service");
     let mut rng = Rng::new(5);
     let keys = rng.matrix(500, 3, 0.0, 1.0);
     let values = rng.matrix(500, 2, -1.0, 1.0);
     let labels = Array1::from_shape_fn(500, |j| i64::from(keys[[j, 0]] > 0.5));
-    write_npy(dir.join("keys.npy"), &keys).unwrap();
-    write_npy(dir.join("values.npy"), &values.mapv(f64::from)).unwrap();
-    write_npy(dir.join("labels.npy"), &labels).unwrap();
+    write_npy(dir.path().join("keys.npy"), &keys).unwrap();
+    write_npy(dir.path().join("values.npy"), &values.mapv(f64::from)).unwrap();
+    write_npy(dir.path().join("labels.npy"), &labels).unwrap();
     Files {
         dir,
         keys,
@@ -54,6 +51,10 @@ fn files() -> Files {
 }
 
 fn start(f: &Files, labels: bool) -> Service {
+    start_with(f, labels, &[])
+}
+
+fn start_with(f: &Files, labels: bool, extra: &[&str]) -> Service {
     let (k, v, l) = (
         f.path("keys.npy"),
         f.path("values.npy"),
@@ -74,6 +75,7 @@ fn start(f: &Files, labels: bool) -> Service {
     if labels {
         args.extend(["--labels", &l]);
     }
+    args.extend(extra);
     Service::start(&args, Duration::from_secs(60))
 }
 
@@ -206,16 +208,23 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
         assert!(msg.contains(needle), "{path} {b}: {msg:?} lacks {needle:?}");
     }
     // (A server may close a connection whose request body it did not read.)
-    let (status, _) = Client::connect(svc.addr)
+    let (status, b) = Client::connect(svc.addr)
         .unwrap()
         .request("GET", "/local-mean", "")
         .unwrap();
     assert_eq!(status, 405);
-    let (status, _) = Client::connect(svc.addr)
+    let msg = json(&b)["error"].as_str().unwrap().to_string();
+    assert!(msg.contains("GET") && msg.contains("/local-mean"), "{msg}");
+    let (status, b) = Client::connect(svc.addr)
         .unwrap()
         .request("POST", "/nowhere", "{}")
         .unwrap();
     assert_eq!(status, 404);
+    let msg = json(&b)["error"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("/nowhere") && msg.contains("/local-mean"),
+        "{msg}"
+    );
 
     // Many connections at once; batching coalesces their requests.
     let addr = svc.addr;
@@ -267,7 +276,11 @@ fn without_labels_classify_is_a_clear_400_and_bad_files_fail_at_start() {
     drop(svc);
 
     // Values with the wrong number of rows: the service refuses to start.
-    write_npy(f.dir.join("short.npy"), &Array2::<f32>::zeros((3, 1))).unwrap();
+    write_npy(
+        f.dir.path().join("short.npy"),
+        &Array2::<f32>::zeros((3, 1)),
+    )
+    .unwrap();
     let out = std::process::Command::new(http::example_binary())
         .args([
             "--keys",
@@ -282,4 +295,203 @@ fn without_labels_classify_is_a_clear_400_and_bad_files_fail_at_start() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("500 keys but 3 value rows"), "{err}");
+}
+
+/// Reads from `s` until the server closes the connection (or `limit`
+/// passes); returns what arrived and whether it was closed.
+fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (String, bool) {
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while t0.elapsed() < limit {
+        match s.read(&mut buf) {
+            Ok(0) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), true),
+        }
+    }
+    (String::from_utf8_lossy(&got).into_owned(), false)
+}
+
+fn raw(addr: std::net::SocketAddr) -> TcpStream {
+    TcpStream::connect_timeout(&addr, Duration::from_secs(10)).unwrap()
+}
+
+/// The body of an HTTP answer read whole (`Content-Length` framing).
+fn answer_body(text: &str) -> &str {
+    text.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+#[test]
+fn too_many_rows_and_too_large_bodies_are_413_with_the_limit() {
+    let f = files();
+    let svc = start_with(&f, false, &["--max-rows", "5"]);
+    let mut c = Client::connect(svc.addr).unwrap();
+    let q = Rng::new(1).matrix(6, 3, 0.0, 1.0);
+    let (status, b) = c.request("POST", "/local-mean", &body(&q, "")).unwrap();
+    assert_eq!(status, 413, "{b}");
+    let msg = json(&b)["error"].as_str().unwrap().to_string();
+    assert!(msg.contains("too many rows (limit 5)"), "{msg}");
+    let (status, b) = c
+        .request(
+            "POST",
+            "/local-mean",
+            &body(&q.slice(ndarray::s![..5, ..]).to_owned(), ""),
+        )
+        .unwrap();
+    assert_eq!(status, 200, "{b}");
+    // A body announced far beyond what 5 rows need is refused before it is read.
+    let mut s = raw(svc.addr);
+    s.write_all(
+        b"POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500000000\r\n\r\n{\"queries\": [",
+    )
+    .unwrap();
+    let (text, _) = read_until_closed(&mut s, Duration::from_secs(10));
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    let msg = json(answer_body(&text))["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("too many rows (limit 5)"), "{msg}");
+}
+
+#[test]
+fn idle_and_half_sent_connections_are_closed_after_the_header_timeout() {
+    let f = files();
+    let svc = start_with(
+        &f,
+        false,
+        &["--header-timeout-ms", "300", "--max-connections", "8"],
+    );
+    // Fill every connection slot: half-sent headers and silent sockets.
+    let mut held: Vec<TcpStream> = (0..8)
+        .map(|i| {
+            let mut s = raw(svc.addr);
+            if i % 2 == 0 {
+                s.write_all(b"POST /local-mean HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+            }
+            s
+        })
+        .collect();
+    // A ninth client is served once the timeout has freed the slots.
+    let t0 = Instant::now();
+    let (status, b) = Client::connect(svc.addr)
+        .unwrap()
+        .request("GET", "/health", "")
+        .unwrap();
+    assert_eq!(status, 200, "{b}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    for (i, s) in held.iter_mut().enumerate() {
+        let (_, closed) = read_until_closed(s, Duration::from_secs(5));
+        assert!(closed, "connection {i} still open after the header timeout");
+    }
+}
+
+#[test]
+fn requests_beyond_the_in_flight_limit_are_shed_and_slow_ones_time_out() {
+    let f = files();
+    let svc = start_with(
+        &f,
+        false,
+        &["--max-in-flight", "1", "--request-timeout-ms", "1500"],
+    );
+    // A request whose body never finishes holds the only slot.
+    let mut slow = raw(svc.addr);
+    slow.write_all(
+        b"POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"queries\"",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let q = Rng::new(2).matrix(2, 3, 0.0, 1.0);
+    let mut c = Client::connect(svc.addr).unwrap();
+    let (status, b) = c.request("POST", "/local-mean", &body(&q, "")).unwrap();
+    assert_eq!(status, 503, "{b}");
+    let msg = json(&b)["error"].as_str().unwrap().to_string();
+    assert!(msg.contains("busy") && msg.contains("limit 1"), "{msg}");
+    // /health is exempt (on a new connection: the server may close one
+    // whose request body it did not read).
+    let (status, _) = Client::connect(svc.addr)
+        .unwrap()
+        .request("GET", "/health", "")
+        .unwrap();
+    assert_eq!(status, 200);
+    // The stalled request is answered 503 at its deadline, freeing the slot.
+    let (text, _) = read_until_closed(&mut slow, Duration::from_secs(10));
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    let msg = json(answer_body(&text))["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("longer than 1500 ms"), "{msg}");
+    let (status, b) = Client::connect(svc.addr)
+        .unwrap()
+        .request("POST", "/local-mean", &body(&q, ""))
+        .unwrap();
+    assert_eq!(status, 200, "{b}");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_finishes_the_request_in_flight_then_exits() {
+    let f = files();
+    let mut svc = start(&f, false);
+    let q = Rng::new(3).matrix(3, 3, 0.0, 1.0);
+    let full = body(&q, "");
+    let (head, tail) = full.split_at(full.len() / 2);
+    let mut s = raw(svc.addr);
+    write!(
+        s,
+        "POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{head}",
+        full.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = svc.child.id().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    std::thread::sleep(Duration::from_millis(300));
+    // No new connections are served once the signal arrived.
+    assert!(
+        Client::connect(svc.addr)
+            .and_then(|mut c| c.request("GET", "/health", ""))
+            .is_err(),
+        "a new connection was served after SIGTERM"
+    );
+    // The request in flight completes.
+    s.write_all(tail.as_bytes()).unwrap();
+    let (text, _) = read_until_closed(&mut s, Duration::from_secs(20));
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let k = Kernel::gaussian(0.3).unwrap();
+    let want = Engine::cpu()
+        .local_mean(&k, q.view(), f.keys.view(), f.values.view())
+        .unwrap();
+    assert_close(
+        "in flight at shutdown",
+        &matrix(&json(answer_body(&text))["values"]),
+        &want.values.mapv(f64::from),
+        1e-5,
+        1e-6,
+    );
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = svc.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert!(svc.stderr.lock().unwrap().contains("shutting down"));
 }

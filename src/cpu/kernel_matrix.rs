@@ -2,6 +2,7 @@
 
 use rayon::prelude::*;
 
+use super::exact::{self, needs_exact};
 use super::local_mean::KeysSoa;
 use super::simd::{KEY_BLOCK, has_avx2_fma, scaled_sq_dists, sum_of};
 use super::weights::{block_weights, initial_max};
@@ -89,14 +90,34 @@ fn fill_row_impl<const FMA: bool>(
     } else {
         0.0
     };
-    if block_weights::<FMA>(profile, row, &mut m).is_none() {
-        // No mass at all (every key infinitely far); raw entries are zeros.
-        if normalized {
+    let massless = block_weights::<FMA>(profile, row, &mut m).is_none();
+    let sum: f64 = if massless {
+        0.0
+    } else {
+        row.chunks(KEY_BLOCK).map(|c| f64::from(sum_of(c))).sum()
+    };
+    if normalized && (sum <= 0.0 || needs_exact(profile, sum)) {
+        // Every key beyond the f32 kernels' reach: a full-support profile
+        // still weighs its nearest keys (docs/numerics.md, "Far rows").
+        let ld = keys.ld;
+        if profile.is_compact()
+            || !exact::normalized_row(kernel, query, |j, k| keys.xt[k * ld + j], row)
+        {
             row.fill(f32::NAN);
+            return false;
         }
+        if mode == MatrixMode::NormalizedLaplacian {
+            for x in row.iter_mut() {
+                *x = -*x;
+            }
+            row[i] += 1.0;
+        }
+        return true;
+    }
+    if massless {
+        // No mass at all (every key infinitely far); raw entries are zeros.
         return false;
     }
-    let sum: f64 = row.chunks(KEY_BLOCK).map(|c| f64::from(sum_of(c))).sum();
     match mode {
         MatrixMode::Raw => {}
         MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian => {

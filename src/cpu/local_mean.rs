@@ -3,12 +3,13 @@
 //! Queries are split into groups handled by rayon tasks; each group walks
 //! the keys in blocks of [`KEY_BLOCK`] that stay in L1 while every query of
 //! the group visits them. The AVX2 kernel is in `avx2.rs`; this file holds
-//! the driver and the portable version. Per query the row state `(m, s, u)` of DESIGN §3
+//! the driver and the portable version. Per query the row state `(m, s, u)` of docs/numerics.md
 //! is kept in `f64`; a block's sums are formed in `f32` lanes and merged
 //! into it. The `M×N` matrix is never stored.
 
 use rayon::prelude::*;
 
+use super::exact::{self, needs_exact};
 use super::simd::{KEY_BLOCK, LANES, T_FAR, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
 use crate::kernel::{Kernel, Profile};
@@ -67,7 +68,7 @@ impl OwnedSoa {
 }
 
 /// Row states `(m, s, u)` of a group of queries over some of the keys
-/// (DESIGN §3): `m` the largest log-weight (0 for non-exponential
+/// (docs/numerics.md): `m` the largest log-weight (0 for non-exponential
 /// profiles), `s = Σ e^{w−m}`, `u = Σ e^{w−m} y` (`rows × q`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GroupState {
@@ -228,14 +229,42 @@ pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
     #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        return unsafe { super::avx2::group(job) };
+        let mut st = unsafe { super::avx2::group(job) };
+        exact_far_rows(job, &mut st);
+        return st;
     }
     group_portable(job)
 }
 
 /// The portable version (any CPU); the AVX2 one is tested against it.
 pub(crate) fn group_portable(job: &GroupJob<'_>) -> GroupState {
-    group_impl::<false>(job)
+    let mut st = group_impl::<false>(job);
+    exact_far_rows(job, &mut st);
+    st
+}
+
+/// Recomputes in `f64` the rows whose keys all lie too far for the `f32`
+/// kernels (see `exact.rs`).
+fn exact_far_rows(job: &GroupJob<'_>, st: &mut GroupState) {
+    let profile = job.kernel.profile();
+    let (ld, q, d) = (job.keys.ld, job.keys.q, job.d);
+    let g = job.queries.len() / d;
+    for r in 0..g {
+        if !needs_exact(profile, st.s[r]) {
+            continue;
+        }
+        let (m, s) = exact::row_state(
+            job.kernel,
+            &job.queries[r * d..(r + 1) * d],
+            |j, k| job.keys.xt[k * ld + j],
+            |j, c| job.keys.yt[c * ld + j],
+            (job.k0, job.k1),
+            job.self_row.map(|r0| r0 + r),
+            &mut st.u[r * q..(r + 1) * q],
+        );
+        st.m[r] = if s > 0.0 { m } else { initial_max(profile) };
+        st.s[r] = s;
+    }
 }
 
 #[inline(always)]
@@ -635,6 +664,58 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A key at exactly `r = h` weighs 0 under every compact profile in
+    /// both compiled versions (integer coordinates, so `t = 1` exactly),
+    /// in full lane groups and in the tail; a key just inside weighs > 0.
+    #[test]
+    fn keys_at_exactly_one_bandwidth_weigh_nothing_in_both_versions() {
+        // 11 keys (one full lane group and a tail of 3), d = 2: key j at
+        // (0, 2) for even j (r = h = 2 from the origin), (0, 1) for odd j.
+        let n = 11;
+        let x: Vec<f32> = (0..n)
+            .flat_map(|j| [0.0, if j % 2 == 0 { 2.0 } else { 1.0 }])
+            .collect();
+        let y: Vec<f32> = (0..n).map(|j| j as f32).collect();
+        let (xt, yt) = (soa(&x, n, 2), soa(&y, n, 1));
+        let keys = KeysSoa {
+            xt: &xt,
+            yt: &yt,
+            n,
+            ld: padded_stride(n),
+            q: 1,
+        };
+        let queries = [0.0f32; 2 * QUERY_GROUP];
+        for p in [
+            Profile::Epanechnikov,
+            Profile::Uniform,
+            Profile::Triangular,
+            Profile::Biweight,
+        ] {
+            let k = Kernel::new(p, 2.0).unwrap();
+            let job = GroupJob {
+                kernel: &k,
+                queries: &queries,
+                d: 2,
+                keys: &keys,
+                k0: 0,
+                k1: n,
+                self_row: None,
+            };
+            let mut states = vec![group_portable(&job)];
+            if super::super::simd::has_avx2_fma() {
+                // SAFETY: AVX2 + FMA checked just above.
+                states.push(unsafe { super::super::avx2::group(&job) });
+            }
+            let w_in = f64::from(k.profile().eval_sq(0.25) as f32);
+            for st in &states {
+                // Only the 5 odd keys count, each with k(1/2).
+                assert!((st.s[0] - 5.0 * w_in).abs() < 1e-6, "{p}: s = {}", st.s[0]);
+                let mean = st.u[0] / st.s[0];
+                assert!((mean - 5.0).abs() < 1e-6, "{p}: mean {mean}");
             }
         }
     }

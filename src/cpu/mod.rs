@@ -2,6 +2,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub(crate) mod exact;
 pub(crate) mod grid;
 mod kernel_matrix;
 mod knn;

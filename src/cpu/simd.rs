@@ -13,7 +13,7 @@ pub(crate) const LANES: usize = 8;
 pub(crate) const KEY_BLOCK: usize = 256;
 
 /// A key's scaled squared distance `t = r²/h²` at or beyond this counts as
-/// infinitely far: its weight is zero for every profile (DESIGN §3; the
+/// infinitely far: its weight is zero for every profile (docs/numerics.md; the
 /// shaders use the same constant).
 pub(crate) const T_FAR: f32 = 1.0e37;
 

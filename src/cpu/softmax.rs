@@ -100,7 +100,7 @@ impl Batch<'_> {
     }
 }
 
-/// Row states of a block over some keys (DESIGN §3): `m` the largest
+/// Row states of a block over some keys (docs/numerics.md): `m` the largest
 /// logit, `l = Σ e^{s−m}`, `acc = Σ e^{s−m} v` (`rows × qp`).
 struct BlockState {
     m: Vec<f32>,

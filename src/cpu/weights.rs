@@ -7,7 +7,7 @@ use crate::kernel::Profile;
 ///
 /// For exponential profiles the weights are `exp(ln k − m)` relative to the
 /// running maximum log-weight `m` of the row, which this raises when the
-/// block holds a larger one (DESIGN §3). The return value is the factor by
+/// block holds a larger one (docs/numerics.md). The return value is the factor by
 /// which the row's earlier sums must be multiplied to stay relative to the
 /// new `m` (`1.0` when it did not move), or `None` when the block carries no
 /// mass at all (every key infinitely far; `buf` is then all zeros).

@@ -247,6 +247,24 @@ pub(crate) fn upload<'p, T: bytemuck::Pod>(
     Ok(buf)
 }
 
+/// Submits `encoder` and waits until the device has run it, so that the
+/// buffers and bind groups it used can be released or reused: what keeps a
+/// long sequence of passes in bounded memory.
+pub(crate) fn submit_and_wait(
+    ctx: &GpuContext,
+    scope: &ErrorScope,
+    encoder: wgpu::CommandEncoder,
+) -> Result<()> {
+    let index = ctx.queue.submit([encoder.finish()]);
+    ctx.device
+        .poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })
+        .map_err(|e| scope.error(format!("waiting for the device: {e}")))?;
+    Ok(())
+}
+
 /// Submits `encoder` after copying `sources` (buffer, bytes) one after the
 /// other into one staging buffer, waits, and returns the bytes as `f32`s
 /// (one vector per source). Errors of the op are checked by the caller's

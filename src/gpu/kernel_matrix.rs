@@ -6,7 +6,7 @@ use ndarray::Array2;
 use super::timing::{self, Encoder};
 use crate::backend::MatrixMode;
 use crate::error::Result;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 use crate::plan::{MATRIX_WG, plan_local_mean, plan_matrix, tiles};
 
@@ -214,6 +214,42 @@ pub(crate) fn kernel_matrix(
         flush(ctx, &scope, encoder, &mut pending, &mut out, n)?;
     }
     scope.finish(ctx)?;
+    // Rows of D⁻¹K left without mass because every key lies beyond the f32
+    // distance range are finished on the host (docs/numerics.md, "Far rows").
+    if matches!(
+        mode,
+        MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian
+    ) && !kernel.profile().is_compact()
+    {
+        // A cauchy row can also have a sum too small for f32 without being
+        // empty: its row state shows it, as one the state call finished in
+        // f64 (the only cauchy states whose m is not 0) or an empty one.
+        let tiny = if kernel.profile() == Profile::Cauchy {
+            let st = super::local_mean::row_states(ctx, kernel, queries, keys, None, false)?;
+            st.sum
+                .iter()
+                .zip(&st.max_log_weight)
+                .map(|(&s, &lw)| s == 0.0 || lw != 0.0)
+                .collect()
+        } else {
+            vec![false; m]
+        };
+        let xs = keys.as_slice();
+        for (i, row) in out.chunks_exact_mut(n).enumerate() {
+            if !tiny[i] && !row.iter().any(|v| v.is_nan()) {
+                continue;
+            }
+            let query = queries.row_range(i, i + 1);
+            if crate::cpu::exact::normalized_row(kernel, query, |j, k| xs[j * d + k], row)
+                && mode == MatrixMode::NormalizedLaplacian
+            {
+                for x in row.iter_mut() {
+                    *x = -*x;
+                }
+                row[i] += 1.0;
+            }
+        }
+    }
     // D⁻¹K rows with no mass are NaN (finite inputs cannot produce NaN otherwise).
     let empty = if mode == MatrixMode::RowNormalized {
         out.chunks_exact(n).filter(|r| r[0].is_nan()).count()

@@ -3,13 +3,14 @@
 
 use super::timing::Encoder;
 use crate::error::Result;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 use crate::ops::{RowNormalized, RowStates};
 use crate::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 
-use super::buffers::{Pooled, submit_and_read, upload};
+use super::buffers::{Pooled, submit_and_read, submit_and_wait, upload};
 use super::context::{ErrorScope, GpuContext};
+use super::far::{HostKeys, far_means, far_states};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
@@ -18,6 +19,9 @@ const OP: &str = "local_mean";
 const FIRST_TILE: u32 = 1;
 const LAST_TILE: u32 = 2;
 const EXCLUDE_SELF: u32 = 4;
+/// Value-column passes recorded into one submission: bounds the memory of
+/// their parameters and bind groups however many value columns there are.
+const PASSES_PER_SUBMIT: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -232,19 +236,27 @@ pub(crate) fn local_mean(
     keys: &Matrix<'_>,
     values: &Matrix<'_>,
 ) -> Result<RowNormalized> {
+    if kernel.profile() == Profile::Cauchy {
+        // A cauchy row can have mass too small for f32 without being
+        // empty; its state shows it (`needs_exact`), its mean would not.
+        return Ok(row_states(ctx, kernel, queries, keys, Some(values), false)?.means());
+    }
     let (m, n, d, q) = (queries.rows(), keys.rows(), keys.cols(), values.cols());
     check_u32(OP, "query rows", m)?;
     check_u32(OP, "key rows", n)?;
     let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
     let key_tiles = upload_key_tiles(ctx, OP, keys, Some(values), plan.key_tile)?;
+    let keys_host = keys;
     let keys = DeviceKeys {
         tiles: &key_tiles,
         d,
         q,
     };
-    let out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
+    let mut out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
     scope.finish(ctx)?;
+    let host = HostKeys::of(keys_host, Some(values));
+    far_means(kernel, queries, &host, &mut out);
     Ok(out)
 }
 
@@ -282,10 +294,27 @@ pub(crate) fn means_on_tiles(
         let mut encoder = Encoder::new(ctx);
         encoder.clear_buffer(b.counter.buffer(), 0, Some(4));
         let _fill = fill_sentinel(ctx, op, &mut encoder, &b.out)?;
-        let _params = passes(plan, q)
-            .into_iter()
-            .map(|cols| record_pass(ctx, op, &mut encoder, &job, cols, true))
-            .collect::<Result<Vec<_>>>()?;
+        // Value columns in bounded batches of passes: each batch's
+        // parameters and bind groups are released before the next.
+        // The parameters of recorded passes must stay on loan until their
+        // submission is done: a returned buffer can be rewritten by another
+        // call at once.
+        let all = passes(plan, q);
+        let batches = all.len().div_ceil(PASSES_PER_SUBMIT);
+        let mut params = Vec::with_capacity(PASSES_PER_SUBMIT.min(all.len()));
+        for (bi, batch) in all.chunks(PASSES_PER_SUBMIT).enumerate() {
+            for &cols in batch {
+                params.push(record_pass(ctx, op, &mut encoder, &job, cols, true)?);
+            }
+            if bi + 1 < batches {
+                let done = std::mem::replace(
+                    &mut encoder,
+                    ctx.device.create_command_encoder(&Default::default()),
+                );
+                submit_and_wait(ctx, scope, done)?;
+                params.clear();
+            }
+        }
         let read = submit_and_read(
             ctx,
             scope,
@@ -317,13 +346,21 @@ pub(crate) fn row_states(
     let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
     let key_tiles = upload_key_tiles(ctx, OP, keys, values, plan.key_tile)?;
+    let keys_host = keys;
     let keys = DeviceKeys {
         tiles: &key_tiles,
         d,
         q,
     };
-    let states = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, exclude_self)?;
+    let mut states = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, exclude_self)?;
     scope.finish(ctx)?;
+    far_states(
+        kernel,
+        queries,
+        &HostKeys::of(keys_host, values),
+        exclude_self,
+        &mut states,
+    );
     Ok(states)
 }
 

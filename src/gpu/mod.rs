@@ -2,6 +2,7 @@
 
 mod buffers;
 pub(crate) mod context;
+mod far;
 mod kernel_matrix;
 mod knn;
 mod local_mean;

@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
-use super::buffers::Pooled;
+use super::buffers::{Pooled, submit_and_read};
 use super::check_u32;
+use super::context::ErrorScope;
 use super::context::GpuContext;
+use super::far::{HostKeys, far_means, far_states, means_need_host, states_need_host};
 use super::knn::{check_gpu_k, knn_on_tiles};
 use super::local_mean::{DeviceKeys, KeyTile, means_on_tiles, states_on_tiles};
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Profile};
 use crate::keyset::Resident;
 use crate::matrix::Matrix;
 use crate::memory::Reservation;
@@ -92,7 +94,10 @@ impl GpuResident {
             let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("key set"),
                 size: buffer_bytes(data.len()),
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                // COPY_SRC: far rows read the keys back (far.rs).
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             });
             ctx.queue
@@ -162,6 +167,39 @@ impl GpuResident {
         Ok(self.key_tile)
     }
 
+    /// The keys and the values of `set`, read back from the device into
+    /// row-major host copies: for the rare rows finished on the host
+    /// (far.rs), so never on the common path.
+    fn read_back(&self, scope: &ErrorScope, set: Option<usize>) -> Result<(Vec<f32>, Vec<f32>)> {
+        let ctx = &*self.ctx;
+        let q = set.map_or(0, |s| self.set_cols[s]);
+        let mut keys = Vec::with_capacity(self.n * self.d);
+        let mut values = Vec::with_capacity(self.n * q);
+        for t in &self.tiles {
+            let mut sources = vec![(&t.keys, (t.len * self.d * 4) as u64)];
+            if let Some(s) = set.filter(|_| q > 0) {
+                sources.push((&t.sets[s], (t.len * q * 4) as u64));
+            }
+            let encoder = ctx.device.create_command_encoder(&Default::default());
+            let read = submit_and_read(ctx, scope, encoder, &sources)?;
+            keys.extend_from_slice(&read[0]);
+            if let Some(v) = read.get(1) {
+                values.extend_from_slice(v);
+            }
+        }
+        Ok((keys, values))
+    }
+
+    fn host<'a>(&self, keys: &'a [f32], values: &'a [f32], q: usize) -> HostKeys<'a> {
+        HostKeys {
+            keys,
+            values,
+            n: self.n,
+            d: self.d,
+            q,
+        }
+    }
+
     fn sizes(&self, m: usize, what: &str) -> String {
         format!("M={m} N={} d={} {what} (key set)", self.n, self.d)
     }
@@ -175,6 +213,10 @@ impl Resident for GpuResident {
         set: usize,
     ) -> Result<RowNormalized> {
         const OP: &str = "local_mean";
+        if kernel.profile() == Profile::Cauchy {
+            // As in a one-shot call: a vanishing cauchy row shows in its state.
+            return Ok(self.row_states(kernel, queries, Some(set))?.means());
+        }
         let (ctx, m, q) = (&*self.ctx, queries.rows(), self.set_cols[set]);
         check_u32(OP, "query rows", m)?;
         let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
@@ -186,7 +228,12 @@ impl Resident for GpuResident {
             d: self.d,
             q,
         };
-        let out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
+        let mut out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
+        if means_need_host(kernel, &out) {
+            let (kh, vh) = self.read_back(&scope, Some(set))?;
+            let host = self.host(&kh, &vh, q);
+            far_means(kernel, queries, &host, &mut out);
+        }
         scope.finish(ctx)?;
         Ok(out)
     }
@@ -210,7 +257,12 @@ impl Resident for GpuResident {
             d: self.d,
             q,
         };
-        let out = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, false)?;
+        let mut out = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, false)?;
+        if states_need_host(kernel, &out) {
+            let (kh, vh) = self.read_back(&scope, set)?;
+            let host = self.host(&kh, &vh, q);
+            far_states(kernel, queries, &host, false, &mut out);
+        }
         scope.finish(ctx)?;
         Ok(out)
     }

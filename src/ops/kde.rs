@@ -6,6 +6,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
+use crate::ops::RowStates;
 
 /// `ln V_d`, the log-volume of the unit ball in `d` dimensions
 /// (`V_0 = 1`, `V_1 = 2`, `V_d = V_{d−2}·2π/d`).
@@ -93,10 +94,13 @@ impl Engine {
 
     /// `ln p̂(q)` per query, computed in the log domain: for profiles with
     /// full support (gaussian, laplacian, cauchy) a query far from every key
-    /// gets a finite, very negative value, not −inf, as long as some key
-    /// lies within `(r/h)² < 10³⁷` (every kernel treats a key beyond that as
-    /// out of reach); compact profiles give −inf outside the support (the
-    /// density is exactly 0 there).
+    /// gets a finite, very negative value, not −inf, wherever that value
+    /// fits in `f32` (rows whose keys all lie beyond the `f32` distance
+    /// range are finished in `f64`; below the `f32` range the result is
+    /// −inf, see docs/numerics.md); compact profiles give −inf outside the
+    /// support (the density is exactly 0 there). With `weights`, the
+    /// running maximum includes `ln w_j`, so keys of weight 0 nearest the
+    /// query do not hide the others.
     ///
     /// # Errors
     /// Empty or non-finite inputs, dimension mismatch, `weights` of the
@@ -121,30 +125,104 @@ impl Engine {
         let total = w.as_ref().map_or(x.rows() as f64, |w| {
             w.iter().map(|&v| f64::from(v)).sum::<f64>()
         });
-        let wm = w.map(|w| w.insert_axis(ndarray::Axis(1)));
-        let wmat = wm
-            .as_ref()
-            .map(|w| Matrix::check(OP, "weights", w.view()))
-            .transpose()?;
-        let states = self
-            .backend_impl()
-            .row_states(kernel, &q, &x, wmat.as_ref(), false)?;
         let norm = total.ln() + d as f64 * f64::from(kernel.bandwidth()).ln() + ln_c;
-        let log_mass = match &wmat {
-            // Σ_j w_j K_ij = e^m · u.
-            Some(_) => ndarray::Zip::from(&states.max_log_weight)
-                .and(states.weighted.column(0))
-                .map_collect(|&m, &u| {
-                    if u > 0.0 {
-                        f64::from(m) + u.ln()
-                    } else {
-                        f64::NEG_INFINITY
-                    }
-                }),
-            None => states.log_sum(),
+        let log_mass = match &w {
+            Some(w) => self.weighted_log_mass(kernel, &q, &x, w)?,
+            None => self
+                .backend_impl()
+                .row_states(kernel, &q, &x, None, false)?
+                .log_sum(),
         };
         Ok(log_mass.mapv(|l| l - norm))
     }
+
+    /// `ln Σ_j w_j K(q_i, x_j)` per query, with the running maximum taken
+    /// over log-weights that include `ln w_j` (docs/numerics.md): keys
+    /// with weight 0 are dropped, the others are grouped by the binary
+    /// exponent of their weight ([`WEIGHT_BAND`] binades per group), each
+    /// group's states are computed with `w_j / 2^e ∈ [1, 2^WEIGHT_BAND)`
+    /// as the value, shifted by `ln 2^e` and merged. Within a group the
+    /// largest kernel log-weight and the largest weighted one differ by
+    /// less than `WEIGHT_BAND · ln 2`, so the weighted sum cannot underflow
+    /// the way it does when a zero- or tiny-weight key is the nearest.
+    fn weighted_log_mass(
+        &self,
+        kernel: &Kernel,
+        q: &Matrix<'_>,
+        x: &Matrix<'_>,
+        w: &Array1<f32>,
+    ) -> Result<Array1<f64>> {
+        const OP: &str = "density";
+        let mut groups: Vec<(i32, Vec<usize>)> = Vec::new();
+        for (j, &v) in w.iter().enumerate() {
+            if v > 0.0 {
+                let e = band_of(v);
+                match groups.iter_mut().find(|(g, _)| *g == e) {
+                    Some((_, idx)) => idx.push(j),
+                    None => groups.push((e, vec![j])),
+                }
+            }
+        }
+        let d = x.cols();
+        let mut total: Option<RowStates> = None;
+        for (e, idx) in &groups {
+            let scale = (f64::from(*e) * f64::from(WEIGHT_BAND)).exp2();
+            let (keys, vals) = if idx.len() == w.len() {
+                (None, w.mapv(|v| (f64::from(v) / scale) as f32))
+            } else {
+                let mut k = Vec::with_capacity(idx.len() * d);
+                for &j in idx {
+                    k.extend_from_slice(x.row_range(j, j + 1));
+                }
+                (
+                    Some(k),
+                    idx.iter()
+                        .map(|&j| (f64::from(w[j]) / scale) as f32)
+                        .collect::<Array1<f32>>(),
+                )
+            };
+            let keys_view = keys
+                .as_ref()
+                .map(|k| ArrayView2::from_shape((idx.len(), d), k))
+                .transpose()
+                .map_err(|e| Error::InvalidParameter {
+                    name: "keys",
+                    reason: e.to_string(),
+                })?;
+            let keys_m = match &keys_view {
+                Some(v) => Matrix::check(OP, "keys", v.view())?,
+                None => x.clone(),
+            };
+            let vm = vals.view().insert_axis(ndarray::Axis(1));
+            let vals_m = Matrix::check(OP, "weights", vm)?;
+            let mut st =
+                self.backend_impl()
+                    .row_states(kernel, q, &keys_m, Some(&vals_m), false)?;
+            // The weighted sum becomes the state's sum: Σ w K = 2^e·e^m·u.
+            st.sum.assign(&st.weighted.column(0));
+            st.normalize_empty();
+            st.scale_weights(scale)?;
+            match &mut total {
+                Some(t) => t.merge(&st)?,
+                None => total = Some(st),
+            }
+        }
+        Ok(total.map_or_else(
+            || Array1::from_elem(q.rows(), f64::NEG_INFINITY),
+            |t| t.log_sum(),
+        ))
+    }
+}
+
+/// Binades of weight per group of [`Engine::weighted_log_mass`]: a
+/// group's values lie in `[1, 2^32)`, far inside `f32`, and a key whose
+/// kernel weight is `e^{-87}` below the group's largest (where the kernels
+/// flush to 0) would contribute under `2^32·e^{-87} ≈ 7·10⁻²⁹` of it.
+const WEIGHT_BAND: i32 = 32;
+
+/// The group of a positive weight: `⌊log₂ w / WEIGHT_BAND⌋`.
+fn band_of(w: f32) -> i32 {
+    (f64::from(w).log2().floor() as i32).div_euclid(WEIGHT_BAND)
 }
 
 /// Per-key weights: one per key, finite, non-negative, positive sum.

@@ -9,7 +9,7 @@ use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 
 /// Per-query partial sums of a kernel-weighted average, in the log domain
-/// (DESIGN §3): for row `i`,
+/// (docs/numerics.md): for row `i`,
 ///
 /// * `m_i` = the largest log-weight `ln K(q_i, x_j)` (0 for the
 ///   non-exponential profiles, whose weights are not shifted; −inf when no
@@ -63,12 +63,15 @@ impl RowStates {
     }
 
     /// `ln Σ_j K(q_i, x_j)` per row (−inf for rows without mass), exact
-    /// even where `Σ_j K` itself underflows.
+    /// even where `Σ_j K` itself underflows. A row whose largest log-weight
+    /// lies below the `f32` range (`m_i` = `f32::MIN`, see
+    /// docs/numerics.md) has mass, and finite local means, but a log-sum
+    /// of −inf here.
     pub fn log_sum(&self) -> Array1<f64> {
         Zip::from(&self.max_log_weight)
             .and(&self.sum)
             .map_collect(|&m, &s| {
-                if s > 0.0 {
+                if s > 0.0 && m > f32::MIN {
                     f64::from(m) + s.ln()
                 } else {
                     f64::NEG_INFINITY
@@ -105,11 +108,12 @@ impl RowStates {
             });
         }
         let lw = w.ln();
+        // −inf (no mass) and f32::MIN (below the f32 range) stay as they are.
         self.max_log_weight.mapv_inplace(|m| {
-            if m == f32::NEG_INFINITY {
+            if m == f32::NEG_INFINITY || m == f32::MIN {
                 m
             } else {
-                (f64::from(m) + lw) as f32
+                ((f64::from(m) + lw) as f32).max(f32::MIN)
             }
         });
         Ok(())

@@ -197,13 +197,18 @@ impl Drop for Service {
     }
 }
 
-/// Writes `.npy` test data into a fresh folder under the system temp dir.
+/// A fresh folder under the system temp dir, created atomically with a
+/// random name (so concurrent tests never share one) and removed when the
+/// value is dropped.
+pub fn temp_folder(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("locus-{tag}-"))
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// A fresh folder as [`temp_folder`], kept after the call: the caller
+/// removes it.
 pub fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "locus-{tag}-{}-{}",
-        std::process::id(),
-        Instant::now().elapsed().as_nanos()
-    ));
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    temp_folder(tag).keep()
 }
