@@ -253,9 +253,9 @@ pub(crate) fn upload<'p, T: bytemuck::Pod>(
 pub(crate) fn submit_and_wait(
     ctx: &GpuContext,
     scope: &ErrorScope,
-    encoder: wgpu::CommandEncoder,
+    encoder: Encoder,
 ) -> Result<()> {
-    let index = ctx.queue.submit([encoder.finish()]);
+    let index = timing::submit(ctx, encoder);
     ctx.device
         .poll(wgpu::PollType::Wait {
             submission_index: Some(index),

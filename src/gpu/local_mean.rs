@@ -307,10 +307,7 @@ pub(crate) fn means_on_tiles(
                 params.push(record_pass(ctx, op, &mut encoder, &job, cols, true)?);
             }
             if bi + 1 < batches {
-                let done = std::mem::replace(
-                    &mut encoder,
-                    ctx.device.create_command_encoder(&Default::default()),
-                );
+                let done = std::mem::replace(&mut encoder, Encoder::new(ctx));
                 submit_and_wait(ctx, scope, done)?;
                 params.clear();
             }

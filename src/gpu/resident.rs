@@ -11,6 +11,7 @@ use super::context::GpuContext;
 use super::far::{HostKeys, far_means, far_states, means_need_host, states_need_host};
 use super::knn::{check_gpu_k, knn_on_tiles};
 use super::local_mean::{DeviceKeys, KeyTile, means_on_tiles, states_on_tiles};
+use super::timing::Encoder;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Profile};
 use crate::keyset::Resident;
@@ -180,7 +181,7 @@ impl GpuResident {
             if let Some(s) = set.filter(|_| q > 0) {
                 sources.push((&t.sets[s], (t.len * q * 4) as u64));
             }
-            let encoder = ctx.device.create_command_encoder(&Default::default());
+            let encoder = Encoder::new(ctx);
             let read = submit_and_read(ctx, scope, encoder, &sources)?;
             keys.extend_from_slice(&read[0]);
             if let Some(v) = read.get(1) {
