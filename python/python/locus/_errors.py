@@ -37,3 +37,7 @@ class DeviceError(LocusError, RuntimeError):
 
 class LocusMemoryError(LocusError, MemoryError):
     """Too large to allocate, or past the memory limit (also a ``MemoryError``)."""
+
+
+for _cls in (LocusError, InputError, DeviceError, LocusMemoryError):
+    _cls.__module__ = "locus"

@@ -142,6 +142,7 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighbors):
 
     def predict(self, X: Any) -> np.ndarray:
         """The class with the largest weighted vote among the neighbours."""
+        check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
