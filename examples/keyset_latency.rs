@@ -17,8 +17,9 @@ use locus::{Batching, Device, Engine, Kernel, KeySetOptions};
 use ndarray::Array2;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (mut backend, mut n, mut d, mut m, mut h, mut calls) =
-        ("cpu".to_string(), 100_000usize, 8usize, 16usize, 0.5f32, 2000usize);
+    let mut backend = "cpu".to_string();
+    let (mut n, mut d, mut m, mut calls) = (100_000usize, 8usize, 16usize, 2000usize);
+    let mut h = 0.5f32;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next().ok_or(format!("{a} needs a value"))?;
@@ -40,7 +41,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Engine::from_env(device)?;
     let mut s = 7u64;
     let mut uniform = move || {
-        s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         (s >> 40) as f32 / (1u64 << 24) as f32
     };
     let keys = Array2::from_shape_fn((n, d), |_| uniform());

@@ -154,12 +154,6 @@ impl KeySet {
         self.inner.value_cols()
     }
 
-    /// Number of classes, or None without labels.
-    #[getter]
-    fn classes(&self) -> Option<usize> {
-        self.inner.classes()
-    }
-
     /// Bytes the backend holds for this key set.
     #[getter]
     fn resident_bytes(&self) -> u64 {

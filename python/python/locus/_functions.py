@@ -185,7 +185,7 @@ def density(
 def knn(queries: Any, keys: Any, k: int, *, backend: BackendLike = "auto") -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` nearest keys of each query by Euclidean distance: indices
     (M × k, int64) and distances (M × k, float32), nearest first, equal
-    distances in index order.
+    distances in index order; on a GPU ``k`` is at most 128.
 
     >>> import numpy as np, locus
     >>> idx, dist = locus.knn([[0.9]], [[0.0], [1.0], [3.0]], 2, backend="cpu")

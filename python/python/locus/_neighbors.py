@@ -109,6 +109,7 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighbors):
     callable), ``metric`` (``"minkowski"`` with ``p=2``, or
     ``"euclidean"``), ``backend``. Ties in the vote go to the smaller class;
     equal distances to the lower training index.
+    On a GPU, ``n_neighbors`` is at most 128 (one pass keeps that many).
 
     Attributes: ``classes_``, ``X_``, ``y_`` (class indices),
     ``n_features_in_``, ``n_samples_fit_``.
