@@ -1,0 +1,97 @@
+"""locus: localization methods (kernel local means / Nadaraya–Watson,
+MeanShift, KDE, kNN, kernel softmax) on a GPU (wgpu) or the CPU (rayon).
+
+numpy in, numpy out: inputs are converted once to C-contiguous float32
+(borrowed without a copy when they already are), every computation runs
+with the GIL released, results come back as numpy arrays without a copy.
+
+>>> import numpy as np, locus
+>>> X = np.array([[0, 0], [0.3, 0.1], [0.1, 0.4], [6, 6], [6.2, 5.9]])
+>>> locus.mean_shift(X, bandwidth=1.0, backend="cpu").labels
+array([0, 0, 0, 1, 1])
+
+The scikit-learn estimators (``locus.MeanShift``, ``locus.KernelDensity``,
+``locus.KernelRegression``, ``locus.LocalModeClassifier``,
+``locus.KNeighborsClassifier``, ``locus.KNeighborsRegressor``) need
+scikit-learn: ``pip install 'locus-engine[sklearn]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._engine import Engine, KeySet, RowStates
+from ._errors import DeviceError, InputError, LocusError, LocusMemoryError
+from ._functions import (
+    MeanShiftResult,
+    MedoidShiftResult,
+    density,
+    estimate_bandwidth,
+    feature_local_mean,
+    kernel_matrix,
+    kernel_softmax,
+    knn,
+    local_mean,
+    log_density,
+    mean_shift,
+    medoid_shift,
+    self_local_mean,
+)
+from ._locus import __version__
+
+_ESTIMATORS = {
+    "MeanShift": "_cluster",
+    "KernelDensity": "_density",
+    "KernelRegression": "_regression",
+    "LocalModeClassifier": "_classification",
+    "KNeighborsClassifier": "_neighbors",
+    "KNeighborsRegressor": "_neighbors",
+}
+
+__all__ = [
+    "Engine",
+    "KeySet",
+    "RowStates",
+    "LocusError",
+    "InputError",
+    "DeviceError",
+    "LocusMemoryError",
+    "MeanShiftResult",
+    "MedoidShiftResult",
+    "density",
+    "estimate_bandwidth",
+    "feature_local_mean",
+    "kernel_matrix",
+    "kernel_softmax",
+    "knn",
+    "local_mean",
+    "log_density",
+    "mean_shift",
+    "medoid_shift",
+    "self_local_mean",
+    "__version__",
+    *_ESTIMATORS,
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Imports the scikit-learn estimators on first use."""
+    module = _ESTIMATORS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'locus' has no attribute {name!r}")
+    try:
+        import sklearn  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            f"locus.{name} is a scikit-learn estimator and needs scikit-learn; "
+            "install it with: pip install 'locus-engine[sklearn]'"
+        ) from e
+    import importlib
+
+    cls = getattr(importlib.import_module(f"locus.{module}"), name)
+    globals()[name] = cls
+    return cls
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

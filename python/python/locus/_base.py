@@ -1,0 +1,39 @@
+"""What the scikit-learn estimators share: input validation in
+scikit-learn's terms, converted once to C-contiguous float32."""
+
+from __future__ import annotations
+
+from numbers import Real
+from typing import Any
+
+import numpy as np
+from sklearn.utils.validation import validate_data
+
+_BACKENDS = ("auto", "gpu", "cpu")
+
+
+def check_X(est: Any, X: Any, *, reset: bool) -> np.ndarray:
+    """``X`` validated as scikit-learn does (2-D, finite, non-empty, the
+    number of features seen in ``fit``) and converted once to float32."""
+    return validate_data(est, X, reset=reset, dtype=np.float32, order="C")
+
+
+def check_Xy(est: Any, X: Any, y: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``X`` and ``y`` validated together; ``X`` converted to float32."""
+    return validate_data(est, X, y, dtype=np.float32, order="C", **kw)
+
+
+def check_bandwidth(h: Any, name: str = "bandwidth") -> float:
+    """A finite, positive number."""
+    if isinstance(h, (bool, np.bool_)) or not isinstance(h, Real):
+        raise ValueError(f"{name} must be a positive number, got {h!r}")
+    h = float(h)
+    if not np.isfinite(h) or h <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {h}")
+    return h
+
+
+def check_backend(backend: Any) -> None:
+    """A backend name (estimators keep names, so that they pickle)."""
+    if backend not in _BACKENDS:
+        raise ValueError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')

@@ -1,0 +1,238 @@
+"""Engines and resident key sets."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, NamedTuple, Union
+
+import numpy as np
+
+from . import _locus
+from ._arrays import as_count, as_labels, as_matrix, as_values
+from ._errors import InputError
+
+__all__ = ["Engine", "KeySet", "RowStates", "engine_for"]
+
+_BACKENDS = ("auto", "gpu", "cpu")
+
+
+class Engine:
+    """A compute engine on one backend.
+
+    ``backend="auto"`` takes a hardware GPU when wgpu finds one and the CPU
+    otherwise; ``"gpu"`` takes the best GPU adapter, a software one
+    (lavapipe) included, and raises :class:`~locus.DeviceError` when there
+    is none; ``"cpu"`` runs on all cores with rayon. The environment
+    variables ``LOCUS_ADAPTER`` and ``LOCUS_REQUIRE_HARDWARE`` choose among
+    adapters as for the command-line tool. ``memory_limit`` caps the bytes
+    the engine holds (key sets, GPU buffers); past it a call raises
+    :class:`~locus.LocusMemoryError` and the engine keeps working.
+
+    An engine is thread-safe, and every call releases the GIL, so Python
+    threads sharing one engine run in parallel. The functions of
+    :mod:`locus` take ``backend=`` either as a name (one shared engine per
+    name) or as an ``Engine``.
+
+    >>> import numpy as np, locus
+    >>> engine = locus.Engine("cpu")
+    >>> engine.info()["backend"]
+    'cpu'
+    >>> keys = np.array([[0.0, 0.0], [1.0, 0.0], [5.0, 5.0]], dtype=np.float32)
+    >>> ks = engine.prepare(keys, values=np.array([1.0, 2.0, 9.0]))
+    >>> ks.local_mean(np.array([[0.5, 0.0]]), bandwidth=0.5).round(3)
+    array([1.5], dtype=float32)
+    """
+
+    def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None:
+        if backend not in _BACKENDS:
+            raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
+        if memory_limit is not None:
+            memory_limit = as_count(memory_limit, "memory_limit")
+        self._inner = _locus.Engine(backend, memory_limit=memory_limit)
+
+    @property
+    def backend(self) -> str:
+        """``"cpu"`` or ``"gpu"``: where this engine runs."""
+        return self._inner.backend
+
+    def info(self) -> dict[str, Any]:
+        """The backend: ``backend``, ``description``, ``software``, the
+        adapter's ``name``/``api``/``device_type``/``driver`` and ``limits``
+        on a GPU, ``threads``/``simd`` on the CPU, ``fallback_reason`` (why
+        ``"auto"`` did not take a GPU it found) and ``memory`` in use."""
+        return self._inner.info()
+
+    def prepare(
+        self,
+        keys: Any,
+        values: Any = None,
+        labels: Any = None,
+        *,
+        batching: bool = True,
+        max_request_rows: int | None = None,
+    ) -> KeySet:
+        """Makes ``keys`` (N × d), and optionally ``values`` (N or N × q)
+        and ``labels`` (N, any labels numpy can sort), resident on the
+        backend, for many queries from many threads (see :class:`KeySet`).
+
+        With ``batching``, small requests that arrive together from several
+        threads are run as one call. ``max_request_rows`` bounds the rows of
+        one request (default 2²⁰).
+        """
+        x = as_matrix(keys, "keys")
+        y, vector = (None, False) if values is None else as_values(values, "values")
+        classes, index = (None, None) if labels is None else as_labels(labels, x.shape[0])
+        if max_request_rows is not None:
+            max_request_rows = as_count(max_request_rows, "max_request_rows")
+        inner = self._inner.prepare(
+            x,
+            y,
+            index,
+            batching=bool(batching),
+            max_request_rows=max_request_rows,
+            nearest_fallback=True,
+        )
+        return KeySet(inner, classes, vector)
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+BackendLike = Union[str, Engine]
+
+
+def engine_for(backend: BackendLike) -> Engine:
+    """The engine for ``backend``: an :class:`Engine` as is, or the shared
+    engine of that name (created on first use)."""
+    if isinstance(backend, Engine):
+        return backend
+    if backend not in _BACKENDS:
+        raise InputError(
+            f'backend must be "auto", "gpu", "cpu" or a locus.Engine, got {backend!r}'
+        )
+    with _engines_lock:
+        e = _engines.get(backend)
+        if e is None:
+            e = _engines[backend] = Engine(backend)
+        return e
+
+
+class RowStates(NamedTuple):
+    """Mergeable partial sums of a local mean, per query row: the largest
+    log-weight ``m``, ``s = Σ e^{w−m}`` and ``u = Σ e^{w−m}·y``."""
+
+    max_log_weight: np.ndarray
+    sum: np.ndarray
+    weighted: np.ndarray
+
+
+class KeySet:
+    """Keys (and values, labels) resident on an engine's backend, queried
+    many times from many threads with any kernel and bandwidth.
+
+    Made by :meth:`Engine.prepare`. Thread-safe: share one key set across a
+    thread pool; each call releases the GIL, and concurrent small requests
+    are coalesced into one engine call.
+
+    >>> import numpy as np, locus
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> rng = np.random.default_rng(0)
+    >>> keys = rng.normal(size=(1000, 3)).astype(np.float32)
+    >>> ks = locus.Engine("cpu").prepare(keys, values=keys[:, 0], labels=keys[:, 1] > 0)
+    >>> with ThreadPoolExecutor(4) as pool:
+    ...     outs = list(pool.map(lambda q: ks.local_mean(q, bandwidth=0.5), [keys[:16]] * 8))
+    >>> outs[0].shape
+    (16,)
+    >>> ks.classes
+    array([False,  True])
+    """
+
+    def __init__(self, inner: Any, classes: np.ndarray | None, vector_values: bool) -> None:
+        self._inner = inner
+        self._classes = classes
+        self._vector = vector_values
+
+    @property
+    def n_keys(self) -> int:
+        """Number of keys N."""
+        return self._inner.rows
+
+    @property
+    def dim(self) -> int:
+        """Dimension d of keys and queries."""
+        return self._inner.dim
+
+    @property
+    def classes(self) -> np.ndarray | None:
+        """The distinct labels (sorted), the columns of :meth:`predict_proba`."""
+        return self._classes
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes the backend holds for this key set."""
+        return self._inner.resident_bytes
+
+    def stats(self) -> dict[str, int]:
+        """How requests were served so far: ``direct``, ``batches``,
+        ``batched_requests``, ``largest_batch``, ``retried_alone``."""
+        return self._inner.stats()
+
+    def local_mean(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+        """Local means of the values at ``queries`` (M × d), as
+        :func:`locus.local_mean` with these keys and values; NaN rows for
+        empty neighbourhoods."""
+        out, _ = self._inner.local_mean(
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+        )
+        return out[:, 0] if self._vector else out
+
+    def row_states(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> RowStates:
+        """The row states ``(m, s, u)`` behind :meth:`local_mean` (``u`` has
+        no columns when the key set has no values); states of several key
+        sets merge associatively."""
+        m, s, u = self._inner.row_states(
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+        )
+        return RowStates(m, s, u)
+
+    def log_density(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+        """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`."""
+        return self._inner.log_density(
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+        )
+
+    def density(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+        """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`."""
+        return self._inner.density(
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+        )
+
+    def predict_proba(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+        """Class probabilities (M × C, columns in the order of
+        :attr:`classes`): the local mean of one-hot labels; NaN rows for
+        empty neighbourhoods."""
+        out, _ = self._inner.predict_proba(
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+        )
+        return out
+
+    def classify(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+        """The most probable label per query (ties to the smaller label); a
+        query with an empty neighbourhood gets its nearest key's label."""
+        if self._classes is None:
+            raise InputError("this key set was prepared without labels")
+        index, _, _ = self._inner.classify(
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+        )
+        return self._classes[index]
+
+    def knn(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Indices (M × k, int64) and Euclidean distances (M × k, float32)
+        of the ``k`` nearest keys, nearest first."""
+        return self._inner.knn(as_matrix(queries, "queries"), as_count(k, "k"))
+
+    def __repr__(self) -> str:
+        return repr(self._inner)

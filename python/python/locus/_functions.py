@@ -1,0 +1,415 @@
+"""The ops as functions: numpy in, numpy out.
+
+Every function converts its array inputs once to C-contiguous ``float32``
+(no copy when they already are), runs on the engine named by ``backend``
+(``"auto"``, ``"gpu"``, ``"cpu"`` or a :class:`~locus.Engine`) with the
+GIL released, and returns numpy arrays that own the engine's result (no
+copy). Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
+``tophat``), ``triangular`` (``linear``), ``biweight`` (``quartic``),
+``laplacian`` (``exponential``), ``cauchy``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _locus
+from ._arrays import as_count, as_float32, as_matrix, as_values
+from ._engine import BackendLike, engine_for
+from ._errors import InputError
+
+__all__ = [
+    "local_mean",
+    "self_local_mean",
+    "kernel_matrix",
+    "density",
+    "log_density",
+    "knn",
+    "kernel_softmax",
+    "feature_local_mean",
+    "mean_shift",
+    "medoid_shift",
+    "estimate_bandwidth",
+    "MeanShiftResult",
+    "MedoidShiftResult",
+]
+
+
+def _engine(backend: BackendLike) -> Any:
+    return engine_for(backend)._inner
+
+
+def local_mean(
+    queries: Any,
+    keys: Any,
+    values: Any = None,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    backend: BackendLike = "auto",
+) -> np.ndarray:
+    """Nadaraya–Watson local means ``Σ_j K(q, x_j) y_j / Σ_j K(q, x_j)``.
+
+    ``queries`` (M × d), ``keys`` (N × d), ``values`` (N × q, or N for a
+    1-D result; the keys themselves when omitted, i.e. one MeanShift step
+    of the queries). A row whose neighbourhood is empty (a compact kernel
+    and no key within ``bandwidth``) is NaN. Exponential kernels are
+    accumulated in the log domain, so a tiny bandwidth gives the nearest
+    keys' average, not NaN.
+
+    >>> import numpy as np, locus
+    >>> keys = np.array([[0.0], [1.0], [10.0]], dtype=np.float32)
+    >>> locus.local_mean([[0.0], [20.0]], keys, [1.0, 3.0, 100.0], bandwidth=0.5,
+    ...                  kernel="epanechnikov", backend="cpu")
+    array([ 1., nan], dtype=float32)
+    """
+    q = as_matrix(queries, "queries")
+    x = as_matrix(keys, "keys")
+    y, vector = (x, False) if values is None else as_values(values, "values")
+    out, _ = _locus.local_mean(_engine(backend), q, x, y, bandwidth=bandwidth, kernel=kernel)
+    return out[:, 0] if vector else out
+
+
+def self_local_mean(
+    points: Any, *, bandwidth: float, kernel: str = "gaussian", backend: BackendLike = "auto"
+) -> np.ndarray:
+    """Every point replaced by the local mean of the points around it
+    (``K̃X``, one blurring MeanShift step).
+
+    >>> import numpy as np, locus
+    >>> locus.self_local_mean(np.array([[0.0], [1.0], [9.0]]), bandwidth=2.0,
+    ...                       kernel="uniform", backend="cpu")
+    array([[0.5],
+           [0.5],
+           [9. ]], dtype=float32)
+    """
+    x = as_matrix(points, "points")
+    out, _ = _locus.self_local_mean(_engine(backend), x, bandwidth=bandwidth, kernel=kernel)
+    return out
+
+
+def kernel_matrix(
+    queries: Any,
+    keys: Any = None,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    normalize: str | None = None,
+    laplacian: bool = False,
+    backend: BackendLike = "auto",
+) -> np.ndarray:
+    """The kernel matrix ``K_ij = k(‖q_i − x_j‖ / h)`` (M × N, float32).
+
+    ``normalize="rows"`` gives ``D⁻¹K`` (rows sum to 1, computed in the log
+    domain; NaN rows where a row has no mass). ``laplacian=True`` gives the
+    graph Laplacian of ``queries`` (``keys`` must be omitted): ``D − K``, or
+    ``I − D⁻¹K`` with ``normalize="rows"``. ``keys`` defaults to ``queries``.
+
+    >>> import numpy as np, locus
+    >>> x = np.array([[0.0], [1.0]])
+    >>> locus.kernel_matrix(x, bandwidth=1.0, kernel="triangular", backend="cpu")
+    array([[1., 0.],
+           [0., 1.]], dtype=float32)
+    >>> locus.kernel_matrix(x, bandwidth=2.0, kernel="triangular", laplacian=True, backend="cpu")
+    array([[ 0.5, -0.5],
+           [-0.5,  0.5]], dtype=float32)
+    """
+    if normalize not in (None, "rows"):
+        raise InputError(f'normalize must be None or "rows", got {normalize!r}')
+    q = as_matrix(queries, "queries")
+    e = _engine(backend)
+    if laplacian:
+        if keys is not None:
+            raise InputError("laplacian=True is the Laplacian of the queries' graph; omit keys")
+        return _locus.laplacian(
+            e, q, bandwidth=bandwidth, kernel=kernel, normalized=normalize == "rows"
+        )
+    x = q if keys is None else as_matrix(keys, "keys")
+    out, _ = _locus.kernel_matrix(
+        e, q, x, bandwidth=bandwidth, kernel=kernel, normalize=normalize == "rows"
+    )
+    return out
+
+
+def log_density(
+    queries: Any,
+    keys: Any,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    weights: Any = None,
+    backend: BackendLike = "auto",
+) -> np.ndarray:
+    """``ln p̂(q)`` of the kernel density estimate on ``keys`` (float64),
+    normalized with each kernel's exact constant in d dimensions (as
+    scikit-learn's ``KernelDensity.score_samples``); optional non-negative
+    per-key ``weights``. Computed in the log domain, so far from the data
+    the value is finite and very negative for kernels with full support,
+    and ``-inf`` outside the support of compact ones.
+
+    >>> import numpy as np, locus
+    >>> float(locus.log_density([[0.0]], [[0.0]], bandwidth=1.0, backend="cpu")[0])  # ln(1/√(2π))
+    -0.9189385332046727
+    """
+    q = as_matrix(queries, "queries")
+    x = as_matrix(keys, "keys")
+    w = None if weights is None else as_float32(weights, "weights", (1,))
+    return _locus.log_density(_engine(backend), q, x, bandwidth=bandwidth, kernel=kernel, weights=w)
+
+
+def density(
+    queries: Any,
+    keys: Any,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    weights: Any = None,
+    backend: BackendLike = "auto",
+) -> np.ndarray:
+    """The kernel density estimate ``p̂(q)`` (float64): ``exp`` of
+    :func:`log_density`, which may underflow to 0 far from the data.
+
+    >>> import numpy as np, locus
+    >>> locus.density([[0.0], [0.5]], [[0.0]], bandwidth=1.0, kernel="tophat", backend="cpu")
+    array([0.5, 0.5])
+    """
+    return np.exp(
+        log_density(
+            queries, keys, bandwidth=bandwidth, kernel=kernel, weights=weights, backend=backend
+        )
+    )
+
+
+def knn(queries: Any, keys: Any, k: int, *, backend: BackendLike = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` nearest keys of each query by Euclidean distance: indices
+    (M × k, int64) and distances (M × k, float32), nearest first, equal
+    distances in index order; on a GPU ``k`` is at most 128.
+
+    >>> import numpy as np, locus
+    >>> idx, dist = locus.knn([[0.9]], [[0.0], [1.0], [3.0]], 2, backend="cpu")
+    >>> idx, dist.round(3)
+    (array([[1, 0]]), array([[0.1, 0.9]], dtype=float32))
+    """
+    q = as_matrix(queries, "queries")
+    x = as_matrix(keys, "keys")
+    return _locus.knn(_engine(backend), q, x, as_count(k, "k"))
+
+
+def kernel_softmax(
+    phi: Any,
+    psi: Any,
+    values: Any,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    backend: BackendLike = "auto",
+) -> np.ndarray:
+    """Attention as a local mean: ``softmax(scale·ΦΨᵀ)V`` in one pass
+    (online softmax, the M × N scores never stored). 2-D ``(M, d)``,
+    ``(N, d)``, ``(N, q)`` or batched 3-D ``(B, ·, ·)`` inputs; ``scale``
+    defaults to ``1/√d``; ``causal`` lets query i see keys ``0..i``.
+
+    >>> import numpy as np, locus
+    >>> phi = np.eye(2, dtype=np.float32)
+    >>> out = locus.kernel_softmax(phi, 10 * phi, [[1.0], [2.0]], scale=1.0, backend="cpu")
+    >>> out.round(3)
+    array([[1.],
+           [2.]], dtype=float32)
+    """
+    p = as_float32(phi, "phi", (2, 3))
+    k = as_float32(psi, "psi", (2, 3))
+    v = as_float32(values, "values", (2, 3))
+    return _locus.kernel_softmax(_engine(backend), p, k, v, scale=scale, causal=bool(causal))
+
+
+def feature_local_mean(
+    phi: Any, psi: Any, values: Any, *, causal: bool = False, backend: BackendLike = "auto"
+) -> np.ndarray:
+    """The linear feature local mean ``(ΦΨᵀV) ⊘ (ΦΨᵀ1)`` in O(N) as
+    ``Φ(ΨᵀV) ⊘ Φ(Ψᵀ1)`` (linear attention); features must be non-negative;
+    NaN rows where a query has no weight. Shapes as :func:`kernel_softmax`.
+
+    >>> import numpy as np, locus
+    >>> locus.feature_local_mean([[1.0, 0.0]], [[1.0, 0.0], [3.0, 0.0]], [[2.0], [6.0]], backend="cpu")
+    array([[5.]], dtype=float32)
+    """
+    p = as_float32(phi, "phi", (2, 3))
+    k = as_float32(psi, "psi", (2, 3))
+    v = as_float32(values, "values", (2, 3))
+    out, _ = _locus.feature_local_mean(_engine(backend), p, k, v, causal=bool(causal))
+    return out
+
+
+class MeanShiftResult(NamedTuple):
+    """What :func:`mean_shift` found."""
+
+    cluster_centers: np.ndarray
+    """The modes (C × d, float32), most populated first."""
+    labels: np.ndarray
+    """One label per point (int64): its mode's index, or −1 (``cluster_all=False``)."""
+    populations: np.ndarray
+    """Points within one bandwidth of each mode (what modes are ranked by)."""
+    n_iter: int
+    """Iterations run (the most shifts any seed took)."""
+    converged: bool
+    """Whether every seed stopped within ``max_iter``."""
+    bandwidth: float
+    """The bandwidth used (given or estimated)."""
+
+
+def _bandwidth_rule(bandwidth: Any) -> dict[str, Any]:
+    if bandwidth is None:
+        return {"bandwidth": None, "bandwidth_rule": "quantile"}
+    if isinstance(bandwidth, str):
+        if bandwidth not in ("scott", "silverman"):
+            raise InputError(
+                f'bandwidth must be a number, None, "scott" or "silverman", got {bandwidth!r}'
+            )
+        return {"bandwidth": None, "bandwidth_rule": bandwidth}
+    return {"bandwidth": float(bandwidth), "bandwidth_rule": "quantile"}
+
+
+def mean_shift(
+    X: Any,
+    *,
+    bandwidth: float | str | None = None,
+    kernel: str = "uniform",
+    seeds: Any = None,
+    bin_seeding: bool = False,
+    min_bin_freq: int = 1,
+    cluster_all: bool = True,
+    max_iter: int = 300,
+    tol: float = 1e-3,
+    blurring: bool = False,
+    quantile: float = 0.3,
+    n_samples: int | None = None,
+    backend: BackendLike = "auto",
+) -> MeanShiftResult:
+    """MeanShift clustering, with scikit-learn's defaults and rules.
+
+    Seeds (every point, ``bin_seeding`` on a grid of side ``bandwidth``
+    keeping bins of at least ``min_bin_freq`` points, or given ``seeds``)
+    move to the local mean of the points around them until the shift is at
+    most ``tol·bandwidth``; modes are ranked by their populations, merged
+    when closer than ``bandwidth``, and every point labelled by its nearest
+    mode. ``bandwidth``: a number, ``None`` (scikit-learn's
+    ``estimate_bandwidth`` with ``quantile`` and ``n_samples``), ``"scott"``
+    or ``"silverman"``. ``kernel``: any profile (default the flat kernel,
+    as scikit-learn). ``blurring``: the points themselves move.
+
+    >>> import numpy as np, locus
+    >>> X = np.array([[0, 0], [0.3, 0.1], [0.1, 0.4], [6, 6], [6.2, 5.9]])
+    >>> r = locus.mean_shift(X, bandwidth=1.0, backend="cpu")
+    >>> r.labels, len(r.cluster_centers)
+    (array([0, 0, 0, 1, 1]), 2)
+    """
+    x = as_matrix(X, "X")
+    s = None if seeds is None else as_matrix(seeds, "seeds")
+    if n_samples is not None:
+        n_samples = as_count(n_samples, "n_samples")
+    d = _locus.mean_shift(
+        _engine(backend),
+        x,
+        quantile=float(quantile),
+        n_samples=n_samples,
+        kernel=kernel,
+        seeds=s,
+        bin_seeding=bool(bin_seeding),
+        min_bin_freq=as_count(min_bin_freq, "min_bin_freq"),
+        max_iter=as_count(max_iter, "max_iter"),
+        tol=float(tol),
+        blurring=bool(blurring),
+        cluster_all=bool(cluster_all),
+        **_bandwidth_rule(bandwidth),
+    )
+    return MeanShiftResult(
+        d["modes"], d["labels"], d["populations"], d["iterations"], d["converged"], d["bandwidth"]
+    )
+
+
+class MedoidShiftResult(NamedTuple):
+    """What :func:`medoid_shift` found."""
+
+    medoids: np.ndarray
+    """Indices of the medoids among the points, most populated first."""
+    cluster_centers: np.ndarray
+    """The medoids' coordinates (C × d; C × 0 for a distance matrix)."""
+    labels: np.ndarray
+    """One label per point (int64): the index of its medoid."""
+    populations: np.ndarray
+    """Points in each cluster."""
+    n_iter: int
+    """Rounds of jumps in which some point still moved."""
+    converged: bool
+    """Whether every point reached a fixed medoid within ``max_iter``."""
+    bandwidth: float
+    """The bandwidth used."""
+
+
+def medoid_shift(
+    X: Any,
+    *,
+    bandwidth: float | str | None = None,
+    kernel: str = "gaussian",
+    max_iter: int = 300,
+    metric: str = "euclidean",
+    quantile: float = 0.3,
+    n_samples: int | None = None,
+    backend: BackendLike = "auto",
+) -> MedoidShiftResult:
+    """MedoidShift: every point jumps to the sample nearest its local mean
+    (``argmin_j (K̃D)_ij``) until it stays put; points reaching the same
+    medoid form a cluster. ``metric="precomputed"``: ``X`` is an N × N
+    distance matrix (O(N³), CPU). ``bandwidth`` as :func:`mean_shift`.
+
+    >>> import numpy as np, locus
+    >>> r = locus.medoid_shift([[0.0], [0.2], [0.4], [5.0], [5.1], [5.3]], bandwidth=1.0, backend="cpu")
+    >>> r.medoids, r.labels
+    (array([1, 4]), array([0, 0, 0, 1, 1, 1]))
+    """
+    if metric not in ("euclidean", "precomputed"):
+        raise InputError(f'metric must be "euclidean" or "precomputed", got {metric!r}')
+    x = as_matrix(X, "X")
+    if n_samples is not None:
+        n_samples = as_count(n_samples, "n_samples")
+    d = _locus.medoid_shift(
+        _engine(backend),
+        x,
+        quantile=float(quantile),
+        n_samples=n_samples,
+        kernel=kernel,
+        max_iter=as_count(max_iter, "max_iter"),
+        distances=metric == "precomputed",
+        **_bandwidth_rule(bandwidth),
+    )
+    return MedoidShiftResult(
+        d["medoids"],
+        d["modes"],
+        d["labels"],
+        d["populations"],
+        d["iterations"],
+        d["converged"],
+        d["bandwidth"],
+    )
+
+
+def estimate_bandwidth(
+    X: Any, *, quantile: float = 0.3, n_samples: int | None = None, backend: BackendLike = "auto"
+) -> float:
+    """scikit-learn's ``estimate_bandwidth``: the mean distance of each
+    point to its k-th nearest neighbour (the point itself first),
+    ``k = max(1, ⌊quantile·n⌋)``, on a fixed random subset of ``n_samples``
+    points if given. O(n²d): give ``n_samples`` for large data.
+
+    >>> import numpy as np, locus
+    >>> round(locus.estimate_bandwidth([[0.0], [1.0], [2.0], [3.0]], quantile=0.5, backend="cpu"), 3)
+    1.0
+    """
+    x = as_matrix(X, "X")
+    if n_samples is not None:
+        n_samples = as_count(n_samples, "n_samples")
+    return float(
+        _locus.estimate_bandwidth(_engine(backend), x, quantile=float(quantile), n_samples=n_samples)
+    )

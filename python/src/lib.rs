@@ -1,0 +1,35 @@
+//! The compiled part of the `locus` Python package (`locus._locus`):
+//! thin bindings over the `locus` crate. Inputs arrive as C-contiguous
+//! `float32` arrays (the Python layer converts once), are borrowed without
+//! a copy, every computation runs with the GIL released, and results are
+//! handed to numpy without a copy. Errors become `locus.LocusError` and
+//! its subclasses; a panic never crosses into the interpreter.
+
+mod cluster;
+mod convert;
+mod engine;
+mod errors;
+mod keyset;
+mod ops;
+
+use pyo3::prelude::*;
+
+/// Registers the classes and functions.
+#[pymodule]
+fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<engine::Engine>()?;
+    m.add_class::<keyset::KeySet>()?;
+    m.add_function(wrap_pyfunction!(ops::local_mean, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::self_local_mean, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::kernel_matrix, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::laplacian, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::log_density, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::knn, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::kernel_softmax, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::feature_local_mean, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::mean_shift, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::medoid_shift, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::estimate_bandwidth, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

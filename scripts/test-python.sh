@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The Python package's tests: a throwaway virtualenv, maturin, numpy,
+# scikit-learn and pytest from the package index, the package built in
+# release (into the workspace's target/, so a rerun only rebuilds what
+# changed) and installed from its wheel, then pytest on python/tests.
+# Exits non-zero when anything fails; the virtualenv is removed either way.
+#
+#   scripts/test-python.sh [pytest arguments]
+#
+#   PYTHON   the interpreter to use (default: python3; CPython >= 3.10)
+#   CI=true  GPU tests fail, rather than skip, when there is no adapter
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+python=${PYTHON:-python3}
+start=$(date +%s)
+
+venv=$(mktemp -d "${TMPDIR:-/tmp}/locus-python-test.XXXXXX")
+trap 'rm -rf "$venv"' EXIT
+
+echo "== virtualenv in $venv"
+"$python" -m venv "$venv"
+py="$venv/bin/python"
+"$py" -m pip install --quiet --disable-pip-version-check --no-input \
+    "maturin>=1.9,<2" numpy scikit-learn pytest
+
+echo "== building the package (release)"
+"$venv/bin/maturin" build --release --quiet --manifest-path python/Cargo.toml \
+    --interpreter "$py" --out "$venv/wheels" </dev/null
+"$py" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
+    "$venv"/wheels/*.whl
+
+echo "== pytest"
+# Mesa's device-select layer warns on every process without XDG_RUNTIME_DIR.
+export NODEVICE_SELECT=1
+# From the tests' folder, so `import locus` is the installed package.
+(cd python/tests && "$py" -m pytest -q -p no:cacheprovider "$@")
+echo "== python tests passed in $(($(date +%s) - start)) s"
