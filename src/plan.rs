@@ -3,7 +3,7 @@
 //! Queries are tiled for dispatch limits and binding sizes, keys for the
 //! storage-binding size, value columns for the register budget; partial
 //! row states of different key tiles are merged with the one associative
-//! rule of DESIGN §3 ([`merge_states`], mirrored by `merge_state` in the
+//! rule of docs/numerics.md ([`merge_states`], mirrored by `merge_state` in the
 //! shaders). Every limit can be lowered by [`TileLimits`], so tests force
 //! many tiny tiles on small data.
 
@@ -277,7 +277,7 @@ pub(crate) fn tiles(len: usize, tile: usize) -> impl Iterator<Item = (usize, usi
 
 /// The associative merge of two partial row states `(m, s, u)` with
 /// `m` the largest log-weight seen, `s = Σ e^{w−m}`, `u = Σ e^{w−m}·y`
-/// (DESIGN §3). Non-exponential profiles use `m = 0` throughout.
+/// (docs/numerics.md, "Row states and their merge"). Non-exponential profiles use `m = 0` throughout.
 ///
 /// ```text
 /// m = max(m₁, m₂),  s = s₁e^{m₁−m} + s₂e^{m₂−m},  u likewise

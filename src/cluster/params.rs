@@ -1,5 +1,5 @@
 //! MeanShift and MedoidShift parameters: consuming builders whose `check()`
-//! yields the valid parameters the engine accepts (DESIGN §2).
+//! yields the valid parameters the engine accepts (parameters are checked once, at the edge).
 
 use ndarray::Array2;
 

@@ -1,4 +1,4 @@
-//! Inner-product kernels over feature maps (DESIGN §1): the kernel softmax
+//! Inner-product kernels over feature maps (docs/numerics.md, "The quantities"): the kernel softmax
 //! `softmax(s·ΦΨᵀ)V` (attention), its weight matrix, the linear feature
 //! local mean `(ΦΨᵀV) ⊘ (ΦΨᵀ1)`, and the helper that splits and merges
 //! attention heads.
@@ -114,7 +114,7 @@ impl Engine {
     /// the keys the mask allows.
     ///
     /// One pass on both backends: an online softmax keeps a running maximum
-    /// and sum per query row (DESIGN §3), so logits of any size (up to the
+    /// and sum per query row (docs/numerics.md, "Row states and their merge"), so logits of any size (up to the
     /// `f32` range) neither overflow nor underflow to 0/0, and the `M × N`
     /// scores are never stored. Shapes: `phi` `(B, M, d)`, `psi`
     /// `(B, N, d)`, `values` `(B, N, q)` → `(B, M, q)`; 2-D inputs are one

@@ -7,7 +7,7 @@ use ndarray::{ArrayView, Dimension, Zip};
 use serde_json::{Value, json};
 
 /// An op's tolerance: `|a − b| ≤ rtol·max(|a|, |b|) + atol` entrywise
-/// (DESIGN §3: 1e-4 relative, a small absolute slack near zero).
+/// (docs/numerics.md, "Tolerances": 1e-4 relative, a small absolute slack near zero).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tolerance {
     /// Relative part.
