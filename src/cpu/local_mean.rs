@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::exact::{self, needs_exact};
+use super::exact;
 use super::simd::{KEY_BLOCK, LANES, T_FAR, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
 use crate::kernel::{Kernel, Profile};
@@ -230,7 +230,7 @@ pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
     if super::simd::has_avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).
         let mut st = unsafe { super::avx2::group(job) };
-        exact_far_rows(job, &mut st);
+        exact::finish_far_rows(job, &mut st);
         return st;
     }
     group_portable(job)
@@ -239,32 +239,8 @@ pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
 /// The portable version (any CPU); the AVX2 one is tested against it.
 pub(crate) fn group_portable(job: &GroupJob<'_>) -> GroupState {
     let mut st = group_impl::<false>(job);
-    exact_far_rows(job, &mut st);
+    exact::finish_far_rows(job, &mut st);
     st
-}
-
-/// Recomputes in `f64` the rows whose keys all lie too far for the `f32`
-/// kernels (see `exact.rs`).
-fn exact_far_rows(job: &GroupJob<'_>, st: &mut GroupState) {
-    let profile = job.kernel.profile();
-    let (ld, q, d) = (job.keys.ld, job.keys.q, job.d);
-    let g = job.queries.len() / d;
-    for r in 0..g {
-        if !needs_exact(profile, st.s[r]) {
-            continue;
-        }
-        let (m, s) = exact::row_state(
-            job.kernel,
-            &job.queries[r * d..(r + 1) * d],
-            |j, k| job.keys.xt[k * ld + j],
-            |j, c| job.keys.yt[c * ld + j],
-            (job.k0, job.k1),
-            job.self_row.map(|r0| r0 + r),
-            &mut st.u[r * q..(r + 1) * q],
-        );
-        st.m[r] = if s > 0.0 { m } else { initial_max(profile) };
-        st.s[r] = s;
-    }
 }
 
 #[inline(always)]
