@@ -1,18 +1,19 @@
-//! The interface both backends implement, and what an engine reports
-//! about the one it runs on.
+//! The interfaces both backends implement ([`Backend`] for one-shot ops,
+//! [`Resident`] for a key set kept on the backend), and what an engine
+//! reports about the one it runs on.
 
 use std::fmt;
 use std::sync::Arc;
 
 use ndarray::Array2;
 
-use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::keyset::Resident;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
+use crate::types::{
+    Attention, Heads, Neighbours, Progress, RowNormalized, RowStates, ShiftOutcome, ShiftRun,
+};
 
 /// Which matrix [`Backend::kernel_matrix`] produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,38 @@ pub(crate) enum MatrixMode {
     /// Squared Euclidean distances `‖q_i − x_j‖²` (the kernel must have
     /// bandwidth 1; its profile is ignored).
     SqDistance,
+}
+
+/// Keys and value matrices kept by a backend for repeated queries: on the
+/// GPU, key tiles in device buffers it owns; on the CPU, the transposed,
+/// padded layout its kernels stream. Inputs arrive validated (finite,
+/// non-empty, `d` columns, `k` in range). Freed when dropped.
+pub(crate) trait Resident: Send + Sync + fmt::Debug {
+    /// Local means of value matrix `set` at `queries`.
+    fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: usize,
+    ) -> Result<RowNormalized>;
+
+    /// Row states `(m, s, u)` with value matrix `set` (`None`: row sums only).
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: Option<usize>,
+    ) -> Result<RowStates>;
+
+    /// The `k` nearest keys of every query.
+    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours>;
+
+    /// Fails when this backend cannot return `k` neighbours (`1 ≤ k ≤ N`
+    /// is checked by the caller).
+    fn check_k(&self, k: usize) -> Result<()>;
+
+    /// Bytes held for the keys and values.
+    fn bytes(&self) -> u64;
 }
 
 /// The op set every backend provides. Inputs arrive validated (finite,

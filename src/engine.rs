@@ -6,8 +6,9 @@ use crate::backend::{Backend, BackendInfo, GpuLimits};
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gpu::GpuBackend;
-use crate::gpu::context::{self, GpuContext};
-use crate::plan::TileLimits;
+use crate::gpu::adapter::{self, AdapterChoice, AdapterPolicy};
+use crate::gpu::context::GpuContext;
+use crate::gpu::plan::TileLimits;
 
 /// Which backend an engine should run on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,58 +65,6 @@ pub struct EngineOptions {
     /// has `TIMESTAMP_QUERY` (see [`Engine::take_gpu_time`]). Costs one small
     /// readback per submission; meant for benchmarks.
     pub gpu_timing: bool,
-}
-
-/// Which GPU adapter to open: by its index in [`Engine::adapters`] or by a
-/// case-insensitive substring of its name. Parsed from `LOCUS_ADAPTER`:
-/// digits are an index, anything else a name.
-///
-/// ```
-/// use locus::AdapterChoice;
-/// assert_eq!("1".parse::<AdapterChoice>(), Ok(AdapterChoice::Index(1)));
-/// assert_eq!("H200".parse::<AdapterChoice>(), Ok(AdapterChoice::Name("H200".into())));
-/// assert!(" ".parse::<AdapterChoice>().is_err());
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdapterChoice {
-    /// Position in the list of [`Engine::adapters`], from 0.
-    Index(usize),
-    /// A substring of the adapter's name, compared case-insensitively.
-    Name(String),
-}
-
-impl std::str::FromStr for AdapterChoice {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        let t = s.trim();
-        if t.is_empty() {
-            return Err(Error::InvalidParameter {
-                name: "adapter",
-                reason: "empty; give an index from `locus info` or part of an adapter's name"
-                    .into(),
-            });
-        }
-        if t.bytes().all(|b| b.is_ascii_digit()) {
-            return t
-                .parse()
-                .map(AdapterChoice::Index)
-                .map_err(|_| Error::InvalidParameter {
-                    name: "adapter",
-                    reason: format!("index {t} is too large"),
-                });
-        }
-        Ok(AdapterChoice::Name(t.to_string()))
-    }
-}
-
-impl std::fmt::Display for AdapterChoice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AdapterChoice::Index(i) => write!(f, "index {i}"),
-            AdapterChoice::Name(n) => write!(f, "name containing {n:?}"),
-        }
-    }
 }
 
 /// Environment variable choosing the GPU adapter (see [`AdapterChoice`]).
@@ -271,35 +220,17 @@ impl Engine {
         if options.device == Device::Cpu {
             return Ok(cpu());
         }
-        let adapters = context::list_adapters();
-        let chosen = match &options.adapter {
-            Some(choice) => Some(pick_adapter(&adapters, choice)?),
-            None => adapters.iter().find(|a| {
-                let software = context::is_software(&a.get_info());
-                !software
-                    || (!options.require_hardware
-                        && (options.device == Device::Gpu || options.allow_software_gpu))
-            }),
+        let policy = AdapterPolicy {
+            choice: options.adapter.as_ref(),
+            require_hardware: options.require_hardware,
+            accept_software: options.device == Device::Gpu || options.allow_software_gpu,
+            required: options.device == Device::Gpu,
         };
-        let Some(adapter) = chosen else {
-            if options.device == Device::Gpu {
-                if let (true, Some(a)) = (options.require_hardware, adapters.first()) {
-                    return Err(Error::SoftwareAdapter {
-                        adapter: a.get_info().name,
-                    });
-                }
-                return Err(Error::NoAdapter {
-                    backends: format!("{:?}", context::BACKENDS),
-                });
-            }
+        let Some(adapter) = adapter::choose(&policy)? else {
             return Ok(cpu());
         };
-        let info = adapter.get_info();
-        if options.require_hardware && context::is_software(&info) {
-            return Err(Error::SoftwareAdapter { adapter: info.name });
-        }
         let ctx = GpuContext::open(
-            adapter,
+            &adapter,
             options.tile_limits,
             options.output_sentinel,
             options.buffer_pool_bytes,
@@ -344,44 +275,12 @@ impl Engine {
 
     /// Every GPU adapter wgpu can see, best first (for `locus info`).
     pub fn adapters() -> Vec<BackendInfo> {
-        context::list_adapters()
-            .iter()
-            .map(|a| context::describe(&a.get_info()))
-            .collect()
+        adapter::describe_all()
     }
 
     pub(crate) fn backend_impl(&self) -> &dyn Backend {
         &*self.backend
     }
-}
-
-/// The adapter `choice` names among `adapters` (best first).
-fn pick_adapter<'a>(
-    adapters: &'a [wgpu::Adapter],
-    choice: &AdapterChoice,
-) -> Result<&'a wgpu::Adapter> {
-    let found = match choice {
-        AdapterChoice::Index(i) => adapters.get(*i),
-        AdapterChoice::Name(n) => {
-            let n = n.to_lowercase();
-            adapters
-                .iter()
-                .find(|a| a.get_info().name.to_lowercase().contains(&n))
-        }
-    };
-    found.ok_or_else(|| Error::AdapterNotFound {
-        wanted: choice.to_string(),
-        available: if adapters.is_empty() {
-            "none".into()
-        } else {
-            adapters
-                .iter()
-                .enumerate()
-                .map(|(i, a)| format!("{i}: {}", a.get_info().name))
-                .collect::<Vec<_>>()
-                .join(", ")
-        },
-    })
 }
 
 impl Default for Engine {

@@ -22,18 +22,26 @@
 //! # Ok::<(), locus::Error>(())
 //! ```
 
-mod backend;
-mod cluster;
-mod cpu;
-mod engine;
+// Layers, each importing only the ones above it in this list (the
+// dependency direction of docs/architecture.md):
+// leaf types → backend traits → the two backends → engine → public API.
 mod error;
-mod gpu;
+mod grid;
 pub mod kernel;
-mod keyset;
 mod matrix;
 mod memory;
+mod types;
+
+mod backend;
+
+mod cpu;
+mod gpu;
+
+mod engine;
+
+mod cluster;
+mod keyset;
 mod ops;
-mod plan;
 
 pub use backend::{BackendInfo, GpuLimits};
 pub use cluster::{
@@ -41,17 +49,20 @@ pub use cluster::{
     MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
     silverman_bandwidth,
 };
-pub use engine::{ADAPTER_ENV, AdapterChoice, Device, Engine, EngineOptions, REQUIRE_HARDWARE_ENV};
+pub use engine::{ADAPTER_ENV, Device, Engine, EngineOptions, REQUIRE_HARDWARE_ENV};
 pub use error::{Error, Result};
+pub use gpu::adapter::AdapterChoice;
+pub use gpu::plan::TileLimits;
 pub use kernel::{Kernel, Profile};
 pub use keyset::{BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions};
 pub use memory::MemoryUsage;
 pub use ops::{
     BandwidthSelection, EmptyFallback, FeatureLocalMean, KnnWeights, LaplacianKind,
-    LocalModeClassifier, LooScore, MultiKernel, Neighbours, Predictions, RowNormalized, RowStates,
-    SoftmaxParams, labels_from_f32, ln_normalizer, merge_heads, split_heads,
+    LocalModeClassifier, LooScore, MultiKernel, Predictions, SoftmaxParams, labels_from_f32,
+    ln_normalizer, merge_heads, split_heads,
 };
-pub use plan::{TileLimits, merge_states};
+pub use types::merge_states;
+pub use types::{Neighbours, RowNormalized, RowStates};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

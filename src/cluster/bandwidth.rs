@@ -4,10 +4,10 @@
 use ndarray::ArrayView2;
 use rayon::prelude::*;
 
-use super::errors::ClusterError;
 use super::params::Bandwidth;
 use crate::backend::MatrixMode;
 use crate::engine::Engine;
+use crate::error::ClusterError;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, MAX_BANDWIDTH, MIN_BANDWIDTH, Profile};
 use crate::matrix::Matrix;

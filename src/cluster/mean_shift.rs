@@ -4,14 +4,14 @@
 use ndarray::{Array1, Array2, ArrayView2};
 use rayon::prelude::*;
 
-use super::errors::ClusterError;
 use super::params::{MeanShiftValidParams, Seeds};
 use super::postprocess::{label, select_modes};
-use super::{Progress, ShiftRun};
 use crate::engine::Engine;
+use crate::error::ClusterError;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
+use crate::types::{Progress, ShiftRun};
 
 const OP: &str = "mean_shift";
 

@@ -12,9 +12,9 @@ use ndarray::{Array1, Array2, ArrayView2, s};
 use rayon::prelude::*;
 
 use super::bandwidth::subsample;
-use super::errors::ClusterError;
 use super::params::{Bandwidth, MedoidShiftValidParams};
 use crate::engine::Engine;
+use crate::error::ClusterError;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, MAX_BANDWIDTH, MIN_BANDWIDTH};
 use crate::matrix::Matrix;

@@ -5,65 +5,17 @@
 //! and runs as a method of [`Engine`](crate::Engine), on either backend.
 
 mod bandwidth;
-mod errors;
 mod mean_shift;
 mod medoid_shift;
 mod params;
 mod postprocess;
 
+pub use crate::error::ClusterError;
+pub use crate::types::Progress;
 pub use bandwidth::{scott_bandwidth, silverman_bandwidth};
-pub use errors::ClusterError;
 pub use mean_shift::MeanShiftFit;
 pub use medoid_shift::MedoidShiftFit;
 pub use params::{
     Bandwidth, MeanShiftParams, MeanShiftValidParams, MedoidShiftParams, MedoidShiftValidParams,
     Seeds,
 };
-
-/// One MeanShift iteration as reported to a progress observer (e.g. to
-/// draw a progress bar).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Progress {
-    /// Iterations done so far (1 after the first).
-    pub iteration: usize,
-    /// Seeds (or, blurring, points) still moving after this iteration.
-    pub moving: usize,
-    /// The largest shift of this iteration.
-    pub max_shift: f32,
-}
-
-/// How a backend iterates MeanShift (resolved from valid params).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ShiftRun {
-    /// Most iterations.
-    pub max_iter: usize,
-    /// A seed stops when its squared shift is at most this: `(tol·h)²`
-    /// (see [`stop_sq`]).
-    pub thr_sq: f32,
-    /// The points themselves move; every point is updated each iteration
-    /// until all shifts are within tolerance at once.
-    pub blurring: bool,
-}
-
-/// What a backend's MeanShift iterations leave.
-#[derive(Debug, Clone)]
-pub(crate) struct ShiftOutcome {
-    /// Final seed positions, row-major.
-    pub positions: Vec<f32>,
-    /// Iterations run.
-    pub iterations: usize,
-    /// Whether every seed stopped within `max_iter`.
-    pub converged: bool,
-}
-
-/// Shifts below `SHIFT_FLOOR · max_k |x_k|` are f32 rounding noise of the
-/// local mean at `x`; a seed that small a step from its mean has converged
-/// even when `tol·h` is finer than f32 can resolve there. The shaders use
-/// the same constant.
-pub(crate) const SHIFT_FLOOR: f32 = 1.0 / (1u32 << 21) as f32;
-
-/// The squared shift at or below which a seed at `x` stops.
-pub(crate) fn stop_sq(thr_sq: f32, x: &[f32]) -> f32 {
-    let big = x.iter().fold(0.0f32, |a, &v| a.max(v.abs())) * SHIFT_FLOOR;
-    thr_sq.max(big * big)
-}

@@ -3,7 +3,7 @@
 
 use ndarray::Array2;
 
-use super::errors::ClusterError;
+use crate::error::ClusterError;
 use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;

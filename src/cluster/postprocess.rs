@@ -7,10 +7,10 @@ use std::cmp::Ordering;
 
 use ndarray::ArrayView2;
 
-use super::errors::ClusterError;
 use crate::backend::Backend;
-use crate::cpu::grid::Grid;
+use crate::error::ClusterError;
 use crate::error::Result;
+use crate::grid::Grid;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 

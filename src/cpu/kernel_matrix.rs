@@ -2,12 +2,12 @@
 
 use rayon::prelude::*;
 
-use super::exact::{self, needs_exact};
 use super::local_mean::KeysSoa;
 use super::simd::{KEY_BLOCK, has_avx2_fma, scaled_sq_dists, sum_of};
 use super::weights::{block_weights, initial_max};
 use crate::backend::MatrixMode;
 use crate::kernel::Kernel;
+use crate::kernel::exact::{self, needs_exact};
 
 /// Fills `out` (row-major, `M × n`) with the requested matrix for the
 /// queries (row-major, `d` columns). Returns the number of rows with no

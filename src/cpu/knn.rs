@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use super::local_mean::KeysSoa;
 use super::simd::{KEY_BLOCK, has_avx2_fma, scaled_sq_dists};
-use crate::ops::Neighbours;
+use crate::types::Neighbours;
 
 /// The `k` nearest keys of one query: squared distances ascending, ties in
 /// index order.

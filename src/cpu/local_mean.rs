@@ -9,13 +9,13 @@
 
 use rayon::prelude::*;
 
-use super::exact;
+use super::far;
 use super::simd::{KEY_BLOCK, LANES, T_FAR, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, padded_stride};
-use crate::ops::RowStates;
-use crate::plan::merge_states;
+use crate::types::RowStates;
+use crate::types::merge_states;
 
 /// Queries that share one pass over the keys.
 pub(crate) const QUERY_GROUP: usize = 8;
@@ -230,7 +230,7 @@ pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
     if super::simd::has_avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).
         let mut st = unsafe { super::avx2::group(job) };
-        exact::finish_far_rows(job, &mut st);
+        far::finish_far_rows(job, &mut st);
         return st;
     }
     group_portable(job)
@@ -239,7 +239,7 @@ pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
 /// The portable version (any CPU); the AVX2 one is tested against it.
 pub(crate) fn group_portable(job: &GroupJob<'_>) -> GroupState {
     let mut st = group_impl::<false>(job);
-    exact::finish_far_rows(job, &mut st);
+    far::finish_far_rows(job, &mut st);
     st
 }
 

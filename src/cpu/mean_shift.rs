@@ -8,11 +8,11 @@
 
 use rayon::prelude::*;
 
-use super::grid::Grid;
 use super::local_mean::{GroupJob, GroupState, KeysSoa, QUERY_GROUP, group, local_mean};
-use crate::cluster::{Progress, ShiftOutcome, ShiftRun, stop_sq};
+use crate::grid::Grid;
 use crate::kernel::Kernel;
 use crate::matrix::padded_stride;
+use crate::types::{Progress, ShiftOutcome, ShiftRun, stop_sq};
 
 /// Grid cells per bandwidth: a box of side 2h then spans about 5 cells
 /// per axis, 2.5h wide instead of 3h with cells of side h.

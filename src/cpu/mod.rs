@@ -2,9 +2,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
-pub(crate) mod exact;
-pub(crate) mod grid;
-mod kernel_matrix;
+mod far;
+pub(crate) mod kernel_matrix;
 mod knn;
 mod local_mean;
 mod mean_shift;
@@ -19,14 +18,14 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 
+use crate::backend::Resident;
 use crate::backend::{Backend, BackendInfo, MatrixMode};
-use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::keyset::Resident;
 use crate::matrix::{Matrix, alloc_output};
 use crate::memory::{MemoryBudget, MemoryUsage};
-use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
+use crate::types::{Attention, Heads, Neighbours, RowNormalized, RowStates};
+use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use local_mean::OwnedSoa;
 

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use super::knn;
 use super::local_mean::{self, KeysSoa, QUERY_GROUP};
+use crate::backend::Resident;
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::keyset::Resident;
 use crate::matrix::{Matrix, alloc_output, ensure_room, padded_stride};
 use crate::memory::{MemoryBudget, Reservation};
-use crate::ops::{Neighbours, RowNormalized, RowStates};
+use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// Keys (`d` columns of stride `ld`) and value matrices, transposed.
 pub(crate) struct CpuResident {

@@ -22,8 +22,8 @@ use rayon::prelude::*;
 use super::simd::{LANES, exp_nonpos, fmadd, fmax, has_avx2_fma, max_of, sum_of};
 use crate::error::Result;
 use crate::matrix::alloc_output;
-use crate::ops::{Attention, Heads};
-use crate::plan::merge_states;
+use crate::types::merge_states;
+use crate::types::{Attention, Heads};
 
 /// Query rows per block (a multiple of [`MR`]).
 pub(crate) const BQ: usize = 48;

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendInfo, GpuLimits};
 use crate::error::{Error, Result};
-use crate::plan::{DeviceLimits, TileLimits};
+use crate::gpu::plan::{DeviceLimits, TileLimits};
 
 use super::buffers::BufferPool;
 use super::pipelines::Pipelines;

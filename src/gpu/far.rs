@@ -7,10 +7,10 @@
 //! and are recomputed here from the host's copy of the keys with the CPU
 //! path's `f64` routine.
 
-use crate::cpu::exact::{needs_exact, row_state};
 use crate::kernel::Kernel;
+use crate::kernel::exact::{needs_exact, row_state};
 use crate::matrix::Matrix;
-use crate::ops::{RowNormalized, RowStates};
+use crate::types::{RowNormalized, RowStates};
 
 /// Keys (`n × d`) and values (`n × q`, possibly none) on the host,
 /// row-major.

@@ -6,9 +6,9 @@ use ndarray::Array2;
 use super::timing::{self, Encoder};
 use crate::backend::MatrixMode;
 use crate::error::Result;
+use crate::gpu::plan::{MATRIX_WG, plan_local_mean, plan_matrix, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
-use crate::plan::{MATRIX_WG, plan_local_mean, plan_matrix, tiles};
 
 use super::buffers::{Pooled, submit_and_read, upload};
 use super::context::{ErrorScope, GpuContext};
@@ -240,7 +240,7 @@ pub(crate) fn kernel_matrix(
                 continue;
             }
             let query = queries.row_range(i, i + 1);
-            if crate::cpu::exact::normalized_row(kernel, query, |j, k| xs[j * d + k], row)
+            if crate::kernel::exact::normalized_row(kernel, query, |j, k| xs[j * d + k], row)
                 && mode == MatrixMode::NormalizedLaplacian
             {
                 for x in row.iter_mut() {

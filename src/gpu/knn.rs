@@ -5,9 +5,9 @@ use ndarray::Array2;
 
 use super::timing::Encoder;
 use crate::error::{Error, Result};
+use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, plan_knn, tiles};
 use crate::matrix::Matrix;
-use crate::ops::Neighbours;
-use crate::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, plan_knn, tiles};
+use crate::types::Neighbours;
 
 use super::buffers::{submit_and_read, upload};
 use super::context::{ErrorScope, GpuContext};

@@ -3,10 +3,10 @@
 
 use super::timing::Encoder;
 use crate::error::Result;
+use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
-use crate::ops::{RowNormalized, RowStates};
-use crate::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
+use crate::types::{RowNormalized, RowStates};
 
 use super::buffers::{Pooled, submit_and_read, submit_and_wait, upload};
 use super::context::{ErrorScope, GpuContext};

@@ -12,11 +12,11 @@
 //! tiles themselves and every point moves each iteration.
 
 use super::timing::Encoder;
-use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::Result;
+use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
-use crate::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
+use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use super::buffers::{Pooled, submit_and_read, upload};
 use super::context::GpuContext;

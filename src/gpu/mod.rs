@@ -1,5 +1,6 @@
 //! The wgpu backend: WGSL shaders driven by the tiling plan of `plan.rs`.
 
+pub(crate) mod adapter;
 mod buffers;
 pub(crate) mod context;
 mod far;
@@ -8,6 +9,7 @@ mod knn;
 mod local_mean;
 mod mean_shift;
 mod pipelines;
+pub(crate) mod plan;
 mod resident;
 pub(crate) mod shaders;
 mod softmax;
@@ -17,14 +19,14 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 
+use crate::backend::Resident;
 use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
-use crate::cluster::{Progress, ShiftOutcome, ShiftRun};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
-use crate::keyset::Resident;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::ops::{Attention, Heads, Neighbours, RowNormalized, RowStates};
+use crate::types::{Attention, Heads, Neighbours, RowNormalized, RowStates};
+use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use buffers::Pooled;
 use context::GpuContext;

@@ -12,13 +12,13 @@ use super::far::{HostKeys, far_means, far_states, means_need_host, states_need_h
 use super::knn::{check_gpu_k, knn_on_tiles};
 use super::local_mean::{DeviceKeys, KeyTile, means_on_tiles, states_on_tiles};
 use super::timing::Encoder;
+use crate::backend::Resident;
 use crate::error::{Error, Result};
+use crate::gpu::plan::{MAX_GPU_K, plan_knn, plan_local_mean, tiles};
 use crate::kernel::{Kernel, Profile};
-use crate::keyset::Resident;
 use crate::matrix::Matrix;
 use crate::memory::Reservation;
-use crate::ops::{Neighbours, RowNormalized, RowStates};
-use crate::plan::{MAX_GPU_K, plan_knn, plan_local_mean, tiles};
+use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// One key tile: its keys and the same rows of every value matrix.
 struct ResidentTile {

@@ -11,9 +11,9 @@
 
 use super::timing::{self, Encoder};
 use crate::error::{Error, Result};
+use crate::gpu::plan::{DeviceLimits, TileLimits, tiles};
 use crate::matrix::alloc_output;
-use crate::ops::{Attention, Heads};
-use crate::plan::{DeviceLimits, TileLimits, tiles};
+use crate::types::{Attention, Heads};
 
 use super::buffers::{Pooled, submit_and_read, upload};
 use super::context::GpuContext;

@@ -24,7 +24,7 @@ use ndarray::{ArrayView2, s};
 
 use crate::error::Result;
 use crate::matrix::Matrix;
-use crate::ops::{Neighbours, RowNormalized, RowStates};
+use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// How a [`KeySet`](crate::KeySet) coalesces concurrent small requests.
 ///

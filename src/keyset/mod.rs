@@ -9,24 +9,21 @@
 //! requests into one call ([`Batching`]).
 
 mod batch;
-mod resident;
 
 use std::sync::Arc;
 
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
 pub use batch::{BatchStats, Batching};
-pub(crate) use resident::Resident;
 
+use crate::backend::Resident;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::ops::{
-    Classes, EmptyFallback, Neighbours, RowNormalized, RowStates, SQ_DIST_LIMIT, argmax_labels,
-    check_room, ln_normalizer,
-};
+use crate::ops::{Classes, EmptyFallback, SQ_DIST_LIMIT, argmax_labels, check_room, ln_normalizer};
+use crate::types::{Neighbours, RowNormalized, RowStates};
 use batch::Batcher;
 
 /// Options of a [`KeySet`].

@@ -3,11 +3,11 @@
 
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
-use super::RowNormalized;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
+use crate::types::RowNormalized;
 
 /// What [`LocalModeClassifier::predict`] answers for a query with an empty
 /// neighbourhood (no training point within reach of a compact kernel).

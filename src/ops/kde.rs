@@ -6,7 +6,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
-use crate::ops::RowStates;
+use crate::types::RowStates;
 
 /// `ln V_d`, the log-volume of the unit ball in `d` dimensions
 /// (`V_0 = 1`, `V_1 = 2`, `V_d = V_{d−2}·2π/d`).

@@ -2,12 +2,12 @@
 
 use ndarray::{Array2, ArrayView2};
 
-use super::RowNormalized;
 use crate::backend::MatrixMode;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
+use crate::types::RowNormalized;
 
 /// Which graph Laplacian [`Engine::laplacian`] builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

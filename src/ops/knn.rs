@@ -2,21 +2,12 @@
 
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
-use super::RowNormalized;
 use crate::backend::Backend;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, ensure_room};
-
-/// The `k` nearest keys of each query.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Neighbours {
-    /// Key indices (`M × k`), nearest first; equal distances in index order.
-    pub indices: Array2<i64>,
-    /// Euclidean distances (`M × k`), ascending.
-    pub distances: Array2<f32>,
-}
+use crate::types::{Neighbours, RowNormalized};
 
 /// How the `k` neighbours are weighted in [`Engine::knn_regress`] and
 /// [`Engine::knn_classify`].

@@ -2,11 +2,11 @@
 
 use ndarray::ArrayView2;
 
-use super::RowNormalized;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
+use crate::types::RowNormalized;
 
 impl Engine {
     /// Local means `ŷ(q_i) = Σ_j K(q_i, x_j) y_j / Σ_j K(q_i, x_j)` of the

@@ -3,11 +3,11 @@
 
 use ndarray::{Array1, Array2, ArrayView2};
 
-use super::{RowNormalized, RowStates};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
+use crate::types::{RowNormalized, RowStates};
 
 /// A weighted sum of kernels plus optional regularizing terms:
 /// `K'(x, x') = Σ_m w_m K_m(x, x') + v_I·1[x is x'] + v_c`.

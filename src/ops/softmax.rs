@@ -19,6 +19,7 @@ use ndarray::{
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
+use crate::types::{Attention, Heads};
 
 /// Logits (and the scaled queries) must stay below this size, so that a
 /// dot product, its partial sums and differences of two logits are finite
@@ -74,38 +75,6 @@ pub struct FeatureLocalMean<D: Dimension> {
     pub values: Array<f32, D>,
     /// Rows (over all batches) with no kernel mass, filled with NaN.
     pub empty_rows: usize,
-}
-
-/// A validated batch of row-major matrices stacked along the rows: batch
-/// `b` occupies rows `b·rows .. (b+1)·rows` of `data`.
-#[derive(Debug, Clone)]
-pub(crate) struct Heads<'a> {
-    pub data: Matrix<'a>,
-    pub batch: usize,
-    pub rows: usize,
-    /// Axes of the input (2: one batch given as a matrix).
-    pub ndim: usize,
-}
-
-impl Heads<'_> {
-    /// Columns of every matrix.
-    pub(crate) fn cols(&self) -> usize {
-        self.data.cols()
-    }
-
-    /// Batch `b`, row-major.
-    pub(crate) fn batch_slice(&self, b: usize) -> &[f32] {
-        self.data.row_range(b * self.rows, (b + 1) * self.rows)
-    }
-}
-
-/// Valid attention parameters, as the backends receive them.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Attention {
-    /// Logit scale (finite).
-    pub scale: f32,
-    /// Causal mask (then `M ≤ N`).
-    pub causal: bool,
 }
 
 impl Engine {

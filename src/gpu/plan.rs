@@ -3,7 +3,7 @@
 //! Queries are tiled for dispatch limits and binding sizes, keys for the
 //! storage-binding size, value columns for the register budget; partial
 //! row states of different key tiles are merged with the one associative
-//! rule of docs/numerics.md ([`merge_states`], mirrored by `merge_state` in the
+//! rule of docs/numerics.md ([`merge_states`](crate::merge_states), mirrored by `merge_state` in the
 //! shaders). Every limit can be lowered by [`TileLimits`], so tests force
 //! many tiny tiles on small data.
 
@@ -275,29 +275,6 @@ pub(crate) fn tiles(len: usize, tile: usize) -> impl Iterator<Item = (usize, usi
     (0..len.div_ceil(tile)).map(move |t| (t * tile, ((t + 1) * tile).min(len)))
 }
 
-/// The associative merge of two partial row states `(m, s, u)` with
-/// `m` the largest log-weight seen, `s = Σ e^{w−m}`, `u = Σ e^{w−m}·y`
-/// (docs/numerics.md, "Row states and their merge"). Non-exponential profiles use `m = 0` throughout.
-///
-/// ```text
-/// m = max(m₁, m₂),  s = s₁e^{m₁−m} + s₂e^{m₂−m},  u likewise
-/// ```
-pub fn merge_states(a: (f32, f64, &[f64]), b: (f32, f64, &[f64]), u_out: &mut [f64]) -> (f32, f64) {
-    let m = a.0.max(b.0);
-    let scale = |mi: f32| {
-        if mi == f32::NEG_INFINITY {
-            0.0
-        } else {
-            (f64::from(mi) - f64::from(m)).exp()
-        }
-    };
-    let (fa, fb) = (scale(a.0), scale(b.0));
-    for ((o, &ua), &ub) in u_out.iter_mut().zip(a.2).zip(b.2) {
-        *o = ua * fa + ub * fb;
-    }
-    (m, a.1 * fa + b.1 * fb)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,37 +342,5 @@ mod tests {
     fn huge_dimension_is_a_clear_error() {
         let e = plan_local_mean(&LAVAPIPE, &TileLimits::default(), 10, 10, 10_000, 1);
         assert!(matches!(e, Err(Error::Unsupported { .. })));
-    }
-
-    #[test]
-    fn merge_is_associative_and_matches_one_pass() {
-        // Three log-weights split as ((w1, w2), w3) and (w1, (w2, w3)).
-        let w = [-3.0f32, 5.0, 1.0];
-        let y = [2.0f64, -1.0, 4.0];
-        let single = |i: usize| (w[i], 1.0f64, vec![y[i]]);
-        let mut u12 = [0.0];
-        let a = single(0);
-        let b = single(1);
-        let c = single(2);
-        let (m12, s12) = merge_states((a.0, a.1, &a.2), (b.0, b.1, &b.2), &mut u12);
-        let mut left = [0.0];
-        let (_, sl) = merge_states((m12, s12, &u12), (c.0, c.1, &c.2), &mut left);
-        let mut u23 = [0.0];
-        let (m23, s23) = merge_states((b.0, b.1, &b.2), (c.0, c.1, &c.2), &mut u23);
-        let mut right = [0.0];
-        let (_, sr) = merge_states((a.0, a.1, &a.2), (m23, s23, &u23), &mut right);
-        let direct: f64 = w.iter().map(|&x| f64::from(x).exp()).sum::<f64>();
-        let mean: f64 = w
-            .iter()
-            .zip(&y)
-            .map(|(&x, &v)| f64::from(x).exp() * v)
-            .sum::<f64>()
-            / direct;
-        assert!((left[0] / sl - mean).abs() < 1e-12);
-        assert!((right[0] / sr - mean).abs() < 1e-12);
-        // An empty state (m = −inf) is the identity.
-        let mut u = [0.0];
-        let (m, s) = merge_states((f32::NEG_INFINITY, 0.0, &[0.0]), (a.0, a.1, &a.2), &mut u);
-        assert_eq!((m, s, u[0]), (a.0, 1.0, 2.0));
     }
 }

@@ -8,9 +8,7 @@
 //! Such rows are recomputed here from `f64` distances, where `t` cannot
 //! overflow (docs/numerics.md, "Far rows").
 
-use super::local_mean::{GroupJob, GroupState};
-use super::weights::initial_max;
-use crate::kernel::{Kernel, Profile};
+use super::{Kernel, Profile};
 
 /// A cauchy row whose weights sum below this (every key at `t > 10²⁸`) is
 /// recomputed: its `f32` weights are near the subnormal range.
@@ -115,30 +113,6 @@ pub(crate) fn normalized_row(
         *o = ((l - m).exp() / s) as f32;
     }
     true
-}
-
-/// Recomputes in `f64` the rows whose keys all lie too far for the `f32`
-/// kernels, in place in the group state the kernels returned.
-pub(crate) fn finish_far_rows(job: &GroupJob<'_>, st: &mut GroupState) {
-    let profile = job.kernel.profile();
-    let (ld, q, d) = (job.keys.ld, job.keys.q, job.d);
-    let g = job.queries.len() / d;
-    for r in 0..g {
-        if !needs_exact(profile, st.s[r]) {
-            continue;
-        }
-        let (m, s) = row_state(
-            job.kernel,
-            &job.queries[r * d..(r + 1) * d],
-            |j, k| job.keys.xt[k * ld + j],
-            |j, c| job.keys.yt[c * ld + j],
-            (job.k0, job.k1),
-            job.self_row.map(|r0| r0 + r),
-            &mut st.u[r * q..(r + 1) * q],
-        );
-        st.m[r] = if s > 0.0 { m } else { initial_max(profile) };
-        st.s[r] = s;
-    }
 }
 
 #[cfg(test)]

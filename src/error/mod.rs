@@ -1,4 +1,8 @@
-//! The crate's one error type.
+//! The crate's one error type, and the clustering errors it wraps.
+
+mod cluster;
+
+pub use cluster::ClusterError;
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -266,5 +270,5 @@ pub enum Error {
 
     /// A clustering parameter, or data a clustering method cannot use.
     #[error(transparent)]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] ClusterError),
 }

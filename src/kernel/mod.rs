@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod exact;
+
 /// Smallest accepted bandwidth: `1/h²` must stay a finite `f32`.
 pub const MIN_BANDWIDTH: f32 = 1e-18;
 /// Largest accepted bandwidth: `1/h²` must stay a normal `f32`.

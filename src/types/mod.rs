@@ -1,0 +1,17 @@
+//! The values every layer shares: row states and their merge, normalized
+//! rows, neighbour lists, validated attention inputs and MeanShift runs.
+//!
+//! A leaf module: it imports only `error` and `matrix`, so the backends
+//! (`cpu`, `gpu`) can return these types without importing the public API
+//! layer (`ops`, `cluster`, `keyset`) that re-exports them.
+
+mod heads;
+mod neighbours;
+mod shift;
+mod states;
+
+pub(crate) use heads::{Attention, Heads};
+pub use neighbours::Neighbours;
+pub use shift::Progress;
+pub(crate) use shift::{ShiftOutcome, ShiftRun, stop_sq};
+pub use states::{RowNormalized, RowStates, merge_states};

@@ -1,0 +1,49 @@
+//! What a backend needs to iterate MeanShift and what it gives back.
+
+/// One MeanShift iteration as reported to a progress observer (e.g. to
+/// draw a progress bar).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Iterations done so far (1 after the first).
+    pub iteration: usize,
+    /// Seeds (or, blurring, points) still moving after this iteration.
+    pub moving: usize,
+    /// The largest shift of this iteration.
+    pub max_shift: f32,
+}
+
+/// How a backend iterates MeanShift (resolved from valid params).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShiftRun {
+    /// Most iterations.
+    pub max_iter: usize,
+    /// A seed stops when its squared shift is at most this: `(tol·h)²`
+    /// (see [`stop_sq`]).
+    pub thr_sq: f32,
+    /// The points themselves move; every point is updated each iteration
+    /// until all shifts are within tolerance at once.
+    pub blurring: bool,
+}
+
+/// What a backend's MeanShift iterations leave.
+#[derive(Debug, Clone)]
+pub(crate) struct ShiftOutcome {
+    /// Final seed positions, row-major.
+    pub positions: Vec<f32>,
+    /// Iterations run.
+    pub iterations: usize,
+    /// Whether every seed stopped within `max_iter`.
+    pub converged: bool,
+}
+
+/// Shifts below `SHIFT_FLOOR · max_k |x_k|` are f32 rounding noise of the
+/// local mean at `x`; a seed that small a step from its mean has converged
+/// even when `tol·h` is finer than f32 can resolve there. The shaders use
+/// the same constant.
+pub(crate) const SHIFT_FLOOR: f32 = 1.0 / (1u32 << 21) as f32;
+
+/// The squared shift at or below which a seed at `x` stops.
+pub(crate) fn stop_sq(thr_sq: f32, x: &[f32]) -> f32 {
+    let big = x.iter().fold(0.0f32, |a, &v| a.max(v.abs())) * SHIFT_FLOOR;
+    thr_sq.max(big * big)
+}
