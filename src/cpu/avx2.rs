@@ -12,8 +12,9 @@
 use std::arch::x86_64::*;
 
 use super::local_mean::{GroupJob, GroupState, KeysSoa};
-use super::simd::{KEY_BLOCK, LANES, T_FAR};
+use super::simd::{KEY_BLOCK, LANES};
 use crate::kernel::Profile;
+use crate::kernel::T_FAR;
 
 /// A profile evaluated on 8 lanes of `t = r²/h²`.
 trait Prof {

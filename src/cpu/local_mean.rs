@@ -10,8 +10,9 @@
 use rayon::prelude::*;
 
 use super::far;
-use super::simd::{KEY_BLOCK, LANES, T_FAR, dot, exp_nonpos, fmadd, fmax};
+use super::simd::{KEY_BLOCK, LANES, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
+use crate::kernel::T_FAR;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, padded_stride};
 use crate::types::RowStates;

@@ -12,11 +12,6 @@ pub(crate) const LANES: usize = 8;
 /// columns stay in L1 while a group of queries visits it.
 pub(crate) const KEY_BLOCK: usize = 256;
 
-/// A key's scaled squared distance `t = r²/h²` at or beyond this counts as
-/// infinitely far: its weight is zero for every profile (docs/numerics.md; the
-/// shaders use the same constant).
-pub(crate) const T_FAR: f32 = 1.0e37;
-
 /// Whether the AVX2 + FMA versions of the kernels can run here.
 #[inline]
 pub(crate) fn has_avx2_fma() -> bool {

@@ -1,7 +1,8 @@
 //! Profile weights for one block of keys, in the log domain where needed.
 
-use super::simd::{T_FAR, exp_nonpos, fmax, max_of};
+use super::simd::{exp_nonpos, fmax, max_of};
 use crate::kernel::Profile;
+use crate::kernel::T_FAR;
 
 /// Turns the scaled squared distances in `buf` into weights, in place.
 ///

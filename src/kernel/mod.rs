@@ -7,6 +7,11 @@ use crate::error::{Error, Result};
 
 pub(crate) mod exact;
 
+/// A key's scaled squared distance `t = r²/h²` at or beyond this counts as
+/// infinitely far: its weight is zero for every profile, on both backends
+/// (docs/numerics.md, "Far rows").
+pub(crate) const T_FAR: f32 = 1.0e37;
+
 /// Smallest accepted bandwidth: `1/h²` must stay a finite `f32`.
 pub const MIN_BANDWIDTH: f32 = 1e-18;
 /// Largest accepted bandwidth: `1/h²` must stay a normal `f32`.
