@@ -11,8 +11,8 @@ use crate::types::RowStates;
 /// `ln V_d`, the log-volume of the unit ball in `d` dimensions
 /// (`V_0 = 1`, `V_1 = 2`, `V_d = V_{d−2}·2π/d`).
 fn ln_unit_ball(d: usize) -> f64 {
-    let mut v = if d % 2 == 0 { 0.0 } else { 2f64.ln() };
-    let mut k = if d % 2 == 0 { 2 } else { 3 };
+    let mut v = if d.is_multiple_of(2) { 0.0 } else { 2f64.ln() };
+    let mut k = if d.is_multiple_of(2) { 2 } else { 3 };
     while k <= d {
         v += (2.0 * std::f64::consts::PI / k as f64).ln();
         k += 2;
