@@ -1,5 +1,6 @@
-//! Comma-separated numbers, read with the `csv` crate (quoted fields, any
-//! line ending), self-contained so the tests can include it.
+//! Comma-separated numbers: read with the `csv` crate (quoted fields, any
+//! line ending) and written with the shortest text that reads back to the
+//! same value; self-contained so the tests can include it.
 //!
 //! A UTF-8 byte-order mark is skipped; `#` starts a comment (outside
 //! quotes) that runs to the end of the line; blank lines are skipped;
@@ -8,8 +9,10 @@
 //! of its fields is a number, and a first row with some numeric and some
 //! other fields is an error, since either reading of it could be wrong.
 
+use std::io::{self, Write};
+
 use csv::{ReaderBuilder, Trim};
-use ndarray::Array2;
+use ndarray::{Array2, ArrayView, Dimension, Ix1, Ix2};
 
 /// Whether the first row is a header.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -217,5 +220,93 @@ pub fn i64_field(f: &str) -> Result<i64, String> {
         Ok(v as i64)
     } else {
         Err("is not an integer".to_string())
+    }
+}
+
+/// A value that can be written as a CSV field.
+pub trait Field: Copy {
+    /// Writes the value as CSV text that reads back to the same value.
+    fn write_csv(self, out: &mut impl Write) -> io::Result<()>;
+}
+
+impl Field for f32 {
+    fn write_csv(self, out: &mut impl Write) -> io::Result<()> {
+        // `{:?}` is the shortest text that parses back to the same f32,
+        // with an exponent for very large or small values.
+        write!(out, "{self:?}")
+    }
+}
+
+impl Field for i64 {
+    fn write_csv(self, out: &mut impl Write) -> io::Result<()> {
+        write!(out, "{self}")
+    }
+}
+
+/// Writes a 1-D (as one column) or 2-D array as CSV: one row per line,
+/// fields separated by commas, no header.
+///
+/// # Errors
+/// An array of more than two axes, or a failed write.
+pub fn write<T: Field, D: Dimension>(w: &mut impl Write, a: ArrayView<'_, T, D>) -> io::Result<()> {
+    let m = match a.ndim() {
+        1 => {
+            let v = a.into_dimensionality::<Ix1>().map_err(io::Error::other)?;
+            let n = v.len();
+            v.into_shape_with_order((n, 1)).map_err(io::Error::other)?
+        }
+        2 => a.into_dimensionality::<Ix2>().map_err(io::Error::other)?,
+        n => {
+            return Err(io::Error::other(format!(
+                "a {n}-D array cannot be written as CSV; use .npy"
+            )));
+        }
+    };
+    for row in m.rows() {
+        for (j, &v) in row.iter().enumerate() {
+            if j > 0 {
+                w.write_all(b",")?;
+            }
+            v.write_csv(w)?;
+        }
+        w.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csv(text: &str) -> Result<Table<f32>, String> {
+        read(text.as_bytes(), HeaderRule::Auto, f32_field)
+    }
+
+    #[test]
+    fn csv_header_comments_and_blank_lines() {
+        let t = csv("# made by hand\nx, y\n\n1,2 # first\n3.5,-4e-3\n").unwrap();
+        assert_eq!(t.data, ndarray::array![[1.0, 2.0], [3.5, -4e-3]]);
+        assert_eq!(t.lines, [4, 5]);
+    }
+
+    #[test]
+    fn csv_errors_name_the_line() {
+        let e = csv("1,2\n3,4\n5\n").unwrap_err();
+        assert!(
+            e.contains("ragged row: line 3 has 1 fields but line 1 has 2"),
+            "{e}"
+        );
+        let e = csv("a,b\n1,2\n3,x\n").unwrap_err();
+        assert!(e.contains("line 3, field 2"), "{e}");
+    }
+
+    #[test]
+    fn csv_text_round_trips_f32() {
+        for v in [0.1f32, 1.0 / 3.0, 1e-30, 3.4e38, -0.0, 16_777_217.0] {
+            let mut s = Vec::new();
+            v.write_csv(&mut s).unwrap();
+            let back: f32 = std::str::from_utf8(&s).unwrap().parse().unwrap();
+            assert_eq!(back.to_bits(), v.to_bits(), "{v}");
+        }
     }
 }

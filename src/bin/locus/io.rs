@@ -1,28 +1,28 @@
-//! Files in and out: `.npy` (f32 or f64, C or Fortran order, 1-D as a
-//! column; labels of any integer type or whole floats) and `.csv` (comma
-//! separated, header row detected or set by `--header`/`--no-header`,
-//! `#` comments).
+//! Files in and out, by format: `.npy` (f32 or f64, C or Fortran order,
+//! 1-D as a column; labels of any integer type or whole floats) and `.csv`
+//! (comma separated, header row detected or set by
+//! `--header`/`--no-header`, `#` comments). The format is chosen by
+//! extension ([`Format`]); the `npy` and `delimited` modules do the
+//! parsing and the text, this one the checks and the dispatch.
 //!
 //! Every input is checked while it is read (shape, every entry a finite
 //! `f32`, sizes against the file before anything is allocated) and every
-//! problem is reported with the option and file it came from. Outputs are
-//! chosen by extension (`.npy` as f32, or i64 for labels; `.csv` with the
-//! shortest text that reads back to the same value). Every output path is
-//! checked before any work (folder writable, no path given twice); a run
-//! writes each output to a temporary file in its folder (an unnamed one
-//! where the system allows, so even a killed run leaves nothing) and
-//! renames them into place together at the end, so a failed or
-//! interrupted run never leaves a partial file or half of its outputs.
+//! problem is reported with the option and file it came from; [`Input`]
+//! and the shape checks ([`same_cols`], [`same_rows`], [`one_column`])
+//! cross-check inputs. Outputs are chosen by extension (`.npy` as f32, or
+//! i64 for labels; `.csv` with the shortest text that reads back to the
+//! same value) and written through the `atomic` module: paths checked
+//! before any work, files put in place only when the run succeeds.
 
-use std::cell::RefCell;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, BufWriter, Write};
+use std::fs::File;
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView, Axis, Dimension, Ix1, Ix2, Ix3};
+use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView, Axis, Dimension, Ix2, Ix3};
 
+use crate::atomic::{check_output_dir, write_atomic};
 use crate::delimited::{self, HeaderRule};
 use crate::error::{CliError, CliResult};
 use crate::npy::{self, NpyError};
@@ -318,32 +318,9 @@ pub fn read_labels(flag: &str, path: &Path) -> CliResult<Array1<i64>> {
 }
 
 /// An element that can be written to `.npy` and `.csv`.
-pub trait Cell: npy::Element {
-    /// Writes the value as CSV text that reads back to the same value.
-    fn write_csv(self, out: &mut impl Write) -> io::Result<()>;
-}
+pub trait Cell: npy::Element + delimited::Field {}
 
-impl Cell for f32 {
-    fn write_csv(self, out: &mut impl Write) -> io::Result<()> {
-        // `{:?}` is the shortest text that parses back to the same f32,
-        // with an exponent for very large or small values.
-        write!(out, "{self:?}")
-    }
-}
-
-impl Cell for i64 {
-    fn write_csv(self, out: &mut impl Write) -> io::Result<()> {
-        write!(out, "{self}")
-    }
-}
-
-thread_local! {
-    /// The outputs this run has claimed: option and resolved path.
-    static CLAIMED: RefCell<Vec<(String, PathBuf)>> = const { RefCell::new(Vec::new()) };
-    /// With [`write_all_or_nothing`] under way, the outputs written so far
-    /// (committed together at its end).
-    static STAGED: RefCell<Option<Vec<(String, PathBuf, TempFile)>>> = const { RefCell::new(None) };
-}
+impl<T: npy::Element + delimited::Field> Cell for T {}
 
 /// Checks, before any work, that `path` can be an output: a known
 /// extension, and as [`check_output_dir`].
@@ -351,49 +328,6 @@ pub fn check_output(flag: &str, path: &Path) -> CliResult<Format> {
     let format = Format::of(flag, path)?;
     check_output_dir(flag, path)?;
     Ok(format)
-}
-
-/// Checks, before any work, that `path` lies in an existing folder this
-/// run may write to, is not itself a folder, and is not an output another
-/// option of this run already names.
-pub fn check_output_dir(flag: &str, path: &Path) -> CliResult<()> {
-    let dir = parent_dir(path);
-    let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
-    if !dir.is_dir() {
-        return Err(at(format!("folder {} does not exist", dir.display())));
-    }
-    if path.is_dir() {
-        return Err(at("is a folder".to_string()));
-    }
-    let resolved = resolve(path);
-    if let Some(other) = CLAIMED.with(|c| {
-        c.borrow()
-            .iter()
-            .find(|(_, p)| *p == resolved)
-            .map(|(f, _)| f.clone())
-    }) {
-        return Err(at(format!(
-            "the same file as {other}; give each output its own path"
-        )));
-    }
-    // The same temporary file the write will use proves the folder writable.
-    TempFile::create(path)
-        .map_err(|e| at(format!("cannot write in folder {}: {e}", dir.display())))?;
-    CLAIMED.with(|c| c.borrow_mut().push((flag.to_string(), resolved)));
-    Ok(())
-}
-
-/// `path` with its folder (and the file itself, if it exists) resolved,
-/// so two spellings of one file compare equal.
-fn resolve(path: &Path) -> PathBuf {
-    if let Ok(p) = fs::canonicalize(path) {
-        return p;
-    }
-    let dir = fs::canonicalize(parent_dir(path)).unwrap_or_else(|_| parent_dir(path).into());
-    match path.file_name() {
-        Some(name) => dir.join(name),
-        None => dir,
-    }
 }
 
 /// Writes a 1-D or 2-D array (`.csv`: one row per line; `.npy`: any shape)
@@ -406,236 +340,8 @@ pub fn write_array<T: Cell, D: Dimension>(
     let format = Format::of(flag, path)?;
     write_atomic(flag, path, |w| match format {
         Format::Npy => npy::write(w, a.shape(), a.iter().copied()),
-        Format::Csv => write_csv(w, a),
+        Format::Csv => delimited::write(w, a),
     })
-}
-
-fn write_csv<T: Cell, D: Dimension>(w: &mut impl Write, a: ArrayView<'_, T, D>) -> io::Result<()> {
-    let m = match a.ndim() {
-        1 => {
-            let v = a.into_dimensionality::<Ix1>().map_err(io::Error::other)?;
-            let n = v.len();
-            v.into_shape_with_order((n, 1)).map_err(io::Error::other)?
-        }
-        2 => a.into_dimensionality::<Ix2>().map_err(io::Error::other)?,
-        n => {
-            return Err(io::Error::other(format!(
-                "a {n}-D array cannot be written as CSV; use .npy"
-            )));
-        }
-    };
-    for row in m.rows() {
-        for (j, &v) in row.iter().enumerate() {
-            if j > 0 {
-                w.write_all(b",")?;
-            }
-            v.write_csv(w)?;
-        }
-        w.write_all(b"\n")?;
-    }
-    Ok(())
-}
-
-/// Writes through `fill` into a temporary file beside `path`, then renames
-/// it to `path` (inside [`write_all_or_nothing`]: at its end, with the
-/// other outputs); on any failure the temporary file is removed.
-pub fn write_atomic(
-    flag: &str,
-    path: &Path,
-    fill: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
-) -> CliResult<()> {
-    let fail =
-        |e: io::Error| CliError::compute(format!("{flag} {}: cannot write: {e}", path.display()));
-    let mut tmp = TempFile::create(path).map_err(fail)?;
-    fill(&mut tmp.writer).map_err(fail)?;
-    tmp.finish().map_err(fail)?;
-    let staged = STAGED.with(|s| match s.borrow_mut().as_mut() {
-        Some(list) => {
-            list.push((flag.to_string(), path.to_path_buf(), tmp));
-            None
-        }
-        None => Some(tmp),
-    });
-    match staged {
-        Some(tmp) => tmp.commit(path).map_err(fail),
-        None => Ok(()),
-    }
-}
-
-/// Runs `write`, which writes a run's outputs with [`write_array`] and
-/// [`write_atomic`], and puts them all in place only if it succeeds:
-/// every output is first written in full to its temporary file, then all
-/// are renamed into place. If `write` fails, no output is touched.
-pub fn write_all_or_nothing(write: impl FnOnce() -> CliResult<()>) -> CliResult<()> {
-    STAGED.with(|s| *s.borrow_mut() = Some(Vec::new()));
-    let result = write();
-    let staged = STAGED.with(|s| s.borrow_mut().take()).unwrap_or_default();
-    result?;
-    // Give every output a name beside its target first, so that a failure
-    // here still leaves every target as it was.
-    let mut named = Vec::with_capacity(staged.len());
-    for (flag, path, tmp) in staged {
-        let fail = |e: io::Error| {
-            CliError::compute(format!("{flag} {}: cannot write: {e}", path.display()))
-        };
-        let tmp = tmp.name(&path).map_err(fail)?;
-        named.push((flag, path, tmp));
-    }
-    for (flag, path, tmp) in named {
-        tmp.commit(&path).map_err(|e| {
-            CliError::compute(format!("{flag} {}: cannot write: {e}", path.display()))
-        })?;
-    }
-    Ok(())
-}
-
-/// Named temporary files that exist now: removed by
-/// [`remove_temporary_files`] when the run is interrupted.
-static NAMED_TEMPS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-fn named_temps() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    NAMED_TEMPS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Removes every named temporary file of this run (for a signal handler:
-/// the run is ending).
-pub fn remove_temporary_files() {
-    for p in named_temps().drain(..) {
-        let _ = fs::remove_file(p);
-    }
-}
-
-/// A temporary file beside an output: unnamed (`O_TMPFILE`) where the
-/// system and file system allow, so nothing is left behind however the
-/// run ends, else a hidden named file, removed on drop unless committed and
-/// on SIGINT, SIGTERM and SIGHUP. The environment variable
-/// `LOCUS_NO_TMPFILE` (any value) asks for named files everywhere, as on
-/// systems without `O_TMPFILE` (the tests use it).
-struct TempFile {
-    writer: BufWriter<File>,
-    /// The file's name; `None` while it is unnamed.
-    path: Option<PathBuf>,
-    committed: bool,
-}
-
-impl TempFile {
-    fn create(target: &Path) -> io::Result<TempFile> {
-        #[cfg(target_os = "linux")]
-        if std::env::var_os("LOCUS_NO_TMPFILE").is_none()
-            && let Some(file) = unnamed_in(parent_dir(target))?
-        {
-            return Ok(TempFile {
-                writer: BufWriter::new(file),
-                path: None,
-                committed: false,
-            });
-        }
-        let path = temp_name(target);
-        let file = create_named(&path)?;
-        Ok(TempFile {
-            writer: BufWriter::new(file),
-            path: Some(path),
-            committed: false,
-        })
-    }
-
-    /// Flushes the data to disk.
-    fn finish(&mut self) -> io::Result<()> {
-        self.writer.flush()?;
-        self.writer.get_ref().sync_all()
-    }
-
-    /// Gives an unnamed file a (hidden) name beside `target`.
-    fn name(mut self, target: &Path) -> io::Result<TempFile> {
-        if self.path.is_some() {
-            return Ok(self);
-        }
-        let path = temp_name(target);
-        named_temps().push(path.clone());
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            let fd = format!("/proc/self/fd/{}", self.writer.get_ref().as_raw_fd());
-            if let Err(e) = rustix::fs::linkat(
-                rustix::fs::CWD,
-                fd.as_str(),
-                rustix::fs::CWD,
-                &path,
-                rustix::fs::AtFlags::SYMLINK_FOLLOW,
-            ) {
-                named_temps().retain(|p| *p != path);
-                return Err(e.into());
-            }
-        }
-        self.path = Some(path);
-        Ok(self)
-    }
-
-    /// Renames the file to `target`.
-    fn commit(self, target: &Path) -> io::Result<()> {
-        let mut this = self.name(target)?;
-        if let Some(path) = &this.path {
-            fs::rename(path, target)?;
-            named_temps().retain(|p| p != path);
-        }
-        this.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if let (Some(path), false) = (&self.path, self.committed) {
-            let _ = fs::remove_file(path);
-            named_temps().retain(|p| p != path);
-        }
-    }
-}
-
-/// `.NAME.PID.K.tmp` beside `target`, `K` counting within the run.
-fn temp_name(target: &Path) -> PathBuf {
-    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let k = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    parent_dir(target).join(format!(".{name}.{}.{k}.tmp", std::process::id()))
-}
-
-fn create_named(path: &Path) -> io::Result<File> {
-    // Registered first, so an interruption between the two cannot leak it.
-    named_temps().push(path.to_path_buf());
-    let file = OpenOptions::new().write(true).create_new(true).open(path);
-    if file.is_err() {
-        named_temps().retain(|p| p != path);
-    }
-    file
-}
-
-/// An unnamed file in `dir`, or `None` where `O_TMPFILE` is not available.
-#[cfg(target_os = "linux")]
-fn unnamed_in(dir: &Path) -> io::Result<Option<File>> {
-    use rustix::fs::{Mode, OFlags};
-    use rustix::io::Errno;
-    match rustix::fs::openat(
-        rustix::fs::CWD,
-        dir,
-        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
-        Mode::from_bits_truncate(0o666),
-    ) {
-        Ok(fd) => Ok(Some(File::from(fd))),
-        // Kernels or file systems without O_TMPFILE.
-        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOSYS) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
 }
 
 #[cfg(test)]
@@ -644,24 +350,6 @@ mod tests {
 
     fn csv(text: &str) -> Result<delimited::Table<f32>, String> {
         delimited::read(text.as_bytes(), HeaderRule::Auto, delimited::f32_field)
-    }
-
-    #[test]
-    fn csv_header_comments_and_blank_lines() {
-        let t = csv("# made by hand\nx, y\n\n1,2 # first\n3.5,-4e-3\n").unwrap();
-        assert_eq!(t.data, ndarray::array![[1.0, 2.0], [3.5, -4e-3]]);
-        assert_eq!(t.lines, [4, 5]);
-    }
-
-    #[test]
-    fn csv_errors_name_the_line() {
-        let e = csv("1,2\n3,4\n5\n").unwrap_err();
-        assert!(
-            e.contains("ragged row: line 3 has 1 fields but line 1 has 2"),
-            "{e}"
-        );
-        let e = csv("a,b\n1,2\n3,x\n").unwrap_err();
-        assert!(e.contains("line 3, field 2"), "{e}");
     }
 
     #[test]
@@ -694,50 +382,5 @@ mod tests {
             e.contains("needs 16 bytes of data but the file holds 12"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn csv_text_round_trips_f32() {
-        for v in [0.1f32, 1.0 / 3.0, 1e-30, 3.4e38, -0.0, 16_777_217.0] {
-            let mut s = Vec::new();
-            v.write_csv(&mut s).unwrap();
-            let back: f32 = std::str::from_utf8(&s).unwrap().parse().unwrap();
-            assert_eq!(back.to_bits(), v.to_bits(), "{v}");
-        }
-    }
-
-    #[test]
-    fn an_output_path_may_be_claimed_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("a.npy");
-        check_output("--output", &a).unwrap();
-        let same = dir.path().join(".").join("a.npy");
-        let e = check_output("--proba", &same).unwrap_err();
-        let e = e.message();
-        assert!(e.contains("the same file as --output"), "{e}");
-        check_output("--proba", &dir.path().join("b.npy")).unwrap();
-        // Nothing was left in the folder by the checks.
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn outputs_are_put_in_place_together_or_not_at_all() {
-        let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
-        let e = write_all_or_nothing(|| {
-            write_array("--a", &a, ndarray::array![1.0f32].view())?;
-            Err(CliError::compute("the second output failed"))
-        });
-        assert!(e.is_err());
-        assert!(!a.exists() && !b.exists());
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
-        write_all_or_nothing(|| {
-            write_array("--a", &a, ndarray::array![1.0f32].view())?;
-            write_array("--b", &b, ndarray::array![2i64].view())
-        })
-        .unwrap();
-        assert_eq!(fs::read_to_string(&a).unwrap(), "1.0\n");
-        assert_eq!(fs::read_to_string(&b).unwrap(), "2\n");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }

@@ -1,14 +1,17 @@
 //! The `locus` command-line tool: parses arguments, loads files, calls the
 //! library, writes results. Nothing here computes an op.
 //!
-//! Layout: `args` (shared options), `io` (.npy/.csv in and out, over the
-//! `npy` and `delimited` readers and writers), `commands`
-//! (one file per subcommand, and the `Job` every compute subcommand runs
-//! through), `report` (text and `--json`), `verify` (tolerances and
-//! deviations), `progress` (the stderr bar), `plot` (PNG scatter plots),
-//! `data` (generated data), `error` (messages and exit codes).
+//! Layout: `args` (shared options), `io` (.npy/.csv in and out by
+//! format, over the `npy` and `delimited` readers and writers), `atomic`
+//! (output paths checked up front, outputs written to temporary files and
+//! put in place together), `commands` (one file per subcommand, and the
+//! `Job` every compute subcommand runs through), `report` (text and
+//! `--json`), `verify` (tolerances and deviations), `progress` (the stderr
+//! bar), `plot` (PNG scatter plots), `data` (generated data), `error`
+//! (messages and exit codes).
 
 mod args;
+mod atomic;
 mod commands;
 mod data;
 mod delimited;
@@ -110,7 +113,7 @@ fn clean_up_on_signals() {
         };
         std::thread::spawn(move || {
             if let Some(signal) = signals.forever().next() {
-                io::remove_temporary_files();
+                atomic::remove_temporary_files();
                 let _ = signal_hook::low_level::emulate_default_handler(signal);
                 std::process::exit(128 + signal);
             }

@@ -12,8 +12,8 @@ use ndarray::{ArrayView1, ArrayView2};
 use plotters::prelude::*;
 use plotters::style::{FontStyle, HSLColor, register_font};
 
+use crate::atomic;
 use crate::error::{CliError, CliResult};
-use crate::io;
 
 /// Pixel size of plots (width, height).
 pub const SIZE: (u32, u32) = (900, 900);
@@ -62,7 +62,7 @@ pub fn check_path(flag: &str, path: &Path) -> CliResult<()> {
             path.display()
         )));
     }
-    io::check_output_dir(flag, path)
+    atomic::check_output_dir(flag, path)
 }
 
 /// Draws `scatter` and writes it to `path` as a PNG, atomically.
@@ -70,7 +70,7 @@ pub fn write_png(flag: &str, path: &Path, scatter: &Scatter<'_>) -> CliResult<()
     let (w, h) = SIZE;
     let rgb = render(scatter, SIZE)
         .map_err(|e| CliError::compute(format!("{flag} {}: cannot draw: {e}", path.display())))?;
-    io::write_atomic(flag, path, |out| {
+    atomic::write_atomic(flag, path, |out| {
         PngEncoder::new(&mut *out)
             .write_image(&rgb, w, h, image::ColorType::Rgb8)
             .map_err(std::io::Error::other)?;

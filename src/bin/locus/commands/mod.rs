@@ -140,7 +140,7 @@ impl<'a> Job<'a> {
         if failed.is_some() {
             summary.outputs.clear();
         } else {
-            crate::io::write_all_or_nothing(write)?;
+            crate::atomic::write_all_or_nothing(write)?;
         }
         let report = Report {
             command: self.command,
