@@ -4,7 +4,7 @@ use std::f32::consts::TAU;
 
 use ndarray::Array2;
 
-/// Number of blobs [`blobs`] draws from.
+/// Number of blobs the generators draw from.
 pub const BLOBS: usize = 5;
 
 /// xorshift64: small and reproducible.
