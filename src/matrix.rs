@@ -142,5 +142,9 @@ pub(crate) fn ensure_room(op: &'static str, what: &'static str, bytes: u64) -> R
 /// different L1 sets instead of evicting each other.
 pub(crate) fn padded_stride(rows: usize) -> usize {
     let ld = rows.next_multiple_of(16);
-    if (ld * 4).is_multiple_of(4096) { ld + 16 } else { ld }
+    if (ld * 4).is_multiple_of(4096) {
+        ld + 16
+    } else {
+        ld
+    }
 }

@@ -22,7 +22,9 @@ use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::ops::{Classes, EmptyFallback, SQ_DIST_LIMIT, argmax_labels, check_room, ln_normalizer};
+use crate::ops::{
+    Classes, EmptyFallback, SQ_DIST_LIMIT, check_k, check_room, label_rows, ln_density_scale,
+};
 use crate::types::{Neighbours, RowNormalized, RowStates};
 use batch::Batcher;
 
@@ -414,12 +416,9 @@ impl KeySet {
         queries: ArrayView2<'_, f32>,
     ) -> Result<Array1<f64>> {
         const OP: &str = "density";
-        let d = self.inner.d;
-        let ln_c = ln_normalizer(kernel.profile(), d)?;
+        let norm = ln_density_scale(kernel, self.inner.d, self.inner.n as f64)?;
         let q = self.queries(OP, queries)?;
         let states = self.states(kernel, &q, None)?;
-        let norm =
-            (self.inner.n as f64).ln() + d as f64 * f64::from(kernel.bandwidth()).ln() + ln_c;
         Ok(states.log_sum().mapv(|l| l - norm))
     }
 
@@ -467,20 +466,18 @@ impl KeySet {
             .class_labels
             .as_ref()
             .map_or(ArrayView1::from(&[][..]), |c| c.view());
-        let mut labels = argmax_labels(proba.values.view(), classes);
-        if proba.empty_rows > 0
-            && self.inner.options.empty_fallback == EmptyFallback::NearestNeighbour
-            && let Some(train) = &self.inner.labels
-        {
-            let empty: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] < 0).collect();
-            let sub = queries.select(ndarray::Axis(0), &empty);
-            let sub = Matrix::check("classify", "queries", sub.view())?;
-            self.check_distances("classify", &sub)?;
-            let nb = self.inner.resident.knn(&sub, 1)?;
-            for (r, &i) in empty.iter().enumerate() {
-                labels[i] = train[nb.indices[[r, 0]] as usize];
-            }
-        }
+        let train = self.inner.labels.as_ref().map(|l| l.view());
+        let labels = label_rows(
+            &proba,
+            classes,
+            train.filter(|_| self.inner.options.empty_fallback == EmptyFallback::NearestNeighbour),
+            queries,
+            |sub| {
+                let sub = Matrix::check("classify", "queries", sub)?;
+                self.check_distances("classify", &sub)?;
+                self.inner.resident.knn(&sub, 1)
+            },
+        )?;
         Ok(Classification {
             labels,
             empty_rows: proba.empty_rows,
@@ -494,15 +491,7 @@ impl KeySet {
     /// `k = 0` or `k > N`; on the GPU `k` above 128; otherwise as
     /// [`local_mean`](Self::local_mean).
     pub fn knn(&self, queries: ArrayView2<'_, f32>, k: usize) -> Result<Neighbours> {
-        if k == 0 || k > self.inner.n {
-            return Err(Error::InvalidParameter {
-                name: "k",
-                reason: format!(
-                    "k must be in 1..={} (the number of keys), got {k}",
-                    self.inner.n
-                ),
-            });
-        }
+        check_k(k, self.inner.n)?;
         self.inner.resident.check_k(k)?;
         let q = self.queries("knn", queries)?;
         self.check_distances("knn", &q)?;

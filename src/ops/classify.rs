@@ -7,7 +7,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
-use crate::types::RowNormalized;
+use crate::types::{Neighbours, RowNormalized};
 
 /// What [`LocalModeClassifier::predict`] answers for a query with an empty
 /// neighbourhood (no training point within reach of a compact kernel).
@@ -116,20 +116,45 @@ impl LocalModeClassifier {
     /// As [`Engine::local_mean`].
     pub fn predict(&self, queries: ArrayView2<'_, f32>) -> Result<Predictions> {
         let proba = self.predict_proba(queries)?;
-        let mut labels = argmax_labels(proba.values.view(), self.classes.view());
-        if proba.empty_rows > 0 && self.fallback == EmptyFallback::NearestNeighbour {
-            let empty: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] < 0).collect();
-            let sub = queries.select(ndarray::Axis(0), &empty);
-            let nb = self.engine.knn(sub.view(), self.keys.view(), 1)?;
-            for (r, &i) in empty.iter().enumerate() {
-                labels[i] = self.labels[nb.indices[[r, 0]] as usize];
-            }
-        }
+        let labels = label_rows(
+            &proba,
+            self.classes.view(),
+            (self.fallback == EmptyFallback::NearestNeighbour).then(|| self.labels.view()),
+            queries,
+            |sub| self.engine.knn(sub, self.keys.view(), 1),
+        )?;
         Ok(Predictions {
             labels,
             empty_rows: proba.empty_rows,
         })
     }
+}
+
+/// The label of every query from its class probabilities
+/// ([`argmax_labels`]); with `nearest_labels` (the training labels, when
+/// the fallback is [`EmptyFallback::NearestNeighbour`]), a query with an
+/// empty neighbourhood takes the label of its nearest training point,
+/// found by `nearest` on the sub-matrix of those queries. The one rule of
+/// both [`LocalModeClassifier::predict`] and `KeySet::classify`.
+pub(crate) fn label_rows(
+    proba: &RowNormalized,
+    classes: ArrayView1<'_, i64>,
+    nearest_labels: Option<ArrayView1<'_, i64>>,
+    queries: ArrayView2<'_, f32>,
+    nearest: impl FnOnce(ArrayView2<'_, f32>) -> Result<Neighbours>,
+) -> Result<Array1<i64>> {
+    let mut labels = argmax_labels(proba.values.view(), classes);
+    if let Some(train) = nearest_labels
+        && proba.empty_rows > 0
+    {
+        let empty: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] < 0).collect();
+        let sub = queries.select(ndarray::Axis(0), &empty);
+        let nb = nearest(sub.view())?;
+        for (r, &i) in empty.iter().enumerate() {
+            labels[i] = train[nb.indices[[r, 0]] as usize];
+        }
+    }
+    Ok(labels)
 }
 
 /// The label of each row of class probabilities (column `j` for label

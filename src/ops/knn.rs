@@ -151,7 +151,9 @@ fn neighbour_weights(nb: &Neighbours, i: usize, weights: KnnWeights) -> Option<V
     }
 }
 
-fn check_k(k: usize, n: usize) -> Result<()> {
+/// Fails unless `1 ≤ k ≤ n` (`n` keys): the one `k` check of every kNN entry
+/// point (one-shot and key set).
+pub(crate) fn check_k(k: usize, n: usize) -> Result<()> {
     if k == 0 || k > n {
         return Err(Error::InvalidParameter {
             name: "k",

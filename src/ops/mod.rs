@@ -11,12 +11,13 @@ mod multi_kernel;
 mod softmax;
 mod states;
 
-pub(crate) use classify::{Classes, argmax_labels};
+pub(crate) use classify::{Classes, label_rows};
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
+pub(crate) use kde::ln_density_scale;
 pub use kde::ln_normalizer;
 pub use kernel_matrix::LaplacianKind;
 pub use knn::KnnWeights;
-pub(crate) use knn::{SQ_DIST_LIMIT, check_room, knn_scaled};
+pub(crate) use knn::{SQ_DIST_LIMIT, check_k, check_room, knn_scaled};
 pub use loo::{BandwidthSelection, LooScore};
 pub use multi_kernel::MultiKernel;
 pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};
