@@ -17,7 +17,7 @@ use super::context::GpuContext;
 use super::shaders::ShaderId;
 
 /// How a binding is used by a shader.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     /// Uniform parameters, bound with a dynamic offset.
     Params,
@@ -222,12 +222,170 @@ impl Pipelines {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
     use std::sync::Barrier;
 
     use super::*;
     use crate::gpu::adapter::{self, AdapterPolicy};
     use crate::gpu::plan::TileLimits;
+    use crate::gpu::shaders::{ConstValue, profile_const_name, samples};
     use crate::kernel::Profile;
+
+    /// The slot a global variable's address space declares, if it is a
+    /// buffer binding.
+    fn slot_of(space: naga::AddressSpace) -> Option<Slot> {
+        match space {
+            naga::AddressSpace::Uniform => Some(Slot::Params),
+            naga::AddressSpace::Storage { access }
+                if access.contains(naga::StorageAccess::STORE) =>
+            {
+                Some(Slot::ReadWrite)
+            }
+            naga::AddressSpace::Storage { .. } => Some(Slot::ReadOnly),
+            _ => None,
+        }
+    }
+
+    /// A rendered shader, parsed and validated by naga.
+    fn reflect(id: ShaderId, values: &[(&str, u32)]) -> (naga::Module, naga::valid::ModuleInfo) {
+        let what = format!("{} {values:?}", id.file());
+        let src = id.render(values).expect("placeholders filled");
+        let module = naga::front::wgsl::parse_str(&src)
+            .unwrap_or_else(|e| panic!("{what} does not parse:\n{}", e.emit_to_string(&src)));
+        let info = naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{what} does not validate:\n{}", e.emit_to_string(&src)));
+        (module, info)
+    }
+
+    /// What the shaders declare and use, checked against the Rust side:
+    /// entry points, bindings against `slots`, generated constants against
+    /// their Rust values, workgroup sizes against the dispatch constants.
+    #[test]
+    fn shaders_match_their_rust_interface() {
+        // Bindings each file's entry points use, over all its shader ids.
+        let mut used_by_file: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+        for id in ShaderId::ALL {
+            for values in samples(id) {
+                let what = format!("{} {values:?} (entry {})", id.file(), id.entry());
+                let (module, info) = reflect(id, &values);
+
+                // (a) The entry point exists and is a compute shader.
+                let (index, ep) = module
+                    .entry_points
+                    .iter()
+                    .enumerate()
+                    .find(|(_, ep)| ep.name == id.entry())
+                    .unwrap_or_else(|| panic!("{what}: no entry point {}", id.entry()));
+                assert_eq!(ep.stage, naga::ShaderStage::Compute, "{what}");
+
+                // (b) Declared bindings are exactly the slots of the layout.
+                let mut declared = BTreeMap::new();
+                let mut used = BTreeSet::new();
+                let ep_info = info.get_entry_point(index);
+                for (handle, var) in module.global_variables.iter() {
+                    let Some(rb) = &var.binding else { continue };
+                    let name = var.name.as_deref().unwrap_or("?");
+                    assert_eq!(rb.group, 0, "{what}: {name} is not in group 0");
+                    let slot = slot_of(var.space).unwrap_or_else(|| {
+                        panic!("{what}: {name} is not a buffer binding ({:?})", var.space)
+                    });
+                    assert!(
+                        declared.insert(rb.binding, slot).is_none(),
+                        "{what}: binding {} declared twice",
+                        rb.binding
+                    );
+                    if !ep_info[handle].is_empty() {
+                        used.insert(rb.binding);
+                    }
+                }
+                let expected: BTreeMap<u32, Slot> = slots(id)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &s)| (i as u32, s))
+                    .collect();
+                assert_eq!(
+                    declared, expected,
+                    "{what}: shader bindings (left) differ from pipelines::slots (right)"
+                );
+                used_by_file.entry(id.file()).or_default().extend(used);
+
+                // The `PROFILE` override exactly when the key sets it.
+                let overrides: Vec<_> = module
+                    .overrides
+                    .iter()
+                    .filter_map(|(_, o)| o.name.clone())
+                    .collect();
+                let want: Vec<String> = if id.uses_profiles() {
+                    vec!["PROFILE".into()]
+                } else {
+                    vec![]
+                };
+                assert_eq!(overrides, want, "{what}: override constants");
+
+                // (c) Generated constants hold exactly the Rust values.
+                let generated = id.consts();
+                for c in &generated {
+                    let (_, k) = module
+                        .constants
+                        .iter()
+                        .find(|(_, k)| k.name.as_deref() == Some(c.name.as_str()))
+                        .unwrap_or_else(|| panic!("{what}: no constant {}", c.name));
+                    let got = match module.global_expressions[k.init] {
+                        naga::Expression::Literal(naga::Literal::U32(v)) => ConstValue::U32(v),
+                        naga::Expression::Literal(naga::Literal::F32(v)) => ConstValue::F32(v),
+                        ref e => panic!("{what}: {} is not a u32/f32 literal: {e:?}", c.name),
+                    };
+                    let same = match (got, c.value) {
+                        (ConstValue::U32(a), ConstValue::U32(b)) => a == b,
+                        (ConstValue::F32(a), ConstValue::F32(b)) => a.to_bits() == b.to_bits(),
+                        _ => false,
+                    };
+                    assert!(same, "{what}: {} = {got:?}, Rust has {:?}", c.name, c.value);
+                }
+                // The constants named in the Rust interface are among them.
+                let value = |name: &str| {
+                    generated
+                        .iter()
+                        .find(|c| c.name == name)
+                        .map(|c| c.value)
+                        .unwrap_or_else(|| panic!("{what}: {name} not generated"))
+                };
+                if id.uses_profiles() {
+                    assert_eq!(value("T_FAR"), ConstValue::F32(crate::kernel::T_FAR));
+                    for p in Profile::ALL {
+                        let name = profile_const_name(p);
+                        assert_eq!(value(&name), ConstValue::U32(p.shader_code()), "{what}");
+                    }
+                }
+                if id == ShaderId::MeanShift {
+                    assert_eq!(
+                        value("SHIFT_FLOOR"),
+                        ConstValue::F32(crate::types::SHIFT_FLOOR)
+                    );
+                }
+
+                // (d) The workgroup size is the one the dispatches divide by.
+                let wg = id.workgroup_size().map(|n| n as u32);
+                assert_eq!(ep.workgroup_size, wg, "{what}: workgroup size");
+                assert!(ep.workgroup_size_overrides.is_none(), "{what}");
+            }
+        }
+        // Every declared binding is used by some entry point of its file
+        // (one-entry files: by that entry).
+        for id in ShaderId::ALL {
+            let all: BTreeSet<u32> = (0..slots(id).len() as u32).collect();
+            assert_eq!(
+                used_by_file[id.file()],
+                all,
+                "{}: bindings used by its entry points (left) differ from those declared",
+                id.file()
+            );
+        }
+    }
 
     /// A context on any adapter (lavapipe included); `None` (skipped) when
     /// there is none, except under `CI=true`, where that fails.

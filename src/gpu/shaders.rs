@@ -328,6 +328,21 @@ impl ShaderId {
         out
     }
 
+    /// The workgroup size of the entry point: the constants its dispatches
+    /// divide by (checked against the shader by the tests).
+    #[cfg(test)]
+    pub(crate) fn workgroup_size(self) -> [usize; 3] {
+        match self {
+            ShaderId::LocalMean | ShaderId::Knn | ShaderId::MeanShift => [LOCAL_MEAN_WG, 1, 1],
+            ShaderId::KernelMatrix => [MATRIX_WG, MATRIX_WG, 1],
+            ShaderId::Fill => [FILL_WG, 1, 1],
+            ShaderId::Softmax => [ATTEND_WG, 1, 1],
+            ShaderId::SoftmaxMatrix => [SOFTMAX_MATRIX_WG, SOFTMAX_MATRIX_WG, 1],
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix => [SUM_WG, 1, 1],
+            ShaderId::FeatureFinish => [FINISH_WG, 1, 1],
+        }
+    }
+
     /// The full WGSL source: the generated constants, the profiles when
     /// used, the shader file, with the placeholders replaced.
     pub(crate) fn render(self, values: &[(&str, u32)]) -> Result<String, String> {
