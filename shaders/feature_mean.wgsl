@@ -20,11 +20,10 @@
 // underflow to a false zero denominator.
 //
 // Template constant: QA, the value columns a finish pass can hold (a power
-// of two; the pass computes the first `cols` ≤ QA of them).
+// of two; the pass computes the first `cols` ≤ QA of them). Generated:
+// SUM_WG (workgroup size of chunk_sums and prefix), FINISH_WG (of finish).
 
 const QA: u32 = {{QA}}u;
-const WG: u32 = 64u;
-const SUM_WG: u32 = 256u;
 
 struct FeatParams {
     d: u32,          // feature dimension
@@ -53,7 +52,7 @@ struct FeatParams {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(SUM_WG)
 fn chunk_sums(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let w = fp.q + 1u;
@@ -78,7 +77,7 @@ fn chunk_sums(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(SUM_WG)
 fn prefix(@builtin(global_invocation_id) gid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>) {
     let e_count = fp.d * (fp.q + 1u);
@@ -99,7 +98,7 @@ fn prefix(@builtin(global_invocation_id) gid: vec3<u32>,
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(FINISH_WG)
 fn finish(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = gid.x;
     if r >= fp.rows {

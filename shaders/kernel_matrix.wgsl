@@ -7,7 +7,8 @@
 // state (m, s) from the local-mean shader's row-sum pass (QT = 0), so
 // D⁻¹K is formed in the log domain: exp(ln k − m) / s.
 //
-// Template constant: D dimension.
+// Template constant: D dimension. Generated: WG (workgroup side), the
+// mode codes MODE_* (shaders::matrix_mode_code).
 
 const D: u32 = {{D}}u;
 
@@ -15,7 +16,9 @@ struct MatParams {
     rows: u32,      // rows of this block
     cols: u32,      // columns (keys in the key tile)
     row_off: u32,   // first row of the block within the query tile
-    mode: u32,      // 0 K, 1 D⁻¹K, 2 D − K, 3 I − D⁻¹K, 4 ‖q − x‖²/h²
+    mode: u32,      // MODE_RAW K, MODE_ROW_NORMALIZED D⁻¹K, MODE_LAPLACIAN
+                    // D − K, MODE_NORMALIZED_LAPLACIAN I − D⁻¹K,
+                    // MODE_SQ_DISTANCE ‖q − x‖²/h²
     inv_h2: f32,
     row_global: u32, // global index of the block's first row
     col_global: u32, // global index of the key tile's first key
@@ -28,7 +31,7 @@ struct MatParams {
 @group(0) @binding(3) var<storage, read> row_state: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-@compute @workgroup_size(16, 16)
+@compute @workgroup_size(WG, WG)
 fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
     let j = gid.x;
     let r = gid.y;
@@ -45,13 +48,13 @@ fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
     // Row state (m, s) of the row-sum pass; m = 0 for non-exponential profiles.
     var ms = 0.0;
     var s = 1.0;
-    if mp.mode != 0u {
+    if mp.mode != MODE_RAW {
         ms = row_state[i * mp.state_stride];
         s = row_state[i * mp.state_stride + 1u];
     }
-    // Raw entries (modes 0, 2) use m = 0; normalized ones the row maximum,
+    // Raw entries (K, D − K) use m = 0; normalized ones the row maximum,
     // so exp(ln k − m) / s stays exact when every raw weight underflows.
-    let m = select(0.0, ms, mp.mode == 1u || mp.mode == 3u);
+    let m = select(0.0, ms, mp.mode == MODE_ROW_NORMALIZED || mp.mode == MODE_NORMALIZED_LAPLACIAN);
     var w = 0.0;
     if t < T_FAR {
         if profile_is_exp() {
@@ -63,16 +66,16 @@ fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
     let on_diag = mp.row_global + r == mp.col_global + j;
     var v: f32;
     switch mp.mode {
-        case 1u: {
+        case MODE_ROW_NORMALIZED: {
             v = select(nan_f32(), w / s, s > 0.0);
         }
-        case 2u: {
+        case MODE_LAPLACIAN: {
             v = select(-w, s * exp(ms) - w, on_diag);
         }
-        case 3u: {
+        case MODE_NORMALIZED_LAPLACIAN: {
             v = select(-w / s, 1.0 - w / s, on_diag);
         }
-        case 4u: {
+        case MODE_SQ_DISTANCE: {
             v = t;
         }
         default: {

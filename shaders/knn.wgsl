@@ -8,18 +8,18 @@
 // tile writes distances (square-rooted) and indices.
 //
 // Template constants: D dimension, K neighbours, STAGE staged keys.
+// Generated: WG, the flag bits FIRST_TILE, LAST_TILE.
 
 const D: u32 = {{D}}u;
 const K: u32 = {{K}}u;
 const STAGE: u32 = {{STAGE}}u;
-const WG: u32 = 64u;
 const BIG: f32 = 3.0e38;
 
 struct KnnParams {
     rows: u32,    // query rows in this tile
     keys: u32,    // keys in this key tile
     key0: u32,    // global index of the key tile's first key
-    flags: u32,   // bit 0: first key tile; bit 1: last key tile
+    flags: u32,   // FIRST_TILE, LAST_TILE
 }
 
 @group(0) @binding(0) var<uniform> p: KnnParams;
@@ -31,7 +31,7 @@ struct KnnParams {
 
 var<workgroup> stage_x: array<f32, STAGE * D>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn nearest(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
     let i = gid.x;
@@ -44,7 +44,7 @@ fn nearest(@builtin(global_invocation_id) gid: vec3<u32>,
             qx[k] = queries[i * D + k];
         }
         for (var r = 0u; r < K; r++) {
-            if (p.flags & 1u) != 0u {
+            if (p.flags & FIRST_TILE) != 0u {
                 bd[r] = BIG;
                 bi[r] = 0xffffffffu;
             } else {
@@ -84,7 +84,7 @@ fn nearest(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     for (var r = 0u; r < K; r++) {
-        if (p.flags & 2u) != 0u {
+        if (p.flags & LAST_TILE) != 0u {
             out_dist[i * K + r] = sqrt(bd[r]);
             out_idx[i * K + r] = bi[r];
         } else {

@@ -12,12 +12,12 @@
 //
 // Template constants (src/gpu/shaders.rs): D dimension, QT value columns
 // in this pass (0: row sums only), QA = max(QT, 1), STAGE staged keys.
+// Generated: WG, the flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF.
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
 const QA: u32 = {{QA}}u;
 const STAGE: u32 = {{STAGE}}u;
-const WG: u32 = 64u;
 const STATE: u32 = 2u + QA;
 
 struct Params {
@@ -26,8 +26,8 @@ struct Params {
     q_stride: u32,  // columns of the values and of the output
     c0: u32,        // first value column of this pass
     inv_h2: f32,    // 1/h²
-    flags: u32,     // bit 0: first key tile; bit 1: last key tile;
-                    // bit 2: leave each row's own key out (queries are the keys)
+    flags: u32,     // FIRST_TILE, LAST_TILE, EXCLUDE_SELF (leave each
+                    // row's own key out: queries are the keys)
     row0: u32,      // global index of the tile's first query
     key0: u32,      // global index of the key tile's first key
 }
@@ -62,7 +62,7 @@ fn merge_state(a: RowState, b: RowState) -> RowState {
     return r;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let i = gid.x;
@@ -81,7 +81,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
     // Index within this key tile of the row's own key (leave-one-out), or
     // an index no key has.
     var own = 0xffffffffu;
-    if (p.flags & 4u) != 0u {
+    if (p.flags & EXCLUDE_SELF) != 0u {
         own = p.row0 + i - p.key0;
     }
 
@@ -144,7 +144,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     let sb = i * STATE;
-    if (p.flags & 1u) == 0u {
+    if (p.flags & FIRST_TILE) == 0u {
         var prev: RowState;
         prev.m = state[sb];
         prev.s = state[sb + 1u];
@@ -153,7 +153,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
         }
         st = merge_state(prev, st);
     }
-    if (p.flags & 2u) == 0u {
+    if (p.flags & LAST_TILE) == 0u {
         state[sb] = st.m;
         state[sb + 1u] = st.s;
         for (var c = 0u; c < QT; c++) {

@@ -1,24 +1,23 @@
 // MeanShift bookkeeping around the fused local mean (local_mean.wgsl),
 // so the iteration stays on the device (docs/numerics.md):
-//   mode 0, gather: the moving seeds of the active list → a query tile;
-//   mode 1, finish: each seed moves to its local mean; a seed whose shift
+//   mode GATHER: the moving seeds of the active list → a query tile;
+//   mode FINISH: each seed moves to its local mean; a seed whose shift
 //     is above tolerance is appended to the next active list, so seeds
 //     that converged stop costing work;
-//   mode 2, finish (blurring): every point moves; no list.
+//   mode FINISH_BLURRING: every point moves; no list.
 // `counters` = (seeds still moving, largest shift as f32 bits) is all the
 // host reads back per iteration. A NaN mean is an empty neighbourhood: the
 // seed stays where it is and stops (docs/numerics.md).
 //
-// Template constant: D dimension.
+// Template constant: D dimension. Generated: WG, the modes GATHER, FINISH,
+// FINISH_BLURRING, and SHIFT_FLOOR (types::SHIFT_FLOOR, as on the CPU): a
+// shift within f32 rounding of the seed's coordinates also converges.
 
 const D: u32 = {{D}}u;
-// A shift within f32 rounding of the seed's coordinates also converges
-// (as cluster::SHIFT_FLOOR on the CPU): 2⁻²¹.
-const SHIFT_FLOOR: f32 = 4.76837158203125e-7;
 
 struct ShiftParams {
     rows: u32,      // seeds in the active list (modes 0, 1) or points (mode 2)
-    mode: u32,      // 0 gather, 1 finish, 2 finish blurring
+    mode: u32,      // GATHER, FINISH, FINISH_BLURRING
     thr_sq: f32,    // (tol·h)²
     _pad: u32,
 }
@@ -36,13 +35,13 @@ fn is_nan_bits(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn step(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = gid.x;
     if r >= sp.rows {
         return;
     }
-    if sp.mode == 0u {
+    if sp.mode == GATHER {
         let s = active_list[r];
         for (var k = 0u; k < D; k++) {
             queries[r * D + k] = positions[s * D + k];
@@ -50,7 +49,7 @@ fn step(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     var s = r;
-    if sp.mode == 1u {
+    if sp.mode == FINISH {
         s = active_list[r];
     }
     if is_nan_bits(means[r * D]) {
@@ -68,7 +67,7 @@ fn step(@builtin(global_invocation_id) gid: vec3<u32>) {
     let fl = big * SHIFT_FLOOR;
     if sh2 > max(sp.thr_sq, fl * fl) {
         let slot = atomicAdd(&counters[0], 1u);
-        if sp.mode == 1u {
+        if sp.mode == FINISH {
             next_list[slot] = s;
         }
     }

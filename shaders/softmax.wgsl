@@ -23,11 +23,11 @@
 //
 // Template constants (src/gpu/shaders.rs): D4 = ⌈d/4⌉, QA4 = max(⌈cols/4⌉, 1)
 // (vec4 groups of value columns a pass holds), BK staged keys.
+// Generated: WG, the flag bits FIRST_TILE, LAST_TILE, CAUSAL.
 
 const D4: u32 = {{D4}}u;
 const QA4: u32 = {{QA4}}u;
 const BK: u32 = {{BK}}u;
-const WG: u32 = 64u;
 const STATE: u32 = 2u + 4u * QA4;
 // A finite stand-in for −inf (logits are checked to stay below 1e37).
 const NEG_BIG: f32 = -3.0e38;
@@ -39,7 +39,7 @@ struct Params {
     q_stride: u32,   // value columns: row stride of vals and out
     c0: u32,         // first value column of this pass
     scale: f32,      // logit scale s
-    flags: u32,      // bit 0: first key tile; bit 1: last key tile; bit 2: causal
+    flags: u32,      // FIRST_TILE, LAST_TILE, CAUSAL
     row_start: u32,  // index within its batch of the tile's first query
     key_start: u32,  // index within its batch of the tile's first key
     off: u32,        // N − M: query i sees the keys j ≤ i + off
@@ -76,13 +76,13 @@ fn merge_state(a: RowState, b: RowState) -> RowState {
     return r;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn attend(@builtin(workgroup_id) wid: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
     let b = wid.y;
     let r = wid.x * WG + lid;
     let live = r < p.rows;
-    let causal = (p.flags & 4u) != 0u;
+    let causal = (p.flags & CAUSAL) != 0u;
     let row = b * p.rows + r;
 
     var qx: array<vec4<f32>, D4>;
@@ -182,7 +182,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
         return;
     }
     let sb = row * STATE;
-    if (p.flags & 1u) == 0u {
+    if (p.flags & FIRST_TILE) == 0u {
         var prev: RowState;
         prev.m = state[sb];
         prev.l = state[sb + 1u];
@@ -192,7 +192,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
         }
         st = merge_state(prev, st);
     }
-    if (p.flags & 2u) == 0u {
+    if (p.flags & LAST_TILE) == 0u {
         state[sb] = st.m;
         state[sb + 1u] = st.l;
         for (var c = 0u; c < QA4; c++) {

@@ -6,6 +6,8 @@
 // the row pass of softmax.wgsl (cols = 0), which computes the logits in the
 // same order (scaled query, vec4 fma, pairwise lane sum). Keys the causal
 // mask hides get weight 0.
+//
+// Generated: WG (workgroup side).
 
 struct MatParams {
     rows: u32,         // rows of this block
@@ -43,7 +45,7 @@ fn group4(src: u32, k4: u32, scale: f32, is_phi: bool) -> vec4<f32> {
     return v;
 }
 
-@compute @workgroup_size(16, 16)
+@compute @workgroup_size(WG, WG)
 fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
     let j = gid.x;
     let r = gid.y;

@@ -14,7 +14,7 @@ use super::buffers::{Pooled, submit_and_read, upload};
 use super::context::{ErrorScope, GpuContext};
 use super::local_mean::{TileJob, record_pass, upload_key_tiles};
 use super::pipelines::PipelineKey;
-use super::shaders::ShaderId;
+use super::shaders::{ShaderId, matrix_mode_code};
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
 
 const OP: &str = "kernel_matrix";
@@ -67,16 +67,6 @@ struct MatParams {
     row_global: u32,
     col_global: u32,
     state_stride: u32,
-}
-
-fn mode_code(mode: MatrixMode) -> u32 {
-    match mode {
-        MatrixMode::Raw => 0,
-        MatrixMode::RowNormalized => 1,
-        MatrixMode::Laplacian => 2,
-        MatrixMode::NormalizedLaplacian => 3,
-        MatrixMode::SqDistance => 4,
-    }
 }
 
 /// A kernel matrix on the GPU: per query tile, the row sums (for the
@@ -168,7 +158,7 @@ pub(crate) fn kernel_matrix(
                         rows: brows as u32,
                         cols: kt.len as u32,
                         row_off: b0 as u32,
-                        mode: mode_code(mode),
+                        mode: matrix_mode_code(mode),
                         inv_h2: kernel.inv_h2(),
                         row_global: (r0 + b0) as u32,
                         col_global: kt.start as u32,

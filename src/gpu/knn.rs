@@ -13,7 +13,7 @@ use super::buffers::{submit_and_read, upload};
 use super::context::{ErrorScope, GpuContext};
 use super::local_mean::{DeviceKeys, upload_key_tiles};
 use super::pipelines::PipelineKey;
-use super::shaders::ShaderId;
+use super::shaders::{FIRST_TILE, LAST_TILE, ShaderId};
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
 
 const OP: &str = "knn";
@@ -110,7 +110,7 @@ pub(crate) fn knn_on_tiles(
                     rows: rows as u32,
                     keys: check_u32(OP, "key rows", kt.len)?,
                     key0: check_u32(OP, "key rows", kt.start)?,
-                    flags: u32::from(t == 0) | (u32::from(t == last) << 1),
+                    flags: (u32::from(t == 0) * FIRST_TILE) | (u32::from(t == last) * LAST_TILE),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -12,13 +12,10 @@ use super::buffers::{Pooled, submit_and_read, submit_and_wait, upload};
 use super::context::{ErrorScope, GpuContext};
 use super::far::{HostKeys, far_means, far_states};
 use super::pipelines::PipelineKey;
-use super::shaders::ShaderId;
+use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ShaderId};
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
 
 const OP: &str = "local_mean";
-const FIRST_TILE: u32 = 1;
-const LAST_TILE: u32 = 2;
-const EXCLUDE_SELF: u32 = 4;
 /// Value-column passes recorded into one submission: bounds the memory of
 /// their parameters and bind groups however many value columns there are.
 const PASSES_PER_SUBMIT: usize = 64;

@@ -22,13 +22,10 @@ use super::buffers::{Pooled, submit_and_read, upload};
 use super::context::GpuContext;
 use super::local_mean::{KeyTile, TileJob, passes, record_pass, upload_key_tiles};
 use super::pipelines::PipelineKey;
-use super::shaders::ShaderId;
+use super::shaders::{FINISH, FINISH_BLURRING, GATHER, ShaderId};
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
 
 const OP: &str = "mean_shift";
-const GATHER: u32 = 0;
-const FINISH: u32 = 1;
-const FINISH_BLURRING: u32 = 2;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

@@ -31,7 +31,7 @@ use crate::types::{Progress, ShiftOutcome, ShiftRun};
 use buffers::Pooled;
 use context::GpuContext;
 use pipelines::PipelineKey;
-use shaders::ShaderId;
+use shaders::{FILL_WG, ShaderId};
 use timing::Encoder;
 
 /// The GPU backend: one device, shared by every call (and by the key sets
@@ -256,7 +256,7 @@ pub(crate) fn fill_sentinel<'p>(
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
     pass.set_pipeline(&pipeline);
     pass.set_bind_group(0, &bg, &[params.offset(0)]);
-    pass.dispatch_workgroups(len.div_ceil(256).clamp(1, 4096), 1, 1);
+    pass.dispatch_workgroups(len.div_ceil(FILL_WG as u32).clamp(1, 4096), 1, 1);
     drop(pass);
     Ok(Some(params))
 }

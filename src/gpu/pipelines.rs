@@ -1,6 +1,14 @@
 //! Bind-group layouts (built once) and the pipeline cache.
+//!
+//! The cache maps each [`PipelineKey`] to an entry of its own, a mutex over
+//! the pipeline once compiled. The map's lock is held only to find or add
+//! an entry; compilation runs under the entry's lock alone, so concurrent
+//! requests for one cold key compile it once (the others wait for it),
+//! different keys compile in parallel, and a failed compilation leaves the
+//! entry empty for the next request to retry.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
@@ -9,7 +17,7 @@ use super::context::GpuContext;
 use super::shaders::ShaderId;
 
 /// How a binding is used by a shader.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     /// Uniform parameters, bound with a dynamic offset.
     Params,
@@ -47,10 +55,24 @@ pub(crate) struct PipelineKey {
     pub profile: Option<u32>,
 }
 
+/// A cache entry: empty until its pipeline compiles; locked while it does.
+type Entry = Arc<Mutex<Option<Arc<wgpu::ComputePipeline>>>>;
+
 /// Layouts per shader, and compiled pipelines by key.
 pub(crate) struct Pipelines {
     layouts: HashMap<ShaderId, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
-    cache: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+    cache: Mutex<HashMap<PipelineKey, Entry>>,
+    /// Compilations started (shader modules created), for tests.
+    compilations: AtomicUsize,
+}
+
+/// A cache lock poisoned by a thread that panicked while holding it.
+fn poisoned(op: &'static str, key: &PipelineKey) -> Error {
+    Error::Gpu {
+        op,
+        sizes: format!("{} {:?}", key.shader.file(), key.template),
+        message: "pipeline cache lock poisoned: a thread panicked while holding it".into(),
+    }
 }
 
 impl Pipelines {
@@ -95,6 +117,7 @@ impl Pipelines {
         Pipelines {
             layouts,
             cache: Mutex::new(HashMap::new()),
+            compilations: AtomicUsize::new(0),
         }
     }
 
@@ -103,16 +126,49 @@ impl Pipelines {
         &self.layouts[&id].0
     }
 
-    /// The pipeline for `key`, compiled on first use.
+    /// Compilations started so far.
+    #[cfg(test)]
+    pub(crate) fn compilations(&self) -> usize {
+        self.compilations.load(Ordering::SeqCst)
+    }
+
+    /// The pipeline for `key`, compiled on first use, once: concurrent
+    /// requests for a key being compiled wait for that compilation.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the shader does not render or compile (nothing
+    /// is cached: the next request tries again), or when a cache lock was
+    /// poisoned by a panic in another thread.
     pub(crate) fn get(
         &self,
         ctx: &GpuContext,
         op: &'static str,
         key: &PipelineKey,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
-        if let Some(p) = self.cache.lock().ok().and_then(|c| c.get(key).cloned()) {
-            return Ok(p);
+        let entry = {
+            let mut map = self.cache.lock().map_err(|_| poisoned(op, key))?;
+            match map.get(key) {
+                Some(e) => Arc::clone(e),
+                None => Arc::clone(map.entry(key.clone()).or_default()),
+            }
+        };
+        // The map is unlocked: other keys are found and compiled meanwhile.
+        let mut slot = entry.lock().map_err(|_| poisoned(op, key))?;
+        if let Some(p) = slot.as_ref() {
+            return Ok(Arc::clone(p));
         }
+        let pipeline = Arc::new(self.compile(ctx, op, key)?);
+        *slot = Some(Arc::clone(&pipeline));
+        Ok(pipeline)
+    }
+
+    /// Renders and compiles the pipeline of `key`.
+    fn compile(
+        &self,
+        ctx: &GpuContext,
+        op: &'static str,
+        key: &PipelineKey,
+    ) -> Result<wgpu::ComputePipeline> {
         let src = key
             .shader
             .render(&key.template)
@@ -126,6 +182,7 @@ impl Pipelines {
             op,
             format!("compiling {} {:?}", key.shader.file(), key.template),
         )?;
+        self.compilations.fetch_add(1, Ordering::SeqCst);
         let mut checks = wgpu::ShaderRuntimeChecks::checked();
         // Every loop in our shaders has a bound fixed by its uniforms; the
         // per-iteration guard wgpu would add costs 10–20% for nothing.
@@ -159,10 +216,276 @@ impl Pipelines {
             cache: None,
         });
         scope.finish(ctx)?;
-        let pipeline = Arc::new(pipeline);
-        if let Ok(mut c) = self.cache.lock() {
-            c.insert(key.clone(), Arc::clone(&pipeline));
-        }
         Ok(pipeline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Barrier;
+
+    use super::*;
+    use crate::gpu::adapter::{self, AdapterPolicy};
+    use crate::gpu::plan::TileLimits;
+    use crate::gpu::shaders::{ConstValue, profile_const_name, samples};
+    use crate::kernel::Profile;
+
+    /// The slot a global variable's address space declares, if it is a
+    /// buffer binding.
+    fn slot_of(space: naga::AddressSpace) -> Option<Slot> {
+        match space {
+            naga::AddressSpace::Uniform => Some(Slot::Params),
+            naga::AddressSpace::Storage { access }
+                if access.contains(naga::StorageAccess::STORE) =>
+            {
+                Some(Slot::ReadWrite)
+            }
+            naga::AddressSpace::Storage { .. } => Some(Slot::ReadOnly),
+            _ => None,
+        }
+    }
+
+    /// A rendered shader, parsed and validated by naga.
+    fn reflect(id: ShaderId, values: &[(&str, u32)]) -> (naga::Module, naga::valid::ModuleInfo) {
+        let what = format!("{} {values:?}", id.file());
+        let src = id.render(values).expect("placeholders filled");
+        let module = naga::front::wgsl::parse_str(&src)
+            .unwrap_or_else(|e| panic!("{what} does not parse:\n{}", e.emit_to_string(&src)));
+        let info = naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{what} does not validate:\n{}", e.emit_to_string(&src)));
+        (module, info)
+    }
+
+    /// What the shaders declare and use, checked against the Rust side:
+    /// entry points, bindings against `slots`, generated constants against
+    /// their Rust values, workgroup sizes against the dispatch constants.
+    #[test]
+    fn shaders_match_their_rust_interface() {
+        // Bindings each file's entry points use, over all its shader ids.
+        let mut used_by_file: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+        for id in ShaderId::ALL {
+            for values in samples(id) {
+                let what = format!("{} {values:?} (entry {})", id.file(), id.entry());
+                let (module, info) = reflect(id, &values);
+
+                // (a) The entry point exists and is a compute shader.
+                let (index, ep) = module
+                    .entry_points
+                    .iter()
+                    .enumerate()
+                    .find(|(_, ep)| ep.name == id.entry())
+                    .unwrap_or_else(|| panic!("{what}: no entry point {}", id.entry()));
+                assert_eq!(ep.stage, naga::ShaderStage::Compute, "{what}");
+
+                // (b) Declared bindings are exactly the slots of the layout.
+                let mut declared = BTreeMap::new();
+                let mut used = BTreeSet::new();
+                let ep_info = info.get_entry_point(index);
+                for (handle, var) in module.global_variables.iter() {
+                    let Some(rb) = &var.binding else { continue };
+                    let name = var.name.as_deref().unwrap_or("?");
+                    assert_eq!(rb.group, 0, "{what}: {name} is not in group 0");
+                    let slot = slot_of(var.space).unwrap_or_else(|| {
+                        panic!("{what}: {name} is not a buffer binding ({:?})", var.space)
+                    });
+                    assert!(
+                        declared.insert(rb.binding, slot).is_none(),
+                        "{what}: binding {} declared twice",
+                        rb.binding
+                    );
+                    if !ep_info[handle].is_empty() {
+                        used.insert(rb.binding);
+                    }
+                }
+                let expected: BTreeMap<u32, Slot> = slots(id)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &s)| (i as u32, s))
+                    .collect();
+                assert_eq!(
+                    declared, expected,
+                    "{what}: shader bindings (left) differ from pipelines::slots (right)"
+                );
+                used_by_file.entry(id.file()).or_default().extend(used);
+
+                // The `PROFILE` override exactly when the key sets it.
+                let overrides: Vec<_> = module
+                    .overrides
+                    .iter()
+                    .filter_map(|(_, o)| o.name.clone())
+                    .collect();
+                let want: Vec<String> = if id.uses_profiles() {
+                    vec!["PROFILE".into()]
+                } else {
+                    vec![]
+                };
+                assert_eq!(overrides, want, "{what}: override constants");
+
+                // (c) Generated constants hold exactly the Rust values.
+                let generated = id.consts();
+                for c in &generated {
+                    let (_, k) = module
+                        .constants
+                        .iter()
+                        .find(|(_, k)| k.name.as_deref() == Some(c.name.as_str()))
+                        .unwrap_or_else(|| panic!("{what}: no constant {}", c.name));
+                    let got = match module.global_expressions[k.init] {
+                        naga::Expression::Literal(naga::Literal::U32(v)) => ConstValue::U32(v),
+                        naga::Expression::Literal(naga::Literal::F32(v)) => ConstValue::F32(v),
+                        ref e => panic!("{what}: {} is not a u32/f32 literal: {e:?}", c.name),
+                    };
+                    let same = match (got, c.value) {
+                        (ConstValue::U32(a), ConstValue::U32(b)) => a == b,
+                        (ConstValue::F32(a), ConstValue::F32(b)) => a.to_bits() == b.to_bits(),
+                        _ => false,
+                    };
+                    assert!(same, "{what}: {} = {got:?}, Rust has {:?}", c.name, c.value);
+                }
+                // The constants named in the Rust interface are among them.
+                let value = |name: &str| {
+                    generated
+                        .iter()
+                        .find(|c| c.name == name)
+                        .map(|c| c.value)
+                        .unwrap_or_else(|| panic!("{what}: {name} not generated"))
+                };
+                if id.uses_profiles() {
+                    assert_eq!(value("T_FAR"), ConstValue::F32(crate::kernel::T_FAR));
+                    for p in Profile::ALL {
+                        let name = profile_const_name(p);
+                        assert_eq!(value(&name), ConstValue::U32(p.shader_code()), "{what}");
+                    }
+                }
+                if id == ShaderId::MeanShift {
+                    assert_eq!(
+                        value("SHIFT_FLOOR"),
+                        ConstValue::F32(crate::types::SHIFT_FLOOR)
+                    );
+                }
+
+                // (d) The workgroup size is the one the dispatches divide by.
+                let wg = id.workgroup_size().map(|n| n as u32);
+                assert_eq!(ep.workgroup_size, wg, "{what}: workgroup size");
+                assert!(ep.workgroup_size_overrides.is_none(), "{what}");
+            }
+        }
+        // Every declared binding is used by some entry point of its file
+        // (one-entry files: by that entry).
+        for id in ShaderId::ALL {
+            let all: BTreeSet<u32> = (0..slots(id).len() as u32).collect();
+            assert_eq!(
+                used_by_file[id.file()],
+                all,
+                "{}: bindings used by its entry points (left) differ from those declared",
+                id.file()
+            );
+        }
+    }
+
+    /// A context on any adapter (lavapipe included); `None` (skipped) when
+    /// there is none, except under `CI=true`, where that fails.
+    fn context() -> Option<GpuContext> {
+        let policy = AdapterPolicy {
+            choice: None,
+            require_hardware: false,
+            accept_software: true,
+            required: true,
+        };
+        let adapter = match adapter::choose(&policy) {
+            Ok(a) => a.expect("required"),
+            Err(Error::NoAdapter { .. }) if std::env::var("CI").as_deref() != Ok("true") => {
+                eprintln!("SKIPPED: no GPU adapter; pipeline cache not tested");
+                return None;
+            }
+            Err(e) => panic!("GPU adapter required (CI=true) but unavailable: {e}"),
+        };
+        Some(
+            GpuContext::open(&adapter, TileLimits::default(), None, 16 << 20, false)
+                .expect("device opens"),
+        )
+    }
+
+    #[test]
+    fn concurrent_cold_requests_compile_once() {
+        let Some(ctx) = context() else { return };
+        // A cache of its own: cold whatever other tests compiled.
+        let pipelines = Pipelines::new(&ctx.device);
+        let key = PipelineKey {
+            shader: ShaderId::KernelMatrix,
+            template: vec![("D", 5)],
+            profile: Some(Profile::Cauchy.shader_code()),
+        };
+        const THREADS: usize = 8;
+        let barrier = Barrier::new(THREADS);
+        let got: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        pipelines.get(&ctx, "test", &key).expect("compiles")
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(pipelines.compilations(), 1);
+        assert!(got.iter().all(|p| Arc::ptr_eq(p, &got[0])));
+        // Cached: no more compilations; another key is another one.
+        let again = pipelines.get(&ctx, "test", &key).unwrap();
+        assert!(Arc::ptr_eq(&again, &got[0]));
+        assert_eq!(pipelines.compilations(), 1);
+        let other = PipelineKey {
+            profile: Some(Profile::Gaussian.shader_code()),
+            ..key.clone()
+        };
+        let p = pipelines.get(&ctx, "test", &other).unwrap();
+        assert!(!Arc::ptr_eq(&p, &got[0]));
+        assert_eq!(pipelines.compilations(), 2);
+    }
+
+    #[test]
+    fn failed_compilations_are_not_cached() {
+        let Some(ctx) = context() else { return };
+        let pipelines = Pipelines::new(&ctx.device);
+        // D = 0: zero-sized private arrays, which WGSL rejects.
+        let bad = PipelineKey {
+            shader: ShaderId::LocalMean,
+            template: vec![("D", 0), ("QT", 1), ("QA", 1), ("STAGE", 64)],
+            profile: Some(Profile::Gaussian.shader_code()),
+        };
+        for attempt in 1..=2 {
+            let e = pipelines.get(&ctx, "test", &bad).err();
+            assert!(matches!(e, Some(Error::Gpu { .. })), "{e:?}");
+            assert_eq!(pipelines.compilations(), attempt);
+        }
+    }
+
+    #[test]
+    fn a_poisoned_cache_is_an_error() {
+        let Some(ctx) = context() else { return };
+        let pipelines = Pipelines::new(&ctx.device);
+        let key = PipelineKey {
+            shader: ShaderId::Fill,
+            template: vec![],
+            profile: None,
+        };
+        let _ = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _guard = pipelines.cache.lock().unwrap();
+                panic!("poisoning the cache lock on purpose");
+            })
+            .join()
+        });
+        let e = pipelines.get(&ctx, "test", &key).err();
+        assert!(
+            matches!(&e, Some(Error::Gpu { message, .. }) if message.contains("poisoned")),
+            "{e:?}"
+        );
+        assert_eq!(pipelines.compilations(), 0);
     }
 }

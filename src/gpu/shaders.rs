@@ -1,11 +1,156 @@
-//! The shader registry: every `shaders/*.wgsl` file, listed once.
+//! The shader registry: every `shaders/*.wgsl` file, listed once, and the
+//! constants the shaders share with the Rust side.
 //!
 //! Shaders are specialized two ways: pipeline `override` constants for
 //! scalars (the kernel profile), and `{{NAME}}` placeholders for what
 //! overrides cannot express (sizes of private and workgroup arrays).
+//!
+//! Constants that have a Rust twin (workgroup sizes the dispatches divide
+//! by, flag bits and mode codes of the parameter blocks, profile codes,
+//! `T_FAR`, `SHIFT_FLOOR`) are not written in the shader files: each is
+//! printed from its Rust value into a generated prelude
+//! ([`ShaderId::consts`]) prepended to the shaders that use it.
+
+use std::fmt::Write as _;
+
+use crate::backend::MatrixMode;
+use crate::kernel::{Profile, T_FAR};
+use crate::types::SHIFT_FLOOR;
+
+use super::plan::{LOCAL_MEAN_WG, MATRIX_WG};
 
 /// Shared kernel-profile functions, prepended to the distance-kernel shaders.
 const PROFILES: &str = include_str!("../../shaders/profiles.wgsl");
+
+/// Invocations per workgroup of `fill.wgsl`.
+pub(crate) const FILL_WG: usize = 256;
+/// Query rows per workgroup of `softmax.wgsl` (one per invocation).
+pub(crate) const ATTEND_WG: usize = 64;
+/// Workgroup side of `softmax_matrix.wgsl` (16 × 16 entries).
+pub(crate) const SOFTMAX_MATRIX_WG: usize = 16;
+/// Invocations per workgroup of `chunk_sums` and `prefix` (`feature_mean.wgsl`).
+pub(crate) const SUM_WG: usize = 256;
+/// Query rows per workgroup of `finish` (`feature_mean.wgsl`).
+pub(crate) const FINISH_WG: usize = 64;
+
+/// Bit of `flags` (`local_mean.wgsl`, `knn.wgsl`, `softmax.wgsl`): the
+/// first key tile (no state to merge with).
+pub(crate) const FIRST_TILE: u32 = 1;
+/// Bit of `flags`: the last key tile (finalize into the output).
+pub(crate) const LAST_TILE: u32 = 2;
+/// Bit of `flags` (`local_mean.wgsl`): leave each row's own key out.
+pub(crate) const EXCLUDE_SELF: u32 = 4;
+/// Bit of `flags` (`softmax.wgsl`): the causal mask.
+pub(crate) const CAUSAL: u32 = 4;
+
+/// `mode` of `mean_shift.wgsl`: the moving seeds → a query tile.
+pub(crate) const GATHER: u32 = 0;
+/// `mode` of `mean_shift.wgsl`: move the listed seeds, list those still moving.
+pub(crate) const FINISH: u32 = 1;
+/// `mode` of `mean_shift.wgsl`: move every point (blurring), no list.
+pub(crate) const FINISH_BLURRING: u32 = 2;
+
+/// Every matrix mode with its WGSL name; the codes come from [`matrix_mode_code`].
+const MATRIX_MODES: [(MatrixMode, &str); 5] = [
+    (MatrixMode::Raw, "MODE_RAW"),
+    (MatrixMode::RowNormalized, "MODE_ROW_NORMALIZED"),
+    (MatrixMode::Laplacian, "MODE_LAPLACIAN"),
+    (MatrixMode::NormalizedLaplacian, "MODE_NORMALIZED_LAPLACIAN"),
+    (MatrixMode::SqDistance, "MODE_SQ_DISTANCE"),
+];
+
+/// The `mode` code of `kernel_matrix.wgsl` for a matrix mode.
+pub(crate) fn matrix_mode_code(mode: MatrixMode) -> u32 {
+    match mode {
+        MatrixMode::Raw => 0,
+        MatrixMode::RowNormalized => 1,
+        MatrixMode::Laplacian => 2,
+        MatrixMode::NormalizedLaplacian => 3,
+        MatrixMode::SqDistance => 4,
+    }
+}
+
+/// The WGSL name of a profile's code: `PROFILE_GAUSSIAN`, …
+pub(crate) fn profile_const_name(profile: Profile) -> String {
+    format!("PROFILE_{}", profile.name().to_ascii_uppercase())
+}
+
+/// The value of a generated constant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ConstValue {
+    /// `u32`, printed as `{v}u`.
+    U32(u32),
+    /// `f32`, printed with the shortest decimal that reads back as the
+    /// same `f32` and an `f` suffix, so WGSL parses it as exactly this value.
+    F32(f32),
+}
+
+/// A module-scope WGSL constant generated from a Rust value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GeneratedConst {
+    /// WGSL name.
+    pub name: String,
+    pub value: ConstValue,
+    /// The Rust item it comes from (a comment in the prelude).
+    pub source: &'static str,
+}
+
+impl GeneratedConst {
+    fn new(name: impl Into<String>, value: ConstValue, source: &'static str) -> Self {
+        GeneratedConst {
+            name: name.into(),
+            value,
+            source,
+        }
+    }
+
+    fn u32(name: &'static str, value: u32, source: &'static str) -> Self {
+        Self::new(name, ConstValue::U32(value), source)
+    }
+
+    /// A workgroup size (or side) as a `u32` constant.
+    fn wg(name: &'static str, value: usize, source: &'static str) -> Self {
+        let v = u32::try_from(value).expect("workgroup sizes fit u32");
+        Self::new(name, ConstValue::U32(v), source)
+    }
+
+    /// The WGSL declaration, e.g. `const T_FAR: f32 = 1e37f;`.
+    pub(crate) fn declaration(&self) -> String {
+        match self.value {
+            ConstValue::U32(v) => format!("const {}: u32 = {v}u;", self.name),
+            ConstValue::F32(v) => {
+                assert!(v.is_finite(), "{}: WGSL has no literal for {v}", self.name);
+                format!("const {}: f32 = {v:?}f;", self.name)
+            }
+        }
+    }
+}
+
+/// The constants of `profiles.wgsl`: `T_FAR` and the profile codes.
+fn profile_consts() -> Vec<GeneratedConst> {
+    let mut out = vec![GeneratedConst::new(
+        "T_FAR",
+        ConstValue::F32(T_FAR),
+        "kernel::T_FAR",
+    )];
+    out.extend(Profile::ALL.into_iter().map(|p| {
+        GeneratedConst::new(
+            profile_const_name(p),
+            ConstValue::U32(p.shader_code()),
+            "Profile::shader_code",
+        )
+    }));
+    out
+}
+
+/// The generated prelude of constants `consts`.
+fn prelude(consts: &[GeneratedConst]) -> String {
+    let mut src = String::from("// Generated from the Rust constants (src/gpu/shaders.rs).\n");
+    for c in consts {
+        let _ = writeln!(src, "{} // {}", c.declaration(), c.source);
+    }
+    src
+}
 
 /// One compute shader of the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,9 +257,97 @@ impl ShaderId {
         }
     }
 
-    /// The full WGSL source with the placeholders replaced.
+    /// The constants generated into this shader's prelude (with those of
+    /// `profiles.wgsl` when it uses the profiles).
+    pub(crate) fn consts(self) -> Vec<GeneratedConst> {
+        use GeneratedConst as C;
+        let tiles = || {
+            [
+                C::u32("FIRST_TILE", FIRST_TILE, "shaders::FIRST_TILE"),
+                C::u32("LAST_TILE", LAST_TILE, "shaders::LAST_TILE"),
+            ]
+        };
+        let mut out = if self.uses_profiles() {
+            profile_consts()
+        } else {
+            Vec::new()
+        };
+        match self {
+            ShaderId::LocalMean => {
+                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
+                out.extend(tiles());
+                out.push(C::u32(
+                    "EXCLUDE_SELF",
+                    EXCLUDE_SELF,
+                    "shaders::EXCLUDE_SELF",
+                ));
+            }
+            ShaderId::KernelMatrix => {
+                out.push(C::wg("WG", MATRIX_WG, "plan::MATRIX_WG"));
+                out.extend(MATRIX_MODES.iter().map(|&(mode, name)| {
+                    C::new(
+                        name,
+                        ConstValue::U32(matrix_mode_code(mode)),
+                        "shaders::matrix_mode_code",
+                    )
+                }));
+            }
+            ShaderId::Fill => out.push(C::wg("WG", FILL_WG, "shaders::FILL_WG")),
+            ShaderId::Knn => {
+                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
+                out.extend(tiles());
+            }
+            ShaderId::MeanShift => {
+                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
+                out.push(C::new(
+                    "SHIFT_FLOOR",
+                    ConstValue::F32(SHIFT_FLOOR),
+                    "types::SHIFT_FLOOR",
+                ));
+                out.push(C::u32("GATHER", GATHER, "shaders::GATHER"));
+                out.push(C::u32("FINISH", FINISH, "shaders::FINISH"));
+                out.push(C::u32(
+                    "FINISH_BLURRING",
+                    FINISH_BLURRING,
+                    "shaders::FINISH_BLURRING",
+                ));
+            }
+            ShaderId::Softmax => {
+                out.push(C::wg("WG", ATTEND_WG, "shaders::ATTEND_WG"));
+                out.extend(tiles());
+                out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL"));
+            }
+            ShaderId::SoftmaxMatrix => {
+                out.push(C::wg("WG", SOFTMAX_MATRIX_WG, "shaders::SOFTMAX_MATRIX_WG"));
+            }
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+                out.push(C::wg("SUM_WG", SUM_WG, "shaders::SUM_WG"));
+                out.push(C::wg("FINISH_WG", FINISH_WG, "shaders::FINISH_WG"));
+            }
+        }
+        out
+    }
+
+    /// The workgroup size of the entry point: the constants its dispatches
+    /// divide by (checked against the shader by the tests).
+    #[cfg(test)]
+    pub(crate) fn workgroup_size(self) -> [usize; 3] {
+        match self {
+            ShaderId::LocalMean | ShaderId::Knn | ShaderId::MeanShift => [LOCAL_MEAN_WG, 1, 1],
+            ShaderId::KernelMatrix => [MATRIX_WG, MATRIX_WG, 1],
+            ShaderId::Fill => [FILL_WG, 1, 1],
+            ShaderId::Softmax => [ATTEND_WG, 1, 1],
+            ShaderId::SoftmaxMatrix => [SOFTMAX_MATRIX_WG, SOFTMAX_MATRIX_WG, 1],
+            ShaderId::FeatureSums | ShaderId::FeaturePrefix => [SUM_WG, 1, 1],
+            ShaderId::FeatureFinish => [FINISH_WG, 1, 1],
+        }
+    }
+
+    /// The full WGSL source: the generated constants, the profiles when
+    /// used, the shader file, with the placeholders replaced.
     pub(crate) fn render(self, values: &[(&str, u32)]) -> Result<String, String> {
-        let mut src = String::new();
+        let mut src = prelude(&self.consts());
+        src.push('\n');
         if self.uses_profiles() {
             src.push_str(PROFILES);
             src.push('\n');
@@ -139,37 +372,38 @@ impl ShaderId {
     }
 }
 
+/// Values exercising each placeholder at small and large sizes.
+#[cfg(test)]
+pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
+    match id {
+        ShaderId::LocalMean => vec![
+            vec![("D", 1), ("QT", 0), ("QA", 1), ("STAGE", 256)],
+            vec![("D", 3), ("QT", 3), ("QA", 3), ("STAGE", 256)],
+            vec![("D", 64), ("QT", 8), ("QA", 8), ("STAGE", 112)],
+        ],
+        ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
+        ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],
+        ShaderId::Knn => vec![
+            vec![("D", 1), ("K", 1), ("STAGE", 256)],
+            vec![("D", 16), ("K", 16), ("STAGE", 256)],
+            vec![("D", 7), ("K", 128), ("STAGE", 64)],
+        ],
+        ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
+        ShaderId::Softmax => vec![
+            vec![("D4", 1), ("QA4", 1), ("BK", 32)],
+            vec![("D4", 1), ("QA4", 1), ("BK", 7)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 32)],
+            vec![("D4", 20), ("QA4", 5), ("BK", 1)],
+        ],
+        ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+            vec![vec![("QA", 1)], vec![("QA", 16)]]
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Values exercising each placeholder at small and large sizes.
-    fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
-        match id {
-            ShaderId::LocalMean => vec![
-                vec![("D", 1), ("QT", 0), ("QA", 1), ("STAGE", 256)],
-                vec![("D", 3), ("QT", 3), ("QA", 3), ("STAGE", 256)],
-                vec![("D", 64), ("QT", 8), ("QA", 8), ("STAGE", 112)],
-            ],
-            ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
-            ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],
-            ShaderId::Knn => vec![
-                vec![("D", 1), ("K", 1), ("STAGE", 256)],
-                vec![("D", 16), ("K", 16), ("STAGE", 256)],
-                vec![("D", 7), ("K", 128), ("STAGE", 64)],
-            ],
-            ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
-            ShaderId::Softmax => vec![
-                vec![("D4", 1), ("QA4", 1), ("BK", 32)],
-                vec![("D4", 1), ("QA4", 1), ("BK", 7)],
-                vec![("D4", 16), ("QA4", 16), ("BK", 32)],
-                vec![("D4", 20), ("QA4", 5), ("BK", 1)],
-            ],
-            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
-                vec![vec![("QA", 1)], vec![("QA", 16)]]
-            }
-        }
-    }
 
     fn validate(name: &str, src: &str) {
         let module = naga::front::wgsl::parse_str(src)
@@ -199,7 +433,7 @@ mod tests {
         assert!(!files.is_empty());
         for file in &files {
             if file == "profiles.wgsl" {
-                validate(file, PROFILES);
+                validate(file, &format!("{}\n{PROFILES}", prelude(&profile_consts())));
                 continue;
             }
             let id = ShaderId::ALL
@@ -211,6 +445,68 @@ mod tests {
                 validate(&format!("{file} {values:?}"), &src);
             }
         }
+    }
+
+    /// Each generated `f32` constant reads back (through naga) as exactly
+    /// the value it was printed from, for values without a short decimal.
+    #[test]
+    fn f32_declarations_round_trip_exactly() {
+        let values = [
+            T_FAR,
+            SHIFT_FLOOR,
+            0.1,
+            -3.0e38,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            std::f32::consts::PI,
+            16_777_217.0,
+            1.0,
+        ];
+        let src: String = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| GeneratedConst::new(format!("C{i}"), ConstValue::F32(v), "test"))
+            .map(|c| c.declaration() + "\n")
+            .collect();
+        let module = naga::front::wgsl::parse_str(&src).expect("declarations parse");
+        for (i, v) in values.into_iter().enumerate() {
+            let name = format!("C{i}");
+            let (_, c) = module
+                .constants
+                .iter()
+                .find(|(_, c)| c.name.as_deref() == Some(name.as_str()))
+                .expect("declared");
+            match module.global_expressions[c.init] {
+                naga::Expression::Literal(naga::Literal::F32(got)) => {
+                    assert_eq!(
+                        got.to_bits(),
+                        v.to_bits(),
+                        "{name}: {v:?} read back as {got:?}"
+                    );
+                }
+                ref e => panic!("{name}: not an f32 literal: {e:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn matrix_modes_and_profiles_have_distinct_codes_and_names() {
+        let mut codes: Vec<u32> = MATRIX_MODES
+            .iter()
+            .map(|&(m, _)| matrix_mode_code(m))
+            .collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), MATRIX_MODES.len());
+        let mut names: Vec<_> = MATRIX_MODES.iter().map(|&(_, n)| n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), MATRIX_MODES.len());
+        let mut codes: Vec<u32> = Profile::ALL.iter().map(|p| p.shader_code()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), Profile::ALL.len());
     }
 
     #[test]

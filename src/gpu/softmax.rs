@@ -18,32 +18,23 @@ use crate::types::{Attention, Heads};
 use super::buffers::{Pooled, submit_and_read, upload};
 use super::context::GpuContext;
 use super::pipelines::PipelineKey;
-use super::shaders::ShaderId;
+use super::shaders::{
+    ATTEND_WG, CAUSAL, FINISH_WG, FIRST_TILE, LAST_TILE, SOFTMAX_MATRIX_WG as MATRIX_WG, SUM_WG,
+    ShaderId,
+};
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
 
-/// Query rows per workgroup of `softmax.wgsl` (one per invocation).
-const ATTEND_WG: usize = 64;
 /// Most value columns one attention pass keeps in registers.
 const MAX_ATTEND_COLS: usize = 64;
 /// Most keys staged in workgroup memory at once (also the scores each
 /// invocation holds in registers).
 const MAX_STAGED: usize = 32;
-/// Workgroup side of `softmax_matrix.wgsl` (16 × 16 entries).
-const MATRIX_WG: usize = 16;
 /// Matrix output bytes recorded into one submission before readback.
 const BATCH_BYTES: u64 = 64 << 20;
 /// Keys per chunk of the feature local mean (at least).
 const FEATURE_CHUNK: usize = 256;
 /// Value columns per `finish` pass of the feature local mean.
 const FEATURE_COLS: usize = 16;
-/// Invocations per workgroup of `chunk_sums` and `prefix`.
-const SUM_WG: usize = 256;
-/// Query rows per workgroup of `finish`.
-const FINISH_WG: usize = 64;
-
-const FIRST_TILE: u32 = 1;
-const LAST_TILE: u32 = 2;
-const CAUSAL: u32 = 4;
 
 /// Tiling of one attention call (or of the row pass of the matrix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

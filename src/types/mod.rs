@@ -13,5 +13,5 @@ mod states;
 pub(crate) use heads::{Attention, Heads};
 pub use neighbours::Neighbours;
 pub use shift::Progress;
-pub(crate) use shift::{ShiftOutcome, ShiftRun, stop_sq};
+pub(crate) use shift::{SHIFT_FLOOR, ShiftOutcome, ShiftRun, stop_sq};
 pub use states::{RowNormalized, RowStates, merge_states};
