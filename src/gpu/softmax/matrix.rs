@@ -1,0 +1,225 @@
+//! Dispatch of the softmax weight matrix: per batch and query tile, the
+//! row pass of `shaders/softmax.wgsl` (row statistics), then
+//! `shaders/softmax_matrix.wgsl` block by block, read back in batches.
+
+use crate::error::Result;
+use crate::gpu::plan::tiles;
+use crate::gpu::timing::{self, Encoder};
+use crate::matrix::alloc_output;
+use crate::types::{Attention, Heads};
+
+use super::attention::{QueryTile, record_attend};
+use super::{binding_floats, plan_attend, stacked, upload_keys};
+use crate::gpu::buffers::{Pooled, submit_and_read, upload};
+use crate::gpu::context::GpuContext;
+use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::shaders::ShaderId;
+use crate::gpu::{ParamBlock, bind_group, check_u32, fill_sentinel};
+
+/// Workgroup side of `softmax_matrix.wgsl` (16 × 16 entries).
+const MATRIX_WG: usize = 16;
+/// Matrix output bytes recorded into one submission before readback.
+const BATCH_BYTES: u64 = 64 << 20;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct MatParams {
+    rows: u32,
+    cols: u32,
+    d: u32,
+    row_off: u32,
+    row_start: u32,
+    key_start: u32,
+    off: u32,
+    causal: u32,
+    scale: f32,
+    state_stride: u32,
+    _pad: [u32; 2],
+}
+
+/// An output block of the weight matrix recorded but not yet read back.
+struct Block<'p> {
+    out: Pooled<'p>,
+    /// Uniforms of its dispatches: alive until the submission completes.
+    _params: [Option<ParamBlock<'p>>; 2],
+    /// First stacked row, rows, first column, columns.
+    row: usize,
+    rows: usize,
+    col: usize,
+    cols: usize,
+}
+
+/// The normalized weights of every batch on the GPU: per batch and query
+/// tile, the row pass of `softmax.wgsl` leaves (m, l) per row, then the
+/// entries are written block by block (each block at most one binding).
+pub(crate) fn softmax_matrix(
+    ctx: &GpuContext,
+    phi: &Heads<'_>,
+    psi: &Heads<'_>,
+    attn: &Attention,
+) -> Result<Vec<f32>> {
+    const OP: &str = "softmax_matrix";
+    let (nb, m, n, d) = (phi.batch, phi.rows, psi.rows, phi.cols());
+    check_u32(OP, "query rows", nb * m)?;
+    check_u32(OP, "key rows", nb * n)?;
+    let mut plan = plan_attend(&ctx.limits, &ctx.caps, nb, m, n, d, 0)?;
+    let floats = binding_floats(&ctx.limits, &ctx.caps);
+    let dispatch = ctx.limits.workgroups_per_dim as usize * MATRIX_WG;
+    // Key tiles are also output blocks' columns: within one dispatch's reach.
+    plan.key_tile = plan.key_tile.min(dispatch).min(floats);
+    plan.batch_group = 1;
+    let scope = ctx.scope(
+        OP,
+        format!("B={nb} M={m} N={n} d={d} causal={}", attn.causal),
+    )?;
+    let mut out = alloc_output(OP, "output", nb * m, n)?;
+    let off = n - m.min(n);
+    let storage = wgpu::BufferUsages::STORAGE;
+    let batch_bytes = BATCH_BYTES.min(ctx.limits.binding_bytes.max(1 << 20));
+    let pipeline = ctx.pipelines.get(
+        ctx,
+        OP,
+        &PipelineKey {
+            shader: ShaderId::SoftmaxMatrix,
+            template: vec![],
+            profile: None,
+        },
+    )?;
+    for b in 0..nb {
+        let key_tiles = upload_keys(ctx, OP, psi, None, (b, b + 1), plan.key_tile)?;
+        for (r0, r1) in tiles(m, plan.query_tile) {
+            let rows = r1 - r0;
+            let (p0, p1) = stacked(b, b + 1, r0, r1, m);
+            let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
+            let state = ctx
+                .pool
+                .get(ctx, OP, (rows * plan.state_cols() * 4) as u64, storage)?;
+            let dummy_out = ctx.pool.get(ctx, OP, 4, storage)?;
+            let mut encoder = Encoder::new(ctx);
+            let tile = QueryTile {
+                row_start: r0,
+                rows,
+                batches: 1,
+                queries: &qbuf,
+                state: &state,
+                out: &dummy_out,
+            };
+            let _stats = record_attend(
+                ctx,
+                OP,
+                &mut encoder,
+                &plan,
+                attn,
+                (n, d, 0, off),
+                &tile,
+                &key_tiles,
+            )?;
+            let mut pending: Vec<Block<'_>> = Vec::new();
+            let mut pending_bytes = 0u64;
+            // Key tiles no row of this query tile sees stay 0 (as allocated).
+            for kt in key_tiles
+                .iter()
+                .filter(|kt| !attn.causal || kt.start < r1 + off)
+            {
+                let block_rows = (floats / kt.len).clamp(1, rows).min(dispatch);
+                for (a0, a1) in tiles(rows, block_rows) {
+                    let brows = a1 - a0;
+                    let bytes = (brows * kt.len * 4) as u64;
+                    if !pending.is_empty() && pending_bytes + bytes > batch_bytes {
+                        let full = std::mem::replace(&mut encoder, Encoder::new(ctx));
+                        flush(ctx, &scope, full, &mut pending, &mut out, n)?;
+                        pending_bytes = 0;
+                    }
+                    let obuf =
+                        ctx.pool
+                            .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
+                    let params = ParamBlock::new(
+                        ctx,
+                        OP,
+                        &[MatParams {
+                            rows: brows as u32,
+                            cols: check_u32(OP, "key rows", kt.len)?,
+                            d: check_u32(OP, "dimension", d)?,
+                            row_off: a0 as u32,
+                            row_start: check_u32(OP, "query rows", r0)?,
+                            key_start: check_u32(OP, "key rows", kt.start)?,
+                            off: check_u32(OP, "key rows", off)?,
+                            causal: u32::from(attn.causal),
+                            scale: attn.scale,
+                            state_stride: plan.state_cols() as u32,
+                            _pad: [0; 2],
+                        }],
+                    )?;
+                    let bg = bind_group(
+                        ctx,
+                        ShaderId::SoftmaxMatrix,
+                        &[
+                            params.binding(),
+                            qbuf.binding(),
+                            kt.keys.binding(),
+                            state.binding(),
+                            obuf.binding(),
+                        ],
+                    );
+                    let fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
+                    {
+                        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some(OP),
+                            timestamp_writes: None,
+                        });
+                        pass.set_pipeline(&pipeline);
+                        pass.set_bind_group(0, &bg, &[params.offset(0)]);
+                        pass.dispatch_workgroups(
+                            check_u32(OP, "workgroups", kt.len.div_ceil(MATRIX_WG))?,
+                            check_u32(OP, "workgroups", brows.div_ceil(MATRIX_WG))?,
+                            1,
+                        );
+                    }
+                    pending_bytes += bytes;
+                    pending.push(Block {
+                        out: obuf,
+                        _params: [Some(params), fill],
+                        row: p0 + a0,
+                        rows: brows,
+                        col: kt.start,
+                        cols: kt.len,
+                    });
+                }
+            }
+            // The row pass went with the first submission; its uniforms
+            // and buffers live until this query tile is read back.
+            flush(ctx, &scope, encoder, &mut pending, &mut out, n)?;
+        }
+    }
+    scope.finish(ctx)?;
+    Ok(out)
+}
+
+/// Submits the pending blocks (and whatever else `encoder` recorded) and
+/// reads them back into `out` (row stride `n`).
+fn flush(
+    ctx: &GpuContext,
+    scope: &crate::gpu::context::ErrorScope,
+    encoder: Encoder,
+    pending: &mut Vec<Block<'_>>,
+    out: &mut [f32],
+    n: usize,
+) -> Result<()> {
+    if pending.is_empty() {
+        timing::submit(ctx, encoder);
+        return Ok(());
+    }
+    let sources: Vec<_> = pending
+        .iter()
+        .map(|b| (b.out.buffer(), b.out.len()))
+        .collect();
+    let read = submit_and_read(ctx, scope, encoder, &sources)?;
+    for (b, data) in pending.iter().zip(&read) {
+        for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
+            let o = (b.row + r) * n + b.col;
+            out[o..o + b.cols].copy_from_slice(src);
+        }
+    }
+    pending.clear();
+    Ok(())
+}
