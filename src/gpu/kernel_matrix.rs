@@ -6,7 +6,7 @@ use ndarray::Array2;
 use super::timing::{self, Encoder};
 use crate::backend::MatrixMode;
 use crate::error::Result;
-use crate::gpu::plan::{MATRIX_WG, plan_local_mean, plan_matrix, tiles};
+use crate::gpu::plan::{MATRIX_WG, batch_bytes, plan_kernel_matrix, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 
@@ -18,8 +18,6 @@ use super::shaders::ShaderId;
 use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
 
 const OP: &str = "kernel_matrix";
-/// Output bytes recorded into one submission before it is read back.
-const BATCH_BYTES: u64 = 64 << 20;
 
 /// An output block recorded but not yet read back.
 struct Block<'p> {
@@ -91,20 +89,17 @@ pub(crate) fn kernel_matrix(
     let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
     check_u32(OP, "query rows", m)?;
     check_u32(OP, "key rows", n)?;
-    let mplan = plan_matrix(&ctx.limits, &ctx.caps, m, n, d)?;
-    let mut lplan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, 0)?;
-    // One set of key tiles serves both the row sums and the blocks.
-    let key_tile = mplan.key_tile.min(lplan.key_tile);
-    let query_tile = mplan.query_tile.min(lplan.query_tile);
-    lplan.key_tile = key_tile;
+    // One set of key tiles and query tiles serves both the row sums and
+    // the blocks.
+    let (mplan, lplan) = plan_kernel_matrix(&ctx.limits, &ctx.caps, m, n, d)?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} mode={mode:?}"))?;
     let mut out = alloc_output(OP, "output", m, n)?;
-    let key_tiles = upload_key_tiles(ctx, OP, keys, None, key_tile)?;
+    let key_tiles = upload_key_tiles(ctx, OP, keys, None, lplan.key_tile)?;
     let storage = wgpu::BufferUsages::STORAGE;
     let needs_sums = !matches!(mode, MatrixMode::Raw | MatrixMode::SqDistance);
     let state_stride = 3u32; // 2 + QA with QA = 1 for the row-sum pass
     let workgroups_x = |cols: usize| cols.div_ceil(MATRIX_WG) as u32;
-    for (r0, r1) in tiles(m, query_tile) {
+    for (r0, r1) in tiles(m, mplan.query_tile) {
         let rows = r1 - r0;
         let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
         let state = ctx
@@ -144,12 +139,12 @@ pub(crate) fn kernel_matrix(
         )?;
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
-        let batch = BATCH_BYTES.min(ctx.limits.binding_bytes.max(1 << 20));
+        let batch = batch_bytes(&ctx.limits);
         let mut encoder = Encoder::new(ctx);
         let mut pending: Vec<Block<'_>> = Vec::new();
         let mut pending_bytes = 0u64;
         for kt in &key_tiles {
-            let block_rows = (mplan.block_rows * mplan.key_tile / kt.len).clamp(1, rows);
+            let block_rows = mplan.block_rows_for(kt.len, rows);
             for (b0, b1) in tiles(rows, block_rows) {
                 let brows = b1 - b0;
                 let bytes = (brows * kt.len * 4) as u64;

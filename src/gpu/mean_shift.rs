@@ -13,7 +13,7 @@
 
 use super::timing::Encoder;
 use crate::error::Result;
-use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
+use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_mean_shift, tiles};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
@@ -71,13 +71,7 @@ pub(crate) fn mean_shift(
     let m = seeds.len() / d;
     check_u32(OP, "points", n)?;
     check_u32(OP, "seeds", m)?;
-    let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m.max(1), n, d, d)?;
-    if run.blurring {
-        // A key tile is also a chunk of queries.
-        let t = plan.key_tile.min(plan.query_tile);
-        plan.key_tile = t;
-        plan.query_tile = t;
-    }
+    let plan = plan_mean_shift(&ctx.limits, &ctx.caps, m, n, d, run.blurring)?;
     let storage = wgpu::BufferUsages::STORAGE;
     let copy_src = wgpu::BufferUsages::COPY_SRC;
     let key_tiles: Vec<KeyTile<'_>> = if run.blurring {

@@ -1,4 +1,4 @@
-//! The wgpu backend: WGSL shaders driven by the tiling plan of `plan.rs`.
+//! The wgpu backend: WGSL shaders driven by the tiling plans of `plan/`.
 
 pub(crate) mod adapter;
 mod buffers;

@@ -14,7 +14,7 @@ use super::local_mean::{DeviceKeys, KeyTile, means_on_tiles, states_on_tiles};
 use super::timing::Encoder;
 use crate::backend::Resident;
 use crate::error::{Error, Result};
-use crate::gpu::plan::{MAX_GPU_K, plan_knn, plan_local_mean, tiles};
+use crate::gpu::plan::{plan_knn, plan_local_mean, resident_key_tile, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::Reservation;
@@ -70,16 +70,7 @@ impl GpuResident {
         let (n, d) = (keys.rows(), keys.cols());
         check_u32(OP, "key rows", n)?;
         let set_cols: Vec<usize> = sets.iter().map(Matrix::cols).collect();
-        // The smallest key tile any query would plan (kNN at its largest k,
-        // every value matrix), so that every plan accepts these tiles:
-        // under a driver's loop budget a larger tile would silently drop keys.
-        let knn_tile = plan_knn(&ctx.limits, &ctx.caps, 1, n, d, MAX_GPU_K.min(n))
-            .or_else(|_| plan_knn(&ctx.limits, &ctx.caps, 1, n, d, 1))?
-            .key_tile;
-        let mut key_tile = knn_tile;
-        for q in std::iter::once(0).chain(set_cols.iter().copied()) {
-            key_tile = key_tile.min(plan_local_mean(&ctx.limits, &ctx.caps, 1, n, d, q)?.key_tile);
-        }
+        let key_tile = resident_key_tile(&ctx.limits, &ctx.caps, n, d, &set_cols)?;
         let bytes: u64 = tiles(n, key_tile)
             .map(|(a, b)| {
                 let len = b - a;

@@ -3,12 +3,13 @@
 //! (row statistics only) of the weight matrix.
 
 use crate::error::Result;
-use crate::gpu::plan::tiles;
+use crate::gpu::plan::softmax::ATTEND_WG;
+use crate::gpu::plan::{AttendPlan, plan_attend, tiles};
 use crate::gpu::timing::Encoder;
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
 
-use super::{ATTEND_WG, AttendPlan, KeyTile, plan_attend, stacked, upload_keys};
+use super::{KeyTile, stacked, upload_keys};
 use crate::gpu::buffers::{Pooled, submit_and_read, upload};
 use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;

@@ -3,12 +3,13 @@
 //! prefix (`prefix`), then each query tile's means (`finish`).
 
 use crate::error::Result;
-use crate::gpu::plan::tiles;
+use crate::gpu::plan::softmax::{FINISH_WG, SUM_WG};
+use crate::gpu::plan::{plan_feature, tiles};
 use crate::gpu::timing::Encoder;
 use crate::matrix::alloc_output;
 use crate::types::Heads;
 
-use super::{FINISH_WG, KeyTile, SUM_WG, plan_feature, stacked, upload_keys};
+use super::{KeyTile, stacked, upload_keys};
 use crate::gpu::buffers::{Pooled, submit_and_read, upload};
 use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;
@@ -236,4 +237,19 @@ pub(crate) fn feature_local_mean(
     }
     scope.finish(ctx)?;
     Ok((out, empty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn power_of_two_scales_are_exact() {
+        assert_eq!(power_of_two_scale(&[0.0, 3.0, 1.0]), 0.5);
+        assert_eq!(power_of_two_scale(&[0.0]), 1.0);
+        for x in [1e-30f32, 7.0, 3e20, 1.0, 1.99] {
+            let y = x * power_of_two_scale(&[x]);
+            assert!((1.0..2.0).contains(&y), "{x} → {y}");
+        }
+    }
 }

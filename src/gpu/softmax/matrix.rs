@@ -3,23 +3,19 @@
 //! `shaders/softmax_matrix.wgsl` block by block, read back in batches.
 
 use crate::error::Result;
-use crate::gpu::plan::tiles;
+use crate::gpu::plan::softmax::MATRIX_WG;
+use crate::gpu::plan::{batch_bytes, plan_softmax_matrix, tiles};
 use crate::gpu::timing::{self, Encoder};
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
 
 use super::attention::{QueryTile, record_attend};
-use super::{binding_floats, plan_attend, stacked, upload_keys};
+use super::{stacked, upload_keys};
 use crate::gpu::buffers::{Pooled, submit_and_read, upload};
 use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::ShaderId;
 use crate::gpu::{ParamBlock, bind_group, check_u32, fill_sentinel};
-
-/// Workgroup side of `softmax_matrix.wgsl` (16 × 16 entries).
-const MATRIX_WG: usize = 16;
-/// Matrix output bytes recorded into one submission before readback.
-const BATCH_BYTES: u64 = 64 << 20;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -62,12 +58,8 @@ pub(crate) fn softmax_matrix(
     let (nb, m, n, d) = (phi.batch, phi.rows, psi.rows, phi.cols());
     check_u32(OP, "query rows", nb * m)?;
     check_u32(OP, "key rows", nb * n)?;
-    let mut plan = plan_attend(&ctx.limits, &ctx.caps, nb, m, n, d, 0)?;
-    let floats = binding_floats(&ctx.limits, &ctx.caps);
-    let dispatch = ctx.limits.workgroups_per_dim as usize * MATRIX_WG;
-    // Key tiles are also output blocks' columns: within one dispatch's reach.
-    plan.key_tile = plan.key_tile.min(dispatch).min(floats);
-    plan.batch_group = 1;
+    let mplan = plan_softmax_matrix(&ctx.limits, &ctx.caps, nb, m, n, d)?;
+    let plan = mplan.rows;
     let scope = ctx.scope(
         OP,
         format!("B={nb} M={m} N={n} d={d} causal={}", attn.causal),
@@ -75,7 +67,7 @@ pub(crate) fn softmax_matrix(
     let mut out = alloc_output(OP, "output", nb * m, n)?;
     let off = n - m.min(n);
     let storage = wgpu::BufferUsages::STORAGE;
-    let batch_bytes = BATCH_BYTES.min(ctx.limits.binding_bytes.max(1 << 20));
+    let batch_bytes = batch_bytes(&ctx.limits);
     let pipeline = ctx.pipelines.get(
         ctx,
         OP,
@@ -121,7 +113,7 @@ pub(crate) fn softmax_matrix(
                 .iter()
                 .filter(|kt| !attn.causal || kt.start < r1 + off)
             {
-                let block_rows = (floats / kt.len).clamp(1, rows).min(dispatch);
+                let block_rows = mplan.block_rows_for(kt.len, rows);
                 for (a0, a1) in tiles(rows, block_rows) {
                     let brows = a1 - a0;
                     let bytes = (brows * kt.len * 4) as u64;
