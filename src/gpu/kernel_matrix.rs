@@ -3,27 +3,25 @@
 
 use ndarray::Array2;
 
-use super::timing::{self, Encoder};
 use crate::backend::MatrixMode;
 use crate::error::Result;
 use crate::gpu::plan::{MATRIX_WG, batch_bytes, plan_kernel_matrix, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 
-use super::buffers::{Pooled, submit_and_read, upload};
+use super::buffers::{Pooled, upload};
 use super::context::{ErrorScope, GpuContext};
 use super::local_mean::{TileJob, record_pass, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
-use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
+use super::submission::Submission;
+use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "kernel_matrix";
 
 /// An output block recorded but not yet read back.
 struct Block<'p> {
     out: Pooled<'p>,
-    /// Uniforms of its dispatches: alive until the submission completes.
-    _params: [Option<ParamBlock<'p>>; 2],
     row: usize,
     rows: usize,
     col: usize,
@@ -34,7 +32,7 @@ struct Block<'p> {
 fn flush(
     ctx: &GpuContext,
     scope: &ErrorScope,
-    encoder: Encoder,
+    sub: Submission<'_>,
     pending: &mut Vec<Block<'_>>,
     out: &mut [f32],
     n: usize,
@@ -43,7 +41,7 @@ fn flush(
         .iter()
         .map(|b| (b.out.buffer(), b.out.len()))
         .collect();
-    let read = submit_and_read(ctx, scope, encoder, &sources)?;
+    let read = sub.submit_and_read(ctx, scope, &sources)?;
     for (b, data) in pending.iter().zip(&read) {
         for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
             let o = (b.row + r) * n + b.col;
@@ -105,7 +103,9 @@ pub(crate) fn kernel_matrix(
         let state = ctx
             .pool
             .get(ctx, OP, (rows * state_stride as usize * 4) as u64, storage)?;
-        let mut _sums = None;
+        // The row sums go first, on their own; their buffers are kept by
+        // the blocks' first submission.
+        let mut sub = Submission::new(ctx);
         if needs_sums {
             let dummy = ctx.pool.get(ctx, OP, 4, storage)?;
             let counter = ctx.pool.get(ctx, OP, 4, storage)?;
@@ -123,10 +123,10 @@ pub(crate) fn kernel_matrix(
                 counter: &counter,
                 exclude_self: false,
             };
-            let mut encoder = Encoder::new(ctx);
-            let params = record_pass(ctx, OP, &mut encoder, &job, (0, 0), false)?;
-            timing::submit(ctx, encoder);
-            _sums = Some((params, dummy, counter));
+            record_pass(ctx, OP, &mut sub, &job, (0, 0), false)?;
+            sub.keep(dummy);
+            sub.keep(counter);
+            sub = sub.submit_then(ctx);
         }
         let pipeline = ctx.pipelines.get(
             ctx,
@@ -140,7 +140,6 @@ pub(crate) fn kernel_matrix(
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
         let batch = batch_bytes(&ctx.limits);
-        let mut encoder = Encoder::new(ctx);
         let mut pending: Vec<Block<'_>> = Vec::new();
         let mut pending_bytes = 0u64;
         for kt in &key_tiles {
@@ -149,7 +148,7 @@ pub(crate) fn kernel_matrix(
                 let brows = b1 - b0;
                 let bytes = (brows * kt.len * 4) as u64;
                 if !pending.is_empty() && pending_bytes + bytes > batch {
-                    let full = std::mem::replace(&mut encoder, Encoder::new(ctx));
+                    let full = std::mem::replace(&mut sub, Submission::new(ctx));
                     flush(ctx, &scope, full, &mut pending, &mut out, n)?;
                     pending_bytes = 0;
                 }
@@ -181,9 +180,9 @@ pub(crate) fn kernel_matrix(
                         obuf.binding(),
                     ],
                 );
-                let fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
+                sub.fill_sentinel(ctx, OP, &obuf)?;
                 {
-                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some(OP),
                         timestamp_writes: None,
                     });
@@ -195,10 +194,10 @@ pub(crate) fn kernel_matrix(
                         1,
                     );
                 }
+                sub.keep(params);
                 pending_bytes += bytes;
                 pending.push(Block {
                     out: obuf,
-                    _params: [Some(params), fill],
                     row: r0 + b0,
                     rows: brows,
                     col: kt.start,
@@ -206,7 +205,7 @@ pub(crate) fn kernel_matrix(
                 });
             }
         }
-        flush(ctx, &scope, encoder, &mut pending, &mut out, n)?;
+        flush(ctx, &scope, sub, &mut pending, &mut out, n)?;
     }
     scope.finish(ctx)?;
     // Rows of D⁻¹K left without mass because every key lies beyond the f32

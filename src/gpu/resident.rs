@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use super::buffers::{Pooled, submit_and_read};
+use super::buffers::Pooled;
 use super::check_u32;
 use super::context::ErrorScope;
 use super::context::GpuContext;
 use super::far::{HostKeys, far_means, far_states, means_need_host, states_need_host};
 use super::knn::{check_gpu_k, knn_on_tiles};
 use super::local_mean::{DeviceKeys, KeyTile, means_on_tiles, states_on_tiles};
-use super::timing::Encoder;
+use super::submission::Submission;
 use crate::backend::Resident;
 use crate::error::{Error, Result};
 use crate::gpu::plan::{plan_knn, plan_local_mean, resident_key_tile, tiles};
@@ -172,8 +172,7 @@ impl GpuResident {
             if let Some(s) = set.filter(|_| q > 0) {
                 sources.push((&t.sets[s], (t.len * q * 4) as u64));
             }
-            let encoder = Encoder::new(ctx);
-            let read = submit_and_read(ctx, scope, encoder, &sources)?;
+            let read = Submission::new(ctx).submit_and_read(ctx, scope, &sources)?;
             keys.extend_from_slice(&read[0]);
             if let Some(v) = read.get(1) {
                 values.extend_from_slice(v);

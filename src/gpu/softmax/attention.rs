@@ -5,16 +5,16 @@
 use crate::error::Result;
 use crate::gpu::plan::softmax::ATTEND_WG;
 use crate::gpu::plan::{AttendPlan, plan_attend, tiles};
-use crate::gpu::timing::Encoder;
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
 
 use super::{KeyTile, stacked, upload_keys};
-use crate::gpu::buffers::{Pooled, submit_and_read, upload};
+use crate::gpu::buffers::{Pooled, upload};
 use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::ShaderId;
-use crate::gpu::{ParamBlock, bind_group, check_u32, fill_sentinel};
+use crate::gpu::submission::Submission;
+use crate::gpu::{ParamBlock, bind_group, check_u32};
 
 const FIRST_TILE: u32 = 1;
 const LAST_TILE: u32 = 2;
@@ -51,19 +51,18 @@ pub(super) struct QueryTile<'a, 'p> {
 
 /// Records, for one query tile, the passes (value-column passes × the key
 /// tiles some row of the tile sees) that leave the attention in `out`
-/// (`q > 0`) or the row statistics in `state` (`q = 0`). Returns the
-/// parameters, which must live until the submission completes.
+/// (`q > 0`) or the row statistics in `state` (`q = 0`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record_attend<'p>(
     ctx: &'p GpuContext,
     op: &'static str,
-    encoder: &mut Encoder,
+    sub: &mut Submission<'p>,
     plan: &AttendPlan,
     attn: &Attention,
     (n, d, q, off): (usize, usize, usize, usize),
     tile: &QueryTile<'_, '_>,
     key_tiles: &[KeyTile<'_>],
-) -> Result<ParamBlock<'p>> {
+) -> Result<()> {
     // Key tiles past the tile's last limit are hidden from every row.
     let seen: Vec<&KeyTile<'_>> = key_tiles
         .iter()
@@ -140,7 +139,7 @@ pub(super) fn record_attend<'p>(
                 profile: None,
             },
         )?;
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some(op),
             timestamp_writes: None,
         });
@@ -151,7 +150,8 @@ pub(super) fn record_attend<'p>(
             rec += 1;
         }
     }
-    Ok(params)
+    sub.keep(params);
+    Ok(())
 }
 
 /// `softmax(s·ΦΨᵀ)V` of every batch on the GPU.
@@ -193,8 +193,8 @@ pub(crate) fn kernel_softmax(
                 ((p1 - p0) * q * 4) as u64,
                 storage | wgpu::BufferUsages::COPY_SRC,
             )?;
-            let mut encoder = Encoder::new(ctx);
-            let _fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
+            let mut sub = Submission::new(ctx);
+            sub.fill_sentinel(ctx, OP, &obuf)?;
             let tile = QueryTile {
                 row_start: r0,
                 rows: r1 - r0,
@@ -203,17 +203,17 @@ pub(crate) fn kernel_softmax(
                 state: &state,
                 out: &obuf,
             };
-            let _params = record_attend(
+            record_attend(
                 ctx,
                 OP,
-                &mut encoder,
+                &mut sub,
                 &plan,
                 attn,
                 (n, d, q, off),
                 &tile,
                 &key_tiles,
             )?;
-            let read = submit_and_read(ctx, &scope, encoder, &[(obuf.buffer(), obuf.len())])?;
+            let read = sub.submit_and_read(ctx, &scope, &[(obuf.buffer(), obuf.len())])?;
             out[p0 * q..p1 * q].copy_from_slice(&read[0]);
         }
     }

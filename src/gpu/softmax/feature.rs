@@ -5,16 +5,16 @@
 use crate::error::Result;
 use crate::gpu::plan::softmax::{FINISH_WG, SUM_WG};
 use crate::gpu::plan::{plan_feature, tiles};
-use crate::gpu::timing::Encoder;
 use crate::matrix::alloc_output;
 use crate::types::Heads;
 
 use super::{KeyTile, stacked, upload_keys};
-use crate::gpu::buffers::{Pooled, submit_and_read, upload};
+use crate::gpu::buffers::{Pooled, upload};
 use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::ShaderId;
-use crate::gpu::{ParamBlock, bind_group, check_u32, fill_sentinel};
+use crate::gpu::submission::Submission;
+use crate::gpu::{ParamBlock, bind_group, check_u32};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -164,8 +164,8 @@ pub(crate) fn feature_local_mean(
             }
         }
         let params = ParamBlock::new(ctx, OP, &records)?;
-        let mut encoder = Encoder::new(ctx);
-        encoder.clear_buffer(counter.buffer(), 0, Some(4));
+        let mut sub = Submission::new(ctx);
+        sub.clear_buffer(counter.buffer(), 0, Some(4));
         let group = |kt: &KeyTile<'_>, queries: &Pooled<'_>, out: &Pooled<'_>| {
             bind_group(
                 ctx,
@@ -183,7 +183,7 @@ pub(crate) fn feature_local_mean(
         };
         let mut rec = 0;
         {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
+            let mut pass = sub.begin_compute_pass(&Default::default());
             pass.set_pipeline(&sums_pipeline);
             for kt in &key_tiles {
                 let bg = group(kt, &dummy, &dummy_out);
@@ -193,7 +193,7 @@ pub(crate) fn feature_local_mean(
             }
         }
         {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
+            let mut pass = sub.begin_compute_pass(&Default::default());
             pass.set_pipeline(&prefix_pipeline);
             let bg = group(&key_tiles[0], &dummy, &dummy_out);
             pass.set_bind_group(0, &bg, &[params.offset(rec)]);
@@ -210,11 +210,11 @@ pub(crate) fn feature_local_mean(
                 ((r1 - r0) * q * 4) as u64,
                 storage | wgpu::BufferUsages::COPY_SRC,
             )?;
-            let fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
+            sub.fill_sentinel(ctx, OP, &obuf)?;
             let bg = group(&key_tiles[t], &qbuf, &obuf);
             for &(c0, c1) in &passes {
                 let pipeline = ctx.pipelines.get(ctx, OP, &template(c1 - c0))?;
-                let mut pass = encoder.begin_compute_pass(&Default::default());
+                let mut pass = sub.begin_compute_pass(&Default::default());
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bg, &[params.offset(rec)]);
                 pass.dispatch_workgroups(
@@ -224,12 +224,14 @@ pub(crate) fn feature_local_mean(
                 );
                 rec += 1;
             }
-            outs.push((p0, p1, qbuf, obuf, fill));
+            sub.keep(qbuf);
+            outs.push((p0, p1, obuf));
         }
+        sub.keep(params);
         let mut sources: Vec<(&wgpu::Buffer, u64)> =
-            outs.iter().map(|o| (o.3.buffer(), o.3.len())).collect();
+            outs.iter().map(|o| (o.2.buffer(), o.2.len())).collect();
         sources.push((counter.buffer(), 4));
-        let read = submit_and_read(ctx, &scope, encoder, &sources)?;
+        let read = sub.submit_and_read(ctx, &scope, &sources)?;
         for (o, data) in outs.iter().zip(&read) {
             out[o.0 * q..o.1 * q].copy_from_slice(data);
         }

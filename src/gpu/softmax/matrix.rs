@@ -5,17 +5,17 @@
 use crate::error::Result;
 use crate::gpu::plan::softmax::MATRIX_WG;
 use crate::gpu::plan::{batch_bytes, plan_softmax_matrix, tiles};
-use crate::gpu::timing::{self, Encoder};
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
 
 use super::attention::{QueryTile, record_attend};
 use super::{stacked, upload_keys};
-use crate::gpu::buffers::{Pooled, submit_and_read, upload};
+use crate::gpu::buffers::{Pooled, upload};
 use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::ShaderId;
-use crate::gpu::{ParamBlock, bind_group, check_u32, fill_sentinel};
+use crate::gpu::submission::Submission;
+use crate::gpu::{ParamBlock, bind_group, check_u32};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -36,8 +36,6 @@ struct MatParams {
 /// An output block of the weight matrix recorded but not yet read back.
 struct Block<'p> {
     out: Pooled<'p>,
-    /// Uniforms of its dispatches: alive until the submission completes.
-    _params: [Option<ParamBlock<'p>>; 2],
     /// First stacked row, rows, first column, columns.
     row: usize,
     rows: usize,
@@ -87,7 +85,7 @@ pub(crate) fn softmax_matrix(
                 .pool
                 .get(ctx, OP, (rows * plan.state_cols() * 4) as u64, storage)?;
             let dummy_out = ctx.pool.get(ctx, OP, 4, storage)?;
-            let mut encoder = Encoder::new(ctx);
+            let mut sub = Submission::new(ctx);
             let tile = QueryTile {
                 row_start: r0,
                 rows,
@@ -96,10 +94,10 @@ pub(crate) fn softmax_matrix(
                 state: &state,
                 out: &dummy_out,
             };
-            let _stats = record_attend(
+            record_attend(
                 ctx,
                 OP,
-                &mut encoder,
+                &mut sub,
                 &plan,
                 attn,
                 (n, d, 0, off),
@@ -118,7 +116,7 @@ pub(crate) fn softmax_matrix(
                     let brows = a1 - a0;
                     let bytes = (brows * kt.len * 4) as u64;
                     if !pending.is_empty() && pending_bytes + bytes > batch_bytes {
-                        let full = std::mem::replace(&mut encoder, Encoder::new(ctx));
+                        let full = std::mem::replace(&mut sub, Submission::new(ctx));
                         flush(ctx, &scope, full, &mut pending, &mut out, n)?;
                         pending_bytes = 0;
                     }
@@ -153,9 +151,9 @@ pub(crate) fn softmax_matrix(
                             obuf.binding(),
                         ],
                     );
-                    let fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
+                    sub.fill_sentinel(ctx, OP, &obuf)?;
                     {
-                        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
                             label: Some(OP),
                             timestamp_writes: None,
                         });
@@ -167,10 +165,10 @@ pub(crate) fn softmax_matrix(
                             1,
                         );
                     }
+                    sub.keep(params);
                     pending_bytes += bytes;
                     pending.push(Block {
                         out: obuf,
-                        _params: [Some(params), fill],
                         row: p0 + a0,
                         rows: brows,
                         col: kt.start,
@@ -178,34 +176,34 @@ pub(crate) fn softmax_matrix(
                     });
                 }
             }
-            // The row pass went with the first submission; its uniforms
-            // and buffers live until this query tile is read back.
-            flush(ctx, &scope, encoder, &mut pending, &mut out, n)?;
+            // The row pass went with the first submission, which keeps its
+            // uniforms; its other buffers live until this query tile is
+            // read back.
+            flush(ctx, &scope, sub, &mut pending, &mut out, n)?;
         }
     }
     scope.finish(ctx)?;
     Ok(out)
 }
 
-/// Submits the pending blocks (and whatever else `encoder` recorded) and
+/// Submits the pending blocks (and whatever else `sub` recorded) and
 /// reads them back into `out` (row stride `n`).
 fn flush(
     ctx: &GpuContext,
     scope: &crate::gpu::context::ErrorScope,
-    encoder: Encoder,
+    sub: Submission<'_>,
     pending: &mut Vec<Block<'_>>,
     out: &mut [f32],
     n: usize,
 ) -> Result<()> {
     if pending.is_empty() {
-        timing::submit(ctx, encoder);
-        return Ok(());
+        return sub.submit_and_wait(ctx, scope);
     }
     let sources: Vec<_> = pending
         .iter()
         .map(|b| (b.out.buffer(), b.out.len()))
         .collect();
-    let read = submit_and_read(ctx, scope, encoder, &sources)?;
+    let read = sub.submit_and_read(ctx, scope, &sources)?;
     for (b, data) in pending.iter().zip(&read) {
         for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
             let o = (b.row + r) * n + b.col;
