@@ -168,8 +168,9 @@ impl BufferPool {
     }
 }
 
-/// A buffer on loan from the pool, returned when dropped; or a loan of a
-/// buffer owned elsewhere (a resident key set), which nothing returns.
+/// A buffer on loan from the pool, returned when dropped; or a buffer
+/// outside the pool (a resident key set's, charged by its reservation),
+/// owned or on loan, which dropping leaves to wgpu.
 pub(crate) struct Pooled<'p> {
     buffer: Option<wgpu::Buffer>,
     pool: Option<&'p BufferPool>,
@@ -181,8 +182,15 @@ impl Pooled<'_> {
     /// A loan of `buffer` (its first `len` bytes), owned and charged by
     /// someone else; dropping the loan leaves it alone.
     pub(crate) fn shared(buffer: &wgpu::Buffer, len: u64) -> Pooled<'static> {
+        Pooled::owned(buffer.clone(), len)
+    }
+
+    /// `buffer` (its first `len` bytes used), created outside the pool and
+    /// charged by the caller; dropping it frees the buffer once no
+    /// submission uses it.
+    pub(crate) fn owned(buffer: wgpu::Buffer, len: u64) -> Pooled<'static> {
         Pooled {
-            buffer: Some(buffer.clone()),
+            buffer: Some(buffer),
             pool: None,
             key: (0, 0),
             len,

@@ -11,7 +11,8 @@ use crate::matrix::{Matrix, alloc_output};
 
 use super::buffers::{Pooled, upload};
 use super::context::{ErrorScope, GpuContext};
-use super::local_mean::{TileJob, record_pass, upload_key_tiles};
+use super::keys::upload_key_tiles;
+use super::local_mean::{TileJob, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::submission::Submission;

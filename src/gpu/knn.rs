@@ -10,7 +10,7 @@ use crate::types::Neighbours;
 
 use super::buffers::upload;
 use super::context::{ErrorScope, GpuContext};
-use super::local_mean::{DeviceKeys, upload_key_tiles};
+use super::keys::{DeviceKeys, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::submission::Submission;

@@ -10,6 +10,7 @@ use crate::types::{RowNormalized, RowStates};
 use super::buffers::{Pooled, upload};
 use super::context::{ErrorScope, GpuContext};
 use super::far::{HostKeys, far_means, far_states};
+use super::keys::{DeviceKeys, KeyTile, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::submission::Submission;
@@ -34,38 +35,6 @@ struct Params {
     flags: u32,
     row0: u32,
     key0: u32,
-}
-
-/// Keys (and their value rows) uploaded once per call, one binding each.
-pub(crate) struct KeyTile<'p> {
-    pub start: usize,
-    pub len: usize,
-    pub keys: Pooled<'p>,
-    pub values: Pooled<'p>,
-}
-
-/// Uploads the key tiles of `plan` (values may have zero columns).
-pub(crate) fn upload_key_tiles<'p>(
-    ctx: &'p GpuContext,
-    op: &'static str,
-    keys: &Matrix<'_>,
-    values: Option<&Matrix<'_>>,
-    key_tile: usize,
-) -> Result<Vec<KeyTile<'p>>> {
-    let storage = wgpu::BufferUsages::STORAGE;
-    tiles(keys.rows(), key_tile)
-        .map(|(a, b)| {
-            Ok(KeyTile {
-                start: a,
-                len: b - a,
-                keys: upload(ctx, op, keys.row_range(a, b), storage)?,
-                values: match values {
-                    Some(v) => upload(ctx, op, v.row_range(a, b), storage)?,
-                    None => upload::<f32>(ctx, op, &[], storage)?,
-                },
-            })
-        })
-        .collect()
 }
 
 /// One query tile of a local-mean-shader call and its buffers.
@@ -217,15 +186,6 @@ fn tile_buffers<'p>(
             .pool
             .get(ctx, op, 4, readable | wgpu::BufferUsages::COPY_DST)?,
     })
-}
-
-/// Key tiles on the device (uploaded for one call, or resident) and the
-/// shapes the shader needs.
-pub(crate) struct DeviceKeys<'a, 'p> {
-    pub tiles: &'a [KeyTile<'p>],
-    pub d: usize,
-    /// Value columns of the tiles' values buffers (0: row sums only).
-    pub q: usize,
 }
 
 /// Local means on the GPU.

@@ -19,7 +19,8 @@ use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use super::buffers::{Pooled, upload};
 use super::context::GpuContext;
-use super::local_mean::{KeyTile, TileJob, passes, record_pass, upload_key_tiles};
+use super::keys::{KeyTile, upload_call_tiles, upload_key_tiles};
+use super::local_mean::{TileJob, passes, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::submission::Submission;
@@ -75,16 +76,18 @@ pub(crate) fn mean_shift(
     let storage = wgpu::BufferUsages::STORAGE;
     let copy_src = wgpu::BufferUsages::COPY_SRC;
     let key_tiles: Vec<KeyTile<'_>> = if run.blurring {
-        tiles(n, plan.key_tile)
-            .map(|(a, b)| {
-                Ok(KeyTile {
-                    start: a,
-                    len: b - a,
-                    keys: upload(ctx, OP, points.row_range(a, b), storage | copy_src)?,
-                    values: upload(ctx, OP, points.row_range(a, b), storage)?,
-                })
-            })
-            .collect::<Result<_>>()?
+        // The keys move in place (and are read back), then are copied
+        // into the values for the next iteration.
+        let rows = |a, b| points.row_range(a, b);
+        upload_call_tiles(
+            ctx,
+            OP,
+            n,
+            plan.key_tile,
+            &rows,
+            Some(&rows),
+            storage | copy_src,
+        )?
     } else {
         upload_key_tiles(ctx, OP, points, Some(points), plan.key_tile)?
     };

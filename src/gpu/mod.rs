@@ -5,6 +5,7 @@ mod buffers;
 pub(crate) mod context;
 mod far;
 mod kernel_matrix;
+mod keys;
 mod knn;
 mod local_mean;
 mod mean_shift;
