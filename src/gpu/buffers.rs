@@ -1,4 +1,4 @@
-//! Buffer pool, uploads and readback.
+//! Buffer pool and uploads (readback: `submission.rs`).
 //!
 //! Every device buffer the engine creates is charged to its
 //! [`MemoryBudget`] while it lives, idle ones included; when a new buffer
@@ -8,11 +8,10 @@ use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex};
 
-use super::timing::{self, Encoder};
 use crate::error::{Error, Result};
 use crate::memory::{MemoryBudget, MemoryUsage, Reservation};
 
-use super::context::{ErrorScope, GpuContext};
+use super::context::GpuContext;
 
 /// Buffers up to this size are pooled by power-of-two classes; larger ones
 /// by multiples of [`BIG_STEP`].
@@ -169,8 +168,9 @@ impl BufferPool {
     }
 }
 
-/// A buffer on loan from the pool, returned when dropped; or a loan of a
-/// buffer owned elsewhere (a resident key set), which nothing returns.
+/// A buffer on loan from the pool, returned when dropped; or a buffer
+/// outside the pool (a resident key set's, charged by its reservation),
+/// owned or on loan, which dropping leaves to wgpu.
 pub(crate) struct Pooled<'p> {
     buffer: Option<wgpu::Buffer>,
     pool: Option<&'p BufferPool>,
@@ -182,8 +182,15 @@ impl Pooled<'_> {
     /// A loan of `buffer` (its first `len` bytes), owned and charged by
     /// someone else; dropping the loan leaves it alone.
     pub(crate) fn shared(buffer: &wgpu::Buffer, len: u64) -> Pooled<'static> {
+        Pooled::owned(buffer.clone(), len)
+    }
+
+    /// `buffer` (its first `len` bytes used), created outside the pool and
+    /// charged by the caller; dropping it frees the buffer once no
+    /// submission uses it.
+    pub(crate) fn owned(buffer: wgpu::Buffer, len: u64) -> Pooled<'static> {
         Pooled {
-            buffer: Some(buffer.clone()),
+            buffer: Some(buffer),
             pool: None,
             key: (0, 0),
             len,
@@ -245,83 +252,4 @@ pub(crate) fn upload<'p, T: bytemuck::Pod>(
         ctx.queue.write_buffer(buf.buffer(), 0, bytes);
     }
     Ok(buf)
-}
-
-/// Submits `encoder` and waits until the device has run it, so that the
-/// buffers and bind groups it used can be released or reused: what keeps a
-/// long sequence of passes in bounded memory.
-pub(crate) fn submit_and_wait(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    encoder: Encoder,
-) -> Result<()> {
-    let index = timing::submit(ctx, encoder);
-    ctx.device
-        .poll(wgpu::PollType::Wait {
-            submission_index: Some(index),
-            timeout: None,
-        })
-        .map_err(|e| scope.error(format!("waiting for the device: {e}")))?;
-    Ok(())
-}
-
-/// Submits `encoder` after copying `sources` (buffer, bytes) one after the
-/// other into one staging buffer, waits, and returns the bytes as `f32`s
-/// (one vector per source). Errors of the op are checked by the caller's
-/// [`ErrorScope`] before the data are used.
-pub(crate) fn submit_and_read(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    mut encoder: Encoder,
-    sources: &[(&wgpu::Buffer, u64)],
-) -> Result<Vec<Vec<f32>>> {
-    let total: u64 = sources.iter().map(|s| s.1).sum();
-    let staging = ctx.pool.get(
-        ctx,
-        scope.op,
-        total,
-        wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-    )?;
-    let mut off = 0;
-    for &(src, len) in sources {
-        encoder.copy_buffer_to_buffer(src, 0, staging.buffer(), off, len);
-        off += len;
-    }
-    let index = timing::submit(ctx, encoder);
-    let (tx, rx) = std::sync::mpsc::channel();
-    staging
-        .buffer()
-        .slice(..total)
-        .map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-    ctx.device
-        .poll(wgpu::PollType::Wait {
-            submission_index: Some(index),
-            timeout: None,
-        })
-        .map_err(|e| scope.error(format!("waiting for the device: {e}")))?;
-    match rx.recv() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(scope.error(format!("mapping the results: {e}"))),
-        Err(_) => return Err(scope.error("the device dropped the readback")),
-    }
-    let out = {
-        let view = staging
-            .buffer()
-            .slice(..total)
-            .get_mapped_range()
-            .map_err(|e| scope.error(format!("reading the results: {e}")))?;
-        let all: &[f32] = bytemuck::cast_slice(&view);
-        let mut res = Vec::with_capacity(sources.len());
-        let mut o = 0usize;
-        for &(_, len) in sources {
-            let n = (len / 4) as usize;
-            res.push(all[o..o + n].to_vec());
-            o += n;
-        }
-        res
-    };
-    staging.buffer().unmap();
-    Ok(out)
 }

@@ -3,29 +3,26 @@
 
 use ndarray::Array2;
 
-use super::timing::{self, Encoder};
 use crate::backend::MatrixMode;
 use crate::error::Result;
-use crate::gpu::plan::{MATRIX_WG, plan_local_mean, plan_matrix, tiles};
+use crate::gpu::plan::{MATRIX_WG, batch_bytes, plan_kernel_matrix, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 
-use super::buffers::{Pooled, submit_and_read, upload};
+use super::buffers::{Pooled, upload};
 use super::context::{ErrorScope, GpuContext};
-use super::local_mean::{TileJob, record_pass, upload_key_tiles};
+use super::keys::upload_key_tiles;
+use super::local_mean::{TileJob, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::{ShaderId, matrix_mode_code};
-use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
+use super::submission::Submission;
+use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "kernel_matrix";
-/// Output bytes recorded into one submission before it is read back.
-const BATCH_BYTES: u64 = 64 << 20;
 
 /// An output block recorded but not yet read back.
 struct Block<'p> {
     out: Pooled<'p>,
-    /// Uniforms of its dispatches: alive until the submission completes.
-    _params: [Option<ParamBlock<'p>>; 2],
     row: usize,
     rows: usize,
     col: usize,
@@ -36,7 +33,7 @@ struct Block<'p> {
 fn flush(
     ctx: &GpuContext,
     scope: &ErrorScope,
-    encoder: Encoder,
+    sub: Submission<'_>,
     pending: &mut Vec<Block<'_>>,
     out: &mut [f32],
     n: usize,
@@ -45,7 +42,7 @@ fn flush(
         .iter()
         .map(|b| (b.out.buffer(), b.out.len()))
         .collect();
-    let read = submit_and_read(ctx, scope, encoder, &sources)?;
+    let read = sub.submit_and_read(ctx, scope, &sources)?;
     for (b, data) in pending.iter().zip(&read) {
         for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
             let o = (b.row + r) * n + b.col;
@@ -81,26 +78,25 @@ pub(crate) fn kernel_matrix(
     let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
     check_u32(OP, "query rows", m)?;
     check_u32(OP, "key rows", n)?;
-    let mplan = plan_matrix(&ctx.limits, &ctx.caps, m, n, d)?;
-    let mut lplan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, 0)?;
-    // One set of key tiles serves both the row sums and the blocks.
-    let key_tile = mplan.key_tile.min(lplan.key_tile);
-    let query_tile = mplan.query_tile.min(lplan.query_tile);
-    lplan.key_tile = key_tile;
+    // One set of key tiles and query tiles serves both the row sums and
+    // the blocks.
+    let (mplan, lplan) = plan_kernel_matrix(&ctx.limits, &ctx.caps, m, n, d)?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} mode={mode:?}"))?;
     let mut out = alloc_output(OP, "output", m, n)?;
-    let key_tiles = upload_key_tiles(ctx, OP, keys, None, key_tile)?;
+    let key_tiles = upload_key_tiles(ctx, OP, keys, None, lplan.key_tile)?;
     let storage = wgpu::BufferUsages::STORAGE;
     let needs_sums = !matches!(mode, MatrixMode::Raw | MatrixMode::SqDistance);
     let state_stride = 3u32; // 2 + QA with QA = 1 for the row-sum pass
     let workgroups_x = |cols: usize| cols.div_ceil(MATRIX_WG) as u32;
-    for (r0, r1) in tiles(m, query_tile) {
+    for (r0, r1) in tiles(m, mplan.query_tile) {
         let rows = r1 - r0;
         let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
         let state = ctx
             .pool
             .get(ctx, OP, (rows * state_stride as usize * 4) as u64, storage)?;
-        let mut _sums = None;
+        // The row sums go first, on their own; their buffers are kept by
+        // the blocks' first submission.
+        let mut sub = Submission::new(ctx);
         if needs_sums {
             let dummy = ctx.pool.get(ctx, OP, 4, storage)?;
             let counter = ctx.pool.get(ctx, OP, 4, storage)?;
@@ -118,10 +114,10 @@ pub(crate) fn kernel_matrix(
                 counter: &counter,
                 exclude_self: false,
             };
-            let mut encoder = Encoder::new(ctx);
-            let params = record_pass(ctx, OP, &mut encoder, &job, (0, 0), false)?;
-            timing::submit(ctx, encoder);
-            _sums = Some((params, dummy, counter));
+            record_pass(ctx, OP, &mut sub, &job, (0, 0), false)?;
+            sub.keep(dummy);
+            sub.keep(counter);
+            sub = sub.submit_then(ctx);
         }
         let pipeline = ctx.pipelines.get(
             ctx,
@@ -134,17 +130,16 @@ pub(crate) fn kernel_matrix(
         )?;
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
-        let batch = BATCH_BYTES.min(ctx.limits.binding_bytes.max(1 << 20));
-        let mut encoder = Encoder::new(ctx);
+        let batch = batch_bytes(&ctx.limits);
         let mut pending: Vec<Block<'_>> = Vec::new();
         let mut pending_bytes = 0u64;
         for kt in &key_tiles {
-            let block_rows = (mplan.block_rows * mplan.key_tile / kt.len).clamp(1, rows);
+            let block_rows = mplan.block_rows_for(kt.len, rows);
             for (b0, b1) in tiles(rows, block_rows) {
                 let brows = b1 - b0;
                 let bytes = (brows * kt.len * 4) as u64;
                 if !pending.is_empty() && pending_bytes + bytes > batch {
-                    let full = std::mem::replace(&mut encoder, Encoder::new(ctx));
+                    let full = std::mem::replace(&mut sub, Submission::new(ctx));
                     flush(ctx, &scope, full, &mut pending, &mut out, n)?;
                     pending_bytes = 0;
                 }
@@ -176,9 +171,9 @@ pub(crate) fn kernel_matrix(
                         obuf.binding(),
                     ],
                 );
-                let fill = fill_sentinel(ctx, OP, &mut encoder, &obuf)?;
+                sub.fill_sentinel(ctx, OP, &obuf)?;
                 {
-                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some(OP),
                         timestamp_writes: None,
                     });
@@ -190,10 +185,10 @@ pub(crate) fn kernel_matrix(
                         1,
                     );
                 }
+                sub.keep(params);
                 pending_bytes += bytes;
                 pending.push(Block {
                     out: obuf,
-                    _params: [Some(params), fill],
                     row: r0 + b0,
                     rows: brows,
                     col: kt.start,
@@ -201,7 +196,7 @@ pub(crate) fn kernel_matrix(
                 });
             }
         }
-        flush(ctx, &scope, encoder, &mut pending, &mut out, n)?;
+        flush(ctx, &scope, sub, &mut pending, &mut out, n)?;
     }
     scope.finish(ctx)?;
     // Rows of D⁻¹K left without mass because every key lies beyond the f32

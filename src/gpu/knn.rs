@@ -3,18 +3,18 @@
 
 use ndarray::Array2;
 
-use super::timing::Encoder;
 use crate::error::{Error, Result};
 use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, plan_knn, tiles};
 use crate::matrix::Matrix;
 use crate::types::Neighbours;
 
-use super::buffers::{submit_and_read, upload};
+use super::buffers::upload;
 use super::context::{ErrorScope, GpuContext};
-use super::local_mean::{DeviceKeys, upload_key_tiles};
+use super::keys::{DeviceKeys, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::{FIRST_TILE, LAST_TILE, ShaderId};
-use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
+use super::submission::Submission;
+use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "knn";
 
@@ -132,11 +132,11 @@ pub(crate) fn knn_on_tiles(
                 )
             })
             .collect();
-        let mut encoder = Encoder::new(ctx);
-        let _fill_d = fill_sentinel(ctx, OP, &mut encoder, &out_d)?;
-        let _fill_i = fill_sentinel(ctx, OP, &mut encoder, &out_i)?;
+        let mut sub = Submission::new(ctx);
+        sub.fill_sentinel(ctx, OP, &out_d)?;
+        sub.fill_sentinel(ctx, OP, &out_i)?;
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(OP),
                 timestamp_writes: None,
             });
@@ -147,10 +147,10 @@ pub(crate) fn knn_on_tiles(
                 pass.dispatch_workgroups(wg, 1, 1);
             }
         }
-        let read = submit_and_read(
+        sub.keep(params);
+        let read = sub.submit_and_read(
             ctx,
             scope,
-            encoder,
             &[(out_d.buffer(), out_d.len()), (out_i.buffer(), out_i.len())],
         )?;
         for r in 0..rows {

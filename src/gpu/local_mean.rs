@@ -1,19 +1,20 @@
 //! Dispatch of `shaders/local_mean.wgsl`: query tiles × value-column
 //! passes × key tiles, merged on the device.
 
-use super::timing::Encoder;
 use crate::error::Result;
 use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 use crate::types::{RowNormalized, RowStates};
 
-use super::buffers::{Pooled, submit_and_read, submit_and_wait, upload};
+use super::buffers::{Pooled, upload};
 use super::context::{ErrorScope, GpuContext};
 use super::far::{HostKeys, far_means, far_states};
+use super::keys::{DeviceKeys, KeyTile, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ShaderId};
-use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
+use super::submission::Submission;
+use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "local_mean";
 /// Value-column passes recorded into one submission: bounds the memory of
@@ -31,38 +32,6 @@ struct Params {
     flags: u32,
     row0: u32,
     key0: u32,
-}
-
-/// Keys (and their value rows) uploaded once per call, one binding each.
-pub(crate) struct KeyTile<'p> {
-    pub start: usize,
-    pub len: usize,
-    pub keys: Pooled<'p>,
-    pub values: Pooled<'p>,
-}
-
-/// Uploads the key tiles of `plan` (values may have zero columns).
-pub(crate) fn upload_key_tiles<'p>(
-    ctx: &'p GpuContext,
-    op: &'static str,
-    keys: &Matrix<'_>,
-    values: Option<&Matrix<'_>>,
-    key_tile: usize,
-) -> Result<Vec<KeyTile<'p>>> {
-    let storage = wgpu::BufferUsages::STORAGE;
-    tiles(keys.rows(), key_tile)
-        .map(|(a, b)| {
-            Ok(KeyTile {
-                start: a,
-                len: b - a,
-                keys: upload(ctx, op, keys.row_range(a, b), storage)?,
-                values: match values {
-                    Some(v) => upload(ctx, op, v.row_range(a, b), storage)?,
-                    None => upload::<f32>(ctx, op, &[], storage)?,
-                },
-            })
-        })
-        .collect()
 }
 
 /// One query tile of a local-mean-shader call and its buffers.
@@ -95,16 +64,15 @@ pub(crate) fn passes(plan: &LocalMeanPlan, q: usize) -> Vec<(usize, usize)> {
 
 /// Records one value-column pass `c0..c1` over every key tile: each row's
 /// state ends in `state` (`finalize = false`) or its local means in `out`
-/// (`finalize = true`). Returns the parameters, which must live until the
-/// submission completes.
+/// (`finalize = true`).
 pub(crate) fn record_pass<'p>(
     ctx: &'p GpuContext,
     op: &'static str,
-    encoder: &mut Encoder,
+    sub: &mut Submission<'p>,
     job: &TileJob<'_, '_>,
     (c0, c1): (usize, usize),
     finalize: bool,
-) -> Result<ParamBlock<'p>> {
+) -> Result<()> {
     let rows32 = check_u32(op, "query rows", job.rows)?;
     let tiles_n = job.key_tiles.len();
     let records = job
@@ -170,7 +138,7 @@ pub(crate) fn record_pass<'p>(
             )
         })
         .collect();
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some(op),
         timestamp_writes: None,
     });
@@ -180,7 +148,8 @@ pub(crate) fn record_pass<'p>(
         pass.dispatch_workgroups(workgroups, 1, 1);
     }
     drop(pass);
-    Ok(params)
+    sub.keep(params);
+    Ok(())
 }
 
 /// Buffers of one query tile.
@@ -214,15 +183,6 @@ fn tile_buffers<'p>(
             .pool
             .get(ctx, op, 4, readable | wgpu::BufferUsages::COPY_DST)?,
     })
-}
-
-/// Key tiles on the device (uploaded for one call, or resident) and the
-/// shapes the shader needs.
-pub(crate) struct DeviceKeys<'a, 'p> {
-    pub tiles: &'a [KeyTile<'p>],
-    pub d: usize,
-    /// Value columns of the tiles' values buffers (0: row sums only).
-    pub q: usize,
 }
 
 /// Local means on the GPU.
@@ -288,31 +248,25 @@ pub(crate) fn means_on_tiles(
             counter: &b.counter,
             exclude_self: false,
         };
-        let mut encoder = Encoder::new(ctx);
-        encoder.clear_buffer(b.counter.buffer(), 0, Some(4));
-        let _fill = fill_sentinel(ctx, op, &mut encoder, &b.out)?;
+        let mut sub = Submission::new(ctx);
+        sub.clear_buffer(b.counter.buffer(), 0, Some(4));
+        sub.fill_sentinel(ctx, op, &b.out)?;
         // Value columns in bounded batches of passes: each batch's
-        // parameters and bind groups are released before the next.
-        // The parameters of recorded passes must stay on loan until their
-        // submission is done: a returned buffer can be rewritten by another
-        // call at once.
+        // parameters and bind groups are released (once run) before the
+        // next.
         let all = passes(plan, q);
         let batches = all.len().div_ceil(PASSES_PER_SUBMIT);
-        let mut params = Vec::with_capacity(PASSES_PER_SUBMIT.min(all.len()));
         for (bi, batch) in all.chunks(PASSES_PER_SUBMIT).enumerate() {
             for &cols in batch {
-                params.push(record_pass(ctx, op, &mut encoder, &job, cols, true)?);
+                record_pass(ctx, op, &mut sub, &job, cols, true)?;
             }
             if bi + 1 < batches {
-                let done = std::mem::replace(&mut encoder, Encoder::new(ctx));
-                submit_and_wait(ctx, scope, done)?;
-                params.clear();
+                std::mem::replace(&mut sub, Submission::new(ctx)).submit_and_wait(ctx, scope)?;
             }
         }
-        let read = submit_and_read(
+        let read = sub.submit_and_read(
             ctx,
             scope,
-            encoder,
             &[(b.out.buffer(), b.out.len()), (b.counter.buffer(), 4)],
         )?;
         out[r0 * q..r1 * q].copy_from_slice(&read[0]);
@@ -390,10 +344,10 @@ pub(crate) fn states_on_tiles(
             exclude_self,
         };
         for (c0, c1) in passes(plan, q) {
-            let mut encoder = Encoder::new(ctx);
-            let _fill = fill_sentinel(ctx, op, &mut encoder, &b.state)?;
-            let _params = record_pass(ctx, op, &mut encoder, &job, (c0, c1), false)?;
-            let read = submit_and_read(ctx, scope, encoder, &[(b.state.buffer(), b.state.len())])?;
+            let mut sub = Submission::new(ctx);
+            sub.fill_sentinel(ctx, op, &b.state)?;
+            record_pass(ctx, op, &mut sub, &job, (c0, c1), false)?;
+            let read = sub.submit_and_read(ctx, scope, &[(b.state.buffer(), b.state.len())])?;
             // The pass's state rows are 2 + max(c1 − c0, 1) floats wide.
             let stride = 2 + (c1 - c0).max(1);
             for (r, row) in read[0].chunks_exact(stride).take(r1 - r0).enumerate() {

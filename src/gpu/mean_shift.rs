@@ -11,19 +11,20 @@
 //! seeds all stopped costs nothing more. Blurring, the chunks are the key
 //! tiles themselves and every point moves each iteration.
 
-use super::timing::Encoder;
 use crate::error::Result;
-use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
+use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_mean_shift, tiles};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
-use super::buffers::{Pooled, submit_and_read, upload};
+use super::buffers::{Pooled, upload};
 use super::context::GpuContext;
-use super::local_mean::{KeyTile, TileJob, passes, record_pass, upload_key_tiles};
+use super::keys::{KeyTile, upload_call_tiles, upload_key_tiles};
+use super::local_mean::{TileJob, passes, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::{FINISH, FINISH_BLURRING, GATHER, ShaderId};
-use super::{ParamBlock, bind_group, check_u32, fill_sentinel};
+use super::submission::Submission;
+use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "mean_shift";
 
@@ -68,26 +69,22 @@ pub(crate) fn mean_shift(
     let m = seeds.len() / d;
     check_u32(OP, "points", n)?;
     check_u32(OP, "seeds", m)?;
-    let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m.max(1), n, d, d)?;
-    if run.blurring {
-        // A key tile is also a chunk of queries.
-        let t = plan.key_tile.min(plan.query_tile);
-        plan.key_tile = t;
-        plan.query_tile = t;
-    }
+    let plan = plan_mean_shift(&ctx.limits, &ctx.caps, m, n, d, run.blurring)?;
     let storage = wgpu::BufferUsages::STORAGE;
     let copy_src = wgpu::BufferUsages::COPY_SRC;
     let key_tiles: Vec<KeyTile<'_>> = if run.blurring {
-        tiles(n, plan.key_tile)
-            .map(|(a, b)| {
-                Ok(KeyTile {
-                    start: a,
-                    len: b - a,
-                    keys: upload(ctx, OP, points.row_range(a, b), storage | copy_src)?,
-                    values: upload(ctx, OP, points.row_range(a, b), storage)?,
-                })
-            })
-            .collect::<Result<_>>()?
+        // The keys move in place (and are read back), then are copied
+        // into the values for the next iteration.
+        let rows = |a, b| points.row_range(a, b);
+        upload_call_tiles(
+            ctx,
+            OP,
+            n,
+            plan.key_tile,
+            &rows,
+            Some(&rows),
+            storage | copy_src,
+        )?
     } else {
         upload_key_tiles(ctx, OP, points, Some(points), plan.key_tile)?
     };
@@ -149,22 +146,20 @@ pub(crate) fn mean_shift(
     let mut converged = false;
     for it in 1..=run.max_iter {
         let scope = ctx.scope(OP, sizes.clone())?;
-        let mut encoder = Encoder::new(ctx);
+        let mut sub = Submission::new(ctx);
         let live: Vec<usize> = (0..chunks.len())
             .filter(|&c| chunks[c].moving > 0)
             .collect();
-        // Uniforms and sentinel fills: alive until the submission completes.
-        let mut alive: Vec<ParamBlock<'_>> = Vec::new();
         for &c in &live {
-            encoder.clear_buffer(chunks[c].counters.buffer(), 0, None);
+            sub.clear_buffer(chunks[c].counters.buffer(), 0, None);
         }
         if run.blurring {
             for &c in &live {
                 let ch = &chunks[c];
-                alive.extend(fill_sentinel(ctx, OP, &mut encoder, &ch.means)?);
-                alive.extend(record_means(
+                sub.fill_sentinel(ctx, OP, &ch.means)?;
+                record_means(
                     ctx,
-                    &mut encoder,
+                    &mut sub,
                     kernel,
                     &plan,
                     d,
@@ -172,16 +167,16 @@ pub(crate) fn mean_shift(
                     &key_tiles,
                     &key_tiles[c].keys,
                     ch,
-                )?);
+                )?;
             }
             // Every local mean above read the old positions; now move.
             for &c in &live {
                 let ch = &chunks[c];
                 let kt = &key_tiles[c];
                 let params = step_params(ctx, ch.len, &[FINISH_BLURRING], run)?;
-                dispatch(ctx, &mut encoder, &pipeline, ch, &kt.keys, &params, 0)?;
-                alive.push(params);
-                encoder.copy_buffer_to_buffer(
+                dispatch(ctx, &mut sub, &pipeline, ch, &kt.keys, &params, 0)?;
+                sub.keep(params);
+                sub.copy_buffer_to_buffer(
                     kt.keys.buffer(),
                     0,
                     kt.values.buffer(),
@@ -197,11 +192,11 @@ pub(crate) fn mean_shift(
                     .as_ref()
                     .expect("non-blurring chunks own positions"); // ok: set above
                 let params = step_params(ctx, ch.moving, &[GATHER, FINISH], run)?;
-                dispatch(ctx, &mut encoder, &pipeline, ch, pos, &params, 0)?;
-                alive.extend(fill_sentinel(ctx, OP, &mut encoder, &ch.means)?);
-                alive.extend(record_means(
+                dispatch(ctx, &mut sub, &pipeline, ch, pos, &params, 0)?;
+                sub.fill_sentinel(ctx, OP, &ch.means)?;
+                record_means(
                     ctx,
-                    &mut encoder,
+                    &mut sub,
                     kernel,
                     &plan,
                     d,
@@ -209,18 +204,17 @@ pub(crate) fn mean_shift(
                     &key_tiles,
                     &ch.queries,
                     ch,
-                )?);
-                dispatch(ctx, &mut encoder, &pipeline, ch, pos, &params, 1)?;
-                alive.push(params);
+                )?;
+                dispatch(ctx, &mut sub, &pipeline, ch, pos, &params, 1)?;
+                sub.keep(params);
             }
         }
         let sources: Vec<_> = live
             .iter()
             .map(|&c| (chunks[c].counters.buffer(), 8))
             .collect();
-        let read = submit_and_read(ctx, &scope, encoder, &sources)?;
+        let read = sub.submit_and_read(ctx, &scope, &sources)?;
         scope.finish(ctx)?;
-        drop(alive);
         let mut moving = 0;
         let mut max_shift = 0.0f32;
         for (&c, r) in live.iter().zip(&read) {
@@ -257,11 +251,9 @@ pub(crate) fn mean_shift(
             Some(p) => p,
             None => &key_tiles[c].keys,
         };
-        let encoder = Encoder::new(ctx);
-        let read = submit_and_read(
+        let read = Submission::new(ctx).submit_and_read(
             ctx,
             &scope,
-            encoder,
             &[(buf.buffer(), (ch.len * d * 4) as u64)],
         )?;
         debug_assert_eq!(positions.len(), ch.start * d);
@@ -299,7 +291,7 @@ fn step_params<'p>(
 /// record `rec` of `params`.
 fn dispatch(
     ctx: &GpuContext,
-    encoder: &mut Encoder,
+    sub: &mut Submission<'_>,
     pipeline: &wgpu::ComputePipeline,
     ch: &Chunk<'_>,
     positions: &Pooled<'_>,
@@ -324,7 +316,7 @@ fn dispatch(
             ch.counters.binding(),
         ],
     );
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some(OP),
         timestamp_writes: None,
     });
@@ -340,11 +332,10 @@ fn dispatch(
 
 /// Records the local means of the first `rows` queries in `queries` over
 /// every key tile into the chunk's `means` (the keys are their own values).
-/// The returned uniforms must live until the submission completes.
 #[allow(clippy::too_many_arguments)]
 fn record_means<'p>(
     ctx: &'p GpuContext,
-    encoder: &mut Encoder,
+    sub: &mut Submission<'p>,
     kernel: &Kernel,
     plan: &LocalMeanPlan,
     d: usize,
@@ -352,7 +343,7 @@ fn record_means<'p>(
     key_tiles: &[KeyTile<'p>],
     queries: &Pooled<'p>,
     ch: &Chunk<'p>,
-) -> Result<Vec<ParamBlock<'p>>> {
+) -> Result<()> {
     let job = TileJob {
         kernel,
         plan,
@@ -367,8 +358,8 @@ fn record_means<'p>(
         counter: &ch.empty,
         exclude_self: false,
     };
-    passes(plan, d)
-        .into_iter()
-        .map(|cols| record_pass(ctx, OP, encoder, &job, cols, true))
-        .collect()
+    for cols in passes(plan, d) {
+        record_pass(ctx, OP, sub, &job, cols, true)?;
+    }
+    Ok(())
 }

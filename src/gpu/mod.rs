@@ -1,10 +1,11 @@
-//! The wgpu backend: WGSL shaders driven by the tiling plan of `plan.rs`.
+//! The wgpu backend: WGSL shaders driven by the tiling plans of `plan/`.
 
 pub(crate) mod adapter;
 mod buffers;
 pub(crate) mod context;
 mod far;
 mod kernel_matrix;
+mod keys;
 mod knn;
 mod local_mean;
 mod mean_shift;
@@ -13,6 +14,7 @@ pub(crate) mod plan;
 mod resident;
 pub(crate) mod shaders;
 mod softmax;
+mod submission;
 mod timing;
 
 use std::sync::Arc;
@@ -30,9 +32,7 @@ use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use buffers::Pooled;
 use context::GpuContext;
-use pipelines::PipelineKey;
-use shaders::{FILL_WG, ShaderId};
-use timing::Encoder;
+use shaders::ShaderId;
 
 /// The GPU backend: one device, shared by every call (and by the key sets
 /// prepared on it).
@@ -158,7 +158,9 @@ pub(crate) fn check_u32(op: &'static str, what: &'static str, n: usize) -> Resul
 }
 
 /// Uniform parameter records of one submission, one per dispatch, at the
-/// device's dynamic-offset alignment.
+/// device's dynamic-offset alignment. Once recorded, it must stay on loan
+/// until its submission is done: hand it to the
+/// [`Submission`](submission::Submission) with `keep`.
 pub(crate) struct ParamBlock<'p> {
     buf: Pooled<'p>,
     stride: u64,
@@ -193,6 +195,12 @@ impl<'p> ParamBlock<'p> {
     }
 }
 
+impl<'p> From<ParamBlock<'p>> for Pooled<'p> {
+    fn from(p: ParamBlock<'p>) -> Pooled<'p> {
+        p.buf
+    }
+}
+
 /// Bind group for `shader` over `resources` in binding order.
 pub(crate) fn bind_group(
     ctx: &GpuContext,
@@ -212,51 +220,4 @@ pub(crate) fn bind_group(
         layout: ctx.pipelines.layout(shader),
         entries: &entries,
     })
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct FillParams {
-    len: u32,
-    value: f32,
-    _pad: [u32; 2],
-}
-
-/// Records a fill of `buf` with the engine's sentinel, if one is set.
-/// The returned parameters must live until the submission completes.
-pub(crate) fn fill_sentinel<'p>(
-    ctx: &'p GpuContext,
-    op: &'static str,
-    encoder: &mut Encoder,
-    buf: &Pooled<'_>,
-) -> Result<Option<ParamBlock<'p>>> {
-    let Some(value) = ctx.sentinel else {
-        return Ok(None);
-    };
-    let len = check_u32(op, "sentinel fill", (buf.len() / 4) as usize)?;
-    let params = ParamBlock::new(
-        ctx,
-        op,
-        &[FillParams {
-            len,
-            value,
-            _pad: [0; 2],
-        }],
-    )?;
-    let pipeline = ctx.pipelines.get(
-        ctx,
-        op,
-        &PipelineKey {
-            shader: ShaderId::Fill,
-            template: vec![],
-            profile: None,
-        },
-    )?;
-    let bg = bind_group(ctx, ShaderId::Fill, &[params.binding(), buf.binding()]);
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-    pass.set_pipeline(&pipeline);
-    pass.set_bind_group(0, &bg, &[params.offset(0)]);
-    pass.dispatch_workgroups(len.div_ceil(FILL_WG as u32).clamp(1, 4096), 1, 1);
-    drop(pass);
-    Ok(Some(params))
 }

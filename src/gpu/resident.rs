@@ -4,36 +4,29 @@
 
 use std::sync::Arc;
 
-use super::buffers::{Pooled, submit_and_read};
+use super::buffers::Pooled;
 use super::check_u32;
 use super::context::ErrorScope;
 use super::context::GpuContext;
 use super::far::{HostKeys, far_means, far_states, means_need_host, states_need_host};
+use super::keys::{DeviceKeys, KeyTile, Rows, StoredTile, upload_tiles};
 use super::knn::{check_gpu_k, knn_on_tiles};
-use super::local_mean::{DeviceKeys, KeyTile, means_on_tiles, states_on_tiles};
-use super::timing::Encoder;
+use super::local_mean::{means_on_tiles, states_on_tiles};
+use super::submission::Submission;
 use crate::backend::Resident;
 use crate::error::{Error, Result};
-use crate::gpu::plan::{MAX_GPU_K, plan_knn, plan_local_mean, tiles};
+use crate::gpu::plan::{plan_knn, plan_local_mean, resident_key_tile, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::Reservation;
 use crate::types::{Neighbours, RowNormalized, RowStates};
-
-/// One key tile: its keys and the same rows of every value matrix.
-struct ResidentTile {
-    start: usize,
-    len: usize,
-    keys: wgpu::Buffer,
-    sets: Vec<wgpu::Buffer>,
-}
 
 /// Device buffers of a key set. Dropping it frees them (wgpu keeps a
 /// buffer alive until the submissions that use it complete) and gives
 /// their bytes back to the engine's memory budget.
 pub(crate) struct GpuResident {
     ctx: Arc<GpuContext>,
-    tiles: Vec<ResidentTile>,
+    tiles: Vec<StoredTile<'static>>,
     n: usize,
     d: usize,
     set_cols: Vec<usize>,
@@ -70,16 +63,7 @@ impl GpuResident {
         let (n, d) = (keys.rows(), keys.cols());
         check_u32(OP, "key rows", n)?;
         let set_cols: Vec<usize> = sets.iter().map(Matrix::cols).collect();
-        // The smallest key tile any query would plan (kNN at its largest k,
-        // every value matrix), so that every plan accepts these tiles:
-        // under a driver's loop budget a larger tile would silently drop keys.
-        let knn_tile = plan_knn(&ctx.limits, &ctx.caps, 1, n, d, MAX_GPU_K.min(n))
-            .or_else(|_| plan_knn(&ctx.limits, &ctx.caps, 1, n, d, 1))?
-            .key_tile;
-        let mut key_tile = knn_tile;
-        for q in std::iter::once(0).chain(set_cols.iter().copied()) {
-            key_tile = key_tile.min(plan_local_mean(&ctx.limits, &ctx.caps, 1, n, d, q)?.key_tile);
-        }
+        let key_tile = resident_key_tile(&ctx.limits, &ctx.caps, n, d, &set_cols)?;
         let bytes: u64 = tiles(n, key_tile)
             .map(|(a, b)| {
                 let len = b - a;
@@ -91,7 +75,7 @@ impl GpuResident {
             OP,
             format!("N={n} d={d} value columns={set_cols:?} key tile={key_tile}"),
         )?;
-        let upload = |data: &[f32]| {
+        let mut alloc = |data: &[f32]| {
             let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("key set"),
                 size: buffer_bytes(data.len()),
@@ -103,16 +87,12 @@ impl GpuResident {
             });
             ctx.queue
                 .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
-            buffer
+            Ok(Pooled::owned(buffer, buffer_bytes(data.len())))
         };
-        let tiles: Vec<ResidentTile> = tiles(n, key_tile)
-            .map(|(a, b)| ResidentTile {
-                start: a,
-                len: b - a,
-                keys: upload(keys.row_range(a, b)),
-                sets: sets.iter().map(|v| upload(v.row_range(a, b))).collect(),
-            })
-            .collect();
+        let key_rows = |a, b| keys.row_range(a, b);
+        let set_rows: Vec<_> = sets.iter().map(|v| move |a, b| v.row_range(a, b)).collect();
+        let set_rows: Vec<&Rows<'_>> = set_rows.iter().map(|f| f as &Rows<'_>).collect();
+        let tiles = upload_tiles(n, key_tile, &key_rows, &set_rows, &mut alloc)?;
         // Wait until the data are on the device, so that failures surface here.
         let index = ctx.queue.submit([]);
         ctx.device
@@ -137,19 +117,7 @@ impl GpuResident {
     /// (the keys themselves stand in when there is none: the shader reads
     /// no values then).
     fn key_tiles(&self, set: Option<usize>) -> Vec<KeyTile<'static>> {
-        let q = set.map_or(0, |s| self.set_cols[s]);
-        self.tiles
-            .iter()
-            .map(|t| KeyTile {
-                start: t.start,
-                len: t.len,
-                keys: Pooled::shared(&t.keys, buffer_bytes(t.len * self.d)),
-                values: match set {
-                    Some(s) => Pooled::shared(&t.sets[s], buffer_bytes(t.len * q)),
-                    None => Pooled::shared(&t.keys, buffer_bytes(t.len * self.d)),
-                },
-            })
-            .collect()
+        self.tiles.iter().map(|t| t.view(set)).collect()
     }
 
     /// Fails (rather than computing with tiles the plan does not allow)
@@ -177,12 +145,11 @@ impl GpuResident {
         let mut keys = Vec::with_capacity(self.n * self.d);
         let mut values = Vec::with_capacity(self.n * q);
         for t in &self.tiles {
-            let mut sources = vec![(&t.keys, (t.len * self.d * 4) as u64)];
+            let mut sources = vec![(t.keys.buffer(), (t.len * self.d * 4) as u64)];
             if let Some(s) = set.filter(|_| q > 0) {
-                sources.push((&t.sets[s], (t.len * q * 4) as u64));
+                sources.push((t.sets[s].buffer(), (t.len * q * 4) as u64));
             }
-            let encoder = Encoder::new(ctx);
-            let read = submit_and_read(ctx, scope, encoder, &sources)?;
+            let read = Submission::new(ctx).submit_and_read(ctx, scope, &sources)?;
             keys.extend_from_slice(&read[0]);
             if let Some(v) = read.get(1) {
                 values.extend_from_slice(v);

@@ -17,21 +17,11 @@ use crate::backend::MatrixMode;
 use crate::kernel::{Profile, T_FAR};
 use crate::types::SHIFT_FLOOR;
 
-use super::plan::{LOCAL_MEAN_WG, MATRIX_WG};
+use super::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
+use super::plan::{FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
 
 /// Shared kernel-profile functions, prepended to the distance-kernel shaders.
 const PROFILES: &str = include_str!("../../shaders/profiles.wgsl");
-
-/// Invocations per workgroup of `fill.wgsl`.
-pub(crate) const FILL_WG: usize = 256;
-/// Query rows per workgroup of `softmax.wgsl` (one per invocation).
-pub(crate) const ATTEND_WG: usize = 64;
-/// Workgroup side of `softmax_matrix.wgsl` (16 × 16 entries).
-pub(crate) const SOFTMAX_MATRIX_WG: usize = 16;
-/// Invocations per workgroup of `chunk_sums` and `prefix` (`feature_mean.wgsl`).
-pub(crate) const SUM_WG: usize = 256;
-/// Query rows per workgroup of `finish` (`feature_mean.wgsl`).
-pub(crate) const FINISH_WG: usize = 64;
 
 /// Bit of `flags` (`local_mean.wgsl`, `knn.wgsl`, `softmax.wgsl`): the
 /// first key tile (no state to merge with).
@@ -292,7 +282,7 @@ impl ShaderId {
                     )
                 }));
             }
-            ShaderId::Fill => out.push(C::wg("WG", FILL_WG, "shaders::FILL_WG")),
+            ShaderId::Fill => out.push(C::wg("WG", FILL_WG, "plan::FILL_WG")),
             ShaderId::Knn => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
                 out.extend(tiles());
@@ -313,16 +303,16 @@ impl ShaderId {
                 ));
             }
             ShaderId::Softmax => {
-                out.push(C::wg("WG", ATTEND_WG, "shaders::ATTEND_WG"));
+                out.push(C::wg("WG", ATTEND_WG, "plan::softmax::ATTEND_WG"));
                 out.extend(tiles());
                 out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL"));
             }
             ShaderId::SoftmaxMatrix => {
-                out.push(C::wg("WG", SOFTMAX_MATRIX_WG, "shaders::SOFTMAX_MATRIX_WG"));
+                out.push(C::wg("WG", SOFTMAX_MATRIX_WG, "plan::softmax::MATRIX_WG"));
             }
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
-                out.push(C::wg("SUM_WG", SUM_WG, "shaders::SUM_WG"));
-                out.push(C::wg("FINISH_WG", FINISH_WG, "shaders::FINISH_WG"));
+                out.push(C::wg("SUM_WG", SUM_WG, "plan::softmax::SUM_WG"));
+                out.push(C::wg("FINISH_WG", FINISH_WG, "plan::softmax::FINISH_WG"));
             }
         }
         out

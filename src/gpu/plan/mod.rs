@@ -1,0 +1,184 @@
+//! The scheduler: how an op is cut into tiles that fit the device, one
+//! file per op family (`local_mean.rs`: local means and MeanShift;
+//! `matrix.rs`: kernel matrices; `knn.rs`; `softmax.rs`: attention, its
+//! weight matrix, the feature local mean; `resident.rs`: key sets); here,
+//! the caps, the device limits, and the binding-size and loop-budget
+//! rules every planner uses.
+//!
+//! Queries are tiled for dispatch limits and binding sizes, keys for the
+//! storage-binding size, value columns for the register budget; partial
+//! row states of different key tiles are merged with the one associative
+//! rule of docs/numerics.md ([`merge_states`](crate::merge_states), mirrored by `merge_state` in the
+//! shaders). Every limit can be lowered by [`TileLimits`], so tests force
+//! many tiny tiles on small data.
+
+pub(crate) mod knn;
+pub(crate) mod local_mean;
+pub(crate) mod matrix;
+mod resident;
+pub(crate) mod softmax;
+
+pub(crate) use knn::{KnnPlan, MAX_GPU_K, plan_knn};
+pub(crate) use local_mean::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, plan_mean_shift};
+// Kept at the path it had before the planner was split.
+#[allow(unused_imports)]
+pub(crate) use local_mean::MAX_VALUE_COLS;
+pub(crate) use matrix::{MATRIX_WG, plan_kernel_matrix};
+pub(crate) use resident::resident_key_tile;
+pub(crate) use softmax::{AttendPlan, plan_attend, plan_feature, plan_softmax_matrix};
+
+use crate::error::{Error, Result};
+
+/// Invocations per workgroup of `fill.wgsl` (output sentinels).
+pub(crate) const FILL_WG: usize = 256;
+
+/// Caps on tile sizes, on top of what the device allows. `None` leaves a
+/// dimension to the device limits. Used by tests (to force many small
+/// tiles) and by services that want to bound a single dispatch.
+///
+/// ```
+/// use locus::TileLimits;
+/// let tiny = TileLimits { query_rows: Some(5), key_rows: Some(7), ..TileLimits::default() };
+/// assert!(tiny.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TileLimits {
+    /// Most query rows per dispatch.
+    pub query_rows: Option<usize>,
+    /// Most key rows per tile (one storage binding each).
+    pub key_rows: Option<usize>,
+    /// Most value columns accumulated per pass (capped at 8 by the shader).
+    pub value_cols: Option<usize>,
+    /// Largest storage buffer to bind, in bytes (device limit otherwise).
+    pub buffer_bytes: Option<u64>,
+}
+
+impl TileLimits {
+    /// Checks that every given cap is usable (non-zero, buffers ≥ 16 bytes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming the bad field.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, reason: &str| {
+            Err(Error::InvalidParameter {
+                name,
+                reason: reason.to_string(),
+            })
+        };
+        if self.query_rows == Some(0) {
+            return bad("tile_limits.query_rows", "must be at least 1");
+        }
+        if self.key_rows == Some(0) {
+            return bad("tile_limits.key_rows", "must be at least 1");
+        }
+        if self.value_cols == Some(0) {
+            return bad("tile_limits.value_cols", "must be at least 1");
+        }
+        if matches!(self.buffer_bytes, Some(b) if b < 16) {
+            return bad("tile_limits.buffer_bytes", "must be at least 16 bytes");
+        }
+        Ok(())
+    }
+}
+
+/// What the device allows, as the planner needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceLimits {
+    /// Largest storage buffer binding, bytes.
+    pub binding_bytes: u64,
+    /// Workgroups per dispatch dimension.
+    pub workgroups_per_dim: u32,
+    /// Workgroup memory, bytes.
+    pub workgroup_bytes: u32,
+    /// Loop iterations one invocation may execute in total, where the
+    /// driver caps them. Mesa's llvmpipe (lavapipe) silently stops every
+    /// loop of an invocation after 65535 iterations in all, which would
+    /// drop keys from long tiles without any error; key tiles are sized to
+    /// stay well inside the cap.
+    pub loop_budget: Option<u32>,
+}
+
+/// Most keys staged in workgroup memory at once.
+const MAX_STAGED_KEYS: usize = 256;
+/// Matrix output bytes recorded into one submission before readback.
+const BATCH_BYTES: u64 = 64 << 20;
+
+/// Output bytes of matrix blocks recorded into one submission before they
+/// are read back (kernel matrix, softmax weight matrix).
+pub(crate) fn batch_bytes(dev: &DeviceLimits) -> u64 {
+    BATCH_BYTES.min(dev.binding_bytes.max(1 << 20))
+}
+
+/// Bytes of the largest storage binding an op may use: the device's, or
+/// the caps' when lower.
+fn binding_bytes(dev: &DeviceLimits, caps: &TileLimits) -> u64 {
+    caps.buffer_bytes
+        .map_or(dev.binding_bytes, |b| b.min(dev.binding_bytes))
+}
+
+/// Whole `f32`s in the largest storage binding an op may use.
+pub(crate) fn binding_floats(dev: &DeviceLimits, caps: &TileLimits) -> usize {
+    (binding_bytes(dev, caps) / 4).min(usize::MAX as u64) as usize
+}
+
+/// Loop iterations one invocation may run under the device's loop budget
+/// (llvmpipe stops an invocation's loops after 65535 iterations in all),
+/// with a margin; `None` where there is no cap.
+fn loop_budget(dev: &DeviceLimits) -> Option<usize> {
+    dev.loop_budget.map(|b| b as usize * 7 / 8)
+}
+
+/// Keys one dispatch may visit per invocation under the loop budget, when
+/// each key costs up to `per_key` loop iterations and the invocation
+/// `fixed` more once (nothing unrolled); at least 1.
+fn budget_keys(dev: &DeviceLimits, fixed: usize, per_key: usize) -> usize {
+    loop_budget(dev).map_or(usize::MAX, |b| {
+        (b.saturating_sub(fixed) / per_key.max(1)).max(1)
+    })
+}
+
+/// A binding of `bytes` too small for one row of `floats` floats.
+fn too_small(bytes: u64, floats: usize) -> Error {
+    Error::InvalidParameter {
+        name: "tile_limits.buffer_bytes",
+        reason: format!("{bytes} bytes cannot hold one row of {floats} floats"),
+    }
+}
+
+/// `d` does not fit one key (of `per_key` floats) in workgroup memory.
+fn no_room_for_a_key(op: &'static str, d: usize, dev: &DeviceLimits) -> Error {
+    Error::Unsupported {
+        op,
+        backend: "gpu",
+        reason: format!(
+            "dimension d={d} does not fit one key in {} bytes of workgroup memory",
+            dev.workgroup_bytes
+        ),
+    }
+}
+
+/// Ranges `0..len` cut into pieces of at most `tile`.
+pub(crate) fn tiles(len: usize, tile: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len.div_ceil(tile)).map(move |t| (t * tile, ((t + 1) * tile).min(len)))
+}
+
+/// The device limits of lavapipe, for the planners' tests.
+#[cfg(test)]
+pub(crate) const LAVAPIPE: DeviceLimits = DeviceLimits {
+    binding_bytes: 128 << 20,
+    workgroups_per_dim: 65535,
+    workgroup_bytes: 32 << 10,
+    loop_budget: None,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_cover_the_range_once() {
+        let t: Vec<_> = tiles(10, 4).collect();
+        assert_eq!(t, vec![(0, 4), (4, 8), (8, 10)]);
+        assert_eq!(tiles(3, 7).count(), 1);
+    }
+}

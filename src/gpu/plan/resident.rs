@@ -1,0 +1,27 @@
+//! Tiling of a key set on the device: one key tile size that every later
+//! query's plan accepts.
+
+use crate::error::Result;
+
+use super::{DeviceLimits, MAX_GPU_K, TileLimits, plan_knn, plan_local_mean};
+
+/// Keys per tile of a key set of `n` keys in `d` dimensions with value
+/// matrices of `set_cols` columns: the smallest key tile any query would
+/// plan (kNN at its largest k, local means with every value matrix or
+/// none), so that every plan accepts these tiles. Under a driver's loop
+/// budget a larger tile would silently drop keys.
+pub(crate) fn resident_key_tile(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    n: usize,
+    d: usize,
+    set_cols: &[usize],
+) -> Result<usize> {
+    let mut key_tile = plan_knn(dev, caps, 1, n, d, MAX_GPU_K.min(n))
+        .or_else(|_| plan_knn(dev, caps, 1, n, d, 1))?
+        .key_tile;
+    for q in std::iter::once(0).chain(set_cols.iter().copied()) {
+        key_tile = key_tile.min(plan_local_mean(dev, caps, 1, n, d, q)?.key_tile);
+    }
+    Ok(key_tile)
+}

@@ -1,0 +1,333 @@
+//! Tiling of kernel softmax: attention (and the row pass of its weight
+//! matrix), the weight matrix's output blocks, and the chunks of the
+//! linear feature local mean.
+
+use crate::error::{Error, Result};
+
+use super::{
+    DeviceLimits, TileLimits, binding_floats, budget_keys, loop_budget, no_room_for_a_key,
+    too_small,
+};
+
+/// Query rows per workgroup of `softmax.wgsl` (one per invocation).
+pub(crate) const ATTEND_WG: usize = 64;
+/// Most value columns one attention pass keeps in registers.
+pub(crate) const MAX_ATTEND_COLS: usize = 64;
+/// Most keys staged in workgroup memory at once (also the scores each
+/// invocation holds in registers).
+pub(crate) const MAX_STAGED: usize = 32;
+/// Keys per chunk of the feature local mean (at least).
+pub(crate) const FEATURE_CHUNK: usize = 256;
+/// Value columns per `finish` pass of the feature local mean.
+pub(crate) const FEATURE_COLS: usize = 16;
+/// Invocations per workgroup of `chunk_sums` and `prefix`.
+pub(crate) const SUM_WG: usize = 256;
+/// Query rows per workgroup of `finish`.
+pub(crate) const FINISH_WG: usize = 64;
+
+/// Workgroup side of `softmax_matrix.wgsl` (16 × 16 entries).
+pub(crate) const MATRIX_WG: usize = 16;
+
+/// Tiling of one attention call (or of the row pass of the matrix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AttendPlan {
+    /// Batches per dispatch (more than 1 only when tiles are whole batches).
+    pub batch_group: usize,
+    /// Query rows per tile.
+    pub query_tile: usize,
+    /// Keys per tile (one binding for the keys, one for the values).
+    pub key_tile: usize,
+    /// Value columns per pass (0: row statistics only).
+    pub col_tile: usize,
+    /// Keys staged in workgroup memory at once.
+    pub staged: usize,
+}
+
+impl AttendPlan {
+    /// `vec4`s per key row of `d` floats.
+    pub(crate) fn d4(d: usize) -> usize {
+        d.div_ceil(4)
+    }
+    /// `vec4`s of value columns per pass.
+    pub(crate) fn qa4(&self) -> usize {
+        self.col_tile.max(1).div_ceil(4)
+    }
+    /// Floats per row of the state buffer.
+    pub(crate) fn state_cols(&self) -> usize {
+        2 + 4 * self.qa4()
+    }
+}
+
+/// Plans attention of `b` batches of `m` queries against `n` keys in `d`
+/// dimensions with `q` value columns (`q = 0`: row statistics only).
+pub(crate) fn plan_attend(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    b: usize,
+    m: usize,
+    n: usize,
+    d: usize,
+    q: usize,
+) -> Result<AttendPlan> {
+    let floats = binding_floats(dev, caps);
+    let col_tile = q
+        .min(MAX_ATTEND_COLS)
+        .min(caps.value_cols.unwrap_or(usize::MAX));
+    let mut plan = AttendPlan {
+        batch_group: 1,
+        query_tile: 1,
+        key_tile: 1,
+        col_tile,
+        staged: 0,
+    };
+    let per_key = 16 * (AttendPlan::d4(d) + plan.qa4());
+    plan.staged = (dev.workgroup_bytes as usize / per_key).min(MAX_STAGED);
+    if plan.staged == 0 {
+        return Err(no_room_for_a_key("kernel_softmax", d, dev));
+    }
+    let wq = d.max(q).max(plan.state_cols());
+    let wk = d.max(q);
+    if floats < wq {
+        return Err(too_small(floats as u64 * 4, wq));
+    }
+    let dispatch_rows = dev.workgroups_per_dim as usize * ATTEND_WG;
+    plan.query_tile = (floats / wq)
+        .min(dispatch_rows)
+        .min(caps.query_rows.unwrap_or(usize::MAX))
+        .min(m)
+        .max(1);
+    plan.key_tile = (floats / wk)
+        .min(attend_budget_keys(dev, d, plan.qa4()))
+        .min(caps.key_rows.unwrap_or(usize::MAX))
+        .min(n)
+        .max(1);
+    if plan.query_tile == m && plan.key_tile == n {
+        plan.batch_group = (floats / (m * wq))
+            .min(floats / (n * wk))
+            .min(dev.workgroups_per_dim as usize)
+            .min(b)
+            .max(1);
+    }
+    Ok(plan)
+}
+
+/// Keys one `attend` dispatch may visit per invocation under the loop
+/// budget, counting every loop iteration as if nothing were unrolled: per
+/// key the dot product (`D4`), a rescale and the weighted values (`QA4`
+/// each), the key loop and its share of the staging loops; once, the
+/// query load and the state merge.
+fn attend_budget_keys(dev: &DeviceLimits, d: usize, qa4: usize) -> usize {
+    let d4 = AttendPlan::d4(d);
+    let fixed = 5 * d4 + 10 * qa4 + 16;
+    let per_key = 2 + d4 + 2 * qa4 + (d4 + qa4).div_ceil(8);
+    budget_keys(dev, fixed, per_key)
+}
+
+/// Tiling of one softmax weight matrix: the row pass (an attention plan
+/// without values, one batch per dispatch, key tiles that are also output
+/// blocks' columns) and the output blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SoftmaxMatrixPlan {
+    pub rows: AttendPlan,
+    /// Floats of one output block (one binding).
+    pub block_floats: usize,
+    /// Output rows or columns one dispatch reaches.
+    pub dispatch: usize,
+}
+
+impl SoftmaxMatrixPlan {
+    /// Output rows per block of a key tile of `cols` keys in a query tile
+    /// of `rows` rows.
+    pub(crate) fn block_rows_for(&self, cols: usize, rows: usize) -> usize {
+        (self.block_floats / cols).clamp(1, rows).min(self.dispatch)
+    }
+}
+
+/// Plans the weight matrix of `b` batches of `m` queries against `n` keys
+/// in `d` dimensions.
+pub(crate) fn plan_softmax_matrix(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    b: usize,
+    m: usize,
+    n: usize,
+    d: usize,
+) -> Result<SoftmaxMatrixPlan> {
+    let mut rows = plan_attend(dev, caps, b, m, n, d, 0)?;
+    let floats = binding_floats(dev, caps);
+    let dispatch = dev.workgroups_per_dim as usize * MATRIX_WG;
+    // Key tiles are also output blocks' columns: within one dispatch's reach.
+    rows.key_tile = rows.key_tile.min(dispatch).min(floats);
+    rows.batch_group = 1;
+    Ok(SoftmaxMatrixPlan {
+        rows,
+        block_floats: floats,
+        dispatch,
+    })
+}
+
+/// Tiling of one feature-local-mean call (per batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FeaturePlan {
+    /// Keys per chunk (one workgroup of `chunk_sums`, one prefix state).
+    pub chunk: usize,
+    /// Keys per key tile: a whole number of chunks.
+    pub key_tile: usize,
+    /// Query rows per `finish` tile.
+    pub query_tile: usize,
+    /// Value columns per `finish` pass.
+    pub col_tile: usize,
+}
+
+/// Plans the feature local mean of `m` queries and `n` keys in `d`
+/// dimensions with `q` value columns.
+pub(crate) fn plan_feature(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    m: usize,
+    n: usize,
+    d: usize,
+    q: usize,
+) -> Result<FeaturePlan> {
+    let floats = binding_floats(dev, caps);
+    let e = d.saturating_mul(q + 1);
+    let wk = d.max(q);
+    let dispatch = dev.workgroups_per_dim as usize;
+    let col_tile = q
+        .min(FEATURE_COLS)
+        .min(caps.value_cols.unwrap_or(usize::MAX))
+        .max(1);
+    let unsupported = |reason: String| Error::Unsupported {
+        op: "feature_local_mean",
+        backend: "gpu",
+        reason,
+    };
+    // Keys one binding (of keys or of values) holds.
+    let max_keys = (floats / wk)
+        .min(caps.key_rows.unwrap_or(usize::MAX))
+        .min(n);
+    if max_keys == 0 {
+        return Err(too_small(floats as u64 * 4, wk));
+    }
+    // Under a loop budget, a chunk bounds the iterations of `chunk_sums`
+    // (its entries × its keys) and of `finish` (its keys × (d + columns)),
+    // and the number of chunks those of `prefix`.
+    let qa = col_tile.next_power_of_two();
+    let budget = loop_budget(dev);
+    let longest = budget.map_or(usize::MAX, |b| {
+        let sums = (b / e.div_ceil(SUM_WG).max(1)).saturating_sub(1);
+        let finish = b.saturating_sub(d * (2 + qa) + 2 * qa) / (1 + d + qa);
+        sums.min(finish)
+    });
+    let hi = max_keys.min(longest);
+    if hi == 0 {
+        return Err(unsupported(format!(
+            "d={d}, q={q} exceed the device's loop budget per invocation"
+        )));
+    }
+    let mut chunk = FEATURE_CHUNK.min(hi);
+    // The chunk sums and the total must fit one binding, and the prefix
+    // pass the loop budget: fewer, longer chunks.
+    while n.div_ceil(chunk).saturating_add(1).saturating_mul(e) > floats
+        || budget.is_some_and(|b| n.div_ceil(chunk) > b)
+    {
+        if chunk == hi {
+            return Err(unsupported(format!(
+                "{n} keys need more chunk sums (d={d}, q={q}) than one binding or the loop budget allows"
+            )));
+        }
+        chunk = (chunk * 2).min(hi);
+    }
+    let key_tile = max_keys / chunk * chunk;
+    let query_tile = (floats / wk)
+        .min(dispatch * FINISH_WG)
+        .min(caps.query_rows.unwrap_or(usize::MAX))
+        .min(m)
+        .max(1);
+    Ok(FeaturePlan {
+        chunk,
+        key_tile: key_tile.min(dispatch * chunk),
+        query_tile,
+        col_tile,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::LAVAPIPE;
+    use super::*;
+
+    #[test]
+    fn attention_plan_groups_whole_batches_and_tiles_big_ones() {
+        let p = plan_attend(&LAVAPIPE, &TileLimits::default(), 8, 4096, 4096, 64, 64).unwrap();
+        assert_eq!(
+            (p.batch_group, p.query_tile, p.key_tile, p.col_tile),
+            (8, 4096, 4096, 64)
+        );
+        assert!(p.staged * 16 * (16 + 16) <= 32 << 10);
+        let caps = TileLimits {
+            query_rows: Some(5),
+            key_rows: Some(7),
+            value_cols: Some(3),
+            buffer_bytes: None,
+        };
+        let p = plan_attend(&LAVAPIPE, &caps, 3, 100, 50, 8, 10).unwrap();
+        assert_eq!(
+            (p.batch_group, p.query_tile, p.key_tile, p.col_tile),
+            (1, 5, 7, 3)
+        );
+        // Small bindings: one batch per dispatch, tiles within one binding.
+        let small = TileLimits {
+            buffer_bytes: Some(4 * 64 * 100),
+            ..TileLimits::default()
+        };
+        let p = plan_attend(&LAVAPIPE, &small, 8, 1000, 1000, 64, 64).unwrap();
+        assert_eq!(p.batch_group, 1);
+        assert!(p.key_tile * 64 <= 6400 && p.query_tile * (2 + 64) <= 6400);
+    }
+
+    #[test]
+    fn a_loop_budget_bounds_key_tiles_and_chunks() {
+        let dev = DeviceLimits {
+            loop_budget: Some(65535),
+            ..LAVAPIPE
+        };
+        let p = plan_attend(&dev, &TileLimits::default(), 8, 4096, 4096, 64, 64).unwrap();
+        // 2 + 16 + 2·16 + 4 iterations per key.
+        assert!(p.key_tile * 54 < 65535 && p.key_tile > 500);
+        assert_eq!(p.batch_group, 1);
+        let p = plan_feature(&dev, &TileLimits::default(), 1000, 1_000_000, 64, 64).unwrap();
+        assert!(p.chunk * (1 + 64 + 16) + 64 * 18 < 65535);
+        assert!(1_000_000usize.div_ceil(p.chunk) < 65535);
+        assert!(p.chunk * (64 * 65usize).div_ceil(256) < 65535);
+    }
+
+    #[test]
+    fn huge_dimension_is_a_clear_error() {
+        let e = plan_attend(&LAVAPIPE, &TileLimits::default(), 1, 10, 10, 10_000, 1);
+        assert!(matches!(e, Err(Error::Unsupported { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn feature_plan_keeps_whole_chunks_per_key_tile() {
+        let caps = TileLimits {
+            key_rows: Some(29),
+            ..TileLimits::default()
+        };
+        let p = plan_feature(&LAVAPIPE, &caps, 100, 300, 3, 2).unwrap();
+        assert_eq!(p.key_tile % p.chunk, 0);
+        assert!(p.key_tile <= 29);
+        // Chunk sums too many for one binding: fewer, longer chunks.
+        let n = 10_000_000;
+        let p = plan_feature(&LAVAPIPE, &TileLimits::default(), 1000, n, 64, 64).unwrap();
+        assert_eq!(p.chunk, 2048);
+        assert!((n.div_ceil(p.chunk) + 1) * 64 * 65 <= 32 << 20);
+        // Bindings smaller than a chunk: chunks shrink to one binding.
+        let small = TileLimits {
+            buffer_bytes: Some(4 * 4 * 8 * 30),
+            ..TileLimits::default()
+        };
+        let p = plan_feature(&LAVAPIPE, &small, 90, 300, 4, 7).unwrap();
+        assert_eq!((p.chunk, p.key_tile), (137, 137));
+    }
+}

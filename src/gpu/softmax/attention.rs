@@ -1,0 +1,218 @@
+//! Dispatch of `shaders/softmax.wgsl`: `softmax(s·ΦΨᵀ)V` per query tile,
+//! value-column passes × the key tiles its rows see; also the row pass
+//! (row statistics only) of the weight matrix.
+
+use crate::error::Result;
+use crate::gpu::plan::softmax::ATTEND_WG;
+use crate::gpu::plan::{AttendPlan, plan_attend, tiles};
+use crate::matrix::alloc_output;
+use crate::types::{Attention, Heads};
+
+use super::{KeyTile, stacked, upload_keys};
+use crate::gpu::buffers::{Pooled, upload};
+use crate::gpu::context::GpuContext;
+use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::shaders::{CAUSAL, FIRST_TILE, LAST_TILE, ShaderId};
+use crate::gpu::submission::Submission;
+use crate::gpu::{ParamBlock, bind_group, check_u32};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct AttendParams {
+    rows: u32,
+    keys: u32,
+    d: u32,
+    q_stride: u32,
+    c0: u32,
+    scale: f32,
+    flags: u32,
+    row_start: u32,
+    key_start: u32,
+    off: u32,
+    cols: u32,
+    _pad: u32,
+}
+
+/// One query tile of an attention call, as `record_attend` needs it.
+pub(super) struct QueryTile<'a, 'p> {
+    /// Index within the batch of the first row, and rows per batch.
+    pub(super) row_start: usize,
+    pub(super) rows: usize,
+    /// Batches in the dispatch.
+    pub(super) batches: usize,
+    pub(super) queries: &'a Pooled<'p>,
+    pub(super) state: &'a Pooled<'p>,
+    pub(super) out: &'a Pooled<'p>,
+}
+
+/// Records, for one query tile, the passes (value-column passes × the key
+/// tiles some row of the tile sees) that leave the attention in `out`
+/// (`q > 0`) or the row statistics in `state` (`q = 0`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record_attend<'p>(
+    ctx: &'p GpuContext,
+    op: &'static str,
+    sub: &mut Submission<'p>,
+    plan: &AttendPlan,
+    attn: &Attention,
+    (n, d, q, off): (usize, usize, usize, usize),
+    tile: &QueryTile<'_, '_>,
+    key_tiles: &[KeyTile<'_>],
+) -> Result<()> {
+    // Key tiles past the tile's last limit are hidden from every row.
+    let seen: Vec<&KeyTile<'_>> = key_tiles
+        .iter()
+        .filter(|kt| !attn.causal || kt.start < tile.row_start + tile.rows + off)
+        .collect();
+    debug_assert!(!seen.is_empty() && n > 0);
+    let passes: Vec<(usize, usize)> = if q == 0 {
+        vec![(0, 0)]
+    } else {
+        tiles(q, plan.col_tile).collect()
+    };
+    let mut records = Vec::with_capacity(passes.len() * seen.len());
+    for &(c0, c1) in &passes {
+        for (t, kt) in seen.iter().enumerate() {
+            let mut flags = 0;
+            if t == 0 {
+                flags |= FIRST_TILE;
+            }
+            if q > 0 && t + 1 == seen.len() {
+                flags |= LAST_TILE;
+            }
+            if attn.causal {
+                flags |= CAUSAL;
+            }
+            records.push(AttendParams {
+                rows: check_u32(op, "query rows", tile.rows)?,
+                keys: check_u32(op, "key rows", kt.len)?,
+                d: check_u32(op, "dimension", d)?,
+                q_stride: check_u32(op, "value columns", q)?,
+                c0: c0 as u32,
+                scale: attn.scale,
+                flags,
+                row_start: check_u32(op, "query rows", tile.row_start)?,
+                key_start: check_u32(op, "key rows", kt.start)?,
+                off: check_u32(op, "key rows", off)?,
+                cols: (c1 - c0) as u32,
+                _pad: 0,
+            });
+        }
+    }
+    let params = ParamBlock::new(ctx, op, &records)?;
+    let groups: Vec<wgpu::BindGroup> = seen
+        .iter()
+        .map(|kt| {
+            bind_group(
+                ctx,
+                ShaderId::Softmax,
+                &[
+                    params.binding(),
+                    tile.queries.binding(),
+                    kt.keys.binding(),
+                    kt.values.binding(),
+                    tile.state.binding(),
+                    tile.out.binding(),
+                ],
+            )
+        })
+        .collect();
+    let workgroups = check_u32(op, "workgroups", tile.rows.div_ceil(ATTEND_WG))?;
+    let batches = check_u32(op, "batches", tile.batches)?;
+    let mut rec = 0;
+    for &(c0, c1) in &passes {
+        let qt = (c1 - c0) as u32;
+        let pipeline = ctx.pipelines.get(
+            ctx,
+            op,
+            &PipelineKey {
+                shader: ShaderId::Softmax,
+                template: vec![
+                    ("D4", AttendPlan::d4(d) as u32),
+                    ("QA4", qt.max(1).div_ceil(4)),
+                    ("BK", plan.staged as u32),
+                ],
+                profile: None,
+            },
+        )?;
+        let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(op),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&pipeline);
+        for bg in &groups {
+            pass.set_bind_group(0, bg, &[params.offset(rec)]);
+            pass.dispatch_workgroups(workgroups, batches, 1);
+            rec += 1;
+        }
+    }
+    sub.keep(params);
+    Ok(())
+}
+
+/// `softmax(s·ΦΨᵀ)V` of every batch on the GPU.
+pub(crate) fn kernel_softmax(
+    ctx: &GpuContext,
+    phi: &Heads<'_>,
+    psi: &Heads<'_>,
+    values: &Heads<'_>,
+    attn: &Attention,
+) -> Result<Vec<f32>> {
+    const OP: &str = "kernel_softmax";
+    let (nb, m, n, d, q) = (phi.batch, phi.rows, psi.rows, phi.cols(), values.cols());
+    check_u32(OP, "query rows", nb * m)?;
+    check_u32(OP, "key rows", nb * n)?;
+    let plan = plan_attend(&ctx.limits, &ctx.caps, nb, m, n, d, q)?;
+    let scope = ctx.scope(
+        OP,
+        format!("B={nb} M={m} N={n} d={d} q={q} causal={}", attn.causal),
+    )?;
+    let mut out = alloc_output(OP, "output", nb * m, q)?;
+    let off = n - m.min(n);
+    let storage = wgpu::BufferUsages::STORAGE;
+    for (b0, b1) in tiles(nb, plan.batch_group) {
+        let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b0, b1), plan.key_tile)?;
+        for (r0, r1) in tiles(m, plan.query_tile) {
+            let (p0, p1) = stacked(b0, b1, r0, r1, m);
+            let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
+            // Row states pass between key tiles; one tile needs none.
+            let state_rows = if key_tiles.len() > 1 { p1 - p0 } else { 0 };
+            let state = ctx.pool.get(
+                ctx,
+                OP,
+                (state_rows * plan.state_cols() * 4) as u64,
+                storage,
+            )?;
+            let obuf = ctx.pool.get(
+                ctx,
+                OP,
+                ((p1 - p0) * q * 4) as u64,
+                storage | wgpu::BufferUsages::COPY_SRC,
+            )?;
+            let mut sub = Submission::new(ctx);
+            sub.fill_sentinel(ctx, OP, &obuf)?;
+            let tile = QueryTile {
+                row_start: r0,
+                rows: r1 - r0,
+                batches: b1 - b0,
+                queries: &qbuf,
+                state: &state,
+                out: &obuf,
+            };
+            record_attend(
+                ctx,
+                OP,
+                &mut sub,
+                &plan,
+                attn,
+                (n, d, q, off),
+                &tile,
+                &key_tiles,
+            )?;
+            let read = sub.submit_and_read(ctx, &scope, &[(obuf.buffer(), obuf.len())])?;
+            out[p0 * q..p1 * q].copy_from_slice(&read[0]);
+        }
+    }
+    scope.finish(ctx)?;
+    Ok(out)
+}

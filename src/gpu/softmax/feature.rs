@@ -1,0 +1,257 @@
+//! Dispatch of `shaders/feature_mean.wgsl`, the linear feature local
+//! mean: per batch, chunk sums of the key tiles (`chunk_sums`), their
+//! prefix (`prefix`), then each query tile's means (`finish`).
+
+use crate::error::Result;
+use crate::gpu::plan::softmax::{FINISH_WG, SUM_WG};
+use crate::gpu::plan::{plan_feature, tiles};
+use crate::matrix::alloc_output;
+use crate::types::Heads;
+
+use super::{KeyTile, stacked, upload_keys};
+use crate::gpu::buffers::{Pooled, upload};
+use crate::gpu::context::GpuContext;
+use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::shaders::ShaderId;
+use crate::gpu::submission::Submission;
+use crate::gpu::{ParamBlock, bind_group, check_u32};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct FeatParams {
+    d: u32,
+    q: u32,
+    keys: u32,
+    chunk: u32,
+    chunk0: u32,
+    chunks: u32,
+    rows: u32,
+    row_start: u32,
+    key_start: u32,
+    off: u32,
+    c0: u32,
+    causal: u32,
+    psi_scale: f32,
+    cols: u32,
+    _pad: [u32; 2],
+}
+
+/// The power of two that brings the largest entry of `xs` (non-negative)
+/// into `[1, 2)`, kept within the normal `f32` range.
+fn power_of_two_scale(xs: &[f32]) -> f32 {
+    let mx = xs.iter().fold(0.0f32, |a, &x| a.max(x));
+    if mx <= 0.0 {
+        return 1.0;
+    }
+    let e = f64::from(mx).log2().floor() as i32;
+    2.0f32.powi((-e).clamp(-126, 126))
+}
+
+/// Linear feature local means of every batch on the GPU, and the count of
+/// rows whose weights are all zero.
+pub(crate) fn feature_local_mean(
+    ctx: &GpuContext,
+    phi: &Heads<'_>,
+    psi: &Heads<'_>,
+    values: &Heads<'_>,
+    causal: bool,
+) -> Result<(Vec<f32>, usize)> {
+    const OP: &str = "feature_local_mean";
+    let (nb, m, n, d, q) = (phi.batch, phi.rows, psi.rows, phi.cols(), values.cols());
+    check_u32(OP, "query rows", nb * m)?;
+    check_u32(OP, "key rows", nb * n)?;
+    let plan = plan_feature(&ctx.limits, &ctx.caps, m, n, d, q)?;
+    let scope = ctx.scope(
+        OP,
+        format!("B={nb} M={m} N={n} d={d} q={q} causal={causal}"),
+    )?;
+    let mut out = alloc_output(OP, "output", nb * m, q)?;
+    let storage = wgpu::BufferUsages::STORAGE;
+    let off = n - m.min(n);
+    let chunks = n.div_ceil(plan.chunk);
+    let e = d * (q + 1);
+    let mut empty = 0usize;
+    // Finish passes hold a power of two of columns: few pipelines.
+    let template = |cols: usize| PipelineKey {
+        shader: ShaderId::FeatureFinish,
+        template: vec![("QA", cols.max(1).next_power_of_two() as u32)],
+        profile: None,
+    };
+    let sums_pipeline = ctx.pipelines.get(
+        ctx,
+        OP,
+        &PipelineKey {
+            shader: ShaderId::FeatureSums,
+            ..template(1)
+        },
+    )?;
+    let prefix_pipeline = ctx.pipelines.get(
+        ctx,
+        OP,
+        &PipelineKey {
+            shader: ShaderId::FeaturePrefix,
+            ..template(1)
+        },
+    )?;
+    for b in 0..nb {
+        let psi_scale = power_of_two_scale(psi.batch_slice(b));
+        let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b, b + 1), plan.key_tile)?;
+        let sums = ctx
+            .pool
+            .get(ctx, OP, ((chunks + 1) * e * 4) as u64, storage)?;
+        let counter = ctx.pool.get(
+            ctx,
+            OP,
+            4,
+            storage | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let dummy = ctx.pool.get(ctx, OP, 4, storage)?;
+        let dummy_out = ctx.pool.get(ctx, OP, 4, storage)?;
+        let base = FeatParams {
+            d: check_u32(OP, "dimension", d)?,
+            q: check_u32(OP, "value columns", q)?,
+            keys: 0,
+            chunk: check_u32(OP, "key rows", plan.chunk)?,
+            chunk0: 0,
+            chunks: check_u32(OP, "chunks", chunks)?,
+            rows: 0,
+            row_start: 0,
+            key_start: 0,
+            off: check_u32(OP, "key rows", off)?,
+            c0: 0,
+            causal: u32::from(causal),
+            psi_scale,
+            cols: 0,
+            _pad: [0; 2],
+        };
+        // Query tiles: causal ones hold the rows whose limit falls in one
+        // key tile (their own chunk's keys are read from it).
+        let mut qtiles: Vec<(usize, usize, usize)> = Vec::new(); // (r0, r1, key tile)
+        for (t, kt) in key_tiles.iter().enumerate() {
+            let (a, z) = if causal {
+                (kt.start.max(off) - off, (kt.start + kt.len).max(off) - off)
+            } else if t == 0 {
+                (0, m)
+            } else {
+                (0, 0)
+            };
+            for (r0, r1) in tiles(z - a, plan.query_tile) {
+                qtiles.push((a + r0, a + r1, t));
+            }
+        }
+        let passes: Vec<(usize, usize)> = tiles(q, plan.col_tile).collect();
+        let mut records = Vec::new();
+        for kt in &key_tiles {
+            records.push(FeatParams {
+                keys: kt.len as u32,
+                chunk0: (kt.start / plan.chunk) as u32,
+                key_start: kt.start as u32,
+                ..base
+            });
+        }
+        records.push(base); // prefix
+        for &(r0, r1, t) in &qtiles {
+            for &(c0, c1) in &passes {
+                records.push(FeatParams {
+                    keys: key_tiles[t].len as u32,
+                    rows: (r1 - r0) as u32,
+                    row_start: r0 as u32,
+                    key_start: key_tiles[t].start as u32,
+                    c0: c0 as u32,
+                    cols: (c1 - c0) as u32,
+                    ..base
+                });
+            }
+        }
+        let params = ParamBlock::new(ctx, OP, &records)?;
+        let mut sub = Submission::new(ctx);
+        sub.clear_buffer(counter.buffer(), 0, Some(4));
+        let group = |kt: &KeyTile<'_>, queries: &Pooled<'_>, out: &Pooled<'_>| {
+            bind_group(
+                ctx,
+                ShaderId::FeatureSums,
+                &[
+                    params.binding(),
+                    queries.binding(),
+                    kt.keys.binding(),
+                    kt.values.binding(),
+                    sums.binding(),
+                    out.binding(),
+                    counter.binding(),
+                ],
+            )
+        };
+        let mut rec = 0;
+        {
+            let mut pass = sub.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&sums_pipeline);
+            for kt in &key_tiles {
+                let bg = group(kt, &dummy, &dummy_out);
+                pass.set_bind_group(0, &bg, &[params.offset(rec)]);
+                pass.dispatch_workgroups(kt.len.div_ceil(plan.chunk) as u32, 1, 1);
+                rec += 1;
+            }
+        }
+        {
+            let mut pass = sub.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&prefix_pipeline);
+            let bg = group(&key_tiles[0], &dummy, &dummy_out);
+            pass.set_bind_group(0, &bg, &[params.offset(rec)]);
+            pass.dispatch_workgroups(e.div_ceil(SUM_WG).clamp(1, 65535) as u32, 1, 1);
+            rec += 1;
+        }
+        let mut outs = Vec::with_capacity(qtiles.len());
+        for &(r0, r1, t) in &qtiles {
+            let (p0, p1) = stacked(b, b + 1, r0, r1, m);
+            let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
+            let obuf = ctx.pool.get(
+                ctx,
+                OP,
+                ((r1 - r0) * q * 4) as u64,
+                storage | wgpu::BufferUsages::COPY_SRC,
+            )?;
+            sub.fill_sentinel(ctx, OP, &obuf)?;
+            let bg = group(&key_tiles[t], &qbuf, &obuf);
+            for &(c0, c1) in &passes {
+                let pipeline = ctx.pipelines.get(ctx, OP, &template(c1 - c0))?;
+                let mut pass = sub.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &bg, &[params.offset(rec)]);
+                pass.dispatch_workgroups(
+                    check_u32(OP, "workgroups", (r1 - r0).div_ceil(FINISH_WG))?,
+                    1,
+                    1,
+                );
+                rec += 1;
+            }
+            sub.keep(qbuf);
+            outs.push((p0, p1, obuf));
+        }
+        sub.keep(params);
+        let mut sources: Vec<(&wgpu::Buffer, u64)> =
+            outs.iter().map(|o| (o.2.buffer(), o.2.len())).collect();
+        sources.push((counter.buffer(), 4));
+        let read = sub.submit_and_read(ctx, &scope, &sources)?;
+        for (o, data) in outs.iter().zip(&read) {
+            out[o.0 * q..o.1 * q].copy_from_slice(data);
+        }
+        empty += read[read.len() - 1][0].to_bits() as usize;
+    }
+    scope.finish(ctx)?;
+    Ok((out, empty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn power_of_two_scales_are_exact() {
+        assert_eq!(power_of_two_scale(&[0.0, 3.0, 1.0]), 0.5);
+        assert_eq!(power_of_two_scale(&[0.0]), 1.0);
+        for x in [1e-30f32, 7.0, 3e20, 1.0, 1.99] {
+            let y = x * power_of_two_scale(&[x]);
+            assert!((1.0..2.0).contains(&y), "{x} → {y}");
+        }
+    }
+}

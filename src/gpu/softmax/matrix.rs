@@ -1,0 +1,215 @@
+//! Dispatch of the softmax weight matrix: per batch and query tile, the
+//! row pass of `shaders/softmax.wgsl` (row statistics), then
+//! `shaders/softmax_matrix.wgsl` block by block, read back in batches.
+
+use crate::error::Result;
+use crate::gpu::plan::softmax::MATRIX_WG;
+use crate::gpu::plan::{batch_bytes, plan_softmax_matrix, tiles};
+use crate::matrix::alloc_output;
+use crate::types::{Attention, Heads};
+
+use super::attention::{QueryTile, record_attend};
+use super::{stacked, upload_keys};
+use crate::gpu::buffers::{Pooled, upload};
+use crate::gpu::context::GpuContext;
+use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::shaders::ShaderId;
+use crate::gpu::submission::Submission;
+use crate::gpu::{ParamBlock, bind_group, check_u32};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct MatParams {
+    rows: u32,
+    cols: u32,
+    d: u32,
+    row_off: u32,
+    row_start: u32,
+    key_start: u32,
+    off: u32,
+    causal: u32,
+    scale: f32,
+    state_stride: u32,
+    _pad: [u32; 2],
+}
+
+/// An output block of the weight matrix recorded but not yet read back.
+struct Block<'p> {
+    out: Pooled<'p>,
+    /// First stacked row, rows, first column, columns.
+    row: usize,
+    rows: usize,
+    col: usize,
+    cols: usize,
+}
+
+/// The normalized weights of every batch on the GPU: per batch and query
+/// tile, the row pass of `softmax.wgsl` leaves (m, l) per row, then the
+/// entries are written block by block (each block at most one binding).
+pub(crate) fn softmax_matrix(
+    ctx: &GpuContext,
+    phi: &Heads<'_>,
+    psi: &Heads<'_>,
+    attn: &Attention,
+) -> Result<Vec<f32>> {
+    const OP: &str = "softmax_matrix";
+    let (nb, m, n, d) = (phi.batch, phi.rows, psi.rows, phi.cols());
+    check_u32(OP, "query rows", nb * m)?;
+    check_u32(OP, "key rows", nb * n)?;
+    let mplan = plan_softmax_matrix(&ctx.limits, &ctx.caps, nb, m, n, d)?;
+    let plan = mplan.rows;
+    let scope = ctx.scope(
+        OP,
+        format!("B={nb} M={m} N={n} d={d} causal={}", attn.causal),
+    )?;
+    let mut out = alloc_output(OP, "output", nb * m, n)?;
+    let off = n - m.min(n);
+    let storage = wgpu::BufferUsages::STORAGE;
+    let batch_bytes = batch_bytes(&ctx.limits);
+    let pipeline = ctx.pipelines.get(
+        ctx,
+        OP,
+        &PipelineKey {
+            shader: ShaderId::SoftmaxMatrix,
+            template: vec![],
+            profile: None,
+        },
+    )?;
+    for b in 0..nb {
+        let key_tiles = upload_keys(ctx, OP, psi, None, (b, b + 1), plan.key_tile)?;
+        for (r0, r1) in tiles(m, plan.query_tile) {
+            let rows = r1 - r0;
+            let (p0, p1) = stacked(b, b + 1, r0, r1, m);
+            let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
+            let state = ctx
+                .pool
+                .get(ctx, OP, (rows * plan.state_cols() * 4) as u64, storage)?;
+            let dummy_out = ctx.pool.get(ctx, OP, 4, storage)?;
+            let mut sub = Submission::new(ctx);
+            let tile = QueryTile {
+                row_start: r0,
+                rows,
+                batches: 1,
+                queries: &qbuf,
+                state: &state,
+                out: &dummy_out,
+            };
+            record_attend(
+                ctx,
+                OP,
+                &mut sub,
+                &plan,
+                attn,
+                (n, d, 0, off),
+                &tile,
+                &key_tiles,
+            )?;
+            let mut pending: Vec<Block<'_>> = Vec::new();
+            let mut pending_bytes = 0u64;
+            // Key tiles no row of this query tile sees stay 0 (as allocated).
+            for kt in key_tiles
+                .iter()
+                .filter(|kt| !attn.causal || kt.start < r1 + off)
+            {
+                let block_rows = mplan.block_rows_for(kt.len, rows);
+                for (a0, a1) in tiles(rows, block_rows) {
+                    let brows = a1 - a0;
+                    let bytes = (brows * kt.len * 4) as u64;
+                    if !pending.is_empty() && pending_bytes + bytes > batch_bytes {
+                        let full = std::mem::replace(&mut sub, Submission::new(ctx));
+                        flush(ctx, &scope, full, &mut pending, &mut out, n)?;
+                        pending_bytes = 0;
+                    }
+                    let obuf =
+                        ctx.pool
+                            .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
+                    let params = ParamBlock::new(
+                        ctx,
+                        OP,
+                        &[MatParams {
+                            rows: brows as u32,
+                            cols: check_u32(OP, "key rows", kt.len)?,
+                            d: check_u32(OP, "dimension", d)?,
+                            row_off: a0 as u32,
+                            row_start: check_u32(OP, "query rows", r0)?,
+                            key_start: check_u32(OP, "key rows", kt.start)?,
+                            off: check_u32(OP, "key rows", off)?,
+                            causal: u32::from(attn.causal),
+                            scale: attn.scale,
+                            state_stride: plan.state_cols() as u32,
+                            _pad: [0; 2],
+                        }],
+                    )?;
+                    let bg = bind_group(
+                        ctx,
+                        ShaderId::SoftmaxMatrix,
+                        &[
+                            params.binding(),
+                            qbuf.binding(),
+                            kt.keys.binding(),
+                            state.binding(),
+                            obuf.binding(),
+                        ],
+                    );
+                    sub.fill_sentinel(ctx, OP, &obuf)?;
+                    {
+                        let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some(OP),
+                            timestamp_writes: None,
+                        });
+                        pass.set_pipeline(&pipeline);
+                        pass.set_bind_group(0, &bg, &[params.offset(0)]);
+                        pass.dispatch_workgroups(
+                            check_u32(OP, "workgroups", kt.len.div_ceil(MATRIX_WG))?,
+                            check_u32(OP, "workgroups", brows.div_ceil(MATRIX_WG))?,
+                            1,
+                        );
+                    }
+                    sub.keep(params);
+                    pending_bytes += bytes;
+                    pending.push(Block {
+                        out: obuf,
+                        row: p0 + a0,
+                        rows: brows,
+                        col: kt.start,
+                        cols: kt.len,
+                    });
+                }
+            }
+            // The row pass went with the first submission, which keeps its
+            // uniforms; its other buffers live until this query tile is
+            // read back.
+            flush(ctx, &scope, sub, &mut pending, &mut out, n)?;
+        }
+    }
+    scope.finish(ctx)?;
+    Ok(out)
+}
+
+/// Submits the pending blocks (and whatever else `sub` recorded) and
+/// reads them back into `out` (row stride `n`).
+fn flush(
+    ctx: &GpuContext,
+    scope: &crate::gpu::context::ErrorScope,
+    sub: Submission<'_>,
+    pending: &mut Vec<Block<'_>>,
+    out: &mut [f32],
+    n: usize,
+) -> Result<()> {
+    if pending.is_empty() {
+        return sub.submit_and_wait(ctx, scope);
+    }
+    let sources: Vec<_> = pending
+        .iter()
+        .map(|b| (b.out.buffer(), b.out.len()))
+        .collect();
+    let read = sub.submit_and_read(ctx, scope, &sources)?;
+    for (b, data) in pending.iter().zip(&read) {
+        for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
+            let o = (b.row + r) * n + b.col;
+            out[o..o + b.cols].copy_from_slice(src);
+        }
+    }
+    pending.clear();
+    Ok(())
+}

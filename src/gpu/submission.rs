@@ -1,0 +1,207 @@
+//! One submission of GPU work and the buffers it needs.
+//!
+//! A [`Submission`] wraps the timed [`Encoder`] and owns every pooled
+//! buffer recorded into it that nothing else holds: uniform blocks
+//! ([`ParamBlock`]), the parameters of sentinel fills, temporary inputs.
+//! The pool matters here, not wgpu: wgpu keeps a buffer alive until the
+//! submissions that use it complete, but a [`Pooled`] buffer dropped
+//! goes back to the pool at once, where another call may take it and
+//! `write_buffer` new contents into it. Such a write lands at the start of
+//! the next queue submission, so a buffer returned *before* its own
+//! submission would be read with someone else's data; returned *after* it,
+//! the write is ordered after the work on the queue and is harmless.
+//!
+//! The submit methods consume the submission. Those that wait
+//! ([`submit_and_wait`](Submission::submit_and_wait),
+//! [`submit_and_read`](Submission::submit_and_read)) release the kept
+//! buffers once the device has run the work;
+//! [`submit_then`](Submission::submit_then), which does not wait, hands
+//! them to the next submission, which releases them when it is done (work
+//! on the one queue completes in order). A submission dropped unsubmitted
+//! (an error on the way) discards its commands, so its buffers were never
+//! used.
+
+use std::ops::{Deref, DerefMut};
+
+use crate::error::Result;
+
+use super::buffers::Pooled;
+use super::context::{ErrorScope, GpuContext};
+use super::pipelines::PipelineKey;
+use super::plan::FILL_WG;
+use super::shaders::ShaderId;
+use super::timing::{self, Encoder};
+use super::{ParamBlock, bind_group, check_u32};
+
+/// Recorded GPU work and the buffers it holds until it is done. Derefs to
+/// the timed [`Encoder`] for recording passes and copies.
+pub(crate) struct Submission<'p> {
+    encoder: Encoder,
+    kept: Vec<Pooled<'p>>,
+}
+
+impl<'p> Submission<'p> {
+    /// An empty submission on `ctx`'s device.
+    pub(crate) fn new(ctx: &GpuContext) -> Self {
+        Submission {
+            encoder: Encoder::new(ctx),
+            kept: Vec::new(),
+        }
+    }
+
+    /// Keeps a uniform block or buffer recorded into this submission on
+    /// loan until the submission is done.
+    pub(crate) fn keep(&mut self, resource: impl Into<Pooled<'p>>) {
+        self.kept.push(resource.into());
+    }
+
+    /// Records a fill of `buf` with the engine's sentinel, if one is set
+    /// (its parameters are kept).
+    pub(crate) fn fill_sentinel(
+        &mut self,
+        ctx: &'p GpuContext,
+        op: &'static str,
+        buf: &Pooled<'_>,
+    ) -> Result<()> {
+        let Some(value) = ctx.sentinel else {
+            return Ok(());
+        };
+        let len = check_u32(op, "sentinel fill", (buf.len() / 4) as usize)?;
+        let params = ParamBlock::new(
+            ctx,
+            op,
+            &[FillParams {
+                len,
+                value,
+                _pad: [0; 2],
+            }],
+        )?;
+        let pipeline = ctx.pipelines.get(
+            ctx,
+            op,
+            &PipelineKey {
+                shader: ShaderId::Fill,
+                template: vec![],
+                profile: None,
+            },
+        )?;
+        let bg = bind_group(ctx, ShaderId::Fill, &[params.binding(), buf.binding()]);
+        let mut pass = self.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bg, &[params.offset(0)]);
+        pass.dispatch_workgroups(len.div_ceil(FILL_WG as u32).clamp(1, 4096), 1, 1);
+        drop(pass);
+        self.keep(params);
+        Ok(())
+    }
+
+    /// Submits the work without waiting; the returned (empty) submission
+    /// keeps this one's buffers until it is itself done.
+    pub(crate) fn submit_then(self, ctx: &GpuContext) -> Submission<'p> {
+        timing::submit(ctx, self.encoder);
+        Submission {
+            encoder: Encoder::new(ctx),
+            kept: self.kept,
+        }
+    }
+
+    /// Submits the work and waits until the device has run it, so that
+    /// the buffers and bind groups it used can be released or reused: what
+    /// keeps a long sequence of passes in bounded memory.
+    pub(crate) fn submit_and_wait(self, ctx: &GpuContext, scope: &ErrorScope) -> Result<()> {
+        let index = timing::submit(ctx, self.encoder);
+        ctx.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: None,
+            })
+            .map_err(|e| scope.error(format!("waiting for the device: {e}")))?;
+        drop(self.kept);
+        Ok(())
+    }
+
+    /// Submits the work after copying `sources` (buffer, bytes) one after
+    /// the other into one staging buffer, waits, and returns the bytes as
+    /// `f32`s (one vector per source). Errors of the op are checked by the
+    /// caller's [`ErrorScope`] before the data are used.
+    pub(crate) fn submit_and_read(
+        self,
+        ctx: &GpuContext,
+        scope: &ErrorScope,
+        sources: &[(&wgpu::Buffer, u64)],
+    ) -> Result<Vec<Vec<f32>>> {
+        let Submission { mut encoder, kept } = self;
+        let total: u64 = sources.iter().map(|s| s.1).sum();
+        let staging = ctx.pool.get(
+            ctx,
+            scope.op,
+            total,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let mut off = 0;
+        for &(src, len) in sources {
+            encoder.copy_buffer_to_buffer(src, 0, staging.buffer(), off, len);
+            off += len;
+        }
+        let index = timing::submit(ctx, encoder);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging
+            .buffer()
+            .slice(..total)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        ctx.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: None,
+            })
+            .map_err(|e| scope.error(format!("waiting for the device: {e}")))?;
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(scope.error(format!("mapping the results: {e}"))),
+            Err(_) => return Err(scope.error("the device dropped the readback")),
+        }
+        let out = {
+            let view = staging
+                .buffer()
+                .slice(..total)
+                .get_mapped_range()
+                .map_err(|e| scope.error(format!("reading the results: {e}")))?;
+            let all: &[f32] = bytemuck::cast_slice(&view);
+            let mut res = Vec::with_capacity(sources.len());
+            let mut o = 0usize;
+            for &(_, len) in sources {
+                let n = (len / 4) as usize;
+                res.push(all[o..o + n].to_vec());
+                o += n;
+            }
+            res
+        };
+        staging.buffer().unmap();
+        drop(kept);
+        Ok(out)
+    }
+}
+
+impl Deref for Submission<'_> {
+    type Target = Encoder;
+
+    fn deref(&self) -> &Encoder {
+        &self.encoder
+    }
+}
+
+impl DerefMut for Submission<'_> {
+    fn deref_mut(&mut self) -> &mut Encoder {
+        &mut self.encoder
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct FillParams {
+    len: u32,
+    value: f32,
+    _pad: [u32; 2],
+}
