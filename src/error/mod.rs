@@ -16,10 +16,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The bandwidth is not finite, not positive, or so extreme that `1/h²`
     /// is not a normal `f32`.
+    // The range is `kernel::{MIN_BANDWIDTH, MAX_BANDWIDTH}`, written out
+    // because this leaf module imports nothing (a kernel test checks it).
     #[error(
-        "bandwidth must be finite and within [{min:e}, {max:e}] (so that 1/h² is a normal f32), got {value}",
-        min = crate::kernel::MIN_BANDWIDTH,
-        max = crate::kernel::MAX_BANDWIDTH
+        "bandwidth must be finite and within [1e-18, 1e18] (so that 1/h² is a normal f32), got {value}"
     )]
     InvalidBandwidth {
         /// The rejected value.

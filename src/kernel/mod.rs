@@ -230,3 +230,15 @@ impl fmt::Display for Kernel {
         write!(f, "{}(h={})", self.profile, self.bandwidth)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bandwidth_error_states_the_accepted_range() {
+        let msg = Error::InvalidBandwidth { value: 0.0 }.to_string();
+        let range = format!("[{MIN_BANDWIDTH:e}, {MAX_BANDWIDTH:e}]");
+        assert!(msg.contains(&range), "{msg} should name {range}");
+    }
+}
