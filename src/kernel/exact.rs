@@ -8,6 +8,7 @@
 //! Such rows are recomputed here from `f64` distances, where `t` cannot
 //! overflow (docs/numerics.md, "Far rows").
 
+use super::form::{Form, with_form};
 use super::{Kernel, Profile};
 
 /// A cauchy row whose weights sum below this (every key at `t > 10²⁸`) is
@@ -29,13 +30,7 @@ pub(crate) fn needs_exact(profile: Profile, s: f64) -> bool {
 /// `ln k` from an `f64` scaled squared distance `t` (finite), for the
 /// profiles with full support.
 fn log_weight(profile: Profile, t: f64) -> f64 {
-    match profile {
-        Profile::Gaussian => -0.5 * t,
-        Profile::Laplacian => -t.sqrt(),
-        Profile::Cauchy => -t.ln_1p(),
-        // Not reached (`needs_exact` is false for them); the plain form.
-        p => p.eval_sq(t).ln(),
-    }
+    with_form!(profile, P => P::exact_log_weight(t))
 }
 
 /// The state `(m, s, u)` of one query over the keys `k0..k1`, all in
