@@ -12,7 +12,7 @@
 use std::arch::x86_64::*;
 
 use super::local_mean::{GroupJob, GroupState, KeysSoa};
-use super::simd::{KEY_BLOCK, LANES};
+use super::simd::{Avx2Fma, KEY_BLOCK, LANES};
 use crate::kernel::Profile;
 use crate::kernel::T_FAR;
 
@@ -158,34 +158,30 @@ fn load(s: &[f32], o: usize) -> __m256 {
 }
 
 /// Row states of one group of queries over a key range (see [`GroupJob`]).
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-pub(crate) unsafe fn group(job: &GroupJob<'_>) -> GroupState {
-    // SAFETY: the caller checked AVX2 + FMA.
+pub(crate) fn group(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
+    // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+    // detection found AVX2 and FMA.
     unsafe {
         match job.kernel.profile() {
-            Profile::Gaussian => by_q::<Gauss>(job),
-            Profile::Laplacian => by_q::<Lapl>(job),
-            Profile::Epanechnikov => by_q::<Epan>(job),
-            Profile::Uniform => by_q::<Unif>(job),
-            Profile::Triangular => by_q::<Tria>(job),
-            Profile::Biweight => by_q::<Biwe>(job),
-            Profile::Cauchy => by_q::<Cauc>(job),
+            Profile::Gaussian => by_q::<Gauss>(isa, job),
+            Profile::Laplacian => by_q::<Lapl>(isa, job),
+            Profile::Epanechnikov => by_q::<Epan>(isa, job),
+            Profile::Uniform => by_q::<Unif>(isa, job),
+            Profile::Triangular => by_q::<Tria>(isa, job),
+            Profile::Biweight => by_q::<Biwe>(isa, job),
+            Profile::Cauchy => by_q::<Cauc>(isa, job),
         }
     }
 }
 
-unsafe fn by_q<P: Prof>(job: &GroupJob<'_>) -> GroupState {
-    // SAFETY: forwarded from `group`.
-    unsafe {
-        match job.keys.q {
-            1 => group_impl::<P, 1>(job),
-            2 => group_impl::<P, 2>(job),
-            3 => group_impl::<P, 3>(job),
-            4 => group_impl::<P, 4>(job),
-            _ => group_impl::<P, 0>(job),
-        }
+#[target_feature(enable = "avx2,fma")]
+fn by_q<P: Prof>(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
+    match job.keys.q {
+        1 => group_impl::<P, 1>(isa, job),
+        2 => group_impl::<P, 2>(isa, job),
+        3 => group_impl::<P, 3>(isa, job),
+        4 => group_impl::<P, 4>(isa, job),
+        _ => group_impl::<P, 0>(isa, job),
     }
 }
 
@@ -195,7 +191,7 @@ struct Block([f32; KEY_BLOCK]);
 /// `Q` value columns accumulated in registers (`Q = 0`: any number, by
 /// dot products over the stored weights).
 #[target_feature(enable = "avx2,fma")]
-fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
+fn group_impl<P: Prof, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
     let GroupJob {
         kernel,
         queries,
@@ -229,15 +225,15 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
             let skip = self_row.map(|r0| r0 + r);
             // Pass one: (log-)weights and the block maximum.
             let bmv = match d {
-                1 => pass_one::<P, 1>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                2 => pass_one::<P, 2>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                3 => pass_one::<P, 3>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                4 => pass_one::<P, 4>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                5 => pass_one::<P, 5>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                6 => pass_one::<P, 6>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                7 => pass_one::<P, 7>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                8 => pass_one::<P, 8>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                _ => pass_one::<P, 0>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                1 => pass_one::<P, 1>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                2 => pass_one::<P, 2>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                3 => pass_one::<P, 3>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                4 => pass_one::<P, 4>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                5 => pass_one::<P, 5>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                6 => pass_one::<P, 6>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                7 => pass_one::<P, 7>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                8 => pass_one::<P, 8>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                _ => pass_one::<P, 0>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
             };
             let bm = hmax(bmv);
             if bm == f32::NEG_INFINITY || (!P::EXP && bm <= 0.0) {
@@ -323,6 +319,7 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 fn pass_one<P: Prof, const D: usize>(
+    _isa: Avx2Fma,
     xt: &[f32],
     n: usize,
     j0: usize,

@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 
 use super::far;
-use super::simd::{KEY_BLOCK, LANES, dot, exp_nonpos, fmadd, fmax};
+use super::simd::{Avx2Fma, Isa, KEY_BLOCK, LANES, Portable, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
 use crate::kernel::T_FAR;
 use crate::kernel::{Kernel, Profile};
@@ -227,25 +227,31 @@ pub(crate) fn local_mean(
 
 /// The state of one group, on the best compiled version.
 pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
+    group_on(Avx2Fma::detect(), job)
+}
+
+/// The state of one group: on the AVX2 kernel when `isa` holds the token,
+/// else on the portable one (`None` forces it).
+pub(crate) fn group_on(isa: Option<Avx2Fma>, job: &GroupJob<'_>) -> GroupState {
     #[cfg(target_arch = "x86_64")]
-    if super::simd::has_avx2_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        let mut st = unsafe { super::avx2::group(job) };
+    if let Some(isa) = isa {
+        let mut st = super::avx2::group(isa, job);
         far::finish_far_rows(job, &mut st);
         return st;
     }
+    let _ = isa;
     group_portable(job)
 }
 
 /// The portable version (any CPU); the AVX2 one is tested against it.
 pub(crate) fn group_portable(job: &GroupJob<'_>) -> GroupState {
-    let mut st = group_impl::<false>(job);
+    let mut st = group_impl::<Portable>(job);
     far::finish_far_rows(job, &mut st);
     st
 }
 
 #[inline(always)]
-fn group_impl<const FMA: bool>(job: &GroupJob<'_>) -> GroupState {
+fn group_impl<S: Isa>(job: &GroupJob<'_>) -> GroupState {
     let GroupJob {
         kernel,
         queries,
@@ -269,7 +275,7 @@ fn group_impl<const FMA: bool>(job: &GroupJob<'_>) -> GroupState {
         let w = &mut buf[..len];
         for r in 0..g {
             let query = &queries[r * d..(r + 1) * d];
-            let mut bm = log_weights::<FMA>(profile, keys.xt, n, j0, query, inv_h2, w, &mut cmax);
+            let mut bm = log_weights::<S>(profile, keys.xt, n, j0, query, inv_h2, w, &mut cmax);
             if let Some(sk) = self_row
                 .map(|r0| r0 + r)
                 .filter(|&sk| sk >= j0 && sk < j0 + len)
@@ -295,7 +301,7 @@ fn group_impl<const FMA: bool>(job: &GroupJob<'_>) -> GroupState {
                 st.s[r] *= factor;
                 ur.iter_mut().for_each(|x| *x *= factor);
             }
-            let sb = accumulate::<FMA>(
+            let sb = accumulate::<S>(
                 profile.is_exponential(),
                 st.m[r],
                 w,
@@ -312,7 +318,7 @@ fn group_impl<const FMA: bool>(job: &GroupJob<'_>) -> GroupState {
             } else {
                 // `accumulate` left the weights in `w`.
                 for (c, uc) in ur.iter_mut().enumerate() {
-                    *uc += f64::from(dot::<FMA>(w, &keys.yt[c * n + j0..c * n + j0 + len]));
+                    *uc += f64::from(dot::<S>(w, &keys.yt[c * n + j0..c * n + j0 + len]));
                 }
             }
         }
@@ -330,7 +336,7 @@ const MAX_FUSED_COLS: usize = 4;
 /// Returns the block's maximum.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn log_weights<const FMA: bool>(
+fn log_weights<S: Isa>(
     profile: Profile,
     xt: &[f32],
     n: usize,
@@ -343,25 +349,25 @@ fn log_weights<const FMA: bool>(
     let far = |t: f32, v: f32| if t < T_FAR { v } else { f32::NEG_INFINITY };
     match profile {
         Profile::Gaussian => {
-            fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -0.5 * t))
+            fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -0.5 * t))
         }
         Profile::Laplacian => {
-            fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -t.sqrt()))
+            fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -t.sqrt()))
         }
         Profile::Epanechnikov => {
-            fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| fmax(1.0 - t, 0.0))
+            fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| fmax(1.0 - t, 0.0))
         }
-        Profile::Uniform => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
+        Profile::Uniform => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
             if t < 1.0 { 1.0 } else { 0.0 }
         }),
-        Profile::Triangular => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
+        Profile::Triangular => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
             fmax(1.0 - t.sqrt(), 0.0)
         }),
-        Profile::Biweight => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
+        Profile::Biweight => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
             let a = fmax(1.0 - t, 0.0);
             a * a
         }),
-        Profile::Cauchy => fused_dists::<FMA, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
+        Profile::Cauchy => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
             if t < T_FAR { 1.0 / (1.0 + t) } else { 0.0 }
         }),
     }
@@ -369,7 +375,7 @@ fn log_weights<const FMA: bool>(
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn fused_dists<const FMA: bool, F: Fn(f32) -> f32>(
+fn fused_dists<S: Isa, F: Fn(f32) -> f32>(
     xt: &[f32],
     n: usize,
     j0: usize,
@@ -388,7 +394,7 @@ fn fused_dists<const FMA: bool, F: Fn(f32) -> f32>(
                 let x = &xt[k * n + j..k * n + j + LANES];
                 for l in 0..LANES {
                     let df = x[l] - qk;
-                    acc[l] = fmadd::<FMA>(df, df, acc[l]);
+                    acc[l] = fmadd::<S>(df, df, acc[l]);
                 }
             }
             let mut v = [0.0f32; LANES];
@@ -405,7 +411,7 @@ fn fused_dists<const FMA: bool, F: Fn(f32) -> f32>(
                 let mut a = 0.0f32;
                 for (k, &qk) in query.iter().enumerate() {
                     let df = xt[k * n + j + l] - qk;
-                    a = fmadd::<FMA>(df, df, a);
+                    a = fmadd::<S>(df, df, a);
                 }
                 *wl = f(a * inv_h2);
                 cm = fmax(cm, *wl);
@@ -435,7 +441,7 @@ fn max8(v: [f32; LANES]) -> f32 {
 /// caller's dot products. Lane groups whose weights are all zero are
 /// skipped.
 #[inline(always)]
-fn accumulate<const FMA: bool>(
+fn accumulate<S: Isa>(
     exponential: bool,
     m: f32,
     w: &mut [f32],
@@ -447,11 +453,11 @@ fn accumulate<const FMA: bool>(
     macro_rules! by_q {
         ($exp:literal) => {
             match keys.q {
-                1 => accumulate_q::<FMA, $exp, 1>(m, w, cmax, keys, j0, ub),
-                2 => accumulate_q::<FMA, $exp, 2>(m, w, cmax, keys, j0, ub),
-                3 => accumulate_q::<FMA, $exp, 3>(m, w, cmax, keys, j0, ub),
-                4 => accumulate_q::<FMA, $exp, 4>(m, w, cmax, keys, j0, ub),
-                _ => accumulate_q::<FMA, $exp, 0>(m, w, cmax, keys, j0, ub),
+                1 => accumulate_q::<S, $exp, 1>(m, w, cmax, keys, j0, ub),
+                2 => accumulate_q::<S, $exp, 2>(m, w, cmax, keys, j0, ub),
+                3 => accumulate_q::<S, $exp, 3>(m, w, cmax, keys, j0, ub),
+                4 => accumulate_q::<S, $exp, 4>(m, w, cmax, keys, j0, ub),
+                _ => accumulate_q::<S, $exp, 0>(m, w, cmax, keys, j0, ub),
             }
         };
     }
@@ -463,7 +469,7 @@ fn accumulate<const FMA: bool>(
 }
 
 #[inline(always)]
-fn accumulate_q<const FMA: bool, const EXP: bool, const Q: usize>(
+fn accumulate_q<S: Isa, const EXP: bool, const Q: usize>(
     m: f32,
     w: &mut [f32],
     cmax: &[f32],
@@ -494,7 +500,7 @@ fn accumulate_q<const FMA: bool, const EXP: bool, const Q: usize>(
             wl.copy_from_slice(chunk);
             if EXP {
                 for x in &mut wl {
-                    *x = exp_nonpos::<FMA>(*x - m);
+                    *x = exp_nonpos::<S>(*x - m);
                 }
             }
             for l in 0..LANES {
@@ -503,7 +509,7 @@ fn accumulate_q<const FMA: bool, const EXP: bool, const Q: usize>(
             for (col, y) in ys.iter().enumerate() {
                 let y = &y[o..o + LANES];
                 for l in 0..LANES {
-                    u_acc[col][l] = fmadd::<FMA>(wl[l], y[l], u_acc[col][l]);
+                    u_acc[col][l] = fmadd::<S>(wl[l], y[l], u_acc[col][l]);
                 }
             }
             if Q == 0 {
@@ -511,10 +517,10 @@ fn accumulate_q<const FMA: bool, const EXP: bool, const Q: usize>(
             }
         } else {
             for (l, x) in chunk.iter_mut().enumerate() {
-                let wv = if EXP { exp_nonpos::<FMA>(*x - m) } else { *x };
+                let wv = if EXP { exp_nonpos::<S>(*x - m) } else { *x };
                 s_tail += wv;
                 for (col, y) in ys.iter().enumerate() {
-                    u_tail[col] = fmadd::<FMA>(wv, y[o + l], u_tail[col]);
+                    u_tail[col] = fmadd::<S>(wv, y[o + l], u_tail[col]);
                 }
                 *x = wv;
             }
@@ -683,9 +689,9 @@ mod tests {
                 self_row: None,
             };
             let mut states = vec![group_portable(&job)];
-            if super::super::simd::has_avx2_fma() {
-                // SAFETY: AVX2 + FMA checked just above.
-                states.push(unsafe { super::super::avx2::group(&job) });
+            #[cfg(target_arch = "x86_64")]
+            if let Some(isa) = Avx2Fma::detect() {
+                states.push(super::super::avx2::group(isa, &job));
             }
             let w_in = f64::from(k.profile().eval_sq(0.25) as f32);
             for st in &states {
@@ -699,12 +705,13 @@ mod tests {
 
     /// The AVX2 kernel and the portable one compute the same states, for
     /// every profile, dimension path (1–8 and any) and value-column path.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_and_portable_versions_agree() {
-        if !super::super::simd::has_avx2_fma() {
+        let Some(isa) = Avx2Fma::detect() else {
             eprintln!("SKIPPED: no AVX2 on this CPU; only the portable version runs here");
             return;
-        }
+        };
         for &(n, d, q) in &[
             (300usize, 1usize, 1usize),
             (517, 3, 3),
@@ -747,8 +754,7 @@ mod tests {
                         self_row,
                     };
                     let a = group_portable(&job);
-                    // SAFETY: AVX2 + FMA checked above.
-                    let b = unsafe { super::super::avx2::group(&job) };
+                    let b = super::super::avx2::group(isa, &job);
                     for r in 0..QUERY_GROUP {
                         let what = format!("{p} n={n} d={d} q={q} keys {k0}..{k1} row {r}");
                         // m may differ in the last bit (fused vs separate multiply-add).

@@ -19,7 +19,7 @@
 
 use rayon::prelude::*;
 
-use super::simd::{LANES, exp_nonpos, fmadd, fmax, has_avx2_fma, max_of, sum_of};
+use super::simd::{Avx2Fma, Isa, LANES, Portable, exp_nonpos, fmadd, fmax, max_of, sum_of};
 use crate::error::Result;
 use crate::matrix::alloc_output;
 use crate::types::merge_states;
@@ -153,17 +153,17 @@ pub(crate) fn kernel_softmax(
     values: &Heads<'_>,
     attn: &Attention,
 ) -> Result<Vec<f32>> {
-    kernel_softmax_on(phi, psi, values, attn, has_avx2_fma())
+    kernel_softmax_on(phi, psi, values, attn, Avx2Fma::detect())
 }
 
-/// [`kernel_softmax`] on the AVX2 + FMA build (`avx2`, which the caller
-/// has checked) or the portable one.
+/// [`kernel_softmax`] on the AVX2 + FMA build when `isa` holds the token,
+/// else on the portable one (`None` forces it).
 pub(crate) fn kernel_softmax_on(
     phi: &Heads<'_>,
     psi: &Heads<'_>,
     values: &Heads<'_>,
     attn: &Attention,
-    avx2: bool,
+    isa: Option<Avx2Fma>,
 ) -> Result<Vec<f32>> {
     let (nb, m, n, d, q) = (phi.batch, phi.rows, psi.rows, phi.cols(), values.cols());
     let mut out = alloc_output("kernel_softmax", "output", nb * m, q)?;
@@ -206,7 +206,7 @@ pub(crate) fn kernel_softmax_on(
                     let state = (0..end.div_ceil(per))
                         .into_par_iter()
                         .map(|t| {
-                            block_state(&batch, i0, i1, t * per, ((t + 1) * per).min(end), avx2)
+                            block_state(isa, &batch, i0, i1, t * per, ((t + 1) * per).min(end))
                         })
                         .reduce_with(BlockState::merge)
                         .unwrap_or_else(|| BlockState::empty(i1 - i0, keys.qp));
@@ -218,32 +218,34 @@ pub(crate) fn kernel_softmax_on(
 }
 
 fn block_state(
+    isa: Option<Avx2Fma>,
     b: &Batch<'_>,
     i0: usize,
     i1: usize,
     k0: usize,
     k1: usize,
-    avx2: bool,
 ) -> BlockState {
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the caller checked AVX2 + FMA (`has_avx2_fma`).
-        return unsafe { block_state_avx2(b, i0, i1, k0, k1) };
+    if let Some(isa) = isa {
+        // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+        // detection found AVX2 and FMA.
+        return unsafe { block_state_avx2(isa, b, i0, i1, k0, k1) };
     }
-    let _ = avx2;
-    block_state_impl::<false>(b, i0, i1, k0, k1)
+    let _ = isa;
+    block_state_impl(Portable, b, i0, i1, k0, k1)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn block_state_avx2(
+fn block_state_avx2(
+    isa: Avx2Fma,
     b: &Batch<'_>,
     i0: usize,
     i1: usize,
     k0: usize,
     k1: usize,
 ) -> BlockState {
-    block_state_impl::<true>(b, i0, i1, k0, k1)
+    block_state_impl(isa, b, i0, i1, k0, k1)
 }
 
 /// The scaled queries of rows `i0..i1`.
@@ -257,7 +259,8 @@ fn scaled_queries(b: &Batch<'_>, i0: usize, i1: usize) -> Vec<f32> {
 /// Row states of queries `i0..i1` over keys `k0..k1` (`k0` a multiple of
 /// [`BK`]).
 #[inline(always)]
-fn block_state_impl<const FMA: bool>(
+fn block_state_impl<S: Isa>(
+    isa: S,
     b: &Batch<'_>,
     i0: usize,
     i1: usize,
@@ -276,7 +279,7 @@ fn block_state_impl<const FMA: bool>(
     let mut j0 = k0;
     while j0 < k1 {
         let len = BK.min(k1 - j0);
-        scores::<FMA>(&qs, rows, b.d, b.keys.key_tile(j0, b.d), len, &mut s);
+        scores(isa, &qs, rows, b.d, b.keys.key_tile(j0, b.d), len, &mut s);
         // Keys beyond some row's limit: only near the diagonal.
         let masked = b.causal && j0 + len - 1 > i0 + b.off;
         for r in 0..rows {
@@ -306,11 +309,11 @@ fn block_state_impl<const FMA: bool>(
                 st.m[r] = m_new;
             }
             for x in row.iter_mut() {
-                *x = exp_nonpos::<FMA>(*x - m_new);
+                *x = exp_nonpos::<S>(*x - m_new);
             }
             l32[r] += sum_of(row);
         }
-        weighted_values::<FMA>(&s, rows, len, &b.keys.v[j0 * qp..], qp, &mut o);
+        weighted_values(isa, &s, rows, len, &b.keys.v[j0 * qp..], qp, &mut o);
         pending += 1;
         if pending == FLUSH_TILES {
             flush(&mut st, &mut o, &mut l32);
@@ -334,16 +337,16 @@ fn flush(st: &mut BlockState, o: &mut [f32], l32: &mut [f32]) {
     }
 }
 
-/// Runs `$f::<FMA, R>` with `R` the rows left (1..=MR).
+/// Runs `$f::<S, R>` with `R` the rows left (1..=MR).
 macro_rules! by_rows {
-    ($rows:expr, $f:ident, $fma:ident, ($($arg:expr),*)) => {
+    ($rows:expr, $f:ident, $isa:ident, ($($arg:expr),*)) => {
         match $rows {
-            1 => $f::<$fma, 1>($($arg),*),
-            2 => $f::<$fma, 2>($($arg),*),
-            3 => $f::<$fma, 3>($($arg),*),
-            4 => $f::<$fma, 4>($($arg),*),
-            5 => $f::<$fma, 5>($($arg),*),
-            _ => $f::<$fma, MR>($($arg),*),
+            1 => $f::<$isa, 1>($($arg),*),
+            2 => $f::<$isa, 2>($($arg),*),
+            3 => $f::<$isa, 3>($($arg),*),
+            4 => $f::<$isa, 4>($($arg),*),
+            5 => $f::<$isa, 5>($($arg),*),
+            _ => $f::<$isa, MR>($($arg),*),
         }
     };
 }
@@ -353,7 +356,8 @@ macro_rules! by_rows {
 /// [`BK`]); columns up to the next multiple of [`NR`] are written (padding
 /// keys score 0).
 #[inline(always)]
-fn scores<const FMA: bool>(
+fn scores<S: Isa>(
+    isa: S,
     qs: &[f32],
     rows: usize,
     d: usize,
@@ -367,7 +371,7 @@ fn scores<const FMA: bool>(
         let rr = (rows - r).min(MR);
         for c in (0..cols).step_by(NR) {
             let (q, out) = (&qs[r * d..(r + rr) * d], &mut s[r * BK + c..]);
-            by_rows!(rr, score_tile, FMA, (q, d, kt, BK, c, out));
+            by_rows!(rr, score_tile, S, (isa, q, d, kt, BK, c, out));
         }
         r += rr;
     }
@@ -375,7 +379,8 @@ fn scores<const FMA: bool>(
 
 /// `R × NR` scores: `s[r·BK + l] = Σ_k qs[r·d + k]·kt[k·ld + j + l]`.
 #[inline(always)]
-fn score_tile<const FMA: bool, const R: usize>(
+fn score_tile<S: Isa, const R: usize>(
+    isa: S,
     qs: &[f32],
     d: usize,
     kt: &[f32],
@@ -384,9 +389,10 @@ fn score_tile<const FMA: bool, const R: usize>(
     s: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if FMA {
-        // SAFETY: the FMA build runs only where AVX2 + FMA were detected.
-        return unsafe { super::softmax_avx2::score_tile::<R>(qs, d, kt, ld, j, s) };
+    if let Some(isa) = isa.avx2_fma() {
+        // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+        // detection found AVX2 and FMA.
+        return unsafe { super::softmax_avx2::score_tile::<R>(isa, qs, d, kt, ld, j, s) };
     }
     assert!(d >= 1 && qs.len() >= R * d && j + NR <= ld && kt.len() >= d * ld);
     assert!(s.len() >= (R - 1) * BK + NR);
@@ -403,7 +409,7 @@ fn score_tile<const FMA: bool, const R: usize>(
             // SAFETY: r·d + k < R·d ≤ qs.len().
             let qv = unsafe { *qs.get_unchecked(r * d + k) };
             for l in 0..NR {
-                a[l] = fmadd::<FMA>(qv, kv[l], a[l]);
+                a[l] = fmadd::<S>(qv, kv[l], a[l]);
             }
         }
     }
@@ -415,7 +421,8 @@ fn score_tile<const FMA: bool, const R: usize>(
 /// `o += P·V`: `P` is `rows × len` (row stride [`BK`]), `V` the values of
 /// the tile's keys (row stride `qp`), `o` is `rows × qp`.
 #[inline(always)]
-fn weighted_values<const FMA: bool>(
+fn weighted_values<S: Isa>(
+    isa: S,
     p: &[f32],
     rows: usize,
     len: usize,
@@ -428,7 +435,7 @@ fn weighted_values<const FMA: bool>(
         while r < rows {
             let rr = (rows - r).min(MR);
             let (pr, or) = (&p[r * BK..], &mut o[r * qp..]);
-            by_rows!(rr, value_tile, FMA, (pr, len, v, qp, c, or));
+            by_rows!(rr, value_tile, S, (isa, pr, len, v, qp, c, or));
             r += rr;
         }
     }
@@ -437,7 +444,8 @@ fn weighted_values<const FMA: bool>(
 /// `o[r·qp + c + l] += Σ_j p[r·BK + j]·v[j·qp + c + l]` for `R` rows and
 /// `NR` columns.
 #[inline(always)]
-fn value_tile<const FMA: bool, const R: usize>(
+fn value_tile<S: Isa, const R: usize>(
+    isa: S,
     p: &[f32],
     len: usize,
     v: &[f32],
@@ -446,9 +454,10 @@ fn value_tile<const FMA: bool, const R: usize>(
     o: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if FMA {
-        // SAFETY: the FMA build runs only where AVX2 + FMA were detected.
-        return unsafe { super::softmax_avx2::value_tile::<R>(p, len, v, qp, c, o) };
+    if let Some(isa) = isa.avx2_fma() {
+        // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+        // detection found AVX2 and FMA.
+        return unsafe { super::softmax_avx2::value_tile::<R>(isa, p, len, v, qp, c, o) };
     }
     assert!(len <= BK && p.len() >= (R - 1) * BK + len && c + NR <= qp);
     assert!(v.len() >= len * qp && o.len() >= (R - 1) * qp + c + NR);
@@ -466,7 +475,7 @@ fn value_tile<const FMA: bool, const R: usize>(
             // SAFETY: r·BK + j < (R−1)·BK + len ≤ p.len().
             let pr = unsafe { *p.get_unchecked(r * BK + j) };
             for l in 0..NR {
-                a[l] = fmadd::<FMA>(pr, vv[l], a[l]);
+                a[l] = fmadd::<S>(pr, vv[l], a[l]);
             }
         }
     }
@@ -481,15 +490,16 @@ pub(crate) fn softmax_matrix(
     psi: &Heads<'_>,
     attn: &Attention,
 ) -> Result<Vec<f32>> {
-    softmax_matrix_on(phi, psi, attn, has_avx2_fma())
+    softmax_matrix_on(phi, psi, attn, Avx2Fma::detect())
 }
 
-/// [`softmax_matrix`] on the AVX2 + FMA build (`avx2`) or the portable one.
+/// [`softmax_matrix`] on the AVX2 + FMA build when `isa` holds the token,
+/// else on the portable one (`None` forces it).
 pub(crate) fn softmax_matrix_on(
     phi: &Heads<'_>,
     psi: &Heads<'_>,
     attn: &Attention,
-    avx2: bool,
+    isa: Option<Avx2Fma>,
 ) -> Result<Vec<f32>> {
     let (nb, m, n, d) = (phi.batch, phi.rows, psi.rows, phi.cols());
     let mut out = alloc_output("softmax_matrix", "output", nb * m, n)?;
@@ -507,11 +517,12 @@ pub(crate) fn softmax_matrix_on(
         ob.par_chunks_mut(BQ * n).enumerate().for_each(|(blk, o)| {
             let i0 = blk * BQ;
             #[cfg(target_arch = "x86_64")]
-            if avx2 {
-                // SAFETY: the caller checked AVX2 + FMA.
-                return unsafe { matrix_rows_avx2(&batch, i0, o) };
+            if let Some(isa) = isa {
+                // SAFETY: `isa` is an `Avx2Fma` token, made only where
+                // run-time detection found AVX2 and FMA.
+                return unsafe { matrix_rows_avx2(isa, &batch, i0, o) };
             }
-            matrix_rows::<false>(&batch, i0, o);
+            matrix_rows(Portable, &batch, i0, o);
         });
     });
     Ok(out)
@@ -519,14 +530,14 @@ pub(crate) fn softmax_matrix_on(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn matrix_rows_avx2(b: &Batch<'_>, i0: usize, out: &mut [f32]) {
-    matrix_rows::<true>(b, i0, out);
+fn matrix_rows_avx2(isa: Avx2Fma, b: &Batch<'_>, i0: usize, out: &mut [f32]) {
+    matrix_rows(isa, b, i0, out);
 }
 
 /// Rows `i0..` of one batch's weight matrix into `out` (row stride `N`):
 /// logits tile by tile, then per row `e^{s−m} / Σ e^{s−m}`.
 #[inline(always)]
-fn matrix_rows<const FMA: bool>(b: &Batch<'_>, i0: usize, out: &mut [f32]) {
+fn matrix_rows<S: Isa>(isa: S, b: &Batch<'_>, i0: usize, out: &mut [f32]) {
     let n = b.n;
     let rows = out.len() / n;
     let qs = scaled_queries(b, i0, i0 + rows);
@@ -534,7 +545,7 @@ fn matrix_rows<const FMA: bool>(b: &Batch<'_>, i0: usize, out: &mut [f32]) {
     let end = b.key_end(i0 + rows);
     for j0 in (0..end).step_by(BK) {
         let len = BK.min(end - j0);
-        scores::<FMA>(&qs, rows, b.d, b.keys.key_tile(j0, b.d), len, &mut s);
+        scores(isa, &qs, rows, b.d, b.keys.key_tile(j0, b.d), len, &mut s);
         for r in 0..rows {
             out[r * n + j0..r * n + j0 + len].copy_from_slice(&s[r * BK..r * BK + len]);
         }
@@ -546,7 +557,7 @@ fn matrix_rows<const FMA: bool>(b: &Batch<'_>, i0: usize, out: &mut [f32]) {
         masked.fill(0.0);
         let mx = max_of(live);
         for x in live.iter_mut() {
-            *x = exp_nonpos::<FMA>(*x - mx);
+            *x = exp_nonpos::<S>(*x - mx);
         }
         let sum: f64 = live.chunks(BK).map(|c| f64::from(sum_of(c))).sum();
         let inv = (1.0 / sum) as f32;
@@ -632,16 +643,17 @@ pub(crate) fn feature_local_mean(
     values: &Heads<'_>,
     causal: bool,
 ) -> Result<(Vec<f32>, usize)> {
-    feature_local_mean_on(phi, psi, values, causal, has_avx2_fma())
+    feature_local_mean_on(phi, psi, values, causal, Avx2Fma::detect())
 }
 
-/// [`feature_local_mean`] on the AVX2 + FMA build (`avx2`) or the portable one.
+/// [`feature_local_mean`] on the AVX2 + FMA build when `isa` holds the
+/// token, else on the portable one (`None` forces it).
 pub(crate) fn feature_local_mean_on(
     phi: &Heads<'_>,
     psi: &Heads<'_>,
     values: &Heads<'_>,
     causal: bool,
-    avx2: bool,
+    isa: Option<Avx2Fma>,
 ) -> Result<(Vec<f32>, usize)> {
     let (nb, m, q) = (phi.batch, phi.rows, values.cols());
     let mut out = alloc_output("feature_local_mean", "output", nb * m, q)?;
@@ -658,7 +670,7 @@ pub(crate) fn feature_local_mean_on(
                 d: phi.cols(),
                 q,
                 causal,
-                avx2,
+                isa,
             };
             args.run(ob)
         })
@@ -677,7 +689,8 @@ struct FeatureBatch<'a> {
     d: usize,
     q: usize,
     causal: bool,
-    avx2: bool,
+    /// The AVX2 + FMA token, when that build is to run.
+    isa: Option<Avx2Fma>,
 }
 
 impl FeatureBatch<'_> {
@@ -692,17 +705,19 @@ impl FeatureBatch<'_> {
         emit: Option<(usize, &mut [f32])>,
     ) -> usize {
         #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
-            // SAFETY: `avx2` is set only when AVX2 + FMA are present.
-            return unsafe { self.scan_avx2(st, k0, k1, emit) };
+        if let Some(isa) = self.isa {
+            // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+            // detection found AVX2 and FMA.
+            return unsafe { self.scan_avx2(isa, st, k0, k1, emit) };
         }
         self.scan_impl(st, k0, k1, emit)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn scan_avx2(
+    fn scan_avx2(
         &self,
+        _isa: Avx2Fma,
         st: &mut FeatureSums,
         k0: usize,
         k1: usize,
@@ -742,16 +757,17 @@ impl FeatureBatch<'_> {
 
     fn apply_rows(&self, st: &FeatureSums, out: &mut [f32]) -> usize {
         #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
-            // SAFETY: `avx2` is set only when AVX2 + FMA are present.
-            return unsafe { self.apply_rows_avx2(st, out) };
+        if let Some(isa) = self.isa {
+            // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+            // detection found AVX2 and FMA.
+            return unsafe { self.apply_rows_avx2(isa, st, out) };
         }
         self.apply_rows_impl(st, out)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn apply_rows_avx2(&self, st: &FeatureSums, out: &mut [f32]) -> usize {
+    fn apply_rows_avx2(&self, _isa: Avx2Fma, st: &FeatureSums, out: &mut [f32]) -> usize {
         self.apply_rows_impl(st, out)
     }
 
@@ -919,13 +935,14 @@ mod tests {
                 heads(&vv, nb, n, q),
             );
             let attn = Attention { scale: 2.5, causal };
-            let mut builds = vec![false];
-            if has_avx2_fma() {
-                builds.push(true);
+            let mut builds = vec![None];
+            if let Some(isa) = Avx2Fma::detect() {
+                builds.push(Some(isa));
             }
-            for avx2 in builds {
-                let got = kernel_softmax_on(&p, &k, &v, &attn, avx2).unwrap();
-                let mat = softmax_matrix_on(&p, &k, &attn, avx2).unwrap();
+            for isa in builds {
+                let avx2 = isa.is_some();
+                let got = kernel_softmax_on(&p, &k, &v, &attn, isa).unwrap();
+                let mat = softmax_matrix_on(&p, &k, &attn, isa).unwrap();
                 for b in 0..nb {
                     let want = reference(
                         p.batch_slice(b),
@@ -989,12 +1006,13 @@ mod tests {
                 heads(&kv, nb, n, d),
                 heads(&vv, nb, n, q),
             );
-            let mut builds = vec![false];
-            if has_avx2_fma() {
-                builds.push(true);
+            let mut builds = vec![None];
+            if let Some(isa) = Avx2Fma::detect() {
+                builds.push(Some(isa));
             }
-            for avx2 in builds {
-                let (got, empty) = feature_local_mean_on(&p, &k, &v, causal, avx2).unwrap();
+            for isa in builds {
+                let avx2 = isa.is_some();
+                let (got, empty) = feature_local_mean_on(&p, &k, &v, causal, isa).unwrap();
                 assert_eq!(empty, nb.min(1), "avx2={avx2}");
                 let off = n - m.min(n);
                 for b in 0..nb {

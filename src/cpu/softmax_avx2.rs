@@ -7,15 +7,15 @@
 
 use std::arch::x86_64::*;
 
+use super::simd::Avx2Fma;
 use super::softmax::{BK, NR};
 
 /// `R × NR` scores `s[r·BK + l] = Σ_k qs[r·d + k]·kt[k·ld + j + l]`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
+/// The token proves the CPU has AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn score_tile<const R: usize>(
+pub(super) fn score_tile<const R: usize>(
+    _isa: Avx2Fma,
     qs: &[f32],
     d: usize,
     kt: &[f32],
@@ -51,12 +51,11 @@ pub(super) unsafe fn score_tile<const R: usize>(
 
 /// `o[r·qp + c + l] += Σ_{j<len} p[r·BK + j]·v[j·qp + c + l]` for `R` rows
 /// and `NR` columns.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
+/// The token proves the CPU has AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn value_tile<const R: usize>(
+pub(super) fn value_tile<const R: usize>(
+    _isa: Avx2Fma,
     p: &[f32],
     len: usize,
     v: &[f32],

@@ -1,6 +1,6 @@
 //! Profile weights for one block of keys, in the log domain where needed.
 
-use super::simd::{exp_nonpos, fmax, max_of};
+use super::simd::{Isa, exp_nonpos, fmax, max_of};
 use crate::kernel::Profile;
 use crate::kernel::T_FAR;
 
@@ -16,11 +16,7 @@ use crate::kernel::T_FAR;
 /// For the other profiles `m` stays 0, weights are plain `k(r)`, and the
 /// factor is always `Some(1.0)`.
 #[inline(always)]
-pub(crate) fn block_weights<const FMA: bool>(
-    profile: Profile,
-    buf: &mut [f32],
-    m: &mut f32,
-) -> Option<f64> {
+pub(crate) fn block_weights<S: Isa>(profile: Profile, buf: &mut [f32], m: &mut f32) -> Option<f64> {
     match profile {
         Profile::Gaussian | Profile::Laplacian => {
             if profile == Profile::Gaussian {
@@ -54,7 +50,7 @@ pub(crate) fn block_weights<const FMA: bool>(
             };
             let mm = *m;
             for x in buf.iter_mut() {
-                *x = exp_nonpos::<FMA>(*x - mm);
+                *x = exp_nonpos::<S>(*x - mm);
             }
             Some(factor)
         }
