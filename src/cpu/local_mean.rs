@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use super::far;
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, LANES, Portable, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
-use crate::kernel::T_FAR;
+use crate::kernel::form::{Form, with_form};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, padded_stride};
 use crate::types::RowStates;
@@ -346,31 +346,7 @@ fn log_weights<S: Isa>(
     w: &mut [f32],
     cmax: &mut [f32],
 ) -> f32 {
-    let far = |t: f32, v: f32| if t < T_FAR { v } else { f32::NEG_INFINITY };
-    match profile {
-        Profile::Gaussian => {
-            fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -0.5 * t))
-        }
-        Profile::Laplacian => {
-            fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| far(t, -t.sqrt()))
-        }
-        Profile::Epanechnikov => {
-            fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| fmax(1.0 - t, 0.0))
-        }
-        Profile::Uniform => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
-            if t < 1.0 { 1.0 } else { 0.0 }
-        }),
-        Profile::Triangular => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
-            fmax(1.0 - t.sqrt(), 0.0)
-        }),
-        Profile::Biweight => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
-            let a = fmax(1.0 - t, 0.0);
-            a * a
-        }),
-        Profile::Cauchy => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, |t| {
-            if t < T_FAR { 1.0 / (1.0 + t) } else { 0.0 }
-        }),
-    }
+    with_form!(profile, P => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, P::lane::<f32>))
 }
 
 #[inline(always)]

@@ -303,7 +303,7 @@ mod tests {
                 let want = with_form!(p, P => P::lane(f64::from(t)));
                 let got = f64::from(with_form!(p, P => P::lane(t)));
                 assert!(
-                    (got - want).abs() <= 1e-6 * want.abs(),
+                    (got - want).abs() <= 1e-6 * want.abs() + 1e-7,
                     "{p} t={t}: {got} vs {want}"
                 );
             }
