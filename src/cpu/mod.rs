@@ -10,8 +10,6 @@ mod mean_shift;
 mod resident;
 pub(crate) mod simd;
 mod softmax;
-#[cfg(target_arch = "x86_64")]
-mod softmax_avx2;
 mod weights;
 
 use std::sync::Arc;

@@ -1,14 +1,16 @@
 //! Explicit AVX2 + FMA micro-kernels of the CPU kernel softmax (the hot
-//! loops of `softmax.rs`, which holds the portable versions they are tested
-//! against). Both keep a `R × 16` register tile (`2·R` accumulators) and
+//! loops of `mod.rs` and `attention.rs`, which hold the portable versions
+//! they are tested against). Both keep a `R × 16` register tile (`2·R` accumulators) and
 //! stream one operand through it with broadcasts of the other.
+//!
+//! Imports: `super` (tile sizes), `super::super::simd` (the token).
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
-use super::simd::Avx2Fma;
-use super::softmax::{BK, NR};
+use super::super::simd::Avx2Fma;
+use super::{BK, NR};
 
 /// `R × NR` scores `s[r·BK + l] = Σ_k qs[r·d + k]·kt[k·ld + j + l]`.
 /// The token proves the CPU has AVX2 and FMA.
