@@ -11,7 +11,8 @@
 
 use std::arch::x86_64::*;
 
-use super::local_mean::{GroupJob, GroupState, KeysSoa};
+use super::keys::KeysSoa;
+use super::local_mean::{GroupJob, GroupState};
 use super::simd::{Avx2Fma, KEY_BLOCK, LANES};
 use crate::kernel::T_FAR;
 use crate::kernel::form::{Form, Lane, with_form};

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::local_mean::KeysSoa;
+use super::keys::KeysSoa;
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists, sum_of};
 use super::weights::{block_weights, initial_max};
 use crate::backend::MatrixMode;

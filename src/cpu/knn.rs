@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::local_mean::KeysSoa;
+use super::keys::KeysSoa;
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists};
 use crate::types::Neighbours;
 

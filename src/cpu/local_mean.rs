@@ -10,63 +10,16 @@
 use rayon::prelude::*;
 
 use super::far;
+use super::keys::KeysSoa;
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, LANES, Portable, dot, exp_nonpos, fmadd, fmax};
 use super::weights::initial_max;
 use crate::kernel::form::{Form, with_form};
 use crate::kernel::{Kernel, Profile};
-use crate::matrix::{Matrix, padded_stride};
 use crate::types::RowStates;
 use crate::types::merge_states;
 
 /// Queries that share one pass over the keys.
 pub(crate) const QUERY_GROUP: usize = 8;
-
-/// Keys and values stored column-major for unit-stride lane loads.
-pub(crate) struct KeysSoa<'a> {
-    /// `d` columns: coordinate `k` of key `j` at `xt[k·ld + j]`.
-    pub xt: &'a [f32],
-    /// `q` columns: value `c` of key `j` at `yt[c·ld + j]`.
-    pub yt: &'a [f32],
-    /// Number of keys.
-    pub n: usize,
-    /// Stride between the columns of `xt` and `yt` (≥ `n`; padded so
-    /// columns do not alias in the L1 cache).
-    pub ld: usize,
-    /// Number of value columns.
-    pub q: usize,
-}
-
-/// Keys (and values) transposed for the kernels, owned: what a one-call op
-/// builds from its inputs (a key set keeps its own).
-pub(crate) struct OwnedSoa {
-    xt: Vec<f32>,
-    yt: Vec<f32>,
-    n: usize,
-    q: usize,
-}
-
-impl OwnedSoa {
-    /// Transposes `keys` and `values` (none: no value columns).
-    pub(crate) fn new(keys: &Matrix<'_>, values: Option<&Matrix<'_>>) -> Self {
-        OwnedSoa {
-            xt: keys.transposed(),
-            yt: values.map(Matrix::transposed).unwrap_or_default(),
-            n: keys.rows(),
-            q: values.map_or(0, Matrix::cols),
-        }
-    }
-
-    /// The borrowed layout the kernels take.
-    pub(crate) fn view(&self) -> KeysSoa<'_> {
-        KeysSoa {
-            xt: &self.xt,
-            yt: &self.yt,
-            n: self.n,
-            ld: padded_stride(self.n),
-            q: self.q,
-        }
-    }
-}
 
 /// Row states `(m, s, u)` of a group of queries over some of the keys
 /// (docs/numerics.md): `m` the largest log-weight (0 for non-exponential
@@ -511,6 +464,7 @@ fn accumulate_q<S: Isa, const EXP: bool, const Q: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::matrix::padded_stride;
 
     fn data(n: usize, cols: usize, seed: u32) -> Vec<f32> {
         (0..n * cols)

@@ -8,7 +8,8 @@
 
 use rayon::prelude::*;
 
-use super::local_mean::{GroupJob, GroupState, KeysSoa, QUERY_GROUP, group, local_mean};
+use super::keys::KeysSoa;
+use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group, local_mean};
 use crate::grid::Grid;
 use crate::kernel::Kernel;
 use crate::matrix::padded_stride;
