@@ -1,4 +1,9 @@
-//! Kernel matrices `K`, `D⁻¹K`, `D − K` and `I − D⁻¹K` on the CPU.
+//! Kernel matrices `K`, `D⁻¹K`, `D − K` and `I − D⁻¹K` on the CPU, a row
+//! per task: scaled squared distances, block weights (`weights.rs`), and
+//! the `f64` far-row finish for normalized rows.
+//!
+//! Imports: `super::{keys, simd, weights}`, `crate::backend` (the mode),
+//! `crate::kernel`.
 
 use rayon::prelude::*;
 

@@ -1,5 +1,7 @@
 //! Brute-force k nearest neighbours on the CPU: blocked squared distances
 //! and a per-query sorted top-k list with a rejection threshold.
+//!
+//! Imports: `super::{keys, simd}`, `crate::types`.
 
 use rayon::prelude::*;
 

@@ -1,10 +1,13 @@
 //! MeanShift iterations on the CPU.
 //!
-//! Local means come from the fused kernel of `local_mean.rs` (AVX2 where
+//! Local means come from the fused kernel of `local_mean/` (AVX2 where
 //! available). For compact profiles the keys are sorted by grid cell
 //! (`grid.rs`) and each group of seeds visits only the key ranges of the
 //! cells within one bandwidth, so a step costs the seed's neighbourhood,
 //! not all N keys. Seeds that have converged leave the active list.
+//!
+//! Imports: `super::{keys, local_mean}`, `crate::grid`, `crate::kernel`,
+//! `crate::matrix`, `crate::types`.
 
 use rayon::prelude::*;
 

@@ -1,7 +1,16 @@
 //! The rayon CPU backend: every op, same numerics as the shaders.
+//!
+//! This file is the one-shot [`Backend`] impl (each call transposes its
+//! keys into [`KeyColumns`] and runs the code a key set runs, `on_keys.rs`);
+//! `resident.rs` is the [`Resident`] impl of key sets. The kernels:
+//! `local_mean/` (fused local mean and row states; portable and AVX2),
+//! `kernel_matrix.rs`, `knn.rs`, `mean_shift.rs`, `softmax/` (attention,
+//! its matrix, the feature local mean), over the building blocks of
+//! `simd.rs` (lane loops, the [`simd::Avx2Fma`] token) and `weights.rs`.
+//!
+//! Imports: `crate::{backend, error, grid, kernel, matrix, memory, types}`;
+//! never `gpu/`, `engine`, `ops/`, `cluster/` or `keyset/`.
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
 mod far;
 pub(crate) mod kernel_matrix;
 mod keys;

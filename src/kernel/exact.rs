@@ -6,7 +6,10 @@
 //! key is that far (a tiny bandwidth, coordinates near 10¹⁹) would come
 //! back empty although gaussian, laplacian and cauchy weights are never 0.
 //! Such rows are recomputed here from `f64` distances, where `t` cannot
-//! overflow (docs/numerics.md, "Far rows").
+//! overflow (docs/numerics.md, "Far rows"), with the profiles' log weights
+//! from `form.rs`.
+//!
+//! Imports: `super` (kernel, profiles, formulas) only.
 
 use super::form::{Form, with_form};
 use super::{Kernel, Profile};

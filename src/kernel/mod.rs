@@ -1,5 +1,5 @@
 //! Localization kernels: `K(x, x') = k(‖x − x'‖ / h)`: the [`Profile`]
-//! names, the validated [`Kernel`], [`T_FAR`], the profiles' formulas
+//! names, the validated [`Kernel`], `T_FAR`, the profiles' formulas
 //! (`form.rs`, one definition for every evaluation) and the `f64` far-row
 //! math (`exact.rs`).
 //!

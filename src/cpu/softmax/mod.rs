@@ -17,7 +17,7 @@
 //! merged into the row state `(m, l, acc)` kept in `f64`.
 //!
 //! Everything is compiled twice (baseline x86-64 and AVX2 + FMA, chosen at
-//! run time by the [`Avx2Fma`] token), as in `simd.rs`; the AVX2 build
+//! run time by the [`Avx2Fma`](super::simd::Avx2Fma) token), as in `simd.rs`; the AVX2 build
 //! takes its two micro-kernels from `avx2.rs`, the portable one from the
 //! lane-group loops here and in `attention.rs`.
 //!

@@ -1,19 +1,23 @@
 //! Explicit AVX2 + FMA kernel of the fused local mean (the CPU hot path).
 //!
-//! Same algorithm and numerics as the portable version in `local_mean.rs`
+//! Same algorithm and numerics as the portable version in `portable.rs`
 //! (which runs where AVX2 is missing and is tested against this one):
 //! per key block, pass one turns distances into log-weights (or weights)
 //! and finds the block maximum; pass two forms `e^{w−m}`, skipping lane
 //! groups whose weights are all zero, and accumulates the weight sum and
-//! up to four value columns in registers.
+//! up to four value columns in registers. The profiles come from
+//! `kernel/form.rs`, evaluated on [`V8`] lanes.
+//!
+//! Imports: `super` (group job and state), `super::super::{keys, simd}`,
+//! `crate::kernel`.
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
-use super::keys::KeysSoa;
-use super::local_mean::{GroupJob, GroupState};
-use super::simd::{Avx2Fma, KEY_BLOCK, LANES};
+use super::super::keys::KeysSoa;
+use super::super::simd::{Avx2Fma, KEY_BLOCK, LANES};
+use super::{GroupJob, GroupState};
 use crate::kernel::T_FAR;
 use crate::kernel::form::{Form, Lane, with_form};
 
