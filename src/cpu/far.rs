@@ -1,6 +1,9 @@
 //! The CPU's far rows: a row whose every key lies too far for the `f32`
 //! kernels is recomputed in `f64` (docs/numerics.md, "Far rows"), in place
 //! in the group state the kernels returned. The GPU twin is `gpu/far.rs`.
+//!
+//! Imports: `super::{local_mean, weights}`, `crate::kernel` (its `f64`
+//! far-row math).
 
 use super::local_mean::{GroupJob, GroupState};
 use super::weights::initial_max;

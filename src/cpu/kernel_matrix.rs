@@ -1,9 +1,14 @@
-//! Kernel matrices `K`, `D⁻¹K`, `D − K` and `I − D⁻¹K` on the CPU.
+//! Kernel matrices `K`, `D⁻¹K`, `D − K` and `I − D⁻¹K` on the CPU, a row
+//! per task: scaled squared distances, block weights (`weights.rs`), and
+//! the `f64` far-row finish for normalized rows.
+//!
+//! Imports: `super::{keys, simd, weights}`, `crate::backend` (the mode),
+//! `crate::kernel`.
 
 use rayon::prelude::*;
 
-use super::local_mean::KeysSoa;
-use super::simd::{KEY_BLOCK, has_avx2_fma, scaled_sq_dists, sum_of};
+use super::keys::KeysSoa;
+use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists, sum_of};
 use super::weights::{block_weights, initial_max};
 use crate::backend::MatrixMode;
 use crate::kernel::Kernel;
@@ -23,16 +28,18 @@ pub(crate) fn kernel_matrix(
     out: &mut [f32],
 ) -> usize {
     let n = keys.n;
+    let isa = Avx2Fma::detect();
     out.par_chunks_mut(n)
         .zip(queries.par_chunks(d))
         .enumerate()
-        .map(|(i, (row, query))| usize::from(!fill_row(kernel, query, keys, mode, i, row)))
+        .map(|(i, (row, query))| usize::from(!fill_row(isa, kernel, query, keys, mode, i, row)))
         .sum()
 }
 
-/// One row, dispatched to the best compiled version. Returns whether the
-/// row has kernel mass.
+/// One row, on the AVX2 + FMA build when `isa` holds the token. Returns
+/// whether the row has kernel mass.
 fn fill_row(
+    isa: Option<Avx2Fma>,
     kernel: &Kernel,
     query: &[f32],
     keys: &KeysSoa<'_>,
@@ -41,16 +48,19 @@ fn fill_row(
     row: &mut [f32],
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        return unsafe { fill_row_avx2(kernel, query, keys, mode, i, row) };
+    if let Some(isa) = isa {
+        // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+        // detection found AVX2 and FMA.
+        return unsafe { fill_row_avx2(isa, kernel, query, keys, mode, i, row) };
     }
-    fill_row_impl::<false>(kernel, query, keys, mode, i, row)
+    let _ = isa;
+    fill_row_impl::<Portable>(kernel, query, keys, mode, i, row)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn fill_row_avx2(
+fn fill_row_avx2(
+    _isa: Avx2Fma,
     kernel: &Kernel,
     query: &[f32],
     keys: &KeysSoa<'_>,
@@ -58,11 +68,11 @@ unsafe fn fill_row_avx2(
     i: usize,
     row: &mut [f32],
 ) -> bool {
-    fill_row_impl::<true>(kernel, query, keys, mode, i, row)
+    fill_row_impl::<Avx2Fma>(kernel, query, keys, mode, i, row)
 }
 
 #[inline(always)]
-fn fill_row_impl<const FMA: bool>(
+fn fill_row_impl<S: Isa>(
     kernel: &Kernel,
     query: &[f32],
     keys: &KeysSoa<'_>,
@@ -73,7 +83,7 @@ fn fill_row_impl<const FMA: bool>(
     let profile = kernel.profile();
     let n = keys.ld;
     for (b, chunk) in row.chunks_mut(KEY_BLOCK).enumerate() {
-        scaled_sq_dists::<FMA>(keys.xt, n, b * KEY_BLOCK, query, kernel.inv_h2(), chunk);
+        scaled_sq_dists::<S>(keys.xt, n, b * KEY_BLOCK, query, kernel.inv_h2(), chunk);
     }
     if mode == MatrixMode::SqDistance {
         return true;
@@ -90,7 +100,7 @@ fn fill_row_impl<const FMA: bool>(
     } else {
         0.0
     };
-    let massless = block_weights::<FMA>(profile, row, &mut m).is_none();
+    let massless = block_weights::<S>(profile, row, &mut m).is_none();
     let sum: f64 = if massless {
         0.0
     } else {

@@ -1,10 +1,12 @@
 //! Brute-force k nearest neighbours on the CPU: blocked squared distances
 //! and a per-query sorted top-k list with a rejection threshold.
+//!
+//! Imports: `super::{keys, simd}`, `crate::types`.
 
 use rayon::prelude::*;
 
-use super::local_mean::KeysSoa;
-use super::simd::{KEY_BLOCK, has_avx2_fma, scaled_sq_dists};
+use super::keys::KeysSoa;
+use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists};
 use crate::types::Neighbours;
 
 /// The `k` nearest keys of one query: squared distances ascending, ties in
@@ -75,48 +77,61 @@ pub(crate) fn knn(queries: &[f32], d: usize, keys: &KeysSoa<'_>, k: usize) -> Ve
         want.div_ceil(m).min(n / (4 * KEY_BLOCK)).max(1)
     };
     let per = n.div_ceil(splits).next_multiple_of(KEY_BLOCK);
+    let isa = Avx2Fma::detect();
     queries
         .par_chunks(d)
         .map(|query| {
             (0..n.div_ceil(per))
                 .into_par_iter()
-                .map(|t| range(query, keys, k, t * per, ((t + 1) * per).min(n)))
+                .map(|t| range(isa, query, keys, k, t * per, ((t + 1) * per).min(n)))
                 .reduce_with(|a, b| a.merge(&b))
                 .unwrap_or_else(|| TopK::new(k))
         })
         .collect()
 }
 
-fn range(query: &[f32], keys: &KeysSoa<'_>, k: usize, k0: usize, k1: usize) -> TopK {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        return unsafe { range_avx2(query, keys, k, k0, k1) };
-    }
-    range_impl::<false>(query, keys, k, k0, k1)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn range_avx2(query: &[f32], keys: &KeysSoa<'_>, k: usize, k0: usize, k1: usize) -> TopK {
-    range_impl::<true>(query, keys, k, k0, k1)
-}
-
-#[inline(always)]
-fn range_impl<const FMA: bool>(
+/// The nearest keys of one query among `k0..k1`, on the AVX2 + FMA build
+/// when `isa` holds the token.
+fn range(
+    isa: Option<Avx2Fma>,
     query: &[f32],
     keys: &KeysSoa<'_>,
     k: usize,
     k0: usize,
     k1: usize,
 ) -> TopK {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = isa {
+        // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+        // detection found AVX2 and FMA.
+        return unsafe { range_avx2(isa, query, keys, k, k0, k1) };
+    }
+    let _ = isa;
+    range_impl::<Portable>(query, keys, k, k0, k1)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn range_avx2(
+    _isa: Avx2Fma,
+    query: &[f32],
+    keys: &KeysSoa<'_>,
+    k: usize,
+    k0: usize,
+    k1: usize,
+) -> TopK {
+    range_impl::<Avx2Fma>(query, keys, k, k0, k1)
+}
+
+#[inline(always)]
+fn range_impl<S: Isa>(query: &[f32], keys: &KeysSoa<'_>, k: usize, k0: usize, k1: usize) -> TopK {
     let mut top = TopK::new(k);
     let mut buf = [0.0f32; KEY_BLOCK];
     let mut j0 = k0;
     while j0 < k1 {
         let len = KEY_BLOCK.min(k1 - j0);
         let t = &mut buf[..len];
-        scaled_sq_dists::<FMA>(keys.xt, keys.ld, j0, query, 1.0, t);
+        scaled_sq_dists::<S>(keys.xt, keys.ld, j0, query, 1.0, t);
         let mut thr = top.d2[k - 1];
         for (jj, &tj) in t.iter().enumerate() {
             if tj < thr {

@@ -1,14 +1,18 @@
 //! MeanShift iterations on the CPU.
 //!
-//! Local means come from the fused kernel of `local_mean.rs` (AVX2 where
+//! Local means come from the fused kernel of `local_mean/` (AVX2 where
 //! available). For compact profiles the keys are sorted by grid cell
 //! (`grid.rs`) and each group of seeds visits only the key ranges of the
 //! cells within one bandwidth, so a step costs the seed's neighbourhood,
 //! not all N keys. Seeds that have converged leave the active list.
+//!
+//! Imports: `super::{keys, local_mean}`, `crate::grid`, `crate::kernel`,
+//! `crate::matrix`, `crate::types`.
 
 use rayon::prelude::*;
 
-use super::local_mean::{GroupJob, GroupState, KeysSoa, QUERY_GROUP, group, local_mean};
+use super::keys::KeysSoa;
+use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group, local_mean};
 use crate::grid::Grid;
 use crate::kernel::Kernel;
 use crate::matrix::padded_stride;

@@ -1,17 +1,26 @@
 //! The rayon CPU backend: every op, same numerics as the shaders.
+//!
+//! This file is the one-shot [`Backend`] impl (each call transposes its
+//! keys into [`KeyColumns`] and runs the code a key set runs, `on_keys.rs`);
+//! `resident.rs` is the [`Resident`] impl of key sets. The kernels:
+//! `local_mean/` (fused local mean and row states; portable and AVX2),
+//! `kernel_matrix.rs`, `knn.rs`, `mean_shift.rs`, `softmax/` (attention,
+//! its matrix, the feature local mean), over the building blocks of
+//! `simd.rs` (lane loops, the [`simd::Avx2Fma`] token) and `weights.rs`.
+//!
+//! Imports: `crate::{backend, error, grid, kernel, matrix, memory, types}`;
+//! never `gpu/`, `engine`, `ops/`, `cluster/` or `keyset/`.
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
 mod far;
 pub(crate) mod kernel_matrix;
+mod keys;
 mod knn;
 mod local_mean;
 mod mean_shift;
+mod on_keys;
 mod resident;
 pub(crate) mod simd;
 mod softmax;
-#[cfg(target_arch = "x86_64")]
-mod softmax_avx2;
 mod weights;
 
 use std::sync::Arc;
@@ -22,12 +31,12 @@ use crate::backend::Resident;
 use crate::backend::{Backend, BackendInfo, MatrixMode};
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::matrix::{Matrix, alloc_output};
+use crate::matrix::Matrix;
 use crate::memory::{MemoryBudget, MemoryUsage};
 use crate::types::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
-use local_mean::OwnedSoa;
+use keys::KeyColumns;
 
 /// The CPU backend: rayon's global thread pool, and the memory budget of
 /// its key sets.
@@ -67,19 +76,8 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
-        let (m, q) = (queries.rows(), values.cols());
-        let mut out = alloc_output("local_mean", "output", m, q)?;
-        let owned = OwnedSoa::new(keys, Some(values));
-        let soa = owned.view();
-        let empty_rows = local_mean::local_mean(
-            kernel,
-            queries.as_slice(),
-            queries.cols(),
-            &soa,
-            false,
-            &mut out,
-        );
-        Ok(RowNormalized::from_parts(m, q, out, empty_rows))
+        let cols = KeyColumns::new(keys, std::slice::from_ref(values));
+        on_keys::local_mean(&cols, kernel, queries, 0)
     }
 
     fn row_states(
@@ -90,24 +88,21 @@ impl Backend for CpuBackend {
         values: Option<&Matrix<'_>>,
         exclude_self: bool,
     ) -> Result<RowStates> {
-        let (m, q) = (queries.rows(), values.map_or(0, |v| v.cols()));
-        let owned = OwnedSoa::new(keys, values);
-        let soa = owned.view();
-        let groups = local_mean::group_states(
+        let sets = values.map(std::slice::from_ref).unwrap_or_default();
+        let cols = KeyColumns::new(keys, sets);
+        let set = values.map(|_| 0);
+        Ok(on_keys::row_states(
+            &cols,
             kernel,
-            queries.as_slice(),
-            queries.cols(),
-            &soa,
+            queries,
+            set,
             exclude_self,
-        );
-        Ok(local_mean::row_states_of(&groups, m, q))
+        ))
     }
 
     fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
-        let owned = OwnedSoa::new(keys, None);
-        let soa = owned.view();
-        let lists = knn::knn(queries.as_slice(), queries.cols(), &soa, k);
-        Ok(knn::neighbours(&lists, k))
+        let cols = KeyColumns::new(keys, &[]);
+        Ok(on_keys::knn(&cols, queries, k))
     }
 
     fn kernel_matrix(
@@ -117,20 +112,8 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
-        let (m, n) = (queries.rows(), keys.rows());
-        let mut out = alloc_output("kernel_matrix", "output", m, n)?;
-        let owned = OwnedSoa::new(keys, None);
-        let soa = owned.view();
-        let empty = kernel_matrix::kernel_matrix(
-            kernel,
-            queries.as_slice(),
-            queries.cols(),
-            &soa,
-            mode,
-            &mut out,
-        );
-        let arr = Array2::from_shape_vec((m, n), out).expect("shape matches allocation"); // ok: sized above
-        Ok((arr, empty))
+        let cols = KeyColumns::new(keys, &[]);
+        on_keys::kernel_matrix(&cols, kernel, queries, mode)
     }
 
     fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>> {

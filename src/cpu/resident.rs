@@ -1,26 +1,29 @@
 //! Key sets on the CPU: keys and value matrices kept transposed in the
-//! padded column layout the kernels stream ([`KeysSoa`]), so a query pays
-//! for neither the transpose nor the checks of the keys.
+//! padded column layout the kernels stream ([`KeyColumns`]), so a query
+//! pays for neither the transpose nor the checks of the keys. The ops are
+//! those of a one-shot call (`on_keys.rs`), with each request charged to
+//! the backend's memory budget.
+//!
+//! Imports: `super::{keys, on_keys, local_mean}`, `crate::backend`,
+//! `crate::error`, `crate::kernel`, `crate::matrix`, `crate::memory`,
+//! `crate::types`.
 
 use std::sync::Arc;
 
-use super::knn;
-use super::local_mean::{self, KeysSoa, QUERY_GROUP};
+use super::keys::KeyColumns;
+use super::local_mean::QUERY_GROUP;
+use super::on_keys;
 use crate::backend::Resident;
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::matrix::{Matrix, alloc_output, ensure_room, padded_stride};
+use crate::matrix::{Matrix, ensure_room};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
-/// Keys (`d` columns of stride `ld`) and value matrices, transposed.
+/// A key set: its keys and value matrices in the kernels' layout, and the
+/// memory they hold.
 pub(crate) struct CpuResident {
-    xt: Vec<f32>,
-    /// Each value matrix transposed, and its column count.
-    sets: Vec<(Vec<f32>, usize)>,
-    n: usize,
-    d: usize,
-    ld: usize,
+    keys: KeyColumns,
     budget: Arc<MemoryBudget>,
     held: Reservation,
 }
@@ -28,9 +31,9 @@ pub(crate) struct CpuResident {
 impl std::fmt::Debug for CpuResident {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuResident")
-            .field("n", &self.n)
-            .field("d", &self.d)
-            .field("sets", &self.sets.iter().map(|s| s.1).collect::<Vec<_>>())
+            .field("n", &self.keys.n())
+            .field("d", &self.keys.d())
+            .field("sets", &self.keys.set_cols())
             .finish_non_exhaustive()
     }
 }
@@ -50,36 +53,15 @@ impl CpuResident {
         keys: &Matrix<'_>,
         sets: &[Matrix<'_>],
     ) -> Result<Self> {
-        let (n, d) = (keys.rows(), keys.cols());
-        let ld = padded_stride(n);
-        let cols: usize = d + sets.iter().map(Matrix::cols).sum::<usize>();
-        let bytes = (ld as u64).saturating_mul(cols as u64).saturating_mul(4);
+        let bytes = KeyColumns::bytes(keys, sets);
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
         // The transposes allocate what was charged: refuse rather than abort.
         ensure_room("prepare", "resident keys and values", bytes)?;
         Ok(CpuResident {
-            xt: keys.transposed(),
-            sets: sets.iter().map(|v| (v.transposed(), v.cols())).collect(),
-            n,
-            d,
-            ld,
+            keys: KeyColumns::new(keys, sets),
             budget: Arc::clone(budget),
             held,
         })
-    }
-
-    fn soa(&self, set: Option<usize>) -> KeysSoa<'_> {
-        let (yt, q) = match set {
-            Some(s) => (&self.sets[s].0[..], self.sets[s].1),
-            None => (&[][..], 0),
-        };
-        KeysSoa {
-            xt: &self.xt,
-            yt,
-            n: self.n,
-            ld: self.ld,
-            q,
-        }
     }
 }
 
@@ -90,15 +72,11 @@ impl Resident for CpuResident {
         queries: &Matrix<'_>,
         set: usize,
     ) -> Result<RowNormalized> {
-        let soa = self.soa(Some(set));
-        let (m, q) = (queries.rows(), soa.q);
-        let _work = self
-            .budget
-            .reserve("local_mean", "request", request_bytes(m, q))?;
-        let mut out = alloc_output("local_mean", "output", m, q)?;
-        let empty =
-            local_mean::local_mean(kernel, queries.as_slice(), self.d, &soa, false, &mut out);
-        Ok(RowNormalized::from_parts(m, q, out, empty))
+        let q = self.keys.soa(Some(set)).q;
+        let _work =
+            self.budget
+                .reserve("local_mean", "request", request_bytes(queries.rows(), q))?;
+        on_keys::local_mean(&self.keys, kernel, queries, set)
     }
 
     fn row_states(
@@ -107,13 +85,11 @@ impl Resident for CpuResident {
         queries: &Matrix<'_>,
         set: Option<usize>,
     ) -> Result<RowStates> {
-        let soa = self.soa(set);
-        let (m, q) = (queries.rows(), soa.q);
-        let _work = self
-            .budget
-            .reserve("row_states", "request", request_bytes(m, q))?;
-        let groups = local_mean::group_states(kernel, queries.as_slice(), self.d, &soa, false);
-        Ok(local_mean::row_states_of(&groups, m, q))
+        let q = self.keys.soa(set).q;
+        let _work =
+            self.budget
+                .reserve("row_states", "request", request_bytes(queries.rows(), q))?;
+        Ok(on_keys::row_states(&self.keys, kernel, queries, set, false))
     }
 
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
@@ -121,8 +97,7 @@ impl Resident for CpuResident {
         let _work =
             self.budget
                 .reserve("knn", "request", (m as u64).saturating_mul(16 * k as u64))?;
-        let lists = knn::knn(queries.as_slice(), self.d, &self.soa(None), k);
-        Ok(knn::neighbours(&lists, k))
+        Ok(on_keys::knn(&self.keys, queries, k))
     }
 
     fn check_k(&self, _k: usize) -> Result<()> {

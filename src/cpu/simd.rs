@@ -1,9 +1,17 @@
-//! Vectorizable building blocks of the CPU path.
+//! Vectorizable building blocks of the CPU path, and the instruction-set
+//! tokens that select the compiled version of a kernel.
 //!
 //! Everything here is written over fixed groups of [`LANES`] floats so LLVM
-//! turns it into packed instructions. The kernels are compiled twice: once
-//! for baseline x86-64 and once with AVX2 + FMA enabled (`FMA = true`),
-//! chosen at run time by [`has_avx2_fma`]; no `target-cpu` flag is needed.
+//! turns it into packed instructions. The kernels are generic over an
+//! [`Isa`] and compiled twice: for baseline x86-64 ([`Portable`]) and, inside
+//! `#[target_feature(enable = "avx2,fma")]` functions, for AVX2 + FMA
+//! ([`Avx2Fma`]); no `target-cpu` flag is needed. An [`Avx2Fma`] value is
+//! the proof that the CPU has both features: only [`Avx2Fma::detect`]
+//! (run-time detection) makes one, and every path into AVX2 code takes it,
+//! so safe code cannot reach that code on a CPU without the features. A
+//! later AVX-512 token would be a second type of the same kind.
+//!
+//! Imports: nothing outside `std` (a leaf of `cpu/`).
 
 /// Width of the lane groups (one AVX register of `f32`).
 pub(crate) const LANES: usize = 8;
@@ -12,32 +20,73 @@ pub(crate) const LANES: usize = 8;
 /// columns stay in L1 while a group of queries visits it.
 pub(crate) const KEY_BLOCK: usize = 256;
 
-/// Whether the AVX2 + FMA versions of the kernels can run here.
-#[inline]
-pub(crate) fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+/// An instruction set a kernel is compiled for, carried by value down to
+/// the code that depends on it.
+pub(crate) trait Isa: Copy + Send + Sync {
+    /// Whether multiply-adds are fused (`f32::mul_add`).
+    const FMA: bool;
+    /// The AVX2 + FMA token when this instruction set provides it, so
+    /// generic code can call the explicit AVX2 micro-kernels.
+    fn avx2_fma(self) -> Option<Avx2Fma>;
+}
+
+/// Baseline x86-64 (or any CPU): plain multiply-adds, no explicit vector
+/// code.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Portable;
+
+impl Isa for Portable {
+    const FMA: bool = false;
+    #[inline(always)]
+    fn avx2_fma(self) -> Option<Avx2Fma> {
+        None
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+}
+
+/// Proof that the CPU supports AVX2 and FMA. Zero-sized; the private field
+/// keeps it from being made anywhere but [`Avx2Fma::detect`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx2Fma(());
+
+impl Avx2Fma {
+    /// The token, when run-time detection finds AVX2 and FMA (the standard
+    /// library caches the detection).
+    #[inline]
+    pub(crate) fn detect() -> Option<Avx2Fma> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            (std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma"))
+            .then_some(Avx2Fma(()))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
+    }
+}
+
+impl Isa for Avx2Fma {
+    const FMA: bool = true;
+    #[inline(always)]
+    fn avx2_fma(self) -> Option<Avx2Fma> {
+        Some(self)
     }
 }
 
 /// A short description of the vector path in use, for reports.
 pub(crate) fn simd_name() -> &'static str {
-    if has_avx2_fma() {
+    if Avx2Fma::detect().is_some() {
         "avx2+fma"
     } else {
         "baseline"
     }
 }
 
-/// `a·b + c`, fused when the FMA version is compiled.
+/// `a·b + c`, fused in the FMA version.
 #[inline(always)]
-pub(crate) fn fmadd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FMA { a.mul_add(b, c) } else { a * b + c }
+pub(crate) fn fmadd<S: Isa>(a: f32, b: f32, c: f32) -> f32 {
+    if S::FMA { a.mul_add(b, c) } else { a * b + c }
 }
 
 /// Branch-free `max` that lowers to `maxps` (inputs are never NaN here).
@@ -49,23 +98,23 @@ pub(crate) fn fmax(a: f32, b: f32) -> f32 {
 /// `e^x` for `x ≤ 0` (including `-inf`), with relative error below 2e-7;
 /// returns exactly 0 for `x < -87` so no subnormal ever reaches a sum.
 #[inline(always)]
-pub(crate) fn exp_nonpos<const FMA: bool>(x: f32) -> f32 {
+pub(crate) fn exp_nonpos<S: Isa>(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     let xc = fmax(x, -87.0);
-    let k = fmadd::<FMA>(xc, LOG2E, MAGIC);
+    let k = fmadd::<S>(xc, LOG2E, MAGIC);
     let n = k - MAGIC;
-    let r = fmadd::<FMA>(n, -LN2_HI, xc);
-    let r = fmadd::<FMA>(n, -LN2_LO, r);
+    let r = fmadd::<S>(n, -LN2_HI, xc);
+    let r = fmadd::<S>(n, -LN2_LO, r);
     let mut p = 1.987_569_1e-4_f32;
-    p = fmadd::<FMA>(p, r, 1.398_199_9e-3);
-    p = fmadd::<FMA>(p, r, 8.333_452e-3);
-    p = fmadd::<FMA>(p, r, 4.166_579_6e-2);
-    p = fmadd::<FMA>(p, r, 1.666_666_5e-1);
-    p = fmadd::<FMA>(p, r, 0.5);
-    let y = fmadd::<FMA>(p, r * r, r) + 1.0;
+    p = fmadd::<S>(p, r, 1.398_199_9e-3);
+    p = fmadd::<S>(p, r, 8.333_452e-3);
+    p = fmadd::<S>(p, r, 4.166_579_6e-2);
+    p = fmadd::<S>(p, r, 1.666_666_5e-1);
+    p = fmadd::<S>(p, r, 0.5);
+    let y = fmadd::<S>(p, r * r, r) + 1.0;
     // The low bits of `k` hold n (|n| ≤ 126 here): build 2^n directly.
     let ni = (k.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
     let scale = f32::from_bits(((ni + 127) as u32) << 23);
@@ -109,7 +158,7 @@ pub(crate) fn sum_of(xs: &[f32]) -> f32 {
 
 /// Dot product `Σ a_j b_j` with `4·LANES` independent partial sums.
 #[inline(always)]
-pub(crate) fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot<S: Isa>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0.0f32; 4 * LANES];
@@ -117,12 +166,12 @@ pub(crate) fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
     let mut cb = b.chunks_exact(4 * LANES);
     for (x, y) in (&mut ca).zip(&mut cb) {
         for l in 0..4 * LANES {
-            acc[l] = fmadd::<FMA>(x[l], y[l], acc[l]);
+            acc[l] = fmadd::<S>(x[l], y[l], acc[l]);
         }
     }
     let mut s = 0.0f32;
     for (&x, &y) in ca.remainder().iter().zip(cb.remainder()) {
-        s = fmadd::<FMA>(x, y, s);
+        s = fmadd::<S>(x, y, s);
     }
     s + reduce(&acc)
 }
@@ -144,7 +193,7 @@ fn reduce(acc: &[f32; 4 * LANES]) -> f32 {
 /// Scaled squared distances `t_j = ‖x_j − q‖²/h²` from one query to the keys
 /// `j0..j0+t.len()` of a key set stored column-major (`xt[k·n + j]`).
 #[inline(always)]
-pub(crate) fn scaled_sq_dists<const FMA: bool>(
+pub(crate) fn scaled_sq_dists<S: Isa>(
     xt: &[f32],
     n: usize,
     j0: usize,
@@ -161,7 +210,7 @@ pub(crate) fn scaled_sq_dists<const FMA: bool>(
             let x = &xt[k * n + j0 + j..k * n + j0 + j + LANES];
             for l in 0..LANES {
                 let df = x[l] - qk;
-                acc[l] = fmadd::<FMA>(df, df, acc[l]);
+                acc[l] = fmadd::<S>(df, df, acc[l]);
             }
         }
         for l in 0..LANES {
@@ -173,7 +222,7 @@ pub(crate) fn scaled_sq_dists<const FMA: bool>(
         let mut acc = 0.0f32;
         for (k, &qk) in query.iter().enumerate() {
             let df = xt[k * n + j0 + jj] - qk;
-            acc = fmadd::<FMA>(df, df, acc);
+            acc = fmadd::<S>(df, df, acc);
         }
         *tj = acc * inv_h2;
     }
@@ -183,6 +232,18 @@ pub(crate) fn scaled_sq_dists<const FMA: bool>(
 mod tests {
     use super::*;
 
+    /// Fused multiply-adds without the AVX2 token (`f32::mul_add` works on
+    /// any CPU), so the FMA arithmetic is tested everywhere.
+    #[derive(Clone, Copy)]
+    struct Fused;
+
+    impl Isa for Fused {
+        const FMA: bool = true;
+        fn avx2_fma(self) -> Option<Avx2Fma> {
+            None
+        }
+    }
+
     #[test]
     fn exp_matches_std_on_its_domain() {
         let mut worst = 0.0f64;
@@ -190,9 +251,9 @@ mod tests {
         while x <= 0.0 {
             for fma in [false, true] {
                 let got = if fma {
-                    exp_nonpos::<true>(x)
+                    exp_nonpos::<Fused>(x)
                 } else {
-                    exp_nonpos::<false>(x)
+                    exp_nonpos::<Portable>(x)
                 };
                 let want = f64::from(x).exp();
                 let rel = ((f64::from(got) - want) / want).abs();
@@ -201,9 +262,9 @@ mod tests {
             x += 0.001_37;
         }
         assert!(worst < 3e-7, "worst relative error {worst}");
-        assert_eq!(exp_nonpos::<false>(-87.5), 0.0);
-        assert_eq!(exp_nonpos::<false>(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_nonpos::<true>(0.0), 1.0);
+        assert_eq!(exp_nonpos::<Portable>(-87.5), 0.0);
+        assert_eq!(exp_nonpos::<Portable>(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpos::<Fused>(0.0), 1.0);
     }
 
     #[test]
@@ -213,7 +274,7 @@ mod tests {
         let s: f64 = a.iter().map(|&x| f64::from(x)).sum();
         let d: f64 = a.iter().zip(&b).map(|(&x, &y)| f64::from(x * y)).sum();
         assert!((f64::from(sum_of(&a)) - s).abs() < 1e-5);
-        assert!((f64::from(dot::<true>(&a, &b)) - d).abs() < 1e-5);
+        assert!((f64::from(dot::<Fused>(&a, &b)) - d).abs() < 1e-5);
         let m = a.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         assert_eq!(max_of(&a), m);
         assert_eq!(max_of(&[]), f32::NEG_INFINITY);

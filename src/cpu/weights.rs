@@ -1,8 +1,12 @@
-//! Profile weights for one block of keys, in the log domain where needed.
+//! Profile weights for one block of keys, in the log domain where needed
+//! (the formulas are `kernel/form.rs`'s), and a row's initial running
+//! maximum.
+//!
+//! Imports: `super::simd`, `crate::kernel`.
 
-use super::simd::{exp_nonpos, fmax, max_of};
+use super::simd::{Isa, exp_nonpos, max_of};
 use crate::kernel::Profile;
-use crate::kernel::T_FAR;
+use crate::kernel::form::{Form, with_form};
 
 /// Turns the scaled squared distances in `buf` into weights, in place.
 ///
@@ -16,80 +20,35 @@ use crate::kernel::T_FAR;
 /// For the other profiles `m` stays 0, weights are plain `k(r)`, and the
 /// factor is always `Some(1.0)`.
 #[inline(always)]
-pub(crate) fn block_weights<const FMA: bool>(
-    profile: Profile,
-    buf: &mut [f32],
-    m: &mut f32,
-) -> Option<f64> {
-    match profile {
-        Profile::Gaussian | Profile::Laplacian => {
-            if profile == Profile::Gaussian {
-                for x in buf.iter_mut() {
-                    *x = if *x < T_FAR {
-                        -0.5 * *x
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                }
-            } else {
-                for x in buf.iter_mut() {
-                    *x = if *x < T_FAR {
-                        -x.sqrt()
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                }
-            }
-            let bm = max_of(buf);
-            if bm == f32::NEG_INFINITY {
-                buf.fill(0.0);
-                return None;
-            }
-            let factor = if bm > *m {
-                let f = (f64::from(*m) - f64::from(bm)).exp();
-                *m = bm;
-                f
-            } else {
-                1.0
-            };
-            let mm = *m;
-            for x in buf.iter_mut() {
-                *x = exp_nonpos::<FMA>(*x - mm);
-            }
-            Some(factor)
-        }
-        Profile::Epanechnikov => {
-            for x in buf.iter_mut() {
-                *x = fmax(1.0 - *x, 0.0);
-            }
-            Some(1.0)
-        }
-        Profile::Uniform => {
-            for x in buf.iter_mut() {
-                *x = if *x < 1.0 { 1.0 } else { 0.0 };
-            }
-            Some(1.0)
-        }
-        Profile::Triangular => {
-            for x in buf.iter_mut() {
-                *x = fmax(1.0 - x.sqrt(), 0.0);
-            }
-            Some(1.0)
-        }
-        Profile::Biweight => {
-            for x in buf.iter_mut() {
-                let a = fmax(1.0 - *x, 0.0);
-                *x = a * a;
-            }
-            Some(1.0)
-        }
-        Profile::Cauchy => {
-            for x in buf.iter_mut() {
-                *x = if *x < T_FAR { 1.0 / (1.0 + *x) } else { 0.0 };
-            }
-            Some(1.0)
-        }
+pub(crate) fn block_weights<S: Isa>(profile: Profile, buf: &mut [f32], m: &mut f32) -> Option<f64> {
+    with_form!(profile, P => block_weights_of::<S, P>(buf, m))
+}
+
+#[inline(always)]
+fn block_weights_of<S: Isa, P: Form>(buf: &mut [f32], m: &mut f32) -> Option<f64> {
+    for x in buf.iter_mut() {
+        *x = P::lane(*x);
     }
+    if !P::LOG {
+        return Some(1.0);
+    }
+    let bm = max_of(buf);
+    if bm == f32::NEG_INFINITY {
+        buf.fill(0.0);
+        return None;
+    }
+    let factor = if bm > *m {
+        let f = (f64::from(*m) - f64::from(bm)).exp();
+        *m = bm;
+        f
+    } else {
+        1.0
+    };
+    let mm = *m;
+    for x in buf.iter_mut() {
+        *x = exp_nonpos::<S>(*x - mm);
+    }
+    Some(factor)
 }
 
 /// Initial running maximum of a row: −inf for exponential profiles (no key

@@ -6,8 +6,12 @@
 //! key is that far (a tiny bandwidth, coordinates near 10¹⁹) would come
 //! back empty although gaussian, laplacian and cauchy weights are never 0.
 //! Such rows are recomputed here from `f64` distances, where `t` cannot
-//! overflow (docs/numerics.md, "Far rows").
+//! overflow (docs/numerics.md, "Far rows"), with the profiles' log weights
+//! from `form.rs`.
+//!
+//! Imports: `super` (kernel, profiles, formulas) only.
 
+use super::form::{Form, with_form};
 use super::{Kernel, Profile};
 
 /// A cauchy row whose weights sum below this (every key at `t > 10²⁸`) is
@@ -29,13 +33,7 @@ pub(crate) fn needs_exact(profile: Profile, s: f64) -> bool {
 /// `ln k` from an `f64` scaled squared distance `t` (finite), for the
 /// profiles with full support.
 fn log_weight(profile: Profile, t: f64) -> f64 {
-    match profile {
-        Profile::Gaussian => -0.5 * t,
-        Profile::Laplacian => -t.sqrt(),
-        Profile::Cauchy => -t.ln_1p(),
-        // Not reached (`needs_exact` is false for them); the plain form.
-        p => p.eval_sq(t).ln(),
-    }
+    with_form!(profile, P => P::exact_log_weight(t))
 }
 
 /// The state `(m, s, u)` of one query over the keys `k0..k1`, all in

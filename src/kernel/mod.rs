@@ -1,4 +1,9 @@
-//! Localization kernels: `K(x, x') = k(‖x − x'‖ / h)`.
+//! Localization kernels: `K(x, x') = k(‖x − x'‖ / h)`: the [`Profile`]
+//! names, the validated [`Kernel`], `T_FAR`, the profiles' formulas
+//! (`form.rs`, one definition for every evaluation) and the `f64` far-row
+//! math (`exact.rs`).
+//!
+//! Imports: `crate::error` only (a leaf module; both backends import it).
 
 use std::fmt;
 use std::str::FromStr;
@@ -6,6 +11,9 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 
 pub(crate) mod exact;
+pub(crate) mod form;
+
+use form::{Form, with_form};
 
 /// A key's scaled squared distance `t = r²/h²` at or beyond this counts as
 /// infinitely far: its weight is zero for every profile, on both backends
@@ -76,7 +84,7 @@ impl Profile {
     /// Whether the weights are exponentials, accumulated in the log domain
     /// with a running maximum (docs/numerics.md).
     pub fn is_exponential(self) -> bool {
-        matches!(self, Profile::Gaussian | Profile::Laplacian)
+        with_form!(self, P => P::LOG)
     }
 
     /// Whether `k(r) = 0` for `r ≥ 1`, so a query can have an empty neighbourhood.
@@ -105,34 +113,13 @@ impl Profile {
     /// This is the plain definition; the engines use the log-domain form for
     /// exponential profiles.
     pub fn eval_sq(self, t: f64) -> f64 {
-        match self {
-            Profile::Gaussian => (-0.5 * t).exp(),
-            Profile::Epanechnikov => (1.0 - t).max(0.0),
-            Profile::Uniform => {
-                if t < 1.0 {
-                    1.0
-                } else {
-                    0.0
-                }
-            }
-            Profile::Triangular => (1.0 - t.sqrt()).max(0.0),
-            Profile::Biweight => {
-                let a = (1.0 - t).max(0.0);
-                a * a
-            }
-            Profile::Laplacian => (-t.sqrt()).exp(),
-            Profile::Cauchy => 1.0 / (1.0 + t),
-        }
+        with_form!(self, P => P::eval(t))
     }
 
     /// `ln k(r)` from `t = r²` for the exponential profiles (`−t/2`, `−√t`);
     /// `None` for the others.
     pub fn log_eval_sq(self, t: f64) -> Option<f64> {
-        match self {
-            Profile::Gaussian => Some(-0.5 * t),
-            Profile::Laplacian => Some(-t.sqrt()),
-            _ => None,
-        }
+        with_form!(self, P => P::LOG.then(|| P::lane(t)))
     }
 }
 

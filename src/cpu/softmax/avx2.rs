@@ -1,21 +1,23 @@
 //! Explicit AVX2 + FMA micro-kernels of the CPU kernel softmax (the hot
-//! loops of `softmax.rs`, which holds the portable versions they are tested
-//! against). Both keep a `R × 16` register tile (`2·R` accumulators) and
+//! loops of `mod.rs` and `attention.rs`, which hold the portable versions
+//! they are tested against). Both keep a `R × 16` register tile (`2·R` accumulators) and
 //! stream one operand through it with broadcasts of the other.
+//!
+//! Imports: `super` (tile sizes), `super::super::simd` (the token).
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
-use super::softmax::{BK, NR};
+use super::super::simd::Avx2Fma;
+use super::{BK, NR};
 
 /// `R × NR` scores `s[r·BK + l] = Σ_k qs[r·d + k]·kt[k·ld + j + l]`.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
+/// The token proves the CPU has AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn score_tile<const R: usize>(
+pub(super) fn score_tile<const R: usize>(
+    _isa: Avx2Fma,
     qs: &[f32],
     d: usize,
     kt: &[f32],
@@ -51,12 +53,11 @@ pub(super) unsafe fn score_tile<const R: usize>(
 
 /// `o[r·qp + c + l] += Σ_{j<len} p[r·BK + j]·v[j·qp + c + l]` for `R` rows
 /// and `NR` columns.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
+/// The token proves the CPU has AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn value_tile<const R: usize>(
+pub(super) fn value_tile<const R: usize>(
+    _isa: Avx2Fma,
     p: &[f32],
     len: usize,
     v: &[f32],

@@ -1,78 +1,74 @@
 //! Explicit AVX2 + FMA kernel of the fused local mean (the CPU hot path).
 //!
-//! Same algorithm and numerics as the portable version in `local_mean.rs`
+//! Same algorithm and numerics as the portable version in `portable.rs`
 //! (which runs where AVX2 is missing and is tested against this one):
 //! per key block, pass one turns distances into log-weights (or weights)
 //! and finds the block maximum; pass two forms `e^{w−m}`, skipping lane
 //! groups whose weights are all zero, and accumulates the weight sum and
-//! up to four value columns in registers.
+//! up to four value columns in registers. The profiles come from
+//! `kernel/form.rs`, evaluated on [`V8`] lanes.
+//!
+//! Imports: `super` (group job and state), `super::super::{keys, simd}`,
+//! `crate::kernel`.
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
-use super::local_mean::{GroupJob, GroupState, KeysSoa};
-use super::simd::{KEY_BLOCK, LANES};
-use crate::kernel::Profile;
+use super::super::keys::KeysSoa;
+use super::super::simd::{Avx2Fma, KEY_BLOCK, LANES};
+use super::{GroupJob, GroupState};
 use crate::kernel::T_FAR;
+use crate::kernel::form::{Form, Lane, with_form};
 
-/// A profile evaluated on 8 lanes of `t = r²/h²`.
-trait Prof {
-    /// Exponential profile: the lanes are log-weights.
-    const EXP: bool;
-    /// Log-weight (EXP) or weight of each lane.
-    unsafe fn apply(t: __m256) -> __m256;
+/// Eight `f32` lanes in an AVX register, evaluated by the profiles'
+/// formulas (`kernel/form.rs`). The token they carry is what makes their
+/// intrinsics sound to call.
+#[derive(Clone, Copy)]
+struct V8 {
+    v: __m256,
+    isa: Avx2Fma,
 }
 
-macro_rules! profile {
-    ($name:ident, $exp:literal, |$t:ident| $body:expr) => {
-        struct $name;
-        impl Prof for $name {
-            const EXP: bool = $exp;
-            #[inline(always)]
-            unsafe fn apply($t: __m256) -> __m256 {
-                // SAFETY: only called from functions compiled with AVX2 + FMA.
-                unsafe { $body }
-            }
+/// Implements a [`Lane`] method of [`V8`] by one intrinsic expression.
+macro_rules! v8_ops {
+    ($(fn $name:ident($($arg:ident),*) => |$s:ident| $body:expr;)*) => {$(
+        #[inline(always)]
+        fn $name(self $(, $arg: V8)*) -> V8 {
+            let $s = self;
+            // SAFETY: a `V8` holds an `Avx2Fma` token, made only where
+            // run-time detection found AVX2 and FMA.
+            V8 { v: unsafe { $body }, isa: self.isa }
         }
-    };
+    )*};
 }
 
-profile!(Gauss, true, |t| far(
-    t,
-    _mm256_mul_ps(t, _mm256_set1_ps(-0.5))
-));
-profile!(Lapl, true, |t| far(
-    t,
-    _mm256_sub_ps(_mm256_setzero_ps(), _mm256_sqrt_ps(t))
-));
-profile!(Epan, false, |t| _mm256_max_ps(
-    _mm256_sub_ps(_mm256_set1_ps(1.0), t),
-    _mm256_setzero_ps()
-));
-profile!(Unif, false, |t| _mm256_and_ps(
-    _mm256_cmp_ps::<_CMP_LT_OQ>(t, _mm256_set1_ps(1.0)),
-    _mm256_set1_ps(1.0)
-));
-profile!(Tria, false, |t| _mm256_max_ps(
-    _mm256_sub_ps(_mm256_set1_ps(1.0), _mm256_sqrt_ps(t)),
-    _mm256_setzero_ps()
-));
-profile!(Biwe, false, |t| {
-    let a = _mm256_max_ps(_mm256_sub_ps(_mm256_set1_ps(1.0), t), _mm256_setzero_ps());
-    _mm256_mul_ps(a, a)
-});
-profile!(Cauc, false, |t| _mm256_and_ps(
-    _mm256_cmp_ps::<_CMP_LT_OQ>(t, _mm256_set1_ps(T_FAR)),
-    _mm256_div_ps(_mm256_set1_ps(1.0), _mm256_add_ps(_mm256_set1_ps(1.0), t))
-));
-
-/// `v` where `t < T_FAR`, −inf elsewhere.
-#[inline(always)]
-unsafe fn far(t: __m256, v: __m256) -> __m256 {
-    unsafe {
-        let near = _mm256_cmp_ps::<_CMP_LT_OQ>(t, _mm256_set1_ps(T_FAR));
-        _mm256_blendv_ps(_mm256_set1_ps(f32::NEG_INFINITY), v, near)
+impl Lane for V8 {
+    #[inline(always)]
+    fn lit(self, x: f32) -> V8 {
+        // SAFETY: as in `v8_ops`.
+        V8 {
+            v: unsafe { _mm256_set1_ps(x) },
+            isa: self.isa,
+        }
+    }
+    v8_ops! {
+        fn add(o) => |s| _mm256_add_ps(s.v, o.v);
+        fn sub(o) => |s| _mm256_sub_ps(s.v, o.v);
+        fn mul(o) => |s| _mm256_mul_ps(s.v, o.v);
+        fn div(o) => |s| _mm256_div_ps(s.v, o.v);
+        fn neg() => |s| _mm256_sub_ps(_mm256_setzero_ps(), s.v);
+        fn sqrt() => |s| _mm256_sqrt_ps(s.v);
+        fn max(o) => |s| _mm256_max_ps(s.v, o.v);
+        fn select_lt(bound, then, otherwise) => |s| _mm256_blendv_ps(
+            otherwise.v,
+            then.v,
+            _mm256_cmp_ps::<_CMP_LT_OQ>(s.v, bound.v)
+        );
+    }
+    #[inline(always)]
+    fn unless_far(self, near: V8, far: V8) -> V8 {
+        self.select_lt(self.lit(T_FAR), near, far)
     }
 }
 
@@ -158,34 +154,20 @@ fn load(s: &[f32], o: usize) -> __m256 {
 }
 
 /// Row states of one group of queries over a key range (see [`GroupJob`]).
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-pub(crate) unsafe fn group(job: &GroupJob<'_>) -> GroupState {
-    // SAFETY: the caller checked AVX2 + FMA.
-    unsafe {
-        match job.kernel.profile() {
-            Profile::Gaussian => by_q::<Gauss>(job),
-            Profile::Laplacian => by_q::<Lapl>(job),
-            Profile::Epanechnikov => by_q::<Epan>(job),
-            Profile::Uniform => by_q::<Unif>(job),
-            Profile::Triangular => by_q::<Tria>(job),
-            Profile::Biweight => by_q::<Biwe>(job),
-            Profile::Cauchy => by_q::<Cauc>(job),
-        }
-    }
+pub(crate) fn group(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
+    // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+    // detection found AVX2 and FMA.
+    with_form!(job.kernel.profile(), P => unsafe { by_q::<P>(isa, job) })
 }
 
-unsafe fn by_q<P: Prof>(job: &GroupJob<'_>) -> GroupState {
-    // SAFETY: forwarded from `group`.
-    unsafe {
-        match job.keys.q {
-            1 => group_impl::<P, 1>(job),
-            2 => group_impl::<P, 2>(job),
-            3 => group_impl::<P, 3>(job),
-            4 => group_impl::<P, 4>(job),
-            _ => group_impl::<P, 0>(job),
-        }
+#[target_feature(enable = "avx2,fma")]
+fn by_q<P: Form>(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
+    match job.keys.q {
+        1 => group_impl::<P, 1>(isa, job),
+        2 => group_impl::<P, 2>(isa, job),
+        3 => group_impl::<P, 3>(isa, job),
+        4 => group_impl::<P, 4>(isa, job),
+        _ => group_impl::<P, 0>(isa, job),
     }
 }
 
@@ -195,7 +177,7 @@ struct Block([f32; KEY_BLOCK]);
 /// `Q` value columns accumulated in registers (`Q = 0`: any number, by
 /// dot products over the stored weights).
 #[target_feature(enable = "avx2,fma")]
-fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
+fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
     let GroupJob {
         kernel,
         queries,
@@ -229,23 +211,23 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
             let skip = self_row.map(|r0| r0 + r);
             // Pass one: (log-)weights and the block maximum.
             let bmv = match d {
-                1 => pass_one::<P, 1>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                2 => pass_one::<P, 2>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                3 => pass_one::<P, 3>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                4 => pass_one::<P, 4>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                5 => pass_one::<P, 5>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                6 => pass_one::<P, 6>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                7 => pass_one::<P, 7>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                8 => pass_one::<P, 8>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                _ => pass_one::<P, 0>(keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                1 => pass_one::<P, 1>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                2 => pass_one::<P, 2>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                3 => pass_one::<P, 3>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                4 => pass_one::<P, 4>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                5 => pass_one::<P, 5>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                6 => pass_one::<P, 6>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                7 => pass_one::<P, 7>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                8 => pass_one::<P, 8>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+                _ => pass_one::<P, 0>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
             };
             let bm = hmax(bmv);
-            if bm == f32::NEG_INFINITY || (!P::EXP && bm <= 0.0) {
+            if bm == f32::NEG_INFINITY || (!P::LOG && bm <= 0.0) {
                 continue; // no mass in this block
             }
             let ur = &mut u[r * q..(r + 1) * q];
             // Non-exponential profiles keep m = 0: their weights are not shifted.
-            if P::EXP && bm > m[r] {
+            if P::LOG && bm > m[r] {
                 let factor = (f64::from(m[r]) - f64::from(bm)).exp();
                 m[r] = bm;
                 s[r] *= factor;
@@ -259,7 +241,7 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
                 let o = c * LANES;
                 // SAFETY: o + 8 ≤ KEY_BLOCK.
                 let lw = unsafe { _mm256_loadu_ps(buf.0.as_ptr().add(o)) };
-                let w = if P::EXP {
+                let w = if P::LOG {
                     let x = _mm256_sub_ps(lw, mv);
                     let live = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(-87.0));
                     if _mm256_movemask_ps(live) == 0 {
@@ -322,7 +304,8 @@ fn group_impl<P: Prof, const Q: usize>(job: &GroupJob<'_>) -> GroupState {
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-fn pass_one<P: Prof, const D: usize>(
+fn pass_one<P: Form, const D: usize>(
+    isa: Avx2Fma,
     xt: &[f32],
     n: usize,
     j0: usize,
@@ -332,7 +315,7 @@ fn pass_one<P: Prof, const D: usize>(
     skip: Option<usize>,
     buf: &mut Block,
 ) -> __m256 {
-    let identity = _mm256_set1_ps(if P::EXP { f32::NEG_INFINITY } else { 0.0 });
+    let identity = _mm256_set1_ps(if P::LOG { f32::NEG_INFINITY } else { 0.0 });
     let d = query.len();
     assert!(d >= 1 && (D == 0 || D == d) && j0 + len <= n && len <= KEY_BLOCK && xt.len() >= d * n);
     let qv: [__m256; 8] = std::array::from_fn(|k| _mm256_set1_ps(query[k.min(d - 1)]));
@@ -383,8 +366,11 @@ fn pass_one<P: Prof, const D: usize>(
             }
             acc = _mm256_add_ps(acc, acc2);
         }
-        // SAFETY: AVX2 + FMA are enabled in this function.
-        let mut v = unsafe { P::apply(_mm256_mul_ps(acc, inv)) };
+        let mut v = P::lane(V8 {
+            v: _mm256_mul_ps(acc, inv),
+            isa,
+        })
+        .v;
         if let Some(sk) = skip.filter(|&sk| sk >= j && sk < j + LANES) {
             v = mask_lane(v, sk - j, identity);
         }
@@ -400,8 +386,11 @@ fn pass_one<P: Prof, const D: usize>(
             let df = _mm256_sub_ps(load(&xt[k * n..k * n + j0 + len], j), _mm256_set1_ps(q));
             acc = _mm256_fmadd_ps(df, df, acc);
         }
-        // SAFETY: AVX2 + FMA are enabled in this function.
-        let mut v = unsafe { P::apply(_mm256_mul_ps(acc, inv)) };
+        let mut v = P::lane(V8 {
+            v: _mm256_mul_ps(acc, inv),
+            isa,
+        })
+        .v;
         v = _mm256_blendv_ps(identity, v, _mm256_castsi256_ps(head_mask(rem)));
         if let Some(sk) = skip.filter(|&sk| sk >= j && sk < j + rem) {
             v = mask_lane(v, sk - j, identity);

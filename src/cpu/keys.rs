@@ -1,0 +1,85 @@
+//! Keys and value matrices in the layout the CPU kernels stream: transposed
+//! into columns of a padded stride ([`KeysSoa`], borrowed), and the owned
+//! copy ([`KeyColumns`]) that a key set keeps and a one-shot call builds
+//! for the call, so both reach the kernels the same way.
+//!
+//! Imports: `crate::matrix` only.
+
+use crate::matrix::{Matrix, padded_stride};
+
+/// Keys and values stored column-major for unit-stride lane loads.
+pub(crate) struct KeysSoa<'a> {
+    /// `d` columns: coordinate `k` of key `j` at `xt[k·ld + j]`.
+    pub xt: &'a [f32],
+    /// `q` columns: value `c` of key `j` at `yt[c·ld + j]`.
+    pub yt: &'a [f32],
+    /// Number of keys.
+    pub n: usize,
+    /// Stride between the columns of `xt` and `yt` (≥ `n`; padded so
+    /// columns do not alias in the L1 cache).
+    pub ld: usize,
+    /// Number of value columns.
+    pub q: usize,
+}
+
+/// Keys (`d` columns of stride `ld`) and value matrices, transposed and
+/// owned.
+pub(crate) struct KeyColumns {
+    xt: Vec<f32>,
+    /// Each value matrix transposed, and its column count.
+    sets: Vec<(Vec<f32>, usize)>,
+    n: usize,
+    d: usize,
+    ld: usize,
+}
+
+impl KeyColumns {
+    /// Bytes the transposed `keys` and `sets` take.
+    pub(crate) fn bytes(keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> u64 {
+        let ld = padded_stride(keys.rows());
+        let cols: usize = keys.cols() + sets.iter().map(Matrix::cols).sum::<usize>();
+        (ld as u64).saturating_mul(cols as u64).saturating_mul(4)
+    }
+
+    /// Transposes `keys` and every value matrix.
+    pub(crate) fn new(keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Self {
+        KeyColumns {
+            xt: keys.transposed(),
+            sets: sets.iter().map(|v| (v.transposed(), v.cols())).collect(),
+            n: keys.rows(),
+            d: keys.cols(),
+            ld: padded_stride(keys.rows()),
+        }
+    }
+
+    /// Number of keys.
+    pub(crate) fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Coordinates per key.
+    pub(crate) fn d(&self) -> usize {
+        self.d
+    }
+
+    /// Column counts of the value matrices.
+    pub(crate) fn set_cols(&self) -> Vec<usize> {
+        self.sets.iter().map(|s| s.1).collect()
+    }
+
+    /// The borrowed layout the kernels take, with value matrix `set`
+    /// (none: no value columns).
+    pub(crate) fn soa(&self, set: Option<usize>) -> KeysSoa<'_> {
+        let (yt, q) = match set {
+            Some(s) => (&self.sets[s].0[..], self.sets[s].1),
+            None => (&[][..], 0),
+        };
+        KeysSoa {
+            xt: &self.xt,
+            yt,
+            n: self.n,
+            ld: self.ld,
+            q,
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Fused, streaming Nadaraya–Watson local mean on the CPU: the driver.
+//!
+//! Queries are split into groups handled by rayon tasks; each group walks
+//! the keys in blocks of [`KEY_BLOCK`] that stay in L1 while every query of
+//! the group visits them. This file holds the group's job and state, the
+//! split over groups and key ranges, and the choice of kernel; the kernels
+//! are `portable.rs` and `avx2.rs`. Per query the row state `(m, s, u)` of
+//! docs/numerics.md is kept in `f64`; a block's sums are formed in `f32`
+//! lanes and merged into it. The `M×N` matrix is never stored.
+//!
+//! Imports: `super::{far, keys, simd, weights}`, `crate::kernel`,
+//! `crate::types`.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod portable;
+
+use rayon::prelude::*;
+
+use super::far;
+use super::keys::KeysSoa;
+use super::simd::{Avx2Fma, KEY_BLOCK, Portable};
+use super::weights::initial_max;
+use crate::kernel::{Kernel, Profile};
+use crate::types::RowStates;
+use crate::types::merge_states;
+
+/// Queries that share one pass over the keys.
+pub(crate) const QUERY_GROUP: usize = 8;
+
+/// Row states `(m, s, u)` of a group of queries over some of the keys
+/// (docs/numerics.md): `m` the largest log-weight (0 for non-exponential
+/// profiles), `s = Σ e^{w−m}`, `u = Σ e^{w−m} y` (`rows × q`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GroupState {
+    pub m: [f32; QUERY_GROUP],
+    pub s: [f64; QUERY_GROUP],
+    pub u: Vec<f64>,
+}
+
+impl GroupState {
+    pub(crate) fn empty(profile: Profile, q: usize) -> Self {
+        GroupState {
+            m: [initial_max(profile); QUERY_GROUP],
+            s: [0.0; QUERY_GROUP],
+            u: vec![0.0; QUERY_GROUP * q],
+        }
+    }
+
+    /// Merges `other` (same queries, other keys) into `self`.
+    pub(crate) fn merge(&mut self, other: &GroupState, q: usize) {
+        let mut u = vec![0.0; q];
+        for r in 0..QUERY_GROUP {
+            let (ua, ub) = (&self.u[r * q..(r + 1) * q], &other.u[r * q..(r + 1) * q]);
+            let (m, s) = merge_states(
+                (self.m[r], self.s[r], ua),
+                (other.m[r], other.s[r], ub),
+                &mut u,
+            );
+            self.m[r] = m;
+            self.s[r] = s;
+            self.u[r * q..(r + 1) * q].copy_from_slice(&u);
+        }
+    }
+
+    /// Writes `u / s` for the first `out.len() / q` rows (NaN where `s = 0`)
+    /// and returns how many rows were empty.
+    pub(crate) fn finalize(&self, q: usize, out: &mut [f32]) -> usize {
+        let mut empty = 0;
+        for (r, o) in out.chunks_mut(q).enumerate() {
+            if self.s[r] > 0.0 {
+                for (oc, &uc) in o.iter_mut().zip(&self.u[r * q..(r + 1) * q]) {
+                    *oc = (uc / self.s[r]) as f32;
+                }
+            } else {
+                o.fill(f32::NAN);
+                empty += 1;
+            }
+        }
+        empty
+    }
+}
+
+/// One unit of work: a group of at most [`QUERY_GROUP`] queries against
+/// the keys `k0..k1`.
+#[derive(Clone, Copy)]
+pub(crate) struct GroupJob<'a> {
+    pub kernel: &'a Kernel,
+    /// The group's query rows, row-major with `d` columns.
+    pub queries: &'a [f32],
+    pub d: usize,
+    pub keys: &'a KeysSoa<'a>,
+    pub k0: usize,
+    pub k1: usize,
+    /// When the queries are the keys and every row must leave out its own
+    /// key (leave-one-out): the global index of the group's first query.
+    pub self_row: Option<usize>,
+}
+
+/// Row states `(m, s, u)` of every query: the shared core of local means,
+/// densities and leave-one-out sums. With `exclude_self` the queries must be
+/// the keys and row `i` skips key `i`.
+///
+/// Work is split over query groups; when there are too few of them to
+/// occupy every thread, the keys are split as well and the partial states
+/// merged with the associative rule.
+pub(crate) fn group_states(
+    kernel: &Kernel,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    exclude_self: bool,
+) -> Vec<GroupState> {
+    let (n, q) = (keys.n, keys.q);
+    let groups = queries.len().div_ceil(QUERY_GROUP * d);
+    let want = 4 * rayon::current_num_threads();
+    let splits = if groups >= want {
+        1
+    } else {
+        want.div_ceil(groups).min(n / (4 * KEY_BLOCK)).max(1)
+    };
+    // Key ranges aligned to whole blocks.
+    let per = n.div_ceil(splits).next_multiple_of(KEY_BLOCK);
+    queries
+        .par_chunks(QUERY_GROUP * d)
+        .enumerate()
+        .map(|(gi, qs)| {
+            let job = |k0: usize, k1: usize| GroupJob {
+                kernel,
+                queries: qs,
+                d,
+                keys,
+                k0,
+                k1,
+                self_row: exclude_self.then_some(gi * QUERY_GROUP),
+            };
+            if splits == 1 {
+                return group(&job(0, n));
+            }
+            (0..n.div_ceil(per))
+                .into_par_iter()
+                .map(|t| group(&job(t * per, ((t + 1) * per).min(n))))
+                .reduce_with(|mut a, b| {
+                    a.merge(&b, q);
+                    a
+                })
+                .unwrap_or_else(|| GroupState::empty(kernel.profile(), q))
+        })
+        .collect()
+}
+
+/// The row states of `m` queries from their groups' states (as
+/// [`group_states`] returns them), rows with no mass normalized.
+pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> RowStates {
+    let mut states = RowStates::empty(m, q);
+    for (g, st) in groups.iter().enumerate() {
+        for r in 0..QUERY_GROUP.min(m.saturating_sub(g * QUERY_GROUP)) {
+            let i = g * QUERY_GROUP + r;
+            states.max_log_weight[i] = st.m[r];
+            states.sum[i] = st.s[r];
+            for c in 0..q {
+                states.weighted[[i, c]] = st.u[r * q + c];
+            }
+        }
+    }
+    states.normalize_empty();
+    states
+}
+
+/// Local means of `queries` (row-major, `d` columns) into `out` (`q`
+/// columns). Returns the number of empty rows (written as NaN).
+pub(crate) fn local_mean(
+    kernel: &Kernel,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    exclude_self: bool,
+    out: &mut [f32],
+) -> usize {
+    let q = keys.q;
+    let states = group_states(kernel, queries, d, keys, exclude_self);
+    out.par_chunks_mut(QUERY_GROUP * q)
+        .zip(states.par_iter())
+        .map(|(o, st)| st.finalize(q, o))
+        .sum()
+}
+
+/// The state of one group, on the best compiled version.
+pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
+    group_on(Avx2Fma::detect(), job)
+}
+
+/// The state of one group: on the AVX2 kernel when `isa` holds the token,
+/// else on the portable one (`None` forces it).
+pub(crate) fn group_on(isa: Option<Avx2Fma>, job: &GroupJob<'_>) -> GroupState {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = isa {
+        let mut st = avx2::group(isa, job);
+        far::finish_far_rows(job, &mut st);
+        return st;
+    }
+    let _ = isa;
+    group_portable(job)
+}
+
+/// The portable version (any CPU); the AVX2 one is tested against it.
+pub(crate) fn group_portable(job: &GroupJob<'_>) -> GroupState {
+    let mut st = portable::group::<Portable>(job);
+    far::finish_far_rows(job, &mut st);
+    st
+}
+
+#[cfg(test)]
+mod tests;

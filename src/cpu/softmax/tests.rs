@@ -1,0 +1,201 @@
+//! Both builds of the three ops against `f64` references.
+
+use super::super::simd::Avx2Fma;
+use super::attention::kernel_softmax_on;
+use super::feature::feature_local_mean_on;
+use super::matrix::softmax_matrix_on;
+use crate::matrix::Matrix;
+use crate::types::{Attention, Heads};
+use ndarray::ArrayView2;
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32
+                / (1 << 24) as f32
+                - 0.5
+        })
+        .collect()
+}
+
+fn heads(v: &[f32], batch: usize, rows: usize, cols: usize) -> Heads<'_> {
+    let view = ArrayView2::from_shape((batch * rows, cols), v).unwrap();
+    Heads {
+        data: Matrix::check("test", "x", view).unwrap(),
+        batch,
+        rows,
+        ndim: 3,
+    }
+}
+
+/// f64 attention of one batch: materialized scores, row max, exp, normalize.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    phi: &[f32],
+    psi: &[f32],
+    v: &[f32],
+    m: usize,
+    n: usize,
+    d: usize,
+    q: usize,
+    s: f32,
+    causal: bool,
+) -> Vec<f64> {
+    let mut out = vec![0.0; m * q];
+    let off = n - m.min(n);
+    for i in 0..m {
+        let lim = if causal { i + off + 1 } else { n };
+        let sc: Vec<f64> = (0..lim)
+            .map(|j| {
+                f64::from(s)
+                    * (0..d)
+                        .map(|k| f64::from(phi[i * d + k]) * f64::from(psi[j * d + k]))
+                        .sum::<f64>()
+            })
+            .collect();
+        let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+        let tot: f64 = w.iter().sum();
+        for c in 0..q {
+            out[i * q + c] = (0..lim)
+                .map(|j| w[j] * f64::from(v[j * q + c]))
+                .sum::<f64>()
+                / tot;
+        }
+    }
+    out
+}
+
+/// The portable build (which integration tests do not reach on an AVX2
+/// machine) and the AVX2 one against the f64 reference, on shapes that
+/// leave partial register tiles, key tiles and key splits.
+#[test]
+fn portable_and_avx2_builds_match_reference() {
+    for &(nb, m, n, d, q, causal) in &[
+        (1usize, 1usize, 1usize, 1usize, 1usize, false),
+        (2, 53, 131, 7, 5, false),
+        (2, 53, 131, 7, 5, true),
+        (1, 5, 700, 3, 17, true),
+        (3, 49, 49, 16, 16, true),
+    ] {
+        let (pv, kv, vv) = (
+            data(nb * m * d, 1),
+            data(nb * n * d, 2),
+            data(nb * n * q, 3),
+        );
+        let (p, k, v) = (
+            heads(&pv, nb, m, d),
+            heads(&kv, nb, n, d),
+            heads(&vv, nb, n, q),
+        );
+        let attn = Attention { scale: 2.5, causal };
+        let mut builds = vec![None];
+        if let Some(isa) = Avx2Fma::detect() {
+            builds.push(Some(isa));
+        }
+        for isa in builds {
+            let avx2 = isa.is_some();
+            let got = kernel_softmax_on(&p, &k, &v, &attn, isa).unwrap();
+            let mat = softmax_matrix_on(&p, &k, &attn, isa).unwrap();
+            for b in 0..nb {
+                let want = reference(
+                    p.batch_slice(b),
+                    k.batch_slice(b),
+                    v.batch_slice(b),
+                    m,
+                    n,
+                    d,
+                    q,
+                    2.5,
+                    causal,
+                );
+                for (i, &w) in want.iter().enumerate() {
+                    let g = f64::from(got[b * m * q + i]);
+                    assert!(
+                        (g - w).abs() <= 1e-4 * w.abs() + 1e-5,
+                        "avx2={avx2} {nb}×{m}×{n} d={d} q={q} causal={causal} [{b}][{i}]: {g} vs {w}"
+                    );
+                }
+                // Weights times values equal the fused result.
+                for i in 0..m {
+                    let row = &mat[(b * m + i) * n..(b * m + i + 1) * n];
+                    for c in 0..q {
+                        let u: f64 = row
+                            .iter()
+                            .enumerate()
+                            .map(|(j, &w)| f64::from(w) * f64::from(v.batch_slice(b)[j * q + c]))
+                            .sum();
+                        let w = want[i * q + c];
+                        assert!(
+                            (u - w).abs() <= 1e-4 * w.abs() + 1e-5,
+                            "matrix avx2={avx2}: {u} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+/// Both builds of the feature local mean against the pairwise f64
+/// definition, with chunks, prefix sums and an empty row.
+#[test]
+fn feature_mean_builds_match_definition() {
+    for &(nb, m, n, d, q, causal) in &[
+        (2usize, 300usize, 700usize, 3usize, 5usize, true),
+        (1, 40, 40, 4, 1, false),
+        (1, 1, 1, 1, 2, true),
+    ] {
+        let pos = |v: Vec<f32>| {
+            v.into_iter()
+                .map(|x| (x + 0.5).max(0.0))
+                .collect::<Vec<_>>()
+        };
+        let mut pv = pos(data(nb * m * d, 4));
+        pv[..d].fill(0.0); // query 0 of batch 0 has no weight
+        let (kv, vv) = (pos(data(nb * n * d, 5)), data(nb * n * q, 6));
+        let (p, k, v) = (
+            heads(&pv, nb, m, d),
+            heads(&kv, nb, n, d),
+            heads(&vv, nb, n, q),
+        );
+        let mut builds = vec![None];
+        if let Some(isa) = Avx2Fma::detect() {
+            builds.push(Some(isa));
+        }
+        for isa in builds {
+            let avx2 = isa.is_some();
+            let (got, empty) = feature_local_mean_on(&p, &k, &v, causal, isa).unwrap();
+            assert_eq!(empty, nb.min(1), "avx2={avx2}");
+            let off = n - m.min(n);
+            for b in 0..nb {
+                let (pb, kb, vb) = (p.batch_slice(b), k.batch_slice(b), v.batch_slice(b));
+                for i in 0..m {
+                    let lim = if causal { i + off + 1 } else { n };
+                    let w: Vec<f64> = (0..lim)
+                        .map(|j| {
+                            (0..d)
+                                .map(|t| f64::from(pb[i * d + t]) * f64::from(kb[j * d + t]))
+                                .sum()
+                        })
+                        .collect();
+                    let den: f64 = w.iter().sum();
+                    for c in 0..q {
+                        let g = f64::from(got[(b * m + i) * q + c]);
+                        if den == 0.0 {
+                            assert!(g.is_nan());
+                            continue;
+                        }
+                        let want = (0..lim)
+                            .map(|j| w[j] * f64::from(vb[j * q + c]))
+                            .sum::<f64>()
+                            / den;
+                        assert!(
+                            (g - want).abs() <= 1e-5 * want.abs() + 1e-6,
+                            "avx2={avx2} [{b}][{i}][{c}]: {g} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The seven profiles' formulas, written once over a numeric [`Lane`]
+//! type: the `f64` reference ([`Profile::eval_sq`], the far-row log
+//! weights of `exact.rs`), the scalar `f32` kernels of the CPU (one lane,
+//! vectorized by LLVM over lane groups) and the AVX2 kernel (eight lanes in
+//! a register, `cpu/local_mean/avx2.rs`) all evaluate the same [`Form`].
+//! `shaders/profiles.wgsl` is the one other writing of them.
+//!
+//! Imports: `super` (the [`Profile`] enum and [`T_FAR`]) only.
+
+#[cfg(doc)]
+use super::Profile;
+use super::T_FAR;
+
+/// The arithmetic the profiles need, on one value or a group of lanes.
+///
+/// Every method takes `self` (or a lane) so that a lane type may carry a
+/// proof of the instructions it needs (the AVX2 lanes carry the CPU
+/// feature token).
+pub(crate) trait Lane: Copy {
+    /// A lane of the same kind holding `x` in every lane.
+    fn lit(self, x: f32) -> Self;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Self;
+    fn neg(self) -> Self;
+    fn sqrt(self) -> Self;
+    /// `self` where `self > o`, else `o` (inputs are never NaN here).
+    fn max(self, o: Self) -> Self;
+    /// `then` where `self < bound`, else `otherwise`, lane by lane.
+    fn select_lt(self, bound: Self, then: Self, otherwise: Self) -> Self;
+    /// `near` where the scaled squared distance `self` lies below
+    /// [`T_FAR`], else `far` (docs/numerics.md, "Far rows"). The `f64`
+    /// reference has no such cut: `t` cannot overflow there.
+    fn unless_far(self, near: Self, far: Self) -> Self;
+}
+
+impl Lane for f64 {
+    #[inline(always)]
+    fn lit(self, x: f32) -> f64 {
+        f64::from(x)
+    }
+    #[inline(always)]
+    fn add(self, o: f64) -> f64 {
+        self + o
+    }
+    #[inline(always)]
+    fn sub(self, o: f64) -> f64 {
+        self - o
+    }
+    #[inline(always)]
+    fn mul(self, o: f64) -> f64 {
+        self * o
+    }
+    #[inline(always)]
+    fn div(self, o: f64) -> f64 {
+        self / o
+    }
+    #[inline(always)]
+    fn neg(self) -> f64 {
+        -self
+    }
+    #[inline(always)]
+    fn sqrt(self) -> f64 {
+        f64::sqrt(self)
+    }
+    #[inline(always)]
+    fn max(self, o: f64) -> f64 {
+        f64::max(self, o)
+    }
+    #[inline(always)]
+    fn select_lt(self, bound: f64, then: f64, otherwise: f64) -> f64 {
+        if self < bound { then } else { otherwise }
+    }
+    #[inline(always)]
+    fn unless_far(self, near: f64, _far: f64) -> f64 {
+        near
+    }
+}
+
+impl Lane for f32 {
+    #[inline(always)]
+    fn lit(self, x: f32) -> f32 {
+        x
+    }
+    #[inline(always)]
+    fn add(self, o: f32) -> f32 {
+        self + o
+    }
+    #[inline(always)]
+    fn sub(self, o: f32) -> f32 {
+        self - o
+    }
+    #[inline(always)]
+    fn mul(self, o: f32) -> f32 {
+        self * o
+    }
+    #[inline(always)]
+    fn div(self, o: f32) -> f32 {
+        self / o
+    }
+    #[inline(always)]
+    fn neg(self) -> f32 {
+        -self
+    }
+    #[inline(always)]
+    fn sqrt(self) -> f32 {
+        f32::sqrt(self)
+    }
+    /// Branch-free, lowers to `maxps`.
+    #[inline(always)]
+    fn max(self, o: f32) -> f32 {
+        if self > o { self } else { o }
+    }
+    #[inline(always)]
+    fn select_lt(self, bound: f32, then: f32, otherwise: f32) -> f32 {
+        if self < bound { then } else { otherwise }
+    }
+    #[inline(always)]
+    fn unless_far(self, near: f32, far: f32) -> f32 {
+        if self < T_FAR { near } else { far }
+    }
+}
+
+/// One profile's formula, from the scaled squared distance `t = r²`.
+pub(crate) trait Form {
+    /// Whether [`Form::lane`] is the log-weight `ln k` (accumulated in the
+    /// log domain with a running maximum) rather than the weight `k`.
+    const LOG: bool;
+
+    /// What the kernels accumulate for a key at `t`: `ln k(t)` when
+    /// [`Form::LOG`] (−inf for a key beyond [`T_FAR`]), else `k(t)` (0
+    /// beyond [`T_FAR`]).
+    fn lane<L: Lane>(t: L) -> L;
+
+    /// `k(t)` in `f64`, the plain definition.
+    #[inline]
+    fn eval(t: f64) -> f64 {
+        let v = Self::lane(t);
+        if Self::LOG { v.exp() } else { v }
+    }
+
+    /// `ln k(t)` in `f64` for the far rows of a full-support profile
+    /// (docs/numerics.md, "Far rows").
+    #[inline]
+    fn exact_log_weight(t: f64) -> f64 {
+        let v = Self::lane(t);
+        if Self::LOG { v } else { v.ln() }
+    }
+}
+
+/// `exp(−r²/2)`.
+pub(crate) struct Gaussian;
+/// `(1 − r²)₊`.
+pub(crate) struct Epanechnikov;
+/// `1[r < 1]`.
+pub(crate) struct Uniform;
+/// `(1 − r)₊`.
+pub(crate) struct Triangular;
+/// `((1 − r²)₊)²`.
+pub(crate) struct Biweight;
+/// `exp(−r)`.
+pub(crate) struct Laplacian;
+/// `1 / (1 + r²)`.
+pub(crate) struct Cauchy;
+
+impl Form for Gaussian {
+    const LOG: bool = true;
+    #[inline(always)]
+    fn lane<L: Lane>(t: L) -> L {
+        t.unless_far(t.mul(t.lit(-0.5)), t.lit(f32::NEG_INFINITY))
+    }
+}
+
+impl Form for Laplacian {
+    const LOG: bool = true;
+    #[inline(always)]
+    fn lane<L: Lane>(t: L) -> L {
+        t.unless_far(t.sqrt().neg(), t.lit(f32::NEG_INFINITY))
+    }
+}
+
+impl Form for Epanechnikov {
+    const LOG: bool = false;
+    #[inline(always)]
+    fn lane<L: Lane>(t: L) -> L {
+        t.lit(1.0).sub(t).max(t.lit(0.0))
+    }
+}
+
+impl Form for Uniform {
+    const LOG: bool = false;
+    #[inline(always)]
+    fn lane<L: Lane>(t: L) -> L {
+        t.select_lt(t.lit(1.0), t.lit(1.0), t.lit(0.0))
+    }
+}
+
+impl Form for Triangular {
+    const LOG: bool = false;
+    #[inline(always)]
+    fn lane<L: Lane>(t: L) -> L {
+        t.lit(1.0).sub(t.sqrt()).max(t.lit(0.0))
+    }
+}
+
+impl Form for Biweight {
+    const LOG: bool = false;
+    #[inline(always)]
+    fn lane<L: Lane>(t: L) -> L {
+        let a = t.lit(1.0).sub(t).max(t.lit(0.0));
+        a.mul(a)
+    }
+}
+
+impl Form for Cauchy {
+    const LOG: bool = false;
+    #[inline(always)]
+    fn lane<L: Lane>(t: L) -> L {
+        let one = t.lit(1.0);
+        t.unless_far(one.div(one.add(t)), t.lit(0.0))
+    }
+    /// `−ln(1 + t)`, accurate for small `t` too.
+    #[inline]
+    fn exact_log_weight(t: f64) -> f64 {
+        -t.ln_1p()
+    }
+}
+
+/// Evaluates `$body` with `$P` bound to the [`Form`] of `$profile`: the one
+/// place a [`Profile`] value turns into its formula's type.
+macro_rules! with_form {
+    ($profile:expr, $P:ident => $body:expr) => {{
+        match $profile {
+            $crate::kernel::Profile::Gaussian => {
+                type $P = $crate::kernel::form::Gaussian;
+                $body
+            }
+            $crate::kernel::Profile::Epanechnikov => {
+                type $P = $crate::kernel::form::Epanechnikov;
+                $body
+            }
+            $crate::kernel::Profile::Uniform => {
+                type $P = $crate::kernel::form::Uniform;
+                $body
+            }
+            $crate::kernel::Profile::Triangular => {
+                type $P = $crate::kernel::form::Triangular;
+                $body
+            }
+            $crate::kernel::Profile::Biweight => {
+                type $P = $crate::kernel::form::Biweight;
+                $body
+            }
+            $crate::kernel::Profile::Laplacian => {
+                type $P = $crate::kernel::form::Laplacian;
+                $body
+            }
+            $crate::kernel::Profile::Cauchy => {
+                type $P = $crate::kernel::form::Cauchy;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_form;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::Profile;
+
+    /// The dispatch maps each profile to its formula: `k(0) = 1`, the log
+    /// domain for gaussian and laplacian only, and the profile's value at
+    /// `r = 1/2`.
+    #[test]
+    fn dispatch_maps_each_profile_to_its_form() {
+        for p in Profile::ALL {
+            assert_eq!(p.eval_sq(0.0), 1.0, "{p}");
+            let log = matches!(p, Profile::Gaussian | Profile::Laplacian);
+            assert_eq!(with_form!(p, P => P::LOG), log, "{p}");
+        }
+        let half = [
+            (-0.125f64).exp(),
+            0.75,
+            1.0,
+            0.5,
+            0.5625,
+            (-0.5f64).exp(),
+            0.8,
+        ];
+        for (p, want) in Profile::ALL.into_iter().zip(half) {
+            assert!((p.eval_sq(0.25) - want).abs() < 1e-15, "{p}");
+        }
+    }
+
+    /// The `f32` lanes agree with the `f64` reference, and both cut at the
+    /// support's edge and beyond `T_FAR` as docs/numerics.md says.
+    #[test]
+    fn f32_lanes_follow_the_reference() {
+        for p in Profile::ALL {
+            for t in [0.0f32, 0.25, 0.5, 0.999, 1.0, 1.5, 4.0, 80.0] {
+                let want = with_form!(p, P => P::lane(f64::from(t)));
+                let got = f64::from(with_form!(p, P => P::lane(t)));
+                assert!(
+                    (got - want).abs() <= 1e-6 * want.abs() + 1e-7,
+                    "{p} t={t}: {got} vs {want}"
+                );
+            }
+            let far = with_form!(p, P => P::lane(T_FAR));
+            let none = if p.is_exponential() {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            };
+            assert_eq!(far, none, "{p} beyond T_FAR");
+        }
+    }
+}
