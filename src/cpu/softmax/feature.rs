@@ -188,12 +188,12 @@ impl FeatureBatch<'_> {
                 *a = f64::from(x);
             }
             st.add_key(&self.psi[t * d..(t + 1) * d], &v);
-            if let Some((row0, out)) = emit.as_mut() {
-                if t >= off {
-                    let i = t - off;
-                    let o = &mut out[(i - *row0) * q..(i - *row0 + 1) * q];
-                    empty += st.apply(&self.phi[i * d..(i + 1) * d], &mut num, o);
-                }
+            if let Some((row0, out)) = emit.as_mut()
+                && t >= off
+            {
+                let i = t - off;
+                let o = &mut out[(i - *row0) * q..(i - *row0 + 1) * q];
+                empty += st.apply(&self.phi[i * d..(i + 1) * d], &mut num, o);
             }
         }
         empty
