@@ -720,7 +720,7 @@ def mean_shift(
     tol: float = 1e-3,
     backend: str = "auto",
     shards: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> MeanShiftResult:
     """MeanShift of ``X`` (N × d, NumPy or Dask array) sharded over the
     cluster, with the results of :func:`locus.mean_shift` on the same data
@@ -736,7 +736,8 @@ def mean_shift(
     ranked by the points within one bandwidth (counted per shard), merged
     when within one bandwidth, and every point is labelled by its nearest
     mode on its own worker. ``bandwidth`` must be given (a number).
-    ``progress(iteration, moving)`` is called after each iteration.
+    ``progress(iteration, queried, moving)`` is called after each
+    iteration with the seeds sent out and those still moving.
     """
     if backend not in _BACKENDS:
         raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
@@ -808,7 +809,7 @@ def mean_shift(
             active = active[~stop]
             iterations = it
             if progress is not None:
-                progress(it, len(active))
+                progress(it, len(sub), len(active))
             if len(active) == 0:
                 converged = True
                 break
