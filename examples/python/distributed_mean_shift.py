@@ -50,6 +50,7 @@ def main() -> None:
     p.add_argument("--check", action="store_true", help="also run locus.mean_shift on one process")
     p.add_argument("--plot", default=None, metavar="PNG", help="scatter plot (matplotlib, 2-D)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--block", type=int, default=250_000, help="rows generated per task")
     a = p.parse_args()
     n = 10_000_000 if a.large else a.n
 
@@ -80,7 +81,9 @@ def main() -> None:
 
     rng = np.random.default_rng(a.seed)
     centers = rng.uniform(-10, 10, size=(a.centers, a.d))
-    sizes = [len(r) for r in np.array_split(np.arange(n), shards)]
+    # Generated in fixed blocks (the same points whatever the cluster), then
+    # cut into one row block per shard by locus.distributed.
+    sizes = [min(a.block, n - i) for i in range(0, n, a.block)]
     X = da.concatenate(
         [
             da.from_delayed(
@@ -100,7 +103,7 @@ def main() -> None:
     t1 = time.perf_counter()
     r = ld.mean_shift(
         client, X, bandwidth=a.bandwidth, kernel=a.kernel, seeds="binned",
-        backend=a.backend, progress=progress,
+        backend=a.backend, shards=shards, progress=progress,
     )
     t2 = time.perf_counter()
     seeds = log[0][1] if log else 0
