@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python package's tests: a throwaway virtualenv, maturin, numpy,
-# scikit-learn and pytest from the package index, the package built in
+# scikit-learn, dask[distributed] and pytest from the package index, the package built in
 # release (into the workspace's target/, so a rerun only rebuilds what
 # changed) and installed from its wheel, then pytest on python/tests.
 # Exits non-zero when anything fails; the virtualenv is removed either way.
@@ -22,7 +22,7 @@ echo "== virtualenv in $venv"
 "$python" -m venv "$venv"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-input \
-    "maturin>=1.9,<2" numpy scikit-learn pytest
+    "maturin>=1.9,<2" numpy scikit-learn "dask[distributed]" pytest
 
 echo "== building the package (release)"
 "$venv/bin/maturin" build --release --quiet --manifest-path python/Cargo.toml \

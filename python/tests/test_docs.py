@@ -15,12 +15,15 @@ MODULES = [
     "locus._regression",
     "locus._classification",
     "locus._neighbors",
+    "locus.distributed",
 ]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    if name not in ("locus", "locus._errors", "locus._engine", "locus._functions"):
+    if name == "locus.distributed":
+        pytest.importorskip("distributed")
+    elif name not in ("locus", "locus._errors", "locus._engine", "locus._functions"):
         pytest.importorskip("sklearn")
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
