@@ -216,3 +216,216 @@ def test_a_killed_worker_loses_its_shard_loudly():
         # return the means of the surviving shard alone.
         with pytest.raises(ld.ShardLostError):
             sharded.local_mean(q, bandwidth=0.5)
+
+
+# ---------------------------------------------------------------------------
+# Hostile inputs: the error type (and parameter) of the single-node API,
+# raised on the driver; never a Dask traceback, a hang or a wrong answer.
+
+_X = np.random.default_rng(11).normal(size=(20, 2)).astype(np.float32)
+
+
+def _with(a, row, col, v):
+    a = np.array(a, dtype=np.float64)
+    a[(row, col) if a.ndim == 2 else row] = v
+    return a
+
+
+def _unknown_chunks(x, keep=-100.0):
+    xd = da.from_array(x, chunks=(7, x.shape[1]))
+    return xd[xd[:, 0] > keep]
+
+
+KEYSET_BAD = {
+    "empty keys": (lambda: (np.zeros((0, 2)),), {}, ValueError, "keys is empty"),
+    "keys without columns": (lambda: (np.zeros((20, 0)),), {}, ValueError, r"keys is empty \(20×0\)"),
+    "1-D keys": (lambda: (np.zeros(5),), {}, ValueError, "keys must be 2-D"),
+    "NaN key, global row": (lambda: (_with(_X, 13, 1, np.nan),), {}, ValueError, "keys .*NaN.* row 13, column 1"),
+    "inf key": (lambda: (_with(_X, 3, 0, np.inf),), {}, ValueError, "keys .*inf.* row 3"),
+    "f64 key out of f32 range": (lambda: (_with(_X, 0, 0, 1e300),), {}, ValueError, "keys .*inf"),
+    "string keys": (lambda: (np.array([["a", "b"]] * 4),), {}, TypeError, "keys must hold real numbers"),
+    "NaN value": (lambda: (_X, _with(_X[:, 0], 13, 0, np.nan)), {}, ValueError, "values .*NaN.* row 13"),
+    "values rows": (lambda: (_X, np.ones(19)), {}, ValueError, "values has 19 rows but there are 20 keys"),
+    "values 3-D": (lambda: (_X, np.ones((20, 1, 1))), {}, ValueError, "values must be 1-D or 2-D"),
+    "string values": (lambda: (_X, np.array(["a"] * 20)), {}, TypeError, "values must hold real numbers"),
+    "labels rows": (lambda: (_X, None, np.ones(21)), {}, ValueError, "labels has 21 entries but there are 20 keys"),
+    "labels 2-D": (lambda: (_X, None, np.ones((20, 1))), {}, ValueError, "labels must be 1-D"),
+    "NaN label": (lambda: (_X, None, _with(np.ones(20), 4, 0, np.nan)), {}, ValueError, "labels must be finite"),
+    "shards 0": (lambda: (_X,), {"shards": 0}, ValueError, "shards must be at least 1"),
+    "shards negative": (lambda: (_X,), {"shards": -1}, ValueError, "shards"),
+    "shards float": (lambda: (_X,), {"shards": 2.0}, TypeError, "shards must be an integer"),
+    "shards str": (lambda: (_X,), {"shards": "2"}, TypeError, "shards must be an integer"),
+    "shards > N": (lambda: (_X,), {"shards": 21}, ValueError, "shards=21 but keys has 20 rows"),
+    "backend": (lambda: (_X,), {"backend": "tpu"}, ValueError, "backend"),
+    "dask empty keys": (lambda: (da.zeros((0, 2), chunks=(1, 2)),), {}, ValueError, "keys is empty"),
+    "dask 1-D keys": (lambda: (da.zeros(5, chunks=2),), {}, ValueError, "keys must be 2-D"),
+    "dask string keys": (lambda: (da.from_array(np.array([["a", "b"]] * 4), chunks=(2, 2)),), {}, TypeError, "keys must hold real numbers"),
+    "dask NaN key, global row": (lambda: (da.from_array(_with(_X, 15, 0, np.nan), chunks=(7, 2)),), {}, ValueError, "keys .*NaN.* row 15, column 0"),
+    "dask NaN value, global row": (lambda: (da.from_array(_X, chunks=(7, 2)), da.from_array(_with(_X[:, 0], 13, 0, np.nan), chunks=5)), {}, ValueError, "values .*NaN.* row 13"),
+    "dask values rows": (lambda: (da.from_array(_X, chunks=(7, 2)), da.ones(19, chunks=5)), {}, ValueError, "values has 19 rows but there are 20 keys"),
+    "dask labels rows": (lambda: (da.from_array(_X, chunks=(7, 2)), None, da.ones(19, chunks=5)), {}, ValueError, "labels has 19 entries"),
+    "dask NaN label": (lambda: (da.from_array(_X, chunks=(7, 2)), None, da.from_array(_with(np.ones(20), 13, 0, np.nan), chunks=5)), {}, ValueError, "labels must be finite"),
+    "dask shards > N": (lambda: (da.from_array(_X, chunks=(5, 2)),), {"shards": 21}, ValueError, "shards=21 but keys has 20 rows"),
+    "dask unknown chunks, values rows": (lambda: (_unknown_chunks(_X), np.ones(19)), {}, ValueError, "values has 19 rows but there are 20 keys"),
+}
+
+
+@pytest.mark.parametrize("case", list(KEYSET_BAD), ids=list(KEYSET_BAD))
+def test_sharded_key_set_refuses_bad_data_as_the_single_node_key_set(client, case):
+    args, kw, exc, match = KEYSET_BAD[case]
+    args = args()
+    if not case.startswith(("dask", "shards", "backend")):
+        with pytest.raises(exc):  # the single-node key set refuses it alike
+            locus.Engine("cpu").prepare(*args)
+    with pytest.raises(exc, match=match):
+        ld.ShardedKeySet(client, *args, **{"backend": "cpu", **kw})
+
+
+@pytest.fixture(scope="module")
+def small(client):
+    return ld.ShardedKeySet(client, _X, _X[:, 0], np.arange(20) % 3 - 1, backend="cpu", shards=3)
+
+
+QUERY_BAD = {
+    "NaN query": (lambda s: s.local_mean(_with(_X[:2], 1, 1, np.nan), bandwidth=1.0), ValueError, r"queries .*NaN.* row 1, column 1"),
+    "inf query knn": (lambda s: s.knn(_with(_X[:2], 0, 0, -np.inf), 2), ValueError, "queries .*inf"),
+    "NaN query classify": (lambda s: s.classify(_with(_X[:2], 0, 0, np.nan), bandwidth=1.0), ValueError, "queries .*NaN"),
+    "empty queries": (lambda s: s.log_density(np.zeros((0, 2)), bandwidth=1.0), ValueError, "queries is empty"),
+    "1-D queries": (lambda s: s.density(np.zeros(2), bandwidth=1.0), ValueError, "queries must be 2-D"),
+    "query dimension": (lambda s: s.predict_proba(np.zeros((2, 3)), bandwidth=1.0), ValueError, "queries have dimension 3 but the keys have dimension 2"),
+    "k 0": (lambda s: s.knn(_X[:2], 0), ValueError, "k must be in 1..=20"),
+    "k > N": (lambda s: s.knn(_X[:2], 21), ValueError, "k must be in 1..=20"),
+    "k float": (lambda s: s.knn(_X[:2], 2.0), TypeError, "k must be an integer"),
+    "bandwidth 0": (lambda s: s.local_mean(_X[:2], bandwidth=0.0), ValueError, "bandwidth must be finite"),
+    "bandwidth negative": (lambda s: s.row_states(_X[:2], bandwidth=-1.0), ValueError, "bandwidth must be finite"),
+    "bandwidth NaN": (lambda s: s.log_density(_X[:2], bandwidth=float("nan")), ValueError, "bandwidth must be finite"),
+    "bandwidth inf": (lambda s: s.classify(_X[:2], bandwidth=float("inf")), ValueError, "bandwidth must be finite"),
+    "bandwidth str": (lambda s: s.local_mean(_X[:2], bandwidth="1"), TypeError, "bandwidth must be a number"),
+    "bandwidth None": (lambda s: s.density(_X[:2], bandwidth=None), TypeError, "bandwidth must be a number"),
+    "unknown kernel": (lambda s: s.local_mean(_X[:2], bandwidth=1.0, kernel="box"), ValueError, "unknown kernel profile"),
+    "kernel None": (lambda s: s.log_density(_X[:2], bandwidth=1.0, kernel=None), TypeError, "kernel"),
+}
+
+
+@pytest.mark.parametrize("case", list(QUERY_BAD), ids=list(QUERY_BAD))
+def test_sharded_key_set_refuses_bad_queries_as_the_single_node_key_set(small, case):
+    call, exc, match = QUERY_BAD[case]
+    single = locus.Engine("cpu").prepare(_X, _X[:, 0], np.arange(20) % 3 - 1)
+    with pytest.raises(exc):
+        call(single)
+    with pytest.raises(exc, match=match):
+        call(small)
+
+
+def test_awkward_but_valid_key_sets_equal_the_single_node_key_set(client):
+    q = _X[:4] + 0.1
+    xi = (np.arange(40).reshape(20, 2) % 7).astype(np.int64)  # ints: converted as the single node
+    neg = np.arange(20) % 3 - 1  # negative labels
+    single = locus.Engine("cpu").prepare(xi, xi[:, 0].astype(np.float64), neg)
+    cases = [
+        ld.ShardedKeySet(client, xi, xi[:, 0].astype(np.float64), neg, backend="cpu", shards=3),
+        ld.ShardedKeySet(client, xi, xi[:, 0], neg, backend="cpu", shards=20),  # one key per shard
+        ld.ShardedKeySet(  # unknown chunk sizes, cut into 3 shards on the workers
+            client, _unknown_chunks(xi), da.from_array(xi[:, 0], chunks=6), neg, backend="cpu", shards=3
+        ),
+    ]
+    assert cases[2].shard_rows == [7, 7, 6]
+    for s in cases:
+        _close(s.local_mean(q, bandwidth=2.0), single.local_mean(q, bandwidth=2.0))
+        # (probabilities, not classify: on this grid two classes tie up to rounding)
+        _close(s.predict_proba(q, bandwidth=2.0), single.predict_proba(q, bandwidth=2.0))
+        for k in (1, 8, 20):  # 8 > a shard's rows, 20 = N
+            gi, gd = s.knn(q, k)
+            wi, wd = single.knn(q, k)
+            np.testing.assert_array_equal(gi, wi)
+            np.testing.assert_array_equal(gd, wd)
+    # An empty chunk in the middle of a Dask array is no empty shard.
+    xd = da.concatenate([da.from_array(xi[:10], chunks=(10, 2)), da.zeros((0, 2), chunks=(0, 2)), da.from_array(xi[10:], chunks=(10, 2))])
+    assert ld.ShardedKeySet(client, xd, backend="cpu").n_keys == 20
+    # Fewer keys than workers, default shards.
+    assert ld.ShardedKeySet(client, xi[:1], backend="cpu").knn(q, 1)[0].tolist() == [[0]] * 4
+
+
+def test_calls_after_close_raise_and_the_client_survives(client):
+    s = ld.ShardedKeySet(client, _X, _X[:, 0], backend="cpu", shards=3)
+    s.local_mean(_X[:2], bandwidth=1.0)
+    s.close()
+    s.close()
+    for call in (lambda: s.local_mean(_X[:2], bandwidth=1.0), lambda: s.knn(_X[:2], 1), lambda: s.log_density(_X[:2], bandwidth=1.0)):
+        with pytest.raises(ld.ShardLostError, match="closed"):
+            call()
+    # The client still works (closing used to break its connection).
+    assert ld.ShardedKeySet(client, _X, backend="cpu").knn(_X[:1], 1)[0].tolist() == [[0]]
+
+
+def test_a_closed_client_is_refused():
+    with distributed.Client(
+        n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0"
+    ) as c:
+        s = ld.ShardedKeySet(c, _X, _X[:, 0], backend="cpu")
+    with pytest.raises(ld.ShardLostError, match="client is closed"):
+        s.local_mean(_X[:2], bandwidth=1.0)
+    with pytest.raises(ValueError, match="client"):
+        ld.ShardedKeySet(c, _X, backend="cpu")
+    with pytest.raises(ValueError, match="client"):
+        ld.mean_shift(c, _X, bandwidth=1.0, backend="cpu")
+
+
+MS_BAD = {
+    "empty X": ({"X": np.zeros((0, 2))}, ValueError, "X is empty"),
+    "X without columns": ({"X": np.zeros((20, 0))}, ValueError, r"X is empty \(20×0\)"),
+    "1-D X": ({"X": np.zeros(5)}, ValueError, "X must be 2-D"),
+    "NaN in X": ({"X": _with(_X, 13, 1, np.nan)}, ValueError, "X .*NaN.* row 13, column 1"),
+    "string X": ({"X": np.array([["a", "b"]] * 3)}, TypeError, "X must hold real numbers"),
+    "bandwidth 0": ({"bandwidth": 0.0}, ValueError, "bandwidth must be finite"),
+    "bandwidth NaN": ({"bandwidth": float("nan")}, ValueError, "bandwidth must be finite"),
+    "bandwidth inf": ({"bandwidth": float("inf")}, ValueError, "bandwidth must be finite"),
+    "bandwidth tiny": ({"bandwidth": 1e-40}, ValueError, "bandwidth must be finite"),
+    "bandwidth str": ({"bandwidth": "wide"}, ValueError, "bandwidth must be a number"),
+    "unknown kernel": ({"kernel": "box"}, ValueError, "unknown kernel profile"),
+    "seeds 1-D": ({"seeds": np.zeros(2)}, ValueError, "seeds must be 2-D"),
+    "seeds dimension": ({"seeds": np.zeros((2, 3))}, ValueError, "seeds have dimension 3 but the points have dimension 2"),
+    "seeds empty": ({"seeds": np.zeros((0, 2))}, ValueError, "seeds is empty"),
+    "NaN seed": ({"seeds": np.array([[0.0, np.nan]])}, ValueError, "seeds .*NaN"),
+    "max_iter 0": ({"max_iter": 0}, ValueError, "max_iter must be at least 1"),
+    "max_iter float": ({"max_iter": 1.5}, TypeError, "max_iter must be an integer"),
+    "tol negative": ({"tol": -1.0}, ValueError, "tol must be finite and > 0"),
+    "tol NaN": ({"tol": float("nan")}, ValueError, "tol must be finite and > 0"),
+    "tol None": ({"tol": None}, TypeError, "tol must be a number"),
+    "shards 0": ({"shards": 0}, ValueError, "shards must be at least 1"),
+    "shards negative": ({"shards": -1}, ValueError, "shards"),
+    "shards float": ({"shards": 2.0}, TypeError, "shards must be an integer"),
+    "shards > N": ({"shards": 21}, ValueError, "shards=21 but X has 20 rows"),
+    "progress not callable": ({"progress": 3}, TypeError, "progress must be callable"),
+    "dask 1-D X": ({"X": da.zeros(5, chunks=2)}, ValueError, "X must be 2-D"),
+    "dask empty X": ({"X": _unknown_chunks(_X, keep=100.0)}, ValueError, "X is empty"),
+    "dask inf in X, global row": ({"X": da.from_array(_with(_X, 13, 1, np.inf), chunks=(7, 2))}, ValueError, "X .*inf.* row 13, column 1"),
+    "dask shards > N": ({"X": da.from_array(_X, chunks=(5, 2)), "shards": 21}, ValueError, "shards=21 but X has 20 rows"),
+}
+
+
+@pytest.mark.parametrize("case", list(MS_BAD), ids=list(MS_BAD))
+def test_mean_shift_refuses_bad_input(client, case):
+    kw, exc, match = MS_BAD[case]
+    kw = {"X": _X, "bandwidth": 1.0, "backend": "cpu", **kw}
+    if not case.startswith(("dask", "shards", "progress", "bandwidth str")):
+        single = {k: v for k, v in kw.items()}
+        with pytest.raises(exc):  # the single-node mean_shift refuses it alike
+            locus.mean_shift(single.pop("X"), **single)
+    with pytest.raises(exc, match=match):
+        ld.mean_shift(client, kw.pop("X"), **kw)
+
+
+def test_mean_shift_of_awkward_but_valid_input(client):
+    xi = np.rint(_blobs(300, seed=9)).astype(np.int64)  # ints: converted as the single node
+    want = locus.mean_shift(xi, bandwidth=3.0, bin_seeding=True, backend="cpu")
+    for X, kw in [
+        (xi, {}),
+        (_unknown_chunks(xi), {"shards": 3}),  # unknown chunk sizes
+        (xi, {"shards": 7}),
+    ]:
+        got = ld.mean_shift(client, X, bandwidth=3.0, backend="cpu", **kw)
+        np.testing.assert_array_equal(got.labels, want.labels)
+        np.testing.assert_allclose(got.cluster_centers, want.cluster_centers, atol=3e-4, rtol=0)
+    one = ld.mean_shift(client, _X[:1], bandwidth=1.0, backend="cpu")  # fewer points than workers
+    assert one.labels.tolist() == [0]

@@ -34,6 +34,7 @@ Several GPUs on one node: one worker per adapter, each told its adapter by
 from __future__ import annotations
 
 import math
+import numbers
 import uuid
 from functools import partial
 from concurrent.futures import CancelledError
@@ -51,7 +52,7 @@ except ImportError as e:  # pragma: no cover - exercised without dask
         "pip install 'locus-engine[distributed]'"
     ) from e
 
-from ._arrays import as_count, as_matrix
+from ._arrays import as_count, as_labels, as_matrix, as_values
 from ._engine import RowStates, engine_for
 from ._errors import InputError, LocusError
 from ._functions import MeanShiftResult
@@ -140,6 +141,43 @@ def _concat(*parts: np.ndarray) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def _fmt(v: float) -> str:
+    return "NaN" if np.isnan(v) else str(float(v))
+
+
+def _check_finite(a: np.ndarray, name: str, offset: int = 0) -> None:
+    """Raises an :class:`InputError` naming the first non-finite entry of
+    the 2-D ``a`` by its row in the whole input (``offset`` + local row)."""
+    bad = _first_nonfinite(a)
+    if bad is not None:
+        r, c, v = bad
+        raise InputError(f"{name} has a non-finite value ({v}) at row {offset + r}, column {c}")
+
+
+def _first_nonfinite(a: Any) -> tuple | None:
+    a = np.asarray(a)
+    if a.ndim == 1:
+        a = a.reshape(-1, 1)
+    with np.errstate(over="ignore"):
+        a = a.astype(np.float32, copy=False)
+    ok = np.isfinite(a)
+    if ok.all():
+        return None
+    r, c = np.argwhere(~ok)[0]
+    return int(r), int(c), _fmt(a[r, c])
+
+
+def _check_nonempty(shape: tuple, name: str) -> None:
+    if shape[0] == 0 or shape[1] == 0:
+        raise InputError(
+            f"{name} is empty ({shape[0]}×{shape[1]}); it needs at least one row and one column"
+        )
+
+
+def _slice_rows(parts: list, bounds: list) -> np.ndarray:
+    return np.concatenate([np.asarray(p)[lo:hi] for p, (lo, hi) in zip(parts, bounds)])
+
+
 # ---------------------------------------------------------------------------
 # What a worker holds: one shard
 
@@ -208,21 +246,25 @@ def _build_shard(
     backend: str,
     center: np.ndarray | None,
     values_are_keys: bool,
+    offset: int = 0,
+    keys_name: str = "keys",
 ) -> _Shard:
     x = np.asarray(keys)
     if x.ndim != 2:
-        raise InputError(f"keys must be 2-D, got a {x.ndim}-D shard of shape {x.shape}")
+        raise InputError(f"{keys_name} must be 2-D, got a {x.ndim}-D shard of shape {x.shape}")
+    x = as_matrix(x, keys_name)
+    _check_finite(x, keys_name, offset)  # before centring: the row of the input
     if center is not None:
         x = (x.astype(np.float64) - center).astype(np.float32)
-    x = as_matrix(x, "keys")
     y = None
     if values_are_keys:
         y = x
     elif values is not None:
         y = np.asarray(values)
-        y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float32)
+        y = as_matrix(y.reshape(len(y), -1), "values")
         if y.shape[0] != x.shape[0]:
             raise InputError(f"a shard has {x.shape[0]} keys but {y.shape[0]} values")
+        _check_finite(y, "values", offset)
     index = None
     n_classes = 0
     if labels is not None:
@@ -312,30 +354,129 @@ def _is_dask(x: Any) -> bool:
 
 
 def _workers(client: distributed.Client) -> list[str]:
+    status = getattr(client, "status", "running")
+    if status != "running":
+        raise InputError(f"client: the Dask client is {status}; pass a running distributed.Client")
     w = sorted(client.scheduler_info(n_workers=-1)["workers"])
     if not w:
         raise LocusError("the Dask cluster has no workers")
     return w
 
 
-def _split_numpy(x: np.ndarray, shards: int) -> list[np.ndarray]:
-    n = x.shape[0]
+def _check_shards(shards: Any) -> int | None:
+    if shards is None:
+        return None
+    shards = as_count(shards, "shards")
+    if shards == 0:
+        raise InputError("shards must be at least 1, got 0")
+    return shards
+
+
+def _even(n: int, shards: int, name: str) -> list[int]:
+    """Rows of ``shards`` near-equal blocks of ``n`` rows (as ``np.array_split``)."""
     if shards > n:
-        raise InputError(f"{shards} shards for {n} keys: each shard needs at least one key")
-    return np.array_split(x, shards)
+        raise InputError(
+            f"shards={shards} but {name} has {n} rows: each shard needs at least one row"
+        )
+    return [n // shards + (i < n % shards) for i in range(shards)]
 
 
-def _dask_parts(client: distributed.Client, x: Any, rows: Sequence[int] | None, shards: int | None):
+def _split_numpy(x: np.ndarray, shards: int, name: str = "keys") -> list[np.ndarray]:
+    cuts = np.cumsum(_even(x.shape[0], shards, name))[:-1]
+    return np.split(x, cuts)
+
+
+def _check_dask(x: Any, name: str, ndims: tuple[int, ...]) -> None:
+    """What the driver can check of a Dask array without computing it."""
+    if x.ndim not in ndims:
+        want = " or ".join(f"{n}-D" for n in ndims)
+        raise InputError(f"{name} must be {want}, got a {x.ndim}-D array of shape {x.shape}")
+    if name != "labels" and x.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers (float32 preferred), got dtype {x.dtype}")
+    if x.ndim == 2 and any(math.isnan(c) for c in x.chunks[1]):
+        raise InputError(
+            f"{name} has unknown column chunk sizes; call {name}.compute_chunk_sizes() first"
+        )
+    if x.ndim == 2 and x.shape[1] == 0:
+        _check_nonempty(x.shape, name)
+
+
+def _known_rows(x: Any) -> int | None:
+    """Rows of a Dask array, None if its chunk sizes are unknown."""
+    n = x.shape[0]
+    return None if isinstance(n, float) and math.isnan(n) else int(n)
+
+
+def _reblock(client: distributed.Client, futs: list, sizes: list[int], target: list[int]) -> list:
+    """Futures of row blocks of ``target`` rows cut from blocks ``futs`` of
+    ``sizes`` rows (on the workers)."""
+    starts = [0, *np.cumsum(sizes).tolist()]
+    out, a = [], 0
+    for t in target:
+        b = a + t
+        pieces = [
+            (i, max(a, starts[i]) - starts[i], min(b, starts[i + 1]) - starts[i])
+            for i in range(len(futs))
+            if starts[i] < b and starts[i + 1] > a
+        ]
+        if len(pieces) == 1 and pieces[0][1] == 0 and pieces[0][2] == sizes[pieces[0][0]]:
+            out.append(futs[pieces[0][0]])
+        else:
+            out.append(
+                client.submit(
+                    _slice_rows,
+                    [futs[i] for i, _, _ in pieces],
+                    [(lo, hi) for _, lo, hi in pieces],
+                    pure=False,
+                )
+            )
+        a = b
+    return out
+
+
+def _dask_parts(
+    client: distributed.Client,
+    x: Any,
+    name: str,
+    rows: Sequence[int] | None = None,
+    shards: int | None = None,
+) -> tuple[list, list[int]]:
     """Futures of the row blocks of the Dask array ``x`` (full rows per
-    block), computed where Dask puts them."""
+    block), computed where Dask puts them, and their rows: blocks of
+    ``rows`` rows if given, else ``shards`` near-equal blocks, else the
+    non-empty row chunks of ``x``. Chunk sizes may be unknown (NaN): the
+    blocks are then computed as they are and cut on the workers."""
     if x.ndim == 2:
         x = x.rechunk({1: -1})
-    if rows is not None:
-        x = x.rechunk({0: tuple(rows)})
-    elif shards is not None:
-        x = x.rechunk({0: max(1, -(-x.shape[0] // shards))})
-    blocks = x.to_delayed().reshape(-1)
-    return client.compute(list(blocks))
+    n = _known_rows(x)
+    if n is not None and any(math.isnan(c) for c in x.chunks[0]):
+        n = None
+    if n is not None:
+        if rows is not None:
+            if n != sum(rows):
+                raise InputError(f"{name} has {n} rows but there are {sum(rows)} keys")
+            x = x.rechunk({0: tuple(rows)})
+        elif shards is not None:
+            x = x.rechunk({0: tuple(_even(n, shards, name))})
+        sizes = [int(c) for c in x.chunks[0]]
+        futs = client.compute(list(x.to_delayed().reshape(-1)))
+    else:
+        futs = client.compute(list(x.to_delayed().reshape(-1)))
+        sizes = client.gather([client.submit(len, f, pure=False) for f in futs])
+        n = sum(sizes)
+        if rows is not None:
+            if n != sum(rows):
+                raise InputError(f"{name} has {n} rows but there are {sum(rows)} keys")
+            target = list(rows)
+        elif shards is not None:
+            target = _even(n, shards, name)
+        else:
+            target = [s for s in sizes if s]
+        futs, sizes = _reblock(client, futs, sizes, target), target
+    if rows is None and shards is None:
+        futs = [f for f, k in zip(futs, sizes) if k]
+        sizes = [k for k in sizes if k]
+    return futs, sizes
 
 
 class _Sharded:
@@ -347,6 +488,7 @@ class _Sharded:
         self.rows: list[int] = []
         self.offsets: list[int] = []
         self.bytes_moved = 0  # states/lists sent between processes by the last call
+        self._closed = False
 
     def _place(
         self,
@@ -362,37 +504,40 @@ class _Sharded:
     ) -> None:
         client = self.client
         workers = _workers(client)
+        keys_name = "X" if values_are_keys else "keys"
         if key_futures is not None:
-            kf = key_futures
+            kf, sizes = key_futures
         elif _is_dask(keys):
-            kf = _dask_parts(client, keys, None, shards)
+            kf, sizes = _dask_parts(client, keys, "keys", None, shards)
         else:
-            parts = _split_numpy(keys, shards or len(workers))
+            n = keys.shape[0]
+            parts = _split_numpy(keys, shards if shards is not None else min(len(workers), n))
             kf = [
                 client.scatter(p, workers=[workers[i % len(workers)]], hash=False)
                 for i, p in enumerate(parts)
             ]
+            sizes = [len(p) for p in parts]
+        if not kf:
+            raise InputError(f"{keys_name} is empty (0 rows); it needs at least one row")
         distributed.wait(kf)
-        sizes = client.gather([client.submit(lambda a: len(a), f, pure=False) for f in kf])
-        if any(s == 0 for s in sizes):
-            raise InputError("a shard has no keys; use fewer shards")
         who = client.who_has(kf)
+        offsets = [int(o) for o in np.concatenate([[0], np.cumsum(sizes)[:-1]])]
 
-        def split_like(a: Any) -> list:
+        def split_like(a: Any, name: str) -> list:
             if a is None:
                 return [None] * len(kf)
             if _is_dask(a):
-                return _dask_parts(client, a, sizes, None)
+                return _dask_parts(client, a, name, sizes, None)[0]
             a = np.asarray(a)
             if a.shape[0] != sum(sizes):
-                raise InputError(f"{a.shape[0]} rows for {sum(sizes)} keys")
+                raise InputError(f"{name} has {a.shape[0]} rows but there are {sum(sizes)} keys")
             cuts = np.cumsum(sizes)[:-1]
             return [
                 client.scatter(p, workers=list(who[f.key]), hash=False)
                 for p, f in zip(np.split(a, cuts), kf)
             ]
 
-        vf, lf = split_like(values), split_like(labels)
+        vf, lf = split_like(values, "values"), split_like(labels, "labels")
         self.shards = [
             client.submit(
                 _build_shard,
@@ -403,20 +548,32 @@ class _Sharded:
                 backend,
                 center,
                 values_are_keys,
+                off,
+                keys_name,
                 workers=list(who[k.key]),
                 allow_other_workers=True,
                 pure=False,
                 key=f"locus-shard-{uuid.uuid4().hex}",
             )
-            for k, v, lab in zip(kf, vf, lf)
+            for k, v, lab, off in zip(kf, vf, lf, offsets)
         ]
         distributed.wait(self.shards)
+        for f in self.shards:
+            if f.status == "error":
+                f.result()  # raises the shard's error (an InputError naming the row)
         self.rows = client.gather([client.submit(_shard_rows, s, pure=False) for s in self.shards])
         self.offsets = [int(o) for o in np.concatenate([[0], np.cumsum(self.rows)[:-1]])]
         # The raw blocks are no longer needed: each shard keeps its own copy.
         del kf, vf, lf
 
     def _check(self) -> None:
+        if self._closed:
+            raise ShardLostError(f"this {type(self).__name__} was closed; its shards are released")
+        status = getattr(self.client, "status", "running")
+        if status != "running":
+            raise ShardLostError(
+                f"the Dask client is {status}; its shards are gone (rebuild the sharded key set)"
+            )
         for i, f in enumerate(self.shards):
             if f.status in ("lost", "cancelled", "error"):
                 raise ShardLostError(
@@ -454,10 +611,33 @@ class _Sharded:
         return out
 
     def close(self) -> None:
-        """Releases the shards (their key sets are dropped on the workers)."""
-        if self.shards:
-            self.client.cancel(self.shards)
+        """Releases the shards (their key sets are dropped on the workers);
+        later calls raise :class:`ShardLostError`."""
+        # Released, not cancelled: cancelling a shard that tasks of an
+        # earlier call still depend on trips the scheduler (an assertion in
+        # its cancel handler), which breaks the client's connection.
+        for f in self.shards:
+            f.release()
         self.shards = []
+        self._closed = True
+
+
+_PROBE: list = []
+
+
+def _check_kernel(bandwidth: Any, kernel: Any) -> float:
+    """``bandwidth`` as a float, after the driver checked it and ``kernel``
+    by the engine's own rules (one tiny CPU call), so a bad parameter is
+    refused before any task is sent, with the single-node error."""
+    if isinstance(bandwidth, str) or not isinstance(bandwidth, numbers.Real):
+        raise TypeError(f"bandwidth must be a number, got {type(bandwidth).__name__}")
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be the name of a kernel profile, got {type(kernel).__name__}")
+    h = float(bandwidth)
+    if not _PROBE:
+        _PROBE.append(engine_for("cpu").prepare(np.zeros((1, 1), dtype=np.float32)))
+    _PROBE[0].log_density(np.zeros((1, 1), dtype=np.float32), bandwidth=h, kernel=kernel)
+    return h
 
 
 class ShardedKeySet(_Sharded):
@@ -490,20 +670,35 @@ class ShardedKeySet(_Sharded):
         shards: int | None = None,
     ) -> None:
         super().__init__(client)
+        # Everything the driver can check is checked before any task is sent.
         if backend not in _BACKENDS:
             raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
-        if shards is not None:
-            shards = as_count(shards, "shards")
-            if shards == 0:
-                raise InputError("shards must be at least 1")
-        if not _is_dask(keys):
+        shards = _check_shards(shards)
+        _workers(client)
+        n = None  # rows of the keys, where known on the driver
+        if _is_dask(keys):
+            _check_dask(keys, "keys", (2,))
+            n = _known_rows(keys)
+        else:
             keys = as_matrix(keys, "keys")
+            _check_nonempty(keys.shape, "keys")
+            _check_finite(keys, "keys")
+            n = keys.shape[0]
+        if n == 0:
+            _check_nonempty(keys.shape, "keys")
         self._vector = False
         self._q = None
         if values is not None:
-            ndim = values.ndim if _is_dask(values) else np.ndim(values)
-            if ndim not in (1, 2):
-                raise InputError(f"values must be 1-D or 2-D, got {ndim}-D")
+            if _is_dask(values):
+                _check_dask(values, "values", (1, 2))
+                ndim = values.ndim
+            else:
+                values, vector = as_values(values, "values")
+                ndim = 1 if vector else 2
+                _check_finite(values, "values")
+            m = _known_rows(values) if _is_dask(values) else values.shape[0]
+            if n is not None and m is not None and m != n:
+                raise InputError(f"values has {m} rows but there are {n} keys")
             self._vector = ndim == 1
             self._q = 1 if ndim == 1 else int(values.shape[1])
         self._classes = None
@@ -511,7 +706,15 @@ class ShardedKeySet(_Sharded):
             if _is_dask(labels):
                 import dask.array as da
 
+                _check_dask(labels, "labels", (1,))
+                m = _known_rows(labels)
+                if n is not None and m is not None and m != n:
+                    raise InputError(f"labels has {m} entries but there are {n} keys")
                 self._classes = client.compute(da.unique(labels)).result()
+                if self._classes.dtype.kind == "f" and not np.all(np.isfinite(self._classes)):
+                    raise InputError("labels must be finite")
+            elif n is not None:
+                self._classes = as_labels(labels, n)[0]
             else:
                 lab = np.asarray(labels)
                 if lab.ndim != 1:
@@ -557,18 +760,20 @@ class ShardedKeySet(_Sharded):
     # -- ops -------------------------------------------------------------------
 
     def _queries(self, queries: Any) -> np.ndarray:
+        self._check()
         q = as_matrix(queries, "queries")
+        _check_nonempty(q.shape, "queries")
         if q.shape[1] != self._dim:
             raise InputError(
-                f"queries have {q.shape[1]} columns but the keys have {self._dim}"
+                f"queries have dimension {q.shape[1]} but the keys have dimension {self._dim}"
             )
+        _check_finite(q, "queries")
         return q
 
     def _merged_states(self, q: np.ndarray, bandwidth: float, kernel: str, cols: str) -> tuple:
+        bandwidth = _check_kernel(bandwidth, kernel)
         qf = self.client.scatter(q, broadcast=True, hash=False)
-        return self._map_reduce(
-            _states, merge_states, lambda i: (), qf, float(bandwidth), kernel, cols
-        )
+        return self._map_reduce(_states, merge_states, lambda i: (), qf, bandwidth, kernel, cols)
 
     def row_states(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> RowStates:
         """The merged row states ``(m, s, u)`` over every shard (``u`` has
@@ -589,8 +794,9 @@ class ShardedKeySet(_Sharded):
     def log_density(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
         """``ln p̂(q)`` of the KDE on all keys (float64)."""
         q = self._queries(queries)
+        bandwidth = _check_kernel(bandwidth, kernel)
         qf = self.client.scatter(q, broadcast=True, hash=False)
-        lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), qf, float(bandwidth), kernel)
+        lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), qf, bandwidth, kernel)
         return lm - math.log(self.n_keys)
 
     def density(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
@@ -632,10 +838,11 @@ class ShardedKeySet(_Sharded):
         """Global indices (M × k, int64) and distances (M × k, float32) of
         the ``k`` nearest keys over every shard, nearest first, equal
         distances in global index order."""
+        q = self._queries(queries)
         k = as_count(k, "k")
         if k == 0 or k > self.n_keys:
             raise InputError(f"k must be in 1..={self.n_keys} (the number of keys), got {k}")
-        dist, _, idx, _ = self._knn(self._queries(queries), k)
+        dist, _, idx, _ = self._knn(q, k)
         return idx, dist
 
     def __repr__(self) -> str:
@@ -739,51 +946,95 @@ def mean_shift(
     ``progress(iteration, queried, moving)`` is called after each
     iteration with the seeds sent out and those still moving.
     """
+    # Every parameter, and X and seeds where on the driver, are checked
+    # before any task is sent.
     if backend not in _BACKENDS:
         raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
-    if isinstance(bandwidth, (str, type(None))) or not bandwidth > 0:
-        raise InputError(f"bandwidth must be a positive number, got {bandwidth!r}")
+    if isinstance(bandwidth, str) or bandwidth is None:
+        raise InputError(
+            "bandwidth must be a number (the bandwidth rules of locus.mean_shift are not "
+            f"available here), got {bandwidth!r}"
+        )
+    _check_kernel(bandwidth, kernel)
     h = float(np.float32(bandwidth))
     max_iter = as_count(max_iter, "max_iter")
+    if max_iter == 0:
+        raise InputError("max_iter must be at least 1, got 0")
     min_bin_freq = as_count(min_bin_freq, "min_bin_freq")
+    if isinstance(tol, str) or not isinstance(tol, numbers.Real):
+        raise TypeError(f"tol must be a number, got {type(tol).__name__}")
+    tol = float(tol)
+    if not (math.isfinite(tol) and tol > 0):
+        raise InputError(f"tol must be finite and > 0, got {tol}")
+    shards = _check_shards(shards)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable, got {type(progress).__name__}")
+    if isinstance(seeds, str) and seeds not in ("binned", "all"):
+        raise InputError(f'seeds must be "binned", "all" or an array, got {seeds!r}')
     workers = _workers(client)
     if _is_dask(X):
-        xf = _dask_parts(client, X, None, shards)
+        _check_dask(X, "X", (2,))
+        d = int(X.shape[1])
     else:
         x = as_matrix(X, "X")
+        _check_nonempty(x.shape, "X")
+        _check_finite(x, "X")
+        d = x.shape[1]
+    seeds_given = None
+    if not isinstance(seeds, str):
+        seeds_given = as_matrix(seeds, "seeds")
+        _check_nonempty(seeds_given.shape, "seeds")
+        if seeds_given.shape[1] != d:
+            raise InputError(
+                f"seeds have dimension {seeds_given.shape[1]} but the points have dimension {d}"
+            )
+        _check_finite(seeds_given, "seeds")
+
+    if _is_dask(X):
+        xf, sizes = _dask_parts(client, X, "X", None, shards)
+    else:
+        parts = _split_numpy(x, shards if shards is not None else min(len(workers), len(x)), "X")
         xf = [
             client.scatter(p, workers=[workers[i % len(workers)]], hash=False)
-            for i, p in enumerate(_split_numpy(x, shards or len(workers)))
+            for i, p in enumerate(parts)
         ]
+        sizes = [len(p) for p in parts]
+        del parts
+    n_total = sum(sizes)
+    if n_total == 0:
+        _check_nonempty((0, d), "X")
     # The centre: the middle of the bounding box, rounded to f32 (as the engine).
     parts = [client.submit(_shard_extent, f, pure=False) for f in xf]
     lo, hi = _tree(client, parts, _merge_extent).result()
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
-        raise InputError("X must be non-empty and finite")
+        # A Dask X: find the first non-finite entry, by its row in X.
+        bad = client.gather([client.submit(_first_nonfinite, f, pure=False) for f in xf])
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        for off, b in zip(offsets, bad):
+            if b is not None:
+                raise InputError(f"X has a non-finite value ({b[2]}) at row {off + b[0]}, column {b[1]}")
+        raise InputError("X must be finite")
     center = ((lo + hi) * 0.5).astype(np.float32).astype(np.float64)
-    d = len(center)
 
     # Seeds, centred.
-    if isinstance(seeds, str) and seeds == "binned":
+    if seeds_given is not None:
+        seeds_xy = seeds_given
+    elif seeds == "binned":
         parts = [client.submit(_bins, f, h, pure=False) for f in xf]
         bins, counts = _tree(client, parts, _merge_bins).result()
-        n_total = sum(client.gather([client.submit(len, f, pure=False) for f in xf]))
         kept = bins[counts >= min_bin_freq]
         if len(kept) == n_total:
             seeds_xy = None  # every point its own bin: the points are the seeds
         else:
             seeds_xy = (kept * h).astype(np.float32)
-    elif isinstance(seeds, str) and seeds == "all":
-        seeds_xy = None
-    elif isinstance(seeds, str):
-        raise InputError(f'seeds must be "binned", "all" or an array, got {seeds!r}')
     else:
-        seeds_xy = as_matrix(seeds, "seeds")
-        if seeds_xy.shape[1] != d:
-            raise InputError(f"seeds have {seeds_xy.shape[1]} columns but X has {d}")
+        seeds_xy = None
 
     sh = _ShiftShards(client)
-    sh._place(None, None, None, None, backend, None, center=center, values_are_keys=True, key_futures=xf)
+    sh._place(
+        None, None, None, None, backend, None,
+        center=center, values_are_keys=True, key_futures=(xf, sizes),
+    )
     del xf
     try:
         if seeds_xy is None:
@@ -795,7 +1046,7 @@ def mean_shift(
             raise InputError(
                 f"mean_shift: no seeds (no bin holds min_bin_freq={min_bin_freq} points)"
             )
-        tol_h = float(tol) * h
+        tol_h = tol * h
         thr_sq = np.float32(tol_h * tol_h)
         active = np.arange(len(pos))
         iterations, converged = 0, False
