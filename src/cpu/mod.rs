@@ -15,6 +15,7 @@ mod far;
 pub(crate) mod kernel_matrix;
 mod keys;
 mod knn;
+mod knn_blocked;
 mod local_mean;
 mod mean_shift;
 mod on_keys;
