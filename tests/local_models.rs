@@ -289,6 +289,9 @@ fn knn_equals_brute_force_sort() {
         (77, 301, 3, 5),
         (20, 500, 16, 16),
         (9, 40, 2, 40),
+        // From d = 24 and 32 queries the CPU ranks by inner products.
+        (37, 301, 64, 7),
+        (33, 127, 200, 127),
     ]
     .iter()
     .enumerate()
