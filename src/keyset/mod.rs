@@ -24,6 +24,7 @@ use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
     Classes, EmptyFallback, SQ_DIST_LIMIT, check_k, check_room, label_rows, ln_density_scale,
+    ln_normalizer,
 };
 use crate::types::{Neighbours, RowNormalized, RowStates};
 use batch::Batcher;
@@ -416,7 +417,9 @@ impl KeySet {
         queries: ArrayView2<'_, f32>,
     ) -> Result<Array1<f64>> {
         const OP: &str = "density";
-        let norm = ln_density_scale(kernel, self.inner.d, self.inner.n as f64)?;
+        let d = self.inner.d;
+        let ln_c = ln_normalizer(kernel.profile(), d)?;
+        let norm = ln_density_scale(ln_c, kernel, d, self.inner.n as f64);
         let q = self.queries(OP, queries)?;
         let states = self.states(kernel, &q, None)?;
         Ok(states.log_sum().mapv(|l| l - norm))

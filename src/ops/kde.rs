@@ -71,13 +71,9 @@ pub fn ln_normalizer(profile: Profile, d: usize) -> Result<f64> {
 
 /// `ln(W·hᵈ·C_d)`: what a kernel sum's log is lowered by to give a log
 /// density, for total key weight `W` (N for unweighted keys) in `d`
-/// dimensions ([`ln_normalizer`] gives `ln C_d`).
-///
-/// # Errors
-/// As [`ln_normalizer`]: the cauchy profile in `d ≥ 2`.
-pub(crate) fn ln_density_scale(kernel: &Kernel, d: usize, total_weight: f64) -> Result<f64> {
-    let ln_c = ln_normalizer(kernel.profile(), d)?;
-    Ok(total_weight.ln() + d as f64 * f64::from(kernel.bandwidth()).ln() + ln_c)
+/// dimensions, with `ln_c = ln C_d` from [`ln_normalizer`].
+pub(crate) fn ln_density_scale(ln_c: f64, kernel: &Kernel, d: usize, total_weight: f64) -> f64 {
+    total_weight.ln() + d as f64 * f64::from(kernel.bandwidth()).ln() + ln_c
 }
 
 impl Engine {
@@ -129,15 +125,15 @@ impl Engine {
         let x = Matrix::check(OP, "keys", keys)?;
         super::check_shapes(OP, &q, &x, None)?;
         let d = x.cols();
-        // Checked before the weights: the cauchy profile in d ≥ 2 has no density.
-        ln_normalizer(kernel.profile(), d)?;
+        // Before the weights: the cauchy profile in d ≥ 2 has no density.
+        let ln_c = ln_normalizer(kernel.profile(), d)?;
         let w = weights
             .map(|w| check_weights(OP, w, x.rows()))
             .transpose()?;
         let total = w.as_ref().map_or(x.rows() as f64, |w| {
             w.iter().map(|&v| f64::from(v)).sum::<f64>()
         });
-        let norm = ln_density_scale(kernel, d, total)?;
+        let norm = ln_density_scale(ln_c, kernel, d, total);
         let log_mass = match &w {
             Some(w) => self.weighted_log_mass(kernel, &q, &x, w)?,
             None => self
