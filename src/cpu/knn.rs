@@ -32,10 +32,11 @@ impl TopK {
     /// k-th. Keys arrive in increasing index order, so a tie keeps the
     /// earlier key ahead.
     #[inline]
-    pub(super) fn offer(&mut self, t: f32, j: u32) {
+    /// Returns whether it was inserted (the k-th distance then fell).
+    pub(super) fn offer(&mut self, t: f32, j: u32) -> bool {
         let k = self.d2.len();
         if t >= self.d2[k - 1] {
-            return;
+            return false;
         }
         let mut pos = k - 1;
         while pos > 0 && self.d2[pos - 1] > t {
@@ -45,6 +46,7 @@ impl TopK {
         }
         self.d2[pos] = t;
         self.idx[pos] = j;
+        true
     }
 
     /// Merges two lists over disjoint key ranges, by (distance, index).

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::knn::{TopK, range};
-use super::simd::{Avx2Fma, Isa, Portable, fmadd};
+use super::simd::{Avx2Fma, Isa, Portable, fmadd, sq_dist};
 
 /// Queries per register-blocked group.
 const G: usize = 4;
@@ -147,19 +147,6 @@ fn chunk_avx2(
     chunk_impl(isa, chunk, d, keys, cen, k)
 }
 
-/// Exact squared distance from `query` to key `j`: the lane arithmetic of
-/// `simd::scaled_sq_dists` (the same operations in the same order, times
-/// `1/h² = 1`, which is exact), so the value equals the direct path's bit for bit.
-#[inline(always)]
-fn exact<S: Isa>(keys: &KeysSoa<'_>, j: usize, query: &[f32]) -> f32 {
-    let mut acc = 0.0f32;
-    for (kk, &qk) in query.iter().enumerate() {
-        let df = keys.xt[kk * keys.ld + j] - qk;
-        acc = fmadd::<S>(df, df, acc);
-    }
-    acc
-}
-
 /// `s[g][l] = Σ_k q_g[k]·x_l[k]` for a group of queries and one panel.
 #[inline(always)]
 fn dots<S: Isa>(qs: &[f32], d: usize, panel: &[f32], s: &mut [[f32; P]; G]) {
@@ -184,6 +171,12 @@ struct Row {
 }
 
 impl Row {
+    /// A query too far from the keys' mean for the expansion (or with a
+    /// non-finite norm): it takes the direct path.
+    fn far(&self) -> bool {
+        !(self.nq < NORM_LIMIT)
+    }
+
     fn update(&mut self, cen: &Centred) {
         let thr = f64::from(self.top.d2[self.top.d2.len() - 1]);
         self.lim = (thr * (1.0 + cen.gamma) + cen.abs - self.nq * (1.0 - cen.gamma)) as f32;
@@ -204,7 +197,6 @@ fn chunk_impl<S: Isa>(
     // Centred queries (f64 difference, rounded once), padded to whole groups.
     let mut qc = vec![0.0f32; m.next_multiple_of(G) * d];
     let mut rows: Vec<Row> = Vec::with_capacity(m);
-    let mut far = vec![false; m];
     for i in 0..m {
         let mut nq = 0.0f64;
         for kk in 0..d {
@@ -212,7 +204,6 @@ fn chunk_impl<S: Isa>(
             qc[i * d + kk] = v;
             nq += f64::from(v) * f64::from(v);
         }
-        far[i] = nq >= NORM_LIMIT || !nq.is_finite();
         let mut row = Row {
             top: TopK::new(k),
             nq,
@@ -229,17 +220,17 @@ fn chunk_impl<S: Isa>(
             dots::<S>(&qc[g0 * d..(g0 + G) * d], d, panel, &mut s);
             for (g, sg) in s.iter().enumerate().take((m - g0).min(G)) {
                 let i = g0 + g;
-                if far[i] {
+                let row = &mut rows[i];
+                if row.far() {
                     continue;
                 }
-                let row = &mut rows[i];
                 let query = &chunk[i * d..(i + 1) * d];
                 for (l, &sl) in sg.iter().enumerate().take(len) {
                     let j = p * P + l;
                     if cen.w[j] - 2.0 * sl <= row.lim {
-                        let t = exact::<S>(keys, j, query);
-                        if t < row.top.d2[k - 1] {
-                            row.top.offer(t, j as u32);
+                        // Re-measured as the direct path measures it.
+                        let t = sq_dist::<S>(keys.xt, keys.ld, j, query);
+                        if row.top.offer(t, j as u32) {
                             row.update(cen);
                         }
                     }
@@ -251,7 +242,7 @@ fn chunk_impl<S: Isa>(
     rows.into_iter()
         .enumerate()
         .map(|(i, row)| {
-            if far[i] {
+            if row.far() {
                 range(isa, &chunk[i * d..(i + 1) * d], keys, k, 0, n)
             } else {
                 row.top

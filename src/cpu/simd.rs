@@ -219,13 +219,23 @@ pub(crate) fn scaled_sq_dists<S: Isa>(
         j += LANES;
     }
     for (jj, tj) in t.iter_mut().enumerate().skip(full) {
-        let mut acc = 0.0f32;
-        for (k, &qk) in query.iter().enumerate() {
-            let df = xt[k * n + j0 + jj] - qk;
-            acc = fmadd::<S>(df, df, acc);
-        }
-        *tj = acc * inv_h2;
+        *tj = sq_dist::<S>(xt, n, j0 + jj, query) * inv_h2;
     }
+}
+
+/// The squared distance from `query` to key `j` of transposed keys `xt`
+/// (stride `ld`), by the lanes' arithmetic: one multiply-add per
+/// coordinate, in coordinate order. Every lane of [`scaled_sq_dists`] gives
+/// this value, so code that re-measures a key with it (the kNN filter)
+/// matches the direct path bit for bit.
+#[inline(always)]
+pub(crate) fn sq_dist<S: Isa>(xt: &[f32], ld: usize, j: usize, query: &[f32]) -> f32 {
+    let mut acc = 0.0f32;
+    for (k, &qk) in query.iter().enumerate() {
+        let df = xt[k * ld + j] - qk;
+        acc = fmadd::<S>(df, df, acc);
+    }
+    acc
 }
 
 #[cfg(test)]

@@ -194,20 +194,23 @@ pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
 /// else on the portable one (`None` forces it).
 pub(crate) fn group_on(isa: Option<Avx2Fma>, job: &GroupJob<'_>) -> GroupState {
     #[cfg(target_arch = "x86_64")]
-    if let Some(isa) = isa {
-        let mut st = avx2::group(isa, job);
-        far::finish_far_rows(job, &mut st);
-        return st;
-    }
-    let _ = isa;
-    group_portable(job)
+    let mut st = match isa {
+        Some(isa) => avx2::group(isa, job),
+        None => portable::group::<Portable>(job),
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let mut st = {
+        let _ = isa;
+        portable::group::<Portable>(job)
+    };
+    far::finish_far_rows(job, &mut st);
+    st
 }
 
 /// The portable version (any CPU); the AVX2 one is tested against it.
+#[cfg(test)]
 pub(crate) fn group_portable(job: &GroupJob<'_>) -> GroupState {
-    let mut st = portable::group::<Portable>(job);
-    far::finish_far_rows(job, &mut st);
-    st
+    group_on(None, job)
 }
 
 #[cfg(test)]
