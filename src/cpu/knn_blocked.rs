@@ -174,7 +174,7 @@ impl Row {
     /// A query too far from the keys' mean for the expansion (or with a
     /// non-finite norm): it takes the direct path.
     fn far(&self) -> bool {
-        !(self.nq < NORM_LIMIT)
+        self.nq >= NORM_LIMIT || !self.nq.is_finite()
     }
 
     fn update(&mut self, cen: &Centred) {
