@@ -9,49 +9,16 @@ use crate::gpu::plan::{MATRIX_WG, batch_bytes, plan_kernel_matrix, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 
-use super::buffers::{Pooled, upload};
-use super::context::{ErrorScope, GpuContext};
+use super::buffers::upload;
+use super::context::GpuContext;
 use super::keys::upload_key_tiles;
 use super::local_mean::{TileJob, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::{ShaderId, matrix_mode_code};
-use super::submission::Submission;
+use super::submission::{Block, Submission, flush};
 use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "kernel_matrix";
-
-/// An output block recorded but not yet read back.
-struct Block<'p> {
-    out: Pooled<'p>,
-    row: usize,
-    rows: usize,
-    col: usize,
-    cols: usize,
-}
-
-/// Submits the pending blocks, reads them back into `out` (row stride `n`).
-fn flush(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    sub: Submission<'_>,
-    pending: &mut Vec<Block<'_>>,
-    out: &mut [f32],
-    n: usize,
-) -> Result<()> {
-    let sources: Vec<_> = pending
-        .iter()
-        .map(|b| (b.out.buffer(), b.out.len()))
-        .collect();
-    let read = sub.submit_and_read(ctx, scope, &sources)?;
-    for (b, data) in pending.iter().zip(&read) {
-        for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
-            let o = (b.row + r) * n + b.col;
-            out[o..o + b.cols].copy_from_slice(src);
-        }
-    }
-    pending.clear();
-    Ok(())
-}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

@@ -74,6 +74,9 @@ pub(crate) fn record_pass<'p>(
     finalize: bool,
 ) -> Result<()> {
     let rows32 = check_u32(op, "query rows", job.rows)?;
+    let q_stride = check_u32(op, "value columns", job.q)?;
+    let row0 = check_u32(op, "query rows", job.row0)?;
+    let inv_h2 = job.kernel.inv_h2();
     let tiles_n = job.key_tiles.len();
     let records = job
         .key_tiles
@@ -93,11 +96,11 @@ pub(crate) fn record_pass<'p>(
             Ok(Params {
                 rows: rows32,
                 keys: check_u32(op, "key rows", kt.len)?,
-                q_stride: check_u32(op, "value columns", job.q)?,
+                q_stride,
                 c0: c0 as u32,
-                inv_h2: job.kernel.inv_h2(),
+                inv_h2,
                 flags,
-                row0: check_u32(op, "query rows", job.row0)?,
+                row0,
                 key0: check_u32(op, "key rows", kt.start)?,
             })
         })

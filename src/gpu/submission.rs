@@ -205,3 +205,42 @@ struct FillParams {
     value: f32,
     _pad: [u32; 2],
 }
+
+/// An output block of a matrix recorded into a submission but not yet
+/// read back: rows `row..row + rows`, columns `col..col + cols`.
+pub(crate) struct Block<'p> {
+    pub out: Pooled<'p>,
+    pub row: usize,
+    pub rows: usize,
+    pub col: usize,
+    pub cols: usize,
+}
+
+/// Submits `sub` (the pending blocks and whatever else it recorded) and
+/// reads the blocks back into `out` (row stride `n`): the batched readback
+/// of the kernel matrix and of the softmax weight matrix.
+pub(crate) fn flush(
+    ctx: &GpuContext,
+    scope: &ErrorScope,
+    sub: Submission<'_>,
+    pending: &mut Vec<Block<'_>>,
+    out: &mut [f32],
+    n: usize,
+) -> Result<()> {
+    if pending.is_empty() {
+        return sub.submit_and_wait(ctx, scope);
+    }
+    let sources: Vec<_> = pending
+        .iter()
+        .map(|b| (b.out.buffer(), b.out.len()))
+        .collect();
+    let read = sub.submit_and_read(ctx, scope, &sources)?;
+    for (b, data) in pending.iter().zip(&read) {
+        for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
+            let o = (b.row + r) * n + b.col;
+            out[o..o + b.cols].copy_from_slice(src);
+        }
+    }
+    pending.clear();
+    Ok(())
+}

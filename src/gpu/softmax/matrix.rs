@@ -10,11 +10,11 @@ use crate::types::{Attention, Heads};
 
 use super::attention::{QueryTile, record_attend};
 use super::{stacked, upload_keys};
-use crate::gpu::buffers::{Pooled, upload};
+use crate::gpu::buffers::upload;
 use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::ShaderId;
-use crate::gpu::submission::Submission;
+use crate::gpu::submission::{Block, Submission, flush};
 use crate::gpu::{ParamBlock, bind_group, check_u32};
 
 #[repr(C)]
@@ -31,16 +31,6 @@ struct MatParams {
     scale: f32,
     state_stride: u32,
     _pad: [u32; 2],
-}
-
-/// An output block of the weight matrix recorded but not yet read back.
-struct Block<'p> {
-    out: Pooled<'p>,
-    /// First stacked row, rows, first column, columns.
-    row: usize,
-    rows: usize,
-    col: usize,
-    cols: usize,
 }
 
 /// The normalized weights of every batch on the GPU: per batch and query
@@ -184,32 +174,4 @@ pub(crate) fn softmax_matrix(
     }
     scope.finish(ctx)?;
     Ok(out)
-}
-
-/// Submits the pending blocks (and whatever else `sub` recorded) and
-/// reads them back into `out` (row stride `n`).
-fn flush(
-    ctx: &GpuContext,
-    scope: &crate::gpu::context::ErrorScope,
-    sub: Submission<'_>,
-    pending: &mut Vec<Block<'_>>,
-    out: &mut [f32],
-    n: usize,
-) -> Result<()> {
-    if pending.is_empty() {
-        return sub.submit_and_wait(ctx, scope);
-    }
-    let sources: Vec<_> = pending
-        .iter()
-        .map(|b| (b.out.buffer(), b.out.len()))
-        .collect();
-    let read = sub.submit_and_read(ctx, scope, &sources)?;
-    for (b, data) in pending.iter().zip(&read) {
-        for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
-            let o = (b.row + r) * n + b.col;
-            out[o..o + b.cols].copy_from_slice(src);
-        }
-    }
-    pending.clear();
-    Ok(())
 }
