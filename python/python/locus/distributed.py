@@ -222,7 +222,8 @@ class _Shard:
 
     def nbytes(self) -> int:
         n = self.keys.nbytes
-        n += 0 if self.values is None else self.values.nbytes
+        # MeanShift shards carry the points as their values: the same array.
+        n += 0 if self.values is None or self.values is self.keys else self.values.nbytes
         n += 0 if self.label_index is None else self.label_index.nbytes
         return n + int(self.keyset.resident_bytes)
 
@@ -274,10 +275,6 @@ def _build_shard(
         index = np.searchsorted(classes, lab).astype(np.int64)
         n_classes = len(classes)
     return _Shard(x, y, index, n_classes, backend)
-
-
-def _shard_rows(shard: _Shard) -> int:
-    return shard.n
 
 
 def _shard_dim(shard: _Shard) -> int:
@@ -561,8 +558,9 @@ class _Sharded:
         for f in self.shards:
             if f.status == "error":
                 f.result()  # raises the shard's error (an InputError naming the row)
-        self.rows = client.gather([client.submit(_shard_rows, s, pure=False) for s in self.shards])
-        self.offsets = [int(o) for o in np.concatenate([[0], np.cumsum(self.rows)[:-1]])]
+        # Each shard holds exactly its block: the driver already knows the sizes.
+        self.rows = [int(k) for k in sizes]
+        self.offsets = offsets
         # The raw blocks are no longer needed: each shard keeps its own copy.
         del kf, vf, lf
 
