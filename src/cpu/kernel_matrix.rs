@@ -117,10 +117,7 @@ fn fill_row_impl<S: Isa>(
             return false;
         }
         if mode == MatrixMode::NormalizedLaplacian {
-            for x in row.iter_mut() {
-                *x = -*x;
-            }
-            row[i] += 1.0;
+            exact::to_normalized_laplacian(row, i);
         }
         return true;
     }
@@ -131,19 +128,13 @@ fn fill_row_impl<S: Isa>(
     match mode {
         MatrixMode::Raw => {}
         MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian => {
-            if sum <= 0.0 {
-                row.fill(f32::NAN);
-                return false;
-            }
+            // sum > 0 here: a row without mass returned above.
             let inv = 1.0 / sum;
             for x in row.iter_mut() {
                 *x = (f64::from(*x) * inv) as f32;
             }
             if mode == MatrixMode::NormalizedLaplacian {
-                for x in row.iter_mut() {
-                    *x = -*x;
-                }
-                row[i] += 1.0;
+                exact::to_normalized_laplacian(row, i);
             }
         }
         MatrixMode::SqDistance => {}

@@ -195,10 +195,7 @@ pub(crate) fn kernel_matrix(
             if crate::kernel::exact::normalized_row(kernel, query, |j, k| xs[j * d + k], row)
                 && mode == MatrixMode::NormalizedLaplacian
             {
-                for x in row.iter_mut() {
-                    *x = -*x;
-                }
-                row[i] += 1.0;
+                crate::kernel::exact::to_normalized_laplacian(row, i);
             }
         }
     }

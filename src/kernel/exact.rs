@@ -113,6 +113,15 @@ pub(crate) fn normalized_row(
     true
 }
 
+/// Turns row `i` of `D⁻¹K` into row `i` of `I − D⁻¹K`, in place: the one
+/// flip of both backends' normalized Laplacian.
+pub(crate) fn to_normalized_laplacian(row: &mut [f32], i: usize) {
+    for x in row.iter_mut() {
+        *x = -*x;
+    }
+    row[i] += 1.0;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
