@@ -75,7 +75,7 @@ def main() -> None:
             env={"RAYON_NUM_THREADS": str(threads)},
         )
         client = Client(cluster)
-    workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    workers = len(client.nthreads())
     shards = a.shards or workers
     print(f"cluster: {workers} workers ({time.perf_counter() - t0:.1f} s to start)")
 

@@ -354,7 +354,10 @@ def _workers(client: distributed.Client) -> list[str]:
     status = getattr(client, "status", "running")
     if status != "running":
         raise InputError(f"client: the Dask client is {status}; pass a running distributed.Client")
-    w = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    # Asked of the scheduler directly: `scheduler_info()` returns a cache
+    # that the client's periodic refresh may overwrite with a worker-less
+    # summary between the fetch and the return.
+    w = sorted(client.nthreads())
     if not w:
         raise LocusError("the Dask cluster has no workers")
     return w
