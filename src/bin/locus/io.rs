@@ -268,6 +268,15 @@ fn check_not_empty(shape: &[usize]) -> Result<(), String> {
 /// Fails on the first entry that is not finite; `lines[i]` is the text
 /// line of row `i` (CSV).
 fn check_finite(m: &ArrayD<f32>, lines: Option<&[usize]>) -> Result<(), String> {
+    // A flat scan first (the arrays read here are in standard layout); the
+    // n-dimensional index only for the error.
+    let all_finite = match m.as_slice() {
+        Some(flat) => flat.iter().all(|v| v.is_finite()),
+        None => m.iter().all(|v| v.is_finite()),
+    };
+    if all_finite {
+        return Ok(());
+    }
     let Some((at, &v)) = m.indexed_iter().find(|(_, v)| !v.is_finite()) else {
         return Ok(());
     };
