@@ -1,13 +1,16 @@
 //! Kernel matrices `K`, `D⁻¹K`, `D − K` and `I − D⁻¹K` on the CPU, a row
-//! per task: scaled squared distances, block weights (`weights.rs`), and
-//! the `f64` far-row finish for normalized rows.
+//! per task (a group of rows when the keys have panels: their squared
+//! distances then come from inner products, `panels.rs`): scaled squared
+//! distances, block weights (`weights.rs`), and the `f64` far-row finish
+//! for normalized rows.
 //!
-//! Imports: `super::{keys, simd, weights}`, `crate::backend` (the mode),
-//! `crate::kernel`.
+//! Imports: `super::{keys, panels, simd, weights}`, `crate::backend` (the
+//! mode), `crate::kernel`.
 
 use rayon::prelude::*;
 
 use super::keys::KeysSoa;
+use super::panels::{ROWS, SqDists, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists, sum_of};
 use super::weights::{block_weights, initial_max};
 use crate::backend::MatrixMode;
@@ -27,17 +30,107 @@ pub(crate) fn kernel_matrix(
     mode: MatrixMode,
     out: &mut [f32],
 ) -> usize {
+    kernel_matrix_on(Avx2Fma::detect(), kernel, queries, d, keys, mode, out)
+}
+
+/// [`kernel_matrix`] on the AVX2 + FMA build when `isa` holds the token,
+/// else on the portable one.
+pub(crate) fn kernel_matrix_on(
+    isa: Option<Avx2Fma>,
+    kernel: &Kernel,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    mode: MatrixMode,
+    out: &mut [f32],
+) -> usize {
     let n = keys.n;
-    let isa = Avx2Fma::detect();
+    // Distance matrices themselves keep the differences: an entry's
+    // relative accuracy is what they promise, not a weight's.
+    if mode != MatrixMode::SqDistance && serve_sq_dists(keys.panels, d) {
+        let tile = TileIsa::at_most(isa);
+        return out
+            .par_chunks_mut(ROWS * n)
+            .zip(queries.par_chunks(ROWS * d))
+            .enumerate()
+            .map(|(gi, (rows, qs))| {
+                let g = qs.len() / d;
+                let mut sq = SqDists::new(kernel, qs, d, keys.panels, tile);
+                for j0 in (0..n).step_by(KEY_BLOCK) {
+                    let len = KEY_BLOCK.min(n - j0);
+                    let take = sq.as_mut().map(|sq| sq.block(j0, len, g));
+                    for (r, row) in rows.chunks_mut(n).enumerate() {
+                        let chunk = &mut row[j0..j0 + len];
+                        match sq.as_ref().filter(|_| take.is_some_and(|t| t[r])) {
+                            Some(sq) => {
+                                let inv_h2 = kernel.inv_h2();
+                                for (c, &v) in chunk.iter_mut().zip(sq.row(r, len)) {
+                                    *c = v * inv_h2;
+                                }
+                            }
+                            None => {
+                                let query = &qs[r * d..(r + 1) * d];
+                                direct_block(isa, kernel, query, keys, j0, chunk);
+                            }
+                        }
+                    }
+                }
+                rows.chunks_mut(n)
+                    .zip(qs.chunks(d))
+                    .enumerate()
+                    .map(|(r, (row, query))| {
+                        usize::from(!fill_row(
+                            isa,
+                            kernel,
+                            query,
+                            keys,
+                            mode,
+                            gi * ROWS + r,
+                            row,
+                            true,
+                        ))
+                    })
+                    .sum::<usize>()
+            })
+            .sum();
+    }
     out.par_chunks_mut(n)
         .zip(queries.par_chunks(d))
         .enumerate()
-        .map(|(i, (row, query))| usize::from(!fill_row(isa, kernel, query, keys, mode, i, row)))
+        .map(|(i, (row, query))| {
+            usize::from(!fill_row(isa, kernel, query, keys, mode, i, row, false))
+        })
         .sum()
 }
 
-/// One row, on the AVX2 + FMA build when `isa` holds the token. Returns
+/// Scaled squared distances of one query to the keys `j0..j0+t.len()`, by
+/// differences (AVX2 + FMA when `isa` holds the token).
+fn direct_block(
+    isa: Option<Avx2Fma>,
+    kernel: &Kernel,
+    query: &[f32],
+    keys: &KeysSoa<'_>,
+    j0: usize,
+    t: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = isa {
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2(_isa: Avx2Fma, xt: &[f32], ld: usize, j0: usize, q: &[f32], s: f32, t: &mut [f32]) {
+            scaled_sq_dists::<Avx2Fma>(xt, ld, j0, q, s, t);
+        }
+        // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+        // detection found AVX2 and FMA.
+        return unsafe { avx2(isa, keys.xt, keys.ld, j0, query, kernel.inv_h2(), t) };
+    }
+    let _ = isa;
+    scaled_sq_dists::<Portable>(keys.xt, keys.ld, j0, query, kernel.inv_h2(), t);
+}
+
+/// One row, on the AVX2 + FMA build when `isa` holds the token; with
+/// `filled` the row already holds its scaled squared distances. Returns
 /// whether the row has kernel mass.
+#[allow(clippy::too_many_arguments)]
 fn fill_row(
     isa: Option<Avx2Fma>,
     kernel: &Kernel,
@@ -46,19 +139,21 @@ fn fill_row(
     mode: MatrixMode,
     i: usize,
     row: &mut [f32],
+    filled: bool,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = isa {
         // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
         // detection found AVX2 and FMA.
-        return unsafe { fill_row_avx2(isa, kernel, query, keys, mode, i, row) };
+        return unsafe { fill_row_avx2(isa, kernel, query, keys, mode, i, row, filled) };
     }
     let _ = isa;
-    fill_row_impl::<Portable>(kernel, query, keys, mode, i, row)
+    fill_row_impl::<Portable>(kernel, query, keys, mode, i, row, filled)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 fn fill_row_avx2(
     _isa: Avx2Fma,
     kernel: &Kernel,
@@ -67,8 +162,9 @@ fn fill_row_avx2(
     mode: MatrixMode,
     i: usize,
     row: &mut [f32],
+    filled: bool,
 ) -> bool {
-    fill_row_impl::<Avx2Fma>(kernel, query, keys, mode, i, row)
+    fill_row_impl::<Avx2Fma>(kernel, query, keys, mode, i, row, filled)
 }
 
 #[inline(always)]
@@ -79,11 +175,14 @@ fn fill_row_impl<S: Isa>(
     mode: MatrixMode,
     i: usize,
     row: &mut [f32],
+    filled: bool,
 ) -> bool {
     let profile = kernel.profile();
     let n = keys.ld;
-    for (b, chunk) in row.chunks_mut(KEY_BLOCK).enumerate() {
-        scaled_sq_dists::<S>(keys.xt, n, b * KEY_BLOCK, query, kernel.inv_h2(), chunk);
+    if !filled {
+        for (b, chunk) in row.chunks_mut(KEY_BLOCK).enumerate() {
+            scaled_sq_dists::<S>(keys.xt, n, b * KEY_BLOCK, query, kernel.inv_h2(), chunk);
+        }
     }
     if mode == MatrixMode::SqDistance {
         return true;
@@ -147,4 +246,96 @@ fn fill_row_impl<S: Isa>(
         }
     }
     sum > 0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::keys::KeyColumns;
+    use super::*;
+    use crate::kernel::Profile;
+    use crate::matrix::Matrix;
+
+    fn data(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// Rows by inner products (keys with panels) against the `f64`
+    /// definition (raw) and the rows by differences (every mode), on
+    /// every compiled version; 13 rows (a group and a partial one), data
+    /// offset by 100.
+    #[test]
+    fn inner_product_rows_match_the_definition_and_the_direct_rows() {
+        let (n, d, m) = (300, 40, 13);
+        let x: Vec<f32> = data(n * d, 1).iter().map(|v| v + 100.0).collect();
+        let q: Vec<f32> = x[..m * d]
+            .iter()
+            .zip(data(m * d, 2))
+            .map(|(a, b)| a + 0.1 * b)
+            .collect();
+        let view = ndarray::ArrayView2::from_shape((n, d), &x[..]).unwrap();
+        let keys = Matrix::check("test", "x", view).unwrap();
+        let (with, without) = (
+            KeyColumns::new(&keys, &[], true),
+            KeyColumns::new(&keys, &[], false),
+        );
+        assert!(with.soa(None).panels.is_some());
+        let modes = [
+            MatrixMode::Raw,
+            MatrixMode::RowNormalized,
+            MatrixMode::Laplacian,
+            MatrixMode::NormalizedLaplacian,
+        ];
+        for p in Profile::ALL {
+            let k = Kernel::new(p, 0.4 * (d as f32).sqrt()).unwrap();
+            for mode in modes {
+                // The Laplacian modes need the keys as queries.
+                let qs = if matches!(
+                    mode,
+                    MatrixMode::Laplacian | MatrixMode::NormalizedLaplacian
+                ) {
+                    &x[..]
+                } else {
+                    &q[..]
+                };
+                let rows = qs.len() / d;
+                for isa in [None, Avx2Fma::detect()] {
+                    let mut got = vec![0.0f32; rows * n];
+                    let mut want = vec![0.0f32; rows * n];
+                    kernel_matrix_on(isa, &k, qs, d, &with.soa(None), mode, &mut got);
+                    kernel_matrix_on(isa, &k, qs, d, &without.soa(None), mode, &mut want);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (g - w).abs() <= 1e-4 * w.abs() + 1e-5 || (g.is_nan() && w.is_nan()),
+                            "{p} {mode:?} avx2 {}: entry {i}: {g} vs {w}",
+                            isa.is_some()
+                        );
+                    }
+                    if mode == MatrixMode::Raw {
+                        for (i, g) in got.iter().enumerate() {
+                            let (r, j) = (i / n, i % n);
+                            let t: f64 = (0..d)
+                                .map(|c| {
+                                    (f64::from(qs[r * d + c]) - f64::from(x[j * d + c])).powi(2)
+                                })
+                                .sum::<f64>()
+                                / f64::from(k.bandwidth()).powi(2);
+                            let w = p.eval_sq(t);
+                            assert!(
+                                (f64::from(*g) - w).abs() <= 1e-4 * w.abs() + 1e-5,
+                                "{p} raw ({r}, {j}): {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

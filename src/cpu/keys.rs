@@ -3,8 +3,12 @@
 //! copy ([`KeyColumns`]) that a key set keeps and a one-shot call builds
 //! for the call, so both reach the kernels the same way.
 //!
-//! Imports: `crate::matrix` only.
+//! With many queries in many dimensions the keys are also kept centred
+//! and packed in panels for inner products (`panels.rs`).
+//!
+//! Imports: `super::panels`, `crate::matrix`.
 
+use super::panels::Panels;
 use crate::matrix::{Matrix, padded_stride};
 
 /// Keys and values stored column-major for unit-stride lane loads.
@@ -20,6 +24,8 @@ pub(crate) struct KeysSoa<'a> {
     pub ld: usize,
     /// Number of value columns.
     pub q: usize,
+    /// The keys centred and packed for inner products, when built.
+    pub panels: Option<&'a Panels>,
 }
 
 /// Keys (`d` columns of stride `ld`) and value matrices, transposed and
@@ -31,24 +37,43 @@ pub(crate) struct KeyColumns {
     n: usize,
     d: usize,
     ld: usize,
+    panels: Option<Panels>,
 }
 
 impl KeyColumns {
-    /// Bytes the transposed `keys` and `sets` take.
-    pub(crate) fn bytes(keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> u64 {
+    /// Bytes the transposed `keys` and `sets` take, with the panels when
+    /// `panels`.
+    pub(crate) fn bytes(keys: &Matrix<'_>, sets: &[Matrix<'_>], panels: bool) -> u64 {
         let ld = padded_stride(keys.rows());
         let cols: usize = keys.cols() + sets.iter().map(Matrix::cols).sum::<usize>();
-        (ld as u64).saturating_mul(cols as u64).saturating_mul(4)
+        let packed = if panels {
+            Panels::bytes(keys.rows(), keys.cols())
+        } else {
+            0
+        };
+        (ld as u64)
+            .saturating_mul(cols as u64)
+            .saturating_mul(4)
+            .saturating_add(packed)
     }
 
-    /// Transposes `keys` and every value matrix.
-    pub(crate) fn new(keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Self {
+    /// Transposes `keys` and every value matrix; with `panels`, also
+    /// centres and packs the keys (unless they lie too far apart for it).
+    pub(crate) fn new(keys: &Matrix<'_>, sets: &[Matrix<'_>], panels: bool) -> Self {
+        let xt = keys.transposed();
+        let (n, d, ld) = (keys.rows(), keys.cols(), padded_stride(keys.rows()));
+        let panels = if panels {
+            Panels::build(&xt, ld, n, d)
+        } else {
+            None
+        };
         KeyColumns {
-            xt: keys.transposed(),
+            xt,
             sets: sets.iter().map(|v| (v.transposed(), v.cols())).collect(),
-            n: keys.rows(),
-            d: keys.cols(),
-            ld: padded_stride(keys.rows()),
+            n,
+            d,
+            ld,
+            panels,
         }
     }
 
@@ -80,6 +105,7 @@ impl KeyColumns {
             n: self.n,
             ld: self.ld,
             q,
+            panels: self.panels.as_ref(),
         }
     }
 }

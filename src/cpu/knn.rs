@@ -3,12 +3,13 @@
 //! [`BLOCKED_MIN_D`] coordinates the lists come from `knn_blocked.rs`
 //! (inner products as a filter, the same exact distances).
 //!
-//! Imports: `super::{keys, knn_blocked, simd}`, `crate::types`.
+//! Imports: `super::{keys, knn_blocked, panels, simd}`, `crate::types`.
 
 use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::knn_blocked;
+use super::panels::MAX_D;
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists};
 use crate::types::Neighbours;
 
@@ -82,13 +83,18 @@ const BLOCKED_MIN_D: usize = 24;
 /// (measured: slower at 8 and at 16 queries with d = 784, twice as fast at 32).
 const BLOCKED_MIN_M: usize = 32;
 
+/// Whether `m` queries in `d` dimensions take the inner products (the keys
+/// then need their panels).
+pub(crate) fn blocked(d: usize, m: usize) -> bool {
+    (BLOCKED_MIN_D..=MAX_D).contains(&d) && m >= BLOCKED_MIN_M
+}
+
 /// The `k` nearest keys of every query (row-major, `d` columns): by inner
 /// products from [`BLOCKED_MIN_D`] coordinates, directly below; both give
 /// the same lists.
 pub(crate) fn knn(queries: &[f32], d: usize, keys: &KeysSoa<'_>, k: usize) -> Vec<TopK> {
     let isa = Avx2Fma::detect();
-    if d >= BLOCKED_MIN_D
-        && queries.len() / d >= BLOCKED_MIN_M
+    if blocked(d, queries.len() / d)
         && let Some(lists) = knn_blocked::knn(isa, queries, d, keys, k)
     {
         return lists;

@@ -1,38 +1,28 @@
 //! Brute-force k nearest neighbours by inner products, for larger `d`: a
-//! group of queries against a panel of keys, dot products with
-//! multiply-adds over `d`, approximate squared distances
-//! `‖q‖² − 2q·x + ‖x‖²` of the centred data used only as a filter, and the
-//! exact squared distance (the arithmetic of `knn.rs`, bit for bit) of each
-//! key that passes, offered to the same [`TopK`]. The results equal the
-//! direct path's; numerics.md, "kNN by inner products", gives the bound.
+//! group of queries against a block of the keys' panels (`panels.rs`),
+//! approximate squared distances `‖q‖² − 2q·x + ‖x‖²` of the centred data
+//! used only as a filter, and the exact squared distance (the arithmetic
+//! of `knn.rs`, bit for bit) of each key that passes, offered to the same
+//! [`TopK`]. The results equal the direct path's; numerics.md, "kNN by
+//! inner products", gives the bound.
 //!
-//! Imports: `super::{keys, knn, simd}`.
+//! Imports: `super::{keys, knn, panels, simd}`.
 
 use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::knn::{TopK, range};
-use super::simd::{Avx2Fma, Isa, Portable, fmadd, sq_dist};
+use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile};
+use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, sq_dist_row};
 
-/// Queries per register-blocked group.
-const G: usize = 4;
-/// Keys per panel (the micro-kernel's width: two AVX registers).
-const P: usize = 16;
-/// Queries per rayon task (groups of `G` sharing each key block).
-const CHUNK: usize = 8 * G;
-/// Centred squared norms at or above this take the direct path (no
-/// intermediate of either path can overflow below it).
-const NORM_LIMIT: f64 = 1e35;
-/// Largest `d` the bound is derived for (`d·u ≤ 0.004`).
-pub(crate) const MAX_D: usize = 65_536;
+/// Queries per rayon task (groups of [`ROWS`] sharing each key block).
+const CHUNK: usize = 16 * ROWS;
 
-/// The keys centred on their mean, in panels of [`P`] keys
-/// (`c[(j/P)·P·d + k·P + j%P]`, zero-padded), their squared norms scaled by
-/// `1 − γ`, and the data of the filter.
-struct Centred {
-    c: Vec<f32>,
+/// The filter's data: the keys' squared norms scaled by `1 − γ`, and the
+/// constants of the bound.
+struct Filter<'a> {
+    panels: &'a Panels,
     w: Vec<f32>,
-    mean: Vec<f64>,
     gamma: f64,
     abs: f64,
 }
@@ -42,55 +32,11 @@ fn gamma(d: usize) -> f64 {
     (2 * d + 64) as f64 * f64::from(f32::EPSILON) / 2.0
 }
 
-/// Centres the keys, or `None` when some key is too far from the mean for
-/// the bound (then the direct path runs).
-fn centre(keys: &KeysSoa<'_>, d: usize) -> Option<Centred> {
-    let (n, ld) = (keys.n, keys.ld);
-    let mean: Vec<f64> = (0..d)
-        .into_par_iter()
-        .map(|k| {
-            keys.xt[k * ld..k * ld + n]
-                .iter()
-                .map(|&x| f64::from(x))
-                .sum::<f64>()
-                / n as f64
-        })
-        .collect();
-    let panels = n.div_ceil(P);
-    let mut c = vec![0.0f32; panels * P * d];
-    let gamma = gamma(d);
-    let w: Vec<Option<Vec<f32>>> = c
-        .par_chunks_mut(P * d)
-        .enumerate()
-        .map(|(p, panel)| {
-            let mut norms = [0.0f64; P];
-            for (k, row) in panel.chunks_exact_mut(P).enumerate() {
-                for (l, v) in row.iter_mut().enumerate() {
-                    let j = p * P + l;
-                    if j < n {
-                        *v = (f64::from(keys.xt[k * ld + j]) - mean[k]) as f32;
-                        norms[l] += f64::from(*v) * f64::from(*v);
-                    }
-                }
-            }
-            let ok = norms.iter().all(|&s| s < NORM_LIMIT);
-            ok.then(|| norms.iter().map(|&s| (s * (1.0 - gamma)) as f32).collect())
-        })
-        .collect();
-    let w: Vec<f32> = w.into_iter().collect::<Option<Vec<_>>>()?.concat();
-    let abs = (4 * d + 64) as f64 * f64::from(f32::MIN_POSITIVE);
-    Some(Centred {
-        c,
-        w,
-        mean,
-        gamma,
-        abs,
-    })
-}
-
 /// The `k` nearest keys of every query by inner products; `None` when the
-/// data are too far apart for the bound (the caller then runs the direct
-/// path). `isa`: the AVX2 + FMA token, or `None` for the portable build.
+/// keys have no panels (too far apart for the bound, or not built): the
+/// caller then runs the direct path. `isa`: the AVX2 + FMA token, or
+/// `None` for the portable build (of the exact distances; the filter's
+/// tile runs on the best build up to it).
 pub(crate) fn knn(
     isa: Option<Avx2Fma>,
     queries: &[f32],
@@ -98,18 +44,26 @@ pub(crate) fn knn(
     keys: &KeysSoa<'_>,
     k: usize,
 ) -> Option<Vec<TopK>> {
-    if d > MAX_D || keys.n == 0 {
-        return None;
-    }
-    let cen = centre(keys, d)?;
+    let panels = keys.panels.filter(|p| p.d() == d && d <= MAX_D)?;
+    let gamma = gamma(d);
+    let filter = Filter {
+        panels,
+        w: panels
+            .norms()
+            .iter()
+            .map(|&s| (s * (1.0 - gamma)) as f32)
+            .collect(),
+        gamma,
+        abs: (4 * d + 64) as f64 * f64::from(f32::MIN_POSITIVE),
+    };
     let m = queries.len() / d;
     let per = m
         .div_ceil(4 * rayon::current_num_threads())
-        .next_multiple_of(G)
-        .clamp(G, CHUNK);
+        .next_multiple_of(ROWS)
+        .clamp(ROWS, CHUNK);
     let lists = queries
         .par_chunks(per * d)
-        .flat_map_iter(|chunk| chunk_lists(isa, chunk, d, keys, &cen, k))
+        .flat_map_iter(|chunk| chunk_lists(isa, chunk, d, keys, &filter, k))
         .collect();
     Some(lists)
 }
@@ -121,45 +75,32 @@ fn chunk_lists(
     chunk: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
-    cen: &Centred,
+    filter: &Filter<'_>,
     k: usize,
 ) -> Vec<TopK> {
+    let tile = TileIsa::at_most(isa);
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = isa {
         // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
         // detection found AVX2 and FMA.
-        return unsafe { chunk_avx2(isa, chunk, d, keys, cen, k) };
+        return unsafe { chunk_avx2(isa, tile, chunk, d, keys, filter, k) };
     }
     let _ = isa;
-    chunk_impl(Portable, chunk, d, keys, cen, k)
+    chunk_impl(Portable, tile, chunk, d, keys, filter, k)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn chunk_avx2(
     isa: Avx2Fma,
+    tile: TileIsa,
     chunk: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
-    cen: &Centred,
+    filter: &Filter<'_>,
     k: usize,
 ) -> Vec<TopK> {
-    chunk_impl(isa, chunk, d, keys, cen, k)
-}
-
-/// `s[g][l] = Σ_k q_g[k]·x_l[k]` for a group of queries and one panel.
-#[inline(always)]
-fn dots<S: Isa>(qs: &[f32], d: usize, panel: &[f32], s: &mut [[f32; P]; G]) {
-    let mut acc = [[0.0f32; P]; G];
-    for (kk, x) in panel.chunks_exact(P).enumerate() {
-        for (g, a) in acc.iter_mut().enumerate() {
-            let qv = qs[g * d + kk];
-            for l in 0..P {
-                a[l] = fmadd::<S>(qv, x[l], a[l]);
-            }
-        }
-    }
-    *s = acc;
+    chunk_impl(isa, tile, chunk, d, keys, filter, k)
 }
 
 /// One query's filter state: its list, centred squared norm and the
@@ -167,71 +108,81 @@ fn dots<S: Isa>(qs: &[f32], d: usize, panel: &[f32], s: &mut [[f32; P]; G]) {
 struct Row {
     top: TopK,
     nq: f64,
+    far: bool,
     lim: f32,
 }
 
 impl Row {
-    /// A query too far from the keys' mean for the expansion (or with a
-    /// non-finite norm): it takes the direct path.
-    fn far(&self) -> bool {
-        self.nq >= NORM_LIMIT || !self.nq.is_finite()
-    }
-
-    fn update(&mut self, cen: &Centred) {
+    fn update(&mut self, f: &Filter<'_>) {
         let thr = f64::from(self.top.d2[self.top.d2.len() - 1]);
-        self.lim = (thr * (1.0 + cen.gamma) + cen.abs - self.nq * (1.0 - cen.gamma)) as f32;
+        self.lim = (thr * (1.0 + f.gamma) + f.abs - self.nq * (1.0 - f.gamma)) as f32;
     }
 }
 
 #[inline(always)]
 fn chunk_impl<S: Isa>(
     isa: S,
+    tile: TileIsa,
     chunk: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
-    cen: &Centred,
+    filter: &Filter<'_>,
     k: usize,
 ) -> Vec<TopK> {
     let m = chunk.len() / d;
     let n = keys.n;
-    // Centred queries (f64 difference, rounded once), padded to whole groups.
-    let mut qc = vec![0.0f32; m.next_multiple_of(G) * d];
-    let mut rows: Vec<Row> = Vec::with_capacity(m);
-    for i in 0..m {
-        let mut nq = 0.0f64;
-        for kk in 0..d {
-            let v = (f64::from(chunk[i * d + kk]) - cen.mean[kk]) as f32;
-            qc[i * d + kk] = v;
-            nq += f64::from(v) * f64::from(v);
-        }
-        let mut row = Row {
-            top: TopK::new(k),
-            nq,
-            lim: 0.0,
-        };
-        row.update(cen);
-        rows.push(row);
-    }
-    let mut s = [[0.0f32; P]; G];
-    for p in 0..n.div_ceil(P) {
-        let panel = &cen.c[p * P * d..(p + 1) * P * d];
-        let len = P.min(n - p * P);
-        for g0 in (0..m).step_by(G) {
-            dots::<S>(&qc[g0 * d..(g0 + G) * d], d, panel, &mut s);
-            for (g, sg) in s.iter().enumerate().take((m - g0).min(G)) {
-                let i = g0 + g;
+    let groups: Vec<CentredRows> = chunk
+        .chunks(ROWS * d)
+        .map(|g| CentredRows::new(filter.panels, g))
+        .collect();
+    let mut rows: Vec<Row> = (0..m)
+        .map(|i| {
+            let g = &groups[i / ROWS];
+            let mut row = Row {
+                top: TopK::new(k),
+                nq: g.nq[i % ROWS],
+                far: g.far(i % ROWS),
+                lim: 0.0,
+            };
+            row.update(filter);
+            row
+        })
+        .collect();
+    let mut s = [0.0f32; ROWS * KEY_BLOCK];
+    for j0 in (0..n).step_by(KEY_BLOCK) {
+        let len = KEY_BLOCK.min(n - j0);
+        let w = &filter.w[j0..j0 + len];
+        for (gi, g) in groups.iter().enumerate() {
+            dot_tile(tile, g, filter.panels, j0, len, &mut s);
+            for (r, sr) in s
+                .chunks_exact(KEY_BLOCK)
+                .enumerate()
+                .take((m - gi * ROWS).min(ROWS))
+            {
+                let i = gi * ROWS + r;
                 let row = &mut rows[i];
-                if row.far() {
+                if row.far {
                     continue;
                 }
                 let query = &chunk[i * d..(i + 1) * d];
-                for (l, &sl) in sg.iter().enumerate().take(len) {
-                    let j = p * P + l;
-                    if cen.w[j] - 2.0 * sl <= row.lim {
-                        // Re-measured as the direct path measures it.
-                        let t = sq_dist::<S>(keys.xt, keys.ld, j, query);
-                        if row.top.offer(t, j as u32) {
-                            row.update(cen);
+                for (c, (wc, sc)) in w.chunks(16).zip(sr[..len].chunks(16)).enumerate() {
+                    // A vector test of 16 keys first: most pass none.
+                    let lim = row.lim;
+                    let any = wc
+                        .iter()
+                        .zip(sc)
+                        .fold(false, |hit, (&wj, &sj)| hit | (wj - 2.0 * sj <= lim));
+                    if !any {
+                        continue;
+                    }
+                    for (l, (&wj, &sj)) in wc.iter().zip(sc).enumerate() {
+                        if wj - 2.0 * sj <= row.lim {
+                            // Re-measured as the direct path measures it.
+                            let j = j0 + c * 16 + l;
+                            let t = sq_dist_row::<S>(filter.panels.key(j), query);
+                            if row.top.offer(t, j as u32) {
+                                row.update(filter);
+                            }
                         }
                     }
                 }
@@ -242,7 +193,7 @@ fn chunk_impl<S: Isa>(
     rows.into_iter()
         .enumerate()
         .map(|(i, row)| {
-            if row.far() {
+            if row.far {
                 range(isa, &chunk[i * d..(i + 1) * d], keys, k, 0, n)
             } else {
                 row.top
@@ -276,7 +227,7 @@ mod tests {
     fn same(q: &[f32], x: &[f32], d: usize, k: usize, what: &str) {
         let n = x.len() / d;
         let view = ndarray::ArrayView2::from_shape((n, d), x).unwrap();
-        let cols = KeyColumns::new(&Matrix::check("test", "x", view).unwrap(), &[]);
+        let cols = KeyColumns::new(&Matrix::check("test", "x", view).unwrap(), &[], true);
         let soa = cols.soa(None);
         for isa in [None, Avx2Fma::detect()] {
             let want = direct(isa, q, d, &soa, k);
@@ -335,7 +286,7 @@ mod tests {
         let d = 3;
         let x = [0.0f32, 0.0, 0.0, 1e19, 0.0, 0.0];
         let view = ndarray::ArrayView2::from_shape((2, d), &x[..]).unwrap();
-        let cols = KeyColumns::new(&Matrix::check("test", "x", view).unwrap(), &[]);
+        let cols = KeyColumns::new(&Matrix::check("test", "x", view).unwrap(), &[], true);
         assert!(knn(None, &[0.0; 3], d, &cols.soa(None), 1).is_none());
         // A far query alone goes the direct way inside the blocked path.
         let x = data(40 * d, 9);

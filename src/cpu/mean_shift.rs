@@ -6,13 +6,14 @@
 //! cells within one bandwidth, so a step costs the seed's neighbourhood,
 //! not all N keys. Seeds that have converged leave the active list.
 //!
-//! Imports: `super::{keys, local_mean}`, `crate::grid`, `crate::kernel`,
+//! Imports: `super::{keys, local_mean, panels}`, `crate::grid`, `crate::kernel`,
 //! `crate::matrix`, `crate::types`.
 
 use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group, local_mean};
+use super::panels::{self, Panels};
 use crate::grid::Grid;
 use crate::kernel::Kernel;
 use crate::matrix::padded_stride;
@@ -30,6 +31,8 @@ pub(crate) struct ShiftKeys {
     ld: usize,
     d: usize,
     grid: Option<Grid>,
+    /// The keys centred and packed for inner products (larger `d`).
+    panels: Option<Panels>,
     /// Slack added to the bandwidth when cutting boxes, so f32 rounding at
     /// the kernel's edge can never drop a key the kernel would count.
     reach: f64,
@@ -63,12 +66,16 @@ impl ShiftKeys {
                 }
             }
         }
+        let panels = panels::wanted(d, usize::MAX)
+            .then(|| Panels::build(&xt, ld, n, d))
+            .flatten();
         ShiftKeys {
             xt,
             n,
             ld,
             d,
             grid,
+            panels,
             reach: h * (1.0 + 1e-4),
         }
     }
@@ -81,6 +88,7 @@ impl ShiftKeys {
             n: self.n,
             ld: self.ld,
             q: self.d,
+            panels: self.panels.as_ref(),
         }
     }
 

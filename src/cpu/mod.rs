@@ -19,6 +19,7 @@ mod knn_blocked;
 mod local_mean;
 mod mean_shift;
 mod on_keys;
+mod panels;
 mod resident;
 pub(crate) mod simd;
 mod softmax;
@@ -77,7 +78,8 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
-        let cols = KeyColumns::new(keys, std::slice::from_ref(values));
+        let panels = panels::wanted(keys.cols(), queries.rows());
+        let cols = KeyColumns::new(keys, std::slice::from_ref(values), panels);
         on_keys::local_mean(&cols, kernel, queries, 0)
     }
 
@@ -90,7 +92,8 @@ impl Backend for CpuBackend {
         exclude_self: bool,
     ) -> Result<RowStates> {
         let sets = values.map(std::slice::from_ref).unwrap_or_default();
-        let cols = KeyColumns::new(keys, sets);
+        let panels = panels::wanted(keys.cols(), queries.rows());
+        let cols = KeyColumns::new(keys, sets, panels);
         let set = values.map(|_| 0);
         Ok(on_keys::row_states(
             &cols,
@@ -102,7 +105,7 @@ impl Backend for CpuBackend {
     }
 
     fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
-        let cols = KeyColumns::new(keys, &[]);
+        let cols = KeyColumns::new(keys, &[], knn::blocked(keys.cols(), queries.rows()));
         Ok(on_keys::knn(&cols, queries, k))
     }
 
@@ -113,7 +116,8 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
-        let cols = KeyColumns::new(keys, &[]);
+        let panels = panels::wanted(keys.cols(), queries.rows());
+        let cols = KeyColumns::new(keys, &[], panels);
         on_keys::kernel_matrix(&cols, kernel, queries, mode)
     }
 

@@ -4,7 +4,7 @@
 //! those of a one-shot call (`on_keys.rs`), with each request charged to
 //! the backend's memory budget.
 //!
-//! Imports: `super::{keys, on_keys, local_mean}`, `crate::backend`,
+//! Imports: `super::{keys, knn, on_keys, local_mean, panels}`, `crate::backend`,
 //! `crate::error`, `crate::kernel`, `crate::matrix`, `crate::memory`,
 //! `crate::types`.
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::keys::KeyColumns;
 use super::local_mean::QUERY_GROUP;
-use super::on_keys;
+use super::{knn, on_keys, panels};
 use crate::backend::Resident;
 use crate::error::Result;
 use crate::kernel::Kernel;
@@ -53,12 +53,16 @@ impl CpuResident {
         keys: &Matrix<'_>,
         sets: &[Matrix<'_>],
     ) -> Result<Self> {
-        let bytes = KeyColumns::bytes(keys, sets);
+        // Panels whenever the dimension calls for them: a key set serves
+        // many calls, so they are built once, here.
+        let panels =
+            panels::wanted(keys.cols(), usize::MAX) || knn::blocked(keys.cols(), usize::MAX);
+        let bytes = KeyColumns::bytes(keys, sets, panels);
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
         // The transposes allocate what was charged: refuse rather than abort.
         ensure_room("prepare", "resident keys and values", bytes)?;
         Ok(CpuResident {
-            keys: KeyColumns::new(keys, sets),
+            keys: KeyColumns::new(keys, sets, panels),
             budget: Arc::clone(budget),
             held,
         })

@@ -74,9 +74,41 @@ impl Isa for Avx2Fma {
     }
 }
 
+/// Proof that the CPU supports AVX-512F as well as AVX2 and FMA (it holds
+/// the [`Avx2Fma`] token). Only [`Avx512::detect`] makes one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx512(Avx2Fma);
+
+impl Avx512 {
+    /// The token, when run-time detection finds AVX-512F, AVX2 and FMA.
+    #[inline]
+    pub(crate) fn detect() -> Option<Avx512> {
+        let avx2 = Avx2Fma::detect()?;
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f").then_some(Avx512(avx2))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = avx2;
+            None
+        }
+    }
+}
+
+impl Isa for Avx512 {
+    const FMA: bool = true;
+    #[inline(always)]
+    fn avx2_fma(self) -> Option<Avx2Fma> {
+        Some(self.0)
+    }
+}
+
 /// A short description of the vector path in use, for reports.
 pub(crate) fn simd_name() -> &'static str {
-    if Avx2Fma::detect().is_some() {
+    if Avx512::detect().is_some() {
+        "avx512+avx2+fma"
+    } else if Avx2Fma::detect().is_some() {
         "avx2+fma"
     } else {
         "baseline"
@@ -233,6 +265,19 @@ pub(crate) fn sq_dist<S: Isa>(xt: &[f32], ld: usize, j: usize, query: &[f32]) ->
     let mut acc = 0.0f32;
     for (k, &qk) in query.iter().enumerate() {
         let df = xt[k * ld + j] - qk;
+        acc = fmadd::<S>(df, df, acc);
+    }
+    acc
+}
+
+/// [`sq_dist`] of a key stored as a row: the same arithmetic (one
+/// multiply-add per coordinate, in coordinate order), so the same value
+/// bit for bit.
+#[inline(always)]
+pub(crate) fn sq_dist_row<S: Isa>(key: &[f32], query: &[f32]) -> f32 {
+    let mut acc = 0.0f32;
+    for (&x, &qk) in key.iter().zip(query) {
+        let df = x - qk;
         acc = fmadd::<S>(df, df, acc);
     }
     acc

@@ -8,7 +8,8 @@
 //! up to four value columns in registers. The profiles come from
 //! `kernel/form.rs`, evaluated on [`V8`] lanes.
 //!
-//! Imports: `super` (group job and state), `super::super::{keys, simd}`,
+//! Imports: `super` (group job and state), `super::super::{keys,
+//! panels, simd}`,
 //! `crate::kernel`.
 
 #![cfg(target_arch = "x86_64")]
@@ -16,6 +17,7 @@
 use std::arch::x86_64::*;
 
 use super::super::keys::KeysSoa;
+use super::super::panels::{SqDists, TileIsa};
 use super::super::simd::{Avx2Fma, KEY_BLOCK, LANES};
 use super::{GroupJob, GroupState};
 use crate::kernel::T_FAR;
@@ -193,10 +195,12 @@ fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> Grou
     let (m, s, u) = (&mut st.m, &mut st.s, &mut st.u);
     let mut buf = Block([0.0; KEY_BLOCK]);
     let inv = _mm256_set1_ps(kernel.inv_h2());
+    let mut ip = SqDists::new(kernel, queries, d, keys.panels, TileIsa::at_most(Some(isa)));
     let mut j0 = k0;
     while j0 < k1 {
         let len = KEY_BLOCK.min(k1 - j0);
         let chunks = len.div_ceil(LANES);
+        let use_ip = ip.as_mut().map(|ip| ip.block(j0, len, g));
         // The value columns of this block, sliced once for every row.
         let ys: [&[f32]; 4] = std::array::from_fn(|col| {
             let c = col.min(Q.max(1) - 1).min(keys.q.max(1) - 1);
@@ -209,17 +213,54 @@ fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> Grou
         for r in 0..g {
             let query = &queries[r * d..(r + 1) * d];
             let skip = self_row.map(|r0| r0 + r);
+            let pre = ip
+                .as_ref()
+                .filter(|_| use_ip.is_some_and(|u| u[r]))
+                .map(|ip| ip.row(r, len));
             // Pass one: (log-)weights and the block maximum.
-            let bmv = match d {
-                1 => pass_one::<P, 1>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                2 => pass_one::<P, 2>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                3 => pass_one::<P, 3>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                4 => pass_one::<P, 4>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                5 => pass_one::<P, 5>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                6 => pass_one::<P, 6>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                7 => pass_one::<P, 7>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                8 => pass_one::<P, 8>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
-                _ => pass_one::<P, 0>(isa, keys.xt, n, j0, len, query, inv, skip, &mut buf),
+            let bmv = if let Some(pre) = pre {
+                pass_one::<P, 0>(
+                    isa,
+                    keys.xt,
+                    n,
+                    j0,
+                    len,
+                    query,
+                    Some(pre),
+                    inv,
+                    skip,
+                    &mut buf,
+                )
+            } else {
+                match d {
+                    1 => {
+                        pass_one::<P, 1>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                    2 => {
+                        pass_one::<P, 2>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                    3 => {
+                        pass_one::<P, 3>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                    4 => {
+                        pass_one::<P, 4>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                    5 => {
+                        pass_one::<P, 5>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                    6 => {
+                        pass_one::<P, 6>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                    7 => {
+                        pass_one::<P, 7>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                    8 => {
+                        pass_one::<P, 8>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                    _ => {
+                        pass_one::<P, 0>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
+                    }
+                }
             };
             let bm = hmax(bmv);
             if bm == f32::NEG_INFINITY || (!P::LOG && bm <= 0.0) {
@@ -298,9 +339,11 @@ fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> Grou
 
 /// Pass one over the keys `j0..j0+len`: log-weights (or weights) of one
 /// query into `buf` (lanes past `len` get the identity: −inf or 0), and
-/// their lane-wise maximum. `D > 0` is the dimension known at compile
-/// time (unrolled, query broadcast once); `D = 0` handles any `d`. The key
-/// `skip` (the query itself, for leave-one-out) gets the identity.
+/// their lane-wise maximum. The squared distances come from `pre` when
+/// the inner products gave them (`ip.rs`), else by differences: `D > 0` is
+/// the dimension known at compile time (unrolled, query broadcast once);
+/// `D = 0` handles any `d`. The key `skip` (the query itself, for
+/// leave-one-out) gets the identity.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
@@ -311,6 +354,7 @@ fn pass_one<P: Form, const D: usize>(
     j0: usize,
     len: usize,
     query: &[f32],
+    pre: Option<&[f32]>,
     inv: __m256,
     skip: Option<usize>,
     buf: &mut Block,
@@ -318,6 +362,7 @@ fn pass_one<P: Form, const D: usize>(
     let identity = _mm256_set1_ps(if P::LOG { f32::NEG_INFINITY } else { 0.0 });
     let d = query.len();
     assert!(d >= 1 && (D == 0 || D == d) && j0 + len <= n && len <= KEY_BLOCK && xt.len() >= d * n);
+    assert!(pre.is_none_or(|p| p.len() == len));
     let qv: [__m256; 8] = std::array::from_fn(|k| _mm256_set1_ps(query[k.min(d - 1)]));
     let mut bmv = identity;
     let full = len / LANES;
@@ -325,7 +370,10 @@ fn pass_one<P: Form, const D: usize>(
     for c in 0..full {
         let j = j0 + c * LANES;
         let mut acc = _mm256_setzero_ps();
-        if D > 0 {
+        if let Some(p) = pre {
+            // SAFETY: c·8 + 8 ≤ len = p.len() (asserted above).
+            acc = unsafe { _mm256_loadu_ps(p.as_ptr().add(c * LANES)) };
+        } else if D > 0 {
             // Two accumulation chains (even and odd coordinates) halve the
             // latency of the longer dimensions.
             let mut acc2 = _mm256_setzero_ps();
@@ -382,9 +430,13 @@ fn pass_one<P: Form, const D: usize>(
     if rem > 0 {
         let j = j0 + full * LANES;
         let mut acc = _mm256_setzero_ps();
-        for (k, &q) in query.iter().enumerate() {
-            let df = _mm256_sub_ps(load(&xt[k * n..k * n + j0 + len], j), _mm256_set1_ps(q));
-            acc = _mm256_fmadd_ps(df, df, acc);
+        if let Some(p) = pre {
+            acc = load(p, full * LANES);
+        } else {
+            for (k, &q) in query.iter().enumerate() {
+                let df = _mm256_sub_ps(load(&xt[k * n..k * n + j0 + len], j), _mm256_set1_ps(q));
+                acc = _mm256_fmadd_ps(df, df, acc);
+            }
         }
         let mut v = P::lane(V8 {
             v: _mm256_mul_ps(acc, inv),

@@ -8,7 +8,7 @@
 //! docs/numerics.md is kept in `f64`; a block's sums are formed in `f32`
 //! lanes and merged into it. The `M×N` matrix is never stored.
 //!
-//! Imports: `super::{far, keys, simd, weights}`, `crate::kernel`,
+//! Imports: `super::{far, keys, panels, simd, weights}`, `crate::kernel`,
 //! `crate::types`.
 
 #[cfg(target_arch = "x86_64")]
@@ -19,6 +19,7 @@ use rayon::prelude::*;
 
 use super::far;
 use super::keys::KeysSoa;
+use super::panels::{P, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, KEY_BLOCK, Portable};
 use super::weights::initial_max;
 use crate::kernel::{Kernel, Profile};
@@ -114,6 +115,9 @@ pub(crate) fn group_states(
     let (n, q) = (keys.n, keys.q);
     let groups = queries.len().div_ceil(QUERY_GROUP * d);
     let want = 4 * rayon::current_num_threads();
+    if groups >= want && serve_sq_dists(keys.panels, d) {
+        return panel_group_states(kernel, queries, d, keys, exclude_self);
+    }
     let splits = if groups >= want {
         1
     } else {
@@ -145,6 +149,59 @@ pub(crate) fn group_states(
                     a
                 })
                 .unwrap_or_else(|| GroupState::empty(kernel.profile(), q))
+        })
+        .collect()
+}
+
+/// Query groups per task when the keys have panels: they share each key
+/// range while it is in cache.
+const TASK_GROUPS: usize = 8;
+
+/// Bytes of key panels a task's groups share at a time (well inside L2).
+const RANGE_BYTES: usize = 128 * 1024;
+
+/// [`group_states`] when the keys have panels and there are enough
+/// groups: each task takes up to [`TASK_GROUPS`] groups through the keys
+/// in ranges of about [`RANGE_BYTES`], every group over a range before the
+/// next range, and merges the ranges' states. The inner products then
+/// reuse each key from cache `8·TASK_GROUPS` times instead of 8.
+fn panel_group_states(
+    kernel: &Kernel,
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    exclude_self: bool,
+) -> Vec<GroupState> {
+    let (n, q) = (keys.n, keys.q);
+    let groups = queries.len().div_ceil(QUERY_GROUP * d);
+    let per = groups
+        .div_ceil(4 * rayon::current_num_threads())
+        .clamp(1, TASK_GROUPS);
+    let range = (RANGE_BYTES / (4 * d) / P * P).clamp(P, KEY_BLOCK);
+    queries
+        .par_chunks(per * QUERY_GROUP * d)
+        .enumerate()
+        .flat_map_iter(|(t, chunk)| {
+            let first = t * per;
+            let mut states: Vec<GroupState> = chunk
+                .chunks(QUERY_GROUP * d)
+                .map(|_| GroupState::empty(kernel.profile(), q))
+                .collect();
+            for k0 in (0..n).step_by(range) {
+                for (g, qs) in chunk.chunks(QUERY_GROUP * d).enumerate() {
+                    let part = group(&GroupJob {
+                        kernel,
+                        queries: qs,
+                        d,
+                        keys,
+                        k0,
+                        k1: (k0 + range).min(n),
+                        self_row: exclude_self.then_some((first + g) * QUERY_GROUP),
+                    });
+                    states[g].merge(&part, q);
+                }
+            }
+            states
         })
         .collect()
 }
@@ -196,12 +253,12 @@ pub(crate) fn group_on(isa: Option<Avx2Fma>, job: &GroupJob<'_>) -> GroupState {
     #[cfg(target_arch = "x86_64")]
     let mut st = match isa {
         Some(isa) => avx2::group(isa, job),
-        None => portable::group::<Portable>(job),
+        None => portable::group::<Portable>(job, TileIsa::Portable),
     };
     #[cfg(not(target_arch = "x86_64"))]
     let mut st = {
         let _ = isa;
-        portable::group::<Portable>(job)
+        portable::group::<Portable>(job, TileIsa::Portable)
     };
     far::finish_far_rows(job, &mut st);
     st

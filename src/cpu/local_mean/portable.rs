@@ -6,19 +6,21 @@
 //! accumulates the weight sum and up to four value columns in lane
 //! registers.
 //!
-//! Imports: `super` (group job and state), `super::super::{keys, simd,
-//! weights}`, `crate::kernel`.
+//! Imports: `super` (group job and state), `super::super::{keys,
+//! panels, simd, weights}`, `crate::kernel`.
 
 use super::super::keys::KeysSoa;
+use super::super::panels::{SqDists, TileIsa};
 use super::super::simd::{Isa, KEY_BLOCK, LANES, dot, exp_nonpos, fmadd, fmax};
 use super::super::weights::initial_max;
 use super::{GroupJob, GroupState};
 use crate::kernel::Profile;
 use crate::kernel::form::{Form, with_form};
 
-/// Row states of one group over a key range, compiled for `S`.
+/// Row states of one group over a key range, compiled for `S`; the
+/// distances by inner products on `tile` where the keys have panels.
 #[inline(always)]
-pub(super) fn group<S: Isa>(job: &GroupJob<'_>) -> GroupState {
+pub(super) fn group<S: Isa>(job: &GroupJob<'_>, tile: TileIsa) -> GroupState {
     let GroupJob {
         kernel,
         queries,
@@ -36,13 +38,20 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>) -> GroupState {
     let mut buf = [0.0f32; KEY_BLOCK];
     let mut cmax = [0.0f32; KEY_BLOCK / LANES + 1];
     let mut ub = [0.0f32; MAX_FUSED_COLS];
+    let mut ip = SqDists::new(kernel, queries, d, keys.panels, tile);
     let mut j0 = k0;
     while j0 < k1 {
         let len = KEY_BLOCK.min(k1 - j0);
         let w = &mut buf[..len];
+        let use_ip = ip.as_mut().map(|ip| ip.block(j0, len, g));
         for r in 0..g {
             let query = &queries[r * d..(r + 1) * d];
-            let mut bm = log_weights::<S>(profile, keys.xt, n, j0, query, inv_h2, w, &mut cmax);
+            let pre = ip
+                .as_ref()
+                .filter(|_| use_ip.is_some_and(|u| u[r]))
+                .map(|ip| ip.row(r, len));
+            let mut bm =
+                log_weights::<S>(profile, keys.xt, n, j0, query, pre, inv_h2, w, &mut cmax);
             if let Some(sk) = self_row
                 .map(|r0| r0 + r)
                 .filter(|&sk| sk >= j0 && sk < j0 + len)
@@ -97,10 +106,11 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>) -> GroupState {
 /// Value columns accumulated in registers in the same pass as the weights.
 const MAX_FUSED_COLS: usize = 4;
 
-/// Pass one over a block: scaled squared distances turned into log-weights
-/// (exponential profiles; −inf for infinitely far keys) or weights (the
-/// others), stored in `w`, with the maximum of each lane group in `cmax`.
-/// Returns the block's maximum.
+/// Pass one over a block: scaled squared distances (from `pre` when the
+/// inner products gave them, else by differences) turned into
+/// log-weights (exponential profiles; −inf for infinitely far keys) or
+/// weights (the others), stored in `w`, with the maximum of each lane
+/// group in `cmax`. Returns the block's maximum.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn log_weights<S: Isa>(
@@ -109,11 +119,12 @@ fn log_weights<S: Isa>(
     n: usize,
     j0: usize,
     query: &[f32],
+    pre: Option<&[f32]>,
     inv_h2: f32,
     w: &mut [f32],
     cmax: &mut [f32],
 ) -> f32 {
-    with_form!(profile, P => fused_dists::<S, _>(xt, n, j0, query, inv_h2, w, cmax, P::lane::<f32>))
+    with_form!(profile, P => fused_dists::<S, _>(xt, n, j0, query, pre, inv_h2, w, cmax, P::lane::<f32>))
 }
 
 #[inline(always)]
@@ -123,11 +134,15 @@ fn fused_dists<S: Isa, F: Fn(f32) -> f32>(
     n: usize,
     j0: usize,
     query: &[f32],
+    pre: Option<&[f32]>,
     inv_h2: f32,
     w: &mut [f32],
     cmax: &mut [f32],
     f: F,
 ) -> f32 {
+    if let Some(pre) = pre {
+        return from_sq_dists(pre, inv_h2, w, cmax, f);
+    }
     let mut bm = f32::NEG_INFINITY;
     for (c, chunk) in w.chunks_mut(LANES).enumerate() {
         let j = j0 + c * LANES;
@@ -162,6 +177,37 @@ fn fused_dists<S: Isa, F: Fn(f32) -> f32>(
             cmax[c] = cm;
             bm = fmax(bm, cm);
         }
+    }
+    bm
+}
+
+/// Pass one from squared distances already formed (`pre`, one per key).
+#[inline(always)]
+fn from_sq_dists<F: Fn(f32) -> f32>(
+    pre: &[f32],
+    inv_h2: f32,
+    w: &mut [f32],
+    cmax: &mut [f32],
+    f: F,
+) -> f32 {
+    let mut bm = f32::NEG_INFINITY;
+    for (c, (chunk, p)) in w.chunks_mut(LANES).zip(pre.chunks(LANES)).enumerate() {
+        if chunk.len() == LANES {
+            let mut v = [0.0f32; LANES];
+            for l in 0..LANES {
+                v[l] = f(p[l] * inv_h2);
+            }
+            chunk.copy_from_slice(&v);
+            cmax[c] = max8(v);
+        } else {
+            let mut cm = f32::NEG_INFINITY;
+            for (wl, &pl) in chunk.iter_mut().zip(p) {
+                *wl = f(pl * inv_h2);
+                cm = fmax(cm, *wl);
+            }
+            cmax[c] = cm;
+        }
+        bm = fmax(bm, cmax[c]);
     }
     bm
 }

@@ -92,6 +92,7 @@ fn portable_version_matches_plain_definition() {
             n,
             ld: padded_stride(n),
             q,
+            panels: None,
         };
         for p in Profile::ALL {
             let k = Kernel::new(p, 0.3 * (d as f32).sqrt()).unwrap();
@@ -143,6 +144,7 @@ fn keys_at_exactly_one_bandwidth_weigh_nothing_in_both_versions() {
         n,
         ld: padded_stride(n),
         q: 1,
+        panels: None,
     };
     let queries = [0.0f32; 2 * QUERY_GROUP];
     for p in [
@@ -205,6 +207,7 @@ fn avx2_and_portable_versions_agree() {
             n,
             ld: padded_stride(n),
             q,
+            panels: None,
         };
         for p in Profile::ALL {
             let k = Kernel::new(p, 0.3 * (d as f32).sqrt()).unwrap();
@@ -250,6 +253,101 @@ fn avx2_and_portable_versions_agree() {
                             (ma - mb).abs() <= 1e-5 * ma.abs() + 1e-6,
                             "{what}: mean {ma} vs {mb}"
                         );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keys with panels (`panels.rs`): the inner-product distances, on every
+/// compiled version, against the plain f64 definition — every profile,
+/// key ranges that start and end inside a panel, leave-one-out, data far
+/// from the origin, duplicate keys, and two tight clusters far apart
+/// (where the rows fall back to the differences).
+#[test]
+fn inner_product_distances_match_plain_definition() {
+    use super::super::panels::Panels;
+    let cases: [(&str, usize, usize, f32, f32); 5] = [
+        ("plain d=32", 32, 2, 1.0, 0.0),
+        ("plain d=33", 33, 3, 1.0, 0.0),
+        ("offset 1e4 d=100", 100, 1, 1.0, 1e4),
+        ("d=300", 300, 5, 1.0, 0.0),
+        ("clusters d=40", 40, 2, 1e-3, 0.0),
+    ];
+    for (what, d, q, scale, offset) in cases {
+        let n = 523;
+        let mut x: Vec<f32> = data(n, d, 11).iter().map(|v| v * scale + offset).collect();
+        if what.starts_with("clusters") {
+            // Every other key 100 away along every axis.
+            for j in (1..n).step_by(2) {
+                x[j * d..(j + 1) * d].iter_mut().for_each(|v| *v += 100.0);
+            }
+        } else {
+            // Duplicates: keys 40..60 repeat keys 0..20.
+            x.copy_within(0..20 * d, 40 * d);
+        }
+        let y = data(n, q, 12);
+        let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
+        let ld = padded_stride(n);
+        let panels = Panels::build(&xt, ld, n, d).expect("panels");
+        let keys = KeysSoa {
+            xt: &xt,
+            yt: &yt,
+            n,
+            ld,
+            q,
+            panels: Some(&panels),
+        };
+        // Queries: keys 40..48 (duplicates of keys 0..8), for leave-one-out.
+        let first = 40;
+        let queries = x[first * d..(first + QUERY_GROUP) * d].to_vec();
+        let h = if what.starts_with("clusters") {
+            0.01
+        } else {
+            0.25
+        } * (d as f32).sqrt();
+        for p in Profile::ALL {
+            let k = Kernel::new(p, h).unwrap();
+            for (k0, k1, loo) in [(0, n, false), (5, n - 3, false), (0, n, true)] {
+                let job = GroupJob {
+                    kernel: &k,
+                    queries: &queries,
+                    d,
+                    keys: &keys,
+                    k0,
+                    k1,
+                    self_row: loo.then_some(first),
+                };
+                let isas: Vec<Option<Avx2Fma>> = vec![None, Avx2Fma::detect()];
+                for isa in isas {
+                    let st = group_on(isa, &job);
+                    let mut out = vec![0.0f32; QUERY_GROUP * q];
+                    st.finalize(q, &mut out);
+                    for r in 0..QUERY_GROUP {
+                        let keep: Vec<usize> =
+                            (k0..k1).filter(|&j| !(loo && j == first + r)).collect();
+                        let xs: Vec<f32> = keep
+                            .iter()
+                            .flat_map(|&j| x[j * d..(j + 1) * d].to_vec())
+                            .collect();
+                        let ys: Vec<f32> = keep
+                            .iter()
+                            .flat_map(|&j| y[j * q..(j + 1) * q].to_vec())
+                            .collect();
+                        let want = naive(&k, &queries[r * d..(r + 1) * d], &xs, &ys, d, q);
+                        for c in 0..q {
+                            let got = f64::from(out[r * q + c]);
+                            match &want {
+                                None => assert!(got.is_nan(), "{what} {p}: {got} not NaN"),
+                                Some(w) => assert!(
+                                    (got - w[c]).abs() <= 1e-4 * w[c].abs() + 1e-5,
+                                    "{what} {p} ({k0}..{k1}, loo {loo}, avx2 {}): row {r}: {got} vs {}",
+                                    isa.is_some(),
+                                    w[c]
+                                ),
+                            }
+                        }
                     }
                 }
             }

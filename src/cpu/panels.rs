@@ -1,0 +1,616 @@
+//! Inner products for the distance-based ops at larger `d`: the keys
+//! centred on their mean and packed in panels of [`P`] keys ([`Panels`],
+//! built once per one-shot call or once per key set), a group of up to
+//! [`ROWS`] centred queries ([`CentredRows`]), and the register-blocked
+//! micro-kernel ([`dot_tile`]) that fills a `ROWS × KEY_BLOCK` tile of
+//! inner products `q'·x'`, compiled for the portable build, AVX2 + FMA
+//! and AVX-512. The callers turn the tile into squared distances
+//! `‖q'‖² + ‖x'‖² − 2q'·x'` (local means, kernel matrices) or into the kNN
+//! filter; [`SqDists`] does the former, with the accuracy test of
+//! docs/numerics.md, "Inner products", that sends a row's block back to
+//! the direct differences where the expansion would cancel.
+//!
+//! Imports: `super::simd`, `crate::kernel`.
+
+use rayon::prelude::*;
+
+use super::simd::{Avx2Fma, Avx512, Isa, KEY_BLOCK, Portable, fmadd, max_of};
+use crate::kernel::{Kernel, Profile};
+
+/// Keys per panel.
+pub(crate) const P: usize = 16;
+/// Query rows of a tile (the local mean's query group).
+pub(crate) const ROWS: usize = 8;
+/// Coordinates summed in one chain before it is added to the running
+/// total: the dot product's rounding then grows with `KC + d/KC`, not `d`.
+pub(crate) const KC: usize = 32;
+/// Centred squared norms at or above this keep the direct path (no `f32`
+/// intermediate of either path can overflow below it).
+pub(crate) const NORM_LIMIT: f64 = 1e35;
+/// Largest `d` the bounds are derived for (`d·u ≤ 0.004`).
+pub(crate) const MAX_D: usize = 65_536;
+/// Coordinates from which local means, row states and kernel matrices
+/// take inner products. Measured on the 2-core development machine
+/// (gaussian local mean, 8192 queries × 8192 keys, q = 4, AVX-512, best of
+/// 3, against the differences): 3 % slower at d = 24, 14 % faster at
+/// d = 32, 1.7× at 64, 2.8× at 256, 2.9× at 784.
+pub(crate) const MIN_D: usize = 32;
+
+/// Whether `panels` serve the squared distances of local means, row
+/// states and kernel matrices for queries in `d` dimensions.
+pub(crate) fn serve_sq_dists(panels: Option<&Panels>, d: usize) -> bool {
+    panels.is_some_and(|p| p.d == d && d >= MIN_D)
+}
+
+/// Whether a call with `m` queries in `d` dimensions should build panels.
+pub(crate) fn wanted(d: usize, m: usize) -> bool {
+    (MIN_D..=MAX_D).contains(&d) && m >= ROWS
+}
+
+/// The keys centred on their mean (taken in `f64`), rounded once to `f32`
+/// and packed in panels (`c[(j/P)·P·d + k·P + j%P]`, zero-padded), with
+/// their centred squared norms.
+pub(crate) struct Panels {
+    c: Vec<f32>,
+    /// `‖x'_j‖²`, accumulated in `f64`.
+    norms: Vec<f64>,
+    /// The same, rounded to `f32` (padded to whole panels with zeros).
+    norms32: Vec<f32>,
+    mean: Vec<f64>,
+    /// The keys as given, row-major (`rows[j·d + k]`): kNN re-measures
+    /// its candidates from them with unit stride.
+    rows: Vec<f32>,
+    d: usize,
+}
+
+impl Panels {
+    /// Bytes the panels of `n` keys in `d` dimensions take.
+    pub(crate) fn bytes(n: usize, d: usize) -> u64 {
+        let keys = n.div_ceil(P) as u64 * P as u64;
+        keys.saturating_mul(d as u64 * 8 + 12)
+            .saturating_add(d as u64 * 8)
+    }
+
+    /// Centres and packs `n` keys stored column-major (`xt[k·ld + j]`);
+    /// `None` when some key lies too far from the mean (then every op
+    /// keeps the direct path).
+    pub(crate) fn build(xt: &[f32], ld: usize, n: usize, d: usize) -> Option<Panels> {
+        if n == 0 || d == 0 || d > MAX_D {
+            return None;
+        }
+        let mean: Vec<f64> = (0..d)
+            .into_par_iter()
+            .map(|k| {
+                xt[k * ld..k * ld + n]
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .sum::<f64>()
+                    / n as f64
+            })
+            .collect();
+        let mut c = vec![0.0f32; n.div_ceil(P) * P * d];
+        let norms: Vec<Option<[f64; P]>> = c
+            .par_chunks_mut(P * d)
+            .enumerate()
+            .map(|(p, panel)| {
+                let mut norms = [0.0f64; P];
+                for (k, row) in panel.chunks_exact_mut(P).enumerate() {
+                    for (l, v) in row.iter_mut().enumerate() {
+                        let j = p * P + l;
+                        if j < n {
+                            *v = (f64::from(xt[k * ld + j]) - mean[k]) as f32;
+                            norms[l] += f64::from(*v) * f64::from(*v);
+                        }
+                    }
+                }
+                norms.iter().all(|&s| s < NORM_LIMIT).then_some(norms)
+            })
+            .collect();
+        let mut norms: Vec<f64> = norms.into_iter().collect::<Option<Vec<_>>>()?.concat();
+        let norms32 = norms.iter().map(|&s| s as f32).collect();
+        norms.truncate(n);
+        let mut rows = vec![0.0f32; n * d];
+        rows.par_chunks_mut(d).enumerate().for_each(|(j, row)| {
+            for (k, v) in row.iter_mut().enumerate() {
+                *v = xt[k * ld + j];
+            }
+        });
+        Some(Panels {
+            c,
+            norms,
+            norms32,
+            mean,
+            rows,
+            d,
+        })
+    }
+
+    /// Key `j` as given.
+    pub(crate) fn key(&self, j: usize) -> &[f32] {
+        &self.rows[j * self.d..(j + 1) * self.d]
+    }
+
+    /// `‖x'_j‖²` of every key, in `f64`.
+    pub(crate) fn norms(&self) -> &[f64] {
+        &self.norms
+    }
+
+    /// `‖x'_j‖²` of the keys `j0..j0+len`, in `f32`.
+    pub(crate) fn norms32(&self, j0: usize, len: usize) -> &[f32] {
+        &self.norms32[j0..j0 + len]
+    }
+
+    /// Coordinates per key.
+    pub(crate) fn d(&self) -> usize {
+        self.d
+    }
+}
+
+/// Up to [`ROWS`] queries centred on the keys' mean (`f64` difference,
+/// rounded once), zero-padded to [`ROWS`] rows, with their centred
+/// squared norms.
+pub(crate) struct CentredRows {
+    qc: Vec<f32>,
+    /// `‖q'_r‖²` in `f64`.
+    pub nq: [f64; ROWS],
+    /// The same in `f32`.
+    pub nq32: [f32; ROWS],
+}
+
+impl CentredRows {
+    /// Centres `queries` (row-major, at most [`ROWS`] rows of `panels.d()`).
+    pub(crate) fn new(panels: &Panels, queries: &[f32]) -> Self {
+        let d = panels.d;
+        let mut qc = vec![0.0f32; ROWS * d];
+        let mut nq = [0.0f64; ROWS];
+        for (r, q) in queries.chunks_exact(d).enumerate() {
+            let mut s = 0.0f64;
+            for (k, (&x, o)) in q.iter().zip(&mut qc[r * d..(r + 1) * d]).enumerate() {
+                *o = (f64::from(x) - panels.mean[k]) as f32;
+                s += f64::from(*o) * f64::from(*o);
+            }
+            nq[r] = s;
+        }
+        CentredRows {
+            qc,
+            nq,
+            nq32: nq.map(|s| s as f32),
+        }
+    }
+
+    /// Whether row `r` lies too far from the keys' mean (or is not
+    /// finite): it takes the direct path.
+    pub(crate) fn far(&self, r: usize) -> bool {
+        self.nq[r] >= NORM_LIMIT || !self.nq[r].is_finite()
+    }
+}
+
+/// The instruction set the tile is compiled for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TileIsa {
+    Portable,
+    Avx2(Avx2Fma),
+    Avx512(Avx512),
+}
+
+impl TileIsa {
+    /// The best the CPU has.
+    pub(crate) fn best() -> TileIsa {
+        match (Avx512::detect(), Avx2Fma::detect()) {
+            (Some(t), _) => TileIsa::Avx512(t),
+            (None, Some(t)) => TileIsa::Avx2(t),
+            (None, None) => TileIsa::Portable,
+        }
+    }
+
+    /// The best version within AVX2 (`isa` holds its token) or the
+    /// portable one (`None`): how tests force a build.
+    pub(crate) fn at_most(isa: Option<Avx2Fma>) -> TileIsa {
+        match (isa, TileIsa::best()) {
+            (None, _) => TileIsa::Portable,
+            (Some(_), best @ TileIsa::Avx512(_)) => best,
+            (Some(t), _) => TileIsa::Avx2(t),
+        }
+    }
+
+    /// Every version this CPU can run (for tests).
+    #[cfg(test)]
+    pub(crate) fn all() -> Vec<TileIsa> {
+        let mut v = vec![TileIsa::Portable];
+        v.extend(Avx2Fma::detect().map(TileIsa::Avx2));
+        v.extend(Avx512::detect().map(TileIsa::Avx512));
+        v
+    }
+}
+
+/// `out[r·KEY_BLOCK + (j − j0)] = q'_r·x'_j` for the rows of `rows` and the
+/// keys `j0..j0+len` (`len ≤ KEY_BLOCK`; rows past the real queries are
+/// zeros and give zeros).
+pub(crate) fn dot_tile(
+    isa: TileIsa,
+    rows: &CentredRows,
+    panels: &Panels,
+    j0: usize,
+    len: usize,
+    out: &mut [f32; ROWS * KEY_BLOCK],
+) {
+    debug_assert!(len <= KEY_BLOCK && len > 0);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the tokens are made only where run-time detection found
+        // the features.
+        TileIsa::Avx512(t) => unsafe { tile_avx512(t, rows, panels, j0, len, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        TileIsa::Avx2(t) => unsafe { tile_avx2(t, rows, panels, j0, len, out) },
+        _ => tile_impl::<Portable, 4, 1, _>(rows, panels, j0, len, out, dots::<Portable, 4, 1>),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn tile_avx2(
+    _t: Avx2Fma,
+    rows: &CentredRows,
+    panels: &Panels,
+    j0: usize,
+    len: usize,
+    out: &mut [f32; ROWS * KEY_BLOCK],
+) {
+    tile_impl::<Avx2Fma, 4, 1, _>(rows, panels, j0, len, out, dots::<Avx2Fma, 4, 1>);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn tile_avx512(
+    _t: Avx512,
+    rows: &CentredRows,
+    panels: &Panels,
+    j0: usize,
+    len: usize,
+    out: &mut [f32; ROWS * KEY_BLOCK],
+) {
+    tile_impl::<Avx512, 8, 2, _>(rows, panels, j0, len, out, |qs, d, span, s| {
+        // SAFETY: `tile_avx512` runs only with the token, so the CPU has
+        // AVX-512F.
+        dots_8x2_avx512(qs, d, span, s)
+    });
+}
+
+/// [`dots`] for 8 queries and 2 panels in explicit AVX-512: the 16
+/// accumulators of a chain in registers, the totals in memory.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn dots_8x2_avx512(qs: &[f32], d: usize, span: &[f32], s: &mut [[[f32; P]; 2]; 8]) {
+    use std::arch::x86_64::*;
+    assert!(qs.len() >= 8 * d && span.len() >= 2 * P * d);
+    let (q, x) = (qs.as_ptr(), span.as_ptr());
+    *s = [[[0.0; P]; 2]; 8];
+    let mut k0 = 0;
+    while k0 < d {
+        let k1 = (k0 + KC).min(d);
+        let mut a = [_mm512_setzero_ps(); 16];
+        for k in k0..k1 {
+            // SAFETY: k < d, and the lengths are asserted above.
+            let (x0, x1) = unsafe {
+                (
+                    _mm512_loadu_ps(x.add(k * P)),
+                    _mm512_loadu_ps(x.add(P * d + k * P)),
+                )
+            };
+            for g in 0..8 {
+                // SAFETY: as above.
+                let qv = _mm512_set1_ps(unsafe { *q.add(g * d + k) });
+                a[2 * g] = _mm512_fmadd_ps(qv, x0, a[2 * g]);
+                a[2 * g + 1] = _mm512_fmadd_ps(qv, x1, a[2 * g + 1]);
+            }
+        }
+        for (g, sg) in s.iter_mut().enumerate() {
+            for (v, sv) in sg.iter_mut().enumerate() {
+                let p = sv.as_mut_ptr();
+                // SAFETY: `sv` holds 16 floats.
+                unsafe { _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), a[2 * g + v])) };
+            }
+        }
+        k0 = k1;
+    }
+}
+
+/// The tile, `G` rows by `W` panels at a time by `kernel` (a lone last
+/// panel by [`dots`]).
+#[inline(always)]
+fn tile_impl<S: Isa, const G: usize, const W: usize, K>(
+    rows: &CentredRows,
+    panels: &Panels,
+    j0: usize,
+    len: usize,
+    out: &mut [f32; ROWS * KEY_BLOCK],
+    kernel: K,
+) where
+    K: Fn(&[f32], usize, &[f32], &mut [[[f32; P]; W]; G]),
+{
+    let d = panels.d;
+    let (p0, p1) = (j0 / P, (j0 + len).div_ceil(P));
+    let mut s = [[[0.0f32; P]; W]; G];
+    let mut p = p0;
+    while p < p1 {
+        let w = W.min(p1 - p);
+        let span = &panels.c[p * P * d..(p + w) * P * d];
+        for g0 in (0..ROWS).step_by(G) {
+            if w == W {
+                kernel(&rows.qc[g0 * d..(g0 + G) * d], d, span, &mut s);
+            } else {
+                // The last, lone panel.
+                let mut one = [[[0.0f32; P]; 1]; G];
+                dots::<S, G, 1>(&rows.qc[g0 * d..(g0 + G) * d], d, span, &mut one);
+                for (a, b) in s.iter_mut().zip(&one) {
+                    a[0] = b[0];
+                }
+            }
+            for (g, sg) in s.iter().enumerate() {
+                let row = &mut out[(g0 + g) * KEY_BLOCK..(g0 + g + 1) * KEY_BLOCK];
+                for (v, sv) in sg.iter().enumerate().take(w) {
+                    let first = (p + v) * P;
+                    if first >= j0 && first + P <= j0 + len {
+                        row[first - j0..first - j0 + P].copy_from_slice(sv);
+                    } else {
+                        for (l, &x) in sv.iter().enumerate() {
+                            let j = first + l;
+                            if j >= j0 && j < j0 + len {
+                                row[j - j0] = x;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        p += w;
+    }
+}
+
+/// `s[g][v][l] = Σ_k q_g[k]·x_{v,l}[k]` for `G` queries (row-major, `d`
+/// columns) and `W` consecutive panels, in chains of [`KC`] coordinates.
+#[inline(always)]
+fn dots<S: Isa, const G: usize, const W: usize>(
+    qs: &[f32],
+    d: usize,
+    span: &[f32],
+    s: &mut [[[f32; P]; W]; G],
+) {
+    let mut tot = [[[0.0f32; P]; W]; G];
+    let mut k0 = 0;
+    while k0 < d {
+        let k1 = (k0 + KC).min(d);
+        let mut acc = [[[0.0f32; P]; W]; G];
+        for k in k0..k1 {
+            for (g, a) in acc.iter_mut().enumerate() {
+                let qv = qs[g * d + k];
+                for (v, av) in a.iter_mut().enumerate() {
+                    let x = &span[v * P * d + k * P..v * P * d + (k + 1) * P];
+                    for l in 0..P {
+                        av[l] = fmadd::<S>(qv, x[l], av[l]);
+                    }
+                }
+            }
+        }
+        for (t, a) in tot.iter_mut().zip(&acc) {
+            for (tv, av) in t.iter_mut().zip(a) {
+                for l in 0..P {
+                    tv[l] += av[l];
+                }
+            }
+        }
+        k0 = k1;
+    }
+    *s = tot;
+}
+
+/// Worst-case error allowed in `t = D/h²` whatever the direct form's own
+/// bound: a gaussian log-weight then moves by at most `5·10⁻⁵`.
+const EPS_T: f64 = 1e-4;
+
+/// Squared distances of a group of at most [`ROWS`] queries by inner
+/// products: the centred queries, the tile, and the constants of the
+/// accuracy test that decides, per row and key block, whether they serve
+/// or the row's block takes the direct differences (docs/numerics.md,
+/// "Inner products").
+pub(crate) struct SqDists<'a> {
+    panels: &'a Panels,
+    rows: CentredRows,
+    tile: TileIsa,
+    dist: [f32; ROWS * KEY_BLOCK],
+    /// Bound factor of the inner-product form: `|a − D| ≤ γ·N`.
+    gamma: f64,
+    /// Bound factor of the direct form: `|e − D| ≤ δ·D`.
+    delta: f64,
+    /// Squared distance error allowed outright (`EPS_T·h²`).
+    eps: f64,
+    /// √t profiles (laplacian, triangular): an absolute error `E` in `t`
+    /// moves `√t` by up to `E/(2√t)`, so the allowance scales with `√t`.
+    sqrt_form: bool,
+    inv_h2: f64,
+}
+
+impl<'a> SqDists<'a> {
+    /// The state for a group of `queries` (row-major, at most [`ROWS`] rows
+    /// of `d`), or `None` when the keys have no panels (small `d`, too few
+    /// queries, or keys too far apart).
+    pub(crate) fn new(
+        kernel: &Kernel,
+        queries: &[f32],
+        d: usize,
+        panels: Option<&'a Panels>,
+        tile: TileIsa,
+    ) -> Option<SqDists<'a>> {
+        let panels = panels.filter(|_| serve_sq_dists(panels, d))?;
+        let u = f64::from(f32::EPSILON) / 2.0;
+        let inv_h2 = f64::from(kernel.inv_h2());
+        Some(SqDists {
+            panels,
+            rows: CentredRows::new(panels, queries),
+            tile,
+            dist: [0.0; ROWS * KEY_BLOCK],
+            gamma: 2.0 * (KC + d.div_ceil(KC) + 11) as f64 * u,
+            delta: (d + 2) as f64 * u,
+            eps: EPS_T / inv_h2,
+            sqrt_form: matches!(kernel.profile(), Profile::Laplacian | Profile::Triangular),
+            inv_h2,
+        })
+    }
+
+    /// Squared distances of the group's first `g` rows to the keys
+    /// `j0..j0+len`; `use_row[r]` says whether row `r` may take them (see
+    /// [`SqDists::row`]).
+    pub(crate) fn block(&mut self, j0: usize, len: usize, g: usize) -> [bool; ROWS] {
+        dot_tile(self.tile, &self.rows, self.panels, j0, len, &mut self.dist);
+        let nx = self.panels.norms32(j0, len);
+        let nx_max = f64::from(max_of(nx));
+        let mut use_row = [false; ROWS];
+        for (r, ok) in use_row.iter_mut().enumerate().take(g) {
+            if self.rows.far(r) {
+                continue;
+            }
+            let nq = self.rows.nq32[r];
+            let row = &mut self.dist[r * KEY_BLOCK..r * KEY_BLOCK + len];
+            let mut lo = f32::INFINITY;
+            for (a, &x) in row.iter_mut().zip(nx) {
+                let v = nq + x - 2.0 * *a;
+                *a = if v > 0.0 { v } else { 0.0 };
+                lo = if *a < lo { *a } else { lo };
+            }
+            let bound = self.gamma * (self.rows.nq[r] + nx_max);
+            let lo = f64::from(lo);
+            let slack = if self.sqrt_form {
+                self.eps * 2.0 * (lo * self.inv_h2).sqrt()
+            } else {
+                self.eps
+            };
+            *ok = bound <= slack.max(self.delta * lo);
+        }
+        use_row
+    }
+
+    /// Row `r`'s squared distances of the last [`SqDists::block`] (`len`
+    /// keys).
+    pub(crate) fn row(&self, r: usize, len: usize) -> &[f32] {
+        &self.dist[r * KEY_BLOCK..r * KEY_BLOCK + len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tiles_equal_f64_dot_products_on_every_build() {
+        for d in [1, 16, 31, 33, 70, 300] {
+            let n = 301;
+            let x = data(n * d, d as u64);
+            // Column-major with a padded stride.
+            let ld = n + 5;
+            let mut xt = vec![0.0f32; ld * d];
+            for j in 0..n {
+                for k in 0..d {
+                    xt[k * ld + j] = x[j * d + k];
+                }
+            }
+            let pan = Panels::build(&xt, ld, n, d).unwrap();
+            let q = data(5 * d, 99 + d as u64);
+            let rows = CentredRows::new(&pan, &q);
+            for isa in TileIsa::all() {
+                for (j0, len) in [(0, 256), (3, 17), (250, 51), (17, 1), (288, 13)] {
+                    let mut out = [f32::NAN; ROWS * KEY_BLOCK];
+                    dot_tile(isa, &rows, &pan, j0, len, &mut out);
+                    for r in 0..ROWS {
+                        for jj in 0..len {
+                            let j = j0 + jj;
+                            let want: f64 = if r < 5 {
+                                (0..d)
+                                    .map(|k| {
+                                        (f64::from(q[r * d + k]) - pan.mean[k])
+                                            * (f64::from(x[j * d + k]) - pan.mean[k])
+                                    })
+                                    .sum()
+                            } else {
+                                0.0
+                            };
+                            let got = f64::from(out[r * KEY_BLOCK + jj]);
+                            let scale = (rows.nq[r] * pan.norms[j]).sqrt() + 1e-30;
+                            assert!(
+                                (got - want).abs() <= 1e-6 * scale,
+                                "{isa:?} d={d} r={r} j={j}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+            // The norms are those of the centred keys.
+            let want: f64 = (0..d)
+                .map(|k| (f64::from(x[7 * d + k]) - pan.mean[k]).powi(2))
+                .sum();
+            assert!((pan.norms()[7] - want).abs() <= 1e-6 * want);
+        }
+    }
+
+    #[test]
+    fn far_keys_and_queries_are_refused() {
+        let xt = [0.0f32, 1e19, 0.0, 0.0];
+        assert!(Panels::build(&xt, 2, 2, 2).is_none());
+        let xt = [0.0f32, 1.0, 0.0, 0.0];
+        let pan = Panels::build(&xt, 2, 2, 2).unwrap();
+        let rows = CentredRows::new(&pan, &[3e19, 0.0, 0.0, f32::NAN, 1.0, 1.0]);
+        assert!(rows.far(0) && rows.far(1) && !rows.far(2));
+    }
+
+    /// Rows take the inner products on ordinary data, and fall back to
+    /// the differences where the expansion cancels: a query among tight
+    /// keys far from the keys' mean.
+    #[test]
+    fn the_accuracy_test_takes_and_refuses_what_it_should() {
+        let (n, d) = (64, 32);
+        let mut x = vec![0.0f32; n * d];
+        for (i, v) in x.iter_mut().enumerate() {
+            *v = ((i * 7919) % 1000) as f32 / 1000.0;
+        }
+        let ld = n;
+        let xt_of = |x: &[f32]| {
+            let mut xt = vec![0.0f32; ld * d];
+            for j in 0..n {
+                for k in 0..d {
+                    xt[k * ld + j] = x[j * d + k];
+                }
+            }
+            xt
+        };
+        let check = |x: &[f32], h: f32, want: bool| {
+            let xt = xt_of(x);
+            let panels = Panels::build(&xt, ld, n, d).unwrap();
+            let kernel = Kernel::new(Profile::Gaussian, h).unwrap();
+            let mut ip =
+                SqDists::new(&kernel, &x[..2 * d], d, Some(&panels), TileIsa::best()).unwrap();
+            let used = ip.block(0, n, 2);
+            assert_eq!(&used[..2], &[want, want], "h = {h}");
+            assert!(!used[2..].iter().any(|&u| u));
+        };
+        check(&x, 1.0, true);
+        // Tight keys (spread 1e-3) in two clusters 1000 apart.
+        let far: Vec<f32> = x
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * 1e-3 + if (i / d) % 2 == 1 { 1000.0 } else { 0.0 })
+            .collect();
+        check(&far, 1e-2, false);
+    }
+}
