@@ -1,0 +1,313 @@
+"""The locus CLI against PyTorch (CPU), faiss-cpu and numpy, same data, same run.
+
+    python benches/compare_torch_faiss.py [--locus target/release/locus]
+        [--repeat R] [--parts localmean,knn,lowd,attention]
+        [--dims 3,64,256,784] [--quick]
+
+The peers are not dependencies of the crate; put them in a throwaway
+virtualenv, e.g.
+
+    python -m venv /tmp/peers
+    /tmp/peers/bin/pip install numpy faiss-cpu
+    /tmp/peers/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
+    /tmp/peers/bin/python benches/compare_torch_faiss.py --quick
+
+Data are generated with numpy (fixed seeds, float32) and written as .npy to
+a temporary directory. locus runs as a subprocess with ``--backend cpu``:
+its time is the wall time of the whole process, reading the .npy files and
+writing the result included (the user's view); the compute time that the
+CLI reports itself (``--json``) is shown next to it. Peers are timed warm
+(one untimed call first), compute only. Times are the best of R repeats
+(default 3). Parts:
+
+* localmean: gaussian local mean, M = N = 8192 (queries = keys = X ~ N(0, 1)),
+  q = 4 values, h = sqrt(d), against torch
+  ``softmax(-cdist(Qc, X)^2 / 2h^2) @ Y`` over chunks of 1024 queries.
+* knn: k = 16, 1024 queries (data points plus noise of 0.01) against faiss
+  ``IndexFlatL2`` (index built and searched once before timing).
+* lowd: d = 3 gaussian local mean, M = N = 32768, h in {0.05, 0.2, 1.0},
+  against numpy chunked BLAS (|q|^2 - 2 q.x + |x|^2) + exp.
+* attention: softmax attention, 8 heads, T = 4096, d = 64, scale 1/sqrt(d),
+  ``locus softmax`` on (B, T, d) inputs (one independent head per leading
+  index) against ``torch.nn.functional.scaled_dot_product_attention``.
+
+Agreement: local means and attention outputs within 1e-4 of max|values|
+(max abs. difference / max |Y|); kNN: the sorted distance lists within 1e-5
+relative to each row's k-th distance (faiss's squared distances come from
+|q|^2 + |x|^2 - 2 q.x in fp32, whose rounding error near a small distance
+can exceed that; the float64 check below then decides). Identical index
+lists are reported, not required (near ties may swap). Where locus and a peer disagree, a float64
+reference on 256 sampled queries says which side is off; the exit status is
+1 if locus is beyond tolerance of the peer and of that reference. A
+Markdown report goes to stdout.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+CORES = os.cpu_count() or 1
+LM_TOL, KNN_TOL = 1e-4, 1e-5
+
+
+def best(f, repeat, warm=True):
+    if warm:
+        f()
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = f()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def run_locus(locus, args, repeat):
+    """Best wall time of the whole process, and best compute time it reports."""
+    walls, computes = [], []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        p = subprocess.run([locus, *args, "--backend", "cpu", "--json", "-q"], capture_output=True, text=True)
+        walls.append(time.perf_counter() - t)
+        if p.returncode != 0:
+            sys.exit(f"locus {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
+        computes.append(json.loads(p.stdout)["seconds"])
+    return min(walls), min(computes)
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def table(title, head, rows):
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+def local_mean_f64(q, x, y, h):
+    """Exact gaussian local means in float64 (for a sample of queries)."""
+    q, x, y = q.astype(np.float64), x.astype(np.float64), y.astype(np.float64)
+    d2 = np.maximum((q * q).sum(1)[:, None] - 2 * q @ x.T + (x * x).sum(1)[None, :], 0)
+    lw = -d2 / (2 * h * h)
+    w = np.exp(lw - lw.max(1, keepdims=True))
+    return (w @ y) / w.sum(1, keepdims=True)
+
+
+def judge(ours, peer, ref_fn, sample, scale, tol):
+    """(text, ok): locus vs the peer, and vs float64 on `sample` rows if they differ."""
+    dev = float(np.max(np.abs(ours - peer))) / scale
+    if dev <= tol:
+        return f"{dev:.1e}", True
+    ref = ref_fn(sample)
+    ref_ours = float(np.max(np.abs(ours[sample] - ref))) / scale
+    ref_peer = float(np.max(np.abs(peer[sample] - ref))) / scale
+    return f"{dev:.1e} (vs f64: locus {ref_ours:.1e}, peer {ref_peer:.1e})", ref_ours <= tol
+
+
+def part_localmean(a, tmp, fails):
+    import torch
+    torch.set_num_threads(CORES)
+    n, rows = 8192 // a.div, []
+    for d in a.dims:
+        rng = np.random.default_rng(d)
+        x = rng.normal(size=(n, d)).astype(np.float32)
+        y = rng.normal(size=(n, 4)).astype(np.float32)
+        h = float(np.sqrt(d))
+        np.save(f"{tmp}/x.npy", x), np.save(f"{tmp}/y.npy", y)
+        t_l, c_l = run_locus(a.locus, ["local-mean", "--keys", f"{tmp}/x.npy", "--values", f"{tmp}/y.npy",
+                                       "--bandwidth", repr(h), "-o", f"{tmp}/lm.npy"], a.repeat)
+        ours = np.load(f"{tmp}/lm.npy")
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+
+        def peer():
+            with torch.no_grad():
+                return torch.cat([torch.softmax(-torch.cdist(xt[i:i + 1024], xt) ** 2 / (2 * h * h), dim=1) @ yt
+                                  for i in range(0, n, 1024)]).numpy()
+
+        t_p, want = best(peer, a.repeat)
+        sample = np.random.default_rng(1).choice(n, min(256, n), replace=False)
+        text, ok = judge(ours, want, lambda s: local_mean_f64(x[s], x, y, h), sample, float(np.abs(y).max()), LM_TOL)
+        if not ok:
+            fails.append(f"localmean d={d}: {text}")
+        rows.append((f"{d}", f"{n}", f"{h:.3g}", f"{t_l:.3f} ({c_l:.3f})", f"{t_p:.3f}", f"{t_p / t_l:.2f}",
+                     text + ("" if ok else " **FAIL**")))
+    table("Gaussian local mean, M = N, q = 4, h = sqrt(d): locus vs torch (cdist + softmax, chunks of 1024)",
+          ["d", "M = N", "h", "locus s, wall (compute)", "torch s", "torch/locus", "max diff / max abs Y"], rows)
+
+
+def part_knn(a, tmp, fails):
+    import faiss
+    faiss.omp_set_num_threads(CORES)
+    k, m, rows = 16, 1024 // a.div, []
+    for d, n in ((16, 65536), (128, 65536), (784, 16384)):
+        n //= a.div
+        rng = np.random.default_rng(100 + d)
+        x = rng.normal(size=(n, d)).astype(np.float32)
+        q = (x[rng.choice(n, m, replace=False)] + 0.01 * rng.normal(size=(m, d))).astype(np.float32)
+        np.save(f"{tmp}/x.npy", x), np.save(f"{tmp}/q.npy", q)
+        t_l, c_l = run_locus(a.locus, ["knn", "--keys", f"{tmp}/x.npy", "--queries", f"{tmp}/q.npy", "--k", str(k),
+                                       "-o", f"{tmp}/i.npy", "--distances", f"{tmp}/d.npy"], a.repeat)
+        idx, dist = np.load(f"{tmp}/i.npy"), np.load(f"{tmp}/d.npy").astype(np.float64)
+        index = faiss.IndexFlatL2(d)
+        index.add(x)
+        t_f, (fd, fi) = best(lambda: index.search(q, k), a.repeat)
+        fd = np.sqrt(np.maximum(fd.astype(np.float64), 0))
+        same = float(np.mean(np.all(idx == fi, axis=1)))
+        scale = np.maximum(np.maximum(dist[:, -1:], fd[:, -1:]), 1e-30)
+        dev = float(np.max(np.abs(np.sort(dist, 1) - np.sort(fd, 1)) / scale))
+        # float64 distances of the indices each side returned: who is closer to exact?
+        exact = lambda i: np.sqrt(((q.astype(np.float64)[:, None, :] - x.astype(np.float64)[i]) ** 2).sum(-1))
+        e_l = float(np.max(np.abs(dist - exact(idx)) / scale))
+        e_f = float(np.max(np.abs(fd - exact(fi)) / scale))
+        ok = dev <= KNN_TOL or e_l <= KNN_TOL
+        if not ok:
+            fails.append(f"knn d={d} N={n}: distances differ by {dev:.1e} (locus vs f64 {e_l:.1e})")
+        fl = 2.0 * m * n * d / 1e9
+        rows.append((f"{d}", f"{n}", f"{m}", f"{t_l:.3f} ({c_l:.3f})", f"{t_f:.3f}", f"{t_f / t_l:.2f}",
+                     f"{fl / t_l:.1f} ({fl / c_l:.1f})", f"{fl / t_f:.1f}", f"{same:.4f}",
+                     f"{dev:.1e} " + ("ok" if dev <= KNN_TOL else "(faiss off; locus ok vs f64)" if ok else "**FAIL**"),
+                     f"{e_l:.1e} / {e_f:.1e}"))
+    table(f"kNN, k = {k}: locus vs faiss IndexFlatL2 (search only)",
+          ["d", "N", "M", "locus s, wall (compute)", "faiss s", "faiss/locus", "locus GFLOP/s wall (compute)",
+           "faiss GFLOP/s", "rows with identical indices", "distances max rel. diff",
+           "vs f64: locus / faiss"], rows)
+
+
+def part_lowd(a, tmp, fails):
+    n, rows = 32768 // a.div, []
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    y = rng.normal(size=(n, 4)).astype(np.float32)
+    np.save(f"{tmp}/x.npy", x), np.save(f"{tmp}/y.npy", y)
+    xx = (x * x).sum(1)
+    for h in (0.05, 0.2, 1.0):
+        t_l, c_l = run_locus(a.locus, ["local-mean", "--keys", f"{tmp}/x.npy", "--values", f"{tmp}/y.npy",
+                                       "--bandwidth", repr(h), "-o", f"{tmp}/lm.npy"], a.repeat)
+        ours = np.load(f"{tmp}/lm.npy")
+
+        def peer():
+            out = np.empty((n, 4), np.float32)
+            for i in range(0, n, 1024):
+                qc = x[i:i + 1024]
+                lw = -np.maximum((qc * qc).sum(1)[:, None] - 2 * qc @ x.T + xx[None, :], 0) / np.float32(2 * h * h)
+                w = np.exp(lw - lw.max(1, keepdims=True))
+                out[i:i + 1024] = (w @ y) / w.sum(1, keepdims=True)
+            return out
+
+        t_p, want = best(peer, a.repeat)
+        sample = np.random.default_rng(2).choice(n, min(256, n), replace=False)
+        text, ok = judge(ours, want, lambda s: local_mean_f64(x[s], x, y, h), sample, float(np.abs(y).max()), LM_TOL)
+        if not ok:
+            fails.append(f"lowd h={h}: {text}")
+        rows.append((f"{h}", f"{n}", f"{t_l:.3f} ({c_l:.3f})", f"{t_p:.3f}", f"{t_p / t_l:.2f}",
+                     f"{n * n / t_l / 1e9:.2f} ({n * n / c_l / 1e9:.2f})", text + ("" if ok else " **FAIL**")))
+    table("Gaussian local mean in d = 3, M = N, q = 4: locus vs numpy (BLAS distances + exp, chunks of 1024)",
+          ["h", "M = N", "locus s, wall (compute)", "numpy s", "numpy/locus", "locus 1e9 pairs/s wall (compute)",
+           "max diff / max abs Y"], rows)
+
+
+def part_attention(a, tmp, fails):
+    import torch
+    torch.set_num_threads(CORES)
+    b, t, d = 8, 4096 // a.div, 64
+    rng = np.random.default_rng(4)
+    qkv = [rng.normal(size=(b, t, d)).astype(np.float32) for _ in range(3)]
+    for name, arr in zip("qkv", qkv):
+        np.save(f"{tmp}/{name}.npy", arr)
+    t_l, c_l = run_locus(a.locus, ["softmax", "--phi", f"{tmp}/q.npy", "--psi", f"{tmp}/k.npy",
+                                   "--values", f"{tmp}/v.npy", "-o", f"{tmp}/o.npy"], a.repeat)
+    ours = np.load(f"{tmp}/o.npy")
+    qt, kt, vt = (torch.from_numpy(z) for z in qkv)
+
+    def peer():
+        with torch.no_grad():
+            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt).numpy()
+
+    t_p, want = best(peer, a.repeat)
+
+    def ref(s):  # float64 on head 0, sampled queries
+        lw = qkv[0][0, s].astype(np.float64) @ qkv[1][0].T.astype(np.float64) / np.sqrt(d)
+        w = np.exp(lw - lw.max(1, keepdims=True))
+        return (w @ qkv[2][0].astype(np.float64)) / w.sum(1, keepdims=True)
+
+    sample = np.random.default_rng(5).choice(t, min(256, t), replace=False)
+    dev = float(np.max(np.abs(ours - want))) / float(np.abs(qkv[2]).max())
+    ok, text = dev <= LM_TOL, f"{dev:.1e}"
+    if not ok:
+        text, ok = judge(ours[0], want[0], ref, sample, float(np.abs(qkv[2]).max()), LM_TOL)
+        text = f"{dev:.1e}; head 0: " + text
+        if not ok:
+            fails.append(f"attention: {text}")
+    fl = 4.0 * b * t * t * d / 1e9
+    table("Softmax attention, fp32, no mask, scale 1/sqrt(d): locus softmax on (B, T, d) .npy vs torch "
+          "scaled_dot_product_attention on (B, T, d) tensors (B independent heads, no projections)",
+          ["B", "T", "d", "locus s, wall (compute)", "torch s", "torch/locus", "locus GFLOP/s wall (compute)",
+           "torch GFLOP/s", "max diff / max abs V"],
+          [(f"{b}", f"{t}", f"{d}", f"{t_l:.3f} ({c_l:.3f})", f"{t_p:.3f}", f"{t_p / t_l:.2f}",
+            f"{fl / t_l:.1f} ({fl / c_l:.1f})", f"{fl / t_p:.1f}", text + ("" if ok else " **FAIL**"))])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--locus", default=str(ROOT / "target" / "release" / "locus"))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--parts", default="localmean,knn,lowd,attention")
+    ap.add_argument("--dims", default="3,64,256,784", help="dimensions of the localmean part")
+    ap.add_argument("--quick", action="store_true", help="N, M (and T) divided by 8: a smoke test")
+    a = ap.parse_args()
+    a.dims = [int(s) for s in a.dims.split(",")]
+    a.div = 8 if a.quick else 1
+    parts = a.parts.split(",")
+    unknown = set(parts) - {"localmean", "knn", "lowd", "attention"}
+    if unknown:
+        ap.error(f"unknown parts {sorted(unknown)}")
+    if not os.access(a.locus, os.X_OK):
+        ap.error(f"no locus binary at {a.locus} (cargo build --release)")
+
+    versions = [f"numpy {np.__version__}"]
+    for mod in ("torch", "faiss"):
+        try:
+            versions.append(f"{mod} {__import__(mod).__version__}")
+        except ImportError:
+            versions.append(f"{mod} not installed")
+    locus_version = subprocess.run([a.locus, "--version"], capture_output=True, text=True).stdout.strip()
+    print("## locus CLI vs PyTorch / faiss / numpy (CPU)\n")
+    print(f"- machine: {cpu_model()} ({platform.machine()}), {CORES} cores, {platform.system()} {platform.release()}")
+    print(f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(f"- {locus_version} ({a.locus}, --backend cpu); python {platform.python_version()}; {', '.join(versions)}")
+    print(f"- command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"- best of {a.repeat}; locus wall = whole process incl. .npy I/O, (compute) = its own --json seconds;"
+          f" peers warm, compute only{'; QUICK sizes (N, M, T / 8)' if a.quick else ''}")
+
+    fails = []
+    with tempfile.TemporaryDirectory(prefix="locus-peers-") as tmp:
+        for name, fn in (("localmean", part_localmean), ("knn", part_knn), ("lowd", part_lowd),
+                         ("attention", part_attention)):
+            if name in parts:
+                fn(a, tmp, fails)
+                sys.stdout.flush()
+    if fails:
+        print("\n**Disagreements beyond tolerance:**\n\n" + "\n".join(f"- {f}" for f in fails))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
