@@ -55,7 +55,7 @@ pub(crate) fn kernel_matrix_on(
             .enumerate()
             .map(|(gi, (rows, qs))| {
                 let g = qs.len() / d;
-                let mut sq = SqDists::new(kernel, qs, d, keys.panels, tile);
+                let mut sq = SqDists::new(kernel, qs, d, keys.panels, None, tile);
                 for j0 in (0..n).step_by(KEY_BLOCK) {
                     let len = KEY_BLOCK.min(n - j0);
                     let take = sq.as_mut().map(|sq| sq.block(j0, len, g));

@@ -63,7 +63,7 @@ impl KeyColumns {
         let xt = keys.transposed();
         let (n, d, ld) = (keys.rows(), keys.cols(), padded_stride(keys.rows()));
         let panels = if panels {
-            Panels::build(&xt, ld, n, d)
+            Panels::from_rows(keys.as_slice().to_vec(), d)
         } else {
             None
         };

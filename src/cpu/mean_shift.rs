@@ -116,6 +116,7 @@ impl ShiftKeys {
             k0,
             k1,
             self_row: None,
+            centred: None,
         };
         let Some(grid) = &self.grid else {
             return group(&job(0, self.n));

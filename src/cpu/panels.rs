@@ -12,6 +12,8 @@
 //!
 //! Imports: `super::simd`, `crate::kernel`.
 
+use std::borrow::Cow;
+
 use rayon::prelude::*;
 
 use super::simd::{Avx2Fma, Avx512, Isa, KEY_BLOCK, Portable, fmadd, max_of};
@@ -71,36 +73,58 @@ impl Panels {
             .saturating_add(d as u64 * 8)
     }
 
-    /// Centres and packs `n` keys stored column-major (`xt[k·ld + j]`);
-    /// `None` when some key lies too far from the mean (then every op
-    /// keeps the direct path).
+    /// Centres and packs `n` keys stored column-major (`xt[k·ld + j]`); as
+    /// [`Panels::from_rows`].
     pub(crate) fn build(xt: &[f32], ld: usize, n: usize, d: usize) -> Option<Panels> {
-        if n == 0 || d == 0 || d > MAX_D {
+        let mut rows = vec![0.0f32; n * d];
+        rows.par_chunks_mut(d.max(1))
+            .enumerate()
+            .for_each(|(j, row)| {
+                for (k, v) in row.iter_mut().enumerate() {
+                    *v = xt[k * ld + j];
+                }
+            });
+        Panels::from_rows(rows, d)
+    }
+
+    /// Centres and packs the keys given row-major (`rows[j·d + k]`, kept
+    /// as the row-major copy); `None` when some key lies too far from the
+    /// mean (then every op keeps the direct path).
+    pub(crate) fn from_rows(rows: Vec<f32>, d: usize) -> Option<Panels> {
+        if rows.is_empty() || d == 0 || d > MAX_D {
             return None;
         }
-        let mean: Vec<f64> = (0..d)
-            .into_par_iter()
-            .map(|k| {
-                xt[k * ld..k * ld + n]
-                    .iter()
-                    .map(|&x| f64::from(x))
-                    .sum::<f64>()
-                    / n as f64
+        let n = rows.len() / d;
+        let mean: Vec<f64> = rows
+            .par_chunks(256 * d)
+            .map(|chunk| {
+                let mut sum = vec![0.0f64; d];
+                for row in chunk.chunks_exact(d) {
+                    for (s, &x) in sum.iter_mut().zip(row) {
+                        *s += f64::from(x);
+                    }
+                }
+                sum
             })
+            .reduce_with(|mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            })
+            .expect("at least one key")
+            .into_iter()
+            .map(|s| s / n as f64)
             .collect();
         let mut c = vec![0.0f32; n.div_ceil(P) * P * d];
         let norms: Vec<Option<[f64; P]>> = c
             .par_chunks_mut(P * d)
-            .enumerate()
-            .map(|(p, panel)| {
+            .zip(rows.par_chunks(P * d))
+            .map(|(panel, keys)| {
                 let mut norms = [0.0f64; P];
-                for (k, row) in panel.chunks_exact_mut(P).enumerate() {
-                    for (l, v) in row.iter_mut().enumerate() {
-                        let j = p * P + l;
-                        if j < n {
-                            *v = (f64::from(xt[k * ld + j]) - mean[k]) as f32;
-                            norms[l] += f64::from(*v) * f64::from(*v);
-                        }
+                for (l, row) in keys.chunks_exact(d).enumerate() {
+                    for (k, (&x, &mu)) in row.iter().zip(&mean).enumerate() {
+                        let v = (f64::from(x) - mu) as f32;
+                        panel[k * P + l] = v;
+                        norms[l] += f64::from(v) * f64::from(v);
                     }
                 }
                 norms.iter().all(|&s| s < NORM_LIMIT).then_some(norms)
@@ -109,12 +133,6 @@ impl Panels {
         let mut norms: Vec<f64> = norms.into_iter().collect::<Option<Vec<_>>>()?.concat();
         let norms32 = norms.iter().map(|&s| s as f32).collect();
         norms.truncate(n);
-        let mut rows = vec![0.0f32; n * d];
-        rows.par_chunks_mut(d).enumerate().for_each(|(j, row)| {
-            for (k, v) in row.iter_mut().enumerate() {
-                *v = xt[k * ld + j];
-            }
-        });
         Some(Panels {
             c,
             norms,
@@ -149,6 +167,7 @@ impl Panels {
 /// Up to [`ROWS`] queries centred on the keys' mean (`f64` difference,
 /// rounded once), zero-padded to [`ROWS`] rows, with their centred
 /// squared norms.
+#[derive(Clone)]
 pub(crate) struct CentredRows {
     qc: Vec<f32>,
     /// `‖q'_r‖²` in `f64`.
@@ -416,7 +435,7 @@ const EPS_T: f64 = 1e-4;
 /// "Inner products").
 pub(crate) struct SqDists<'a> {
     panels: &'a Panels,
-    rows: CentredRows,
+    rows: Cow<'a, CentredRows>,
     tile: TileIsa,
     dist: [f32; ROWS * KEY_BLOCK],
     /// Bound factor of the inner-product form: `|a − D| ≤ γ·N`.
@@ -433,13 +452,15 @@ pub(crate) struct SqDists<'a> {
 
 impl<'a> SqDists<'a> {
     /// The state for a group of `queries` (row-major, at most [`ROWS`] rows
-    /// of `d`), or `None` when the keys have no panels (small `d`, too few
-    /// queries, or keys too far apart).
+    /// of `d`; `centred`: the same already centred), or `None` when the
+    /// keys have no panels (small `d`, too few queries, or keys too far
+    /// apart).
     pub(crate) fn new(
         kernel: &Kernel,
         queries: &[f32],
         d: usize,
         panels: Option<&'a Panels>,
+        centred: Option<&'a CentredRows>,
         tile: TileIsa,
     ) -> Option<SqDists<'a>> {
         let panels = panels.filter(|_| serve_sq_dists(panels, d))?;
@@ -447,7 +468,10 @@ impl<'a> SqDists<'a> {
         let inv_h2 = f64::from(kernel.inv_h2());
         Some(SqDists {
             panels,
-            rows: CentredRows::new(panels, queries),
+            rows: match centred {
+                Some(c) => Cow::Borrowed(c),
+                None => Cow::Owned(CentredRows::new(panels, queries)),
+            },
             tile,
             dist: [0.0; ROWS * KEY_BLOCK],
             gamma: 2.0 * (KC + d.div_ceil(KC) + 11) as f64 * u,
@@ -598,8 +622,15 @@ mod tests {
             let xt = xt_of(x);
             let panels = Panels::build(&xt, ld, n, d).unwrap();
             let kernel = Kernel::new(Profile::Gaussian, h).unwrap();
-            let mut ip =
-                SqDists::new(&kernel, &x[..2 * d], d, Some(&panels), TileIsa::best()).unwrap();
+            let mut ip = SqDists::new(
+                &kernel,
+                &x[..2 * d],
+                d,
+                Some(&panels),
+                None,
+                TileIsa::best(),
+            )
+            .unwrap();
             let used = ip.block(0, n, 2);
             assert_eq!(&used[..2], &[want, want], "h = {h}");
             assert!(!used[2..].iter().any(|&u| u));

@@ -188,6 +188,7 @@ fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> Grou
         k0,
         k1,
         self_row,
+        centred,
     } = *job;
     let (n, q) = (keys.ld, keys.q);
     let g = queries.len() / d;
@@ -195,7 +196,14 @@ fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> Grou
     let (m, s, u) = (&mut st.m, &mut st.s, &mut st.u);
     let mut buf = Block([0.0; KEY_BLOCK]);
     let inv = _mm256_set1_ps(kernel.inv_h2());
-    let mut ip = SqDists::new(kernel, queries, d, keys.panels, TileIsa::at_most(Some(isa)));
+    let mut ip = SqDists::new(
+        kernel,
+        queries,
+        d,
+        keys.panels,
+        centred,
+        TileIsa::at_most(Some(isa)),
+    );
     let mut j0 = k0;
     while j0 < k1 {
         let len = KEY_BLOCK.min(k1 - j0);

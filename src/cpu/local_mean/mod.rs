@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use super::far;
 use super::keys::KeysSoa;
-use super::panels::{P, TileIsa, serve_sq_dists};
+use super::panels::{CentredRows, P, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, KEY_BLOCK, Portable};
 use super::weights::initial_max;
 use crate::kernel::{Kernel, Profile};
@@ -96,6 +96,9 @@ pub(crate) struct GroupJob<'a> {
     /// When the queries are the keys and every row must leave out its own
     /// key (leave-one-out): the global index of the group's first query.
     pub self_row: Option<usize>,
+    /// The group's queries already centred for the keys' panels (a caller
+    /// that runs the group over many key ranges centres them once).
+    pub centred: Option<&'a CentredRows>,
 }
 
 /// Row states `(m, s, u)` of every query: the shared core of local means,
@@ -137,6 +140,7 @@ pub(crate) fn group_states(
                 k0,
                 k1,
                 self_row: exclude_self.then_some(gi * QUERY_GROUP),
+                centred: None,
             };
             if splits == 1 {
                 return group(&job(0, n));
@@ -158,7 +162,7 @@ pub(crate) fn group_states(
 const TASK_GROUPS: usize = 8;
 
 /// Bytes of key panels a task's groups share at a time (well inside L2).
-const RANGE_BYTES: usize = 128 * 1024;
+const RANGE_BYTES: usize = 512 * 1024;
 
 /// [`group_states`] when the keys have panels and there are enough
 /// groups: each task takes up to [`TASK_GROUPS`] groups through the keys
@@ -187,6 +191,10 @@ fn panel_group_states(
                 .chunks(QUERY_GROUP * d)
                 .map(|_| GroupState::empty(kernel.profile(), q))
                 .collect();
+            let centred: Vec<Option<CentredRows>> = chunk
+                .chunks(QUERY_GROUP * d)
+                .map(|qs| keys.panels.map(|p| CentredRows::new(p, qs)))
+                .collect();
             for k0 in (0..n).step_by(range) {
                 for (g, qs) in chunk.chunks(QUERY_GROUP * d).enumerate() {
                     let part = group(&GroupJob {
@@ -197,6 +205,7 @@ fn panel_group_states(
                         k0,
                         k1: (k0 + range).min(n),
                         self_row: exclude_self.then_some((first + g) * QUERY_GROUP),
+                        centred: centred[g].as_ref(),
                     });
                     states[g].merge(&part, q);
                 }

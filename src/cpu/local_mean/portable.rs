@@ -29,6 +29,7 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>, tile: TileIsa) -> GroupState {
         k0,
         k1,
         self_row,
+        centred,
     } = *job;
     let profile = kernel.profile();
     let inv_h2 = kernel.inv_h2();
@@ -38,7 +39,7 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>, tile: TileIsa) -> GroupState {
     let mut buf = [0.0f32; KEY_BLOCK];
     let mut cmax = [0.0f32; KEY_BLOCK / LANES + 1];
     let mut ub = [0.0f32; MAX_FUSED_COLS];
-    let mut ip = SqDists::new(kernel, queries, d, keys.panels, tile);
+    let mut ip = SqDists::new(kernel, queries, d, keys.panels, centred, tile);
     let mut j0 = k0;
     while j0 < k1 {
         let len = KEY_BLOCK.min(k1 - j0);

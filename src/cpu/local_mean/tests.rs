@@ -105,6 +105,7 @@ fn portable_version_matches_plain_definition() {
                 k0: 0,
                 k1: n,
                 self_row: None,
+                centred: None,
             });
             st.finalize(q, &mut out);
             for r in 0..QUERY_GROUP {
@@ -162,6 +163,7 @@ fn keys_at_exactly_one_bandwidth_weigh_nothing_in_both_versions() {
             k0: 0,
             k1: n,
             self_row: None,
+            centred: None,
         };
         let mut states = vec![group_portable(&job)];
         #[cfg(target_arch = "x86_64")]
@@ -228,6 +230,7 @@ fn avx2_and_portable_versions_agree() {
                     k0,
                     k1,
                     self_row,
+                    centred: None,
                 };
                 let a = group_portable(&job);
                 let b = avx2::group(isa, &job);
@@ -318,6 +321,7 @@ fn inner_product_distances_match_plain_definition() {
                     k0,
                     k1,
                     self_row: loo.then_some(first),
+                    centred: None,
                 };
                 let isas: Vec<Option<Avx2Fma>> = vec![None, Avx2Fma::detect()];
                 for isa in isas {
@@ -349,6 +353,58 @@ fn inner_product_distances_match_plain_definition() {
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The cache-blocked tasks of [`group_states`] with panels (groups of a
+/// task over key ranges, ranges merged): local means and leave-one-out
+/// against the plain definition, with a partial last group, a partial
+/// last range and ranges shorter than a key block (d = 900).
+#[test]
+fn panel_tasks_match_plain_definition() {
+    use super::super::keys::KeyColumns;
+    use crate::matrix::Matrix;
+    for (d, n) in [(40usize, 700usize), (900, 400)] {
+        let q = 2;
+        let x: Vec<f32> = data(n, d, 21).iter().map(|v| v + 3.0).collect();
+        let y = data(n, q, 22);
+        let groups = 4 * rayon::current_num_threads() + 3;
+        let m = (groups * QUERY_GROUP + 5).min(n);
+        let xv = ndarray::ArrayView2::from_shape((n, d), &x[..]).unwrap();
+        let yv = ndarray::ArrayView2::from_shape((n, q), &y[..]).unwrap();
+        let xm = Matrix::check("test", "x", xv).unwrap();
+        let ym = Matrix::check("test", "y", yv).unwrap();
+        let cols = KeyColumns::new(&xm, &[ym], true);
+        let soa = cols.soa(Some(0));
+        assert!(super::super::panels::serve_sq_dists(soa.panels, d));
+        let k = Kernel::new(Profile::Gaussian, 0.3 * (d as f32).sqrt()).unwrap();
+        for loo in [false, true] {
+            // Leave-one-out needs the keys as queries: all n of them.
+            let queries = if loo { &x[..] } else { &x[..m * d] };
+            let rows = queries.len() / d;
+            let mut out = vec![0.0f32; rows * q];
+            local_mean(&k, queries, d, &soa, loo, &mut out);
+            for r in (0..rows).step_by(7).chain([rows - 1]) {
+                let keep: Vec<usize> = (0..n).filter(|&j| !(loo && j == r)).collect();
+                let xs: Vec<f32> = keep
+                    .iter()
+                    .flat_map(|&j| x[j * d..(j + 1) * d].to_vec())
+                    .collect();
+                let ys: Vec<f32> = keep
+                    .iter()
+                    .flat_map(|&j| y[j * q..(j + 1) * q].to_vec())
+                    .collect();
+                let want = naive(&k, &queries[r * d..(r + 1) * d], &xs, &ys, d, q).unwrap();
+                for c in 0..q {
+                    let got = f64::from(out[r * q + c]);
+                    assert!(
+                        (got - want[c]).abs() <= 1e-4 * want[c].abs() + 1e-5,
+                        "d={d} loo={loo} row {r}: {got} vs {}",
+                        want[c]
+                    );
                 }
             }
         }
