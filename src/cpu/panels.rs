@@ -34,8 +34,8 @@ pub(crate) const MAX_D: usize = 65_536;
 /// Coordinates from which local means, row states and kernel matrices
 /// take inner products. Measured on the 2-core development machine
 /// (gaussian local mean, 8192 queries × 8192 keys, q = 4, AVX-512, best of
-/// 3, against the differences): 3 % slower at d = 24, 14 % faster at
-/// d = 32, 1.7× at 64, 2.8× at 256, 2.9× at 784.
+/// 3, against the differences): 2 % slower at d = 24, 1.2× faster at
+/// d = 32, 1.8× at 64, 3.6× at 256, 6.2× at 784.
 pub(crate) const MIN_D: usize = 32;
 
 /// Whether `panels` serve the squared distances of local means, row
