@@ -47,7 +47,16 @@ pub(crate) fn kernel_matrix_on(
     let n = keys.n;
     // Distance matrices themselves keep the differences: an entry's
     // relative accuracy is what they promise, not a weight's.
-    if mode != MatrixMode::SqDistance && serve_sq_dists(keys.panels, d) {
+    // Groups of rows only when there are enough of them for every thread.
+    let groups = queries.len() / d / ROWS;
+    if mode != MatrixMode::SqDistance
+        && serve_sq_dists(keys.panels, d)
+        && groups >= rayon::current_num_threads()
+    {
+        let laplacian = matches!(
+            mode,
+            MatrixMode::Laplacian | MatrixMode::NormalizedLaplacian
+        );
         let tile = TileIsa::at_most(isa);
         return out
             .par_chunks_mut(ROWS * n)
@@ -73,6 +82,13 @@ pub(crate) fn kernel_matrix_on(
                                 direct_block(isa, kernel, query, keys, j0, chunk);
                             }
                         }
+                    }
+                }
+                if laplacian {
+                    // The queries are the keys: each row's own distance
+                    // is 0 exactly, as by differences.
+                    for (r, row) in rows.chunks_mut(n).enumerate() {
+                        row[gi * ROWS + r] = 0.0;
                     }
                 }
                 rows.chunks_mut(n)
@@ -250,7 +266,7 @@ fn fill_row_impl<S: Isa>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::keys::KeyColumns;
+    use super::super::keys::{KeyColumns, Pack};
     use super::*;
     use crate::kernel::Profile;
     use crate::matrix::Matrix;
@@ -269,11 +285,12 @@ mod tests {
 
     /// Rows by inner products (keys with panels) against the `f64`
     /// definition (raw) and the rows by differences (every mode), on
-    /// every compiled version; 13 rows (a group and a partial one), data
+    /// every compiled version; whole groups of rows and a partial one, data
     /// offset by 100.
     #[test]
     fn inner_product_rows_match_the_definition_and_the_direct_rows() {
-        let (n, d, m) = (300, 40, 13);
+        // Enough groups of rows for the grouped path, and a partial one.
+        let (n, d, m) = (300, 40, ROWS * (rayon::current_num_threads() + 1) + 5);
         let x: Vec<f32> = data(n * d, 1).iter().map(|v| v + 100.0).collect();
         let q: Vec<f32> = x[..m * d]
             .iter()
@@ -283,8 +300,8 @@ mod tests {
         let view = ndarray::ArrayView2::from_shape((n, d), &x[..]).unwrap();
         let keys = Matrix::check("test", "x", view).unwrap();
         let (with, without) = (
-            KeyColumns::new(&keys, &[], true),
-            KeyColumns::new(&keys, &[], false),
+            KeyColumns::new(&keys, &[], Pack::PanelsAndRows),
+            KeyColumns::new(&keys, &[], Pack::None),
         );
         assert!(with.soa(None).panels.is_some());
         let modes = [

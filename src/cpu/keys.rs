@@ -28,6 +28,24 @@ pub(crate) struct KeysSoa<'a> {
     pub panels: Option<&'a Panels>,
 }
 
+/// What a [`KeyColumns`] builds beside the transposed keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pack {
+    /// Nothing.
+    None,
+    /// The keys' panels (local means, row states, kernel matrices).
+    Panels,
+    /// The panels and the row-major copy of the keys (kNN's re-measure).
+    PanelsAndRows,
+}
+
+impl Pack {
+    /// `Panels` when `yes`, else `None`.
+    pub(crate) fn panels_if(yes: bool) -> Pack {
+        if yes { Pack::Panels } else { Pack::None }
+    }
+}
+
 /// Keys (`d` columns of stride `ld`) and value matrices, transposed and
 /// owned.
 pub(crate) struct KeyColumns {
@@ -41,15 +59,15 @@ pub(crate) struct KeyColumns {
 }
 
 impl KeyColumns {
-    /// Bytes the transposed `keys` and `sets` take, with the panels when
-    /// `panels`.
-    pub(crate) fn bytes(keys: &Matrix<'_>, sets: &[Matrix<'_>], panels: bool) -> u64 {
+    /// Bytes the transposed `keys` and `sets` take, with what `pack` adds.
+    pub(crate) fn bytes(keys: &Matrix<'_>, sets: &[Matrix<'_>], pack: Pack) -> u64 {
         let ld = padded_stride(keys.rows());
         let cols: usize = keys.cols() + sets.iter().map(Matrix::cols).sum::<usize>();
-        let packed = if panels {
-            Panels::bytes(keys.rows(), keys.cols())
-        } else {
-            0
+        let (n, d) = (keys.rows(), keys.cols());
+        let packed = match pack {
+            Pack::None => 0,
+            Pack::Panels => Panels::bytes(n, d, false),
+            Pack::PanelsAndRows => Panels::bytes(n, d, true),
         };
         (ld as u64)
             .saturating_mul(cols as u64)
@@ -57,15 +75,15 @@ impl KeyColumns {
             .saturating_add(packed)
     }
 
-    /// Transposes `keys` and every value matrix; with `panels`, also
-    /// centres and packs the keys (unless they lie too far apart for it).
-    pub(crate) fn new(keys: &Matrix<'_>, sets: &[Matrix<'_>], panels: bool) -> Self {
+    /// Transposes `keys` and every value matrix, and builds what `pack`
+    /// asks (no panels when the keys lie too far apart for them).
+    pub(crate) fn new(keys: &Matrix<'_>, sets: &[Matrix<'_>], pack: Pack) -> Self {
         let xt = keys.transposed();
         let (n, d, ld) = (keys.rows(), keys.cols(), padded_stride(keys.rows()));
-        let panels = if panels {
-            Panels::from_rows(keys.as_slice().to_vec(), d)
-        } else {
-            None
+        let panels = match pack {
+            Pack::None => None,
+            Pack::Panels => Panels::from_rows(keys.as_slice().to_vec(), d, false),
+            Pack::PanelsAndRows => Panels::from_rows(keys.as_slice().to_vec(), d, true),
         };
         KeyColumns {
             xt,

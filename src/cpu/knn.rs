@@ -1,7 +1,8 @@
 //! Brute-force k nearest neighbours on the CPU: blocked squared distances
-//! and a per-query sorted top-k list with a rejection threshold. From
-//! [`BLOCKED_MIN_D`] coordinates the lists come from `knn_blocked.rs`
-//! (inner products as a filter, the same exact distances).
+//! and a per-query sorted top-k list with a rejection threshold. With
+//! [`BLOCKED_MIN_M`] queries or more (and keys with panels) the lists come
+//! from `knn_blocked.rs` (inner products as a filter, the same exact
+//! distances).
 //!
 //! Imports: `super::{keys, knn_blocked, panels, simd}`, `crate::types`.
 
@@ -10,7 +11,7 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 use super::knn_blocked;
 use super::panels::MAX_D;
-use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists};
+use super::simd::{Avx2Fma, Avx512, Isa, KEY_BLOCK, Portable, scaled_sq_dists};
 use crate::types::Neighbours;
 
 /// The `k` nearest keys of one query: squared distances ascending, ties in
@@ -72,11 +73,12 @@ impl TopK {
     }
 }
 
-/// Coordinates from which kNN runs by inner products (`knn_blocked.rs`).
-/// Measured with 2 threads, 1024 queries × 65536 keys, k = 16: the two
-/// paths break even near d = 12–16; blocked is 10 % faster at d = 24 and
-/// 6–13× faster at d = 64–784.
-const BLOCKED_MIN_D: usize = 24;
+/// Coordinates from which a key set keeps panels for kNN (one-shot calls
+/// build them at any `d` on AVX-512, from d = 16 otherwise: with the
+/// AVX-512 tiles the inner products win from d = 2, measured with 2 threads, 1024 queries × 65536 keys,
+/// k = 16: 1.6× at d = 2, 1.7× at 8, 1.9× at 16, 2.2× at 20). Below it a
+/// key set's panels would more than double its memory for kNN alone.
+pub(crate) const KEY_SET_MIN_D: usize = 24;
 
 /// Queries from which kNN runs by inner products: the blocked path centres
 /// the keys first, a pass over them that 16 or fewer queries do not repay
@@ -86,12 +88,15 @@ const BLOCKED_MIN_M: usize = 32;
 /// Whether `m` queries in `d` dimensions take the inner products (the keys
 /// then need their panels).
 pub(crate) fn blocked(d: usize, m: usize) -> bool {
-    (BLOCKED_MIN_D..=MAX_D).contains(&d) && m >= BLOCKED_MIN_M
+    // Without AVX-512 the tiles are half as wide, and the earlier AVX2
+    // measurement broke even near d = 12–16.
+    let min_d = if Avx512::detect().is_some() { 1 } else { 16 };
+    (min_d..=MAX_D).contains(&d) && m >= BLOCKED_MIN_M
 }
 
 /// The `k` nearest keys of every query (row-major, `d` columns): by inner
-/// products from [`BLOCKED_MIN_D`] coordinates, directly below; both give
-/// the same lists.
+/// products when there are enough queries and the keys have panels,
+/// directly otherwise; both give the same lists.
 pub(crate) fn knn(queries: &[f32], d: usize, keys: &KeysSoa<'_>, k: usize) -> Vec<TopK> {
     let isa = Avx2Fma::detect();
     if blocked(d, queries.len() / d)

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 use super::knn::{TopK, range};
 use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile};
-use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, sq_dist_row};
+use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, sq_dist, sq_dist_row};
 
 /// Queries per rayon task (groups of [`ROWS`] sharing each key block).
 const CHUNK: usize = 16 * ROWS;
@@ -153,12 +153,9 @@ fn chunk_impl<S: Isa>(
         let len = KEY_BLOCK.min(n - j0);
         let w = &filter.w[j0..j0 + len];
         for (gi, g) in groups.iter().enumerate() {
-            dot_tile(tile, g, filter.panels, j0, len, &mut s);
-            for (r, sr) in s
-                .chunks_exact(KEY_BLOCK)
-                .enumerate()
-                .take((m - gi * ROWS).min(ROWS))
-            {
+            let rows_here = (m - gi * ROWS).min(ROWS);
+            dot_tile(tile, g, rows_here, filter.panels, j0, len, &mut s);
+            for (r, sr) in s.chunks_exact(KEY_BLOCK).enumerate().take(rows_here) {
                 let i = gi * ROWS + r;
                 let row = &mut rows[i];
                 if row.far {
@@ -179,7 +176,10 @@ fn chunk_impl<S: Isa>(
                         if wj - 2.0 * sj <= row.lim {
                             // Re-measured as the direct path measures it.
                             let j = j0 + c * 16 + l;
-                            let t = sq_dist_row::<S>(filter.panels.key(j), query);
+                            let t = match filter.panels.key(j) {
+                                Some(key) => sq_dist_row::<S>(key, query),
+                                None => sq_dist::<S>(keys.xt, keys.ld, j, query),
+                            };
                             if row.top.offer(t, j as u32) {
                                 row.update(filter);
                             }
@@ -204,7 +204,7 @@ fn chunk_impl<S: Isa>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::keys::KeyColumns;
+    use super::super::keys::{KeyColumns, Pack};
     use super::super::knn::direct;
     use super::*;
     use crate::matrix::Matrix;
@@ -227,7 +227,11 @@ mod tests {
     fn same(q: &[f32], x: &[f32], d: usize, k: usize, what: &str) {
         let n = x.len() / d;
         let view = ndarray::ArrayView2::from_shape((n, d), x).unwrap();
-        let cols = KeyColumns::new(&Matrix::check("test", "x", view).unwrap(), &[], true);
+        let cols = KeyColumns::new(
+            &Matrix::check("test", "x", view).unwrap(),
+            &[],
+            Pack::PanelsAndRows,
+        );
         let soa = cols.soa(None);
         for isa in [None, Avx2Fma::detect()] {
             let want = direct(isa, q, d, &soa, k);
@@ -286,7 +290,11 @@ mod tests {
         let d = 3;
         let x = [0.0f32, 0.0, 0.0, 1e19, 0.0, 0.0];
         let view = ndarray::ArrayView2::from_shape((2, d), &x[..]).unwrap();
-        let cols = KeyColumns::new(&Matrix::check("test", "x", view).unwrap(), &[], true);
+        let cols = KeyColumns::new(
+            &Matrix::check("test", "x", view).unwrap(),
+            &[],
+            Pack::PanelsAndRows,
+        );
         assert!(knn(None, &[0.0; 3], d, &cols.soa(None), 1).is_none());
         // A far query alone goes the direct way inside the blocked path.
         let x = data(40 * d, 9);

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group, local_mean};
-use super::panels::{self, Panels};
+use super::panels::{self, CentredRows, Panels, serve_sq_dists};
 use crate::grid::Grid;
 use crate::kernel::Kernel;
 use crate::matrix::padded_stride;
@@ -67,7 +67,7 @@ impl ShiftKeys {
             }
         }
         let panels = panels::wanted(d, usize::MAX)
-            .then(|| Panels::build(&xt, ld, n, d))
+            .then(|| Panels::build(&xt, ld, n, d, false))
             .flatten();
         ShiftKeys {
             xt,
@@ -108,6 +108,12 @@ impl ShiftKeys {
             buf.extend_from_slice(&pos[r as usize * d..(r as usize + 1) * d]);
         }
         let soa = self.soa();
+        // Centred once for all the group's key ranges.
+        let centred = self
+            .panels
+            .as_ref()
+            .filter(|&p| serve_sq_dists(Some(p), d))
+            .map(|p| CentredRows::new(p, buf));
         let job = |k0, k1| GroupJob {
             kernel,
             queries: buf,
@@ -116,7 +122,7 @@ impl ShiftKeys {
             k0,
             k1,
             self_row: None,
-            centred: None,
+            centred: centred.as_ref(),
         };
         let Some(grid) = &self.grid else {
             return group(&job(0, self.n));

@@ -38,7 +38,7 @@ use crate::memory::{MemoryBudget, MemoryUsage};
 use crate::types::{Attention, Heads, Neighbours, RowNormalized, RowStates};
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
-use keys::KeyColumns;
+use keys::{KeyColumns, Pack};
 
 /// The CPU backend: rayon's global thread pool, and the memory budget of
 /// its key sets.
@@ -78,8 +78,8 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
-        let panels = panels::wanted(keys.cols(), queries.rows());
-        let cols = KeyColumns::new(keys, std::slice::from_ref(values), panels);
+        let pack = Pack::panels_if(panels::wanted(keys.cols(), queries.rows()));
+        let cols = KeyColumns::new(keys, std::slice::from_ref(values), pack);
         on_keys::local_mean(&cols, kernel, queries, 0)
     }
 
@@ -92,8 +92,8 @@ impl Backend for CpuBackend {
         exclude_self: bool,
     ) -> Result<RowStates> {
         let sets = values.map(std::slice::from_ref).unwrap_or_default();
-        let panels = panels::wanted(keys.cols(), queries.rows());
-        let cols = KeyColumns::new(keys, sets, panels);
+        let pack = Pack::panels_if(panels::wanted(keys.cols(), queries.rows()));
+        let cols = KeyColumns::new(keys, sets, pack);
         let set = values.map(|_| 0);
         Ok(on_keys::row_states(
             &cols,
@@ -105,7 +105,12 @@ impl Backend for CpuBackend {
     }
 
     fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
-        let cols = KeyColumns::new(keys, &[], knn::blocked(keys.cols(), queries.rows()));
+        let pack = if knn::blocked(keys.cols(), queries.rows()) {
+            Pack::PanelsAndRows
+        } else {
+            Pack::None
+        };
+        let cols = KeyColumns::new(keys, &[], pack);
         Ok(on_keys::knn(&cols, queries, k))
     }
 
@@ -116,8 +121,8 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
-        let panels = panels::wanted(keys.cols(), queries.rows());
-        let cols = KeyColumns::new(keys, &[], panels);
+        let pack = Pack::panels_if(panels::wanted(keys.cols(), queries.rows()));
+        let cols = KeyColumns::new(keys, &[], pack);
         on_keys::kernel_matrix(&cols, kernel, queries, mode)
     }
 

@@ -59,23 +59,30 @@ pub(crate) struct Panels {
     /// The same, rounded to `f32` (padded to whole panels with zeros).
     norms32: Vec<f32>,
     mean: Vec<f64>,
-    /// The keys as given, row-major (`rows[j·d + k]`): kNN re-measures
-    /// its candidates from them with unit stride.
-    rows: Vec<f32>,
+    /// The keys as given, row-major (`rows[j·d + k]`), when kept: kNN
+    /// re-measures its candidates from them with unit stride.
+    rows: Option<Vec<f32>>,
     d: usize,
 }
 
 impl Panels {
-    /// Bytes the panels of `n` keys in `d` dimensions take.
-    pub(crate) fn bytes(n: usize, d: usize) -> u64 {
+    /// Bytes the panels of `n` keys in `d` dimensions take (with the
+    /// row-major copy when `rows`).
+    pub(crate) fn bytes(n: usize, d: usize, rows: bool) -> u64 {
         let keys = n.div_ceil(P) as u64 * P as u64;
-        keys.saturating_mul(d as u64 * 8 + 12)
-            .saturating_add(d as u64 * 8)
+        let per_key = d as u64 * if rows { 8 } else { 4 } + 12;
+        keys.saturating_mul(per_key).saturating_add(d as u64 * 8)
     }
 
     /// Centres and packs `n` keys stored column-major (`xt[k·ld + j]`); as
     /// [`Panels::from_rows`].
-    pub(crate) fn build(xt: &[f32], ld: usize, n: usize, d: usize) -> Option<Panels> {
+    pub(crate) fn build(
+        xt: &[f32],
+        ld: usize,
+        n: usize,
+        d: usize,
+        keep_rows: bool,
+    ) -> Option<Panels> {
         let mut rows = vec![0.0f32; n * d];
         rows.par_chunks_mut(d.max(1))
             .enumerate()
@@ -84,13 +91,13 @@ impl Panels {
                     *v = xt[k * ld + j];
                 }
             });
-        Panels::from_rows(rows, d)
+        Panels::from_rows(rows, d, keep_rows)
     }
 
     /// Centres and packs the keys given row-major (`rows[j·d + k]`, kept
-    /// as the row-major copy); `None` when some key lies too far from the
-    /// mean (then every op keeps the direct path).
-    pub(crate) fn from_rows(rows: Vec<f32>, d: usize) -> Option<Panels> {
+    /// as the row-major copy when `keep_rows`); `None` when some key lies
+    /// too far from the mean (then every op keeps the direct path).
+    pub(crate) fn from_rows(rows: Vec<f32>, d: usize, keep_rows: bool) -> Option<Panels> {
         if rows.is_empty() || d == 0 || d > MAX_D {
             return None;
         }
@@ -138,14 +145,14 @@ impl Panels {
             norms,
             norms32,
             mean,
-            rows,
+            rows: keep_rows.then_some(rows),
             d,
         })
     }
 
-    /// Key `j` as given.
-    pub(crate) fn key(&self, j: usize) -> &[f32] {
-        &self.rows[j * self.d..(j + 1) * self.d]
+    /// Key `j` as given, when the row-major copy is kept.
+    pub(crate) fn key(&self, j: usize) -> Option<&[f32]> {
+        self.rows.as_ref().map(|r| &r[j * self.d..(j + 1) * self.d])
     }
 
     /// `‖x'_j‖²` of every key, in `f64`.
@@ -180,6 +187,7 @@ impl CentredRows {
     /// Centres `queries` (row-major, at most [`ROWS`] rows of `panels.d()`).
     pub(crate) fn new(panels: &Panels, queries: &[f32]) -> Self {
         let d = panels.d;
+        assert!(queries.len() <= ROWS * d && queries.len().is_multiple_of(d));
         let mut qc = vec![0.0f32; ROWS * d];
         let mut nq = [0.0f64; ROWS];
         for (r, q) in queries.chunks_exact(d).enumerate() {
@@ -242,12 +250,13 @@ impl TileIsa {
     }
 }
 
-/// `out[r·KEY_BLOCK + (j − j0)] = q'_r·x'_j` for the rows of `rows` and the
-/// keys `j0..j0+len` (`len ≤ KEY_BLOCK`; rows past the real queries are
-/// zeros and give zeros).
+/// `out[r·KEY_BLOCK + (j − j0)] = q'_r·x'_j` for the first `g` rows of
+/// `rows` (and, up to the micro-kernel's height, a few zero rows after
+/// them) and the keys `j0..j0+len` (`len ≤ KEY_BLOCK`).
 pub(crate) fn dot_tile(
     isa: TileIsa,
     rows: &CentredRows,
+    g: usize,
     panels: &Panels,
     j0: usize,
     len: usize,
@@ -258,11 +267,11 @@ pub(crate) fn dot_tile(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the tokens are made only where run-time detection found
         // the features.
-        TileIsa::Avx512(t) => unsafe { tile_avx512(t, rows, panels, j0, len, out) },
+        TileIsa::Avx512(t) => unsafe { tile_avx512(t, rows, g, panels, j0, len, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        TileIsa::Avx2(t) => unsafe { tile_avx2(t, rows, panels, j0, len, out) },
-        _ => tile_impl::<Portable, 4, 1, _>(rows, panels, j0, len, out, dots::<Portable, 4, 1>),
+        TileIsa::Avx2(t) => unsafe { tile_avx2(t, rows, g, panels, j0, len, out) },
+        _ => tile_impl::<Portable, 4, 1, _>(rows, g, panels, j0, len, out, dots::<Portable, 4, 1>),
     }
 }
 
@@ -271,28 +280,28 @@ pub(crate) fn dot_tile(
 fn tile_avx2(
     _t: Avx2Fma,
     rows: &CentredRows,
+    g: usize,
     panels: &Panels,
     j0: usize,
     len: usize,
     out: &mut [f32; ROWS * KEY_BLOCK],
 ) {
-    tile_impl::<Avx2Fma, 4, 1, _>(rows, panels, j0, len, out, dots::<Avx2Fma, 4, 1>);
+    tile_impl::<Avx2Fma, 4, 1, _>(rows, g, panels, j0, len, out, dots::<Avx2Fma, 4, 1>);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn tile_avx512(
-    _t: Avx512,
+    t: Avx512,
     rows: &CentredRows,
+    g: usize,
     panels: &Panels,
     j0: usize,
     len: usize,
     out: &mut [f32; ROWS * KEY_BLOCK],
 ) {
-    tile_impl::<Avx512, 8, 2, _>(rows, panels, j0, len, out, |qs, d, span, s| {
-        // SAFETY: `tile_avx512` runs only with the token, so the CPU has
-        // AVX-512F.
-        dots_8x2_avx512(qs, d, span, s)
+    tile_impl::<Avx512, 8, 2, _>(rows, g, panels, j0, len, out, |qs, d, span, s| {
+        dots_8x2_avx512(t, qs, d, span, s)
     });
 }
 
@@ -300,7 +309,7 @@ fn tile_avx512(
 /// accumulators of a chain in registers, the totals in memory.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-fn dots_8x2_avx512(qs: &[f32], d: usize, span: &[f32], s: &mut [[[f32; P]; 2]; 8]) {
+fn dots_8x2_avx512(_t: Avx512, qs: &[f32], d: usize, span: &[f32], s: &mut [[[f32; P]; 2]; 8]) {
     use std::arch::x86_64::*;
     assert!(qs.len() >= 8 * d && span.len() >= 2 * P * d);
     let (q, x) = (qs.as_ptr(), span.as_ptr());
@@ -340,6 +349,7 @@ fn dots_8x2_avx512(qs: &[f32], d: usize, span: &[f32], s: &mut [[[f32; P]; 2]; 8
 #[inline(always)]
 fn tile_impl<S: Isa, const G: usize, const W: usize, K>(
     rows: &CentredRows,
+    g: usize,
     panels: &Panels,
     j0: usize,
     len: usize,
@@ -355,7 +365,7 @@ fn tile_impl<S: Isa, const G: usize, const W: usize, K>(
     while p < p1 {
         let w = W.min(p1 - p);
         let span = &panels.c[p * P * d..(p + w) * P * d];
-        for g0 in (0..ROWS).step_by(G) {
+        for g0 in (0..g.next_multiple_of(G).min(ROWS)).step_by(G) {
             if w == W {
                 kernel(&rows.qc[g0 * d..(g0 + G) * d], d, span, &mut s);
             } else {
@@ -366,8 +376,8 @@ fn tile_impl<S: Isa, const G: usize, const W: usize, K>(
                     a[0] = b[0];
                 }
             }
-            for (g, sg) in s.iter().enumerate() {
-                let row = &mut out[(g0 + g) * KEY_BLOCK..(g0 + g + 1) * KEY_BLOCK];
+            for (r, sg) in s.iter().enumerate() {
+                let row = &mut out[(g0 + r) * KEY_BLOCK..(g0 + r + 1) * KEY_BLOCK];
                 for (v, sv) in sg.iter().enumerate().take(w) {
                     let first = (p + v) * P;
                     if first >= j0 && first + P <= j0 + len {
@@ -448,6 +458,9 @@ pub(crate) struct SqDists<'a> {
     /// moves `√t` by up to `E/(2√t)`, so the allowance scales with `√t`.
     sqrt_form: bool,
     inv_h2: f64,
+    /// Blocks in a row where every row took the differences; from two on,
+    /// the tile is no longer computed for this group.
+    refused: u32,
 }
 
 impl<'a> SqDists<'a> {
@@ -463,7 +476,7 @@ impl<'a> SqDists<'a> {
         centred: Option<&'a CentredRows>,
         tile: TileIsa,
     ) -> Option<SqDists<'a>> {
-        let panels = panels.filter(|_| serve_sq_dists(panels, d))?;
+        let panels = panels.filter(|&p| serve_sq_dists(Some(p), d))?;
         let u = f64::from(f32::EPSILON) / 2.0;
         let inv_h2 = f64::from(kernel.inv_h2());
         Some(SqDists {
@@ -479,6 +492,7 @@ impl<'a> SqDists<'a> {
             eps: EPS_T / inv_h2,
             sqrt_form: matches!(kernel.profile(), Profile::Laplacian | Profile::Triangular),
             inv_h2,
+            refused: 0,
         })
     }
 
@@ -486,7 +500,19 @@ impl<'a> SqDists<'a> {
     /// `j0..j0+len`; `use_row[r]` says whether row `r` may take them (see
     /// [`SqDists::row`]).
     pub(crate) fn block(&mut self, j0: usize, len: usize, g: usize) -> [bool; ROWS] {
-        dot_tile(self.tile, &self.rows, self.panels, j0, len, &mut self.dist);
+        if self.refused >= 2 {
+            // Ill-conditioned for this group: stop paying for the tile.
+            return [false; ROWS];
+        }
+        dot_tile(
+            self.tile,
+            &self.rows,
+            g,
+            self.panels,
+            j0,
+            len,
+            &mut self.dist,
+        );
         let nx = self.panels.norms32(j0, len);
         let nx_max = f64::from(max_of(nx));
         let mut use_row = [false; ROWS];
@@ -503,13 +529,19 @@ impl<'a> SqDists<'a> {
                 lo = if *a < lo { *a } else { lo };
             }
             let bound = self.gamma * (self.rows.nq[r] + nx_max);
-            let lo = f64::from(lo);
+            // The true nearest distance is at least `lo − bound`.
+            let lo = (f64::from(lo) - bound).max(0.0);
             let slack = if self.sqrt_form {
                 self.eps * 2.0 * (lo * self.inv_h2).sqrt()
             } else {
                 self.eps
             };
             *ok = bound <= slack.max(self.delta * lo);
+        }
+        if use_row.iter().any(|&u| u) {
+            self.refused = 0;
+        } else {
+            self.refused += 1;
         }
         use_row
     }
@@ -550,13 +582,13 @@ mod tests {
                     xt[k * ld + j] = x[j * d + k];
                 }
             }
-            let pan = Panels::build(&xt, ld, n, d).unwrap();
+            let pan = Panels::build(&xt, ld, n, d, true).unwrap();
             let q = data(5 * d, 99 + d as u64);
             let rows = CentredRows::new(&pan, &q);
             for isa in TileIsa::all() {
                 for (j0, len) in [(0, 256), (3, 17), (250, 51), (17, 1), (288, 13)] {
                     let mut out = [f32::NAN; ROWS * KEY_BLOCK];
-                    dot_tile(isa, &rows, &pan, j0, len, &mut out);
+                    dot_tile(isa, &rows, ROWS, &pan, j0, len, &mut out);
                     for r in 0..ROWS {
                         for jj in 0..len {
                             let j = j0 + jj;
@@ -591,9 +623,9 @@ mod tests {
     #[test]
     fn far_keys_and_queries_are_refused() {
         let xt = [0.0f32, 1e19, 0.0, 0.0];
-        assert!(Panels::build(&xt, 2, 2, 2).is_none());
+        assert!(Panels::build(&xt, 2, 2, 2, false).is_none());
         let xt = [0.0f32, 1.0, 0.0, 0.0];
-        let pan = Panels::build(&xt, 2, 2, 2).unwrap();
+        let pan = Panels::build(&xt, 2, 2, 2, false).unwrap();
         let rows = CentredRows::new(&pan, &[3e19, 0.0, 0.0, f32::NAN, 1.0, 1.0]);
         assert!(rows.far(0) && rows.far(1) && !rows.far(2));
     }
@@ -620,7 +652,7 @@ mod tests {
         };
         let check = |x: &[f32], h: f32, want: bool| {
             let xt = xt_of(x);
-            let panels = Panels::build(&xt, ld, n, d).unwrap();
+            let panels = Panels::build(&xt, ld, n, d, true).unwrap();
             let kernel = Kernel::new(Profile::Gaussian, h).unwrap();
             let mut ip = SqDists::new(
                 &kernel,

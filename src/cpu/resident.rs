@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::keys::KeyColumns;
+use super::keys::{KeyColumns, Pack};
 use super::local_mean::QUERY_GROUP;
 use super::{knn, on_keys, panels};
 use crate::backend::Resident;
@@ -55,14 +55,21 @@ impl CpuResident {
     ) -> Result<Self> {
         // Panels whenever the dimension calls for them: a key set serves
         // many calls, so they are built once, here.
-        let panels =
-            panels::wanted(keys.cols(), usize::MAX) || knn::blocked(keys.cols(), usize::MAX);
-        let bytes = KeyColumns::bytes(keys, sets, panels);
+        // With the row-major copy: a key set may be asked for kNN.
+        let d = keys.cols();
+        let pack = if panels::wanted(d, usize::MAX)
+            || (d >= knn::KEY_SET_MIN_D && knn::blocked(d, usize::MAX))
+        {
+            Pack::PanelsAndRows
+        } else {
+            Pack::None
+        };
+        let bytes = KeyColumns::bytes(keys, sets, pack);
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
         // The transposes allocate what was charged: refuse rather than abort.
         ensure_room("prepare", "resident keys and values", bytes)?;
         Ok(CpuResident {
-            keys: KeyColumns::new(keys, sets, panels),
+            keys: KeyColumns::new(keys, sets, pack),
             budget: Arc::clone(budget),
             held,
         })

@@ -28,6 +28,8 @@ use crate::types::merge_states;
 
 /// Queries that share one pass over the keys.
 pub(crate) const QUERY_GROUP: usize = 8;
+// A group is one tile of inner products.
+const _: () = assert!(QUERY_GROUP == super::panels::ROWS);
 
 /// Row states `(m, s, u)` of a group of queries over some of the keys
 /// (docs/numerics.md): `m` the largest log-weight (0 for non-exponential

@@ -293,7 +293,7 @@ fn inner_product_distances_match_plain_definition() {
         let y = data(n, q, 12);
         let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
         let ld = padded_stride(n);
-        let panels = Panels::build(&xt, ld, n, d).expect("panels");
+        let panels = Panels::build(&xt, ld, n, d, false).expect("panels");
         let keys = KeysSoa {
             xt: &xt,
             yt: &yt,
@@ -365,7 +365,7 @@ fn inner_product_distances_match_plain_definition() {
 /// last range and ranges shorter than a key block (d = 900).
 #[test]
 fn panel_tasks_match_plain_definition() {
-    use super::super::keys::KeyColumns;
+    use super::super::keys::{KeyColumns, Pack};
     use crate::matrix::Matrix;
     for (d, n) in [(40usize, 700usize), (900, 400)] {
         let q = 2;
@@ -377,7 +377,7 @@ fn panel_tasks_match_plain_definition() {
         let yv = ndarray::ArrayView2::from_shape((n, q), &y[..]).unwrap();
         let xm = Matrix::check("test", "x", xv).unwrap();
         let ym = Matrix::check("test", "y", yv).unwrap();
-        let cols = KeyColumns::new(&xm, &[ym], true);
+        let cols = KeyColumns::new(&xm, &[ym], Pack::Panels);
         let soa = cols.soa(Some(0));
         assert!(super::super::panels::serve_sq_dists(soa.panels, d));
         let k = Kernel::new(Profile::Gaussian, 0.3 * (d as f32).sqrt()).unwrap();
