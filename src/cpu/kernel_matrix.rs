@@ -45,14 +45,9 @@ pub(crate) fn kernel_matrix_on(
     out: &mut [f32],
 ) -> usize {
     let n = keys.n;
-    // Distance matrices themselves keep the differences: an entry's
-    // relative accuracy is what they promise, not a weight's.
     // Groups of rows only when there are enough of them for every thread.
     let groups = queries.len() / d / ROWS;
-    if mode != MatrixMode::SqDistance
-        && serve_sq_dists(keys.panels, d)
-        && groups >= rayon::current_num_threads()
-    {
+    if serve_sq_dists(keys.panels, d) && groups >= rayon::current_num_threads() {
         let laplacian = matches!(
             mode,
             MatrixMode::Laplacian | MatrixMode::NormalizedLaplacian
@@ -65,6 +60,11 @@ pub(crate) fn kernel_matrix_on(
             .map(|(gi, (rows, qs))| {
                 let g = qs.len() / d;
                 let mut sq = SqDists::new(kernel, qs, d, keys.panels, None, tile);
+                if mode == MatrixMode::SqDistance {
+                    // Distances themselves promise relative accuracy, not
+                    // a weight's.
+                    sq = sq.map(SqDists::relative_only);
+                }
                 for j0 in (0..n).step_by(KEY_BLOCK) {
                     let len = KEY_BLOCK.min(n - j0);
                     let take = sq.as_mut().map(|sq| sq.block(j0, len, g));
@@ -309,6 +309,7 @@ mod tests {
             MatrixMode::RowNormalized,
             MatrixMode::Laplacian,
             MatrixMode::NormalizedLaplacian,
+            MatrixMode::SqDistance,
         ];
         for p in Profile::ALL {
             let k = Kernel::new(p, 0.4 * (d as f32).sqrt()).unwrap();
@@ -335,6 +336,22 @@ mod tests {
                             isa.is_some()
                         );
                     }
+                    if mode == MatrixMode::SqDistance {
+                        // Relative accuracy entry by entry.
+                        for (i, g) in got.iter().enumerate() {
+                            let (r, j) = (i / n, i % n);
+                            let t: f64 = (0..d)
+                                .map(|c| {
+                                    (f64::from(qs[r * d + c]) - f64::from(x[j * d + c])).powi(2)
+                                })
+                                .sum::<f64>()
+                                / f64::from(k.bandwidth()).powi(2);
+                            assert!(
+                                (f64::from(*g) - t).abs() <= 1e-5 * t,
+                                "sq distance ({r}, {j}): {g} vs {t}"
+                            );
+                        }
+                    }
                     if mode == MatrixMode::Raw {
                         for (i, g) in got.iter().enumerate() {
                             let (r, j) = (i / n, i % n);
@@ -353,6 +370,43 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// High-dimensional random data: the squared-distance matrix takes the
+    /// inner products (it differs from the differences in the last bits)
+    /// and stays within 1e-5 relative of the definition.
+    #[test]
+    fn high_dimensional_distance_matrices_take_inner_products() {
+        let (n, d, m) = (100, 800, ROWS * (rayon::current_num_threads() + 1));
+        let x = data(n * d, 5);
+        let q = data(m * d, 6);
+        let view = ndarray::ArrayView2::from_shape((n, d), &x[..]).unwrap();
+        let keys = Matrix::check("test", "x", view).unwrap();
+        let with = KeyColumns::new(&keys, &[], Pack::Panels);
+        let without = KeyColumns::new(&keys, &[], Pack::None);
+        let k = Kernel::new(Profile::Gaussian, 1.0).unwrap();
+        let mut got = vec![0.0f32; m * n];
+        let mut want = vec![0.0f32; m * n];
+        kernel_matrix(&k, &q, d, &with.soa(None), MatrixMode::SqDistance, &mut got);
+        kernel_matrix(
+            &k,
+            &q,
+            d,
+            &without.soa(None),
+            MatrixMode::SqDistance,
+            &mut want,
+        );
+        assert_ne!(got, want, "the inner products were not used");
+        for (i, g) in got.iter().enumerate() {
+            let (r, j) = (i / n, i % n);
+            let t: f64 = (0..d)
+                .map(|c| (f64::from(q[r * d + c]) - f64::from(x[j * d + c])).powi(2))
+                .sum();
+            assert!(
+                (f64::from(*g) - t).abs() <= 1e-5 * t,
+                "({r}, {j}): {g} vs {t}"
+            );
         }
     }
 }

@@ -496,6 +496,15 @@ impl<'a> SqDists<'a> {
         })
     }
 
+    /// Holds the distances to the direct form's own relative bound only
+    /// (no absolute allowance): for distance matrices, whose entries
+    /// promise relative accuracy. A row with a key at distance 0 then
+    /// takes the differences.
+    pub(crate) fn relative_only(mut self) -> Self {
+        self.eps = 0.0;
+        self
+    }
+
     /// Squared distances of the group's first `g` rows to the keys
     /// `j0..j0+len`; `use_row[r]` says whether row `r` may take them (see
     /// [`SqDists::row`]).
