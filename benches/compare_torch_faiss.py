@@ -24,7 +24,9 @@ CLI reports itself (``--json``) is shown next to it. Peers are timed warm
   q = 4 values, h = sqrt(d), against torch
   ``softmax(-cdist(Qc, X)^2 / 2h^2) @ Y`` over chunks of 1024 queries.
 * knn: k = 16, 1024 queries (data points plus noise of 0.01) against faiss
-  ``IndexFlatL2`` (index built and searched once before timing).
+  ``IndexFlatL2`` (index built and searched once before timing); when the
+  Python package is importable, also a prepared ``locus`` key set's
+  ``knn`` (keys packed once, as faiss's index holds them), warm.
 * lowd: d = 3 gaussian local mean, M = N = 32768, h in {0.05, 0.2, 1.0},
   against numpy chunked BLAS (|q|^2 - 2 q.x + |x|^2) + exp.
 * attention: softmax attention, 8 heads, T = 4096, d = 64, scale 1/sqrt(d),
@@ -155,6 +157,10 @@ def part_localmean(a, tmp, fails):
 
 def part_knn(a, tmp, fails):
     import faiss
+    try:
+        import locus
+    except ImportError:
+        locus = None
     faiss.omp_set_num_threads(CORES)
     k, m, rows = 16, 1024 // a.div, []
     for d, n in ((16, 65536), (128, 65536), (784, 16384)):
@@ -169,6 +175,14 @@ def part_knn(a, tmp, fails):
         index = faiss.IndexFlatL2(d)
         index.add(x)
         t_f, (fd, fi) = best(lambda: index.search(q, k), a.repeat)
+        # Like faiss's index, a prepared key set (the Python package, when
+        # it is installed): keys read, transposed and packed once.
+        t_k = None
+        if locus is not None:
+            ks = locus.Engine("cpu").prepare(x)
+            t_k, (ki, _) = best(lambda: ks.knn(q, k), a.repeat)
+            if not np.array_equal(ki, idx):
+                fails.append(f"knn d={d}: the key set's lists differ from the CLI's")
         fd = np.sqrt(np.maximum(fd.astype(np.float64), 0))
         same = float(np.mean(np.all(idx == fi, axis=1)))
         scale = np.maximum(np.maximum(dist[:, -1:], fd[:, -1:]), 1e-30)
@@ -181,12 +195,14 @@ def part_knn(a, tmp, fails):
         if not ok:
             fails.append(f"knn d={d} N={n}: distances differ by {dev:.1e} (locus vs f64 {e_l:.1e})")
         fl = 2.0 * m * n * d / 1e9
+        keyset = "-" if t_k is None else f"{t_k:.3f} ({t_f / t_k:.2f}, {fl / t_k:.1f})"
         rows.append((f"{d}", f"{n}", f"{m}", f"{t_l:.3f} ({c_l:.3f})", f"{t_f:.3f}", f"{t_f / t_l:.2f}",
-                     f"{fl / t_l:.1f} ({fl / c_l:.1f})", f"{fl / t_f:.1f}", f"{same:.4f}",
+                     keyset, f"{fl / t_l:.1f} ({fl / c_l:.1f})", f"{fl / t_f:.1f}", f"{same:.4f}",
                      f"{dev:.1e} " + ("ok" if dev <= KNN_TOL else "(faiss off; locus ok vs f64)" if ok else "**FAIL**"),
                      f"{e_l:.1e} / {e_f:.1e}"))
     table(f"kNN, k = {k}: locus vs faiss IndexFlatL2 (search only)",
-          ["d", "N", "M", "locus s, wall (compute)", "faiss s", "faiss/locus", "locus GFLOP/s wall (compute)",
+          ["d", "N", "M", "locus s, wall (compute)", "faiss s", "faiss/locus",
+           "locus key set s (faiss/key set, GFLOP/s)", "locus GFLOP/s wall (compute)",
            "faiss GFLOP/s", "rows with identical indices", "distances max rel. diff",
            "vs f64: locus / faiss"], rows)
 

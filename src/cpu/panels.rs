@@ -369,11 +369,15 @@ fn tile_impl<S: Isa, const G: usize, const W: usize, K>(
             if w == W {
                 kernel(&rows.qc[g0 * d..(g0 + G) * d], d, span, &mut s);
             } else {
-                // The last, lone panel.
-                let mut one = [[[0.0f32; P]; 1]; G];
-                dots::<S, G, 1>(&rows.qc[g0 * d..(g0 + G) * d], d, span, &mut one);
-                for (a, b) in s.iter_mut().zip(&one) {
-                    a[0] = b[0];
+                // A lone panel (the last, or a range's odd one), four
+                // rows at a time (the shape that fits the registers).
+                for g4 in (0..G).step_by(4) {
+                    let mut one = [[[0.0f32; P]; 1]; 4];
+                    let q4 = &rows.qc[(g0 + g4) * d..(g0 + g4 + 4) * d];
+                    dots::<S, 4, 1>(q4, d, span, &mut one);
+                    for (a, b) in s[g4..g4 + 4].iter_mut().zip(&one) {
+                        a[0] = b[0];
+                    }
                 }
             }
             for (r, sg) in s.iter().enumerate() {

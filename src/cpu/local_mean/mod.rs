@@ -183,7 +183,7 @@ fn panel_group_states(
     let per = groups
         .div_ceil(4 * rayon::current_num_threads())
         .clamp(1, TASK_GROUPS);
-    let range = (RANGE_BYTES / (4 * d) / P * P).clamp(P, KEY_BLOCK);
+    let range = (RANGE_BYTES / (4 * d) / (2 * P) * (2 * P)).clamp(2 * P, KEY_BLOCK);
     queries
         .par_chunks(per * QUERY_GROUP * d)
         .enumerate()
