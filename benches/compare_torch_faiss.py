@@ -308,7 +308,8 @@ def main():
     print("## locus CLI vs PyTorch / faiss / numpy (CPU)\n")
     print(f"- machine: {cpu_model()} ({platform.machine()}), {CORES} cores, {platform.system()} {platform.release()}")
     print(f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}")
-    print(f"- {locus_version} ({a.locus}, --backend cpu); python {platform.python_version()}; {', '.join(versions)}")
+    shown = os.path.relpath(a.locus, ROOT) if a.locus.startswith(str(ROOT)) else a.locus
+    print(f"- {locus_version} ({shown}, --backend cpu); python {platform.python_version()}; {', '.join(versions)}")
     print(f"- command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(f"- best of {a.repeat}; locus wall = whole process incl. .npy I/O, (compute) = its own --json seconds;"
           f" peers warm, compute only{'; QUICK sizes (N, M, T / 8)' if a.quick else ''}")
