@@ -315,3 +315,56 @@ fn gpu_counts_every_key_of_long_tiles() {
     let nc = cpu().knn(queries.view(), keys.view(), 16).unwrap();
     assert_eq!(nb.indices, nc.indices);
 }
+
+/// From d = 32 and 32 queries the CPU takes inner products (one-shot
+/// calls build the keys' panels, key sets keep them): every profile
+/// against the reference, one-shot and key set, data away from the
+/// origin; kNN lists equal bit for bit between the inner-product path
+/// (one-shot with many queries, key set) and the differences (a few
+/// queries).
+#[test]
+fn cpu_inner_products_match_reference_at_higher_d() {
+    let e = cpu();
+    for (si, &(m, n, d, q)) in [(70usize, 900usize, 48usize, 3usize), (40, 300, 300, 2)]
+        .iter()
+        .enumerate()
+    {
+        let mut rng = Rng::new(2000 + si as u64);
+        let queries = rng.matrix(m, d, 50.0, 51.0);
+        let keys = rng.matrix(n, d, 50.0, 51.0);
+        let values = rng.matrix(n, q, -2.0, 3.0);
+        let ks = e
+            .prepare(keys.view())
+            .values(values.view())
+            .build()
+            .unwrap();
+        let h = 0.4 * (d as f32).sqrt();
+        for p in Profile::ALL {
+            let k = Kernel::new(p, h).unwrap();
+            let (want, want_empty) = ref_local_mean(&k, &queries, &keys, &values);
+            let what = format!("{p} M={m} N={n} d={d}");
+            let got = e
+                .local_mean(&k, queries.view(), keys.view(), values.view())
+                .unwrap();
+            assert_close(&format!("one-shot {what}"), &got.values, &want, RTOL, ATOL);
+            assert_eq!(got.empty_rows, want_empty, "{what}: empty rows");
+            let got = ks.local_mean(&k, queries.view()).unwrap();
+            assert_close(&format!("key set {what}"), &got.values, &want, RTOL, ATOL);
+        }
+        let kk = 7;
+        let one_shot = e.knn(queries.view(), keys.view(), kk).unwrap();
+        let key_set = ks.knn(queries.view(), kk).unwrap();
+        let few = e.knn(queries.slice(s![..16, ..]), keys.view(), kk).unwrap();
+        assert_eq!(one_shot, key_set, "d={d}: one-shot vs key set kNN");
+        assert_eq!(
+            one_shot.indices.slice(s![..16, ..]),
+            few.indices,
+            "d={d}: kNN indices"
+        );
+        assert_eq!(
+            one_shot.distances.slice(s![..16, ..]),
+            few.distances,
+            "d={d}: kNN distances"
+        );
+    }
+}

@@ -82,8 +82,8 @@ impl KeyColumns {
         let (n, d, ld) = (keys.rows(), keys.cols(), padded_stride(keys.rows()));
         let panels = match pack {
             Pack::None => None,
-            Pack::Panels => Panels::from_rows(keys.as_slice().to_vec(), d, false),
-            Pack::PanelsAndRows => Panels::from_rows(keys.as_slice().to_vec(), d, true),
+            Pack::Panels => Panels::from_rows(keys.as_slice(), d, false),
+            Pack::PanelsAndRows => Panels::from_rows(keys.as_slice(), d, true),
         };
         KeyColumns {
             xt,
