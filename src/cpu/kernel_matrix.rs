@@ -79,7 +79,7 @@ pub(crate) fn kernel_matrix_on(
                             }
                             None => {
                                 let query = &qs[r * d..(r + 1) * d];
-                                direct_block(isa, kernel, query, keys, j0, chunk);
+                                direct_dists(isa, kernel, query, keys, j0, chunk);
                             }
                         }
                     }
@@ -103,7 +103,6 @@ pub(crate) fn kernel_matrix_on(
                             mode,
                             gi * ROWS + r,
                             row,
-                            true,
                         ))
                     })
                     .sum::<usize>()
@@ -114,14 +113,15 @@ pub(crate) fn kernel_matrix_on(
         .zip(queries.par_chunks(d))
         .enumerate()
         .map(|(i, (row, query))| {
-            usize::from(!fill_row(isa, kernel, query, keys, mode, i, row, false))
+            direct_dists(isa, kernel, query, keys, 0, row);
+            usize::from(!fill_row(isa, kernel, query, keys, mode, i, row))
         })
         .sum()
 }
 
 /// Scaled squared distances of one query to the keys `j0..j0+t.len()`, by
 /// differences (AVX2 + FMA when `isa` holds the token).
-fn direct_block(
+fn direct_dists(
     isa: Option<Avx2Fma>,
     kernel: &Kernel,
     query: &[f32],
@@ -143,10 +143,9 @@ fn direct_block(
     scaled_sq_dists::<Portable>(keys.xt, keys.ld, j0, query, kernel.inv_h2(), t);
 }
 
-/// One row, on the AVX2 + FMA build when `isa` holds the token; with
-/// `filled` the row already holds its scaled squared distances. Returns
-/// whether the row has kernel mass.
-#[allow(clippy::too_many_arguments)]
+/// One row from its scaled squared distances (in `row`), on the AVX2 +
+/// FMA build when `isa` holds the token. Returns whether the row has
+/// kernel mass.
 fn fill_row(
     isa: Option<Avx2Fma>,
     kernel: &Kernel,
@@ -155,21 +154,19 @@ fn fill_row(
     mode: MatrixMode,
     i: usize,
     row: &mut [f32],
-    filled: bool,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = isa {
         // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
         // detection found AVX2 and FMA.
-        return unsafe { fill_row_avx2(isa, kernel, query, keys, mode, i, row, filled) };
+        return unsafe { fill_row_avx2(isa, kernel, query, keys, mode, i, row) };
     }
     let _ = isa;
-    fill_row_impl::<Portable>(kernel, query, keys, mode, i, row, filled)
+    fill_row_impl::<Portable>(kernel, query, keys, mode, i, row)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 fn fill_row_avx2(
     _isa: Avx2Fma,
     kernel: &Kernel,
@@ -178,9 +175,8 @@ fn fill_row_avx2(
     mode: MatrixMode,
     i: usize,
     row: &mut [f32],
-    filled: bool,
 ) -> bool {
-    fill_row_impl::<Avx2Fma>(kernel, query, keys, mode, i, row, filled)
+    fill_row_impl::<Avx2Fma>(kernel, query, keys, mode, i, row)
 }
 
 #[inline(always)]
@@ -191,15 +187,8 @@ fn fill_row_impl<S: Isa>(
     mode: MatrixMode,
     i: usize,
     row: &mut [f32],
-    filled: bool,
 ) -> bool {
     let profile = kernel.profile();
-    let n = keys.ld;
-    if !filled {
-        for (b, chunk) in row.chunks_mut(KEY_BLOCK).enumerate() {
-            scaled_sq_dists::<S>(keys.xt, n, b * KEY_BLOCK, query, kernel.inv_h2(), chunk);
-        }
-    }
     if mode == MatrixMode::SqDistance {
         return true;
     }

@@ -44,6 +44,11 @@ impl Pack {
     pub(crate) fn panels_if(yes: bool) -> Pack {
         if yes { Pack::Panels } else { Pack::None }
     }
+
+    /// Whether the row-major copy is kept with the panels.
+    fn rows(self) -> bool {
+        self == Pack::PanelsAndRows
+    }
 }
 
 /// Keys (`d` columns of stride `ld`) and value matrices, transposed and
@@ -66,8 +71,7 @@ impl KeyColumns {
         let (n, d) = (keys.rows(), keys.cols());
         let packed = match pack {
             Pack::None => 0,
-            Pack::Panels => Panels::bytes(n, d, false),
-            Pack::PanelsAndRows => Panels::bytes(n, d, true),
+            _ => Panels::bytes(n, d, pack.rows()),
         };
         (ld as u64)
             .saturating_mul(cols as u64)
@@ -82,8 +86,7 @@ impl KeyColumns {
         let (n, d, ld) = (keys.rows(), keys.cols(), padded_stride(keys.rows()));
         let panels = match pack {
             Pack::None => None,
-            Pack::Panels => Panels::from_rows(keys.as_slice(), d, false),
-            Pack::PanelsAndRows => Panels::from_rows(keys.as_slice(), d, true),
+            _ => Panels::from_rows(keys.as_slice(), d, pack.rows()),
         };
         KeyColumns {
             xt,

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::knn::{TopK, range};
-use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile};
+use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile, far_norm};
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, sq_dist, sq_dist_row};
 
 /// Queries per rayon task (groups of [`ROWS`] sharing each key block).
@@ -108,11 +108,15 @@ fn chunk_avx2(
 struct Row {
     top: TopK,
     nq: f64,
-    far: bool,
     lim: f32,
 }
 
 impl Row {
+    /// Too far from the keys' mean for the bound: the direct path.
+    fn far(&self) -> bool {
+        far_norm(self.nq)
+    }
+
     fn update(&mut self, f: &Filter<'_>) {
         let thr = f64::from(self.top.d2[self.top.d2.len() - 1]);
         self.lim = (thr * (1.0 + f.gamma) + f.abs - self.nq * (1.0 - f.gamma)) as f32;
@@ -141,7 +145,6 @@ fn chunk_impl<S: Isa>(
             let mut row = Row {
                 top: TopK::new(k),
                 nq: g.nq[i % ROWS],
-                far: g.far(i % ROWS),
                 lim: 0.0,
             };
             row.update(filter);
@@ -158,7 +161,7 @@ fn chunk_impl<S: Isa>(
             for (r, sr) in s.chunks_exact(KEY_BLOCK).enumerate().take(rows_here) {
                 let i = gi * ROWS + r;
                 let row = &mut rows[i];
-                if row.far {
+                if row.far() {
                     continue;
                 }
                 let query = &chunk[i * d..(i + 1) * d];
@@ -193,7 +196,7 @@ fn chunk_impl<S: Isa>(
     rows.into_iter()
         .enumerate()
         .map(|(i, row)| {
-            if row.far {
+            if row.far() {
                 range(isa, &chunk[i * d..(i + 1) * d], keys, k, 0, n)
             } else {
                 row.top

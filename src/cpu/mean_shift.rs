@@ -66,9 +66,20 @@ impl ShiftKeys {
                 }
             }
         }
-        let panels = panels::wanted(d, usize::MAX)
-            .then(|| Panels::build(&xt, ld, n, d, false))
-            .flatten();
+        // The panels follow the keys' order (the grid's, when there is one).
+        let panels = if !panels::wanted(d, usize::MAX) {
+            None
+        } else if let Some(g) = &grid {
+            let sorted: Vec<f32> = g
+                .order
+                .iter()
+                .flat_map(|&i| &points[i as usize * d..(i as usize + 1) * d])
+                .copied()
+                .collect();
+            Panels::from_rows(&sorted, d, false)
+        } else {
+            Panels::from_rows(points, d, false)
+        };
         ShiftKeys {
             xt,
             n,

@@ -83,26 +83,6 @@ impl Panels {
         keys.saturating_mul(per_key).saturating_add(d as u64 * 8)
     }
 
-    /// Centres and packs `n` keys stored column-major (`xt[k·ld + j]`); as
-    /// [`Panels::from_rows`].
-    pub(crate) fn build(
-        xt: &[f32],
-        ld: usize,
-        n: usize,
-        d: usize,
-        keep_rows: bool,
-    ) -> Option<Panels> {
-        let mut rows = vec![0.0f32; n * d];
-        rows.par_chunks_mut(d.max(1))
-            .enumerate()
-            .for_each(|(j, row)| {
-                for (k, v) in row.iter_mut().enumerate() {
-                    *v = xt[k * ld + j];
-                }
-            });
-        Panels::from_rows(&rows, d, keep_rows)
-    }
-
     /// Centres and packs the keys given row-major (`rows[j·d + k]`, copied
     /// as the row-major copy when `keep_rows`); `None` when some key lies
     /// too far from the mean (then every op keeps the direct path).
@@ -217,8 +197,14 @@ impl CentredRows {
     /// Whether row `r` lies too far from the keys' mean (or is not
     /// finite): it takes the direct path.
     pub(crate) fn far(&self, r: usize) -> bool {
-        self.nq[r] >= NORM_LIMIT || !self.nq[r].is_finite()
+        far_norm(self.nq[r])
     }
+}
+
+/// Whether a query of centred squared norm `nq` lies too far from the
+/// keys' mean for the bounds (or is not finite).
+pub(crate) fn far_norm(nq: f64) -> bool {
+    nq >= NORM_LIMIT || !nq.is_finite()
 }
 
 /// The instruction set the tile is compiled for.
@@ -239,8 +225,9 @@ impl TileIsa {
         }
     }
 
-    /// The best version within AVX2 (`isa` holds its token) or the
-    /// portable one (`None`): how tests force a build.
+    /// The tile's build for a kernel running on `isa`: the portable one
+    /// for `None` (how tests force the portable build), else the best the
+    /// CPU has.
     pub(crate) fn at_most(isa: Option<Avx2Fma>) -> TileIsa {
         match (isa, TileIsa::best()) {
             (None, _) => TileIsa::Portable,
@@ -596,15 +583,7 @@ mod tests {
         for d in [1, 16, 31, 33, 70, 300] {
             let n = 301;
             let x = data(n * d, d as u64);
-            // Column-major with a padded stride.
-            let ld = n + 5;
-            let mut xt = vec![0.0f32; ld * d];
-            for j in 0..n {
-                for k in 0..d {
-                    xt[k * ld + j] = x[j * d + k];
-                }
-            }
-            let pan = Panels::build(&xt, ld, n, d, true).unwrap();
+            let pan = Panels::from_rows(&x, d, true).unwrap();
             let q = data(5 * d, 99 + d as u64);
             let rows = CentredRows::new(&pan, &q);
             for isa in TileIsa::all() {
@@ -644,10 +623,8 @@ mod tests {
 
     #[test]
     fn far_keys_and_queries_are_refused() {
-        let xt = [0.0f32, 1e19, 0.0, 0.0];
-        assert!(Panels::build(&xt, 2, 2, 2, false).is_none());
-        let xt = [0.0f32, 1.0, 0.0, 0.0];
-        let pan = Panels::build(&xt, 2, 2, 2, false).unwrap();
+        assert!(Panels::from_rows(&[0.0, 0.0, 1e19, 0.0], 2, false).is_none());
+        let pan = Panels::from_rows(&[0.0, 0.0, 1.0, 0.0], 2, false).unwrap();
         let rows = CentredRows::new(&pan, &[3e19, 0.0, 0.0, f32::NAN, 1.0, 1.0]);
         assert!(rows.far(0) && rows.far(1) && !rows.far(2));
     }
@@ -662,19 +639,8 @@ mod tests {
         for (i, v) in x.iter_mut().enumerate() {
             *v = ((i * 7919) % 1000) as f32 / 1000.0;
         }
-        let ld = n;
-        let xt_of = |x: &[f32]| {
-            let mut xt = vec![0.0f32; ld * d];
-            for j in 0..n {
-                for k in 0..d {
-                    xt[k * ld + j] = x[j * d + k];
-                }
-            }
-            xt
-        };
         let check = |x: &[f32], h: f32, want: bool| {
-            let xt = xt_of(x);
-            let panels = Panels::build(&xt, ld, n, d, true).unwrap();
+            let panels = Panels::from_rows(x, d, true).unwrap();
             let kernel = Kernel::new(Profile::Gaussian, h).unwrap();
             let mut ip = SqDists::new(
                 &kernel,

@@ -293,7 +293,7 @@ fn inner_product_distances_match_plain_definition() {
         let y = data(n, q, 12);
         let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
         let ld = padded_stride(n);
-        let panels = Panels::build(&xt, ld, n, d, false).expect("panels");
+        let panels = Panels::from_rows(&x, d, false).expect("panels");
         let keys = KeysSoa {
             xt: &xt,
             yt: &yt,
