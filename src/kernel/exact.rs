@@ -24,8 +24,8 @@ pub(crate) const CAUCHY_EXACT_BELOW: f64 = 1e-28;
 /// `T_FAR` lies outside their support).
 pub(crate) fn needs_exact(profile: Profile, s: f64) -> bool {
     match profile {
-        Profile::Gaussian | Profile::Laplacian => s.is_nan() || s <= 0.0,
         Profile::Cauchy => s.is_nan() || s < CAUCHY_EXACT_BELOW,
+        p if p.is_exponential() => s.is_nan() || s <= 0.0,
         _ => false,
     }
 }
@@ -34,6 +34,23 @@ pub(crate) fn needs_exact(profile: Profile, s: f64) -> bool {
 /// profiles with full support.
 fn log_weight(profile: Profile, t: f64) -> f64 {
     with_form!(profile, P => P::exact_log_weight(t))
+}
+
+/// [`log_weight`] of key `j` (`key(j, k)` its coordinate `k`) seen from
+/// `query`, the distance formed in `f64`.
+fn key_log_weight(
+    kernel: &Kernel,
+    query: &[f32],
+    key: &impl Fn(usize, usize) -> f32,
+    j: usize,
+) -> f64 {
+    let h = f64::from(kernel.bandwidth());
+    let mut t = 0.0f64;
+    for (k, &qk) in query.iter().enumerate() {
+        let df = (f64::from(key(j, k)) - f64::from(qk)) / h;
+        t += df * df;
+    }
+    log_weight(kernel.profile(), t)
 }
 
 /// The state `(m, s, u)` of one query over the keys `k0..k1`, all in
@@ -52,16 +69,7 @@ pub(crate) fn row_state(
     skip: Option<usize>,
     u: &mut [f64],
 ) -> (f32, f64) {
-    let h = f64::from(kernel.bandwidth());
-    let profile = kernel.profile();
-    let lw = |j: usize| {
-        let mut t = 0.0f64;
-        for (k, &qk) in query.iter().enumerate() {
-            let df = (f64::from(key(j, k)) - f64::from(qk)) / h;
-            t += df * df;
-        }
-        log_weight(profile, t)
-    };
+    let lw = |j: usize| key_log_weight(kernel, query, &key, j);
     let keep = |j: &usize| Some(*j) != skip;
     let m = (k0..k1)
         .filter(keep)
@@ -91,16 +99,8 @@ pub(crate) fn normalized_row(
     key: impl Fn(usize, usize) -> f32,
     out: &mut [f32],
 ) -> bool {
-    let h = f64::from(kernel.bandwidth());
     let lw: Vec<f64> = (0..out.len())
-        .map(|j| {
-            let mut t = 0.0f64;
-            for (k, &qk) in query.iter().enumerate() {
-                let df = (f64::from(key(j, k)) - f64::from(qk)) / h;
-                t += df * df;
-            }
-            log_weight(kernel.profile(), t)
-        })
+        .map(|j| key_log_weight(kernel, query, &key, j))
         .collect();
     let m = lw.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if m == f64::NEG_INFINITY {

@@ -268,26 +268,27 @@ fn check_not_empty(shape: &[usize]) -> Result<(), String> {
 /// Fails on the first entry that is not finite; `lines[i]` is the text
 /// line of row `i` (CSV).
 fn check_finite(m: &ArrayD<f32>, lines: Option<&[usize]>) -> Result<(), String> {
-    // A flat scan first (the arrays read here are in standard layout); the
-    // n-dimensional index only for the error.
-    let all_finite = match m.as_slice() {
-        Some(flat) => flat.iter().all(|v| v.is_finite()),
-        None => m.iter().all(|v| v.is_finite()),
-    };
-    if all_finite {
-        return Ok(());
-    }
-    let Some((at, &v)) = m.indexed_iter().find(|(_, v)| !v.is_finite()) else {
+    // One flat scan (the arrays read here are already in standard layout,
+    // so this borrows); the n-dimensional index only for the error.
+    let m = m.as_standard_layout();
+    let flat = m.as_slice().expect("standard layout"); // ok: made so above
+    let Some(pos) = flat.iter().position(|v| !v.is_finite()) else {
         return Ok(());
     };
+    let v = flat[pos];
     let what = if v.is_nan() {
         "NaN".to_string()
     } else {
         format!("{}infinity", if v < 0.0 { "-" } else { "" })
     };
-    let at = at.slice();
+    let mut at = vec![0; m.ndim()];
+    let mut rest = pos;
+    for (a, &len) in at.iter_mut().zip(m.shape()).rev() {
+        *a = rest % len;
+        rest /= len;
+    }
     let line = lines.map_or(String::new(), |l| format!("; line {}", l[at[at.len() - 2]]));
-    Err(format!("{what} at {} (0-based{line})", locate(at)))
+    Err(format!("{what} at {} (0-based{line})", locate(&at)))
 }
 
 /// Reads class labels: one integer per row, from a 1-D or one-column
