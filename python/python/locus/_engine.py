@@ -16,6 +16,12 @@ __all__ = ["Engine", "KeySet", "RowStates", "engine_for"]
 _BACKENDS = ("auto", "gpu", "cpu")
 
 
+def _check_backend(backend: Any) -> None:
+    """Refuses a backend name that is not one of :data:`_BACKENDS`."""
+    if backend not in _BACKENDS:
+        raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
+
+
 class Engine:
     """A compute engine on one backend.
 
@@ -44,8 +50,7 @@ class Engine:
     """
 
     def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None:
-        if backend not in _BACKENDS:
-            raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
+        _check_backend(backend)
         if memory_limit is not None:
             memory_limit = as_count(memory_limit, "memory_limit")
         self._inner = _locus.Engine(backend, memory_limit=memory_limit)

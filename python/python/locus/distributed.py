@@ -53,7 +53,7 @@ except ImportError as e:  # pragma: no cover - exercised without dask
     ) from e
 
 from ._arrays import as_count, as_labels, as_matrix, as_values
-from ._engine import RowStates, engine_for
+from ._engine import RowStates, _check_backend, engine_for
 from ._errors import InputError, LocusError
 from ._functions import MeanShiftResult
 
@@ -65,9 +65,6 @@ class ShardLostError(LocusError, RuntimeError):
     released): the call is refused rather than answered without it."""
 
 
-ShardLostError.__module__ = "locus.distributed"
-
-_BACKENDS = ("auto", "gpu", "cpu")
 
 
 # ---------------------------------------------------------------------------
@@ -277,10 +274,6 @@ def _build_shard(
     return _Shard(x, y, index, n_classes, backend)
 
 
-def _shard_dim(shard: _Shard) -> int:
-    return shard.keys.shape[1]
-
-
 def _shard_extent(x: Any) -> tuple:
     x = np.asarray(x, dtype=np.float32)
     if x.shape[0] == 0:
@@ -487,7 +480,7 @@ class _Sharded:
         self.shards: list[distributed.Future] = []
         self.rows: list[int] = []
         self.offsets: list[int] = []
-        self.bytes_moved = 0  # states/lists sent between processes by the last call
+        self.homes: list[list[str]] = []  # the workers holding each shard
         self._closed = False
 
     def _place(
@@ -564,8 +557,10 @@ class _Sharded:
         # Each shard holds exactly its block: the driver already knows the sizes.
         self.rows = [int(k) for k in sizes]
         self.offsets = offsets
-        # The raw blocks are no longer needed: each shard keeps its own copy.
-        del kf, vf, lf
+        # Asked once: every call sends its tasks there (or elsewhere, when a
+        # shard has moved; a lost one is refused by `_check`).
+        who = client.who_has(self.shards)
+        self.homes = [list(who.get(s.key, ())) for s in self.shards]
 
     def _check(self) -> None:
         if self._closed:
@@ -587,14 +582,13 @@ class _Sharded:
         shard, in a tree of pairwise merges on the workers."""
         self._check()
         client = self.client
-        who = client.who_has(self.shards)
         parts = [
             client.submit(
                 task,
                 s,
                 *per_shard(i),
                 *args,
-                workers=list(who.get(s.key, ())) or None,
+                workers=self.homes[i] or None,
                 allow_other_workers=True,
                 pure=False,
             )
@@ -672,8 +666,7 @@ class ShardedKeySet(_Sharded):
     ) -> None:
         super().__init__(client)
         # Everything the driver can check is checked before any task is sent.
-        if backend not in _BACKENDS:
-            raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
+        _check_backend(backend)
         shards = _check_shards(shards)
         _workers(client)
         n = None  # rows of the keys, where known on the driver
@@ -724,7 +717,7 @@ class ShardedKeySet(_Sharded):
                     raise InputError("labels must be finite")
                 self._classes = np.unique(lab)
         self._place(keys, values, labels, self._classes, backend, shards)
-        self._dim = int(self.client.submit(_shard_dim, self.shards[0], pure=False).result())
+        self._dim = int(keys.shape[1])  # known on the driver: checked above
         self.backend = backend
 
     # -- properties -----------------------------------------------------------
@@ -910,11 +903,6 @@ def _rank_and_suppress(cand: np.ndarray, counts: np.ndarray, h: float) -> tuple:
     return cand[alive], n[alive]
 
 
-class _ShiftShards(_Sharded):
-    """The points of a MeanShift, centred and resident per shard (values =
-    the points themselves)."""
-
-
 def mean_shift(
     client: distributed.Client,
     X: Any,
@@ -949,8 +937,7 @@ def mean_shift(
     """
     # Every parameter, and X and seeds where on the driver, are checked
     # before any task is sent.
-    if backend not in _BACKENDS:
-        raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
+    _check_backend(backend)
     if isinstance(bandwidth, str) or bandwidth is None:
         raise InputError(
             "bandwidth must be a number (the bandwidth rules of locus.mean_shift are not "
@@ -1031,7 +1018,7 @@ def mean_shift(
     else:
         seeds_xy = None
 
-    sh = _ShiftShards(client)
+    sh = _Sharded(client)  # the points, centred; values = the points
     sh._place(
         None, None, None, None, backend, None,
         center=center, values_are_keys=True, key_futures=(xf, sizes),
