@@ -15,7 +15,7 @@ use super::keys::upload_key_tiles;
 use super::local_mean::{TileJob, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::{ShaderId, matrix_mode_code};
-use super::submission::{Block, Submission, flush};
+use super::submission::{Block, Blocks, Submission};
 use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "kernel_matrix";
@@ -97,19 +97,13 @@ pub(crate) fn kernel_matrix(
         )?;
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
-        let batch = batch_bytes(&ctx.limits);
-        let mut pending: Vec<Block<'_>> = Vec::new();
-        let mut pending_bytes = 0u64;
+        let mut blocks = Blocks::new(batch_bytes(&ctx.limits));
         for kt in &key_tiles {
             let block_rows = mplan.block_rows_for(kt.len, rows);
             for (b0, b1) in tiles(rows, block_rows) {
                 let brows = b1 - b0;
                 let bytes = (brows * kt.len * 4) as u64;
-                if !pending.is_empty() && pending_bytes + bytes > batch {
-                    let full = std::mem::replace(&mut sub, Submission::new(ctx));
-                    flush(ctx, &scope, full, &mut pending, &mut out, n)?;
-                    pending_bytes = 0;
-                }
+                blocks.make_room(ctx, &scope, &mut sub, bytes, &mut out, n)?;
                 let obuf = ctx
                     .pool
                     .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
@@ -153,8 +147,7 @@ pub(crate) fn kernel_matrix(
                     );
                 }
                 sub.keep(params);
-                pending_bytes += bytes;
-                pending.push(Block {
+                blocks.push(Block {
                     out: obuf,
                     row: r0 + b0,
                     rows: brows,
@@ -163,7 +156,7 @@ pub(crate) fn kernel_matrix(
                 });
             }
         }
-        flush(ctx, &scope, sub, &mut pending, &mut out, n)?;
+        blocks.finish(ctx, &scope, sub, &mut out, n)?;
     }
     scope.finish(ctx)?;
     // Rows of D⁻¹K left without mass because every key lies beyond the f32

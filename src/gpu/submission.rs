@@ -216,10 +216,67 @@ pub(crate) struct Block<'p> {
     pub cols: usize,
 }
 
+/// Output blocks recorded into one submission and read back together
+/// once they reach `batch` bytes, into `out` (row stride `n`): the batched
+/// readback of the kernel matrix and of the softmax weight matrix.
+pub(crate) struct Blocks<'p> {
+    pending: Vec<Block<'p>>,
+    bytes: u64,
+    batch: u64,
+}
+
+impl<'p> Blocks<'p> {
+    /// No block yet; read back every `batch` bytes.
+    pub(crate) fn new(batch: u64) -> Self {
+        Blocks {
+            pending: Vec::new(),
+            bytes: 0,
+            batch,
+        }
+    }
+
+    /// Before recording a block of `bytes`: when the pending blocks would
+    /// pass the batch with it, submits `sub` (leaving a fresh submission in
+    /// its place) and reads them back.
+    pub(crate) fn make_room(
+        &mut self,
+        ctx: &GpuContext,
+        scope: &ErrorScope,
+        sub: &mut Submission<'_>,
+        bytes: u64,
+        out: &mut [f32],
+        n: usize,
+    ) -> Result<()> {
+        if !self.pending.is_empty() && self.bytes + bytes > self.batch {
+            let full = std::mem::replace(sub, Submission::new(ctx));
+            flush(ctx, scope, full, &mut self.pending, out, n)?;
+            self.bytes = 0;
+        }
+        Ok(())
+    }
+
+    /// A block recorded into the current submission.
+    pub(crate) fn push(&mut self, b: Block<'p>) {
+        self.bytes += (b.rows * b.cols * 4) as u64;
+        self.pending.push(b);
+    }
+
+    /// Submits `sub` and reads back every pending block.
+    pub(crate) fn finish(
+        mut self,
+        ctx: &GpuContext,
+        scope: &ErrorScope,
+        sub: Submission<'_>,
+        out: &mut [f32],
+        n: usize,
+    ) -> Result<()> {
+        flush(ctx, scope, sub, &mut self.pending, out, n)
+    }
+}
+
 /// Submits `sub` (the pending blocks and whatever else it recorded) and
-/// reads the blocks back into `out` (row stride `n`): the batched readback
-/// of the kernel matrix and of the softmax weight matrix.
-pub(crate) fn flush(
+/// reads the blocks back into `out` (row stride `n`).
+fn flush(
     ctx: &GpuContext,
     scope: &ErrorScope,
     sub: Submission<'_>,

@@ -14,7 +14,7 @@ use crate::gpu::buffers::upload;
 use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::ShaderId;
-use crate::gpu::submission::{Block, Submission, flush};
+use crate::gpu::submission::{Block, Blocks, Submission};
 use crate::gpu::{ParamBlock, bind_group, check_u32};
 
 #[repr(C)]
@@ -94,8 +94,7 @@ pub(crate) fn softmax_matrix(
                 &tile,
                 &key_tiles,
             )?;
-            let mut pending: Vec<Block<'_>> = Vec::new();
-            let mut pending_bytes = 0u64;
+            let mut blocks = Blocks::new(batch_bytes);
             // Key tiles no row of this query tile sees stay 0 (as allocated).
             for kt in key_tiles
                 .iter()
@@ -105,11 +104,7 @@ pub(crate) fn softmax_matrix(
                 for (a0, a1) in tiles(rows, block_rows) {
                     let brows = a1 - a0;
                     let bytes = (brows * kt.len * 4) as u64;
-                    if !pending.is_empty() && pending_bytes + bytes > batch_bytes {
-                        let full = std::mem::replace(&mut sub, Submission::new(ctx));
-                        flush(ctx, &scope, full, &mut pending, &mut out, n)?;
-                        pending_bytes = 0;
-                    }
+                    blocks.make_room(ctx, &scope, &mut sub, bytes, &mut out, n)?;
                     let obuf =
                         ctx.pool
                             .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
@@ -156,8 +151,7 @@ pub(crate) fn softmax_matrix(
                         );
                     }
                     sub.keep(params);
-                    pending_bytes += bytes;
-                    pending.push(Block {
+                    blocks.push(Block {
                         out: obuf,
                         row: p0 + a0,
                         rows: brows,
@@ -169,7 +163,7 @@ pub(crate) fn softmax_matrix(
             // The row pass went with the first submission, which keeps its
             // uniforms; its other buffers live until this query tile is
             // read back.
-            flush(ctx, &scope, sub, &mut pending, &mut out, n)?;
+            blocks.finish(ctx, &scope, sub, &mut out, n)?;
         }
     }
     scope.finish(ctx)?;
