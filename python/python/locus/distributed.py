@@ -379,6 +379,19 @@ def _split_numpy(x: np.ndarray, shards: int, name: str = "keys") -> list[np.ndar
     return np.split(x, cuts)
 
 
+def _scatter_blocks(
+    client: distributed.Client, workers: list[str], x: np.ndarray, shards: int | None, name: str
+) -> tuple[list, list[int]]:
+    """``x`` cut into ``shards`` near-equal blocks (one per worker by
+    default), each scattered to a worker in turn; the futures and sizes."""
+    parts = _split_numpy(x, shards if shards is not None else min(len(workers), len(x)), name)
+    futures = [
+        client.scatter(p, workers=[workers[i % len(workers)]], hash=False)
+        for i, p in enumerate(parts)
+    ]
+    return futures, [len(p) for p in parts]
+
+
 def _check_dask(x: Any, name: str, ndims: tuple[int, ...]) -> None:
     """What the driver can check of a Dask array without computing it."""
     if x.ndim not in ndims:
@@ -494,22 +507,20 @@ class _Sharded:
         center: np.ndarray | None = None,
         values_are_keys: bool = False,
         key_futures: list | None = None,
+        workers: list[str] | None = None,
     ) -> None:
+        """Cuts the keys into shards (NumPy keys: scattered over
+        ``workers``; Dask keys: their chunks; or ``key_futures`` already
+        placed), sends values and labels to the same workers and builds one
+        key set per shard there."""
         client = self.client
-        workers = _workers(client)
         keys_name = "X" if values_are_keys else "keys"
         if key_futures is not None:
             kf, sizes = key_futures
         elif _is_dask(keys):
             kf, sizes = _dask_parts(client, keys, "keys", None, shards)
         else:
-            n = keys.shape[0]
-            parts = _split_numpy(keys, shards if shards is not None else min(len(workers), n))
-            kf = [
-                client.scatter(p, workers=[workers[i % len(workers)]], hash=False)
-                for i, p in enumerate(parts)
-            ]
-            sizes = [len(p) for p in parts]
+            kf, sizes = _scatter_blocks(client, workers or _workers(client), keys, shards, "keys")
         if not kf:
             raise InputError(f"{keys_name} is empty (0 rows); it needs at least one row")
         distributed.wait(kf)
@@ -668,7 +679,7 @@ class ShardedKeySet(_Sharded):
         # Everything the driver can check is checked before any task is sent.
         _check_backend(backend)
         shards = _check_shards(shards)
-        _workers(client)
+        workers = _workers(client)
         n = None  # rows of the keys, where known on the driver
         if _is_dask(keys):
             _check_dask(keys, "keys", (2,))
@@ -716,7 +727,7 @@ class ShardedKeySet(_Sharded):
                 if lab.dtype.kind == "f" and not np.all(np.isfinite(lab)):
                     raise InputError("labels must be finite")
                 self._classes = np.unique(lab)
-        self._place(keys, values, labels, self._classes, backend, shards)
+        self._place(keys, values, labels, self._classes, backend, shards, workers=workers)
         self._dim = int(keys.shape[1])  # known on the driver: checked above
         self.backend = backend
 
@@ -981,13 +992,7 @@ def mean_shift(
     if _is_dask(X):
         xf, sizes = _dask_parts(client, X, "X", None, shards)
     else:
-        parts = _split_numpy(x, shards if shards is not None else min(len(workers), len(x)), "X")
-        xf = [
-            client.scatter(p, workers=[workers[i % len(workers)]], hash=False)
-            for i, p in enumerate(parts)
-        ]
-        sizes = [len(p) for p in parts]
-        del parts
+        xf, sizes = _scatter_blocks(client, workers, x, shards, "X")
     n_total = sum(sizes)
     if n_total == 0:
         _check_nonempty((0, d), "X")
