@@ -134,10 +134,6 @@ def _merge_extent(a: tuple, b: tuple) -> tuple:
     return np.minimum(a[0], b[0]), np.maximum(a[1], b[1])
 
 
-def _concat(*parts: np.ndarray) -> np.ndarray:
-    return np.concatenate(parts)
-
-
 def _fmt(v: float) -> str:
     return "NaN" if np.isnan(v) else str(float(v))
 
@@ -1031,8 +1027,10 @@ def mean_shift(
     del xf
     try:
         if seeds_xy is None:
+            # Every point a seed: the shards' centred points, gathered once
+            # (a new array, in row order).
             parts = [client.submit(_points, s, pure=False) for s in sh.shards]
-            pos = _tree(client, parts, _concat).result().copy()
+            pos = np.concatenate(client.gather(parts))
         else:
             pos = (seeds_xy.astype(np.float64) - center).astype(np.float32)
         if len(pos) == 0:
