@@ -450,9 +450,7 @@ def _dask_parts(
     blocks are then computed as they are and cut on the workers."""
     if x.ndim == 2:
         x = x.rechunk({1: -1})
-    n = _known_rows(x)
-    if n is not None and any(math.isnan(c) for c in x.chunks[0]):
-        n = None
+    n = _known_rows(x)  # None when any row chunk is unknown
     if n is not None:
         if rows is not None:
             if n != sum(rows):
@@ -714,15 +712,12 @@ class ShardedKeySet(_Sharded):
                 self._classes = client.compute(da.unique(labels)).result()
                 if self._classes.dtype.kind == "f" and not np.all(np.isfinite(self._classes)):
                     raise InputError("labels must be finite")
-            elif n is not None:
-                self._classes = as_labels(labels, n)[0]
             else:
                 lab = np.asarray(labels)
-                if lab.ndim != 1:
-                    raise InputError(f"labels must be 1-D (one label per key), got shape {lab.shape}")
-                if lab.dtype.kind == "f" and not np.all(np.isfinite(lab)):
-                    raise InputError("labels must be finite")
-                self._classes = np.unique(lab)
+                # Keys of unknown length (Dask, unknown chunks): the count
+                # is checked on the workers.
+                rows = n if n is not None else (lab.shape[0] if lab.ndim else 0)
+                self._classes = as_labels(lab, rows)[0]
         self._place(keys, values, labels, self._classes, backend, shards, workers=workers)
         self._dim = int(keys.shape[1])  # known on the driver: checked above
         self.backend = backend
