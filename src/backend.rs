@@ -12,7 +12,8 @@ use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{
-    Attention, Heads, Neighbours, Progress, RowNormalized, RowStates, ShiftOutcome, ShiftRun,
+    Attention, Heads, MomentLayout, Neighbours, Progress, RowNormalized, RowStates, ShiftOutcome,
+    ShiftRun,
 };
 
 /// Which matrix [`Backend::kernel_matrix`] produces.
@@ -77,6 +78,18 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         queries: &Matrix<'_>,
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
+    ) -> Result<RowNormalized>;
+
+    /// Local moments (`layout`) of the keys' offsets from each query and
+    /// of `values`: `M × layout.cols()` kernel-weighted averages, NaN rows
+    /// (counted) where the row has no mass in `f32`.
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: Option<&Matrix<'_>>,
+        layout: MomentLayout,
     ) -> Result<RowNormalized>;
 
     /// Row states `(m, s, u)`; with `exclude_self` the queries are the keys

@@ -18,6 +18,7 @@ mod knn;
 mod knn_blocked;
 mod local_mean;
 mod mean_shift;
+mod moments;
 mod on_keys;
 mod panels;
 mod resident;
@@ -35,7 +36,7 @@ use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::{MemoryBudget, MemoryUsage};
-use crate::types::{Attention, Heads, Neighbours, RowNormalized, RowStates};
+use crate::types::{Attention, Heads, MomentLayout, Neighbours, RowNormalized, RowStates};
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use keys::{KeyColumns, Pack};
@@ -81,6 +82,17 @@ impl Backend for CpuBackend {
         let pack = Pack::panels_if(panels::wanted(keys.cols(), queries.rows()));
         let cols = KeyColumns::new(keys, std::slice::from_ref(values), pack);
         on_keys::local_mean(&cols, kernel, queries, 0)
+    }
+
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: Option<&Matrix<'_>>,
+        layout: MomentLayout,
+    ) -> Result<RowNormalized> {
+        moments::local_moments(kernel, queries, keys, values, layout)
     }
 
     fn row_states(

@@ -80,6 +80,7 @@ pub(crate) fn kernel_matrix(
                 out: &dummy,
                 counter: &counter,
                 exclude_self: false,
+                moments: None,
             };
             record_pass(ctx, OP, &mut sub, &job, (0, 0), false)?;
             sub.keep(dummy);

@@ -2,10 +2,10 @@
 //! passes × key tiles, merged on the device.
 
 use crate::error::Result;
-use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
+use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, plan_local_moments, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
-use crate::types::{RowNormalized, RowStates};
+use crate::types::{MomentLayout, RowNormalized, RowStates};
 
 use super::buffers::{Pooled, upload};
 use super::context::{ErrorScope, GpuContext};
@@ -51,6 +51,9 @@ pub(crate) struct TileJob<'a, 'p> {
     pub counter: &'a Pooled<'p>,
     /// Leave each row's own key out (the queries are the keys).
     pub exclude_self: bool,
+    /// Local moments of this layout (`shaders/local_moments.wgsl`, whose
+    /// `q` columns are the layout's) instead of local means.
+    pub moments: Option<MomentLayout>,
 }
 
 /// The value-column passes of a call with `q` columns.
@@ -107,17 +110,25 @@ pub(crate) fn record_pass<'p>(
         .collect::<Result<Vec<_>>>()?;
     let params = ParamBlock::new(ctx, op, &records)?;
     let qt = (c1 - c0) as u32;
+    let (shader, mut template) = match job.moments {
+        None => (ShaderId::LocalMean, vec![]),
+        Some(l) => (
+            ShaderId::LocalMoments,
+            vec![("QY", l.qy as u32), ("QYA", l.qy.max(1) as u32)],
+        ),
+    };
+    template.extend([
+        ("D", job.d as u32),
+        ("QT", qt),
+        ("QA", qt.max(1)),
+        ("STAGE", job.plan.staged_keys as u32),
+    ]);
     let pipeline = ctx.pipelines.get(
         ctx,
         op,
         &PipelineKey {
-            shader: ShaderId::LocalMean,
-            template: vec![
-                ("D", job.d as u32),
-                ("QT", qt),
-                ("QA", qt.max(1)),
-                ("STAGE", job.plan.staged_keys as u32),
-            ],
+            shader,
+            template,
             profile: Some(job.kernel.profile().shader_code()),
         },
     )?;
@@ -128,7 +139,7 @@ pub(crate) fn record_pass<'p>(
         .map(|kt| {
             bind_group(
                 ctx,
-                ShaderId::LocalMean,
+                shader,
                 &[
                     params.binding(),
                     job.queries.binding(),
@@ -230,8 +241,23 @@ pub(crate) fn means_on_tiles(
     keys: &DeviceKeys<'_, '_>,
     plan: &LocalMeanPlan,
 ) -> Result<RowNormalized> {
+    normalized_on_tiles(ctx, scope, kernel, queries, keys, plan, None)
+}
+
+/// Local means, or with `moments` the local moments of that layout, of
+/// `queries` against key tiles on the device.
+fn normalized_on_tiles(
+    ctx: &GpuContext,
+    scope: &ErrorScope,
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &DeviceKeys<'_, '_>,
+    plan: &LocalMeanPlan,
+    moments: Option<MomentLayout>,
+) -> Result<RowNormalized> {
     let op = scope.op;
-    let (m, d, q) = (queries.rows(), keys.d, keys.q);
+    let (m, d) = (queries.rows(), keys.d);
+    let q = moments.map_or(keys.q, |l| l.cols());
     let mut out = alloc_output(op, "output", m, q)?;
     let state_cols = 2 + plan.col_tile.max(1);
     let mut empty = 0usize;
@@ -250,6 +276,7 @@ pub(crate) fn means_on_tiles(
             out: &b.out,
             counter: &b.counter,
             exclude_self: false,
+            moments,
         };
         let mut sub = Submission::new(ctx);
         sub.clear_buffer(b.counter.buffer(), 0, Some(4));
@@ -276,6 +303,35 @@ pub(crate) fn means_on_tiles(
         empty += read[1][0].to_bits() as usize;
     }
     Ok(RowNormalized::from_parts(m, q, out, empty))
+}
+
+/// Local moments of `layout` on the GPU: `M × layout.cols()` averages,
+/// NaN rows (counted) without mass in `f32` (the caller finishes those in
+/// `f64`).
+pub(crate) fn local_moments(
+    ctx: &GpuContext,
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &Matrix<'_>,
+    values: Option<&Matrix<'_>>,
+    layout: MomentLayout,
+) -> Result<RowNormalized> {
+    const OP: &str = "local_moments";
+    let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
+    check_u32(OP, "query rows", m)?;
+    check_u32(OP, "key rows", n)?;
+    check_u32(OP, "layout columns", layout.cols())?;
+    let plan = plan_local_moments(&ctx.limits, &ctx.caps, (m, n, d), layout.qy, layout.cols())?;
+    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={}", layout.qy))?;
+    let key_tiles = upload_key_tiles(ctx, OP, keys, values, plan.key_tile)?;
+    let keys = DeviceKeys {
+        tiles: &key_tiles,
+        d,
+        q: layout.qy,
+    };
+    let out = normalized_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, Some(layout))?;
+    scope.finish(ctx)?;
+    Ok(out)
 }
 
 /// Row states `(m, s, u)` on the GPU (`values` may be absent: row sums
@@ -345,6 +401,7 @@ pub(crate) fn states_on_tiles(
             out: &b.out,
             counter: &b.counter,
             exclude_self,
+            moments: None,
         };
         for (c0, c1) in passes(plan, q) {
             let mut sub = Submission::new(ctx);

@@ -357,6 +357,7 @@ fn record_means<'p>(
         out: &ch.means,
         counter: &ch.empty,
         exclude_self: false,
+        moments: None,
     };
     for cols in passes(plan, d) {
         record_pass(ctx, OP, sub, &job, cols, true)?;

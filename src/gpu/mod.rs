@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::types::{Attention, Heads, Neighbours, RowNormalized, RowStates};
+use crate::types::{Attention, Heads, MomentLayout, Neighbours, RowNormalized, RowStates};
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use buffers::Pooled;
@@ -68,6 +68,17 @@ impl Backend for GpuBackend {
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
         local_mean::local_mean(&self.ctx, kernel, queries, keys, values)
+    }
+
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: Option<&Matrix<'_>>,
+        layout: MomentLayout,
+    ) -> Result<RowNormalized> {
+        local_mean::local_moments(&self.ctx, kernel, queries, keys, values, layout)
     }
 
     fn row_states(

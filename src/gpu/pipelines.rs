@@ -28,7 +28,7 @@ enum Slot {
 fn slots(id: ShaderId) -> &'static [Slot] {
     use Slot::*;
     match id {
-        ShaderId::LocalMean => &[
+        ShaderId::LocalMean | ShaderId::LocalMoments => &[
             Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite,
         ],
         ShaderId::KernelMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],

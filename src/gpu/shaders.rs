@@ -147,6 +147,9 @@ fn prelude(consts: &[GeneratedConst]) -> String {
 pub(crate) enum ShaderId {
     /// `shaders/local_mean.wgsl`: fused local mean / row sums.
     LocalMean,
+    /// `shaders/local_moments.wgsl`: local moments (local linear
+    /// regression, local PCA, scores).
+    LocalMoments,
     /// `shaders/kernel_matrix.wgsl`: kernel-matrix blocks.
     KernelMatrix,
     /// `shaders/fill.wgsl`: output sentinels.
@@ -169,8 +172,9 @@ pub(crate) enum ShaderId {
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 10] = [
+    pub(crate) const ALL: [ShaderId; 11] = [
         ShaderId::LocalMean,
+        ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
         ShaderId::Fill,
         ShaderId::Knn,
@@ -186,6 +190,7 @@ impl ShaderId {
     pub(crate) fn file(self) -> &'static str {
         match self {
             ShaderId::LocalMean => "local_mean.wgsl",
+            ShaderId::LocalMoments => "local_moments.wgsl",
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
             ShaderId::Knn => "knn.wgsl",
@@ -201,6 +206,7 @@ impl ShaderId {
     fn body(self) -> &'static str {
         match self {
             ShaderId::LocalMean => include_str!("../../shaders/local_mean.wgsl"),
+            ShaderId::LocalMoments => include_str!("../../shaders/local_moments.wgsl"),
             ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
             ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
@@ -216,7 +222,7 @@ impl ShaderId {
     /// Entry point.
     pub(crate) fn entry(self) -> &'static str {
         match self {
-            ShaderId::LocalMean => "accumulate",
+            ShaderId::LocalMean | ShaderId::LocalMoments => "accumulate",
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
             ShaderId::Knn => "nearest",
@@ -231,13 +237,17 @@ impl ShaderId {
 
     /// Whether the shader uses `profiles.wgsl` (and its `PROFILE` override).
     pub(crate) fn uses_profiles(self) -> bool {
-        matches!(self, ShaderId::LocalMean | ShaderId::KernelMatrix)
+        matches!(
+            self,
+            ShaderId::LocalMean | ShaderId::LocalMoments | ShaderId::KernelMatrix
+        )
     }
 
     /// The placeholders the shader needs.
     pub(crate) fn placeholders(self) -> &'static [&'static str] {
         match self {
             ShaderId::LocalMean => &["D", "QT", "QA", "STAGE"],
+            ShaderId::LocalMoments => &["D", "QT", "QA", "QY", "QYA", "STAGE"],
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
@@ -271,6 +281,10 @@ impl ShaderId {
                     EXCLUDE_SELF,
                     "shaders::EXCLUDE_SELF",
                 ));
+            }
+            ShaderId::LocalMoments => {
+                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
+                out.extend(tiles());
             }
             ShaderId::KernelMatrix => {
                 out.push(C::wg("WG", MATRIX_WG, "plan::MATRIX_WG"));
@@ -323,7 +337,9 @@ impl ShaderId {
     #[cfg(test)]
     pub(crate) fn workgroup_size(self) -> [usize; 3] {
         match self {
-            ShaderId::LocalMean | ShaderId::Knn | ShaderId::MeanShift => [LOCAL_MEAN_WG, 1, 1],
+            ShaderId::LocalMean | ShaderId::LocalMoments | ShaderId::Knn | ShaderId::MeanShift => {
+                [LOCAL_MEAN_WG, 1, 1]
+            }
             ShaderId::KernelMatrix => [MATRIX_WG, MATRIX_WG, 1],
             ShaderId::Fill => [FILL_WG, 1, 1],
             ShaderId::Softmax => [ATTEND_WG, 1, 1],
@@ -370,6 +386,32 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             vec![("D", 1), ("QT", 0), ("QA", 1), ("STAGE", 256)],
             vec![("D", 3), ("QT", 3), ("QA", 3), ("STAGE", 256)],
             vec![("D", 64), ("QT", 8), ("QA", 8), ("STAGE", 112)],
+        ],
+        ShaderId::LocalMoments => vec![
+            vec![
+                ("D", 1),
+                ("QT", 2),
+                ("QA", 2),
+                ("QY", 0),
+                ("QYA", 1),
+                ("STAGE", 256),
+            ],
+            vec![
+                ("D", 3),
+                ("QT", 8),
+                ("QA", 8),
+                ("QY", 2),
+                ("QYA", 2),
+                ("STAGE", 256),
+            ],
+            vec![
+                ("D", 64),
+                ("QT", 8),
+                ("QA", 8),
+                ("QY", 4),
+                ("QYA", 4),
+                ("STAGE", 112),
+            ],
         ],
         ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
         ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],

@@ -6,11 +6,13 @@
 //! layer (`ops`, `cluster`, `keyset`) that re-exports them.
 
 mod heads;
+mod moments;
 mod neighbours;
 mod shift;
 mod states;
 
 pub(crate) use heads::{Attention, Heads};
+pub(crate) use moments::MomentLayout;
 pub use neighbours::Neighbours;
 pub use shift::Progress;
 pub(crate) use shift::{SHIFT_FLOOR, ShiftOutcome, ShiftRun, stop_sq};

@@ -71,6 +71,29 @@ pub(crate) fn plan_local_mean(
     })
 }
 
+/// Plans a local-moment pass (`shaders/local_moments.wgsl`) of `m`
+/// queries against `n` keys in `d` dimensions with `qy` value columns and
+/// `cols` layout columns: the local-mean plan for `cols` output columns,
+/// with workgroup memory staging the keys' `qy` values (not the pass's
+/// columns) and key tiles within the loop budget of a pair's work (the
+/// offsets, the values and the pass's columns).
+pub(crate) fn plan_local_moments(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    (m, n, d): (usize, usize, usize),
+    qy: usize,
+    cols: usize,
+) -> Result<LocalMeanPlan> {
+    let mut plan = plan_local_mean(dev, caps, m, n, d, cols)?;
+    plan.staged_keys = (dev.workgroup_bytes as usize / 4 / (d + qy.max(1))).min(MAX_STAGED_KEYS);
+    if plan.staged_keys == 0 {
+        return Err(no_room_for_a_key("local_moments", d, dev));
+    }
+    let per_key = 2 + 2 * d + qy + plan.col_tile.max(1);
+    plan.key_tile = plan.key_tile.min(budget_keys(dev, 0, per_key)).max(1);
+    Ok(plan)
+}
+
 /// Plans MeanShift of `m` seeds over `n` points in `d` dimensions: the
 /// local-mean plan of its iterations; blurring, a key tile is also a chunk
 /// of queries.
@@ -127,6 +150,19 @@ mod tests {
         };
         let p = plan_local_mean(&dev, &TileLimits::default(), 10, 1_000_000, 3, 3).unwrap();
         assert!(p.key_tile * (2 + 3 + 3) < 65535);
+    }
+
+    #[test]
+    fn moment_plans_stage_values_and_respect_the_loop_budget() {
+        let dev = DeviceLimits {
+            loop_budget: Some(65535),
+            ..LAVAPIPE
+        };
+        let p =
+            plan_local_moments(&dev, &TileLimits::default(), (10, 1_000_000, 3), 2, 23).unwrap();
+        assert_eq!(p.col_tile, 8);
+        assert!(p.staged_keys * (3 + 2) * 4 <= 32 << 10);
+        assert!(p.key_tile * (2 + 2 * 3 + 2 + 8) < 65535);
     }
 
     #[test]

@@ -19,7 +19,9 @@ mod resident;
 pub(crate) mod softmax;
 
 pub(crate) use knn::{KnnPlan, MAX_GPU_K, plan_knn};
-pub(crate) use local_mean::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, plan_mean_shift};
+pub(crate) use local_mean::{
+    LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, plan_local_moments, plan_mean_shift,
+};
 // Kept at the path it had before the planner was split.
 #[allow(unused_imports)]
 pub(crate) use local_mean::MAX_VALUE_COLS;

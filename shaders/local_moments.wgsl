@@ -1,0 +1,207 @@
+// Local moments (docs/numerics.md, "Local moments"): per query row, the
+// kernel-weighted averages of the products F[ia]·F[ib] of each key's
+// factor vector F = [x − q (D) | y (QY) | 1], in the column order of
+// `types/moments.rs` (MomentLayout: first moments, then r_a·r_b for
+// a ≤ b, then r_a·y_c). Offsets from the query are formed per pair, so
+// no moment about a distant origin is ever subtracted.
+//
+// Staging, the row state (m, s, u) and its merge across key tiles are
+// those of local_mean.wgsl: one invocation per query row, STAGE keys and
+// their value rows at a time through workgroup memory, QT columns of the
+// layout per pass (columns c0 .. c0 + QT), finalized into `out` on the
+// last key tile (NaN + counted when the row has no mass).
+//
+// Template constants (src/gpu/shaders.rs): D dimension, QT columns in this
+// pass, QA = max(QT, 1), QY value columns per key, QYA = max(QY, 1),
+// STAGE staged keys. Generated: WG, the flag bits FIRST_TILE, LAST_TILE.
+
+const D: u32 = {{D}}u;
+const QT: u32 = {{QT}}u;
+const QA: u32 = {{QA}}u;
+const QY: u32 = {{QY}}u;
+const QYA: u32 = {{QYA}}u;
+const STAGE: u32 = {{STAGE}}u;
+const STATE: u32 = 2u + QA;
+const ONE: u32 = D + QY;
+const NF: u32 = D + QY + 1u;
+
+struct Params {
+    rows: u32,      // query rows in this tile
+    keys: u32,      // keys in this key tile
+    q_stride: u32,  // columns of the output (the layout's)
+    c0: u32,        // first layout column of this pass
+    inv_h2: f32,    // 1/h²
+    flags: u32,     // FIRST_TILE, LAST_TILE
+    row0: u32,      // global index of the tile's first query
+    key0: u32,      // global index of the key tile's first key
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> queries: array<f32>;
+@group(0) @binding(2) var<storage, read> keys: array<f32>;
+@group(0) @binding(3) var<storage, read> vals: array<f32>;
+@group(0) @binding(4) var<storage, read_write> state: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
+
+var<workgroup> stage_x: array<f32, STAGE * D>;
+var<workgroup> stage_y: array<f32, STAGE * QYA>;
+
+struct RowState {
+    m: f32,
+    s: f32,
+    u: array<f32, QA>,
+}
+
+// The one merge rule: m = max(m₁, m₂), s = s₁e^{m₁−m} + s₂e^{m₂−m}, u likewise.
+fn merge_state(a: RowState, b: RowState) -> RowState {
+    var r: RowState;
+    r.m = max(a.m, b.m);
+    let fa = exp(a.m - r.m);
+    let fb = exp(b.m - r.m);
+    r.s = a.s * fa + b.s * fb;
+    for (var c = 0u; c < QT; c++) {
+        r.u[c] = a.u[c] * fa + b.u[c] * fb;
+    }
+    return r;
+}
+
+// The factor indices (ia, ib) of layout column `col` (MomentLayout::factors).
+fn factors(col: u32) -> vec2<u32> {
+    if col < D + QY {
+        return vec2<u32>(col, ONE);
+    }
+    var k = col - D - QY;
+    let pairs = D * (D + 1u) / 2u;
+    if k < pairs {
+        var a = 0u;
+        for (; a < D && k >= D - a; a++) {
+            k -= D - a;
+        }
+        return vec2<u32>(a, a + k);
+    }
+    k -= pairs;
+    return vec2<u32>(k / QYA, D + k % QYA);
+}
+
+@compute @workgroup_size(WG)
+fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = gid.x;
+    let live = i < p.rows;
+    let is_exp = profile_is_exp();
+
+    var qx: array<f32, D>;
+    if live {
+        for (var k = 0u; k < D; k++) {
+            qx[k] = queries[i * D + k];
+        }
+    }
+    var ia: array<u32, QA>;
+    var ib: array<u32, QA>;
+    for (var c = 0u; c < QT; c++) {
+        let ab = factors(p.c0 + c);
+        ia[c] = ab.x;
+        ib[c] = ab.y;
+    }
+    var f: array<f32, NF>;
+    f[ONE] = 1.0;
+    var st: RowState;
+    st.m = select(0.0, NEG_BIG, is_exp);
+    st.s = 0.0;
+
+    for (var base = 0u; base < p.keys; base += STAGE) {
+        let count = min(STAGE, p.keys - base);
+        for (var e = lid; e < count * D; e += WG) {
+            stage_x[e] = keys[base * D + e];
+        }
+        for (var e = lid; e < count * QY; e += WG) {
+            stage_y[e] = vals[base * QY + e];
+        }
+        workgroupBarrier();
+        if live {
+            // Sums of this stage, relative to the same running maximum,
+            // added to the row state afterwards (two-level summation).
+            var ts = 0.0;
+            var tu: array<f32, QA>;
+            for (var j = 0u; j < count; j++) {
+                var t = 0.0;
+                for (var k = 0u; k < D; k++) {
+                    let df = stage_x[j * D + k] - qx[k];
+                    f[k] = df;
+                    t = fma(df, df, t);
+                }
+                t = t * p.inv_h2;
+                if t < T_FAR {
+                    var w: f32;
+                    if is_exp {
+                        let lw = profile_log_weight(t);
+                        if lw > st.m {
+                            let r = exp(st.m - lw);
+                            st.s *= r;
+                            ts *= r;
+                            for (var c = 0u; c < QT; c++) {
+                                st.u[c] *= r;
+                                tu[c] *= r;
+                            }
+                            st.m = lw;
+                        }
+                        w = exp(lw - st.m);
+                    } else {
+                        w = profile_weight(t);
+                    }
+                    if w > 0.0 {
+                        for (var c = 0u; c < QY; c++) {
+                            f[D + c] = stage_y[j * QY + c];
+                        }
+                        ts += w;
+                        for (var c = 0u; c < QT; c++) {
+                            tu[c] = fma(w, f[ia[c]] * f[ib[c]], tu[c]);
+                        }
+                    }
+                }
+            }
+            st.s += ts;
+            for (var c = 0u; c < QT; c++) {
+                st.u[c] += tu[c];
+            }
+        }
+        workgroupBarrier();
+    }
+
+    if !live {
+        return;
+    }
+    let sb = i * STATE;
+    if (p.flags & FIRST_TILE) == 0u {
+        var prev: RowState;
+        prev.m = state[sb];
+        prev.s = state[sb + 1u];
+        for (var c = 0u; c < QT; c++) {
+            prev.u[c] = state[sb + 2u + c];
+        }
+        st = merge_state(prev, st);
+    }
+    if (p.flags & LAST_TILE) == 0u {
+        state[sb] = st.m;
+        state[sb + 1u] = st.s;
+        for (var c = 0u; c < QT; c++) {
+            state[sb + 2u + c] = st.u[c];
+        }
+        return;
+    }
+    let ob = i * p.q_stride + p.c0;
+    if st.s > 0.0 {
+        let inv = 1.0 / st.s;
+        for (var c = 0u; c < QT; c++) {
+            out[ob + c] = st.u[c] * inv;
+        }
+    } else {
+        for (var c = 0u; c < QT; c++) {
+            out[ob + c] = nan_f32();
+        }
+        if p.c0 == 0u {
+            atomicAdd(&empty_rows, 1u);
+        }
+    }
+}

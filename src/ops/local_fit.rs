@@ -1,0 +1,443 @@
+//! Local linear regression and local PCA (paper §6): both read the local
+//! moments of one fused pass over the keys (docs/numerics.md, "Local
+//! moments"), then solve a small symmetric problem per query in `f64`.
+
+use ndarray::{Array2, Array3, ArrayView2};
+use rayon::prelude::*;
+
+use super::linalg::sym_eigen;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, exact};
+use crate::matrix::{Matrix, alloc_output, reserve};
+use crate::types::MomentLayout;
+
+/// Largest dimension of the local models: their second moments grow as
+/// `d²/2` columns per query.
+pub const MAX_LOCAL_DIM: usize = 64;
+/// Largest coordinate or value magnitude the local models accept: their
+/// products and sums must stay finite `f32` over any key tile.
+pub const MAX_LOCAL_MAGNITUDE: f32 = 1e12;
+/// A local design direction whose variance is at most this fraction of
+/// the local second moment `E‖x − q‖²` counts as absent (rank-deficient):
+/// below it the `f32` moments cannot resolve it.
+pub const RANK_TOLERANCE: f64 = 1e-5;
+/// Moments held per query chunk (bytes): bounds the memory of a call.
+const CHUNK_BYTES: usize = 64 << 20;
+
+/// Result of [`Engine::local_polynomial`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalFit {
+    /// The fitted values `ŷ(q_i)` (`M × q`; NaN rows for an empty
+    /// neighbourhood).
+    pub fitted: Array2<f32>,
+    /// Degree 1: the fitted local slopes `∂ŷ_c/∂x_a` (`M × q × d`), the
+    /// estimate of the regression function's gradient (NaN rows for an
+    /// empty neighbourhood). `None` for degree 0.
+    pub slopes: Option<Array3<f32>>,
+    /// Rows with no kernel mass (NaN).
+    pub empty_rows: usize,
+    /// Degree 1: rows whose local design does not span all `d` directions
+    /// (too few keys, or keys on a lower-dimensional set). They are solved
+    /// in the directions the keys span (the minimum-norm least-squares
+    /// slopes, zero across the others); with no direction at all the fit
+    /// is the local mean and the slopes are 0.
+    pub rank_deficient_rows: usize,
+}
+
+/// Result of [`Engine::local_pca`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalPca {
+    /// The kernel-weighted mean of the keys around each query (`M × d`).
+    pub means: Array2<f32>,
+    /// The leading eigenvalues of the kernel-weighted covariance, in
+    /// descending order (`M × k`; never negative).
+    pub variances: Array2<f32>,
+    /// Their unit eigenvectors (`M × k × d`), each signed so that its
+    /// largest-magnitude entry is positive.
+    pub components: Array3<f32>,
+    /// Rows with no kernel mass (NaN in every output).
+    pub empty_rows: usize,
+}
+
+impl Engine {
+    /// Local polynomial regression of `values` (`N × q`) on `keys`
+    /// (`N × d`) at `queries` (`M × d`): `degree = 0` is the Nadaraya–Watson
+    /// local mean, `degree = 1` local linear regression — per query the
+    /// weighted least-squares fit of `y ≈ a + bᵀ(x − q)` with weights
+    /// `K(q, x_j)`, giving `ŷ(q) = a` and the slopes `b`.
+    ///
+    /// One fused pass over the keys forms the kernel-weighted moments of
+    /// `x − q` and `y` about each query (so no moment about a distant
+    /// origin is subtracted); a small `d × d` eigenproblem per query then
+    /// solves the local design in `f64`. It is statsmodels'
+    /// `KernelReg(reg_type="ll")` and R's `locpoly` without robustness
+    /// iterations, on both backends.
+    ///
+    /// # Errors
+    /// The input errors of [`local_mean`](Self::local_mean);
+    /// [`Error::InvalidParameter`] for a degree other than 0 or 1, a
+    /// dimension above [`MAX_LOCAL_DIM`] or entries above
+    /// [`MAX_LOCAL_MAGNITUDE`] (degree 1).
+    pub fn local_polynomial(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        values: ArrayView2<'_, f32>,
+        degree: usize,
+    ) -> Result<LocalFit> {
+        const OP: &str = "local_polynomial";
+        if degree > 1 {
+            return Err(Error::InvalidParameter {
+                name: "degree",
+                reason: format!("local regression has degree 0 or 1, got {degree}"),
+            });
+        }
+        if degree == 0 {
+            let r = self.local_mean(kernel, queries, keys, values)?;
+            return Ok(LocalFit {
+                fitted: r.values,
+                slopes: None,
+                empty_rows: r.empty_rows,
+                rank_deficient_rows: 0,
+            });
+        }
+        let q = Matrix::check(OP, "queries", queries)?;
+        let x = Matrix::check(OP, "keys", keys)?;
+        let y = Matrix::check(OP, "values", values)?;
+        super::check_shapes(OP, &q, &x, Some(&y))?;
+        check_local(&q, &x, Some(&y))?;
+        let (m, d, qy) = (q.rows(), x.cols(), y.cols());
+        // Values centred on their mean: the cross moments then carry the
+        // local variation, not the offset.
+        let centre: Vec<f64> = (0..qy)
+            .map(|c| {
+                let col = y.as_slice().iter().skip(c).step_by(qy);
+                col.map(|&v| f64::from(v)).sum::<f64>() / y.rows() as f64
+            })
+            .collect();
+        let mut yc = reserve::<f32>(OP, "centred values", (y.rows() * qy) as u64)?;
+        yc.extend(
+            y.as_slice()
+                .iter()
+                .enumerate()
+                .map(|(e, &v)| (f64::from(v) - centre[e % qy]) as f32),
+        );
+        let yc = Array2::from_shape_vec((y.rows(), qy), yc).expect("rows·q entries"); // ok: sized above
+        let yc = Matrix::check(OP, "values", yc.view())?;
+        let layout = MomentLayout {
+            d,
+            qy,
+            second: true,
+        };
+        let mut fitted = alloc_output(OP, "fitted", m, qy)?;
+        let mut slopes = alloc_output(OP, "slopes", m, qy * d)?;
+        let (mut empty, mut deficient) = (0, 0);
+        let p = layout.cols();
+        self.moment_chunks(OP, kernel, &q, &x, Some(&yc), layout, |r0, mom| {
+            let r1 = r0 + mom.len() / p;
+            let kinds: Vec<RowKind> = fitted[r0 * qy..r1 * qy]
+                .par_chunks_mut(qy)
+                .zip(slopes[r0 * qy * d..r1 * qy * d].par_chunks_mut(qy * d))
+                .zip(mom.par_chunks(p))
+                .map(|((fit, slope), mo)| linear_row(&layout, mo, &centre, fit, slope))
+                .collect();
+            empty += kinds.iter().filter(|&&k| k == RowKind::Empty).count();
+            deficient += kinds.iter().filter(|&&k| k == RowKind::Deficient).count();
+            Ok(())
+        })?;
+        Ok(LocalFit {
+            fitted: Array2::from_shape_vec((m, qy), fitted).expect("m·q entries"), // ok: sized above
+            slopes: Some(Array3::from_shape_vec((m, qy, d), slopes).expect("m·q·d entries")), // ok: sized above
+            empty_rows: empty,
+            rank_deficient_rows: deficient,
+        })
+    }
+
+    /// Local PCA (paper §6): at each query, the kernel-weighted mean and
+    /// covariance of the keys around it, and the covariance's leading
+    /// `components` eigenvalues and unit eigenvectors (the local principal
+    /// directions: tangent directions of a manifold the keys lie on).
+    ///
+    /// # Errors
+    /// The input errors of [`local_mean`](Self::local_mean); `components`
+    /// outside `1..=d`, a dimension above [`MAX_LOCAL_DIM`] or coordinates
+    /// above [`MAX_LOCAL_MAGNITUDE`] ([`Error::InvalidParameter`]).
+    pub fn local_pca(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        components: usize,
+    ) -> Result<LocalPca> {
+        const OP: &str = "local_pca";
+        let q = Matrix::check(OP, "queries", queries)?;
+        let x = Matrix::check(OP, "keys", keys)?;
+        super::check_shapes(OP, &q, &x, None)?;
+        check_local(&q, &x, None)?;
+        let (m, d) = (q.rows(), x.cols());
+        if !(1..=d).contains(&components) {
+            return Err(Error::InvalidParameter {
+                name: "components",
+                reason: format!("needs 1 ≤ components ≤ d = {d}, got {components}"),
+            });
+        }
+        let layout = MomentLayout {
+            d,
+            qy: 0,
+            second: true,
+        };
+        let k = components;
+        let mut means = alloc_output(OP, "means", m, d)?;
+        let mut variances = alloc_output(OP, "variances", m, k)?;
+        let mut vectors = alloc_output(OP, "components", m, k * d)?;
+        let mut empty = 0;
+        let p = layout.cols();
+        self.moment_chunks(OP, kernel, &q, &x, None, layout, |r0, mom| {
+            let r1 = r0 + mom.len() / p;
+            empty += means[r0 * d..r1 * d]
+                .par_chunks_mut(d)
+                .zip(variances[r0 * k..r1 * k].par_chunks_mut(k))
+                .zip(vectors[r0 * k * d..r1 * k * d].par_chunks_mut(k * d))
+                .zip(mom.par_chunks(p))
+                .enumerate()
+                .map(|(i, (((mean, var), vecs), mo))| {
+                    let query = q.row_range(r0 + i, r0 + i + 1);
+                    pca_row(&layout, mo, query, mean, var, vecs)
+                })
+                .filter(|&ok| !ok)
+                .count();
+            Ok(())
+        })?;
+        Ok(LocalPca {
+            means: Array2::from_shape_vec((m, d), means).expect("m·d entries"), // ok: sized above
+            variances: Array2::from_shape_vec((m, k), variances).expect("m·k entries"), // ok: sized above
+            components: Array3::from_shape_vec((m, k, d), vectors).expect("m·k·d entries"), // ok: sized above
+            empty_rows: empty,
+        })
+    }
+
+    /// Runs the local-moment pass of `layout` over query chunks (bounded
+    /// memory), finishes rows the `f32` pass leaves without mass in `f64`
+    /// (docs/numerics.md, "Far rows"), and hands each chunk's moments
+    /// (`rows × layout.cols()` row-major, NaN rows still empty) to `each`
+    /// with the chunk's first query row.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn moment_chunks(
+        &self,
+        op: &'static str,
+        kernel: &Kernel,
+        q: &Matrix<'_>,
+        x: &Matrix<'_>,
+        y: Option<&Matrix<'_>>,
+        layout: MomentLayout,
+        mut each: impl FnMut(usize, &[f64]) -> Result<()>,
+    ) -> Result<()> {
+        let p = layout.cols();
+        let chunk = (CHUNK_BYTES / (8 * p)).max(256);
+        for r0 in (0..q.rows()).step_by(chunk) {
+            let r1 = (r0 + chunk).min(q.rows());
+            let qc = q.row_range(r0, r1);
+            let qv = ArrayView2::from_shape((r1 - r0, q.cols()), qc).expect("rows·d entries"); // ok: a row range
+            let qm = Matrix::check(op, "queries", qv)?;
+            let got = self
+                .backend_impl()
+                .local_moments(kernel, &qm, x, y, layout)?;
+            let mut mom: Vec<f64> = got.values.iter().map(|&v| f64::from(v)).collect();
+            if got.empty_rows > 0 && !kernel.profile().is_compact() {
+                far_rows(kernel, &qm, x, y, &layout, &mut mom);
+            }
+            each(r0, &mom)?;
+        }
+        Ok(())
+    }
+}
+
+/// The local models' own limits on their inputs.
+pub(super) fn check_local(q: &Matrix<'_>, x: &Matrix<'_>, y: Option<&Matrix<'_>>) -> Result<()> {
+    let d = x.cols();
+    if d > MAX_LOCAL_DIM {
+        return Err(Error::InvalidParameter {
+            name: "dimension",
+            reason: format!(
+                "local models take d ≤ {MAX_LOCAL_DIM} (their moments grow as d²/2 per query), got {d}"
+            ),
+        });
+    }
+    let big = [Some(q), Some(x), y]
+        .into_iter()
+        .flatten()
+        .map(|m| m.max_abs())
+        .fold(0.0f32, f32::max);
+    if big > MAX_LOCAL_MAGNITUDE {
+        return Err(Error::InvalidParameter {
+            name: "inputs",
+            reason: format!(
+                "local models take coordinates and values of magnitude ≤ {MAX_LOCAL_MAGNITUDE:e} \
+                 (their products must stay finite in f32), got {big:e}; rescale the data"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Recomputes, from `f64` log-weights, the rows of `mom` the `f32` pass
+/// left without mass (every key beyond the far cut of an exponential or
+/// cauchy profile): their moments are those of the nearest keys.
+fn far_rows(
+    kernel: &Kernel,
+    q: &Matrix<'_>,
+    x: &Matrix<'_>,
+    y: Option<&Matrix<'_>>,
+    layout: &MomentLayout,
+    mom: &mut [f64],
+) {
+    let (d, qy) = (layout.d, layout.qy);
+    let xs = x.as_slice();
+    let ys = y.map(|y| y.as_slice());
+    let cols: Vec<(usize, usize)> = (0..layout.cols()).map(|c| layout.factors(c)).collect();
+    mom.par_chunks_mut(layout.cols())
+        .enumerate()
+        .filter(|(_, row)| row[0].is_nan())
+        .for_each(|(i, row)| {
+            let query = q.row_range(i, i + 1);
+            let factor = |j: usize, k: usize| -> f32 {
+                if k < d {
+                    xs[j * d + k] - query[k]
+                } else if k < d + qy {
+                    ys.map_or(0.0, |y| y[j * qy + k - d])
+                } else {
+                    1.0
+                }
+            };
+            let mut u = vec![0.0; cols.len()];
+            let (_, s) = exact::row_state(
+                kernel,
+                query,
+                |j, k| xs[j * d + k],
+                |j, c| factor(j, cols[c].0) * factor(j, cols[c].1),
+                (0, x.rows()),
+                None,
+                &mut u,
+            );
+            if s > 0.0 {
+                for (o, &uc) in row.iter_mut().zip(&u) {
+                    *o = uc / s;
+                }
+            }
+        });
+}
+
+/// How a row of a local fit came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowKind {
+    Full,
+    Deficient,
+    Empty,
+}
+
+/// The local covariance `S = E[r rᵀ] − μμᵀ` of a moment row (`d × d`),
+/// with `μ = E[r]`, and `E‖r‖²`.
+fn local_covariance(layout: &MomentLayout, mo: &[f64]) -> (Vec<f64>, f64) {
+    let d = layout.d;
+    let mut cov = vec![0.0; d * d];
+    let mut second = 0.0;
+    for a in 0..d {
+        second += mo[layout.pair(a, a)];
+        for b in a..d {
+            let v = mo[layout.pair(a, b)] - mo[a] * mo[b];
+            cov[a * d + b] = v;
+            cov[b * d + a] = v;
+        }
+    }
+    (cov, second)
+}
+
+/// Solves one query's local linear fit from its moments `mo`; `centre` is
+/// the values' mean (added back). Writes `fit` (`q`) and `slope`
+/// (`q × d`).
+fn linear_row(
+    layout: &MomentLayout,
+    mo: &[f64],
+    centre: &[f64],
+    fit: &mut [f32],
+    slope: &mut [f32],
+) -> RowKind {
+    if mo[0].is_nan() {
+        fit.fill(f32::NAN);
+        slope.fill(f32::NAN);
+        return RowKind::Empty;
+    }
+    let (d, qy) = (layout.d, layout.qy);
+    let (mut cov, second) = local_covariance(layout, mo);
+    let (mut lam, mut vecs) = (vec![0.0; d], vec![0.0; d * d]);
+    sym_eigen(&mut cov, d, &mut lam, &mut vecs);
+    let tau = RANK_TOLERANCE * second;
+    let kept = lam.iter().take_while(|&&l| l > tau).count();
+    for c in 0..qy {
+        // C = E[r y_c] − μ E[y_c]; b = Σ_k v_k (v_kᵀ C) / λ_k over the kept
+        // directions.
+        let ey = mo[d + c];
+        let cross: Vec<f64> = (0..d)
+            .map(|a| mo[layout.cross(a, c)] - mo[a] * ey)
+            .collect();
+        let mut b = vec![0.0; d];
+        for k in 0..kept {
+            let v = &vecs[k * d..(k + 1) * d];
+            let proj: f64 = v.iter().zip(&cross).map(|(vi, ci)| vi * ci).sum::<f64>() / lam[k];
+            for (ba, va) in b.iter_mut().zip(v) {
+                *ba += proj * va;
+            }
+        }
+        // ŷ(q) = a = E[y] + bᵀ(0 − μ).
+        let a = ey - b.iter().zip(mo).map(|(ba, mu)| ba * mu).sum::<f64>();
+        fit[c] = (a + centre[c]) as f32;
+        for (o, &ba) in slope[c * d..(c + 1) * d].iter_mut().zip(&b) {
+            *o = ba as f32;
+        }
+    }
+    if kept < d {
+        RowKind::Deficient
+    } else {
+        RowKind::Full
+    }
+}
+
+/// One query's local PCA from its moments; `false` (NaN outputs) when the
+/// row is empty.
+fn pca_row(
+    layout: &MomentLayout,
+    mo: &[f64],
+    query: &[f32],
+    mean: &mut [f32],
+    var: &mut [f32],
+    vecs_out: &mut [f32],
+) -> bool {
+    if mo[0].is_nan() {
+        mean.fill(f32::NAN);
+        var.fill(f32::NAN);
+        vecs_out.fill(f32::NAN);
+        return false;
+    }
+    let d = layout.d;
+    for (a, o) in mean.iter_mut().enumerate() {
+        *o = (f64::from(query[a]) + mo[a]) as f32;
+    }
+    let (mut cov, _) = local_covariance(layout, mo);
+    let (mut lam, mut vecs) = (vec![0.0; d], vec![0.0; d * d]);
+    sym_eigen(&mut cov, d, &mut lam, &mut vecs);
+    for (k, v) in var.iter_mut().enumerate() {
+        *v = lam[k].max(0.0) as f32;
+        let row = &vecs[k * d..(k + 1) * d];
+        let big = row
+            .iter()
+            .copied()
+            .fold(0.0f64, |m, x| if x.abs() > m.abs() { x } else { m });
+        let sign = if big < 0.0 { -1.0 } else { 1.0 };
+        for (o, &x) in vecs_out[k * d..(k + 1) * d].iter_mut().zip(row) {
+            *o = (sign * x) as f32;
+        }
+    }
+    true
+}

@@ -1,0 +1,144 @@
+//! Score estimates `∇ log f̂` of the kernel density (paper §9.2) and the
+//! Tweedie denoising step built on them.
+
+use ndarray::{Array2, ArrayView2};
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, Profile};
+use crate::matrix::Matrix;
+use crate::types::{MomentLayout, RowNormalized};
+
+/// The shadow of a profile: `−k′(t) = κ·g(t)` with `g` a profile (as a
+/// function of `t = r²`), so that `∇ log f̂(q) = (2κ/h²)·(Σ g / Σ k)·
+/// (m_g(q) − q)`, `m_g` the local mean under `g`.
+fn shadow(p: Profile) -> Result<(Profile, f64)> {
+    match p {
+        // −d/dt e^{−t/2} = ½ e^{−t/2}.
+        Profile::Gaussian => Ok((Profile::Gaussian, 0.5)),
+        // −d/dt (1 − t)₊ = 1[t < 1].
+        Profile::Epanechnikov => Ok((Profile::Uniform, 1.0)),
+        // −d/dt (1 − t)₊² = 2(1 − t)₊.
+        Profile::Biweight => Ok((Profile::Epanechnikov, 2.0)),
+        other => Err(Error::InvalidParameter {
+            name: "kernel",
+            reason: format!(
+                "the score of a {} density estimate is not a local mean: it needs a profile \
+                 whose derivative is again a profile (gaussian, epanechnikov, biweight); {}",
+                other.name(),
+                match other {
+                    Profile::Uniform => "a uniform estimate is flat between jumps",
+                    Profile::Triangular | Profile::Laplacian =>
+                        "this one has no derivative at r = 0",
+                    _ => "cauchy's derivative 1/(1 + r²)² is not one of the profiles",
+                }
+            ),
+        }),
+    }
+}
+
+impl Engine {
+    /// The score `∇ log f̂(q)` of the kernel density estimate of `keys`
+    /// (`N × d`) at each query (`M × d`), through local means (paper §9.2):
+    /// `(m(q) − q)/h²` for the gaussian kernel, and for a profile `k` with
+    /// `−k′ = κ·g` (epanechnikov: `g` uniform, κ = 1; biweight: `g`
+    /// epanechnikov, κ = 2) `(2κ/h²)·(Σ g/Σ k)·(m_g(q) − q)`. The offsets
+    /// `m − q` are formed per key, not as a difference of two large means.
+    ///
+    /// Rows where the estimate is zero are NaN and counted.
+    ///
+    /// # Errors
+    /// The input errors of [`local_mean`](Self::local_mean), and
+    /// [`Error::InvalidParameter`] for the profiles with no such form
+    /// (uniform, triangular, laplacian, cauchy) or coordinates above
+    /// [`MAX_LOCAL_MAGNITUDE`](crate::MAX_LOCAL_MAGNITUDE).
+    pub fn score(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+    ) -> Result<RowNormalized> {
+        const OP: &str = "score";
+        let (g, kappa) = shadow(kernel.profile())?;
+        let q = Matrix::check(OP, "queries", queries)?;
+        let x = Matrix::check(OP, "keys", keys)?;
+        super::check_shapes(OP, &q, &x, None)?;
+        super::local_fit::check_local(&q, &x, None)?;
+        let (m, d) = (q.rows(), q.cols());
+        let h = f64::from(kernel.bandwidth());
+        let gk = Kernel::new(g, kernel.bandwidth())?;
+        // Σ g / Σ k per row (1 when g is k itself).
+        let ratio: Option<Vec<f64>> = if g == kernel.profile() {
+            None
+        } else {
+            let sk = self
+                .backend_impl()
+                .row_states(kernel, &q, &x, None, false)?;
+            let sg = self.backend_impl().row_states(&gk, &q, &x, None, false)?;
+            Some(
+                sg.log_sum()
+                    .iter()
+                    .zip(sk.log_sum().iter())
+                    .map(|(lg, lk)| (lg - lk).exp())
+                    .collect(),
+            )
+        };
+        let layout = MomentLayout {
+            d,
+            qy: 0,
+            second: false,
+        };
+        let mut out = Array2::<f32>::zeros((m, d));
+        let mut empty = 0;
+        self.moment_chunks(OP, &gk, &q, &x, None, layout, |r0, mom| {
+            for (i, mo) in mom.chunks_exact(d).enumerate() {
+                let r = r0 + i;
+                let factor = 2.0 * kappa / (h * h) * ratio.as_ref().map_or(1.0, |v| v[r]);
+                let mut row = out.row_mut(r);
+                if mo[0].is_nan() || !factor.is_finite() {
+                    row.fill(f32::NAN);
+                    empty += 1;
+                } else {
+                    for (o, &mu) in row.iter_mut().zip(mo) {
+                        *o = (factor * mu) as f32;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(RowNormalized {
+            values: out,
+            empty_rows: empty,
+        })
+    }
+
+    /// One Tweedie denoising step (paper §9.2): `q + σ²·∇ log f̂(q)`, the
+    /// posterior mean of a clean point under gaussian noise of standard
+    /// deviation `noise_std`, with the density of the noisy `keys`
+    /// estimated by `kernel` ([`score`](Self::score)). With the gaussian
+    /// kernel and `σ = h` it is the local mean `m(q)`.
+    ///
+    /// # Errors
+    /// Those of [`score`](Self::score), and a `noise_std` that is not
+    /// positive and finite.
+    pub fn denoise(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        noise_std: f32,
+    ) -> Result<RowNormalized> {
+        if !(noise_std.is_finite() && noise_std > 0.0) {
+            return Err(Error::InvalidParameter {
+                name: "noise_std",
+                reason: format!("must be positive and finite, got {noise_std}"),
+            });
+        }
+        let mut r = self.score(kernel, queries, keys)?;
+        let s2 = f64::from(noise_std) * f64::from(noise_std);
+        for (o, &qv) in r.values.iter_mut().zip(queries.iter()) {
+            *o = (f64::from(qv) + s2 * f64::from(*o)) as f32;
+        }
+        Ok(r)
+    }
+}

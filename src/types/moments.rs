@@ -1,0 +1,119 @@
+//! The layout of a local-moment pass: which kernel-weighted averages it
+//! returns for each query (docs/numerics.md, "Local moments").
+
+/// Kernel-weighted averages, per query `q`, of products of the key's
+/// offset `r = x − q` and its values `y`:
+///
+/// ```text
+/// columns  [ r_a (d) | y_c (qy) | r_a·r_b, a ≤ b (d(d+1)/2) | r_a·y_c (d·qy) ]
+/// ```
+///
+/// each as `Σ_j K(q, x_j) f_j / Σ_j K(q, x_j)`. The second block (the
+/// `r_a·r_b` and `r_a·y_c` columns) is present only with `second`. Every
+/// column is a product `F[ia]·F[ib]` of two entries of the key's factor
+/// vector `F = [r (d) | y (qy) | 1]`: the backends evaluate
+/// [`factors`](Self::factors), so they cannot disagree on the order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct MomentLayout {
+    /// Dimension of the keys and queries.
+    pub d: usize,
+    /// Value columns.
+    pub qy: usize,
+    /// Whether the second moments are wanted.
+    pub second: bool,
+}
+
+impl MomentLayout {
+    /// Index of the constant factor `1` in `F`.
+    pub(crate) fn one(&self) -> usize {
+        self.d + self.qy
+    }
+
+    /// Number of `r_a·r_b` columns.
+    pub(crate) fn pairs(&self) -> usize {
+        self.d * (self.d + 1) / 2
+    }
+
+    /// Number of columns.
+    pub(crate) fn cols(&self) -> usize {
+        let first = self.d + self.qy;
+        if self.second {
+            first + self.pairs() + self.d * self.qy
+        } else {
+            first
+        }
+    }
+
+    /// Column of `r_a·r_b` (either order).
+    pub(crate) fn pair(&self, a: usize, b: usize) -> usize {
+        let (a, b) = if a <= b { (a, b) } else { (b, a) };
+        // Entries of the upper triangle's rows before row a: Σ_{i<a} (d − i).
+        let before = a * self.d - a * a.saturating_sub(1) / 2;
+        self.d + self.qy + before + (b - a)
+    }
+
+    /// Column of `r_a·y_c`.
+    pub(crate) fn cross(&self, a: usize, c: usize) -> usize {
+        self.d + self.qy + self.pairs() + a * self.qy + c
+    }
+
+    /// The two factor indices of column `col`: the column is
+    /// `F[ia]·F[ib]`.
+    pub(crate) fn factors(&self, col: usize) -> (usize, usize) {
+        let (d, qy) = (self.d, self.qy);
+        let one = self.one();
+        if col < d + qy {
+            return (col, one);
+        }
+        let mut k = col - d - qy;
+        if k < self.pairs() {
+            let mut a = 0;
+            while k >= d - a {
+                k -= d - a;
+                a += 1;
+            }
+            return (a, a + k);
+        }
+        k -= self.pairs();
+        (k / qy, d + k % qy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factors_and_indices_agree() {
+        for (d, qy) in [(1, 0), (1, 1), (3, 0), (3, 2), (5, 4)] {
+            let l = MomentLayout {
+                d,
+                qy,
+                second: true,
+            };
+            let mut seen = vec![false; l.cols()];
+            for a in 0..d {
+                assert_eq!(l.factors(a), (a, l.one()));
+                for b in a..d {
+                    let c = l.pair(a, b);
+                    assert_eq!(l.pair(b, a), c);
+                    assert_eq!(l.factors(c), (a, b), "d={d} pair ({a},{b})");
+                    assert!(!seen[c]);
+                    seen[c] = true;
+                }
+                for y in 0..qy {
+                    let c = l.cross(a, y);
+                    assert_eq!(l.factors(c), (a, d + y));
+                    assert!(!seen[c]);
+                    seen[c] = true;
+                }
+            }
+            for y in 0..qy {
+                assert_eq!(l.factors(d + y), (d + y, l.one()));
+            }
+            assert!(seen[d + qy..].iter().all(|&s| s), "d={d} qy={qy}");
+            let first = MomentLayout { second: false, ..l };
+            assert_eq!(first.cols(), d + qy);
+        }
+    }
+}
