@@ -121,6 +121,108 @@ fn local_mean_matches_the_library() {
 }
 
 #[test]
+fn local_linear_and_local_pca_match_the_library() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(5);
+    let (q, x, y) = (
+        rng.matrix(19, 2, 0.0, 1.0),
+        rng.matrix(80, 2, 0.0, 1.0),
+        rng.matrix(80, 2, -5.0, 5.0),
+    );
+    let (out, slopes) = (dir.path().join("f.npy"), dir.path().join("s.csv"));
+    locus()
+        .args(["local-mean", "--backend", "cpu", "--bandwidth", "0.3"])
+        .args(["--degree", "1", "--queries"])
+        .arg(npy(&dir, "q.npy", &q))
+        .arg("--keys")
+        .arg(npy(&dir, "x.npy", &x))
+        .arg("--values")
+        .arg(npy(&dir, "y.npy", &y))
+        .arg("--slopes")
+        .arg(&slopes)
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("degree: 1"));
+    let k = Kernel::gaussian(0.3).unwrap();
+    let want = cpu()
+        .local_polynomial(&k, q.view(), x.view(), y.view(), 1)
+        .unwrap();
+    assert_near(&read_out(&out), &want.fitted, 1e-6);
+    // CSV: one row of q·d slopes per query.
+    let s = want.slopes.unwrap();
+    let flat = s.to_shape((19, 4)).unwrap().to_owned();
+    assert_near(&read_out(&slopes), &flat, 1e-6);
+
+    let (comp, var) = (dir.path().join("c.npy"), dir.path().join("v.npy"));
+    locus()
+        .args(["local-pca", "--backend", "cpu", "--kernel", "biweight"])
+        .args(["--bandwidth", "0.5", "--components", "2", "--keys"])
+        .arg(dir.path().join("x.npy"))
+        .arg("--variances")
+        .arg(&var)
+        .arg("--output")
+        .arg(&comp)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("local-pca: M=80 N=80 d=2 k=2"));
+    let k = Kernel::new(Profile::Biweight, 0.5).unwrap();
+    let want = cpu().local_pca(&k, x.view(), x.view(), 2).unwrap();
+    assert_near(&read_out(&var), &want.variances, 1e-6);
+    let got: ndarray::Array3<f32> = read_npy(&comp).unwrap();
+    assert_eq!(got, want.components);
+    let xs = dir.path().join("x.npy");
+    let xs = xs.to_str().unwrap();
+    for (args, expect) in [
+        (
+            vec![
+                "local-mean",
+                "--keys",
+                xs,
+                "--bandwidth",
+                "1",
+                "--degree",
+                "2",
+                "-o",
+                "out.csv",
+            ],
+            vec!["--degree is 0"],
+        ),
+        (
+            vec![
+                "local-mean",
+                "--keys",
+                xs,
+                "--bandwidth",
+                "1",
+                "--slopes",
+                "s.npy",
+                "-o",
+                "out.csv",
+            ],
+            vec!["--slopes needs --degree 1"],
+        ),
+        (
+            vec![
+                "local-pca",
+                "--keys",
+                xs,
+                "--bandwidth",
+                "1",
+                "--components",
+                "3",
+                "-o",
+                "out.csv",
+            ],
+            vec!["--components must lie in 1..=2"],
+        ),
+    ] {
+        fails_with(&dir, &args, &expect);
+    }
+}
+
+#[test]
 fn self_local_mean_from_csv_with_header_and_comments() {
     let dir = TempDir::new().unwrap();
     let x = Rng::new(2).matrix(40, 2, 0.0, 1.0);

@@ -354,6 +354,25 @@ pub fn write_array<T: Cell, D: Dimension>(
     })
 }
 
+/// Writes a 3-D array `A × B × C`: as it is to `.npy`, as `A` rows of
+/// `B·C` columns to `.csv`.
+pub fn write_array_3d<T: Cell>(
+    flag: &str,
+    path: &Path,
+    a: ndarray::ArrayView3<'_, T>,
+) -> CliResult<()> {
+    match Format::of(flag, path)? {
+        Format::Npy => write_array(flag, path, a),
+        Format::Csv => {
+            let (rows, b, c) = a.dim();
+            let flat = a
+                .to_shape((rows, b * c))
+                .map_err(|e| CliError::compute(format!("{flag}: {e}")))?;
+            write_array(flag, path, flat.view())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

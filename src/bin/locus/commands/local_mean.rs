@@ -1,5 +1,6 @@
 //! `locus local-mean`: Nadaraya–Watson local means `K̃Y` of values at
-//! queries, or the self-local mean `K̃X`.
+//! queries, or the self-local mean `K̃X`; with `--degree 1` local linear
+//! regression and its slopes.
 
 use std::path::PathBuf;
 
@@ -7,7 +8,9 @@ use serde_json::json;
 
 use super::{Job, pairs_per_second};
 use crate::args::{Compute, KernelArgs};
-use crate::error::CliResult;
+use locus::LocalFit;
+
+use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::report::Summary;
 use crate::verify::{Deviation, Tolerance};
@@ -31,6 +34,14 @@ pub struct LocalMeanArgs {
     /// within reach of a compact kernel are NaN.
     #[arg(long, short, value_name = "OUT")]
     output: PathBuf,
+    /// Local polynomial degree: 0 is the local mean (Nadaraya–Watson), 1
+    /// local linear regression (no boundary bias for linear trends).
+    #[arg(long, default_value_t = 0, value_name = "0|1")]
+    degree: usize,
+    /// With --degree 1: where to write the fitted local slopes, the
+    /// gradient estimate (M×q×d in .npy; M×(q·d) rows in .csv).
+    #[arg(long, value_name = "S")]
+    slopes: Option<PathBuf>,
     #[command(flatten)]
     common: Compute,
 }
@@ -38,6 +49,20 @@ pub struct LocalMeanArgs {
 /// Runs `locus local-mean`.
 pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
     io::check_output("--output", &a.output)?;
+    if let Some(s) = &a.slopes {
+        io::check_output("--slopes", s)?;
+        if a.degree != 1 {
+            return Err(CliError::input(
+                "--slopes needs --degree 1 (local linear regression)",
+            ));
+        }
+    }
+    if a.degree > 1 {
+        return Err(CliError::input(format!(
+            "--degree is 0 (local mean) or 1 (local linear), got {}",
+            a.degree
+        )));
+    }
     let kernel = a.kernel.kernel()?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = a
@@ -56,15 +81,20 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
     if let Some(v) = &values {
         io::same_rows(v, &keys)?;
     }
-    let self_mean = queries.is_none() && values.is_none();
+    let self_mean = queries.is_none() && values.is_none() && a.degree == 0;
     let x = keys.data.view();
     let q = queries.as_ref().map_or(x, |q| q.data.view());
     let y = values.as_ref().map_or(x, |v| v.data.view());
     let op = |e: &locus::Engine| {
         if self_mean {
-            e.self_local_mean(&kernel, x)
+            e.self_local_mean(&kernel, x).map(|r| LocalFit {
+                fitted: r.values,
+                slopes: None,
+                empty_rows: r.empty_rows,
+                rank_deficient_rows: 0,
+            })
         } else {
-            e.local_mean(&kernel, q, x, y)
+            e.local_polynomial(&kernel, q, x, y, a.degree)
         }
     };
 
@@ -73,8 +103,8 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
     let scale = y.iter().fold(0.0f32, |s, v| s.max(v.abs()));
     job.verify(op, |other| {
         Deviation::between(
-            result.values.view(),
-            other.values.view(),
+            result.fitted.view(),
+            other.fitted.view(),
             Tolerance::local_mean(scale),
         )
     })?;
@@ -85,15 +115,23 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
         sizes: vec![("M", m), ("N", n), ("d", x.ncols()), ("q", y.ncols())],
         fields: vec![
             ("self_local_mean", json!(self_mean)),
+            ("degree", json!(a.degree)),
             ("empty_rows", json!(result.empty_rows)),
+            ("rank_deficient_rows", json!(result.rank_deficient_rows)),
             (
                 "pairs_per_second",
                 json!(pairs_per_second(m, n, job.seconds())),
             ),
         ],
-        outputs: vec![("output", a.output.clone())],
+        outputs: std::iter::once(("output", a.output.clone()))
+            .chain(a.slopes.clone().map(|s| ("slopes", s)))
+            .collect(),
     };
     job.finish(summary, || {
-        io::write_array("--output", &a.output, result.values.view())
+        io::write_array("--output", &a.output, result.fitted.view())?;
+        if let (Some(path), Some(slopes)) = (&a.slopes, &result.slopes) {
+            io::write_array_3d("--slopes", path, slopes.view())?;
+        }
+        Ok(())
     })
 }

@@ -19,6 +19,7 @@ pub mod kde;
 pub mod kernel_matrix;
 pub mod knn;
 pub mod local_mean;
+pub mod local_pca;
 pub mod mean_shift;
 pub mod medoid_shift;
 pub mod softmax;

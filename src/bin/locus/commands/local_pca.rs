@@ -1,0 +1,118 @@
+//! `locus local-pca`: at each query, the kernel-weighted mean and the
+//! leading principal directions and variances of the keys around it.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use super::{Job, pairs_per_second};
+use crate::args::{Compute, KernelArgs};
+use crate::error::{CliError, CliResult};
+use crate::io::{self, Input};
+use crate::report::Summary;
+use crate::verify::{Deviation, Tolerance};
+
+/// Arguments of `locus local-pca`.
+#[derive(Debug, clap::Args)]
+pub struct LocalPcaArgs {
+    /// Query points, M×d (default: the keys).
+    #[arg(long, value_name = "Q")]
+    queries: Option<PathBuf>,
+    /// Keys, N×d.
+    #[arg(long, value_name = "X")]
+    keys: PathBuf,
+    #[command(flatten)]
+    kernel: KernelArgs,
+    /// Number of leading components, 1 ≤ k ≤ d.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    components: usize,
+    /// Where to write the components: unit vectors, M×k×d in .npy, M rows
+    /// of k·d in .csv (each signed so its largest entry is positive).
+    #[arg(long, short, value_name = "OUT")]
+    output: PathBuf,
+    /// Where to write the local variances (M×k, descending).
+    #[arg(long, value_name = "V")]
+    variances: Option<PathBuf>,
+    /// Where to write the local (kernel-weighted) means (M×d).
+    #[arg(long, value_name = "MU")]
+    means: Option<PathBuf>,
+    #[command(flatten)]
+    common: Compute,
+}
+
+/// Runs `locus local-pca`.
+pub fn run(a: &LocalPcaArgs) -> CliResult<()> {
+    io::check_output("--output", &a.output)?;
+    if let Some(v) = &a.variances {
+        io::check_output("--variances", v)?;
+    }
+    if let Some(m) = &a.means {
+        io::check_output("--means", m)?;
+    }
+    let kernel = a.kernel.kernel()?;
+    let keys = Input::load("--keys", &a.keys)?;
+    let queries = a
+        .queries
+        .as_deref()
+        .map(|p| Input::load("--queries", p))
+        .transpose()?;
+    if let Some(q) = &queries {
+        io::same_cols(q, &keys)?;
+    }
+    let x = keys.data.view();
+    let q = queries.as_ref().map_or(x, |q| q.data.view());
+    let d = x.ncols();
+    if !(1..=d).contains(&a.components) {
+        return Err(CliError::input(format!(
+            "--components must lie in 1..={d} (the keys' dimension), got {}",
+            a.components
+        )));
+    }
+    let op = |e: &locus::Engine| e.local_pca(&kernel, q, x, a.components);
+
+    let mut job = Job::open("local-pca", &a.common)?;
+    let result = job.run(op)?;
+    // The variances and means are compared: eigenvectors of nearly equal
+    // eigenvalues may legitimately differ between backends.
+    let scale = x.iter().fold(0.0f32, |s, v| s.max(v.abs()));
+    job.verify(op, |other| {
+        let means = Deviation::between(
+            result.means.view(),
+            other.means.view(),
+            Tolerance::local_mean(scale),
+        );
+        let vars = Deviation::between(
+            result.variances.view(),
+            other.variances.view(),
+            Tolerance::local_mean(scale * scale),
+        );
+        if means.ok { vars } else { means }
+    })?;
+
+    let (m, n) = (q.nrows(), x.nrows());
+    let summary = Summary {
+        kernel: Some(kernel),
+        sizes: vec![("M", m), ("N", n), ("d", d), ("k", a.components)],
+        fields: vec![
+            ("empty_rows", json!(result.empty_rows)),
+            (
+                "pairs_per_second",
+                json!(pairs_per_second(m, n, job.seconds())),
+            ),
+        ],
+        outputs: std::iter::once(("output", a.output.clone()))
+            .chain(a.variances.clone().map(|v| ("variances", v)))
+            .chain(a.means.clone().map(|m| ("means", m)))
+            .collect(),
+    };
+    job.finish(summary, || {
+        io::write_array_3d("--output", &a.output, result.components.view())?;
+        if let Some(v) = &a.variances {
+            io::write_array("--variances", v, result.variances.view())?;
+        }
+        if let Some(mu) = &a.means {
+            io::write_array("--means", mu, result.means.view())?;
+        }
+        Ok(())
+    })
+}
