@@ -27,8 +27,12 @@ kernel is the gaussian ``exp(-(x_j - x)^2 / 2h^2) / sqrt(2 pi)`` per
 column; the product over d columns with one h is ``exp(-|x_j - x|^2 /
 2h^2)`` up to a constant factor, which cancels in the weighted least
 squares. That is locus's gaussian kernel ``exp(-r^2/2)``, r = |x_j - x| / h,
-with the same h. A float64 numpy solve of the same problem (``lstsq``,
-vectorized) checks that reading of statsmodels' conventions.
+with the same h. A float64 numpy solve of the same problem (``lstsq`` on
+the square-root-weighted design) checks that reading of statsmodels'
+conventions, and is shown in parentheses as a second reference: with a
+small h some local designs are nearly singular, and there statsmodels'
+``pinv`` of the unscaled normal matrix (rcond 1e-15) truncates directions
+that ``lstsq`` keeps, so its slopes (not its fitted values) part from both.
 
 locus: the CLI as a subprocess, ``local-mean --keys X.npy --queries X.npy
 --values Y.npy --kernel gaussian --bandwidth H --degree 1 --slopes S.npy
@@ -43,9 +47,11 @@ statsmodels time / locus time, measured in the same process.
 
 Agreement: fitted values within ``--tol`` (default 1e-4) relative, max
 |a - b| / max(|b|, tiny) over the queries; the slopes are reported as max
-|a - b| / max |statsmodels slope| (not gated). The exit status is 1 if the
+|a - b| / max |reference slope| (not gated). The exit status is 1 if the
 fitted values of locus (CLI or Python package) are off by more than the
-tolerance. A Markdown report goes to stdout.
+tolerance from statsmodels, unless statsmodels is the one beyond it from
+the float64 solve and locus is within it (as in compare_torch_faiss.py).
+A Markdown report goes to stdout.
 """
 
 import argparse
@@ -189,8 +195,8 @@ def main():
     shown = os.path.relpath(a.locus, ROOT) if a.locus.startswith(str(ROOT)) else a.locus
     print(f"- {locus_version} ({shown}, --backend cpu); python {platform.python_version()}; {', '.join(versions)}")
     print(f"- command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-    print(f"- data: sklearn diabetes, N = M = 442 (queries = training points), gaussian kernel, one h in every"
-          f" dimension; locus in float32, statsmodels on the same values in float64")
+    print("- data: sklearn diabetes, N = M = 442 (queries = training points), gaussian kernel, one h in every"
+          " dimension; locus in float32, statsmodels on the same values in float64")
     print(f"- best of {a.repeat}; locus wall = whole process incl. start and .npy I/O, (compute) = its own --json"
           f" seconds; statsmodels .fit and the Python package warm, in-process")
 
@@ -215,10 +221,17 @@ def main():
             t_sm, (sm_mean, sm_mfx) = best(lambda: sm.fit(x64), a.repeat)
             # The script's reading of statsmodels' conventions (bw = h of exp(-r^2/2h^2), mfx = slopes)
             ref_mean, ref_slopes = local_linear_f64(x64, x64, y64, h)
-            conv = max(rel_err(sm_mean, ref_mean), slope_err(sm_mfx, ref_slopes))
-            if conv > 1e-8:
-                notes.append(f"{name}: statsmodels differs from the float64 numpy solve by {conv:.1e}:"
-                             " the script's reading of its bandwidth or slopes is off")
+            sm_ref_fit, sm_ref_slope = rel_err(sm_mean, ref_mean), slope_err(sm_mfx, ref_slopes)
+            if sm_ref_fit > 1e-8:
+                notes.append(f"{name}: statsmodels' fitted values differ from the float64 lstsq solve by"
+                             f" {sm_ref_fit:.1e} relative: the script's reading of its bandwidth is off,"
+                             " or local designs are (nearly) singular")
+            if sm_ref_slope > 1e-6:
+                bad = int(np.sum(np.abs(sm_mfx - ref_slopes).max(1) > 1e-6 * np.abs(ref_slopes).max()))
+                notes.append(f"{name}: statsmodels' slopes differ from the float64 lstsq solve by {sm_ref_slope:.1e}"
+                             f" of max abs slope in {bad} rows: nearly singular local designs (statsmodels"
+                             " takes pinv of the unscaled normal matrix, rcond 1e-15, which truncates there);"
+                             " see the slopes column's (vs f64) figure for locus")
 
             # locus CLI, float32
             np.save(f"{tmp}/x.npy", x32)
@@ -232,11 +245,15 @@ def main():
             e_fit = rel_err(fitted[:, 0], sm_mean)
             e_slope = slope_err(slopes[:, 0, :], sm_mfx)
             e_ref = rel_err(fitted[:, 0], ref_mean)
+            e_slope_ref = slope_err(slopes[:, 0, :], ref_slopes)
             summ = rep.get("summary", {})
             for key in ("empty_rows", "rank_deficient_rows"):
                 if summ.get(key):
                     notes.append(f"{name}: locus reports {key} = {summ[key]}")
-            ok = e_fit <= a.tol
+            # As in compare_torch_faiss.py: beyond tolerance of the peer is a failure unless the
+            # peer is the one off the float64 reference and locus is within tolerance of it.
+            ok = e_fit <= a.tol or (sm_ref_fit > a.tol and e_ref <= a.tol)
+            verdict = "ok" if e_fit <= a.tol else "ok (statsmodels off; locus ok vs f64)" if ok else "**FAIL**"
             if not ok:
                 fails.append(f"{name} (d = {d}, h = {h}): locus CLI fitted values off by {e_fit:.1e} relative"
                              f" (vs the float64 numpy solve: {e_ref:.1e}); tolerance {a.tol:g}")
@@ -249,20 +266,23 @@ def main():
                     notes.append(f"Python package: {why}; not timed")
             else:
                 t_p, pred = best(lambda: fn(x32, y32), a.repeat)
-                e_py = rel_err(np.asarray(pred).reshape(-1), sm_mean)
+                pred = np.asarray(pred, np.float64).reshape(-1)
+                e_py, e_py_ref = rel_err(pred, sm_mean), rel_err(pred, ref_mean)
                 py = f"{t_p:.4f} ({t_sm / t_p:.1f}x; err {e_py:.1e})"
-                if e_py > a.tol:
-                    ok = False
+                if e_py > a.tol and not (sm_ref_fit > a.tol and e_py_ref <= a.tol):
+                    verdict = "**FAIL**"
                     fails.append(f"{name}: Python package fitted values off by {e_py:.1e} relative")
 
-            rows.append((name, f"{d}", f"{n}", f"{h:g}", f"{e_fit:.1e}", f"{e_slope:.1e}", f"{t_sm:.4f}",
+            rows.append((name, f"{d}", f"{n}", f"{h:g}", f"{e_fit:.1e} ({e_ref:.1e})",
+                         f"{e_slope:.1e} ({e_slope_ref:.1e})", f"{t_sm:.4f}",
                          f"{t_l:.4f} ({c_l:.5f})", f"{t_sm / t_l:.1f} ({t_sm / c_l:.0f})", py,
-                         "ok" if ok else "**FAIL**"))
+                         verdict))
             sys.stdout.flush()
 
     table("Gaussian local linear regression on sklearn diabetes: locus CLI (float32) vs statsmodels KernelReg "
           "(float64), queries = the training points",
-          ["columns", "d", "N = M", "h", "fitted: max rel. err", "slopes: max err / max |slope|",
+          ["columns", "d", "N = M", "h", "fitted: max rel. err (vs f64)",
+           "slopes: max abs err / max abs slope (vs f64)",
            "statsmodels .fit s", "locus s, wall (compute)", "statsmodels/locus, wall (compute)",
            "locus Python s (statsmodels/python; err)", f"fitted ≤ {a.tol:g}"], rows)
     if notes:

@@ -22,7 +22,7 @@ echo "== virtualenv in $venv"
 "$python" -m venv "$venv"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-input \
-    "maturin>=1.9,<2" numpy scikit-learn "dask[distributed]" pytest
+    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pytest
 
 echo "== building the package (release)"
 "$venv/bin/maturin" build --release --quiet --manifest-path python/Cargo.toml \

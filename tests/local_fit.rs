@@ -1,5 +1,6 @@
 //! Local linear regression, local PCA and score estimates: CPU and GPU
 //! against plain f64 references.
+#![allow(clippy::needless_range_loop)] // index loops mirror the formulas
 
 mod common;
 

@@ -21,6 +21,9 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<keyset::KeySet>()?;
     m.add_function(wrap_pyfunction!(ops::local_mean, m)?)?;
     m.add_function(wrap_pyfunction!(ops::self_local_mean, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::local_polynomial, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::local_pca, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::score, m)?)?;
     m.add_function(wrap_pyfunction!(ops::kernel_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(ops::laplacian, m)?)?;
     m.add_function(wrap_pyfunction!(ops::log_density, m)?)?;

@@ -4,7 +4,7 @@
 use locus::{LaplacianKind, SoftmaxParams};
 use ndarray::{ArrayD, Ix2, Ix3};
 use numpy::{
-    IntoPyArray, PyArray1, PyArray2, PyArrayDyn, PyReadonlyArray1, PyReadonlyArray2,
+    IntoPyArray, PyArray1, PyArray2, PyArray3, PyArrayDyn, PyReadonlyArray1, PyReadonlyArray2,
     PyReadonlyArrayDyn,
 };
 use pyo3::prelude::*;
@@ -30,6 +30,88 @@ pub(crate) fn local_mean<'py>(
     let (q, x, y) = (queries.as_array(), keys.as_array(), values.as_array());
     let e = &engine.get().inner;
     let r = compute(py, || e.local_mean(&k, q, x, y))?;
+    Ok((r.values.into_pyarray(py), r.empty_rows))
+}
+
+/// Local polynomial regression of degree 0 or 1: fitted values, slopes
+/// (`M × q × d`, degree 1 only), empty rows, rank-deficient rows.
+#[pyfunction]
+#[pyo3(signature = (engine, queries, keys, values, *, bandwidth, kernel = "gaussian", degree = 1))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub(crate) fn local_polynomial<'py>(
+    py: Python<'py>,
+    engine: &Bound<'py, Engine>,
+    queries: PyReadonlyArray2<'py, f32>,
+    keys: PyReadonlyArray2<'py, f32>,
+    values: PyReadonlyArray2<'py, f32>,
+    bandwidth: f64,
+    kernel: &str,
+    degree: usize,
+) -> PyResult<(
+    Bound<'py, PyArray2<f32>>,
+    Option<Bound<'py, PyArray3<f32>>>,
+    usize,
+    usize,
+)> {
+    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let (q, x, y) = (queries.as_array(), keys.as_array(), values.as_array());
+    let e = &engine.get().inner;
+    let r = compute(py, || e.local_polynomial(&k, q, x, y, degree))?;
+    Ok((
+        r.fitted.into_pyarray(py),
+        r.slopes.map(|s| s.into_pyarray(py)),
+        r.empty_rows,
+        r.rank_deficient_rows,
+    ))
+}
+
+/// Local PCA: means, variances (`M × k`), components (`M × k × d`), empty
+/// rows.
+#[pyfunction]
+#[pyo3(signature = (engine, queries, keys, *, bandwidth, kernel = "gaussian", components = 1))]
+#[allow(clippy::type_complexity)]
+pub(crate) fn local_pca<'py>(
+    py: Python<'py>,
+    engine: &Bound<'py, Engine>,
+    queries: PyReadonlyArray2<'py, f32>,
+    keys: PyReadonlyArray2<'py, f32>,
+    bandwidth: f64,
+    kernel: &str,
+    components: usize,
+) -> PyResult<(
+    Bound<'py, PyArray2<f32>>,
+    Bound<'py, PyArray2<f32>>,
+    Bound<'py, PyArray3<f32>>,
+    usize,
+)> {
+    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let (q, x) = (queries.as_array(), keys.as_array());
+    let e = &engine.get().inner;
+    let r = compute(py, || e.local_pca(&k, q, x, components))?;
+    Ok((
+        r.means.into_pyarray(py),
+        r.variances.into_pyarray(py),
+        r.components.into_pyarray(py),
+        r.empty_rows,
+    ))
+}
+
+/// The score `∇ log f̂` of the keys' kernel density at `queries`; the
+/// empty-row count.
+#[pyfunction]
+#[pyo3(signature = (engine, queries, keys, *, bandwidth, kernel = "gaussian"))]
+pub(crate) fn score<'py>(
+    py: Python<'py>,
+    engine: &Bound<'py, Engine>,
+    queries: PyReadonlyArray2<'py, f32>,
+    keys: PyReadonlyArray2<'py, f32>,
+    bandwidth: f64,
+    kernel: &str,
+) -> PyResult<Means<'py>> {
+    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let (q, x) = (queries.as_array(), keys.as_array());
+    let e = &engine.get().inner;
+    let r = compute(py, || e.score(&k, q, x))?;
     Ok((r.values.into_pyarray(py), r.empty_rows))
 }
 

@@ -91,7 +91,7 @@ def test_kernel_regression_is_nadaraya_watson(rng):
     assert reg.fit(x, y2).predict(q).shape == (50, 2)
     assert reg.score(x, y2) > 0.9
     with pytest.raises(ValueError, match="degree"):
-        locus.KernelRegression(degree=1).fit(x, y)
+        locus.KernelRegression(degree=3).fit(x, y)
 
 
 def test_local_mode_classifier(blobs):

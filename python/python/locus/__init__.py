@@ -23,6 +23,7 @@ from typing import Any
 from ._engine import Engine, KeySet, RowStates
 from ._errors import DeviceError, InputError, LocusError, LocusMemoryError
 from ._functions import (
+    LocalPCAResult,
     MeanShiftResult,
     MedoidShiftResult,
     density,
@@ -32,9 +33,12 @@ from ._functions import (
     kernel_softmax,
     knn,
     local_mean,
+    local_pca,
+    local_polynomial,
     log_density,
     mean_shift,
     medoid_shift,
+    score,
     self_local_mean,
 )
 from ._locus import __version__
@@ -58,6 +62,7 @@ __all__ = [
     "LocusMemoryError",
     "MeanShiftResult",
     "MedoidShiftResult",
+    "LocalPCAResult",
     "density",
     "estimate_bandwidth",
     "feature_local_mean",
@@ -65,9 +70,12 @@ __all__ = [
     "kernel_softmax",
     "knn",
     "local_mean",
+    "local_pca",
+    "local_polynomial",
     "log_density",
     "mean_shift",
     "medoid_shift",
+    "score",
     "self_local_mean",
     "__version__",
     *_ESTIMATORS,

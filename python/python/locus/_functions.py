@@ -23,6 +23,9 @@ from ._errors import InputError
 __all__ = [
     "local_mean",
     "self_local_mean",
+    "local_polynomial",
+    "local_pca",
+    "score",
     "kernel_matrix",
     "density",
     "log_density",
@@ -34,6 +37,7 @@ __all__ = [
     "estimate_bandwidth",
     "MeanShiftResult",
     "MedoidShiftResult",
+    "LocalPCAResult",
 ]
 
 
@@ -70,6 +74,119 @@ def local_mean(
     y, vector = (x, False) if values is None else as_values(values, "values")
     out, _ = _locus.local_mean(_engine(backend), q, x, y, bandwidth=bandwidth, kernel=kernel)
     return out[:, 0] if vector else out
+
+
+def local_polynomial(
+    queries: Any,
+    keys: Any,
+    values: Any,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    degree: int = 1,
+    return_slopes: bool = False,
+    backend: BackendLike = "auto",
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Local polynomial regression: ``degree=0`` is the Nadaraya–Watson
+    local mean, ``degree=1`` local linear regression (per query the
+    kernel-weighted least-squares fit of ``y ≈ a + bᵀ(x − q)``, giving
+    ``a``; statsmodels' ``KernelReg(reg_type="ll")``).
+
+    ``queries`` (M × d), ``keys`` (N × d, d ≤ 64), ``values`` (N × q, or N
+    for a 1-D result). With ``return_slopes`` (degree 1) also returns the
+    local slopes ``b``, the gradient estimate: ``M × q × d`` (``M × d`` for
+    1-D values). Rows with an empty neighbourhood are NaN. Where the keys
+    around a query span fewer than d directions, the fit uses the
+    directions they span (slopes 0 across the others).
+
+    >>> import numpy as np, locus
+    >>> x = np.linspace(0, 1, 101)[:, None]
+    >>> locus.local_polynomial([[0.0], [1.0]], x, 2 * x[:, 0] + 1, bandwidth=0.1,
+    ...                        backend="cpu").round(4)
+    array([1., 3.], dtype=float32)
+    """
+    q = as_matrix(queries, "queries")
+    x = as_matrix(keys, "keys")
+    y, vector = as_values(values, "values")
+    if isinstance(degree, (bool, np.bool_)) or not isinstance(degree, (int, np.integer)):
+        raise TypeError(f"degree must be an integer, got {type(degree).__name__}")
+    if degree < 0:
+        raise InputError(f"degree must be 0 or 1, got {degree}")
+    if return_slopes and degree != 1:
+        raise InputError("return_slopes needs degree=1 (local linear regression)")
+    fit, slopes, _, _ = _locus.local_polynomial(
+        _engine(backend), q, x, y, bandwidth=bandwidth, kernel=kernel, degree=int(degree)
+    )
+    if vector:
+        fit = fit[:, 0]
+        slopes = None if slopes is None else slopes[:, 0, :]
+    return (fit, slopes) if return_slopes else fit
+
+
+class LocalPCAResult(NamedTuple):
+    """Result of :func:`local_pca`."""
+
+    means: np.ndarray
+    """Kernel-weighted mean of the keys around each query (M × d)."""
+    variances: np.ndarray
+    """Leading eigenvalues of the local covariance, descending (M × k)."""
+    components: np.ndarray
+    """Their unit eigenvectors (M × k × d), largest entry positive."""
+
+
+def local_pca(
+    queries: Any,
+    keys: Any,
+    *,
+    bandwidth: float,
+    n_components: int = 1,
+    kernel: str = "gaussian",
+    backend: BackendLike = "auto",
+) -> LocalPCAResult:
+    """Local PCA: at each query the kernel-weighted mean and covariance of
+    the keys around it, and the covariance's leading ``n_components``
+    eigenvalues and eigenvectors (local principal directions). Rows with
+    an empty neighbourhood are NaN.
+
+    >>> import numpy as np, locus
+    >>> t = np.linspace(0, 1, 50)
+    >>> keys = np.stack([t, 2 * t], axis=1)
+    >>> r = locus.local_pca([[0.5, 1.0]], keys, bandwidth=0.3, backend="cpu")
+    >>> r.components[0, 0].round(3)
+    array([0.447, 0.894], dtype=float32)
+    """
+    q = as_matrix(queries, "queries")
+    x = as_matrix(keys, "keys")
+    k = as_count(n_components, "n_components")
+    means, variances, components, _ = _locus.local_pca(
+        _engine(backend), q, x, bandwidth=bandwidth, kernel=kernel, components=k
+    )
+    return LocalPCAResult(means, variances, components)
+
+
+def score(
+    queries: Any,
+    keys: Any,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    backend: BackendLike = "auto",
+) -> np.ndarray:
+    """The score ``∇ log f̂(q)`` of the kernel density estimate of ``keys``
+    (M × d), through local means: ``(m(q) − q)/h²`` for the gaussian
+    kernel; epanechnikov and biweight use their derivative's profile.
+    ``q + σ²·score`` is Tweedie's denoising step for gaussian noise σ.
+
+    >>> import numpy as np, locus
+    >>> keys = np.array([[-1.0], [1.0]], dtype=np.float32)
+    >>> locus.score([[0.0], [2.0]], keys, bandwidth=1.0, backend="cpu").round(3)
+    array([[ 0.   ],
+           [-1.036]], dtype=float32)
+    """
+    q = as_matrix(queries, "queries")
+    x = as_matrix(keys, "keys")
+    out, _ = _locus.score(_engine(backend), q, x, bandwidth=bandwidth, kernel=kernel)
+    return out
 
 
 def self_local_mean(

@@ -60,6 +60,20 @@ def local_mean(
 def self_local_mean(
     engine: Engine, points: F32, *, bandwidth: float, kernel: str = "gaussian"
 ) -> tuple[F32, int]: ...
+def local_polynomial(
+    engine: Engine,
+    queries: F32,
+    keys: F32,
+    values: F32,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    degree: int = 1,
+) -> tuple[F32, F32 | None, int, int]: ...
+def local_pca(
+    engine: Engine, queries: F32, keys: F32, *, bandwidth: float, kernel: str = "gaussian", components: int = 1
+) -> tuple[F32, F32, F32, int]: ...
+def score(engine: Engine, queries: F32, keys: F32, *, bandwidth: float, kernel: str = "gaussian") -> tuple[F32, int]: ...
 def kernel_matrix(
     engine: Engine,
     queries: F32,

@@ -9,19 +9,22 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import check_backend, check_bandwidth, check_X, check_Xy
-from ._functions import local_mean
+from ._functions import local_mean, local_polynomial
 
 __all__ = ["KernelRegression"]
 
 
 class KernelRegression(RegressorMixin, BaseEstimator):
-    """Nadaraya–Watson kernel regression (local constant, ``degree=0``):
-    ``ŷ(x) = Σ_j K(x, x_j) y_j / Σ_j K(x, x_j)``, fused and streaming on the
-    GPU or the CPU (the n_queries × n_samples weights are never stored).
+    """Kernel regression: Nadaraya–Watson (local constant, ``degree=0``):
+    ``ŷ(x) = Σ_j K(x, x_j) y_j / Σ_j K(x, x_j)``, or local linear
+    (``degree=1``: the kernel-weighted least-squares line at each sample,
+    free of the local mean's bias at boundaries and on slopes), fused and
+    streaming on the GPU or the CPU (the n_queries × n_samples weights are
+    never stored).
 
     ``bandwidth`` (positive), ``kernel`` (any locus kernel; default
-    gaussian), ``degree`` (only 0), ``backend``. ``y`` may have several
-    columns. Computed in float32; with a compact kernel a query with no
+    gaussian), ``degree`` (0 or 1; 1 needs at most 64 features),
+    ``backend``. ``y`` may have several columns. Computed in float32; with a compact kernel a query with no
     training point within ``bandwidth`` is predicted NaN. Exponential
     kernels are summed in the log domain: a tiny bandwidth gives the
     nearest training targets, not NaN.
@@ -52,18 +55,28 @@ class KernelRegression(RegressorMixin, BaseEstimator):
         """Stores the training points and targets."""
         check_backend(self.backend)
         check_bandwidth(self.bandwidth)
-        if self.degree != 0:
-            raise ValueError(f"only degree=0 (local constant) is implemented, got {self.degree!r}")
+        if isinstance(self.degree, bool) or self.degree not in (0, 1):
+            raise ValueError(f"degree must be 0 (local constant) or 1 (local linear), got {self.degree!r}")
         X, y = check_Xy(self, X, y, multi_output=True, y_numeric=True)
         self.X_ = X
         self.y_ = np.ascontiguousarray(y, dtype=np.float32)
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        """The kernel-weighted mean of the training targets at each sample
-        (float32; shape ``(n,)`` or ``(n, n_outputs)`` as ``y``)."""
+        """The local fit of the training targets at each sample (float32;
+        shape ``(n,)`` or ``(n, n_outputs)`` as ``y``)."""
         check_is_fitted(self)
         X = check_X(self, X, reset=False)
+        if self.degree == 1:
+            return local_polynomial(
+                X,
+                self.X_,
+                self.y_,
+                bandwidth=check_bandwidth(self.bandwidth),
+                kernel=self.kernel,
+                degree=1,
+                backend=self.backend,
+            )
         return local_mean(
             X,
             self.X_,
