@@ -11,13 +11,16 @@
 // when the row has no mass).
 //
 // Template constants (src/gpu/shaders.rs): D dimension, QT value columns
-// in this pass (0: row sums only), QA = max(QT, 1), STAGE staged keys.
-// Generated: WG, the flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF.
+// in this pass (0: row sums only), QA = max(QT, 1), STAGE staged keys,
+// MASKED (1: masked distances for imputation, missing coordinates stored
+// as values at or above MISSING). Generated: WG, the flag bits FIRST_TILE,
+// LAST_TILE, EXCLUDE_SELF, and MISSING.
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
 const QA: u32 = {{QA}}u;
 const STAGE: u32 = {{STAGE}}u;
+const MASKED: u32 = {{MASKED}}u;
 const STATE: u32 = 2u + QA;
 
 struct Params {
@@ -103,11 +106,23 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
             var tu: array<f32, QA>;
             for (var j = 0u; j < count; j++) {
                 var t = 0.0;
+                var seen = 0u;
                 for (var k = 0u; k < D; k++) {
-                    let df = stage_x[j * D + k] - qx[k];
-                    t = fma(df, df, t);
+                    let xk = stage_x[j * D + k];
+                    let df = xk - qx[k];
+                    // MASKED: a coordinate either row lacks (stored as a
+                    // value at or above MISSING) is left out.
+                    if MASKED == 0u || max(abs(xk), abs(qx[k])) < MISSING {
+                        t = fma(df, df, t);
+                        seen += 1u;
+                    }
                 }
-                t = t * p.inv_h2;
+                if MASKED != 0u {
+                    // nan_euclidean's rescaling; no shared coordinate, no weight.
+                    t = select(T_FAR, t * (f32(D) / f32(max(seen, 1u))) * p.inv_h2, seen > 0u);
+                } else {
+                    t = t * p.inv_h2;
+                }
                 if t < T_FAR && base + j != own {
                     var w: f32;
                     if is_exp {

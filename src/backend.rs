@@ -80,6 +80,19 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         values: &Matrix<'_>,
     ) -> Result<RowNormalized>;
 
+    /// Local means of `values` with masked distances: `queries` and `keys`
+    /// may hold NaN (missing coordinates); a pair's squared distance is
+    /// `(d / n_shared)·Σ` over the coordinates both observe, and a pair
+    /// with none has no weight. NaN rows (counted) without mass; no far-row
+    /// finishing.
+    fn masked_local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: &Matrix<'_>,
+    ) -> Result<RowNormalized>;
+
     /// Local moments (`layout`) of the keys' offsets from each query and
     /// of `values`: `M × layout.cols()` kernel-weighted averages, NaN rows
     /// (counted) where the row has no mass in `f32`.

@@ -23,6 +23,25 @@ impl<'a> Matrix<'a> {
         what: &'static str,
         view: ArrayView2<'a, f32>,
     ) -> Result<Self> {
+        Self::checked(op, what, view, false)
+    }
+
+    /// As [`check`](Self::check), with NaN entries allowed: they mark
+    /// missing values (infinities are still refused).
+    pub(crate) fn with_missing(
+        op: &'static str,
+        what: &'static str,
+        view: ArrayView2<'a, f32>,
+    ) -> Result<Self> {
+        Self::checked(op, what, view, true)
+    }
+
+    fn checked(
+        op: &'static str,
+        what: &'static str,
+        view: ArrayView2<'a, f32>,
+        allow_nan: bool,
+    ) -> Result<Self> {
         let (rows, cols) = view.dim();
         if rows == 0 || cols == 0 {
             return Err(Error::EmptyInput {
@@ -36,7 +55,10 @@ impl<'a> Matrix<'a> {
             Some(s) => Cow::Borrowed(s),
             None => Cow::Owned(view.iter().copied().collect()),
         };
-        if let Some(pos) = data.iter().position(|v| !v.is_finite()) {
+        if let Some(pos) = data
+            .iter()
+            .position(|v| !(v.is_finite() || allow_nan && v.is_nan()))
+        {
             return Err(Error::NonFinite {
                 op,
                 what,

@@ -17,6 +17,7 @@ mod keys;
 mod knn;
 mod knn_blocked;
 mod local_mean;
+mod masked;
 mod mean_shift;
 mod moments;
 mod on_keys;
@@ -82,6 +83,16 @@ impl Backend for CpuBackend {
         let pack = Pack::panels_if(panels::wanted(keys.cols(), queries.rows()));
         let cols = KeyColumns::new(keys, std::slice::from_ref(values), pack);
         on_keys::local_mean(&cols, kernel, queries, 0)
+    }
+
+    fn masked_local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: &Matrix<'_>,
+    ) -> Result<RowNormalized> {
+        masked::masked_local_mean(kernel, queries, keys, values)
     }
 
     fn local_moments(

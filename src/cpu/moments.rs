@@ -1,6 +1,7 @@
 //! Local moments (docs/numerics.md, "Local moments"): per query, the
 //! kernel-weighted averages of products of the keys' offsets `r = x − q`
-//! and their values, in one pass over the keys.
+//! and their values, in one pass over the keys; and the driver they share
+//! with the masked local mean (`masked.rs`), [`weighted_averages`].
 //!
 //! Each query streams the keys in blocks of [`KEY_BLOCK`]: the block's
 //! weights come from `weights.rs` (log domain for the exponential
@@ -17,6 +18,20 @@ use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized};
 
+/// What one pass sums per pair: how a key's squared distance to the query
+/// is formed, and which weighted columns it adds.
+pub(crate) trait PairSums: Sync {
+    /// Columns per query.
+    fn cols(&self) -> usize;
+    /// Scratch floats a thread needs for [`add`](Self::add).
+    fn scratch(&self) -> usize;
+    /// The squared distance from `q` to key `j`, before the bandwidth
+    /// (infinite: the key has no weight).
+    fn sq_dist(&self, q: &[f32], j: usize) -> f32;
+    /// Adds key `j`'s columns, weighted by `w > 0`, to `block`.
+    fn add(&self, q: &[f32], j: usize, w: f32, scratch: &mut [f32], block: &mut [f32]);
+}
+
 /// Per-thread buffers of one row.
 struct Scratch {
     t: Vec<f32>,
@@ -25,37 +40,31 @@ struct Scratch {
     sums: Vec<f64>,
 }
 
-impl Scratch {
-    fn new(layout: &MomentLayout) -> Self {
-        Scratch {
-            t: vec![0.0; KEY_BLOCK],
-            f: vec![0.0; layout.one() + 1],
-            block: vec![0.0; layout.cols()],
-            sums: vec![0.0; layout.cols()],
-        }
-    }
-}
-
-/// Local moments of every query: `M × layout.cols()` averages, NaN rows
-/// (counted) without mass.
-pub(crate) fn local_moments(
+/// Kernel-weighted averages of the columns `pairs` adds, for each of the
+/// `m` queries (`queries`, `m × d` row-major) over `n` keys: `m ×
+/// pairs.cols()`, NaN rows (counted) without mass.
+pub(crate) fn weighted_averages<P: PairSums>(
+    op: &'static str,
     kernel: &Kernel,
     queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
-    values: Option<&Matrix<'_>>,
-    layout: MomentLayout,
+    n: usize,
+    pairs: &P,
 ) -> Result<RowNormalized> {
-    const OP: &str = "local_moments";
-    let (m, p) = (queries.rows(), layout.cols());
-    let mut out = alloc_output(OP, "moments", m, p)?;
+    let (m, p) = (queries.rows(), pairs.cols());
+    let mut out = alloc_output(op, "averages", m, p)?;
     let empty = out
         .par_chunks_mut(p)
         .enumerate()
         .map_init(
-            || Scratch::new(&layout),
+            || Scratch {
+                t: vec![0.0; KEY_BLOCK],
+                f: vec![0.0; pairs.scratch()],
+                block: vec![0.0; p],
+                sums: vec![0.0; p],
+            },
             |sc, (i, row)| {
                 let q = queries.row_range(i, i + 1);
-                !moments_row(kernel, q, keys, values, &layout, sc, row)
+                !averages_row(kernel, q, n, pairs, sc, row)
             },
         )
         .filter(|&e| e)
@@ -63,36 +72,24 @@ pub(crate) fn local_moments(
     Ok(RowNormalized::from_parts(m, p, out, empty))
 }
 
-/// One query's moments into `out`; `false` (and NaN) when it has no mass.
-fn moments_row(
+/// One query's averages into `out`; `false` (and NaN) when it has no mass.
+fn averages_row<P: PairSums>(
     kernel: &Kernel,
     q: &[f32],
-    keys: &Matrix<'_>,
-    values: Option<&Matrix<'_>>,
-    layout: &MomentLayout,
+    n: usize,
+    pairs: &P,
     sc: &mut Scratch,
     out: &mut [f32],
 ) -> bool {
-    let (d, qy) = (layout.d, layout.qy);
-    let n = keys.rows();
-    let x = keys.as_slice();
-    let y = values.map(|v| v.as_slice());
     let inv_h2 = kernel.inv_h2();
     let mut mx = initial_max(kernel.profile());
     let mut s = 0.0f64;
     sc.sums.fill(0.0);
-    sc.f[layout.one()] = 1.0;
     for j0 in (0..n).step_by(KEY_BLOCK) {
         let len = KEY_BLOCK.min(n - j0);
         let t = &mut sc.t[..len];
         for (jj, tj) in t.iter_mut().enumerate() {
-            let xr = &x[(j0 + jj) * d..(j0 + jj + 1) * d];
-            let mut acc = 0.0f32;
-            for (&xk, &qk) in xr.iter().zip(q) {
-                let df = xk - qk;
-                acc += df * df;
-            }
-            *tj = acc * inv_h2;
+            *tj = pairs.sq_dist(q, j0 + jj) * inv_h2;
         }
         let Some(factor) = block_weights::<Portable>(kernel.profile(), t, &mut mx) else {
             continue;
@@ -104,20 +101,12 @@ fn moments_row(
         let mut bs = 0.0f32;
         sc.block.fill(0.0);
         for (jj, &w) in t.iter().enumerate() {
-            // A weightless key adds nothing (and its offsets may not be
+            // A weightless key adds nothing (and its columns may not be
             // finite products).
-            if w == 0.0 {
-                continue;
+            if w > 0.0 {
+                bs += w;
+                pairs.add(q, j0 + jj, w, &mut sc.f, &mut sc.block);
             }
-            let j = j0 + jj;
-            bs += w;
-            for k in 0..d {
-                sc.f[k] = x[j * d + k] - q[k];
-            }
-            if let Some(y) = y {
-                sc.f[d..d + qy].copy_from_slice(&y[j * qy..(j + 1) * qy]);
-            }
-            accumulate(layout, w, &sc.f, &mut sc.block);
         }
         s += f64::from(bs);
         for (u, &b) in sc.sums.iter_mut().zip(&sc.block) {
@@ -133,6 +122,59 @@ fn moments_row(
         out.fill(f32::NAN);
         false
     }
+}
+
+/// The local moments' pairs: offsets `x − q` and values.
+struct Moments<'a> {
+    keys: &'a [f32],
+    values: Option<&'a [f32]>,
+    layout: MomentLayout,
+}
+
+impl PairSums for Moments<'_> {
+    fn cols(&self) -> usize {
+        self.layout.cols()
+    }
+    fn scratch(&self) -> usize {
+        self.layout.one() + 1
+    }
+    fn sq_dist(&self, q: &[f32], j: usize) -> f32 {
+        let d = self.layout.d;
+        let mut acc = 0.0f32;
+        for (&xk, &qk) in self.keys[j * d..(j + 1) * d].iter().zip(q) {
+            let df = xk - qk;
+            acc += df * df;
+        }
+        acc
+    }
+    fn add(&self, q: &[f32], j: usize, w: f32, f: &mut [f32], block: &mut [f32]) {
+        let (d, qy) = (self.layout.d, self.layout.qy);
+        for k in 0..d {
+            f[k] = self.keys[j * d + k] - q[k];
+        }
+        if let Some(y) = self.values {
+            f[d..d + qy].copy_from_slice(&y[j * qy..(j + 1) * qy]);
+        }
+        f[d + qy] = 1.0;
+        accumulate(&self.layout, w, f, block);
+    }
+}
+
+/// Local moments of every query: `M × layout.cols()` averages, NaN rows
+/// (counted) without mass.
+pub(crate) fn local_moments(
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &Matrix<'_>,
+    values: Option<&Matrix<'_>>,
+    layout: MomentLayout,
+) -> Result<RowNormalized> {
+    let pairs = Moments {
+        keys: keys.as_slice(),
+        values: values.map(|v| v.as_slice()),
+        layout,
+    };
+    weighted_averages("local_moments", kernel, queries, keys.rows(), &pairs)
 }
 
 /// Adds `w·F[ia]·F[ib]` for every column of `layout` (in its order).

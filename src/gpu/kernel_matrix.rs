@@ -12,7 +12,7 @@ use crate::matrix::{Matrix, alloc_output};
 use super::buffers::upload;
 use super::context::GpuContext;
 use super::keys::upload_key_tiles;
-use super::local_mean::{TileJob, record_pass};
+use super::local_mean::{PassKind, TileJob, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::{ShaderId, matrix_mode_code};
 use super::submission::{Block, Blocks, Submission};
@@ -80,7 +80,7 @@ pub(crate) fn kernel_matrix(
                 out: &dummy,
                 counter: &counter,
                 exclude_self: false,
-                moments: None,
+                kind: PassKind::Mean,
             };
             record_pass(ctx, OP, &mut sub, &job, (0, 0), false)?;
             sub.keep(dummy);

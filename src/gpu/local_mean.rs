@@ -51,9 +51,21 @@ pub(crate) struct TileJob<'a, 'p> {
     pub counter: &'a Pooled<'p>,
     /// Leave each row's own key out (the queries are the keys).
     pub exclude_self: bool,
-    /// Local moments of this layout (`shaders/local_moments.wgsl`, whose
-    /// `q` columns are the layout's) instead of local means.
-    pub moments: Option<MomentLayout>,
+    /// What the pass computes.
+    pub kind: PassKind,
+}
+
+/// What a local-mean-shader pass computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PassKind {
+    /// Local means or row states (`local_mean.wgsl`).
+    Mean,
+    /// Local means with masked distances (`local_mean.wgsl`, `MASKED`):
+    /// missing coordinates stored as `f32::MAX`.
+    Masked,
+    /// Local moments of this layout (`local_moments.wgsl`, whose `q`
+    /// columns are the layout's).
+    Moments(MomentLayout),
 }
 
 /// The value-column passes of a call with `q` columns.
@@ -110,9 +122,12 @@ pub(crate) fn record_pass<'p>(
         .collect::<Result<Vec<_>>>()?;
     let params = ParamBlock::new(ctx, op, &records)?;
     let qt = (c1 - c0) as u32;
-    let (shader, mut template) = match job.moments {
-        None => (ShaderId::LocalMean, vec![]),
-        Some(l) => (
+    let (shader, mut template) = match job.kind {
+        PassKind::Mean | PassKind::Masked => (
+            ShaderId::LocalMean,
+            vec![("MASKED", u32::from(job.kind == PassKind::Masked))],
+        ),
+        PassKind::Moments(l) => (
             ShaderId::LocalMoments,
             vec![("QY", l.qy as u32), ("QYA", l.qy.max(1) as u32)],
         ),
@@ -241,11 +256,11 @@ pub(crate) fn means_on_tiles(
     keys: &DeviceKeys<'_, '_>,
     plan: &LocalMeanPlan,
 ) -> Result<RowNormalized> {
-    normalized_on_tiles(ctx, scope, kernel, queries, keys, plan, None)
+    normalized_on_tiles(ctx, scope, kernel, queries, keys, plan, PassKind::Mean)
 }
 
-/// Local means, or with `moments` the local moments of that layout, of
-/// `queries` against key tiles on the device.
+/// Local means (plain or masked) or local moments of `queries` against
+/// key tiles on the device.
 fn normalized_on_tiles(
     ctx: &GpuContext,
     scope: &ErrorScope,
@@ -253,11 +268,14 @@ fn normalized_on_tiles(
     queries: &Matrix<'_>,
     keys: &DeviceKeys<'_, '_>,
     plan: &LocalMeanPlan,
-    moments: Option<MomentLayout>,
+    kind: PassKind,
 ) -> Result<RowNormalized> {
     let op = scope.op;
     let (m, d) = (queries.rows(), keys.d);
-    let q = moments.map_or(keys.q, |l| l.cols());
+    let q = match kind {
+        PassKind::Moments(l) => l.cols(),
+        PassKind::Mean | PassKind::Masked => keys.q,
+    };
     let mut out = alloc_output(op, "output", m, q)?;
     let state_cols = 2 + plan.col_tile.max(1);
     let mut empty = 0usize;
@@ -276,7 +294,7 @@ fn normalized_on_tiles(
             out: &b.out,
             counter: &b.counter,
             exclude_self: false,
-            moments,
+            kind,
         };
         let mut sub = Submission::new(ctx);
         sub.clear_buffer(b.counter.buffer(), 0, Some(4));
@@ -329,7 +347,55 @@ pub(crate) fn local_moments(
         d,
         q: layout.qy,
     };
-    let out = normalized_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, Some(layout))?;
+    let out = normalized_on_tiles(
+        ctx,
+        &scope,
+        kernel,
+        queries,
+        &keys,
+        &plan,
+        PassKind::Moments(layout),
+    )?;
+    scope.finish(ctx)?;
+    Ok(out)
+}
+
+/// Local means with masked distances on the GPU (`queries` and `keys` may
+/// hold NaN: missing coordinates). NaN rows (counted) without mass; no
+/// far-row finishing.
+pub(crate) fn masked_local_mean(
+    ctx: &GpuContext,
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &Matrix<'_>,
+    values: &Matrix<'_>,
+) -> Result<RowNormalized> {
+    const OP: &str = "masked_local_mean";
+    let (m, n, d, q) = (queries.rows(), keys.rows(), keys.cols(), values.cols());
+    check_u32(OP, "query rows", m)?;
+    check_u32(OP, "key rows", n)?;
+    let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
+    // Missing coordinates as f32::MAX: the shader's test is a comparison,
+    // which no compiler may assume away (unlike NaN's).
+    let mark = |a: &Matrix<'_>, what| -> Result<Matrix<'static>> {
+        let data: Vec<f32> = a
+            .as_slice()
+            .iter()
+            .map(|&v| if v.is_nan() { f32::MAX } else { v })
+            .collect();
+        let arr =
+            ndarray::Array2::from_shape_vec((a.rows(), a.cols()), data).expect("rows·cols entries"); // ok: same shape
+        Ok(Matrix::check(OP, what, arr.view())?.into_owned())
+    };
+    let (qm, xm) = (mark(queries, "queries")?, mark(keys, "keys")?);
+    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
+    let key_tiles = upload_key_tiles(ctx, OP, &xm, Some(values), plan.key_tile)?;
+    let keys = DeviceKeys {
+        tiles: &key_tiles,
+        d,
+        q,
+    };
+    let out = normalized_on_tiles(ctx, &scope, kernel, &qm, &keys, &plan, PassKind::Masked)?;
     scope.finish(ctx)?;
     Ok(out)
 }
@@ -401,7 +467,7 @@ pub(crate) fn states_on_tiles(
             out: &b.out,
             counter: &b.counter,
             exclude_self,
-            moments: None,
+            kind: PassKind::Mean,
         };
         for (c0, c1) in passes(plan, q) {
             let mut sub = Submission::new(ctx);

@@ -20,7 +20,7 @@ use crate::types::{Progress, ShiftOutcome, ShiftRun};
 use super::buffers::{Pooled, upload};
 use super::context::GpuContext;
 use super::keys::{KeyTile, upload_call_tiles, upload_key_tiles};
-use super::local_mean::{TileJob, passes, record_pass};
+use super::local_mean::{PassKind, TileJob, passes, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::{FINISH, FINISH_BLURRING, GATHER, ShaderId};
 use super::submission::Submission;
@@ -357,7 +357,7 @@ fn record_means<'p>(
         out: &ch.means,
         counter: &ch.empty,
         exclude_self: false,
-        moments: None,
+        kind: PassKind::Mean,
     };
     for cols in passes(plan, d) {
         record_pass(ctx, OP, sub, &job, cols, true)?;

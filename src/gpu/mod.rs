@@ -70,6 +70,16 @@ impl Backend for GpuBackend {
         local_mean::local_mean(&self.ctx, kernel, queries, keys, values)
     }
 
+    fn masked_local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        keys: &Matrix<'_>,
+        values: &Matrix<'_>,
+    ) -> Result<RowNormalized> {
+        local_mean::masked_local_mean(&self.ctx, kernel, queries, keys, values)
+    }
+
     fn local_moments(
         &self,
         kernel: &Kernel,

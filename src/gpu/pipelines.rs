@@ -455,7 +455,7 @@ mod tests {
         // D = 0: zero-sized private arrays, which WGSL rejects.
         let bad = PipelineKey {
             shader: ShaderId::LocalMean,
-            template: vec![("D", 0), ("QT", 1), ("QA", 1), ("STAGE", 64)],
+            template: vec![("D", 0), ("QT", 1), ("QA", 1), ("STAGE", 64), ("MASKED", 0)],
             profile: Some(Profile::Gaussian.shader_code()),
         };
         for attempt in 1..=2 {

@@ -30,6 +30,10 @@ pub(crate) const FIRST_TILE: u32 = 1;
 pub(crate) const LAST_TILE: u32 = 2;
 /// Bit of `flags` (`local_mean.wgsl`): leave each row's own key out.
 pub(crate) const EXCLUDE_SELF: u32 = 4;
+/// `local_mean.wgsl` with `MASKED = 1`: a coordinate at or above this
+/// magnitude is missing. The host stores missing coordinates (NaN) as
+/// `f32::MAX`; inputs of the masked ops are far below it.
+pub(crate) const MISSING_FROM: f32 = 3.0e38;
 /// Bit of `flags` (`softmax.wgsl`): the causal mask.
 pub(crate) const CAUSAL: u32 = 4;
 
@@ -246,7 +250,7 @@ impl ShaderId {
     /// The placeholders the shader needs.
     pub(crate) fn placeholders(self) -> &'static [&'static str] {
         match self {
-            ShaderId::LocalMean => &["D", "QT", "QA", "STAGE"],
+            ShaderId::LocalMean => &["D", "QT", "QA", "STAGE", "MASKED"],
             ShaderId::LocalMoments => &["D", "QT", "QA", "QY", "QYA", "STAGE"],
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
@@ -280,6 +284,11 @@ impl ShaderId {
                     "EXCLUDE_SELF",
                     EXCLUDE_SELF,
                     "shaders::EXCLUDE_SELF",
+                ));
+                out.push(C::new(
+                    "MISSING",
+                    ConstValue::F32(MISSING_FROM),
+                    "shaders::MISSING_FROM",
                 ));
             }
             ShaderId::LocalMoments => {
@@ -383,9 +392,27 @@ impl ShaderId {
 pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
     match id {
         ShaderId::LocalMean => vec![
-            vec![("D", 1), ("QT", 0), ("QA", 1), ("STAGE", 256)],
-            vec![("D", 3), ("QT", 3), ("QA", 3), ("STAGE", 256)],
-            vec![("D", 64), ("QT", 8), ("QA", 8), ("STAGE", 112)],
+            vec![
+                ("D", 1),
+                ("QT", 0),
+                ("QA", 1),
+                ("STAGE", 256),
+                ("MASKED", 0),
+            ],
+            vec![
+                ("D", 3),
+                ("QT", 3),
+                ("QA", 3),
+                ("STAGE", 256),
+                ("MASKED", 1),
+            ],
+            vec![
+                ("D", 64),
+                ("QT", 8),
+                ("QA", 8),
+                ("STAGE", 112),
+                ("MASKED", 0),
+            ],
         ],
         ShaderId::LocalMoments => vec![
             vec![

@@ -2,6 +2,7 @@
 //! inputs once, then hands valid data to the engine's backend.
 
 mod classify;
+mod impute;
 mod kde;
 mod kernel_matrix;
 mod knn;
@@ -16,6 +17,7 @@ mod states;
 
 pub(crate) use classify::{Classes, label_rows};
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
+pub use impute::{Imputed, MAX_IMPUTE_ITERATIONS};
 pub(crate) use kde::ln_density_scale;
 pub use kde::ln_normalizer;
 pub use kernel_matrix::LaplacianKind;
