@@ -192,6 +192,8 @@ def main():
     from sklearn.impute import KNNImputer, SimpleImputer
 
     Imputer, locus, why = locus_imputer()
+    if Imputer is None:
+        print(f"locus rows skipped: {why}; the scikit-learn rows follow", file=sys.stderr)
     versions = [f"python {platform.python_version()}", f"numpy {np.__version__}", f"scikit-learn {sklearn.__version__}"]
     if locus is not None:
         versions.append(f"locus {getattr(locus, '__version__', '?')} ({locus.__file__})")
@@ -232,7 +234,7 @@ def main():
     def knn(k, weights="uniform"):
         return lambda z: KNNImputer(n_neighbors=k, weights=weights).fit_transform(z)
 
-    def timed_row(label, params, fn, ref=None):
+    def timed_row(label, fn):
         t, out = best(lambda: fn(xm), a.repeat)
         out = np.asarray(out)
         if out.shape != x.shape:
@@ -240,11 +242,11 @@ def main():
         return t, out
 
     # scikit-learn rows
-    t_mean, out = timed_row("mean", "", lambda z: SimpleImputer(strategy="mean").fit_transform(z))
+    t_mean, out = timed_row("mean", lambda z: SimpleImputer(strategy="mean").fit_transform(z))
     results = [("column mean (SimpleImputer)", "strategy=\"mean\"", rmse(out, x, removed), t_mean, "")]
     t_knn5 = None
     for k, w in ((5, "uniform"), (10, "uniform"), (5, "distance")):
-        t, out = timed_row(f"knn{k}{w}", "", knn(k, w))
+        t, out = timed_row(f"knn{k}{w}", knn(k, w))
         if (k, w) == (5, "uniform"):
             t_knn5 = t
         results.append(("KNNImputer", f"k={k}, weights=\"{w}\"", rmse(out, x, removed), t, ""))
@@ -257,7 +259,7 @@ def main():
     for k in a.ks:
         test = rmse(knn(k)(xm), x, removed)
         k_rows.append((f"**{k}**" if k == k_best else f"{k}", f"{k_val[k]:.4f}", f"{test:.4f}"))
-    t, out = timed_row("knnbest", "", knn(k_best))
+    t, out = timed_row("knnbest", knn(k_best))
     results.append(("KNNImputer, k chosen by the same validation", f"k={k_best}, weights=\"uniform\"",
                     rmse(out, x, removed), t, ""))
 
@@ -298,7 +300,7 @@ def main():
                 i_best = int(np.argmin(vals))
                 per_it[it] = (vals, tests, i_best)
                 h = hs[i_best]
-                t, out = timed_row(f"locus{it}", "", lmi(h, it))
+                t, out = timed_row(f"locus{it}", lmi(h, it))
                 check(out, xm, f"iterations={it}, h={h:.4g}")
                 ref = local_mean_impute_f64(xm, h, it)
                 gap = float(np.max(np.abs(out.astype(np.float64) - ref)[removed]))

@@ -229,3 +229,42 @@ fn fallbacks_and_errors() {
         assert!(matches!(err, Error::DimensionMismatch { .. }), "{err}");
     }
 }
+
+#[test]
+fn a_tiny_bandwidth_gives_the_nearest_observer_not_the_column_mean() {
+    // The observers of a coordinate may lie far beyond the row's nearest
+    // key: their f32 weights vanish, the f64 recomputation keeps them.
+    let (_, x) = with_holes(5, 60, 3, 0.3);
+    let k = Kernel::gaussian(1e-3).unwrap();
+    let d = x.ncols();
+    for (name, e) in engines() {
+        let got = e.impute(&k, x.view(), 1).unwrap();
+        assert_eq!(got.fallback, 0, "{name}");
+        for ((i, c), &v) in x.indexed_iter() {
+            if !v.is_nan() {
+                continue;
+            }
+            let dist = |j: usize| {
+                let (mut s, mut n) = (0.0f64, 0);
+                for a in 0..d {
+                    let df = f64::from(x[[i, a]]) - f64::from(x[[j, a]]);
+                    if !df.is_nan() {
+                        s += df * df;
+                        n += 1;
+                    }
+                }
+                if n == 0 {
+                    f64::INFINITY
+                } else {
+                    s * d as f64 / n as f64
+                }
+            };
+            let nearest = (0..x.nrows())
+                .filter(|&j| !x[[j, c]].is_nan())
+                .min_by(|&a, &b| dist(a).total_cmp(&dist(b)))
+                .unwrap();
+            let (g, w) = (got.values[[i, c]], x[[nearest, c]]);
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{name} ({i}, {c}): {g} vs {w}");
+        }
+    }
+}

@@ -24,6 +24,7 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::local_polynomial, m)?)?;
     m.add_function(wrap_pyfunction!(ops::local_pca, m)?)?;
     m.add_function(wrap_pyfunction!(ops::score, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::impute, m)?)?;
     m.add_function(wrap_pyfunction!(ops::kernel_matrix, m)?)?;
     m.add_function(wrap_pyfunction!(ops::laplacian, m)?)?;
     m.add_function(wrap_pyfunction!(ops::log_density, m)?)?;

@@ -115,6 +115,32 @@ pub(crate) fn score<'py>(
     Ok((r.values.into_pyarray(py), r.empty_rows))
 }
 
+/// Imputation: `queries` (NaN: missing) filled from `keys` (or from
+/// themselves without keys); the filled rows, the count of imputed entries
+/// and of those that took the column mean.
+#[pyfunction]
+#[pyo3(signature = (engine, queries, keys = None, *, bandwidth, kernel = "gaussian", iterations = 1))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn impute<'py>(
+    py: Python<'py>,
+    engine: &Bound<'py, Engine>,
+    queries: PyReadonlyArray2<'py, f32>,
+    keys: Option<PyReadonlyArray2<'py, f32>>,
+    bandwidth: f64,
+    kernel: &str,
+    iterations: usize,
+) -> PyResult<(Bound<'py, PyArray2<f32>>, usize, usize)> {
+    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let q = queries.as_array();
+    let x = keys.as_ref().map(|k| k.as_array());
+    let e = &engine.get().inner;
+    let r = compute(py, || match x {
+        Some(x) => e.impute_from(&k, q, x, iterations),
+        None => e.impute(&k, q, iterations),
+    })?;
+    Ok((r.values.into_pyarray(py), r.imputed, r.fallback))
+}
+
 /// The self-local mean `K̃X` of `points`; the empty-row count.
 #[pyfunction]
 #[pyo3(signature = (engine, points, *, bandwidth, kernel = "gaussian"))]

@@ -126,3 +126,58 @@ def test_gpu_local_models_match_cpu(gpu, rng):
         p_gpu = locus.local_pca(q, x, bandwidth=0.8, kernel=kernel, n_components=2, backend=gpu)
         assert_close(p_gpu.variances, p_cpu.variances, rtol=1e-3, atol=1e-6)
     assert_close(locus.score(q, x, bandwidth=0.5, backend=gpu), locus.score(q, x, bandwidth=0.5, backend=CPU), rtol=1e-4, atol=1e-4)
+
+
+def ref_impute(q, x, h):
+    """One masked round in float64 (gaussian)."""
+    q = np.asarray(q, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    d = x.shape[1]
+    out = q.copy()
+    for i, qi in enumerate(q):
+        diff = (qi[None, :] - x) ** 2
+        shared = ~np.isnan(diff)
+        n = shared.sum(1)
+        t = np.where(n > 0, np.nansum(diff, 1) * d / np.maximum(n, 1), np.inf) / h**2
+        w = np.exp(-t / 2)
+        for c in np.flatnonzero(np.isnan(qi)):
+            obs = ~np.isnan(x[:, c])
+            out[i, c] = (w[obs] @ x[obs, c]) / w[obs].sum()
+    return out
+
+
+def test_impute_matches_reference_and_knn_imputer_limit(rng):
+    from sklearn.impute import KNNImputer
+
+    full = rng.normal(size=(200, 6)).cumsum(axis=1)
+    x = full.copy()
+    x[rng.uniform(size=x.shape) < 0.2] = np.nan
+    got = locus.impute(x, bandwidth=1.5, backend=CPU)
+    assert_close(got, ref_impute(x, x, 1.5), rtol=1e-4, atol=1e-4)
+    imp = locus.LocalMeanImputer(bandwidth=1.5, backend=CPU)
+    assert_close(imp.fit_transform(x), got)
+    q = x[:20].copy()
+    assert_close(imp.transform(q), ref_impute(q, x, 1.5), rtol=1e-4, atol=1e-4)
+    # A small bandwidth tends to 1-NN imputation (KNNImputer, k = 1)
+    # wherever the nearest row observes the feature.
+    small = locus.impute(x, bandwidth=0.05, backend=CPU)
+    knn1 = KNNImputer(n_neighbors=1).fit_transform(x)
+    assert np.mean(np.abs(small - knn1) < 1e-3) > 0.9
+    two = locus.LocalMeanImputer(bandwidth=1.5, iterations=2, backend=CPU).fit_transform(x)
+    assert np.isfinite(two).all() and (two[~np.isnan(x)] == x[~np.isnan(x)].astype(np.float32)).all()
+    with pytest.raises(ValueError, match="iterations"):
+        locus.LocalMeanImputer(iterations=0).fit(x)
+    bad = x.copy()
+    bad[:, 2] = np.nan
+    with pytest.raises(ValueError, match="feature 2"):
+        locus.LocalMeanImputer().fit(bad)
+    with pytest.raises(locus.InputError, match="column 2"):
+        locus.impute(bad, bandwidth=1.0, backend=CPU)
+
+
+def test_gpu_impute_matches_cpu(gpu, rng):
+    x = rng.normal(size=(150, 5))
+    x[rng.uniform(size=x.shape) < 0.25] = np.nan
+    for it in (1, 2):
+        cpu = locus.impute(x, bandwidth=1.2, iterations=it, backend=CPU)
+        assert_close(locus.impute(x, bandwidth=1.2, iterations=it, backend=gpu), cpu, rtol=1e-4, atol=1e-4)

@@ -14,6 +14,7 @@ ESTIMATORS = [
     locus.LocalModeClassifier(backend="cpu"),
     locus.KNeighborsClassifier(backend="cpu"),
     locus.KNeighborsRegressor(backend="cpu"),
+    locus.LocalMeanImputer(backend="cpu"),
 ]
 
 # Checks that fail only because locus computes in float32.

@@ -4,6 +4,7 @@
 //! observe, optionally iterated on the completed data.
 
 use ndarray::{Array2, ArrayView2};
+use rayon::prelude::*;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -149,37 +150,51 @@ impl Engine {
         let q = queries.unwrap_or(x);
         let mut qc = q.to_array();
         let r = backend.masked_local_mean(kernel, q, x, &v)?;
-        let mut fallback = fill(&mut qc, q, &r.values, &means);
+        let mut fallback = fill(
+            &mut qc,
+            q,
+            &r.values,
+            &means,
+            &Round::new(kernel, xs, d, q.as_slice(), xs),
+        );
+        // Separate keys are completed the same way when later rounds need
+        // them; self-imputation's keys are the completed rows themselves.
         let mut xc = match queries {
-            None => None,
             Some(_) if iterations > 1 => {
                 let mut xc = x.to_array();
                 let r = backend.masked_local_mean(kernel, x, x, &v)?;
-                fill(&mut xc, x, &r.values, &means);
+                fill(
+                    &mut xc,
+                    x,
+                    &r.values,
+                    &means,
+                    &Round::new(kernel, xs, d, xs, xs),
+                );
                 Some(xc)
             }
-            Some(_) => None,
+            _ => None,
         };
         // Further rounds: distances between the completed rows.
-        for round in 1..iterations {
-            let qm = Matrix::check(OP, "queries", qc.view())?;
-            let keys = xc.as_ref().unwrap_or(&qc);
-            let km = Matrix::check(OP, "keys", keys.view())?;
+        for round_no in 1..iterations {
+            let rows_now = qc.clone();
+            let keys_now = xc.clone().unwrap_or_else(|| rows_now.clone());
+            let qm = Matrix::check(OP, "queries", rows_now.view())?;
+            let km = Matrix::check(OP, "keys", keys_now.view())?;
             let r = backend.local_mean(kernel, &qm, &km, &v)?;
-            let next_keys = match &xc {
-                Some(xa) if round + 1 < iterations => {
-                    let r = backend.local_mean(kernel, &km, &km, &v)?;
-                    let mut next = xa.clone();
-                    fill(&mut next, x, &r.values, &means);
-                    Some(next)
-                }
-                _ => None,
-            };
-            drop((qm, km));
-            fallback = fill(&mut qc, q, &r.values, &means);
-            if next_keys.is_some() {
-                xc = next_keys;
+            let ctx = Round::new(kernel, xs, d, qm.as_slice(), km.as_slice());
+            if let Some(xa) = xc.as_mut()
+                && round_no + 1 < iterations
+            {
+                let rk = backend.local_mean(kernel, &km, &km, &v)?;
+                fill(
+                    xa,
+                    x,
+                    &rk.values,
+                    &means,
+                    &Round::new(kernel, xs, d, km.as_slice(), km.as_slice()),
+                );
             }
+            fallback = fill(&mut qc, q, &r.values, &means, &ctx);
         }
         let imputed = q.as_slice().iter().filter(|v| v.is_nan()).count();
         Ok(Imputed {
@@ -190,27 +205,119 @@ impl Engine {
     }
 }
 
-/// Writes into `out` the imputed value of every entry missing in `orig`
-/// from the local means `r` (`[Σw·x·mask, Σw·mask]` per coordinate, over
-/// `Σw`); the column mean where no weight observed it. Returns how many
-/// took the column mean.
-fn fill(out: &mut Array2<f32>, orig: &Matrix<'_>, r: &Array2<f32>, means: &[f32]) -> usize {
-    let d = orig.cols();
-    let src = orig.as_slice();
-    let mut fallback = 0;
-    for i in 0..orig.rows() {
-        for c in 0..d {
-            if !src[i * d + c].is_nan() {
-                continue;
-            }
-            let (num, den) = (r[[i, c]], r[[i, d + c]]);
-            out[[i, c]] = if den > 0.0 && num.is_finite() {
-                num / den
-            } else {
-                fallback += 1;
-                means[c]
-            };
+/// Below this share of a row's weight, the observers of a coordinate are
+/// averaged again in `f64` ([`exact_entry`]): their `f32` weights relative
+/// to the row's nearest key may have lost digits or vanished.
+const EXACT_BELOW: f32 = 1e-30;
+
+/// What one round measured distances between.
+struct Round<'a> {
+    kernel: &'a Kernel,
+    /// The rows being imputed, as this round saw them (NaN: missing).
+    rows: &'a [f32],
+    /// The keys, as this round saw them (NaN: missing).
+    keys: &'a [f32],
+    /// The keys as given: which entries are observed, and their values.
+    observed: &'a [f32],
+    d: usize,
+}
+
+impl<'a> Round<'a> {
+    fn new(
+        kernel: &'a Kernel,
+        observed: &'a [f32],
+        d: usize,
+        rows: &'a [f32],
+        keys: &'a [f32],
+    ) -> Self {
+        Round {
+            kernel,
+            rows,
+            keys,
+            observed,
+            d,
         }
     }
+}
+
+/// Writes into `out` the imputed value of every entry missing in `orig`
+/// from the local means `r` (`[Σw·x·mask, Σw·mask]` per coordinate, over
+/// `Σw`), recomputing in `f64` where the observers' share is tiny, and the
+/// column mean where no weighted key observes the coordinate. Returns how
+/// many took the column mean.
+fn fill(
+    out: &mut Array2<f32>,
+    orig: &Matrix<'_>,
+    r: &Array2<f32>,
+    means: &[f32],
+    round: &Round<'_>,
+) -> usize {
+    let d = orig.cols();
+    let src = orig.as_slice();
+    let entries: Vec<(usize, usize)> = (0..orig.rows())
+        .flat_map(|i| (0..d).map(move |c| (i, c)))
+        .filter(|&(i, c)| src[i * d + c].is_nan())
+        .collect();
+    let filled: Vec<Option<f32>> = entries
+        .par_iter()
+        .map(|&(i, c)| {
+            let (num, den) = (r[[i, c]], r[[i, d + c]]);
+            if den > EXACT_BELOW && num.is_finite() {
+                Some(num / den)
+            } else {
+                exact_entry(round, i, c).map(|v| v as f32)
+            }
+        })
+        .collect();
+    let mut fallback = 0;
+    for (&(i, c), v) in entries.iter().zip(filled) {
+        out[[i, c]] = v.unwrap_or_else(|| {
+            fallback += 1;
+            means[c]
+        });
+    }
     fallback
+}
+
+/// Entry `(i, c)` from `f64` log-weights over the keys observing `c`
+/// (log-sum-exp, so no observer's weight underflows); `None` when none has
+/// weight.
+fn exact_entry(round: &Round<'_>, i: usize, c: usize) -> Option<f64> {
+    let d = round.d;
+    let h = f64::from(round.kernel.bandwidth());
+    let profile = round.kernel.profile();
+    let q = &round.rows[i * d..(i + 1) * d];
+    let lw: Vec<(f64, f64)> = (0..round.keys.len() / d)
+        .filter_map(|j| {
+            let y = round.observed[j * d + c];
+            if y.is_nan() {
+                return None;
+            }
+            let (mut s, mut n) = (0.0f64, 0usize);
+            for (&a, &b) in q.iter().zip(&round.keys[j * d..(j + 1) * d]) {
+                let df = f64::from(a) - f64::from(b);
+                if !df.is_nan() {
+                    s += df * df;
+                    n += 1;
+                }
+            }
+            if n == 0 {
+                return None;
+            }
+            let t = s * d as f64 / n as f64 / (h * h);
+            let l = profile
+                .log_eval_sq(t)
+                .unwrap_or_else(|| profile.eval_sq(t).ln());
+            (l > f64::NEG_INFINITY).then_some((l, f64::from(y)))
+        })
+        .collect();
+    let m = lw.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        return None;
+    }
+    let (num, den) = lw.iter().fold((0.0, 0.0), |(a, b), &(l, y)| {
+        let w = (l - m).exp();
+        (a + w * y, b + w)
+    });
+    Some(num / den)
 }

@@ -29,6 +29,7 @@ from ._functions import (
     density,
     estimate_bandwidth,
     feature_local_mean,
+    impute,
     kernel_matrix,
     kernel_softmax,
     knn,
@@ -50,6 +51,7 @@ _ESTIMATORS = {
     "LocalModeClassifier": "_classification",
     "KNeighborsClassifier": "_neighbors",
     "KNeighborsRegressor": "_neighbors",
+    "LocalMeanImputer": "_impute",
 }
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "density",
     "estimate_bandwidth",
     "feature_local_mean",
+    "impute",
     "kernel_matrix",
     "kernel_softmax",
     "knn",

@@ -26,6 +26,7 @@ __all__ = [
     "local_polynomial",
     "local_pca",
     "score",
+    "impute",
     "kernel_matrix",
     "density",
     "log_density",
@@ -162,6 +163,35 @@ def local_pca(
         _engine(backend), q, x, bandwidth=bandwidth, kernel=kernel, components=k
     )
     return LocalPCAResult(means, variances, components)
+
+
+def impute(
+    X: Any,
+    keys: Any = None,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    iterations: int = 1,
+    backend: BackendLike = "auto",
+) -> np.ndarray:
+    """Fills the missing (NaN) entries of ``X`` (M × d) by local means:
+    entry ``(i, c)`` becomes the kernel-weighted mean of coordinate ``c``
+    over the rows of ``keys`` (default: ``X`` itself) that observe it, with
+    distances over the coordinates both rows observe, rescaled as
+    scikit-learn's ``nan_euclidean``. ``iterations > 1`` re-imputes with
+    distances between the completed rows. An entry no weighted row
+    observes gets the column mean of ``keys``. Returns a float32 copy.
+
+    >>> import numpy as np, locus
+    >>> X = np.array([[0.0, 0.0], [0.1, np.nan], [5.0, 5.0], [0.0, 0.2]])
+    >>> locus.impute(X, bandwidth=1.0, kernel="uniform", backend="cpu")[1]
+    array([0.1, 0.1], dtype=float32)
+    """
+    q = as_float32(X, "X", (2,))
+    x = None if keys is None else as_float32(keys, "keys", (2,))
+    it = as_count(iterations, "iterations")
+    out, _, _ = _locus.impute(_engine(backend), q, x, bandwidth=bandwidth, kernel=kernel, iterations=it)
+    return out
 
 
 def score(

@@ -73,6 +73,15 @@ def local_polynomial(
 def local_pca(
     engine: Engine, queries: F32, keys: F32, *, bandwidth: float, kernel: str = "gaussian", components: int = 1
 ) -> tuple[F32, F32, F32, int]: ...
+def impute(
+    engine: Engine,
+    queries: F32,
+    keys: F32 | None = None,
+    *,
+    bandwidth: float,
+    kernel: str = "gaussian",
+    iterations: int = 1,
+) -> tuple[F32, int, int]: ...
 def score(engine: Engine, queries: F32, keys: F32, *, bandwidth: float, kernel: str = "gaussian") -> tuple[F32, int]: ...
 def kernel_matrix(
     engine: Engine,
