@@ -223,6 +223,86 @@ fn local_linear_and_local_pca_match_the_library() {
 }
 
 #[test]
+fn impute_reads_missing_entries_and_matches_the_library() {
+    let dir = TempDir::new().unwrap();
+    let csv = file(&dir, "h.csv", "a,b,c\n1,2,3\n1.1,,3.1\n5,6,NA\n1,2.1,nan\n");
+    let out = dir.path().join("f.npy");
+    locus()
+        .args([
+            "impute",
+            "--backend",
+            "cpu",
+            "--bandwidth",
+            "0.7",
+            "--iterations",
+            "2",
+            "-i",
+        ])
+        .arg(&csv)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("imputed: 3"));
+    let nan = f32::NAN;
+    let x = Array2::from_shape_vec(
+        (4, 3),
+        vec![1.0, 2.0, 3.0, 1.1, nan, 3.1, 5.0, 6.0, nan, 1.0, 2.1, nan],
+    )
+    .unwrap();
+    let want = cpu()
+        .impute(&Kernel::gaussian(0.7).unwrap(), x.view(), 2)
+        .unwrap();
+    assert_near(&read_out(&out), &want.values, 1e-6);
+    // NaN in .npy is a missing entry here, and still refused elsewhere.
+    let holed = npy(&dir, "x.npy", &x);
+    locus()
+        .args([
+            "impute",
+            "--backend",
+            "cpu",
+            "--bandwidth",
+            "0.7",
+            "--reference",
+        ])
+        .arg(&holed)
+        .arg("-i")
+        .arg(&holed)
+        .arg("-o")
+        .arg(dir.path().join("g.csv"))
+        .assert()
+        .success();
+    let xs = holed.to_str().unwrap();
+    fails_with(
+        &dir,
+        &[
+            "local-mean",
+            "--keys",
+            xs,
+            "--bandwidth",
+            "1",
+            "-o",
+            "out.csv",
+        ],
+        &["NaN at row 1, column 1"],
+    );
+    let inf = file(&dir, "inf.csv", "1,inf\n2,3\n");
+    fails_with(
+        &dir,
+        &[
+            "impute",
+            "-i",
+            inf.to_str().unwrap(),
+            "--bandwidth",
+            "1",
+            "-o",
+            "out.csv",
+        ],
+        &["infinity at row 0, column 1"],
+    );
+}
+
+#[test]
 fn self_local_mean_from_csv_with_header_and_comments() {
     let dir = TempDir::new().unwrap();
     let x = Rng::new(2).matrix(40, 2, 0.0, 1.0);

@@ -264,7 +264,10 @@ fn a_tiny_bandwidth_gives_the_nearest_observer_not_the_column_mean() {
                 .min_by(|&a, &b| dist(a).total_cmp(&dist(b)))
                 .unwrap();
             let (g, w) = (got.values[[i, c]], x[[nearest, c]]);
-            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{name} ({i}, {c}): {g} vs {w}");
+            assert!(
+                (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "{name} ({i}, {c}): {g} vs {w}"
+            );
         }
     }
 }

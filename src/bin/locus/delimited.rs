@@ -209,6 +209,15 @@ pub fn f32_field(f: &str) -> Result<f32, String> {
     Ok(x)
 }
 
+/// As [`f32_field`], with a missing value — an empty field, `NA` or `nan`
+/// in any case — read as NaN.
+pub fn f32_or_missing_field(f: &str) -> Result<f32, String> {
+    if f.is_empty() || f.eq_ignore_ascii_case("na") || f.eq_ignore_ascii_case("nan") {
+        return Ok(f32::NAN);
+    }
+    f32_field(f)
+}
+
 /// Converts a field to `i64`: an integer, or a number with no fractional
 /// part below 2⁵³ in magnitude (`3`, `3.0`, `3e2`).
 pub fn i64_field(f: &str) -> Result<i64, String> {

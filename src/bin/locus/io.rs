@@ -135,7 +135,7 @@ pub fn one_column(a: &Input) -> CliResult<()> {
 
 /// Reads an `N × d` matrix of finite `f32` from a `.npy` or `.csv` file.
 pub fn read_matrix(flag: &str, path: &Path) -> CliResult<Array2<f32>> {
-    let a = read_array(flag, path, 2)?;
+    let a = read_array(flag, path, 2, false)?;
     a.into_dimensionality::<Ix2>()
         .map_err(|e| CliError::input(format!("{flag} {}: {e}", path.display())))
 }
@@ -144,7 +144,7 @@ pub fn read_matrix(flag: &str, path: &Path) -> CliResult<Array2<f32>> {
 /// a matrix (2-D `.npy`, 1-D `.npy` as a column, `.csv`) as one matrix
 /// (`B = 1`). Returns the stack and the number of axes the file had.
 pub fn read_stack(flag: &str, path: &Path) -> CliResult<(Array3<f32>, usize)> {
-    let a = read_array(flag, path, 3)?;
+    let a = read_array(flag, path, 3, false)?;
     let ndim = a.ndim();
     let a = if ndim == 2 { a.insert_axis(Axis(0)) } else { a };
     let a = a
@@ -210,9 +210,17 @@ fn npy_message(e: NpyError) -> String {
     }
 }
 
+/// Reads a matrix whose missing entries are NaN: NaN in `.npy`, an empty
+/// field or `NA`/`nan` (any case) in `.csv`. Infinities are refused.
+pub fn read_matrix_with_missing(flag: &str, path: &Path) -> CliResult<Array2<f32>> {
+    let a = read_array(flag, path, 2, true)?;
+    a.into_dimensionality::<Ix2>()
+        .map_err(|e| CliError::input(format!("{flag} {}: {e}", path.display())))
+}
+
 /// Reads an array of at most `max_ndim` axes (1-D taken as a column, so at
-/// least 2) of finite `f32`, none of them empty.
-fn read_array(flag: &str, path: &Path, max_ndim: usize) -> CliResult<ArrayD<f32>> {
+/// least 2) of finite `f32` (or NaN, with `missing`), none of them empty.
+fn read_array(flag: &str, path: &Path, max_ndim: usize, missing: bool) -> CliResult<ArrayD<f32>> {
     let format = Format::of(flag, path)?;
     let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
     let (m, lines) = match format {
@@ -245,12 +253,17 @@ fn read_array(flag: &str, path: &Path, max_ndim: usize) -> CliResult<ArrayD<f32>
         }
         Format::Csv => {
             let text = read_text(path).map_err(at)?;
-            let t = delimited::read(&text, header_rule(), delimited::f32_field).map_err(at)?;
+            let field = if missing {
+                delimited::f32_or_missing_field
+            } else {
+                delimited::f32_field
+            };
+            let t = delimited::read(&text, header_rule(), field).map_err(at)?;
             (t.data.into_dyn(), Some(t.lines))
         }
     };
     check_not_empty(m.shape()).map_err(at)?;
-    check_finite(&m, lines.as_deref()).map_err(at)?;
+    check_finite(&m, lines.as_deref(), missing).map_err(at)?;
     Ok(m)
 }
 
@@ -265,14 +278,17 @@ fn check_not_empty(shape: &[usize]) -> Result<(), String> {
     ))
 }
 
-/// Fails on the first entry that is not finite; `lines[i]` is the text
-/// line of row `i` (CSV).
-fn check_finite(m: &ArrayD<f32>, lines: Option<&[usize]>) -> Result<(), String> {
+/// Fails on the first entry that is not finite (NaN allowed with
+/// `missing`); `lines[i]` is the text line of row `i` (CSV).
+fn check_finite(m: &ArrayD<f32>, lines: Option<&[usize]>, missing: bool) -> Result<(), String> {
     // One flat scan (the arrays read here are already in standard layout,
     // so this borrows); the n-dimensional index only for the error.
     let m = m.as_standard_layout();
     let flat = m.as_slice().expect("standard layout"); // ok: made so above
-    let Some(pos) = flat.iter().position(|v| !v.is_finite()) else {
+    let Some(pos) = flat
+        .iter()
+        .position(|v| !(v.is_finite() || missing && v.is_nan()))
+    else {
         return Ok(());
     };
     let v = flat[pos];
@@ -384,7 +400,7 @@ mod tests {
     #[test]
     fn non_finite_is_located() {
         let t = csv("1,2\n3,nan\n").unwrap();
-        let e = check_finite(&t.data.into_dyn(), Some(&t.lines)).unwrap_err();
+        let e = check_finite(&t.data.into_dyn(), Some(&t.lines), false).unwrap_err();
         assert_eq!(e, "NaN at row 1, column 1 (0-based; line 2)");
         assert!(csv("1e300\n").unwrap_err().contains("too large for f32"));
     }

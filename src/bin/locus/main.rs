@@ -29,8 +29,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use commands::{
-    bench, classify, demo, info, kde, kernel_matrix, knn, local_mean, local_pca, mean_shift,
-    medoid_shift, softmax,
+    bench, classify, demo, impute, info, kde, kernel_matrix, knn, local_mean, local_pca,
+    mean_shift, medoid_shift, softmax,
 };
 use error::{CliResult, EXIT_COMPUTE};
 
@@ -63,6 +63,9 @@ enum Command {
     /// Nadaraya–Watson local means K̃Y of values at queries (default: the
     /// self-local mean K̃X).
     LocalMean(local_mean::LocalMeanArgs),
+    /// Fill missing entries (NaN) with local means over the rows that
+    /// observe them.
+    Impute(impute::ImputeArgs),
     /// Local PCA: kernel-weighted means, principal directions and variances
     /// of the keys around each query.
     LocalPca(local_pca::LocalPcaArgs),
@@ -94,6 +97,7 @@ fn run(command: &Command) -> CliResult<()> {
         Command::Info(a) => info::run(a),
         Command::LocalMean(a) => local_mean::run(a),
         Command::LocalPca(a) => local_pca::run(a),
+        Command::Impute(a) => impute::run(a),
         Command::KernelMatrix(a) => kernel_matrix::run(a),
         Command::Kde(a) => kde::run(a),
         Command::Classify(a) => classify::run(a),
