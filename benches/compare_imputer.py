@@ -209,6 +209,7 @@ def main():
     print(f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}")
     print(f"- {'; '.join(versions)}")
     print(f"- command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
     x = load_digits().data.astype(np.float32)
     removed = hide(x, a.fraction, np.random.default_rng(a.seed))
@@ -335,6 +336,9 @@ def main():
                "iterations=2 removed"], h_rows)
     table("KNNImputer (uniform weights): RMSE at every k candidate (validation chosen in bold; removed: for"
           " information only)", ["k", "validation", "removed"], k_rows)
+    if load0 is not None:
+        notes.append(f"load average (1 min) {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, on"
+                     f" {CORES} cores: other work on the machine slows the timings")
     if notes:
         print("\nNotes:\n\n" + "\n".join(f"- {s}" for s in notes))
     if failed:

@@ -5,6 +5,7 @@
 //! values, on the driver of `moments.rs`.
 
 use super::moments::{PairSums, weighted_averages};
+use super::simd::Isa;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -24,28 +25,36 @@ impl PairSums for Masked<'_> {
     fn scratch(&self) -> usize {
         0
     }
-    fn sq_dist(&self, q: &[f32], j: usize) -> f32 {
+    fn sq_dists<S: Isa>(&self, q: &[f32], j0: usize, t: &mut [f32]) {
         let d = self.d;
-        let (mut acc, mut shared) = (0.0f32, 0usize);
-        for (&xk, &qk) in self.keys[j * d..(j + 1) * d].iter().zip(q) {
-            let df = xk - qk;
-            if !df.is_nan() {
-                acc += df * df;
-                shared += 1;
+        for (jj, tj) in t.iter_mut().enumerate() {
+            let j = j0 + jj;
+            let (mut acc, mut shared) = (0.0f32, 0usize);
+            for (&xk, &qk) in self.keys[j * d..(j + 1) * d].iter().zip(q) {
+                let df = xk - qk;
+                if !df.is_nan() {
+                    acc += df * df;
+                    shared += 1;
+                }
             }
-        }
-        if shared == 0 {
-            f32::INFINITY
-        } else {
-            acc * (d as f32 / shared as f32)
+            *tj = if shared == 0 {
+                f32::INFINITY
+            } else {
+                acc * (d as f32 / shared as f32)
+            };
         }
     }
-    fn add(&self, _q: &[f32], j: usize, w: f32, _f: &mut [f32], block: &mut [f32]) {
-        for (b, &y) in block
-            .iter_mut()
-            .zip(&self.values[j * self.q..(j + 1) * self.q])
-        {
-            *b += w * y;
+    fn add<S: Isa>(&self, _q: &[f32], j0: usize, w: &[f32], _f: &mut [f32], block: &mut [f32]) {
+        for (jj, &wj) in w.iter().enumerate() {
+            if wj > 0.0 {
+                let j = j0 + jj;
+                for (b, &y) in block
+                    .iter_mut()
+                    .zip(&self.values[j * self.q..(j + 1) * self.q])
+                {
+                    *b += wj * y;
+                }
+            }
         }
     }
 }

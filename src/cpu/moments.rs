@@ -8,28 +8,34 @@
 //! profiles), its sums are formed in `f32` and added to the row's `f64`
 //! sums, rescaled when the running maximum log-weight moves — the local
 //! mean's two-level summation with the moments in place of the values.
+//! The moments' block sums are lane dot products over the keys stored
+//! column-major (AVX2 + FMA where the CPU has it).
 
 use rayon::prelude::*;
 
-use super::simd::{KEY_BLOCK, Portable};
+#[cfg(target_arch = "x86_64")]
+use super::simd::Avx2Fma;
+use super::simd::{Isa, KEY_BLOCK, Portable, dot, fmadd, sum_of};
 use super::weights::{block_weights, initial_max};
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::matrix::{Matrix, alloc_output};
+use crate::matrix::{Matrix, alloc_output, reserve};
 use crate::types::{MomentLayout, RowNormalized};
 
-/// What one pass sums per pair: how a key's squared distance to the query
-/// is formed, and which weighted columns it adds.
+/// What one pass sums per pair, a block of keys at a time: how the keys'
+/// squared distances to the query are formed, and which weighted columns
+/// they add.
 pub(crate) trait PairSums: Sync {
     /// Columns per query.
     fn cols(&self) -> usize;
     /// Scratch floats a thread needs for [`add`](Self::add).
     fn scratch(&self) -> usize;
-    /// The squared distance from `q` to key `j`, before the bandwidth
-    /// (infinite: the key has no weight).
-    fn sq_dist(&self, q: &[f32], j: usize) -> f32;
-    /// Adds key `j`'s columns, weighted by `w > 0`, to `block`.
-    fn add(&self, q: &[f32], j: usize, w: f32, scratch: &mut [f32], block: &mut [f32]);
+    /// The squared distances from `q` to keys `j0..j0 + t.len()`, before
+    /// the bandwidth (infinite: the key has no weight).
+    fn sq_dists<S: Isa>(&self, q: &[f32], j0: usize, t: &mut [f32]);
+    /// Adds the columns of keys `j0..j0 + w.len()`, weighted by `w` (zero
+    /// for a weightless key), to `block`.
+    fn add<S: Isa>(&self, q: &[f32], j0: usize, w: &[f32], scratch: &mut [f32], block: &mut [f32]);
 }
 
 /// Per-thread buffers of one row.
@@ -40,9 +46,9 @@ struct Scratch {
     sums: Vec<f64>,
 }
 
-/// Kernel-weighted averages of the columns `pairs` adds, for each of the
-/// `m` queries (`queries`, `m × d` row-major) over `n` keys: `m ×
-/// pairs.cols()`, NaN rows (counted) without mass.
+/// Kernel-weighted averages of the columns `pairs` adds, for each query
+/// (`queries`, `M × d`) over `n` keys: `M × pairs.cols()`, NaN rows
+/// (counted) without mass.
 pub(crate) fn weighted_averages<P: PairSums>(
     op: &'static str,
     kernel: &Kernel,
@@ -52,6 +58,8 @@ pub(crate) fn weighted_averages<P: PairSums>(
 ) -> Result<RowNormalized> {
     let (m, p) = (queries.rows(), pairs.cols());
     let mut out = alloc_output(op, "averages", m, p)?;
+    #[cfg(target_arch = "x86_64")]
+    let isa = Avx2Fma::detect();
     let empty = out
         .par_chunks_mut(p)
         .enumerate()
@@ -64,7 +72,13 @@ pub(crate) fn weighted_averages<P: PairSums>(
             },
             |sc, (i, row)| {
                 let q = queries.row_range(i, i + 1);
-                !averages_row(kernel, q, n, pairs, sc, row)
+                #[cfg(target_arch = "x86_64")]
+                if let Some(isa) = isa {
+                    // SAFETY: `isa` is an `Avx2Fma` token, made only where
+                    // run-time detection found AVX2 and FMA.
+                    return !unsafe { row_avx2(isa, kernel, q, n, pairs, sc, row) };
+                }
+                !averages_row::<Portable, P>(kernel, q, n, pairs, sc, row)
             },
         )
         .filter(|&e| e)
@@ -72,8 +86,23 @@ pub(crate) fn weighted_averages<P: PairSums>(
     Ok(RowNormalized::from_parts(m, p, out, empty))
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn row_avx2<P: PairSums>(
+    _isa: Avx2Fma,
+    kernel: &Kernel,
+    q: &[f32],
+    n: usize,
+    pairs: &P,
+    sc: &mut Scratch,
+    out: &mut [f32],
+) -> bool {
+    averages_row::<Avx2Fma, P>(kernel, q, n, pairs, sc, out)
+}
+
 /// One query's averages into `out`; `false` (and NaN) when it has no mass.
-fn averages_row<P: PairSums>(
+#[inline(always)]
+fn averages_row<S: Isa, P: PairSums>(
     kernel: &Kernel,
     q: &[f32],
     n: usize,
@@ -88,27 +117,20 @@ fn averages_row<P: PairSums>(
     for j0 in (0..n).step_by(KEY_BLOCK) {
         let len = KEY_BLOCK.min(n - j0);
         let t = &mut sc.t[..len];
-        for (jj, tj) in t.iter_mut().enumerate() {
-            *tj = pairs.sq_dist(q, j0 + jj) * inv_h2;
+        pairs.sq_dists::<S>(q, j0, t);
+        for tj in t.iter_mut() {
+            *tj *= inv_h2;
         }
-        let Some(factor) = block_weights::<Portable>(kernel.profile(), t, &mut mx) else {
+        let Some(factor) = block_weights::<S>(kernel.profile(), t, &mut mx) else {
             continue;
         };
         if factor != 1.0 {
             s *= factor;
             sc.sums.iter_mut().for_each(|u| *u *= factor);
         }
-        let mut bs = 0.0f32;
         sc.block.fill(0.0);
-        for (jj, &w) in t.iter().enumerate() {
-            // A weightless key adds nothing (and its columns may not be
-            // finite products).
-            if w > 0.0 {
-                bs += w;
-                pairs.add(q, j0 + jj, w, &mut sc.f, &mut sc.block);
-            }
-        }
-        s += f64::from(bs);
+        pairs.add::<S>(q, j0, t, &mut sc.f, &mut sc.block);
+        s += f64::from(sum_of(t));
         for (u, &b) in sc.sums.iter_mut().zip(&sc.block) {
             *u += f64::from(b);
         }
@@ -124,40 +146,86 @@ fn averages_row<P: PairSums>(
     }
 }
 
-/// The local moments' pairs: offsets `x − q` and values.
-struct Moments<'a> {
-    keys: &'a [f32],
-    values: Option<&'a [f32]>,
+/// The local moments' pairs: offsets `x − q` and values, the keys and
+/// values stored column-major (`xt[k·n + j]`, `yt[c·n + j]`).
+struct Moments {
+    xt: Vec<f32>,
+    yt: Vec<f32>,
+    n: usize,
     layout: MomentLayout,
 }
 
-impl PairSums for Moments<'_> {
+impl PairSums for Moments {
     fn cols(&self) -> usize {
         self.layout.cols()
     }
     fn scratch(&self) -> usize {
-        self.layout.one() + 1
+        // The block's offsets r_k and weighted offsets w·r_k.
+        2 * self.layout.d * KEY_BLOCK
     }
-    fn sq_dist(&self, q: &[f32], j: usize) -> f32 {
-        let d = self.layout.d;
-        let mut acc = 0.0f32;
-        for (&xk, &qk) in self.keys[j * d..(j + 1) * d].iter().zip(q) {
-            let df = xk - qk;
-            acc += df * df;
+    #[inline(always)]
+    fn sq_dists<S: Isa>(&self, q: &[f32], j0: usize, t: &mut [f32]) {
+        t.fill(0.0);
+        for (k, &qk) in q.iter().enumerate() {
+            let x = &self.xt[k * self.n + j0..k * self.n + j0 + t.len()];
+            for (tj, &xj) in t.iter_mut().zip(x) {
+                let df = xj - qk;
+                *tj = fmadd::<S>(df, df, *tj);
+            }
         }
-        acc
     }
-    fn add(&self, q: &[f32], j: usize, w: f32, f: &mut [f32], block: &mut [f32]) {
-        let (d, qy) = (self.layout.d, self.layout.qy);
-        for k in 0..d {
-            f[k] = self.keys[j * d + k] - q[k];
+    #[inline(always)]
+    fn add<S: Isa>(&self, q: &[f32], j0: usize, w: &[f32], f: &mut [f32], block: &mut [f32]) {
+        let (d, qy, n, len) = (self.layout.d, self.layout.qy, self.n, w.len());
+        let (r, wr) = f.split_at_mut(d * KEY_BLOCK);
+        for (k, &qk) in q.iter().enumerate() {
+            let x = &self.xt[k * n + j0..k * n + j0 + len];
+            let rk = &mut r[k * KEY_BLOCK..k * KEY_BLOCK + len];
+            let wrk = &mut wr[k * KEY_BLOCK..k * KEY_BLOCK + len];
+            for (((rj, wrj), &xj), &wj) in rk.iter_mut().zip(wrk.iter_mut()).zip(x).zip(w) {
+                *rj = xj - qk;
+                *wrj = wj * *rj;
+            }
         }
-        if let Some(y) = self.values {
-            f[d..d + qy].copy_from_slice(&y[j * qy..(j + 1) * qy]);
+        let col = |k: usize| &r[k * KEY_BLOCK..k * KEY_BLOCK + len];
+        let wcol = |k: usize| &wr[k * KEY_BLOCK..k * KEY_BLOCK + len];
+        let y = |c: usize| &self.yt[c * n + j0..c * n + j0 + len];
+        for a in 0..d {
+            block[a] = sum_of(wcol(a));
         }
-        f[d + qy] = 1.0;
-        accumulate(&self.layout, w, f, block);
+        for c in 0..qy {
+            block[d + c] = dot::<S>(w, y(c));
+        }
+        if !self.layout.second {
+            return;
+        }
+        let mut idx = d + qy;
+        for a in 0..d {
+            for b in a..d {
+                block[idx] = dot::<S>(wcol(a), col(b));
+                idx += 1;
+            }
+        }
+        for a in 0..d {
+            for c in 0..qy {
+                block[idx] = dot::<S>(wcol(a), y(c));
+                idx += 1;
+            }
+        }
     }
+}
+
+/// `m` column-major: `rows × cols` row-major → `cols × rows`.
+fn transposed(op: &'static str, m: &Matrix<'_>) -> Result<Vec<f32>> {
+    let (rows, cols) = (m.rows(), m.cols());
+    let mut t = reserve::<f32>(op, "transposed keys", (rows * cols) as u64)?;
+    t.resize(rows * cols, 0.0);
+    for (j, row) in m.as_slice().chunks_exact(cols).enumerate() {
+        for (k, &v) in row.iter().enumerate() {
+            t[k * rows + j] = v;
+        }
+    }
+    Ok(t)
 }
 
 /// Local moments of every query: `M × layout.cols()` averages, NaN rows
@@ -169,58 +237,66 @@ pub(crate) fn local_moments(
     values: Option<&Matrix<'_>>,
     layout: MomentLayout,
 ) -> Result<RowNormalized> {
+    const OP: &str = "local_moments";
     let pairs = Moments {
-        keys: keys.as_slice(),
-        values: values.map(|v| v.as_slice()),
+        xt: transposed(OP, keys)?,
+        yt: values
+            .map(|v| transposed(OP, v))
+            .transpose()?
+            .unwrap_or_default(),
+        n: keys.rows(),
         layout,
     };
-    weighted_averages("local_moments", kernel, queries, keys.rows(), &pairs)
-}
-
-/// Adds `w·F[ia]·F[ib]` for every column of `layout` (in its order).
-#[inline]
-fn accumulate(layout: &MomentLayout, w: f32, f: &[f32], block: &mut [f32]) {
-    let (d, qy) = (layout.d, layout.qy);
-    for (b, &fc) in block.iter_mut().zip(&f[..d + qy]) {
-        *b += w * fc;
-    }
-    if !layout.second {
-        return;
-    }
-    let mut idx = d + qy;
-    for a in 0..d {
-        let wa = w * f[a];
-        for &fb in &f[a..d] {
-            block[idx] += wa * fb;
-            idx += 1;
-        }
-    }
-    for a in 0..d {
-        let wa = w * f[a];
-        for &fc in &f[d..d + qy] {
-            block[idx] += wa * fc;
-            idx += 1;
-        }
-    }
+    weighted_averages(OP, kernel, queries, keys.rows(), &pairs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::Profile;
+    use ndarray::Array2;
 
     #[test]
-    fn accumulation_follows_the_layout() {
+    fn block_sums_follow_the_layout_on_every_build() {
+        // Moments of a few keys against the layout's factor products,
+        // written per pair in f64.
+        let (n, d, qy) = (300usize, 3usize, 2usize);
+        let x = Array2::from_shape_fn((n, d), |(j, k)| ((j * 7 + k * 3) % 11) as f32 * 0.1);
+        let y = Array2::from_shape_fn((n, qy), |(j, c)| ((j + c) % 5) as f32 - 2.0);
+        let q = Array2::from_shape_vec((1, d), vec![0.5, 0.4, 0.3]).unwrap();
         let layout = MomentLayout {
-            d: 3,
-            qy: 2,
+            d,
+            qy,
             second: true,
         };
-        let f = [1.5f32, -2.0, 0.5, 3.0, -1.0, 1.0];
-        let mut block = vec![0.0; layout.cols()];
-        accumulate(&layout, 2.0, &f, &mut block);
-        for (c, &b) in block.iter().enumerate() {
-            let (ia, ib) = layout.factors(c);
-            assert_eq!(b, 2.0 * f[ia] * f[ib], "column {c}");
+        let (xm, ym, qm) = (
+            Matrix::check("t", "x", x.view()).unwrap(),
+            Matrix::check("t", "y", y.view()).unwrap(),
+            Matrix::check("t", "q", q.view()).unwrap(),
+        );
+        let kernel = Kernel::new(Profile::Epanechnikov, 2.0).unwrap();
+        let got = local_moments(&kernel, &qm, &xm, Some(&ym), layout).unwrap();
+        let mut want = vec![0.0f64; layout.cols()];
+        let mut s = 0.0;
+        for j in 0..n {
+            let mut f: Vec<f64> = (0..d).map(|k| f64::from(x[[j, k]] - q[[0, k]])).collect();
+            let t: f64 = f.iter().map(|v| v * v).sum::<f64>() / 4.0;
+            let w = (1.0 - t).max(0.0);
+            f.extend((0..qy).map(|c| f64::from(y[[j, c]])));
+            f.push(1.0);
+            s += w;
+            for (c, o) in want.iter_mut().enumerate() {
+                let (ia, ib) = layout.factors(c);
+                *o += w * f[ia] * f[ib];
+            }
+        }
+        for (c, o) in want.iter().enumerate() {
+            let g = f64::from(got.values[[0, c]]);
+            assert!(
+                (g - o / s).abs() < 1e-5 * (o / s).abs().max(1.0),
+                "column {c}: {g} vs {}",
+                o / s
+            );
         }
     }
 }
