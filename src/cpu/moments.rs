@@ -190,11 +190,11 @@ impl PairSums for Moments {
         let col = |k: usize| &r[k * KEY_BLOCK..k * KEY_BLOCK + len];
         let wcol = |k: usize| &wr[k * KEY_BLOCK..k * KEY_BLOCK + len];
         let y = |c: usize| &self.yt[c * n + j0..c * n + j0 + len];
-        for a in 0..d {
-            block[a] = sum_of(wcol(a));
+        for (a, b) in block[..d].iter_mut().enumerate() {
+            *b = sum_of(wcol(a));
         }
-        for c in 0..qy {
-            block[d + c] = dot::<S>(w, y(c));
+        for (c, b) in block[d..d + qy].iter_mut().enumerate() {
+            *b = dot::<S>(w, y(c));
         }
         if !self.layout.second {
             return;
