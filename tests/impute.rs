@@ -1,4 +1,5 @@
 //! Missing-value imputation: CPU and GPU against a plain f64 reference.
+#![allow(clippy::needless_range_loop)] // index loops mirror the formulas
 
 mod common;
 
