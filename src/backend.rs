@@ -53,6 +53,17 @@ pub(crate) trait Resident: Send + Sync + fmt::Debug {
         set: Option<usize>,
     ) -> Result<RowStates>;
 
+    /// Local moments of `layout` at `queries` with value matrix `set`
+    /// (whose columns are the layout's `qy`; `None`: no values), far rows
+    /// finished as in [`Backend::local_moments`].
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        layout: MomentLayout,
+        set: Option<usize>,
+    ) -> Result<RowNormalized>;
+
     /// The `k` nearest keys of every query.
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours>;
 
@@ -94,8 +105,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     ) -> Result<RowNormalized>;
 
     /// Local moments (`layout`) of the keys' offsets from each query and
-    /// of `values`: `M × layout.cols()` kernel-weighted averages, NaN rows
-    /// (counted) where the row has no mass in `f32`.
+    /// of `values`: `M × layout.cols()` kernel-weighted averages; rows
+    /// without mass in `f32` are finished in `f64` (far rows), and NaN
+    /// (counted) where they have none at all.
     fn local_moments(
         &self,
         kernel: &Kernel,

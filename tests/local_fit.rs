@@ -484,3 +484,55 @@ fn local_model_limits_are_typed_errors() {
         .unwrap_err();
     assert!(matches!(err, Error::RowMismatch { .. }), "{err}");
 }
+
+#[test]
+fn key_sets_fit_as_the_one_shot_ops() {
+    let (x, y) = smooth_data(41, 400, 3);
+    let q = Rng::new(42).matrix(23, 3, -0.8, 0.8);
+    for (name, e) in engines() {
+        let ks = e.prepare(x.view()).values(y.view()).build().unwrap();
+        for (p, h) in [(Profile::Gaussian, 0.4f32), (Profile::Biweight, 0.9)] {
+            let k = Kernel::new(p, h).unwrap();
+            let one = e
+                .local_polynomial(&k, q.view(), x.view(), y.view(), 1)
+                .unwrap();
+            let got = ks.local_polynomial(&k, q.view(), 1).unwrap();
+            let what = format!("{name} {p:?} key set");
+            assert_eq!(got.empty_rows, one.empty_rows, "{what}");
+            assert_close(&what, &got.fitted, &one.fitted.mapv(f64::from), 1e-4, 1e-4);
+            let (gs, os) = (got.slopes.unwrap(), one.slopes.unwrap());
+            let flat = |a: &Array3<f32>| a.to_shape((23, 6)).unwrap().to_owned();
+            assert_close(&what, &flat(&gs), &flat(&os).mapv(f64::from), 1e-3, 1e-3);
+            let zero = ks.local_polynomial(&k, q.view(), 0).unwrap();
+            assert_eq!(zero.fitted, ks.local_mean(&k, q.view()).unwrap().values);
+            let pca = ks.local_pca(&k, q.view(), 2).unwrap();
+            let want = e.local_pca(&k, q.view(), x.view(), 2).unwrap();
+            assert_close(
+                &what,
+                &pca.variances,
+                &want.variances.mapv(f64::from),
+                1e-3,
+                1e-6,
+            );
+            assert_close(&what, &pca.means, &want.means.mapv(f64::from), 1e-5, 1e-5);
+        }
+        let bare = e.prepare(x.view()).build().unwrap();
+        let k = Kernel::gaussian(0.4).unwrap();
+        let err = bare.local_polynomial(&k, q.view(), 1).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidParameter { name: "values", .. }),
+            "{err}"
+        );
+        let err = ks.local_pca(&k, q.view(), 4).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidParameter {
+                    name: "components",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}

@@ -103,7 +103,15 @@ impl Backend for CpuBackend {
         values: Option<&Matrix<'_>>,
         layout: MomentLayout,
     ) -> Result<RowNormalized> {
-        moments::local_moments(kernel, queries, keys, values, layout)
+        let mut out = moments::local_moments(kernel, queries, keys, values, layout)?;
+        layout.finish_far_rows(
+            kernel,
+            queries.as_slice(),
+            keys.as_slice(),
+            values.map(Matrix::as_slice),
+            &mut out,
+        );
+        Ok(out)
     }
 
     fn row_states(

@@ -13,6 +13,7 @@
 
 use rayon::prelude::*;
 
+use super::keys::KeysSoa;
 #[cfg(target_arch = "x86_64")]
 use super::simd::Avx2Fma;
 use super::simd::{Isa, KEY_BLOCK, Portable, dot, fmadd, sum_of};
@@ -147,15 +148,15 @@ fn averages_row<S: Isa, P: PairSums>(
 }
 
 /// The local moments' pairs: offsets `x − q` and values, the keys and
-/// values stored column-major (`xt[k·n + j]`, `yt[c·n + j]`).
-struct Moments {
-    xt: Vec<f32>,
-    yt: Vec<f32>,
-    n: usize,
+/// values stored column-major (`xt[k·ld + j]`, `yt[c·ld + j]`).
+struct Moments<'a> {
+    xt: &'a [f32],
+    yt: &'a [f32],
+    ld: usize,
     layout: MomentLayout,
 }
 
-impl PairSums for Moments {
+impl PairSums for Moments<'_> {
     fn cols(&self) -> usize {
         self.layout.cols()
     }
@@ -167,7 +168,7 @@ impl PairSums for Moments {
     fn sq_dists<S: Isa>(&self, q: &[f32], j0: usize, t: &mut [f32]) {
         t.fill(0.0);
         for (k, &qk) in q.iter().enumerate() {
-            let x = &self.xt[k * self.n + j0..k * self.n + j0 + t.len()];
+            let x = &self.xt[k * self.ld + j0..k * self.ld + j0 + t.len()];
             for (tj, &xj) in t.iter_mut().zip(x) {
                 let df = xj - qk;
                 *tj = fmadd::<S>(df, df, *tj);
@@ -176,7 +177,7 @@ impl PairSums for Moments {
     }
     #[inline(always)]
     fn add<S: Isa>(&self, q: &[f32], j0: usize, w: &[f32], f: &mut [f32], block: &mut [f32]) {
-        let (d, qy, n, len) = (self.layout.d, self.layout.qy, self.n, w.len());
+        let (d, qy, n, len) = (self.layout.d, self.layout.qy, self.ld, w.len());
         let (r, wr) = f.split_at_mut(d * KEY_BLOCK);
         for (k, &qk) in q.iter().enumerate() {
             let x = &self.xt[k * n + j0..k * n + j0 + len];
@@ -238,16 +239,32 @@ pub(crate) fn local_moments(
     layout: MomentLayout,
 ) -> Result<RowNormalized> {
     const OP: &str = "local_moments";
+    let xt = transposed(OP, keys)?;
+    let yt = values.map(|v| transposed(OP, v)).transpose()?;
     let pairs = Moments {
-        xt: transposed(OP, keys)?,
-        yt: values
-            .map(|v| transposed(OP, v))
-            .transpose()?
-            .unwrap_or_default(),
-        n: keys.rows(),
+        xt: &xt,
+        yt: yt.as_deref().unwrap_or_default(),
+        ld: keys.rows(),
         layout,
     };
     weighted_averages(OP, kernel, queries, keys.rows(), &pairs)
+}
+
+/// [`local_moments`] against a key set's columns (its value matrix: the
+/// layout's `qy` columns).
+pub(crate) fn local_moments_on(
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &KeysSoa<'_>,
+    layout: MomentLayout,
+) -> Result<RowNormalized> {
+    let pairs = Moments {
+        xt: keys.xt,
+        yt: keys.yt,
+        ld: keys.ld,
+        layout,
+    };
+    weighted_averages("local_moments", kernel, queries, keys.n, &pairs)
 }
 
 #[cfg(test)]

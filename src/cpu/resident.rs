@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 use super::keys::{KeyColumns, Pack};
 use super::local_mean::QUERY_GROUP;
-use super::{knn, on_keys, panels};
+use super::{knn, moments, on_keys, panels};
 use crate::backend::Resident;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, ensure_room};
 use crate::memory::{MemoryBudget, Reservation};
-use crate::types::{Neighbours, RowNormalized, RowStates};
+use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
 
 /// A key set: its keys and value matrices in the kernels' layout, and the
 /// memory they hold.
@@ -101,6 +101,38 @@ impl Resident for CpuResident {
             self.budget
                 .reserve("row_states", "request", request_bytes(queries.rows(), q))?;
         Ok(on_keys::row_states(&self.keys, kernel, queries, set, false))
+    }
+
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        layout: MomentLayout,
+        set: Option<usize>,
+    ) -> Result<RowNormalized> {
+        let keys = self.keys.soa(set);
+        let _work = self.budget.reserve(
+            "local_moments",
+            "request",
+            request_bytes(queries.rows(), layout.cols()),
+        )?;
+        let mut out = moments::local_moments_on(kernel, queries, &keys, layout)?;
+        if out.empty_rows > 0 && !kernel.profile().is_compact() {
+            // Far rows: from row-major copies of the keys and values.
+            let rows = |cols: &[f32], c: usize| -> Vec<f32> {
+                let mut v = vec![0.0; keys.n * c];
+                for j in 0..keys.n {
+                    for k in 0..c {
+                        v[j * c + k] = cols[k * keys.ld + j];
+                    }
+                }
+                v
+            };
+            let (x, y) = (rows(keys.xt, layout.d), rows(keys.yt, keys.q));
+            let values = (keys.q > 0).then_some(&y[..]);
+            layout.finish_far_rows(kernel, queries.as_slice(), &x, values, &mut out);
+        }
+        Ok(out)
     }
 
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {

@@ -342,22 +342,45 @@ pub(crate) fn local_moments(
     let plan = plan_local_moments(&ctx.limits, &ctx.caps, (m, n, d), layout.qy, layout.cols())?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={}", layout.qy))?;
     let key_tiles = upload_key_tiles(ctx, OP, keys, values, plan.key_tile)?;
+    let keys_host = keys;
     let keys = DeviceKeys {
         tiles: &key_tiles,
         d,
         q: layout.qy,
     };
-    let out = normalized_on_tiles(
+    let mut out = moments_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, layout)?;
+    scope.finish(ctx)?;
+    layout.finish_far_rows(
+        kernel,
+        queries.as_slice(),
+        keys_host.as_slice(),
+        values.map(Matrix::as_slice),
+        &mut out,
+    );
+    Ok(out)
+}
+
+/// Local moments of `layout` for `queries` against key tiles already on
+/// the device (their value matrix: the layout's `qy` columns), under the
+/// caller's error scope; rows without mass in `f32` are left NaN.
+pub(crate) fn moments_on_tiles(
+    ctx: &GpuContext,
+    scope: &ErrorScope,
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    keys: &DeviceKeys<'_, '_>,
+    plan: &LocalMeanPlan,
+    layout: MomentLayout,
+) -> Result<RowNormalized> {
+    normalized_on_tiles(
         ctx,
-        &scope,
+        scope,
         kernel,
         queries,
-        &keys,
-        &plan,
+        keys,
+        plan,
         PassKind::Moments(layout),
-    )?;
-    scope.finish(ctx)?;
-    Ok(out)
+    )
 }
 
 /// Local means with masked distances on the GPU (`queries` and `keys` may

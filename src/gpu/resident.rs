@@ -11,15 +11,15 @@ use super::context::GpuContext;
 use super::far::{HostKeys, far_means, far_states, means_need_host, states_need_host};
 use super::keys::{DeviceKeys, KeyTile, Rows, StoredTile, upload_tiles};
 use super::knn::{check_gpu_k, knn_on_tiles};
-use super::local_mean::{means_on_tiles, states_on_tiles};
+use super::local_mean::{means_on_tiles, moments_on_tiles, states_on_tiles};
 use super::submission::Submission;
 use crate::backend::Resident;
 use crate::error::{Error, Result};
-use crate::gpu::plan::{plan_knn, plan_local_mean, resident_key_tile, tiles};
+use crate::gpu::plan::{plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::Reservation;
-use crate::types::{Neighbours, RowNormalized, RowStates};
+use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
 
 /// Device buffers of a key set. Dropping it frees them (wgpu keeps a
 /// buffer alive until the submissions that use it complete) and gives
@@ -230,6 +230,41 @@ impl Resident for GpuResident {
             let (kh, vh) = self.read_back(&scope, set)?;
             let host = self.host(&kh, &vh, q);
             far_states(kernel, queries, &host, false, &mut out);
+        }
+        scope.finish(ctx)?;
+        Ok(out)
+    }
+
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        layout: MomentLayout,
+        set: Option<usize>,
+    ) -> Result<RowNormalized> {
+        const OP: &str = "local_moments";
+        let (ctx, m) = (&*self.ctx, queries.rows());
+        check_u32(OP, "query rows", m)?;
+        let mut plan = plan_local_moments(
+            &ctx.limits,
+            &ctx.caps,
+            (m, self.n, self.d),
+            layout.qy,
+            layout.cols(),
+        )?;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("q={}", layout.qy)))?;
+        let tiles = self.key_tiles(set);
+        let keys = DeviceKeys {
+            tiles: &tiles,
+            d: self.d,
+            q: layout.qy,
+        };
+        let mut out = moments_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, layout)?;
+        if out.empty_rows > 0 && !kernel.profile().is_compact() {
+            let (kh, vh) = self.read_back(&scope, set)?;
+            let values = (layout.qy > 0).then_some(&vh[..]);
+            layout.finish_far_rows(kernel, queries.as_slice(), &kh, values, &mut out);
         }
         scope.finish(ctx)?;
         Ok(out)

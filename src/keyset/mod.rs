@@ -23,8 +23,8 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
-    Classes, EmptyFallback, SQ_DIST_LIMIT, check_k, check_room, label_rows, ln_density_scale,
-    ln_normalizer,
+    Classes, EmptyFallback, LocalFit, LocalPca, SQ_DIST_LIMIT, check_k, check_limits, check_room,
+    fit_linear, fit_pca, label_rows, ln_density_scale, ln_normalizer,
 };
 use crate::types::{Neighbours, RowNormalized, RowStates};
 use batch::Batcher;
@@ -154,6 +154,7 @@ impl<'a> KeySetBuilder<'a> {
         let (n, d) = (keys.rows(), keys.cols());
         let mut sets = Vec::new();
         let mut values_set = None;
+        let mut values_extent = 0.0;
         if let Some(v) = self.values {
             let v = Matrix::check(OP, "values", v)?;
             if v.rows() != n {
@@ -164,6 +165,7 @@ impl<'a> KeySetBuilder<'a> {
                 });
             }
             values_set = Some((sets.len(), v.cols()));
+            values_extent = v.max_abs();
             sets.push(v);
         }
         let mut labels_set = None;
@@ -192,6 +194,7 @@ impl<'a> KeySetBuilder<'a> {
                 labels,
                 class_labels,
                 extent,
+                values_extent,
                 options: self.options,
                 means: Batcher::new(b),
                 states: Batcher::new(b),
@@ -225,6 +228,8 @@ struct Inner {
     class_labels: Option<Array1<i64>>,
     /// The keys' largest coordinate magnitude (for the kNN range check).
     extent: f32,
+    /// The values' largest magnitude (for the local models' limits).
+    values_extent: f32,
     options: KeySetOptions,
     means: Batcher<(KernelKey, usize), RowNormalized>,
     states: Batcher<(KernelKey, Option<usize>), RowStates>,
@@ -485,6 +490,82 @@ impl KeySet {
             labels,
             empty_rows: proba.empty_rows,
             proba: proba.values,
+        })
+    }
+
+    /// Local polynomial regression of the values at `queries`, as
+    /// [`Engine::local_polynomial`] with this key set's keys and values
+    /// (degree 0: [`local_mean`](Self::local_mean)). Degree 1 reads the
+    /// values as stored, not centred on their mean as the one-shot op does:
+    /// its cross moments keep about `2⁻²⁴·|ȳ|/|Δy|` relative accuracy,
+    /// where `ȳ` is the values' offset and `Δy` their variation within a
+    /// bandwidth (docs/numerics.md, "Local moments").
+    ///
+    /// # Errors
+    /// As [`Engine::local_polynomial`]; no values in this key set; on the
+    /// GPU, a key set whose resident tiles exceed what the moment pass may
+    /// visit per dispatch ([`Error::Unsupported`]).
+    pub fn local_polynomial(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+        degree: usize,
+    ) -> Result<LocalFit> {
+        const OP: &str = "local_polynomial";
+        let set = self.set(self.inner.values_set, "values", "values")?;
+        if degree > 1 {
+            return Err(Error::InvalidParameter {
+                name: "degree",
+                reason: format!("local regression has degree 0 or 1, got {degree}"),
+            });
+        }
+        if degree == 0 {
+            let r = self.local_mean(kernel, queries)?;
+            return Ok(LocalFit {
+                fitted: r.values,
+                slopes: None,
+                empty_rows: r.empty_rows,
+                rank_deficient_rows: 0,
+            });
+        }
+        let q = self.queries(OP, queries)?;
+        let qy = self.inner.values_set.map_or(0, |s| s.1);
+        let big = q
+            .max_abs()
+            .max(self.inner.extent)
+            .max(self.inner.values_extent);
+        check_limits(self.inner.d, big)?;
+        let r = &self.inner.resident;
+        fit_linear(OP, &q, self.inner.d, qy, &vec![0.0; qy], &|m, layout| {
+            r.local_moments(kernel, m, layout, Some(set))
+        })
+    }
+
+    /// Local PCA at `queries`, as [`Engine::local_pca`] with this key
+    /// set's keys.
+    ///
+    /// # Errors
+    /// As [`Engine::local_pca`]; on the GPU as
+    /// [`local_polynomial`](Self::local_polynomial).
+    pub fn local_pca(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+        components: usize,
+    ) -> Result<LocalPca> {
+        const OP: &str = "local_pca";
+        let d = self.inner.d;
+        if !(1..=d).contains(&components) {
+            return Err(Error::InvalidParameter {
+                name: "components",
+                reason: format!("needs 1 ≤ components ≤ d = {d}, got {components}"),
+            });
+        }
+        let q = self.queries(OP, queries)?;
+        check_limits(d, q.max_abs().max(self.inner.extent))?;
+        let r = &self.inner.resident;
+        fit_pca(OP, &q, components, &|m, layout| {
+            r.local_moments(kernel, m, layout, None)
         })
     }
 

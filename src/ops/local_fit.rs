@@ -8,9 +8,9 @@ use rayon::prelude::*;
 use super::linalg::sym_eigen;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kernel::{Kernel, exact};
+use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output, reserve};
-use crate::types::MomentLayout;
+use crate::types::{MomentLayout, RowNormalized};
 
 /// Largest dimension of the local models: their second moments grow as
 /// `d²/2` columns per query.
@@ -108,7 +108,7 @@ impl Engine {
         let y = Matrix::check(OP, "values", values)?;
         super::check_shapes(OP, &q, &x, Some(&y))?;
         check_local(&q, &x, Some(&y))?;
-        let (m, d, qy) = (q.rows(), x.cols(), y.cols());
+        let (d, qy) = (x.cols(), y.cols());
         // Values centred on their mean: the cross moments then carry the
         // local variation, not the offset.
         let centre: Vec<f64> = (0..qy)
@@ -126,32 +126,9 @@ impl Engine {
         );
         let yc = Array2::from_shape_vec((y.rows(), qy), yc).expect("rows·q entries"); // ok: sized above
         let yc = Matrix::check(OP, "values", yc.view())?;
-        let layout = MomentLayout {
-            d,
-            qy,
-            second: true,
-        };
-        let mut fitted = alloc_output(OP, "fitted", m, qy)?;
-        let mut slopes = alloc_output(OP, "slopes", m, qy * d)?;
-        let (mut empty, mut deficient) = (0, 0);
-        let p = layout.cols();
-        self.moment_chunks(OP, kernel, &q, &x, Some(&yc), layout, |r0, mom| {
-            let r1 = r0 + mom.len() / p;
-            let kinds: Vec<RowKind> = fitted[r0 * qy..r1 * qy]
-                .par_chunks_mut(qy)
-                .zip(slopes[r0 * qy * d..r1 * qy * d].par_chunks_mut(qy * d))
-                .zip(mom.par_chunks(p))
-                .map(|((fit, slope), mo)| linear_row(&layout, mo, &centre, fit, slope))
-                .collect();
-            empty += kinds.iter().filter(|&&k| k == RowKind::Empty).count();
-            deficient += kinds.iter().filter(|&&k| k == RowKind::Deficient).count();
-            Ok(())
-        })?;
-        Ok(LocalFit {
-            fitted: Array2::from_shape_vec((m, qy), fitted).expect("m·q entries"), // ok: sized above
-            slopes: Some(Array3::from_shape_vec((m, qy, d), slopes).expect("m·q·d entries")), // ok: sized above
-            empty_rows: empty,
-            rank_deficient_rows: deficient,
+        let backend = self.backend_impl();
+        fit_linear(OP, &q, d, qy, &centre, &|qm, layout| {
+            backend.local_moments(kernel, qm, &x, Some(&yc), layout)
         })
     }
 
@@ -176,87 +153,143 @@ impl Engine {
         let x = Matrix::check(OP, "keys", keys)?;
         super::check_shapes(OP, &q, &x, None)?;
         check_local(&q, &x, None)?;
-        let (m, d) = (q.rows(), x.cols());
+        let d = x.cols();
         if !(1..=d).contains(&components) {
             return Err(Error::InvalidParameter {
                 name: "components",
                 reason: format!("needs 1 ≤ components ≤ d = {d}, got {components}"),
             });
         }
-        let layout = MomentLayout {
-            d,
-            qy: 0,
-            second: true,
-        };
-        let k = components;
-        let mut means = alloc_output(OP, "means", m, d)?;
-        let mut variances = alloc_output(OP, "variances", m, k)?;
-        let mut vectors = alloc_output(OP, "components", m, k * d)?;
-        let mut empty = 0;
-        let p = layout.cols();
-        self.moment_chunks(OP, kernel, &q, &x, None, layout, |r0, mom| {
-            let r1 = r0 + mom.len() / p;
-            empty += means[r0 * d..r1 * d]
-                .par_chunks_mut(d)
-                .zip(variances[r0 * k..r1 * k].par_chunks_mut(k))
-                .zip(vectors[r0 * k * d..r1 * k * d].par_chunks_mut(k * d))
-                .zip(mom.par_chunks(p))
-                .enumerate()
-                .map(|(i, (((mean, var), vecs), mo))| {
-                    let query = q.row_range(r0 + i, r0 + i + 1);
-                    pca_row(&layout, mo, query, mean, var, vecs)
-                })
-                .filter(|&ok| !ok)
-                .count();
-            Ok(())
-        })?;
-        Ok(LocalPca {
-            means: Array2::from_shape_vec((m, d), means).expect("m·d entries"), // ok: sized above
-            variances: Array2::from_shape_vec((m, k), variances).expect("m·k entries"), // ok: sized above
-            components: Array3::from_shape_vec((m, k, d), vectors).expect("m·k·d entries"), // ok: sized above
-            empty_rows: empty,
+        let backend = self.backend_impl();
+        fit_pca(OP, &q, components, &|qm, layout| {
+            backend.local_moments(kernel, qm, &x, None, layout)
         })
     }
+}
 
-    /// Runs the local-moment pass of `layout` over query chunks (bounded
-    /// memory), finishes rows the `f32` pass leaves without mass in `f64`
-    /// (docs/numerics.md, "Far rows"), and hands each chunk's moments
-    /// (`rows × layout.cols()` row-major, NaN rows still empty) to `each`
-    /// with the chunk's first query row.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn moment_chunks(
-        &self,
-        op: &'static str,
-        kernel: &Kernel,
-        q: &Matrix<'_>,
-        x: &Matrix<'_>,
-        y: Option<&Matrix<'_>>,
-        layout: MomentLayout,
-        mut each: impl FnMut(usize, &[f64]) -> Result<()>,
-    ) -> Result<()> {
-        let p = layout.cols();
-        let chunk = (CHUNK_BYTES / (8 * p)).max(256);
-        for r0 in (0..q.rows()).step_by(chunk) {
-            let r1 = (r0 + chunk).min(q.rows());
-            let qc = q.row_range(r0, r1);
-            let qv = ArrayView2::from_shape((r1 - r0, q.cols()), qc).expect("rows·d entries"); // ok: a row range
-            let qm = Matrix::check(op, "queries", qv)?;
-            let got = self
-                .backend_impl()
-                .local_moments(kernel, &qm, x, y, layout)?;
-            let mut mom: Vec<f64> = got.values.iter().map(|&v| f64::from(v)).collect();
-            if got.empty_rows > 0 && !kernel.profile().is_compact() {
-                far_rows(kernel, &qm, x, y, &layout, &mut mom);
-            }
-            each(r0, &mom)?;
-        }
+/// A local-moment pass over some keys: the moments of `layout` at a chunk
+/// of queries (far rows finished by the backend).
+pub(crate) type MomentPass<'a> = dyn Fn(&Matrix<'_>, MomentLayout) -> Result<RowNormalized> + 'a;
+
+/// Local linear fits of `qy` value columns at `q` (dimension `d`) from the
+/// moments `pass` gives (values centred on `centre`, added back).
+pub(crate) fn fit_linear(
+    op: &'static str,
+    q: &Matrix<'_>,
+    d: usize,
+    qy: usize,
+    centre: &[f64],
+    pass: &MomentPass<'_>,
+) -> Result<LocalFit> {
+    let m = q.rows();
+    let layout = MomentLayout {
+        d,
+        qy,
+        second: true,
+    };
+    let mut fitted = alloc_output(op, "fitted", m, qy)?;
+    let mut slopes = alloc_output(op, "slopes", m, qy * d)?;
+    let (mut empty, mut deficient) = (0, 0);
+    let p = layout.cols();
+    moment_chunks(op, q, layout, pass, |r0, mom| {
+        let r1 = r0 + mom.len() / p;
+        let kinds: Vec<RowKind> = fitted[r0 * qy..r1 * qy]
+            .par_chunks_mut(qy)
+            .zip(slopes[r0 * qy * d..r1 * qy * d].par_chunks_mut(qy * d))
+            .zip(mom.par_chunks(p))
+            .map(|((fit, slope), mo)| linear_row(&layout, mo, centre, fit, slope))
+            .collect();
+        empty += kinds.iter().filter(|&&k| k == RowKind::Empty).count();
+        deficient += kinds.iter().filter(|&&k| k == RowKind::Deficient).count();
         Ok(())
+    })?;
+    Ok(LocalFit {
+        fitted: Array2::from_shape_vec((m, qy), fitted).expect("m·q entries"), // ok: sized above
+        slopes: Some(Array3::from_shape_vec((m, qy, d), slopes).expect("m·q·d entries")), // ok: sized above
+        empty_rows: empty,
+        rank_deficient_rows: deficient,
+    })
+}
+
+/// Local PCA with `k` components at `q` from the moments `pass` gives.
+pub(crate) fn fit_pca(
+    op: &'static str,
+    q: &Matrix<'_>,
+    k: usize,
+    pass: &MomentPass<'_>,
+) -> Result<LocalPca> {
+    let (m, d) = (q.rows(), q.cols());
+    let layout = MomentLayout {
+        d,
+        qy: 0,
+        second: true,
+    };
+    let mut means = alloc_output(op, "means", m, d)?;
+    let mut variances = alloc_output(op, "variances", m, k)?;
+    let mut vectors = alloc_output(op, "components", m, k * d)?;
+    let mut empty = 0;
+    let p = layout.cols();
+    moment_chunks(op, q, layout, pass, |r0, mom| {
+        let r1 = r0 + mom.len() / p;
+        empty += means[r0 * d..r1 * d]
+            .par_chunks_mut(d)
+            .zip(variances[r0 * k..r1 * k].par_chunks_mut(k))
+            .zip(vectors[r0 * k * d..r1 * k * d].par_chunks_mut(k * d))
+            .zip(mom.par_chunks(p))
+            .enumerate()
+            .map(|(i, (((mean, var), vecs), mo))| {
+                let query = q.row_range(r0 + i, r0 + i + 1);
+                pca_row(&layout, mo, query, mean, var, vecs)
+            })
+            .filter(|&ok| !ok)
+            .count();
+        Ok(())
+    })?;
+    Ok(LocalPca {
+        means: Array2::from_shape_vec((m, d), means).expect("m·d entries"), // ok: sized above
+        variances: Array2::from_shape_vec((m, k), variances).expect("m·k entries"), // ok: sized above
+        components: Array3::from_shape_vec((m, k, d), vectors).expect("m·k·d entries"), // ok: sized above
+        empty_rows: empty,
+    })
+}
+
+/// Runs `pass` for `layout` over query chunks (bounded memory) and hands
+/// each chunk's moments (`rows × layout.cols()` row-major, NaN rows empty)
+/// to `each` with the chunk's first query row.
+pub(crate) fn moment_chunks(
+    op: &'static str,
+    q: &Matrix<'_>,
+    layout: MomentLayout,
+    pass: &MomentPass<'_>,
+    mut each: impl FnMut(usize, &[f64]) -> Result<()>,
+) -> Result<()> {
+    let p = layout.cols();
+    let chunk = (CHUNK_BYTES / (8 * p)).max(256);
+    for r0 in (0..q.rows()).step_by(chunk) {
+        let r1 = (r0 + chunk).min(q.rows());
+        let qc = q.row_range(r0, r1);
+        let qv = ArrayView2::from_shape((r1 - r0, q.cols()), qc).expect("rows·d entries"); // ok: a row range
+        let qm = Matrix::check(op, "queries", qv)?;
+        let got = pass(&qm, layout)?;
+        let mom: Vec<f64> = got.values.iter().map(|&v| f64::from(v)).collect();
+        each(r0, &mom)?;
     }
+    Ok(())
 }
 
 /// The local models' own limits on their inputs.
 pub(super) fn check_local(q: &Matrix<'_>, x: &Matrix<'_>, y: Option<&Matrix<'_>>) -> Result<()> {
-    let d = x.cols();
+    let big = [Some(q), Some(x), y]
+        .into_iter()
+        .flatten()
+        .map(|m| m.max_abs())
+        .fold(0.0f32, f32::max);
+    check_limits(x.cols(), big)
+}
+
+/// The local models' limits: the dimension `d`, and `big`, the largest
+/// magnitude among the queries, keys and values.
+pub(crate) fn check_limits(d: usize, big: f32) -> Result<()> {
     if d > MAX_LOCAL_DIM {
         return Err(Error::InvalidParameter {
             name: "dimension",
@@ -265,11 +298,6 @@ pub(super) fn check_local(q: &Matrix<'_>, x: &Matrix<'_>, y: Option<&Matrix<'_>>
             ),
         });
     }
-    let big = [Some(q), Some(x), y]
-        .into_iter()
-        .flatten()
-        .map(|m| m.max_abs())
-        .fold(0.0f32, f32::max);
     if big > MAX_LOCAL_MAGNITUDE {
         return Err(Error::InvalidParameter {
             name: "inputs",
@@ -280,53 +308,6 @@ pub(super) fn check_local(q: &Matrix<'_>, x: &Matrix<'_>, y: Option<&Matrix<'_>>
         });
     }
     Ok(())
-}
-
-/// Recomputes, from `f64` log-weights, the rows of `mom` the `f32` pass
-/// left without mass (every key beyond the far cut of an exponential or
-/// cauchy profile): their moments are those of the nearest keys.
-fn far_rows(
-    kernel: &Kernel,
-    q: &Matrix<'_>,
-    x: &Matrix<'_>,
-    y: Option<&Matrix<'_>>,
-    layout: &MomentLayout,
-    mom: &mut [f64],
-) {
-    let (d, qy) = (layout.d, layout.qy);
-    let xs = x.as_slice();
-    let ys = y.map(|y| y.as_slice());
-    let cols: Vec<(usize, usize)> = (0..layout.cols()).map(|c| layout.factors(c)).collect();
-    mom.par_chunks_mut(layout.cols())
-        .enumerate()
-        .filter(|(_, row)| row[0].is_nan())
-        .for_each(|(i, row)| {
-            let query = q.row_range(i, i + 1);
-            let factor = |j: usize, k: usize| -> f32 {
-                if k < d {
-                    xs[j * d + k] - query[k]
-                } else if k < d + qy {
-                    ys.map_or(0.0, |y| y[j * qy + k - d])
-                } else {
-                    1.0
-                }
-            };
-            let mut u = vec![0.0; cols.len()];
-            let (_, s) = exact::row_state(
-                kernel,
-                query,
-                |j, k| xs[j * d + k],
-                |j, c| factor(j, cols[c].0) * factor(j, cols[c].1),
-                (0, x.rows()),
-                None,
-                &mut u,
-            );
-            if s > 0.0 {
-                for (o, &uc) in row.iter_mut().zip(&u) {
-                    *o = uc / s;
-                }
-            }
-        });
 }
 
 /// How a row of a local fit came out.

@@ -90,7 +90,9 @@ impl Engine {
         };
         let mut out = Array2::<f32>::zeros((m, d));
         let mut empty = 0;
-        self.moment_chunks(OP, &gk, &q, &x, None, layout, |r0, mom| {
+        let backend = self.backend_impl();
+        let pass = |qm: &Matrix<'_>, l: MomentLayout| backend.local_moments(&gk, qm, &x, None, l);
+        super::local_fit::moment_chunks(OP, &q, layout, &pass, |r0, mom| {
             for (i, mo) in mom.chunks_exact(d).enumerate() {
                 let r = r0 + i;
                 let factor = 2.0 * kappa / (h * h) * ratio.as_ref().map_or(1.0, |v| v[r]);

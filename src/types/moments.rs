@@ -1,5 +1,11 @@
 //! The layout of a local-moment pass: which kernel-weighted averages it
-//! returns for each query (docs/numerics.md, "Local moments").
+//! returns for each query (docs/numerics.md, "Local moments"), and the
+//! `f64` finishing of the rows it leaves without mass.
+
+use rayon::prelude::*;
+
+use super::RowNormalized;
+use crate::kernel::{Kernel, exact};
 
 /// Kernel-weighted averages, per query `q`, of products of the key's
 /// offset `r = x − q` and its values `y`:
@@ -76,6 +82,67 @@ impl MomentLayout {
         }
         k -= self.pairs();
         (k / qy, d + k % qy)
+    }
+}
+
+impl MomentLayout {
+    /// Recomputes from `f64` log-weights the rows of `out` (this layout's
+    /// columns) the `f32` pass left without mass — every key beyond the far
+    /// cut of a profile with full support (docs/numerics.md, "Far rows"):
+    /// their moments are those of the nearest keys. `queries` (`M × d`),
+    /// `keys` (`N × d`) and `values` (`N × qy`) are row-major. Compact
+    /// profiles have nothing to finish.
+    pub(crate) fn finish_far_rows(
+        &self,
+        kernel: &Kernel,
+        queries: &[f32],
+        keys: &[f32],
+        values: Option<&[f32]>,
+        out: &mut RowNormalized,
+    ) {
+        if out.empty_rows == 0 || kernel.profile().is_compact() {
+            return;
+        }
+        let (d, qy) = (self.d, self.qy);
+        let n = keys.len() / d;
+        let cols: Vec<(usize, usize)> = (0..self.cols()).map(|c| self.factors(c)).collect();
+        let data = out.values.as_slice_mut().expect("standard layout"); // ok: results are built row-major
+        let finished: usize = data
+            .par_chunks_mut(cols.len())
+            .enumerate()
+            .filter(|(_, row)| row[0].is_nan())
+            .map(|(i, row)| {
+                let query = &queries[i * d..(i + 1) * d];
+                let factor = |j: usize, k: usize| -> f32 {
+                    if k < d {
+                        keys[j * d + k] - query[k]
+                    } else if k < d + qy {
+                        values.map_or(0.0, |y| y[j * qy + k - d])
+                    } else {
+                        1.0
+                    }
+                };
+                let mut u = vec![0.0; cols.len()];
+                let (_, s) = exact::row_state(
+                    kernel,
+                    query,
+                    |j, k| keys[j * d + k],
+                    |j, c| factor(j, cols[c].0) * factor(j, cols[c].1),
+                    (0, n),
+                    None,
+                    &mut u,
+                );
+                if s > 0.0 {
+                    for (o, &uc) in row.iter_mut().zip(&u) {
+                        *o = (uc / s) as f32;
+                    }
+                    1
+                } else {
+                    0
+                }
+            })
+            .sum();
+        out.empty_rows -= finished;
     }
 }
 
