@@ -1,7 +1,7 @@
 //! `KeySet`: keys (and values, labels) resident on an engine's backend,
 //! queried from many threads.
 
-use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyArray3, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -32,6 +32,61 @@ impl KeySet {
         let q = queries.as_array();
         let r = compute(py, || self.inner.local_mean(&k, q))?;
         Ok((r.values.into_pyarray(py), r.empty_rows))
+    }
+
+    /// Local polynomial regression of the values at `queries`: fitted
+    /// values, slopes (degree 1), empty rows, rank-deficient rows.
+    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian", degree = 1))]
+    #[allow(clippy::type_complexity)]
+    fn local_polynomial<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        bandwidth: f64,
+        kernel: &str,
+        degree: usize,
+    ) -> PyResult<(
+        Bound<'py, PyArray2<f32>>,
+        Option<Bound<'py, PyArray3<f32>>>,
+        usize,
+        usize,
+    )> {
+        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let q = queries.as_array();
+        let r = compute(py, || self.inner.local_polynomial(&k, q, degree))?;
+        Ok((
+            r.fitted.into_pyarray(py),
+            r.slopes.map(|s| s.into_pyarray(py)),
+            r.empty_rows,
+            r.rank_deficient_rows,
+        ))
+    }
+
+    /// Local PCA at `queries`: means, variances, components, empty rows.
+    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian", components = 1))]
+    #[allow(clippy::type_complexity)]
+    fn local_pca<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        bandwidth: f64,
+        kernel: &str,
+        components: usize,
+    ) -> PyResult<(
+        Bound<'py, PyArray2<f32>>,
+        Bound<'py, PyArray2<f32>>,
+        Bound<'py, PyArray3<f32>>,
+        usize,
+    )> {
+        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let q = queries.as_array();
+        let r = compute(py, || self.inner.local_pca(&k, q, components))?;
+        Ok((
+            r.means.into_pyarray(py),
+            r.variances.into_pyarray(py),
+            r.components.into_pyarray(py),
+            r.empty_rows,
+        ))
     }
 
     /// Row states `(max_log_weight, sum, weighted)` of `queries`.

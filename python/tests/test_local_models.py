@@ -181,3 +181,20 @@ def test_gpu_impute_matches_cpu(gpu, rng):
     for it in (1, 2):
         cpu = locus.impute(x, bandwidth=1.2, iterations=it, backend=CPU)
         assert_close(locus.impute(x, bandwidth=1.2, iterations=it, backend=gpu), cpu, rtol=1e-4, atol=1e-4)
+
+
+def test_key_set_local_models_match_the_functions(rng):
+    x = rng.uniform(-1, 1, size=(300, 2))
+    y = np.sin(3 * x[:, 0]) + x[:, 1]
+    q = rng.uniform(-0.8, 0.8, size=(17, 2))
+    ks = locus.Engine("cpu").prepare(x, values=y)
+    fit, slopes = ks.local_polynomial(q, bandwidth=0.3, return_slopes=True)
+    want_fit, want_slopes = locus.local_polynomial(q, x, y, bandwidth=0.3, return_slopes=True, backend=CPU)
+    assert fit.shape == (17,) and slopes.shape == (17, 2)
+    assert_close(fit, want_fit, rtol=1e-4, atol=1e-4)
+    assert_close(slopes, want_slopes, rtol=1e-3, atol=1e-3)
+    r = ks.local_pca(q, bandwidth=0.3, n_components=2)
+    w = locus.local_pca(q, x, bandwidth=0.3, n_components=2, backend=CPU)
+    assert_close(r.variances, w.variances, rtol=1e-3, atol=1e-6)
+    with pytest.raises(locus.InputError, match="degree"):
+        ks.local_polynomial(q, bandwidth=0.3, degree=2)

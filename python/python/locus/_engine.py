@@ -194,6 +194,44 @@ class KeySet:
         )
         return out[:, 0] if self._vector else out
 
+    def local_polynomial(
+        self,
+        queries: Any,
+        *,
+        bandwidth: float,
+        kernel: str = "gaussian",
+        degree: int = 1,
+        return_slopes: bool = False,
+    ) -> Any:
+        """Local polynomial regression of the values at ``queries``, as
+        :func:`locus.local_polynomial` with these keys and values (the
+        values are used as stored, not centred)."""
+        if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)):
+            raise TypeError(f"degree must be an integer, got {type(degree).__name__}")
+        if degree < 0:
+            raise InputError(f"degree must be 0 or 1, got {degree}")
+        if return_slopes and degree != 1:
+            raise InputError("return_slopes needs degree=1 (local linear regression)")
+        fit, slopes, _, _ = self._inner.local_polynomial(
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel, degree=int(degree)
+        )
+        if self._vector:
+            fit = fit[:, 0]
+            slopes = None if slopes is None else slopes[:, 0, :]
+        return (fit, slopes) if return_slopes else fit
+
+    def local_pca(
+        self, queries: Any, *, bandwidth: float, n_components: int = 1, kernel: str = "gaussian"
+    ) -> Any:
+        """Local PCA at ``queries`` over these keys, as :func:`locus.local_pca`."""
+        from ._functions import LocalPCAResult
+
+        k = as_count(n_components, "n_components")
+        means, variances, components, _ = self._inner.local_pca(
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel, components=k
+        )
+        return LocalPCAResult(means, variances, components)
+
     def row_states(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> RowStates:
         """The row states ``(m, s, u)`` behind :meth:`local_mean` (``u`` has
         no columns when the key set has no values); states of several key
