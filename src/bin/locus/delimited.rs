@@ -137,7 +137,10 @@ pub fn read<T: Clone>(
         }
         if first {
             first = false;
-            let numeric = record.iter().filter(|f| is_number(f)).count();
+            // A field the converter takes is data (with missing values
+            // allowed, an empty field or `NA` too).
+            let data = |f: &str| is_number(f) || conv(f).is_ok();
+            let numeric = record.iter().filter(|f| data(f)).count();
             let header = match rule {
                 HeaderRule::Header => true,
                 HeaderRule::NoHeader => false,
@@ -147,7 +150,7 @@ pub fn read<T: Clone>(
                     let bad: Vec<String> = record
                         .iter()
                         .enumerate()
-                        .filter(|(_, f)| !is_number(f))
+                        .filter(|(_, f)| !data(f))
                         .map(|(j, f)| format!("field {} {f:?}", j + 1))
                         .collect();
                     return Err(format!(
