@@ -1,9 +1,11 @@
-// Local moments (docs/numerics.md, "Local moments"): per query row, the
+// Local moments (docs/numerics.md, "Local moments"): per query row
+// [q | c] (weights placed by q, offsets from the centre c), the
 // kernel-weighted averages of the products F[ia]·F[ib] of each key's
-// factor vector F = [x − q (D) | y (QY) | 1], in the column order of
+// factor vector F = [(x − c)/h (D) | y (QY) | 1], in the column order of
 // `types/moments.rs` (MomentLayout: first moments, then r_a·r_b for
-// a ≤ b, then r_a·y_c). Offsets from the query are formed per pair, so
-// no moment about a distant origin is ever subtracted.
+// a ≤ b, then r_a·y_c c-major). Offsets are formed per pair from a centre
+// near the keys' local mean, so no moment about a distant origin is ever
+// subtracted.
 //
 // Staging, the row state (m, s, u) and its merge across key tiles are
 // those of local_mean.wgsl: one invocation per query row, STAGE keys and
@@ -12,18 +14,23 @@
 // last key tile (NaN + counted when the row has no mass).
 //
 // Template constants (src/gpu/shaders.rs): D dimension, QT columns in this
-// pass, QA = max(QT, 1), QY value columns per key, QYA = max(QY, 1),
-// STAGE staged keys. Generated: WG, the flag bits FIRST_TILE, LAST_TILE.
+// pass, QA = max(QT, 1), QY value columns per key, YW value columns a pass
+// stages (the widest span of value columns any pass's columns touch),
+// YWA = max(YW, 1), STAGE staged keys. Generated: WG, the flag bits
+// FIRST_TILE, LAST_TILE.
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
 const QA: u32 = {{QA}}u;
 const QY: u32 = {{QY}}u;
-const QYA: u32 = {{QYA}}u;
+const YW: u32 = {{YW}}u;
+const YWA: u32 = {{YWA}}u;
 const STAGE: u32 = {{STAGE}}u;
 const STATE: u32 = 2u + QA;
+// F's constant 1, in the layout's numbering and in this pass's `f`.
 const ONE: u32 = D + QY;
-const NF: u32 = D + QY + 1u;
+const ONE_F: u32 = D + YW;
+const NF: u32 = D + YW + 1u;
 
 struct Params {
     rows: u32,      // query rows in this tile
@@ -45,7 +52,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
 
 var<workgroup> stage_x: array<f32, STAGE * D>;
-var<workgroup> stage_y: array<f32, STAGE * QYA>;
+var<workgroup> stage_y: array<f32, STAGE * YWA>;
 
 struct RowState {
     m: f32,
@@ -81,7 +88,19 @@ fn factors(col: u32) -> vec2<u32> {
         return vec2<u32>(a, a + k);
     }
     k -= pairs;
-    return vec2<u32>(k / QYA, D + k % QYA);
+    return vec2<u32>(k % D, D + k / D);
+}
+
+// A factor index of the layout in this pass's `f`: value columns from
+// `ylo` on are staged at D.
+fn local_factor(g: u32, ylo: u32) -> u32 {
+    if g < D {
+        return g;
+    }
+    if g == ONE {
+        return ONE_F;
+    }
+    return D + (g - D - ylo);
 }
 
 @compute @workgroup_size(WG)
@@ -91,21 +110,39 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
     let live = i < p.rows;
     let is_exp = profile_is_exp();
 
+    // The row [q | c]: q places the weights, c centres the offsets.
     var qx: array<f32, D>;
+    var cx: array<f32, D>;
     if live {
         for (var k = 0u; k < D; k++) {
-            qx[k] = queries[i * D + k];
+            qx[k] = queries[i * 2u * D + k];
+            cx[k] = queries[i * 2u * D + D + k];
         }
     }
+    let inv_h = sqrt(p.inv_h2);
+    // This pass's columns as factor pairs, and the first value column
+    // they touch (the pass stages YW value columns from there).
+    var ylo = QY;
+    for (var c = 0u; c < QT; c++) {
+        let ab = factors(p.c0 + c);
+        if ab.y >= D && ab.y < ONE {
+            ylo = min(ylo, ab.y - D);
+        }
+        if ab.x >= D && ab.x < ONE {
+            ylo = min(ylo, ab.x - D);
+        }
+    }
+    ylo = min(ylo, QY - min(QY, YW));
+    let ycount = min(YW, QY - ylo);
     var ia: array<u32, QA>;
     var ib: array<u32, QA>;
     for (var c = 0u; c < QT; c++) {
         let ab = factors(p.c0 + c);
-        ia[c] = ab.x;
-        ib[c] = ab.y;
+        ia[c] = local_factor(ab.x, ylo);
+        ib[c] = local_factor(ab.y, ylo);
     }
     var f: array<f32, NF>;
-    f[ONE] = 1.0;
+    f[ONE_F] = 1.0;
     var st: RowState;
     st.m = select(0.0, NEG_BIG, is_exp);
     st.s = 0.0;
@@ -115,8 +152,10 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
         for (var e = lid; e < count * D; e += WG) {
             stage_x[e] = keys[base * D + e];
         }
-        for (var e = lid; e < count * QY; e += WG) {
-            stage_y[e] = vals[base * QY + e];
+        for (var e = lid; e < count * ycount; e += WG) {
+            let j = e / ycount;
+            let c = e - j * ycount;
+            stage_y[j * YWA + c] = vals[(base + j) * QY + ylo + c];
         }
         workgroupBarrier();
         if live {
@@ -127,8 +166,9 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
             for (var j = 0u; j < count; j++) {
                 var t = 0.0;
                 for (var k = 0u; k < D; k++) {
-                    let df = stage_x[j * D + k] - qx[k];
-                    f[k] = df;
+                    let xk = stage_x[j * D + k];
+                    let df = xk - qx[k];
+                    f[k] = (xk - cx[k]) * inv_h;
                     t = fma(df, df, t);
                 }
                 t = t * p.inv_h2;
@@ -151,8 +191,8 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
                         w = profile_weight(t);
                     }
                     if w > 0.0 {
-                        for (var c = 0u; c < QY; c++) {
-                            f[D + c] = stage_y[j * QY + c];
+                        for (var c = 0u; c < ycount; c++) {
+                            f[D + c] = stage_y[j * YWA + c];
                         }
                         ts += w;
                         for (var c = 0u; c < QT; c++) {

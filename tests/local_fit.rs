@@ -536,3 +536,77 @@ fn key_sets_fit_as_the_one_shot_ops() {
         );
     }
 }
+
+#[test]
+fn moments_about_the_local_mean_keep_far_queries_and_odd_scales_exact() {
+    // A query far off a one-dimensional key set: moments about the query
+    // would cancel (offsets of 10 against a spread of 0 across the line).
+    let n = 4000;
+    let x = Array2::from_shape_fn(
+        (n, 2),
+        |(j, c)| if c == 0 { j as f32 / n as f32 } else { 0.0 },
+    );
+    let y = Array2::from_shape_fn((n, 1), |(j, _)| {
+        let t = j as f32 / n as f32;
+        3.0 * t + 0.1 * (20.0 * t).sin()
+    });
+    let q = Array2::from_shape_vec((1, 2), vec![0.2f32, 10.0]).unwrap();
+    let k = Kernel::gaussian(1.0).unwrap();
+    // Extrapolating a line far beyond its keys; and coordinates near 1e-22.
+    let line_x = Array2::from_shape_fn((101, 1), |(j, _)| j as f32 / 100.0);
+    let line_y = line_x.mapv(|v| 2.0 * v + 1.0);
+    let far_q = Array2::from_shape_vec((2, 1), vec![5.0f32, 20.0]).unwrap();
+    let tiny_x = line_x.mapv(|v| v * 1e-22);
+    let tiny_q = Array2::from_shape_vec((1, 1), vec![0.0f32]).unwrap();
+    for (name, e) in engines() {
+        let got = e
+            .local_polynomial(&k, q.view(), x.view(), y.view(), 1)
+            .unwrap();
+        let (want, _) = ref_local_linear_1d_line(&x, &y, 0.2, 10.0);
+        assert!(
+            (f64::from(got.fitted[[0, 0]]) - want).abs() < 1e-4 * want.abs(),
+            "{name}: {} vs {want}",
+            got.fitted[[0, 0]]
+        );
+        assert_eq!(
+            got.rank_deficient_rows, 1,
+            "{name}: the design spans one direction"
+        );
+        let kh = Kernel::gaussian(0.5).unwrap();
+        let got = e
+            .local_polynomial(&kh, far_q.view(), line_x.view(), line_y.view(), 1)
+            .unwrap();
+        assert_eq!(got.rank_deficient_rows, 0, "{name}");
+        for (i, want) in [11.0f32, 41.0].into_iter().enumerate() {
+            let g = got.fitted[[i, 0]];
+            assert!((g - want).abs() < 1e-4 * want, "{name}: {g} vs {want}");
+        }
+        let kt = Kernel::gaussian(1e-18).unwrap();
+        let got = e
+            .local_polynomial(&kt, tiny_q.view(), tiny_x.view(), line_y.view(), 1)
+            .unwrap();
+        let (g, s) = (got.fitted[[0, 0]], got.slopes.unwrap()[[0, 0, 0]]);
+        assert!((g - 1.0).abs() < 1e-4, "{name}: fit {g}");
+        assert!((s / 2e22 - 1.0).abs() < 1e-3, "{name}: slope {s}");
+    }
+}
+
+/// The local linear fit at (qx, qy) over keys on the line x₂ = 0, in f64:
+/// the design spans x₁ only, so the minimum-norm fit is the 1-D weighted
+/// least-squares line in x₁ evaluated at qx (x₂'s weight factor is the
+/// same for every key).
+fn ref_local_linear_1d_line(x: &Array2<f32>, y: &Array2<f32>, qx: f64, _qy: f64) -> (f64, f64) {
+    let (mut s0, mut s1, mut s2, mut t0, mut t1) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for j in 0..x.nrows() {
+        let r = f64::from(x[[j, 0]]) - qx;
+        let w = (-r * r / 2.0).exp();
+        let v = f64::from(y[[j, 0]]);
+        s0 += w;
+        s1 += w * r;
+        s2 += w * r * r;
+        t0 += w * v;
+        t1 += w * r * v;
+    }
+    let b = (s0 * t1 - s1 * t0) / (s0 * s2 - s1 * s1);
+    ((t0 - b * s1) / s0, b)
+}

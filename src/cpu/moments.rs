@@ -154,6 +154,8 @@ struct Moments<'a> {
     yt: &'a [f32],
     ld: usize,
     layout: MomentLayout,
+    /// `1/h`, the offsets' scale.
+    inv_h: f32,
 }
 
 impl PairSums for Moments<'_> {
@@ -167,7 +169,8 @@ impl PairSums for Moments<'_> {
     #[inline(always)]
     fn sq_dists<S: Isa>(&self, q: &[f32], j0: usize, t: &mut [f32]) {
         t.fill(0.0);
-        for (k, &qk) in q.iter().enumerate() {
+        // The row is [q | c]: the weights are placed by q.
+        for (k, &qk) in q[..self.layout.d].iter().enumerate() {
             let x = &self.xt[k * self.ld + j0..k * self.ld + j0 + t.len()];
             for (tj, &xj) in t.iter_mut().zip(x) {
                 let df = xj - qk;
@@ -179,12 +182,13 @@ impl PairSums for Moments<'_> {
     fn add<S: Isa>(&self, q: &[f32], j0: usize, w: &[f32], f: &mut [f32], block: &mut [f32]) {
         let (d, qy, n, len) = (self.layout.d, self.layout.qy, self.ld, w.len());
         let (r, wr) = f.split_at_mut(d * KEY_BLOCK);
-        for (k, &qk) in q.iter().enumerate() {
+        // Offsets from the row's centre c, scaled by 1/h.
+        for (k, &ck) in q[d..2 * d].iter().enumerate() {
             let x = &self.xt[k * n + j0..k * n + j0 + len];
             let rk = &mut r[k * KEY_BLOCK..k * KEY_BLOCK + len];
             let wrk = &mut wr[k * KEY_BLOCK..k * KEY_BLOCK + len];
             for (((rj, wrj), &xj), &wj) in rk.iter_mut().zip(wrk.iter_mut()).zip(x).zip(w) {
-                *rj = xj - qk;
+                *rj = (xj - ck) * self.inv_h;
                 *wrj = wj * *rj;
             }
         }
@@ -207,13 +211,18 @@ impl PairSums for Moments<'_> {
                 idx += 1;
             }
         }
-        for a in 0..d {
-            for c in 0..qy {
+        for c in 0..qy {
+            for a in 0..d {
                 block[idx] = dot::<S>(wcol(a), y(c));
                 idx += 1;
             }
         }
     }
+}
+
+/// `1/h` in `f32`, the scale of the moments' offsets.
+fn inv_h(kernel: &Kernel) -> f32 {
+    (1.0 / f64::from(kernel.bandwidth())) as f32
 }
 
 /// `m` column-major: `rows × cols` row-major → `cols × rows`.
@@ -229,8 +238,8 @@ fn transposed(op: &'static str, m: &Matrix<'_>) -> Result<Vec<f32>> {
     Ok(t)
 }
 
-/// Local moments of every query: `M × layout.cols()` averages, NaN rows
-/// (counted) without mass.
+/// Local moments of every query row `[q | c]` (`M × 2d`): `M ×
+/// layout.cols()` averages, NaN rows (counted) without mass.
 pub(crate) fn local_moments(
     kernel: &Kernel,
     queries: &Matrix<'_>,
@@ -246,6 +255,7 @@ pub(crate) fn local_moments(
         yt: yt.as_deref().unwrap_or_default(),
         ld: keys.rows(),
         layout,
+        inv_h: inv_h(kernel),
     };
     weighted_averages(OP, kernel, queries, keys.rows(), &pairs)
 }
@@ -263,6 +273,7 @@ pub(crate) fn local_moments_on(
         yt: keys.yt,
         ld: keys.ld,
         layout,
+        inv_h: inv_h(kernel),
     };
     weighted_averages("local_moments", kernel, queries, keys.n, &pairs)
 }
@@ -280,7 +291,8 @@ mod tests {
         let (n, d, qy) = (300usize, 3usize, 2usize);
         let x = Array2::from_shape_fn((n, d), |(j, k)| ((j * 7 + k * 3) % 11) as f32 * 0.1);
         let y = Array2::from_shape_fn((n, qy), |(j, c)| ((j + c) % 5) as f32 - 2.0);
-        let q = Array2::from_shape_vec((1, d), vec![0.5, 0.4, 0.3]).unwrap();
+        // [q | c]: weights around q, offsets from c, scaled by 1/h = 1/2.
+        let q = Array2::from_shape_vec((1, 2 * d), vec![0.5, 0.4, 0.3, 0.2, 0.1, 0.0]).unwrap();
         let layout = MomentLayout {
             d,
             qy,
@@ -296,8 +308,13 @@ mod tests {
         let mut want = vec![0.0f64; layout.cols()];
         let mut s = 0.0;
         for j in 0..n {
-            let mut f: Vec<f64> = (0..d).map(|k| f64::from(x[[j, k]] - q[[0, k]])).collect();
-            let t: f64 = f.iter().map(|v| v * v).sum::<f64>() / 4.0;
+            let t: f64 = (0..d)
+                .map(|k| f64::from(x[[j, k]] - q[[0, k]]).powi(2))
+                .sum::<f64>()
+                / 4.0;
+            let mut f: Vec<f64> = (0..d)
+                .map(|k| f64::from(x[[j, k]] - q[[0, d + k]]) / 2.0)
+                .collect();
             let w = (1.0 - t).max(0.0);
             f.extend((0..qy).map(|c| f64::from(y[[j, c]])));
             f.push(1.0);

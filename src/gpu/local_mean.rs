@@ -127,10 +127,13 @@ pub(crate) fn record_pass<'p>(
             ShaderId::LocalMean,
             vec![("MASKED", u32::from(job.kind == PassKind::Masked))],
         ),
-        PassKind::Moments(l) => (
-            ShaderId::LocalMoments,
-            vec![("QY", l.qy as u32), ("QYA", l.qy.max(1) as u32)],
-        ),
+        PassKind::Moments(l) => {
+            let window = l.value_window(job.plan.col_tile) as u32;
+            (
+                ShaderId::LocalMoments,
+                vec![("QY", l.qy as u32), ("YW", window), ("YWA", window.max(1))],
+            )
+        }
     };
     template.extend([
         ("D", job.d as u32),
@@ -339,7 +342,7 @@ pub(crate) fn local_moments(
     check_u32(OP, "query rows", m)?;
     check_u32(OP, "key rows", n)?;
     check_u32(OP, "layout columns", layout.cols())?;
-    let plan = plan_local_moments(&ctx.limits, &ctx.caps, (m, n, d), layout.qy, layout.cols())?;
+    let plan = plan_local_moments(&ctx.limits, &ctx.caps, (m, n), &layout)?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={}", layout.qy))?;
     let key_tiles = upload_key_tiles(ctx, OP, keys, values, plan.key_tile)?;
     let keys_host = keys;

@@ -245,13 +245,7 @@ impl Resident for GpuResident {
         const OP: &str = "local_moments";
         let (ctx, m) = (&*self.ctx, queries.rows());
         check_u32(OP, "query rows", m)?;
-        let mut plan = plan_local_moments(
-            &ctx.limits,
-            &ctx.caps,
-            (m, self.n, self.d),
-            layout.qy,
-            layout.cols(),
-        )?;
+        let mut plan = plan_local_moments(&ctx.limits, &ctx.caps, (m, self.n), &layout)?;
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={}", layout.qy)))?;
         let tiles = self.key_tiles(set);

@@ -251,7 +251,7 @@ impl ShaderId {
     pub(crate) fn placeholders(self) -> &'static [&'static str] {
         match self {
             ShaderId::LocalMean => &["D", "QT", "QA", "STAGE", "MASKED"],
-            ShaderId::LocalMoments => &["D", "QT", "QA", "QY", "QYA", "STAGE"],
+            ShaderId::LocalMoments => &["D", "QT", "QA", "QY", "YW", "YWA", "STAGE"],
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
@@ -420,7 +420,8 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("QT", 2),
                 ("QA", 2),
                 ("QY", 0),
-                ("QYA", 1),
+                ("YW", 0),
+                ("YWA", 1),
                 ("STAGE", 256),
             ],
             vec![
@@ -428,7 +429,8 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("QT", 8),
                 ("QA", 8),
                 ("QY", 2),
-                ("QYA", 2),
+                ("YW", 2),
+                ("YWA", 2),
                 ("STAGE", 256),
             ],
             vec![
@@ -436,7 +438,8 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("QT", 8),
                 ("QA", 8),
                 ("QY", 4),
-                ("QYA", 4),
+                ("YW", 4),
+                ("YWA", 4),
                 ("STAGE", 112),
             ],
         ],

@@ -536,9 +536,14 @@ impl KeySet {
             .max(self.inner.values_extent);
         check_limits(self.inner.d, big)?;
         let r = &self.inner.resident;
-        fit_linear(OP, &q, self.inner.d, qy, &vec![0.0; qy], &|m, layout| {
-            r.local_moments(kernel, m, layout, Some(set))
-        })
+        let h = f64::from(kernel.bandwidth());
+        fit_linear(
+            OP,
+            &q,
+            (h, self.inner.d, qy),
+            &vec![0.0; qy],
+            &|m, layout| r.local_moments(kernel, m, layout, Some(set)),
+        )
     }
 
     /// Local PCA at `queries`, as [`Engine::local_pca`] with this key
@@ -564,7 +569,8 @@ impl KeySet {
         let q = self.queries(OP, queries)?;
         check_limits(d, q.max_abs().max(self.inner.extent))?;
         let r = &self.inner.resident;
-        fit_pca(OP, &q, components, &|m, layout| {
+        let h = f64::from(kernel.bandwidth());
+        fit_pca(OP, &q, (h, components), &|m, layout| {
             r.local_moments(kernel, m, layout, None)
         })
     }

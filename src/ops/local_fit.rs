@@ -127,7 +127,8 @@ impl Engine {
         let yc = Array2::from_shape_vec((y.rows(), qy), yc).expect("rows·q entries"); // ok: sized above
         let yc = Matrix::check(OP, "values", yc.view())?;
         let backend = self.backend_impl();
-        fit_linear(OP, &q, d, qy, &centre, &|qm, layout| {
+        let h = f64::from(kernel.bandwidth());
+        fit_linear(OP, &q, (h, d, qy), &centre, &|qm, layout| {
             backend.local_moments(kernel, qm, &x, Some(&yc), layout)
         })
     }
@@ -161,7 +162,8 @@ impl Engine {
             });
         }
         let backend = self.backend_impl();
-        fit_pca(OP, &q, components, &|qm, layout| {
+        let h = f64::from(kernel.bandwidth());
+        fit_pca(OP, &q, (h, components), &|qm, layout| {
             backend.local_moments(kernel, qm, &x, None, layout)
         })
     }
@@ -176,8 +178,7 @@ pub(crate) type MomentPass<'a> = dyn Fn(&Matrix<'_>, MomentLayout) -> Result<Row
 pub(crate) fn fit_linear(
     op: &'static str,
     q: &Matrix<'_>,
-    d: usize,
-    qy: usize,
+    (h, d, qy): (f64, usize, usize),
     centre: &[f64],
     pass: &MomentPass<'_>,
 ) -> Result<LocalFit> {
@@ -191,13 +192,19 @@ pub(crate) fn fit_linear(
     let mut slopes = alloc_output(op, "slopes", m, qy * d)?;
     let (mut empty, mut deficient) = (0, 0);
     let p = layout.cols();
-    moment_chunks(op, q, layout, pass, |r0, mom| {
+    moment_chunks(op, q, h, layout, true, pass, |r0, mom, rows| {
         let r1 = r0 + mom.len() / p;
         let kinds: Vec<RowKind> = fitted[r0 * qy..r1 * qy]
             .par_chunks_mut(qy)
             .zip(slopes[r0 * qy * d..r1 * qy * d].par_chunks_mut(qy * d))
             .zip(mom.par_chunks(p))
-            .map(|((fit, slope), mo)| linear_row(&layout, mo, centre, fit, slope))
+            .zip(rows.par_chunks(2 * d))
+            .map(|(((fit, slope), mo), row)| {
+                let shift: Vec<f64> = (0..d)
+                    .map(|a| f64::from(row[d + a]) - f64::from(row[a]))
+                    .collect();
+                linear_row(&layout, mo, (h, &shift), centre, fit, slope)
+            })
             .collect();
         empty += kinds.iter().filter(|&&k| k == RowKind::Empty).count();
         deficient += kinds.iter().filter(|&&k| k == RowKind::Deficient).count();
@@ -215,7 +222,7 @@ pub(crate) fn fit_linear(
 pub(crate) fn fit_pca(
     op: &'static str,
     q: &Matrix<'_>,
-    k: usize,
+    (h, k): (f64, usize),
     pass: &MomentPass<'_>,
 ) -> Result<LocalPca> {
     let (m, d) = (q.rows(), q.cols());
@@ -229,17 +236,16 @@ pub(crate) fn fit_pca(
     let mut vectors = alloc_output(op, "components", m, k * d)?;
     let mut empty = 0;
     let p = layout.cols();
-    moment_chunks(op, q, layout, pass, |r0, mom| {
+    moment_chunks(op, q, h, layout, true, pass, |r0, mom, rows| {
         let r1 = r0 + mom.len() / p;
         empty += means[r0 * d..r1 * d]
             .par_chunks_mut(d)
             .zip(variances[r0 * k..r1 * k].par_chunks_mut(k))
             .zip(vectors[r0 * k * d..r1 * k * d].par_chunks_mut(k * d))
             .zip(mom.par_chunks(p))
-            .enumerate()
-            .map(|(i, (((mean, var), vecs), mo))| {
-                let query = q.row_range(r0 + i, r0 + i + 1);
-                pca_row(&layout, mo, query, mean, var, vecs)
+            .zip(rows.par_chunks(2 * d))
+            .map(|((((mean, var), vecs), mo), row)| {
+                pca_row(&layout, mo, (h, &row[d..]), mean, var, vecs)
             })
             .filter(|&ok| !ok)
             .count();
@@ -255,24 +261,55 @@ pub(crate) fn fit_pca(
 
 /// Runs `pass` for `layout` over query chunks (bounded memory) and hands
 /// each chunk's moments (`rows × layout.cols()` row-major, NaN rows empty)
-/// to `each` with the chunk's first query row.
+/// to `each` with the chunk's first query row and its pass rows `[q | c]`
+/// (`rows × 2d`). With `pilot`, a first pass of first moments places each
+/// centre `c` at the keys' local mean around `q` (`q` itself for a row
+/// without mass), so the moments are taken about it; without, `c = q`.
 pub(crate) fn moment_chunks(
     op: &'static str,
     q: &Matrix<'_>,
+    h: f64,
     layout: MomentLayout,
+    pilot: bool,
     pass: &MomentPass<'_>,
-    mut each: impl FnMut(usize, &[f64]) -> Result<()>,
+    mut each: impl FnMut(usize, &[f64], &[f32]) -> Result<()>,
 ) -> Result<()> {
-    let p = layout.cols();
-    let chunk = (CHUNK_BYTES / (8 * p)).max(256);
+    let (p, d) = (layout.cols(), layout.d);
+    // Moments (f32 and f64) and the rows [q | c] of one chunk.
+    let per_row = 12 * p + 8 * d;
+    let chunk = (CHUNK_BYTES / per_row).max(1);
     for r0 in (0..q.rows()).step_by(chunk) {
         let r1 = (r0 + chunk).min(q.rows());
         let qc = q.row_range(r0, r1);
-        let qv = ArrayView2::from_shape((r1 - r0, q.cols()), qc).expect("rows·d entries"); // ok: a row range
-        let qm = Matrix::check(op, "queries", qv)?;
-        let got = pass(&qm, layout)?;
+        let mut rows = reserve::<f32>(op, "query rows", ((r1 - r0) * 2 * d) as u64)?;
+        for qi in qc.chunks_exact(d) {
+            rows.extend_from_slice(qi);
+            rows.extend_from_slice(qi);
+        }
+        let as_matrix = |rows: &[f32]| -> Result<Matrix<'static>> {
+            let v = ArrayView2::from_shape((r1 - r0, 2 * d), rows).expect("rows·2d entries"); // ok: sized above
+            Ok(Matrix::check(op, "queries", v)?.into_owned())
+        };
+        if pilot {
+            let first = MomentLayout {
+                d,
+                qy: 0,
+                second: false,
+            };
+            let mean = pass(&as_matrix(&rows)?, first)?;
+            for (row, m) in rows.chunks_exact_mut(2 * d).zip(mean.values.rows()) {
+                if m[0].is_nan() {
+                    continue;
+                }
+                for a in 0..d {
+                    let c = f64::from(row[a]) + h * f64::from(m[a]);
+                    row[d + a] = c as f32;
+                }
+            }
+        }
+        let got = pass(&as_matrix(&rows)?, layout)?;
         let mom: Vec<f64> = got.values.iter().map(|&v| f64::from(v)).collect();
-        each(r0, &mom)?;
+        each(r0, &mom, &rows)?;
     }
     Ok(())
 }
@@ -335,12 +372,14 @@ fn local_covariance(layout: &MomentLayout, mo: &[f64]) -> (Vec<f64>, f64) {
     (cov, second)
 }
 
-/// Solves one query's local linear fit from its moments `mo`; `centre` is
-/// the values' mean (added back). Writes `fit` (`q`) and `slope`
-/// (`q × d`).
+/// Solves one query's local linear fit from its moments `mo` (of the
+/// offsets `r = (x − c)/h` from the row's centre `c`); `shift` is `c − q`
+/// in `f64`, `centre` the values' mean (added back). Writes `fit` (`q`)
+/// and `slope` (`q × d`).
 fn linear_row(
     layout: &MomentLayout,
     mo: &[f64],
+    (h, shift): (f64, &[f64]),
     centre: &[f64],
     fit: &mut [f32],
     slope: &mut [f32],
@@ -371,11 +410,13 @@ fn linear_row(
                 *ba += proj * va;
             }
         }
-        // ŷ(q) = a = E[y] + bᵀ(0 − μ).
-        let a = ey - b.iter().zip(mo).map(|(ba, mu)| ba * mu).sum::<f64>();
+        // In x's units: slopes b/h; the keys' mean offset from q is
+        // E[x − q] = h·E[r] + (c − q); ŷ(q) = E[y] − bᵀE[x − q].
+        let offset = |a: usize| h * mo[a] + shift[a];
+        let a = ey - (0..d).map(|k| b[k] / h * offset(k)).sum::<f64>();
         fit[c] = (a + centre[c]) as f32;
         for (o, &ba) in slope[c * d..(c + 1) * d].iter_mut().zip(&b) {
-            *o = ba as f32;
+            *o = (ba / h) as f32;
         }
     }
     if kept < d {
@@ -390,7 +431,7 @@ fn linear_row(
 fn pca_row(
     layout: &MomentLayout,
     mo: &[f64],
-    query: &[f32],
+    (h, centre): (f64, &[f32]),
     mean: &mut [f32],
     var: &mut [f32],
     vecs_out: &mut [f32],
@@ -403,13 +444,13 @@ fn pca_row(
     }
     let d = layout.d;
     for (a, o) in mean.iter_mut().enumerate() {
-        *o = (f64::from(query[a]) + mo[a]) as f32;
+        *o = (f64::from(centre[a]) + h * mo[a]) as f32;
     }
     let (mut cov, _) = local_covariance(layout, mo);
     let (mut lam, mut vecs) = (vec![0.0; d], vec![0.0; d * d]);
     sym_eigen(&mut cov, d, &mut lam, &mut vecs);
     for (k, v) in var.iter_mut().enumerate() {
-        *v = lam[k].max(0.0) as f32;
+        *v = (lam[k].max(0.0) * h * h) as f32;
         let row = &vecs[k * d..(k + 1) * d];
         let big = row
             .iter()

@@ -1,12 +1,12 @@
 //! Score estimates `∇ log f̂` of the kernel density (paper §9.2) and the
 //! Tweedie denoising step built on them.
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::ArrayView2;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Profile};
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized};
 
 /// The shadow of a profile: `−k′(t) = κ·g(t)` with `g` a profile (as a
@@ -45,7 +45,8 @@ impl Engine {
     /// epanechnikov, κ = 2) `(2κ/h²)·(Σ g/Σ k)·(m_g(q) − q)`. The offsets
     /// `m − q` are formed per key, not as a difference of two large means.
     ///
-    /// Rows where the estimate is zero are NaN and counted.
+    /// Rows where the estimate is zero are NaN and counted; an entry beyond
+    /// the `f32` range (a tiny bandwidth far from the keys) is `±inf`.
     ///
     /// # Errors
     /// The input errors of [`local_mean`](Self::local_mean), and
@@ -58,67 +59,15 @@ impl Engine {
         queries: ArrayView2<'_, f32>,
         keys: ArrayView2<'_, f32>,
     ) -> Result<RowNormalized> {
-        const OP: &str = "score";
-        let (g, kappa) = shadow(kernel.profile())?;
-        let q = Matrix::check(OP, "queries", queries)?;
-        let x = Matrix::check(OP, "keys", keys)?;
-        super::check_shapes(OP, &q, &x, None)?;
-        super::local_fit::check_local(&q, &x, None)?;
-        let (m, d) = (q.rows(), q.cols());
-        let h = f64::from(kernel.bandwidth());
-        let gk = Kernel::new(g, kernel.bandwidth())?;
-        // Σ g / Σ k per row (1 when g is k itself).
-        let ratio: Option<Vec<f64>> = if g == kernel.profile() {
-            None
-        } else {
-            let sk = self
-                .backend_impl()
-                .row_states(kernel, &q, &x, None, false)?;
-            let sg = self.backend_impl().row_states(&gk, &q, &x, None, false)?;
-            Some(
-                sg.log_sum()
-                    .iter()
-                    .zip(sk.log_sum().iter())
-                    .map(|(lg, lk)| (lg - lk).exp())
-                    .collect(),
-            )
-        };
-        let layout = MomentLayout {
-            d,
-            qy: 0,
-            second: false,
-        };
-        let mut out = Array2::<f32>::zeros((m, d));
-        let mut empty = 0;
-        let backend = self.backend_impl();
-        let pass = |qm: &Matrix<'_>, l: MomentLayout| backend.local_moments(&gk, qm, &x, None, l);
-        super::local_fit::moment_chunks(OP, &q, layout, &pass, |r0, mom| {
-            for (i, mo) in mom.chunks_exact(d).enumerate() {
-                let r = r0 + i;
-                let factor = 2.0 * kappa / (h * h) * ratio.as_ref().map_or(1.0, |v| v[r]);
-                let mut row = out.row_mut(r);
-                if mo[0].is_nan() || !factor.is_finite() {
-                    row.fill(f32::NAN);
-                    empty += 1;
-                } else {
-                    for (o, &mu) in row.iter_mut().zip(mo) {
-                        *o = (factor * mu) as f32;
-                    }
-                }
-            }
-            Ok(())
-        })?;
-        Ok(RowNormalized {
-            values: out,
-            empty_rows: empty,
-        })
+        self.score_as(kernel, queries, keys, None)
     }
 
     /// One Tweedie denoising step (paper §9.2): `q + σ²·∇ log f̂(q)`, the
     /// posterior mean of a clean point under gaussian noise of standard
     /// deviation `noise_std`, with the density of the noisy `keys`
-    /// estimated by `kernel` ([`score`](Self::score)). With the gaussian
-    /// kernel and `σ = h` it is the local mean `m(q)`.
+    /// estimated by `kernel` ([`score`](Self::score)); formed in `f64`
+    /// from the same local moments. With the gaussian kernel and `σ = h`
+    /// it is the local mean `m(q)`.
     ///
     /// # Errors
     /// Those of [`score`](Self::score), and a `noise_std` that is not
@@ -136,11 +85,72 @@ impl Engine {
                 reason: format!("must be positive and finite, got {noise_std}"),
             });
         }
-        let mut r = self.score(kernel, queries, keys)?;
-        let s2 = f64::from(noise_std) * f64::from(noise_std);
-        for (o, &qv) in r.values.iter_mut().zip(queries.iter()) {
-            *o = (f64::from(qv) + s2 * f64::from(*o)) as f32;
-        }
-        Ok(r)
+        self.score_as(kernel, queries, keys, Some(f64::from(noise_std)))
+    }
+
+    /// The score, or with `sigma` the denoised points `q + σ²·score`.
+    fn score_as(
+        &self,
+        kernel: &Kernel,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        sigma: Option<f64>,
+    ) -> Result<RowNormalized> {
+        let op = if sigma.is_some() { "denoise" } else { "score" };
+        let (g, kappa) = shadow(kernel.profile())?;
+        let q = Matrix::check(op, "queries", queries)?;
+        let x = Matrix::check(op, "keys", keys)?;
+        super::check_shapes(op, &q, &x, None)?;
+        super::local_fit::check_local(&q, &x, None)?;
+        let (m, d) = (q.rows(), q.cols());
+        let h = f64::from(kernel.bandwidth());
+        let gk = Kernel::new(g, kernel.bandwidth())?;
+        let backend = self.backend_impl();
+        // Σ g / Σ k per row (1 when g is k itself).
+        let ratio: Option<Vec<f64>> = if g == kernel.profile() {
+            None
+        } else {
+            let sk = backend.row_states(kernel, &q, &x, None, false)?;
+            let sg = backend.row_states(&gk, &q, &x, None, false)?;
+            Some(
+                sg.log_sum()
+                    .iter()
+                    .zip(sk.log_sum().iter())
+                    .map(|(lg, lk)| (lg - lk).exp())
+                    .collect(),
+            )
+        };
+        let layout = MomentLayout {
+            d,
+            qy: 0,
+            second: false,
+        };
+        let mut out = alloc_output(op, "scores", m, d)?;
+        let mut empty = 0;
+        let pass = |qm: &Matrix<'_>, l: MomentLayout| backend.local_moments(&gk, qm, &x, None, l);
+        // E[(x − q)/h] under g: the offsets about the query itself.
+        super::local_fit::moment_chunks(op, &q, h, layout, false, &pass, |r0, mom, _| {
+            for (i, mo) in mom.chunks_exact(d).enumerate() {
+                let r = r0 + i;
+                // (2κ/h²)·(Σg/Σk)·E[x − q] = (2κ/h)·(Σg/Σk)·E[(x − q)/h].
+                let factor = 2.0 * kappa / h * ratio.as_ref().map_or(1.0, |v| v[r]);
+                let row = &mut out[r * d..(r + 1) * d];
+                if mo[0].is_nan() || !factor.is_finite() {
+                    row.fill(f32::NAN);
+                    empty += 1;
+                    continue;
+                }
+                let qr = q.row_range(r, r + 1);
+                for ((o, &mu), &qa) in row.iter_mut().zip(mo).zip(qr) {
+                    let score = factor * mu;
+                    *o = match sigma {
+                        None => score as f32,
+                        Some(s) => (f64::from(qa) + s * s * score) as f32,
+                    };
+                }
+            }
+            Ok(())
+        })?;
+        Ok(RowNormalized::from_parts(m, d, out, empty))
     }
 }

@@ -7,17 +7,21 @@ use rayon::prelude::*;
 use super::RowNormalized;
 use crate::kernel::{Kernel, exact};
 
-/// Kernel-weighted averages, per query `q`, of products of the key's
-/// offset `r = x − q` and its values `y`:
+/// Kernel-weighted averages, per query row `[q | c]` (the query `q` that
+/// places the weights and a centre `c` for the offsets, both `d` wide), of
+/// products of the key's scaled offset `r = (x − c)/h` and its values `y`:
 ///
 /// ```text
-/// columns  [ r_a (d) | y_c (qy) | r_a·r_b, a ≤ b (d(d+1)/2) | r_a·y_c (d·qy) ]
+/// columns  [ r_a (d) | y_c (qy) | r_a·r_b, a ≤ b (d(d+1)/2) | r_a·y_c, c-major (qy·d) ]
 /// ```
 ///
-/// each as `Σ_j K(q, x_j) f_j / Σ_j K(q, x_j)`. The second block (the
-/// `r_a·r_b` and `r_a·y_c` columns) is present only with `second`. Every
-/// column is a product `F[ia]·F[ib]` of two entries of the key's factor
-/// vector `F = [r (d) | y (qy) | 1]`: the backends evaluate
+/// each as `Σ_j K(q, x_j) f_j / Σ_j K(q, x_j)`. Centring the offsets near
+/// the keys' local mean (a first pass gives it) and scaling them by `1/h`
+/// keeps every moment of order one: nothing cancels, and tiny or huge
+/// coordinate scales neither underflow nor overflow. The second block
+/// (the `r_a·r_b` and `r_a·y_c` columns) is present only with `second`.
+/// Every column is a product `F[ia]·F[ib]` of two entries of the key's
+/// factor vector `F = [r (d) | y (qy) | 1]`: the backends evaluate
 /// [`factors`](Self::factors), so they cannot disagree on the order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct MomentLayout {
@@ -58,9 +62,34 @@ impl MomentLayout {
         self.d + self.qy + before + (b - a)
     }
 
-    /// Column of `r_a·y_c`.
+    /// Column of `r_a·y_c` (c-major: a pass of a few consecutive columns
+    /// touches few value columns).
     pub(crate) fn cross(&self, a: usize, c: usize) -> usize {
-        self.d + self.qy + self.pairs() + a * self.qy + c
+        self.d + self.qy + self.pairs() + c * self.d + a
+    }
+
+    /// The widest span of value columns that the columns of any pass of
+    /// `width` consecutive columns (from column 0 on) touch: what a GPU
+    /// pass stages per key.
+    pub(crate) fn value_window(&self, width: usize) -> usize {
+        let (d, one) = (self.d, self.one());
+        let mut widest = 0;
+        for c0 in (0..self.cols()).step_by(width.max(1)) {
+            let (mut lo, mut hi) = (usize::MAX, 0);
+            for c in c0..(c0 + width.max(1)).min(self.cols()) {
+                let (a, b) = self.factors(c);
+                for g in [a, b] {
+                    if (d..one).contains(&g) {
+                        lo = lo.min(g - d);
+                        hi = hi.max(g - d + 1);
+                    }
+                }
+            }
+            if lo < hi {
+                widest = widest.max(hi - lo);
+            }
+        }
+        widest
     }
 
     /// The two factor indices of column `col`: the column is
@@ -81,7 +110,7 @@ impl MomentLayout {
             return (a, a + k);
         }
         k -= self.pairs();
-        (k / qy, d + k % qy)
+        (k % d, d + k / d)
     }
 }
 
@@ -89,9 +118,9 @@ impl MomentLayout {
     /// Recomputes from `f64` log-weights the rows of `out` (this layout's
     /// columns) the `f32` pass left without mass — every key beyond the far
     /// cut of a profile with full support (docs/numerics.md, "Far rows"):
-    /// their moments are those of the nearest keys. `queries` (`M × d`),
-    /// `keys` (`N × d`) and `values` (`N × qy`) are row-major. Compact
-    /// profiles have nothing to finish.
+    /// their moments are those of the nearest keys. `queries` (`M × 2d`,
+    /// rows `[q | c]`), `keys` (`N × d`) and `values` (`N × qy`) are
+    /// row-major. Compact profiles have nothing to finish.
     pub(crate) fn finish_far_rows(
         &self,
         kernel: &Kernel,
@@ -105,6 +134,7 @@ impl MomentLayout {
         }
         let (d, qy) = (self.d, self.qy);
         let n = keys.len() / d;
+        let inv_h = 1.0 / f64::from(kernel.bandwidth());
         let cols: Vec<(usize, usize)> = (0..self.cols()).map(|c| self.factors(c)).collect();
         let data = out.values.as_slice_mut().expect("standard layout"); // ok: results are built row-major
         let finished: usize = data
@@ -112,10 +142,11 @@ impl MomentLayout {
             .enumerate()
             .filter(|(_, row)| row[0].is_nan())
             .map(|(i, row)| {
-                let query = &queries[i * d..(i + 1) * d];
+                let query = &queries[2 * i * d..(2 * i + 1) * d];
+                let centre = &queries[(2 * i + 1) * d..(2 * i + 2) * d];
                 let factor = |j: usize, k: usize| -> f32 {
                     if k < d {
-                        keys[j * d + k] - query[k]
+                        ((f64::from(keys[j * d + k]) - f64::from(centre[k])) * inv_h) as f32
                     } else if k < d + qy {
                         values.map_or(0.0, |y| y[j * qy + k - d])
                     } else {
@@ -181,6 +212,9 @@ mod tests {
             assert!(seen[d + qy..].iter().all(|&s| s), "d={d} qy={qy}");
             let first = MomentLayout { second: false, ..l };
             assert_eq!(first.cols(), d + qy);
+            // c-major cross columns: a pass of 8 touches few value columns.
+            let w = l.value_window(8);
+            assert!(w <= qy.min(8 / d + 2), "d={d} qy={qy}: window {w}");
         }
     }
 }

@@ -2,6 +2,7 @@
 //! MeanShift (whose iterations run it).
 
 use crate::error::Result;
+use crate::types::MomentLayout;
 
 use super::{
     DeviceLimits, MAX_STAGED_KEYS, TileLimits, binding_bytes, budget_keys, no_room_for_a_key,
@@ -72,24 +73,29 @@ pub(crate) fn plan_local_mean(
 }
 
 /// Plans a local-moment pass (`shaders/local_moments.wgsl`) of `m`
-/// queries against `n` keys in `d` dimensions with `qy` value columns and
-/// `cols` layout columns: the local-mean plan for `cols` output columns,
-/// with workgroup memory staging the keys' `qy` values (not the pass's
-/// columns) and key tiles within the loop budget of a pair's work (the
-/// offsets, the values and the pass's columns).
+/// queries against `n` keys for `layout`: the local-mean plan for the
+/// layout's output columns, query rows of `2d` floats (`[q | c]`),
+/// workgroup memory staging each key's coordinates and the value columns
+/// a pass touches, and key tiles within the loop budget of a pair's work
+/// (the offsets, the staged values and the pass's columns).
 pub(crate) fn plan_local_moments(
     dev: &DeviceLimits,
     caps: &TileLimits,
-    (m, n, d): (usize, usize, usize),
-    qy: usize,
-    cols: usize,
+    (m, n): (usize, usize),
+    layout: &MomentLayout,
 ) -> Result<LocalMeanPlan> {
-    let mut plan = plan_local_mean(dev, caps, m, n, d, cols)?;
-    plan.staged_keys = (dev.workgroup_bytes as usize / 4 / (d + qy.max(1))).min(MAX_STAGED_KEYS);
+    let d = layout.d;
+    let mut plan = plan_local_mean(dev, caps, m, n, d, layout.cols())?;
+    // A query row is [q | c]: 2d floats.
+    let floats = (binding_bytes(dev, caps) / 4).min(usize::MAX as u64) as usize;
+    plan.query_tile = plan.query_tile.min(floats / (2 * d)).max(1);
+    let window = layout.value_window(plan.col_tile);
+    plan.staged_keys =
+        (dev.workgroup_bytes as usize / 4 / (d + window.max(1))).min(MAX_STAGED_KEYS);
     if plan.staged_keys == 0 {
         return Err(no_room_for_a_key("local_moments", d, dev));
     }
-    let per_key = 2 + 2 * d + qy + plan.col_tile.max(1);
+    let per_key = 2 + 2 * d + window + plan.col_tile.max(1);
     plan.key_tile = plan.key_tile.min(budget_keys(dev, 0, per_key)).max(1);
     Ok(plan)
 }
@@ -158,11 +164,18 @@ mod tests {
             loop_budget: Some(65535),
             ..LAVAPIPE
         };
-        let p =
-            plan_local_moments(&dev, &TileLimits::default(), (10, 1_000_000, 3), 2, 23).unwrap();
+        let layout = MomentLayout {
+            d: 3,
+            qy: 200,
+            second: true,
+        };
+        let p = plan_local_moments(&dev, &TileLimits::default(), (10, 1_000_000), &layout).unwrap();
         assert_eq!(p.col_tile, 8);
-        assert!(p.staged_keys * (3 + 2) * 4 <= 32 << 10);
-        assert!(p.key_tile * (2 + 2 * 3 + 2 + 8) < 65535);
+        // Each pass stages the few value columns it touches, not all 200.
+        let w = layout.value_window(8);
+        assert!(w <= 8);
+        assert!(p.staged_keys * (3 + w) * 4 <= 32 << 10);
+        assert!(p.key_tile * (2 + 2 * 3 + w + 8) < 65535);
     }
 
     #[test]
