@@ -198,3 +198,16 @@ def test_key_set_local_models_match_the_functions(rng):
     assert_close(r.variances, w.variances, rtol=1e-3, atol=1e-6)
     with pytest.raises(locus.InputError, match="degree"):
         ks.local_polynomial(q, bandwidth=0.3, degree=2)
+
+
+def test_bad_parameters_raise_typed_errors(rng):
+    x = rng.normal(size=(20, 2))
+    y = rng.normal(size=20)
+    with pytest.raises(locus.InputError, match="degree"):
+        locus.local_polynomial(x, x, y, bandwidth=1.0, degree=2**70, backend=CPU)
+    with pytest.raises(locus.InputError, match="too large"):
+        locus.local_pca(x, x, bandwidth=1.0, n_components=2**70, backend=CPU)
+    with pytest.raises(locus.InputError, match="too large"):
+        locus.impute(x, bandwidth=1.0, iterations=2**70, backend=CPU)
+    with pytest.raises(ValueError, match="kernel"):
+        locus.LocalMeanImputer(kernel="foo").fit_transform(x)

@@ -61,6 +61,8 @@ def as_count(k: Any, name: str) -> int:
         raise TypeError(f"{name} must be an integer, got {type(k).__name__}")
     if k < 0:
         raise InputError(f"{name} must be non-negative, got {k}")
+    if k > np.iinfo(np.int64).max:
+        raise InputError(f"{name} is too large: {k}")
     return int(k)
 
 

@@ -33,6 +33,19 @@ def check_bandwidth(h: Any, name: str = "bandwidth") -> float:
     return h
 
 
+# The kernel names (and aliases) the engine accepts.
+_KERNEL_NAMES = {
+    "gaussian", "rbf", "epanechnikov", "uniform", "flat", "tophat", "triangular", "linear",
+    "biweight", "quartic", "laplacian", "exponential", "cauchy",
+}
+
+
+def check_kernel(kernel: Any) -> None:
+    """A kernel name the engine accepts (any case)."""
+    if not isinstance(kernel, str) or kernel.lower() not in _KERNEL_NAMES:
+        raise ValueError(f"kernel must be one of {sorted(_KERNEL_NAMES)}, got {kernel!r}")
+
+
 def check_backend(backend: Any) -> None:
     """A backend name (estimators keep names, so that they pickle)."""
     if backend not in _BACKENDS:

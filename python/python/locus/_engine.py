@@ -208,7 +208,7 @@ class KeySet:
         values are used as stored, not centred)."""
         if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)):
             raise TypeError(f"degree must be an integer, got {type(degree).__name__}")
-        if degree < 0:
+        if degree not in (0, 1):
             raise InputError(f"degree must be 0 or 1, got {degree}")
         if return_slopes and degree != 1:
             raise InputError("return_slopes needs degree=1 (local linear regression)")

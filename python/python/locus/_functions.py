@@ -111,7 +111,7 @@ def local_polynomial(
     y, vector = as_values(values, "values")
     if isinstance(degree, (bool, np.bool_)) or not isinstance(degree, (int, np.integer)):
         raise TypeError(f"degree must be an integer, got {type(degree).__name__}")
-    if degree < 0:
+    if degree not in (0, 1):
         raise InputError(f"degree must be 0 or 1, got {degree}")
     if return_slopes and degree != 1:
         raise InputError("return_slopes needs degree=1 (local linear regression)")

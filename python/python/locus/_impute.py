@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._base import check_backend, check_bandwidth
+from ._base import check_backend, check_bandwidth, check_kernel
 from ._functions import impute
 
 __all__ = ["LocalMeanImputer"]
@@ -54,6 +54,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
     def _check_params(self) -> None:
         check_backend(self.backend)
         check_bandwidth(self.bandwidth)
+        check_kernel(self.kernel)
         it = self.iterations
         if isinstance(it, (bool, np.bool_)) or not isinstance(it, (int, np.integer)) or it < 1:
             raise ValueError(f"iterations must be an integer ≥ 1, got {it!r}")
