@@ -254,47 +254,50 @@ fn fill(
 ) -> usize {
     let d = orig.cols();
     let src = orig.as_slice();
-    let entries: Vec<(usize, usize)> = (0..orig.rows())
-        .flat_map(|i| (0..d).map(move |c| (i, c)))
-        .filter(|&(i, c)| src[i * d + c].is_nan())
-        .collect();
-    let filled: Vec<Option<f32>> = entries
-        .par_iter()
-        .map(|&(i, c)| {
-            let (num, den) = (r[[i, c]], r[[i, d + c]]);
-            if den > EXACT_BELOW && num.is_finite() {
-                Some(num / den)
-            } else {
-                exact_entry(round, i, c).map(|v| v as f32)
-            }
+    // Per row, its missing entries' values (None: the column mean); the
+    // f64 log-weights of a row are formed at most once.
+    let rows: Vec<Vec<(usize, Option<f32>)>> = (0..orig.rows())
+        .into_par_iter()
+        .map(|i| {
+            let mut exact: Option<Vec<f64>> = None;
+            (0..d)
+                .filter(|&c| src[i * d + c].is_nan())
+                .map(|c| {
+                    let (num, den) = (r[[i, c]], r[[i, d + c]]);
+                    if den > EXACT_BELOW && num.is_finite() {
+                        return (c, Some(num / den));
+                    }
+                    let lw = exact.get_or_insert_with(|| row_log_weights(round, i));
+                    (c, observers_mean(round, lw, c).map(|v| v as f32))
+                })
+                .collect()
         })
         .collect();
     let mut fallback = 0;
-    for (&(i, c), v) in entries.iter().zip(filled) {
-        out[[i, c]] = v.unwrap_or_else(|| {
-            fallback += 1;
-            means[c]
-        });
+    for (i, entries) in rows.into_iter().enumerate() {
+        for (c, v) in entries {
+            out[[i, c]] = v.unwrap_or_else(|| {
+                fallback += 1;
+                means[c]
+            });
+        }
     }
     fallback
 }
 
-/// Entry `(i, c)` from `f64` log-weights over the keys observing `c`
-/// (log-sum-exp, so no observer's weight underflows); `None` when none has
-/// weight.
-fn exact_entry(round: &Round<'_>, i: usize, c: usize) -> Option<f64> {
+/// `f64` log-weights of row `i` against every key (−inf: no weight, or no
+/// shared observed coordinate), from the masked distances.
+fn row_log_weights(round: &Round<'_>, i: usize) -> Vec<f64> {
     let d = round.d;
     let h = f64::from(round.kernel.bandwidth());
     let profile = round.kernel.profile();
     let q = &round.rows[i * d..(i + 1) * d];
-    let lw: Vec<(f64, f64)> = (0..round.keys.len() / d)
-        .filter_map(|j| {
-            let y = round.observed[j * d + c];
-            if y.is_nan() {
-                return None;
-            }
+    round
+        .keys
+        .chunks_exact(d)
+        .map(|key| {
             let (mut s, mut n) = (0.0f64, 0usize);
-            for (&a, &b) in q.iter().zip(&round.keys[j * d..(j + 1) * d]) {
+            for (&a, &b) in q.iter().zip(key) {
                 let df = f64::from(a) - f64::from(b);
                 if !df.is_nan() {
                     s += df * df;
@@ -302,22 +305,37 @@ fn exact_entry(round: &Round<'_>, i: usize, c: usize) -> Option<f64> {
                 }
             }
             if n == 0 {
-                return None;
+                return f64::NEG_INFINITY;
             }
             let t = s * d as f64 / n as f64 / (h * h);
-            let l = profile
+            profile
                 .log_eval_sq(t)
-                .unwrap_or_else(|| profile.eval_sq(t).ln());
-            (l > f64::NEG_INFINITY).then_some((l, f64::from(y)))
+                .unwrap_or_else(|| profile.eval_sq(t).ln())
         })
-        .collect();
-    let m = lw.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+        .collect()
+}
+
+/// The weighted mean of coordinate `c` over the keys observing it, from a
+/// row's log-weights `lw` (log-sum-exp, so no observer's weight
+/// underflows); `None` when none has weight.
+fn observers_mean(round: &Round<'_>, lw: &[f64], c: usize) -> Option<f64> {
+    let d = round.d;
+    let observed = |j: usize| {
+        let y = round.observed[j * d + c];
+        (!y.is_nan() && lw[j] > f64::NEG_INFINITY).then_some((lw[j], f64::from(y)))
+    };
+    let m = (0..lw.len())
+        .filter_map(observed)
+        .map(|p| p.0)
+        .fold(f64::NEG_INFINITY, f64::max);
     if m == f64::NEG_INFINITY {
         return None;
     }
-    let (num, den) = lw.iter().fold((0.0, 0.0), |(a, b), &(l, y)| {
-        let w = (l - m).exp();
-        (a + w * y, b + w)
-    });
+    let (num, den) = (0..lw.len())
+        .filter_map(observed)
+        .fold((0.0, 0.0), |(a, b), (l, y)| {
+            let w = (l - m).exp();
+            (a + w * y, b + w)
+        });
     Some(num / den)
 }
