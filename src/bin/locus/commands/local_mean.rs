@@ -101,12 +101,28 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
     let mut job = Job::open("local-mean", &a.common)?;
     let result = job.run(op)?;
     let scale = y.iter().fold(0.0f32, |s, v| s.max(v.abs()));
+    // The fitted values, then (degree 1) the slopes, whose scale is their
+    // own.
     job.verify(op, |other| {
-        Deviation::between(
+        let fit = Deviation::between(
             result.fitted.view(),
             other.fitted.view(),
             Tolerance::local_mean(scale),
-        )
+        );
+        match (&result.slopes, &other.slopes) {
+            (Some(a), Some(b)) if fit.ok => {
+                let s = a
+                    .iter()
+                    .filter(|v| v.is_finite())
+                    .fold(0.0f32, |m, v| m.max(v.abs()));
+                let tolerance = Tolerance {
+                    rtol: 1e-3,
+                    atol: 1e-3 * f64::from(s),
+                };
+                Deviation::between(a.view(), b.view(), tolerance)
+            }
+            _ => fit,
+        }
     })?;
 
     let (m, n) = (q.nrows(), x.nrows());

@@ -74,7 +74,19 @@ pub fn run(a: &LocalPcaArgs) -> CliResult<()> {
     let result = job.run(op)?;
     // The variances and means are compared: eigenvectors of nearly equal
     // eigenvalues may legitimately differ between backends.
+    // Means on the coordinates' scale; variances on the square of the
+    // widest coordinate range (their own scale, whatever the offset).
     let scale = x.iter().fold(0.0f32, |s, v| s.max(v.abs()));
+    let range = x
+        .columns()
+        .into_iter()
+        .map(|c| {
+            let (lo, hi) = c
+                .iter()
+                .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+            hi - lo
+        })
+        .fold(0.0f32, f32::max);
     job.verify(op, |other| {
         let means = Deviation::between(
             result.means.view(),
@@ -84,7 +96,7 @@ pub fn run(a: &LocalPcaArgs) -> CliResult<()> {
         let vars = Deviation::between(
             result.variances.view(),
             other.variances.view(),
-            Tolerance::local_mean(scale * scale),
+            Tolerance::local_mean(range * range),
         );
         if means.ok { vars } else { means }
     })?;
