@@ -2,8 +2,9 @@
 // [q | c] (weights placed by q, offsets from the centre c), the
 // kernel-weighted averages of the products F[ia]·F[ib] of each key's
 // factor vector F = [(x − c)/h (D) | y (QY) | 1], in the column order of
-// `types/moments.rs` (MomentLayout: first moments, then r_a·r_b for
-// a ≤ b, then r_a·y_c c-major). Offsets are formed per pair from a centre
+// `types/moments.rs` (MomentLayout: r, then r_a·r_b for a ≤ b, then each
+// value y_c with its r_a·y_c; without SECOND: r, then y). Offsets are
+// formed per pair from a centre
 // near the keys' local mean, so no moment about a distant origin is ever
 // subtracted.
 //
@@ -16,8 +17,8 @@
 // Template constants (src/gpu/shaders.rs): D dimension, QT columns in this
 // pass, QA = max(QT, 1), QY value columns per key, YW value columns a pass
 // stages (the widest span of value columns any pass's columns touch),
-// YWA = max(YW, 1), STAGE staged keys. Generated: WG, the flag bits
-// FIRST_TILE, LAST_TILE.
+// YWA = max(YW, 1), STAGE staged keys, SECOND (1: the second moments'
+// layout). Generated: WG, the flag bits FIRST_TILE, LAST_TILE.
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
@@ -26,6 +27,7 @@ const QY: u32 = {{QY}}u;
 const YW: u32 = {{YW}}u;
 const YWA: u32 = {{YWA}}u;
 const STAGE: u32 = {{STAGE}}u;
+const SECOND: u32 = {{SECOND}}u;
 const STATE: u32 = 2u + QA;
 // F's constant 1, in the layout's numbering and in this pass's `f`.
 const ONE: u32 = D + QY;
@@ -75,10 +77,13 @@ fn merge_state(a: RowState, b: RowState) -> RowState {
 
 // The factor indices (ia, ib) of layout column `col` (MomentLayout::factors).
 fn factors(col: u32) -> vec2<u32> {
-    if col < D + QY {
+    if col < D {
         return vec2<u32>(col, ONE);
     }
-    var k = col - D - QY;
+    var k = col - D;
+    if SECOND == 0u {
+        return vec2<u32>(D + k, ONE);
+    }
     let pairs = D * (D + 1u) / 2u;
     if k < pairs {
         var a = 0u;
@@ -88,7 +93,12 @@ fn factors(col: u32) -> vec2<u32> {
         return vec2<u32>(a, a + k);
     }
     k -= pairs;
-    return vec2<u32>(k % D, D + k / D);
+    let c = k / (D + 1u);
+    let at = k % (D + 1u);
+    if at == 0u {
+        return vec2<u32>(D + c, ONE);
+    }
+    return vec2<u32>(at - 1u, D + c);
 }
 
 // A factor index of the layout in this pass's `f`: value columns from

@@ -610,3 +610,35 @@ fn ref_local_linear_1d_line(x: &Array2<f32>, y: &Array2<f32>, qx: f64, _qy: f64)
     let b = (s0 * t1 - s1 * t0) / (s0 * s2 - s1 * s1);
     ((t0 - b * s1) / s0, b)
 }
+
+#[test]
+fn many_value_columns_stage_their_windows_on_every_backend() {
+    // Passes of 8 columns cut the values' groups at every offset: the GPU
+    // stages only the value columns a pass touches.
+    for (d, qy) in [(1usize, 9usize), (1, 17), (2, 40), (3, 11)] {
+        let mut rng = Rng::new(60 + d as u64 * 7 + qy as u64);
+        let x = rng.matrix(150, d, -1.0, 1.0);
+        let y = Array2::from_shape_fn((150, qy), |(j, c)| {
+            let s: f32 = x.row(j).iter().map(|v| v * (c as f32 + 1.0)).sum();
+            s.sin() + c as f32
+        });
+        let q = rng.matrix(11, d, -0.8, 0.8);
+        let k = Kernel::gaussian(0.5).unwrap();
+        let (fit, slopes) = ref_local_linear(&k, &q, &x, &y);
+        for (name, e) in engines() {
+            let got = e
+                .local_polynomial(&k, q.view(), x.view(), y.view(), 1)
+                .unwrap();
+            let what = format!("{name} d={d} qy={qy}");
+            assert_close(&what, &got.fitted, &fit, 1e-4, 1e-4);
+            let gs = got
+                .slopes
+                .unwrap()
+                .to_shape((11, qy * d))
+                .unwrap()
+                .to_owned();
+            let ws = slopes.to_shape((11, qy * d)).unwrap().to_owned();
+            assert_close(&what, &gs, &ws, 1e-3, 1e-3);
+        }
+    }
+}

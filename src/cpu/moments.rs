@@ -198,13 +198,14 @@ impl PairSums for Moments<'_> {
         for (a, b) in block[..d].iter_mut().enumerate() {
             *b = sum_of(wcol(a));
         }
-        for (c, b) in block[d..d + qy].iter_mut().enumerate() {
-            *b = dot::<S>(w, y(c));
-        }
         if !self.layout.second {
+            for (c, b) in block[d..d + qy].iter_mut().enumerate() {
+                *b = dot::<S>(w, y(c));
+            }
             return;
         }
-        let mut idx = d + qy;
+        // The layout's order: pairs, then each value with its cross moments.
+        let mut idx = d;
         for a in 0..d {
             for b in a..d {
                 block[idx] = dot::<S>(wcol(a), col(b));
@@ -212,6 +213,8 @@ impl PairSums for Moments<'_> {
             }
         }
         for c in 0..qy {
+            block[idx] = dot::<S>(w, y(c));
+            idx += 1;
             for a in 0..d {
                 block[idx] = dot::<S>(wcol(a), y(c));
                 idx += 1;

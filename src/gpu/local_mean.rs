@@ -131,7 +131,12 @@ pub(crate) fn record_pass<'p>(
             let window = l.value_window(job.plan.col_tile) as u32;
             (
                 ShaderId::LocalMoments,
-                vec![("QY", l.qy as u32), ("YW", window), ("YWA", window.max(1))],
+                vec![
+                    ("QY", l.qy as u32),
+                    ("YW", window),
+                    ("YWA", window.max(1)),
+                    ("SECOND", u32::from(l.second)),
+                ],
             )
         }
     };

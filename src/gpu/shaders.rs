@@ -251,7 +251,7 @@ impl ShaderId {
     pub(crate) fn placeholders(self) -> &'static [&'static str] {
         match self {
             ShaderId::LocalMean => &["D", "QT", "QA", "STAGE", "MASKED"],
-            ShaderId::LocalMoments => &["D", "QT", "QA", "QY", "YW", "YWA", "STAGE"],
+            ShaderId::LocalMoments => &["D", "QT", "QA", "QY", "YW", "YWA", "STAGE", "SECOND"],
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
@@ -423,6 +423,7 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("YW", 0),
                 ("YWA", 1),
                 ("STAGE", 256),
+                ("SECOND", 0),
             ],
             vec![
                 ("D", 3),
@@ -432,6 +433,7 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("YW", 2),
                 ("YWA", 2),
                 ("STAGE", 256),
+                ("SECOND", 1),
             ],
             vec![
                 ("D", 64),
@@ -441,6 +443,7 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("YW", 4),
                 ("YWA", 4),
                 ("STAGE", 112),
+                ("SECOND", 1),
             ],
         ],
         ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],

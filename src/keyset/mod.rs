@@ -24,9 +24,9 @@ use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
     Classes, EmptyFallback, LocalFit, LocalPca, SQ_DIST_LIMIT, check_k, check_limits, check_room,
-    fit_linear, fit_pca, label_rows, ln_density_scale, ln_normalizer,
+    fit_linear, fit_pca, label_rows, ln_density_scale, ln_normalizer, pilot_from_moments,
 };
-use crate::types::{Neighbours, RowNormalized, RowStates};
+use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
 use batch::Batcher;
 
 /// Options of a [`KeySet`].
@@ -537,12 +537,16 @@ impl KeySet {
         check_limits(self.inner.d, big)?;
         let r = &self.inner.resident;
         let h = f64::from(kernel.bandwidth());
+        let pass = |m: &Matrix<'_>, layout: MomentLayout| {
+            r.local_moments(kernel, m, layout, (layout.qy > 0).then_some(set))
+        };
+        let pilot = |m: &Matrix<'_>| pilot_from_moments(OP, h, &pass, m);
         fit_linear(
             OP,
             &q,
             (h, self.inner.d, qy),
             &vec![0.0; qy],
-            &|m, layout| r.local_moments(kernel, m, layout, Some(set)),
+            (&pilot, &pass),
         )
     }
 
@@ -570,9 +574,9 @@ impl KeySet {
         check_limits(d, q.max_abs().max(self.inner.extent))?;
         let r = &self.inner.resident;
         let h = f64::from(kernel.bandwidth());
-        fit_pca(OP, &q, (h, components), &|m, layout| {
-            r.local_moments(kernel, m, layout, None)
-        })
+        let pass = |m: &Matrix<'_>, layout| r.local_moments(kernel, m, layout, None);
+        let pilot = |m: &Matrix<'_>| pilot_from_moments(OP, h, &pass, m);
+        fit_pca(OP, &q, (h, components), (&pilot, &pass))
     }
 
     /// The `k` nearest keys of every query, as [`Engine::knn`].

@@ -206,7 +206,7 @@ impl Engine {
 }
 
 /// Below this share of a row's weight, the observers of a coordinate are
-/// averaged again in `f64` ([`exact_entry`]): their `f32` weights relative
+/// averaged again in `f64` ([`observers_mean`]): their `f32` weights relative
 /// to the row's nearest key may have lost digits or vanished.
 const EXACT_BELOW: f32 = 1e-30;
 

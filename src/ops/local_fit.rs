@@ -19,8 +19,9 @@ pub const MAX_LOCAL_DIM: usize = 64;
 /// products and sums must stay finite `f32` over any key tile.
 pub const MAX_LOCAL_MAGNITUDE: f32 = 1e12;
 /// A local design direction whose variance is at most this fraction of
-/// the local second moment `E‖x − q‖²` counts as absent (rank-deficient):
-/// below it the `f32` moments cannot resolve it.
+/// the keys' second moment about the moments' centre (their local mean,
+/// `E‖x − c‖²`) counts as absent (rank-deficient): below it the `f32`
+/// moments cannot resolve it.
 pub const RANK_TOLERANCE: f64 = 1e-5;
 /// Moments held per query chunk (bytes): bounds the memory of a call.
 const CHUNK_BYTES: usize = 64 << 20;
@@ -128,9 +129,12 @@ impl Engine {
         let yc = Matrix::check(OP, "values", yc.view())?;
         let backend = self.backend_impl();
         let h = f64::from(kernel.bandwidth());
-        fit_linear(OP, &q, (h, d, qy), &centre, &|qm, layout| {
-            backend.local_moments(kernel, qm, &x, Some(&yc), layout)
-        })
+        let pilot = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
+        let pass = |qm: &Matrix<'_>, layout: MomentLayout| {
+            let y = (layout.qy > 0).then_some(&yc);
+            backend.local_moments(kernel, qm, &x, y, layout)
+        };
+        fit_linear(OP, &q, (h, d, qy), &centre, (&pilot, &pass))
     }
 
     /// Local PCA (paper §6): at each query, the kernel-weighted mean and
@@ -163,15 +167,49 @@ impl Engine {
         }
         let backend = self.backend_impl();
         let h = f64::from(kernel.bandwidth());
-        fit_pca(OP, &q, (h, components), &|qm, layout| {
-            backend.local_moments(kernel, qm, &x, None, layout)
-        })
+        let pilot = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
+        let pass = |qm: &Matrix<'_>, layout| backend.local_moments(kernel, qm, &x, None, layout);
+        fit_pca(OP, &q, (h, components), (&pilot, &pass))
     }
 }
 
 /// A local-moment pass over some keys: the moments of `layout` at a chunk
-/// of queries (far rows finished by the backend).
+/// of query rows `[q | c]` (far rows finished by the backend).
 pub(crate) type MomentPass<'a> = dyn Fn(&Matrix<'_>, MomentLayout) -> Result<RowNormalized> + 'a;
+
+/// The centres of the moments at a chunk of queries (`rows × d`): the
+/// keys' local means (NaN rows: no mass).
+pub(crate) type Pilot<'a> = dyn Fn(&Matrix<'_>) -> Result<Array2<f32>> + 'a;
+
+/// A [`Pilot`] from a moment pass itself: the first moments about each
+/// query (for key sets, whose keys are not a value matrix).
+pub(crate) fn pilot_from_moments(
+    op: &'static str,
+    h: f64,
+    pass: &MomentPass<'_>,
+    q: &Matrix<'_>,
+) -> Result<Array2<f32>> {
+    let d = q.cols();
+    let mut rows = reserve::<f32>(op, "query rows", (q.rows() * 2 * d) as u64)?;
+    for qi in q.as_slice().chunks_exact(d) {
+        rows.extend_from_slice(qi);
+        rows.extend_from_slice(qi);
+    }
+    let rows = Array2::from_shape_vec((q.rows(), 2 * d), rows).expect("rows·2d entries"); // ok: sized above
+    let first = MomentLayout {
+        d,
+        qy: 0,
+        second: false,
+    };
+    let r = pass(&Matrix::check(op, "queries", rows.view())?, first)?;
+    let mut c = r.values;
+    for (mut row, qi) in c.rows_mut().into_iter().zip(q.as_slice().chunks_exact(d)) {
+        for (v, &qa) in row.iter_mut().zip(qi) {
+            *v = (f64::from(qa) + h * f64::from(*v)) as f32;
+        }
+    }
+    Ok(c)
+}
 
 /// Local linear fits of `qy` value columns at `q` (dimension `d`) from the
 /// moments `pass` gives (values centred on `centre`, added back).
@@ -180,7 +218,7 @@ pub(crate) fn fit_linear(
     q: &Matrix<'_>,
     (h, d, qy): (f64, usize, usize),
     centre: &[f64],
-    pass: &MomentPass<'_>,
+    (pilot, pass): (&Pilot<'_>, &MomentPass<'_>),
 ) -> Result<LocalFit> {
     let m = q.rows();
     let layout = MomentLayout {
@@ -192,7 +230,7 @@ pub(crate) fn fit_linear(
     let mut slopes = alloc_output(op, "slopes", m, qy * d)?;
     let (mut empty, mut deficient) = (0, 0);
     let p = layout.cols();
-    moment_chunks(op, q, h, layout, true, pass, |r0, mom, rows| {
+    moment_chunks(op, q, layout, Some(pilot), pass, |r0, mom, rows| {
         let r1 = r0 + mom.len() / p;
         let kinds: Vec<RowKind> = fitted[r0 * qy..r1 * qy]
             .par_chunks_mut(qy)
@@ -223,7 +261,7 @@ pub(crate) fn fit_pca(
     op: &'static str,
     q: &Matrix<'_>,
     (h, k): (f64, usize),
-    pass: &MomentPass<'_>,
+    (pilot, pass): (&Pilot<'_>, &MomentPass<'_>),
 ) -> Result<LocalPca> {
     let (m, d) = (q.rows(), q.cols());
     let layout = MomentLayout {
@@ -236,7 +274,7 @@ pub(crate) fn fit_pca(
     let mut vectors = alloc_output(op, "components", m, k * d)?;
     let mut empty = 0;
     let p = layout.cols();
-    moment_chunks(op, q, h, layout, true, pass, |r0, mom, rows| {
+    moment_chunks(op, q, layout, Some(pilot), pass, |r0, mom, rows| {
         let r1 = r0 + mom.len() / p;
         empty += means[r0 * d..r1 * d]
             .par_chunks_mut(d)
@@ -262,15 +300,14 @@ pub(crate) fn fit_pca(
 /// Runs `pass` for `layout` over query chunks (bounded memory) and hands
 /// each chunk's moments (`rows × layout.cols()` row-major, NaN rows empty)
 /// to `each` with the chunk's first query row and its pass rows `[q | c]`
-/// (`rows × 2d`). With `pilot`, a first pass of first moments places each
-/// centre `c` at the keys' local mean around `q` (`q` itself for a row
-/// without mass), so the moments are taken about it; without, `c = q`.
+/// (`rows × 2d`). With a `pilot`, each centre `c` is the keys' local mean
+/// around `q` (`q` itself for a row without mass), so the moments are
+/// taken about it; without, `c = q`.
 pub(crate) fn moment_chunks(
     op: &'static str,
     q: &Matrix<'_>,
-    h: f64,
     layout: MomentLayout,
-    pilot: bool,
+    pilot: Option<&Pilot<'_>>,
     pass: &MomentPass<'_>,
     mut each: impl FnMut(usize, &[f64], &[f32]) -> Result<()>,
 ) -> Result<()> {
@@ -290,20 +327,12 @@ pub(crate) fn moment_chunks(
             let v = ArrayView2::from_shape((r1 - r0, 2 * d), rows).expect("rows·2d entries"); // ok: sized above
             Ok(Matrix::check(op, "queries", v)?.into_owned())
         };
-        if pilot {
-            let first = MomentLayout {
-                d,
-                qy: 0,
-                second: false,
-            };
-            let mean = pass(&as_matrix(&rows)?, first)?;
-            for (row, m) in rows.chunks_exact_mut(2 * d).zip(mean.values.rows()) {
-                if m[0].is_nan() {
-                    continue;
-                }
-                for a in 0..d {
-                    let c = f64::from(row[a]) + h * f64::from(m[a]);
-                    row[d + a] = c as f32;
+        if let Some(pilot) = pilot {
+            let qv = ArrayView2::from_shape((r1 - r0, d), qc).expect("rows·d entries"); // ok: a row range
+            let centres = pilot(&Matrix::check(op, "queries", qv)?)?;
+            for (row, c) in rows.chunks_exact_mut(2 * d).zip(centres.rows()) {
+                if c.iter().all(|v| v.is_finite()) {
+                    row[d..].copy_from_slice(c.as_slice().expect("row-major")); // ok: a standard-layout row
                 }
             }
         }
@@ -398,7 +427,7 @@ fn linear_row(
     for c in 0..qy {
         // C = E[r y_c] − μ E[y_c]; b = Σ_k v_k (v_kᵀ C) / λ_k over the kept
         // directions.
-        let ey = mo[d + c];
+        let ey = mo[layout.value(c)];
         let cross: Vec<f64> = (0..d)
             .map(|a| mo[layout.cross(a, c)] - mo[a] * ey)
             .collect();

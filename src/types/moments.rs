@@ -12,14 +12,18 @@ use crate::kernel::{Kernel, exact};
 /// products of the key's scaled offset `r = (x − c)/h` and its values `y`:
 ///
 /// ```text
-/// columns  [ r_a (d) | y_c (qy) | r_a·r_b, a ≤ b (d(d+1)/2) | r_a·y_c, c-major (qy·d) ]
+/// columns  [ r_a (d) | r_a·r_b, a ≤ b (d(d+1)/2) | for each value c: y_c, r_0·y_c … r_(d−1)·y_c ]
 /// ```
+///
+/// (without `second`: `[ r_a (d) | y_c (qy) ]`). Each value column's
+/// moments sit together, so a pass of a few consecutive columns touches
+/// few value columns ([`value_window`](Self::value_window)).
 ///
 /// each as `Σ_j K(q, x_j) f_j / Σ_j K(q, x_j)`. Centring the offsets near
 /// the keys' local mean (a first pass gives it) and scaling them by `1/h`
 /// keeps every moment of order one: nothing cancels, and tiny or huge
-/// coordinate scales neither underflow nor overflow. The second block
-/// (the `r_a·r_b` and `r_a·y_c` columns) is present only with `second`.
+/// coordinate scales neither underflow nor overflow. The second moments
+/// (the `r_a·r_b` and `r_a·y_c` columns) are present only with `second`.
 /// Every column is a product `F[ia]·F[ib]` of two entries of the key's
 /// factor vector `F = [r (d) | y (qy) | 1]`: the backends evaluate
 /// [`factors`](Self::factors), so they cannot disagree on the order.
@@ -46,26 +50,33 @@ impl MomentLayout {
 
     /// Number of columns.
     pub(crate) fn cols(&self) -> usize {
-        let first = self.d + self.qy;
         if self.second {
-            first + self.pairs() + self.d * self.qy
+            self.d + self.pairs() + self.qy * (self.d + 1)
         } else {
-            first
+            self.d + self.qy
         }
     }
 
-    /// Column of `r_a·r_b` (either order).
+    /// Column of `r_a·r_b` (either order; with `second`).
     pub(crate) fn pair(&self, a: usize, b: usize) -> usize {
         let (a, b) = if a <= b { (a, b) } else { (b, a) };
         // Entries of the upper triangle's rows before row a: Σ_{i<a} (d − i).
         let before = a * self.d - a * a.saturating_sub(1) / 2;
-        self.d + self.qy + before + (b - a)
+        self.d + before + (b - a)
     }
 
-    /// Column of `r_a·y_c` (c-major: a pass of a few consecutive columns
-    /// touches few value columns).
+    /// Column of `y_c`.
+    pub(crate) fn value(&self, c: usize) -> usize {
+        if self.second {
+            self.d + self.pairs() + c * (self.d + 1)
+        } else {
+            self.d + c
+        }
+    }
+
+    /// Column of `r_a·y_c` (with `second`).
     pub(crate) fn cross(&self, a: usize, c: usize) -> usize {
-        self.d + self.qy + self.pairs() + c * self.d + a
+        self.value(c) + 1 + a
     }
 
     /// The widest span of value columns that the columns of any pass of
@@ -95,12 +106,15 @@ impl MomentLayout {
     /// The two factor indices of column `col`: the column is
     /// `F[ia]·F[ib]`.
     pub(crate) fn factors(&self, col: usize) -> (usize, usize) {
-        let (d, qy) = (self.d, self.qy);
+        let d = self.d;
         let one = self.one();
-        if col < d + qy {
+        if col < d {
             return (col, one);
         }
-        let mut k = col - d - qy;
+        let mut k = col - d;
+        if !self.second {
+            return (d + k, one);
+        }
         if k < self.pairs() {
             let mut a = 0;
             while k >= d - a {
@@ -110,7 +124,12 @@ impl MomentLayout {
             return (a, a + k);
         }
         k -= self.pairs();
-        (k % d, d + k / d)
+        let (c, at) = (k / (d + 1), k % (d + 1));
+        if at == 0 {
+            (d + c, one)
+        } else {
+            (at - 1, d + c)
+        }
     }
 }
 
@@ -207,14 +226,30 @@ mod tests {
                 }
             }
             for y in 0..qy {
-                assert_eq!(l.factors(d + y), (d + y, l.one()));
+                let c = l.value(y);
+                assert_eq!(l.factors(c), (d + y, l.one()));
+                assert!(!seen[c]);
+                seen[c] = true;
             }
-            assert!(seen[d + qy..].iter().all(|&s| s), "d={d} qy={qy}");
+            assert!(seen[d..].iter().all(|&s| s), "d={d} qy={qy}");
             let first = MomentLayout { second: false, ..l };
             assert_eq!(first.cols(), d + qy);
-            // c-major cross columns: a pass of 8 touches few value columns.
-            let w = l.value_window(8);
-            assert!(w <= qy.min(8 / d + 2), "d={d} qy={qy}: window {w}");
+            for y in 0..qy {
+                assert_eq!(first.factors(first.value(y)), (d + y, l.one()));
+            }
+        }
+        // A pass of 8 consecutive columns touches few value columns, for
+        // every value count (a pass may straddle two values' groups).
+        for d in 1..=4 {
+            for qy in 0..300 {
+                let l = MomentLayout {
+                    d,
+                    qy,
+                    second: true,
+                };
+                let w = l.value_window(8);
+                assert!(w <= qy.min(8 / (d + 1) + 2), "d={d} qy={qy}: window {w}");
+            }
         }
     }
 }

@@ -137,20 +137,24 @@ pub fn read<T: Clone>(
         }
         if first {
             first = false;
-            // A field the converter takes is data (with missing values
-            // allowed, an empty field or `NA` too).
-            let data = |f: &str| is_number(f) || conv(f).is_ok();
-            let numeric = record.iter().filter(|f| data(f)).count();
+            // Numbers say data, text says header; a field the converter
+            // takes without being a number (a missing value, with missing
+            // values allowed: empty, `NA`) says neither.
+            let neutral = |f: &str| !is_number(f) && conv(&unquote(f)).is_ok();
+            let text = |f: &str| !is_number(f) && !neutral(f);
+            let numbers = record.iter().filter(|f| is_number(f)).count();
+            let texts = record.iter().filter(|f| text(f)).count();
+            let numeric = record.len() - texts;
             let header = match rule {
                 HeaderRule::Header => true,
                 HeaderRule::NoHeader => false,
-                HeaderRule::Auto if numeric == 0 => true,
-                HeaderRule::Auto if numeric == record.len() => false,
+                HeaderRule::Auto if numbers == 0 && texts > 0 => true,
+                HeaderRule::Auto if texts == 0 => false,
                 HeaderRule::Auto => {
                     let bad: Vec<String> = record
                         .iter()
                         .enumerate()
-                        .filter(|(_, f)| !data(f))
+                        .filter(|(_, f)| text(f))
                         .map(|(j, f)| format!("field {} {f:?}", j + 1))
                         .collect();
                     return Err(format!(
@@ -310,6 +314,27 @@ mod tests {
         );
         let e = csv("a,b\n1,2\n3,x\n").unwrap_err();
         assert!(e.contains("line 3, field 2"), "{e}");
+    }
+
+    #[test]
+    fn missing_fields_say_neither_header_nor_data() {
+        let read_missing = |t: &str| read(t.as_bytes(), HeaderRule::Auto, f32_or_missing_field);
+        // Headers with a sodium column or a blank index name.
+        for text in ["Na,K,Cl\n1,2,3\n", ",a,b\n1,2,3\n"] {
+            let t = read_missing(text).unwrap();
+            assert_eq!(t.data.nrows(), 1, "{text}");
+        }
+        // A first row of numbers and missing values is data.
+        for text in ["NA,NA,NA\n1,2,3\n", "NA,2,\n1,2,3\n", "NA,nan,1\n1,2,3\n"] {
+            let t = read_missing(text).unwrap();
+            assert_eq!(t.data.nrows(), 2, "{text}");
+            assert!(t.data[[0, 0]].is_nan());
+        }
+        // Numbers beside text are neither.
+        assert!(read_missing("a,1,NA\n1,2,3\n").is_err());
+        // Without missing values allowed, NA is text.
+        let t = csv("NA,K\n1,2\n").unwrap();
+        assert_eq!(t.data.nrows(), 1);
     }
 
     #[test]
