@@ -56,25 +56,6 @@ struct Params {
 var<workgroup> stage_x: array<f32, STAGE * D>;
 var<workgroup> stage_y: array<f32, STAGE * YWA>;
 
-struct RowState {
-    m: f32,
-    s: f32,
-    u: array<f32, QA>,
-}
-
-// The one merge rule: m = max(m₁, m₂), s = s₁e^{m₁−m} + s₂e^{m₂−m}, u likewise.
-fn merge_state(a: RowState, b: RowState) -> RowState {
-    var r: RowState;
-    r.m = max(a.m, b.m);
-    let fa = exp(a.m - r.m);
-    let fb = exp(b.m - r.m);
-    r.s = a.s * fa + b.s * fb;
-    for (var c = 0u; c < QT; c++) {
-        r.u[c] = a.u[c] * fa + b.u[c] * fb;
-    }
-    return r;
-}
-
 // The factor indices (ia, ib) of layout column `col` (MomentLayout::factors).
 fn factors(col: u32) -> vec2<u32> {
     if col < D {
@@ -219,39 +200,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
         workgroupBarrier();
     }
 
-    if !live {
-        return;
-    }
-    let sb = i * STATE;
-    if (p.flags & FIRST_TILE) == 0u {
-        var prev: RowState;
-        prev.m = state[sb];
-        prev.s = state[sb + 1u];
-        for (var c = 0u; c < QT; c++) {
-            prev.u[c] = state[sb + 2u + c];
-        }
-        st = merge_state(prev, st);
-    }
-    if (p.flags & LAST_TILE) == 0u {
-        state[sb] = st.m;
-        state[sb + 1u] = st.s;
-        for (var c = 0u; c < QT; c++) {
-            state[sb + 2u + c] = st.u[c];
-        }
-        return;
-    }
-    let ob = i * p.q_stride + p.c0;
-    if st.s > 0.0 {
-        let inv = 1.0 / st.s;
-        for (var c = 0u; c < QT; c++) {
-            out[ob + c] = st.u[c] * inv;
-        }
-    } else {
-        for (var c = 0u; c < QT; c++) {
-            out[ob + c] = nan_f32();
-        }
-        if p.c0 == 0u {
-            atomicAdd(&empty_rows, 1u);
-        }
+    if live {
+        finish_row(i, st);
     }
 }

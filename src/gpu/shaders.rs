@@ -22,6 +22,9 @@ use super::plan::{FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
 
 /// Shared kernel-profile functions, prepended to the distance-kernel shaders.
 const PROFILES: &str = include_str!("../../shaders/profiles.wgsl");
+/// The row state, its merge and a key tile's end, shared by the
+/// local-mean family (prepended like the profiles).
+const ROW_STATE: &str = include_str!("../../shaders/row_state.wgsl");
 
 /// Bit of `flags` (`local_mean.wgsl`, `knn.wgsl`, `softmax.wgsl`): the
 /// first key tile (no state to merge with).
@@ -367,6 +370,10 @@ impl ShaderId {
             src.push_str(PROFILES);
             src.push('\n');
         }
+        if matches!(self, ShaderId::LocalMean | ShaderId::LocalMoments) {
+            src.push_str(ROW_STATE);
+            src.push('\n');
+        }
         src.push_str(self.body());
         for &name in self.placeholders() {
             let v = values
@@ -499,6 +506,11 @@ mod tests {
         for file in &files {
             if file == "profiles.wgsl" {
                 validate(file, &format!("{}\n{PROFILES}", prelude(&profile_consts())));
+                continue;
+            }
+            if file == "row_state.wgsl" {
+                // Part of local_mean.wgsl and local_moments.wgsl, checked
+                // with them.
                 continue;
             }
             let id = ShaderId::ALL

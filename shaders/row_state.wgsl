@@ -1,0 +1,66 @@
+// The row state of the local-mean family (local_mean.wgsl,
+// local_moments.wgsl): its merge across key tiles and how a key tile ends
+// (docs/numerics.md, "Row states and their merge"). Prepended by the
+// registry (src/gpu/shaders.rs); it uses the including shader's QT, QA
+// and STATE, and its bindings p (q_stride, c0, flags), state, out and
+// empty_rows.
+
+// m = largest log-weight seen (0 for non-exponential profiles),
+// s = Σ e^{w−m}, u = Σ e^{w−m}·y over this pass's QT columns.
+struct RowState {
+    m: f32,
+    s: f32,
+    u: array<f32, QA>,
+}
+
+// The one merge rule: m = max(m₁, m₂), s = s₁e^{m₁−m} + s₂e^{m₂−m}, u likewise.
+fn merge_state(a: RowState, b: RowState) -> RowState {
+    var r: RowState;
+    r.m = max(a.m, b.m);
+    let fa = exp(a.m - r.m);
+    let fb = exp(b.m - r.m);
+    r.s = a.s * fa + b.s * fb;
+    for (var c = 0u; c < QT; c++) {
+        r.u[c] = a.u[c] * fa + b.u[c] * fb;
+    }
+    return r;
+}
+
+// Row i's state after this key tile: merged with the earlier tiles' (in
+// `state`), then kept for the next tile or, on the last, finalized into
+// `out` as u/s (NaN, and counted once per row, without mass).
+fn finish_row(i: u32, tile: RowState) {
+    var st = tile;
+    let sb = i * STATE;
+    if (p.flags & FIRST_TILE) == 0u {
+        var prev: RowState;
+        prev.m = state[sb];
+        prev.s = state[sb + 1u];
+        for (var c = 0u; c < QT; c++) {
+            prev.u[c] = state[sb + 2u + c];
+        }
+        st = merge_state(prev, st);
+    }
+    if (p.flags & LAST_TILE) == 0u {
+        state[sb] = st.m;
+        state[sb + 1u] = st.s;
+        for (var c = 0u; c < QT; c++) {
+            state[sb + 2u + c] = st.u[c];
+        }
+        return;
+    }
+    let ob = i * p.q_stride + p.c0;
+    if st.s > 0.0 {
+        let inv = 1.0 / st.s;
+        for (var c = 0u; c < QT; c++) {
+            out[ob + c] = st.u[c] * inv;
+        }
+    } else {
+        for (var c = 0u; c < QT; c++) {
+            out[ob + c] = nan_f32();
+        }
+        if p.c0 == 0u {
+            atomicAdd(&empty_rows, 1u);
+        }
+    }
+}
