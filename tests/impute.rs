@@ -4,24 +4,11 @@
 mod common;
 
 use common::*;
-use locus::{Engine, Error, Kernel, Profile, TileLimits};
+use locus::{Engine, Error, Kernel, Profile};
 use ndarray::Array2;
 
 fn engines() -> Vec<(&'static str, Engine)> {
-    let mut v = vec![("cpu", Engine::cpu())];
-    if let Some(g) = gpu_engine(TileLimits::default()) {
-        v.push(("gpu", g));
-    }
-    let tiny = TileLimits {
-        query_rows: Some(5),
-        key_rows: Some(11),
-        value_cols: Some(3),
-        buffer_bytes: None,
-    };
-    if let Some(g) = gpu_engine(tiny) {
-        v.push(("gpu tiny tiles", g));
-    }
-    v
+    engines_and_tiny_tiles(5, 11)
 }
 
 /// Rows with ~`frac` of their entries NaN (never a whole column).

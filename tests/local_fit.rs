@@ -5,25 +5,11 @@
 mod common;
 
 use common::*;
-use locus::{Engine, Error, Kernel, Profile, TileLimits};
+use locus::{Engine, Error, Kernel, Profile};
 use ndarray::{Array2, Array3, ArrayView1};
 
 fn engines() -> Vec<(&'static str, Engine)> {
-    let mut v = vec![("cpu", Engine::cpu())];
-    if let Some(g) = gpu_engine(TileLimits::default()) {
-        v.push(("gpu", g));
-    }
-    // Forced tiny tiles: several query tiles, key tiles and column passes.
-    let tiny = TileLimits {
-        query_rows: Some(7),
-        key_rows: Some(13),
-        value_cols: Some(3),
-        buffer_bytes: None,
-    };
-    if let Some(g) = gpu_engine(tiny) {
-        v.push(("gpu tiny tiles", g));
-    }
-    v
+    engines_and_tiny_tiles(7, 13)
 }
 
 fn sq(a: ArrayView1<f32>, b: ArrayView1<f32>) -> f64 {

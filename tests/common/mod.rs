@@ -233,6 +233,26 @@ pub fn gpu() -> Option<&'static Engine> {
     E.get_or_init(|| gpu_engine(TileLimits::default())).as_ref()
 }
 
+/// A CPU engine, a GPU engine with device-sized tiles and one with forced
+/// tiny tiles (several query tiles, key tiles and column passes), by name;
+/// the GPU ones only where there is an adapter (as [`gpu_engine`]).
+pub fn engines_and_tiny_tiles(query_rows: usize, key_rows: usize) -> Vec<(&'static str, Engine)> {
+    let mut v = vec![("cpu", Engine::cpu())];
+    if let Some(g) = gpu_engine(TileLimits::default()) {
+        v.push(("gpu", g));
+    }
+    let tiny = TileLimits {
+        query_rows: Some(query_rows),
+        key_rows: Some(key_rows),
+        value_cols: Some(3),
+        buffer_bytes: None,
+    };
+    if let Some(g) = gpu_engine(tiny) {
+        v.push(("gpu tiny tiles", g));
+    }
+    v
+}
+
 /// The CPU engine.
 pub fn cpu() -> &'static Engine {
     static E: OnceLock<Engine> = OnceLock::new();

@@ -75,24 +75,19 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         self._check_params()
         X = validate_data(self, X, reset=False, dtype=np.float32, order="C", ensure_all_finite="allow-nan")
-        if not np.isnan(X).any():
-            return X.copy()
-        return impute(
-            X,
-            self.X_,
-            bandwidth=check_bandwidth(self.bandwidth),
-            kernel=self.kernel,
-            iterations=int(self.iterations),
-            backend=self.backend,
-        )
+        return self._fill(X, self.X_)
 
     def fit_transform(self, X: Any, y: Any = None, **fit_params: Any) -> np.ndarray:
         """Fits on ``X`` and fills it from its own rows."""
         self.fit(X)
-        if not np.isnan(self.X_).any():
-            return self.X_.copy()
+        return self._fill(self.X_, None)
+
+    def _fill(self, X: np.ndarray, keys: np.ndarray | None) -> np.ndarray:
+        if not np.isnan(X).any():
+            return X.copy()
         return impute(
-            self.X_,
+            X,
+            keys,
             bandwidth=check_bandwidth(self.bandwidth),
             kernel=self.kernel,
             iterations=int(self.iterations),
