@@ -60,6 +60,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from report import cpu_model, table
 
 ROOT = Path(__file__).resolve().parent.parent
 CORES = os.cpu_count() or 1
@@ -75,24 +76,6 @@ def best(f, repeat, warm=True):
         out = f()
         times.append(time.perf_counter() - t)
     return min(times), out
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def table(title, head, rows):
-    print(f"\n### {title}\n")
-    print("| " + " | ".join(head) + " |")
-    print("|" + "|".join("---" for _ in head) + "|")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
 
 
 def floats(s):
@@ -230,7 +213,6 @@ def main():
     sys.stdout.flush()
 
     notes, failed = [], False
-    rows = []
 
     def knn(k, weights="uniform"):
         return lambda z: KNNImputer(n_neighbors=k, weights=weights).fit_transform(z)

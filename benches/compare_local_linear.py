@@ -67,6 +67,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from report import cpu_model, table
 
 ROOT = Path(__file__).resolve().parent.parent
 CORES = os.cpu_count() or 1
@@ -98,24 +99,6 @@ def run_locus(locus, args, repeat):
         report = json.loads(p.stdout)
         computes.append(report["seconds"])
     return min(walls), min(computes), report
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def table(title, head, rows):
-    print(f"\n### {title}\n")
-    print("| " + " | ".join(head) + " |")
-    print("|" + "|".join("---" for _ in head) + "|")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
 
 
 def local_linear_f64(q, x, y, h):
