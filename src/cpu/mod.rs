@@ -103,15 +103,10 @@ impl Backend for CpuBackend {
         values: Option<&Matrix<'_>>,
         layout: MomentLayout,
     ) -> Result<RowNormalized> {
-        let mut out = moments::local_moments(kernel, queries, keys, values, layout)?;
-        layout.finish_far_rows(
-            kernel,
-            queries.as_slice(),
-            keys.as_slice(),
-            values.map(Matrix::as_slice),
-            &mut out,
-        );
-        Ok(out)
+        // The key layout a key set keeps, and the same code.
+        let sets = values.map(std::slice::from_ref).unwrap_or_default();
+        let cols = KeyColumns::new(keys, sets, Pack::None);
+        moments::local_moments(kernel, queries, &cols.soa(values.map(|_| 0)), layout)
     }
 
     fn row_states(

@@ -1,5 +1,5 @@
 //! Local moments (docs/numerics.md, "Local moments"): per query, the
-//! kernel-weighted averages of products of the keys' offsets `r = x − q`
+//! kernel-weighted averages of products of the keys' scaled offsets `r = (x − c)/h`
 //! and their values, in one pass over the keys; and the driver they share
 //! with the masked local mean (`masked.rs`), [`weighted_averages`].
 //!
@@ -20,7 +20,7 @@ use super::simd::{Isa, KEY_BLOCK, Portable, dot, fmadd, sum_of};
 use super::weights::{block_weights, initial_max};
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::matrix::{Matrix, alloc_output, reserve};
+use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized};
 
 /// What one pass sums per pair, a block of keys at a time: how the keys'
@@ -228,44 +228,11 @@ fn inv_h(kernel: &Kernel) -> f32 {
     (1.0 / f64::from(kernel.bandwidth())) as f32
 }
 
-/// `m` column-major: `rows × cols` row-major → `cols × rows`.
-fn transposed(op: &'static str, m: &Matrix<'_>) -> Result<Vec<f32>> {
-    let (rows, cols) = (m.rows(), m.cols());
-    let mut t = reserve::<f32>(op, "transposed keys", (rows * cols) as u64)?;
-    t.resize(rows * cols, 0.0);
-    for (j, row) in m.as_slice().chunks_exact(cols).enumerate() {
-        for (k, &v) in row.iter().enumerate() {
-            t[k * rows + j] = v;
-        }
-    }
-    Ok(t)
-}
-
-/// Local moments of every query row `[q | c]` (`M × 2d`): `M ×
-/// layout.cols()` averages, NaN rows (counted) without mass.
+/// Local moments of every query row `[q | c]` (`M × 2d`) against the
+/// keys' columns (their value matrix: the layout's `qy` columns), as one-shot
+/// calls and key sets keep them: `M × layout.cols()` averages, far rows
+/// finished in `f64`, NaN rows (counted) without mass.
 pub(crate) fn local_moments(
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
-    values: Option<&Matrix<'_>>,
-    layout: MomentLayout,
-) -> Result<RowNormalized> {
-    const OP: &str = "local_moments";
-    let xt = transposed(OP, keys)?;
-    let yt = values.map(|v| transposed(OP, v)).transpose()?;
-    let pairs = Moments {
-        xt: &xt,
-        yt: yt.as_deref().unwrap_or_default(),
-        ld: keys.rows(),
-        layout,
-        inv_h: inv_h(kernel),
-    };
-    weighted_averages(OP, kernel, queries, keys.rows(), &pairs)
-}
-
-/// [`local_moments`] against a key set's columns (its value matrix: the
-/// layout's `qy` columns).
-pub(crate) fn local_moments_on(
     kernel: &Kernel,
     queries: &Matrix<'_>,
     keys: &KeysSoa<'_>,
@@ -278,12 +245,21 @@ pub(crate) fn local_moments_on(
         layout,
         inv_h: inv_h(kernel),
     };
-    weighted_averages("local_moments", kernel, queries, keys.n, &pairs)
+    let mut out = weighted_averages("local_moments", kernel, queries, keys.n, &pairs)?;
+    let (xt, yt, ld) = (keys.xt, keys.yt, keys.ld);
+    layout.finish_far_rows(
+        kernel,
+        queries.as_slice(),
+        (keys.n, |j, k| xt[k * ld + j], |j, c| yt[c * ld + j]),
+        &mut out,
+    );
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::keys::{KeyColumns, Pack};
     use crate::kernel::Profile;
     use ndarray::Array2;
 
@@ -307,7 +283,8 @@ mod tests {
             Matrix::check("t", "q", q.view()).unwrap(),
         );
         let kernel = Kernel::new(Profile::Epanechnikov, 2.0).unwrap();
-        let got = local_moments(&kernel, &qm, &xm, Some(&ym), layout).unwrap();
+        let cols = KeyColumns::new(&xm, std::slice::from_ref(&ym), Pack::None);
+        let got = local_moments(&kernel, &qm, &cols.soa(Some(0)), layout).unwrap();
         let mut want = vec![0.0f64; layout.cols()];
         let mut s = 0.0;
         for j in 0..n {

@@ -116,23 +116,7 @@ impl Resident for CpuResident {
             "request",
             request_bytes(queries.rows(), layout.cols()),
         )?;
-        let mut out = moments::local_moments_on(kernel, queries, &keys, layout)?;
-        if out.empty_rows > 0 && !kernel.profile().is_compact() {
-            // Far rows: from row-major copies of the keys and values.
-            let rows = |cols: &[f32], c: usize| -> Vec<f32> {
-                let mut v = vec![0.0; keys.n * c];
-                for j in 0..keys.n {
-                    for k in 0..c {
-                        v[j * c + k] = cols[k * keys.ld + j];
-                    }
-                }
-                v
-            };
-            let (x, y) = (rows(keys.xt, layout.d), rows(keys.yt, keys.q));
-            let values = (keys.q > 0).then_some(&y[..]);
-            layout.finish_far_rows(kernel, queries.as_slice(), &x, values, &mut out);
-        }
-        Ok(out)
+        moments::local_moments(kernel, queries, &keys, layout)
     }
 
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {

@@ -358,11 +358,15 @@ pub(crate) fn local_moments(
     };
     let mut out = moments_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, layout)?;
     scope.finish(ctx)?;
+    let (x, y) = (
+        keys_host.as_slice(),
+        values.map_or(&[][..], Matrix::as_slice),
+    );
+    let qy = layout.qy;
     layout.finish_far_rows(
         kernel,
         queries.as_slice(),
-        keys_host.as_slice(),
-        values.map(Matrix::as_slice),
+        (n, |j, k| x[j * d + k], |j, c| y[j * qy + c]),
         &mut out,
     );
     Ok(out)

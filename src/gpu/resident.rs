@@ -257,8 +257,9 @@ impl Resident for GpuResident {
         let mut out = moments_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, layout)?;
         if out.empty_rows > 0 && !kernel.profile().is_compact() {
             let (kh, vh) = self.read_back(&scope, set)?;
-            let values = (layout.qy > 0).then_some(&vh[..]);
-            layout.finish_far_rows(kernel, queries.as_slice(), &kh, values, &mut out);
+            let (d, qy) = (self.d, layout.qy);
+            let keys = (self.n, |j, k| kh[j * d + k], |j, c| vh[j * qy + c]);
+            layout.finish_far_rows(kernel, queries.as_slice(), keys, &mut out);
         }
         scope.finish(ctx)?;
         Ok(out)

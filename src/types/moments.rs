@@ -138,21 +138,25 @@ impl MomentLayout {
     /// columns) the `f32` pass left without mass — every key beyond the far
     /// cut of a profile with full support (docs/numerics.md, "Far rows"):
     /// their moments are those of the nearest keys. `queries` (`M × 2d`,
-    /// rows `[q | c]`), `keys` (`N × d`) and `values` (`N × qy`) are
-    /// row-major. Compact profiles have nothing to finish.
+    /// rows `[q | c]`) is row-major; `key(j, k)` is coordinate `k` of key
+    /// `j` of `n`, `value(j, c)` value `c` (the layout's `qy`), in whatever
+    /// layout the backend keeps them. Compact profiles have nothing to
+    /// finish.
     pub(crate) fn finish_far_rows(
         &self,
         kernel: &Kernel,
         queries: &[f32],
-        keys: &[f32],
-        values: Option<&[f32]>,
+        (n, key, value): (
+            usize,
+            impl Fn(usize, usize) -> f32 + Sync,
+            impl Fn(usize, usize) -> f32 + Sync,
+        ),
         out: &mut RowNormalized,
     ) {
         if out.empty_rows == 0 || kernel.profile().is_compact() {
             return;
         }
-        let (d, qy) = (self.d, self.qy);
-        let n = keys.len() / d;
+        let d = self.d;
         let inv_h = 1.0 / f64::from(kernel.bandwidth());
         let cols: Vec<(usize, usize)> = (0..self.cols()).map(|c| self.factors(c)).collect();
         let data = out.values.as_slice_mut().expect("standard layout"); // ok: results are built row-major
@@ -165,9 +169,9 @@ impl MomentLayout {
                 let centre = &queries[(2 * i + 1) * d..(2 * i + 2) * d];
                 let factor = |j: usize, k: usize| -> f32 {
                     if k < d {
-                        ((f64::from(keys[j * d + k]) - f64::from(centre[k])) * inv_h) as f32
-                    } else if k < d + qy {
-                        values.map_or(0.0, |y| y[j * qy + k - d])
+                        ((f64::from(key(j, k)) - f64::from(centre[k])) * inv_h) as f32
+                    } else if k < self.one() {
+                        value(j, k - d)
                     } else {
                         1.0
                     }
@@ -176,7 +180,7 @@ impl MomentLayout {
                 let (_, s) = exact::row_state(
                     kernel,
                     query,
-                    |j, k| keys[j * d + k],
+                    &key,
                     |j, c| factor(j, cols[c].0) * factor(j, cols[c].1),
                     (0, n),
                     None,
