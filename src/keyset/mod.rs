@@ -23,8 +23,9 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
-    Classes, EmptyFallback, LocalFit, LocalPca, SQ_DIST_LIMIT, check_k, check_limits, check_room,
-    fit_linear, fit_pca, label_rows, ln_density_scale, ln_normalizer, pilot_from_moments,
+    Classes, EmptyFallback, LocalFit, LocalPca, SQ_DIST_LIMIT, check_degree, check_k, check_limits,
+    check_room, fit_linear, fit_pca, label_rows, ln_density_scale, ln_normalizer,
+    pilot_from_moments,
 };
 use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
 use batch::Batcher;
@@ -513,20 +514,8 @@ impl KeySet {
     ) -> Result<LocalFit> {
         const OP: &str = "local_polynomial";
         let set = self.set(self.inner.values_set, "values", "values")?;
-        if degree > 1 {
-            return Err(Error::InvalidParameter {
-                name: "degree",
-                reason: format!("local regression has degree 0 or 1, got {degree}"),
-            });
-        }
-        if degree == 0 {
-            let r = self.local_mean(kernel, queries)?;
-            return Ok(LocalFit {
-                fitted: r.values,
-                slopes: None,
-                empty_rows: r.empty_rows,
-                rank_deficient_rows: 0,
-            });
+        if check_degree(degree)? == 0 {
+            return Ok(self.local_mean(kernel, queries)?.into());
         }
         let q = self.queries(OP, queries)?;
         let qy = self.inner.values_set.map_or(0, |s| s.1);
@@ -564,12 +553,6 @@ impl KeySet {
     ) -> Result<LocalPca> {
         const OP: &str = "local_pca";
         let d = self.inner.d;
-        if !(1..=d).contains(&components) {
-            return Err(Error::InvalidParameter {
-                name: "components",
-                reason: format!("needs 1 ≤ components ≤ d = {d}, got {components}"),
-            });
-        }
         let q = self.queries(OP, queries)?;
         check_limits(d, q.max_abs().max(self.inner.extent))?;
         let r = &self.inner.resident;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 
-use super::local_fit::MAX_LOCAL_MAGNITUDE;
+use super::local_fit::check_magnitude;
 
 /// Most iterations [`Engine::impute`] accepts.
 pub const MAX_IMPUTE_ITERATIONS: usize = 100;
@@ -66,7 +66,7 @@ impl Engine {
     /// Empty inputs, infinite entries, `queries`/`keys` dimension mismatch,
     /// [`Error::InvalidParameter`] for `iterations` outside `1..=100`, a key
     /// column with no observed entry, or magnitudes above
-    /// [`MAX_LOCAL_MAGNITUDE`].
+    /// [`MAX_LOCAL_MAGNITUDE`](crate::MAX_LOCAL_MAGNITUDE).
     pub fn impute_from(
         &self,
         kernel: &Kernel,
@@ -97,22 +97,9 @@ impl Engine {
                 reason: format!("needs 1 ≤ iterations ≤ {MAX_IMPUTE_ITERATIONS}, got {iterations}"),
             });
         }
-        for m in [Some(x), queries].into_iter().flatten() {
-            let big = m
-                .as_slice()
-                .iter()
-                .filter(|v| !v.is_nan())
-                .fold(0.0f32, |a, v| a.max(v.abs()));
-            if big > MAX_LOCAL_MAGNITUDE {
-                return Err(Error::InvalidParameter {
-                    name: "inputs",
-                    reason: format!(
-                        "imputation takes entries of magnitude ≤ {MAX_LOCAL_MAGNITUDE:e}, got \
-                         {big:e}; rescale the data"
-                    ),
-                });
-            }
-        }
+        // max_abs passes over NaN (f32::max keeps the number).
+        let big = x.max_abs().max(queries.map_or(0.0, Matrix::max_abs));
+        check_magnitude("imputation takes entries", big)?;
         let (n, d) = (x.rows(), x.cols());
         let xs = x.as_slice();
         // Values: the keys with missing entries as 0, then their mask.
@@ -176,16 +163,20 @@ impl Engine {
         };
         // Further rounds: distances between the completed rows.
         for round_no in 1..iterations {
-            let rows_now = qc.clone();
-            let keys_now = xc.clone().unwrap_or_else(|| rows_now.clone());
-            let qm = Matrix::check(OP, "queries", rows_now.view())?;
-            let km = Matrix::check(OP, "keys", keys_now.view())?;
-            let r = backend.local_mean(kernel, &qm, &km, &v)?;
+            // Snapshots of the completed rows (`fill` rewrites them); the
+            // rows are their own keys in self-imputation.
+            let qm = Matrix::check(OP, "queries", qc.view())?.into_owned();
+            let keys_now = match &xc {
+                Some(xa) => Some(Matrix::check(OP, "keys", xa.view())?.into_owned()),
+                None => None,
+            };
+            let km = keys_now.as_ref().unwrap_or(&qm);
+            let r = backend.local_mean(kernel, &qm, km, &v)?;
             let ctx = Round::new(kernel, xs, d, qm.as_slice(), km.as_slice());
             if let Some(xa) = xc.as_mut()
                 && round_no + 1 < iterations
             {
-                let rk = backend.local_mean(kernel, &km, &km, &v)?;
+                let rk = backend.local_mean(kernel, km, km, &v)?;
                 fill(
                     xa,
                     x,

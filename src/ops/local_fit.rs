@@ -89,20 +89,8 @@ impl Engine {
         degree: usize,
     ) -> Result<LocalFit> {
         const OP: &str = "local_polynomial";
-        if degree > 1 {
-            return Err(Error::InvalidParameter {
-                name: "degree",
-                reason: format!("local regression has degree 0 or 1, got {degree}"),
-            });
-        }
-        if degree == 0 {
-            let r = self.local_mean(kernel, queries, keys, values)?;
-            return Ok(LocalFit {
-                fitted: r.values,
-                slopes: None,
-                empty_rows: r.empty_rows,
-                rank_deficient_rows: 0,
-            });
+        if check_degree(degree)? == 0 {
+            return Ok(self.local_mean(kernel, queries, keys, values)?.into());
         }
         let q = Matrix::check(OP, "queries", queries)?;
         let x = Matrix::check(OP, "keys", keys)?;
@@ -158,13 +146,6 @@ impl Engine {
         let x = Matrix::check(OP, "keys", keys)?;
         super::check_shapes(OP, &q, &x, None)?;
         check_local(&q, &x, None)?;
-        let d = x.cols();
-        if !(1..=d).contains(&components) {
-            return Err(Error::InvalidParameter {
-                name: "components",
-                reason: format!("needs 1 ≤ components ≤ d = {d}, got {components}"),
-            });
-        }
         let backend = self.backend_impl();
         let h = f64::from(kernel.bandwidth());
         let pilot = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
@@ -264,6 +245,12 @@ pub(crate) fn fit_pca(
     (pilot, pass): (&Pilot<'_>, &MomentPass<'_>),
 ) -> Result<LocalPca> {
     let (m, d) = (q.rows(), q.cols());
+    if !(1..=d).contains(&k) {
+        return Err(Error::InvalidParameter {
+            name: "components",
+            reason: format!("needs 1 ≤ components ≤ d = {d}, got {k}"),
+        });
+    }
     let layout = MomentLayout {
         d,
         qy: 0,
@@ -343,6 +330,29 @@ pub(crate) fn moment_chunks(
     Ok(())
 }
 
+impl From<RowNormalized> for LocalFit {
+    /// The degree-0 fit: the local means.
+    fn from(r: RowNormalized) -> Self {
+        LocalFit {
+            fitted: r.values,
+            slopes: None,
+            empty_rows: r.empty_rows,
+            rank_deficient_rows: 0,
+        }
+    }
+}
+
+/// `degree` when it is 0 or 1.
+pub(crate) fn check_degree(degree: usize) -> Result<usize> {
+    if degree > 1 {
+        return Err(Error::InvalidParameter {
+            name: "degree",
+            reason: format!("local regression has degree 0 or 1, got {degree}"),
+        });
+    }
+    Ok(degree)
+}
+
 /// The local models' own limits on their inputs.
 pub(super) fn check_local(q: &Matrix<'_>, x: &Matrix<'_>, y: Option<&Matrix<'_>>) -> Result<()> {
     let big = [Some(q), Some(x), y]
@@ -364,12 +374,18 @@ pub(crate) fn check_limits(d: usize, big: f32) -> Result<()> {
             ),
         });
     }
+    check_magnitude("local models take coordinates and values", big)
+}
+
+/// Fails when `big`, the largest magnitude of an op's inputs, exceeds
+/// [`MAX_LOCAL_MAGNITUDE`] (`what`: who takes which inputs).
+pub(crate) fn check_magnitude(what: &str, big: f32) -> Result<()> {
     if big > MAX_LOCAL_MAGNITUDE {
         return Err(Error::InvalidParameter {
             name: "inputs",
             reason: format!(
-                "local models take coordinates and values of magnitude ≤ {MAX_LOCAL_MAGNITUDE:e} \
-                 (their products must stay finite in f32), got {big:e}; rescale the data"
+                "{what} of magnitude ≤ {MAX_LOCAL_MAGNITUDE:e} (their products must stay finite \
+                 in f32), got {big:e}; rescale the data"
             ),
         });
     }

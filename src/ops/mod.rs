@@ -24,7 +24,7 @@ pub use kernel_matrix::LaplacianKind;
 pub use knn::KnnWeights;
 pub(crate) use knn::{SQ_DIST_LIMIT, check_k, check_room, knn_scaled};
 pub use local_fit::{LocalFit, LocalPca, MAX_LOCAL_DIM, MAX_LOCAL_MAGNITUDE, RANK_TOLERANCE};
-pub(crate) use local_fit::{check_limits, fit_linear, fit_pca, pilot_from_moments};
+pub(crate) use local_fit::{check_degree, check_limits, fit_linear, fit_pca, pilot_from_moments};
 pub use loo::{BandwidthSelection, LooScore};
 pub use multi_kernel::MultiKernel;
 pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};

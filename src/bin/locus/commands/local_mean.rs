@@ -87,12 +87,7 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
     let y = values.as_ref().map_or(x, |v| v.data.view());
     let op = |e: &locus::Engine| {
         if self_mean {
-            e.self_local_mean(&kernel, x).map(|r| LocalFit {
-                fitted: r.values,
-                slopes: None,
-                empty_rows: r.empty_rows,
-                rank_deficient_rows: 0,
-            })
+            e.self_local_mean(&kernel, x).map(LocalFit::from)
         } else {
             e.local_polynomial(&kernel, q, x, y, a.degree)
         }
