@@ -23,9 +23,8 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
-    Classes, EmptyFallback, LocalFit, LocalPca, SQ_DIST_LIMIT, check_degree, check_k, check_limits,
-    check_room, fit_linear, fit_pca, label_rows, ln_density_scale, ln_normalizer,
-    pilot_from_moments,
+    Centres, Classes, EmptyFallback, LocalFit, LocalPca, SQ_DIST_LIMIT, check_degree, check_k,
+    check_limits, check_room, fit_linear, fit_pca, label_rows, ln_density_scale, ln_normalizer,
 };
 use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
 use batch::Batcher;
@@ -529,13 +528,12 @@ impl KeySet {
         let pass = |m: &Matrix<'_>, layout: MomentLayout| {
             r.local_moments(kernel, m, layout, (layout.qy > 0).then_some(set))
         };
-        let pilot = |m: &Matrix<'_>| pilot_from_moments(OP, h, &pass, m);
         fit_linear(
             OP,
             &q,
             (h, self.inner.d, qy),
             &vec![0.0; qy],
-            (&pilot, &pass),
+            (Centres::FirstMoments, &pass),
         )
     }
 
@@ -558,8 +556,7 @@ impl KeySet {
         let r = &self.inner.resident;
         let h = f64::from(kernel.bandwidth());
         let pass = |m: &Matrix<'_>, layout| r.local_moments(kernel, m, layout, None);
-        let pilot = |m: &Matrix<'_>| pilot_from_moments(OP, h, &pass, m);
-        fit_pca(OP, &q, (h, components), (&pilot, &pass))
+        fit_pca(OP, &q, (h, components), (Centres::FirstMoments, &pass))
     }
 
     /// The `k` nearest keys of every query, as [`Engine::knn`].

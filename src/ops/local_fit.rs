@@ -117,12 +117,18 @@ impl Engine {
         let yc = Matrix::check(OP, "values", yc.view())?;
         let backend = self.backend_impl();
         let h = f64::from(kernel.bandwidth());
-        let pilot = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
+        let mean = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
         let pass = |qm: &Matrix<'_>, layout: MomentLayout| {
             let y = (layout.qy > 0).then_some(&yc);
             backend.local_moments(kernel, qm, &x, y, layout)
         };
-        fit_linear(OP, &q, (h, d, qy), &centre, (&pilot, &pass))
+        fit_linear(
+            OP,
+            &q,
+            (h, d, qy),
+            &centre,
+            (Centres::LocalMean(&mean), &pass),
+        )
     }
 
     /// Local PCA (paper §6): at each query, the kernel-weighted mean and
@@ -148,9 +154,9 @@ impl Engine {
         check_local(&q, &x, None)?;
         let backend = self.backend_impl();
         let h = f64::from(kernel.bandwidth());
-        let pilot = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
+        let mean = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
         let pass = |qm: &Matrix<'_>, layout| backend.local_moments(kernel, qm, &x, None, layout);
-        fit_pca(OP, &q, (h, components), (&pilot, &pass))
+        fit_pca(OP, &q, (h, components), (Centres::LocalMean(&mean), &pass))
     }
 }
 
@@ -158,38 +164,17 @@ impl Engine {
 /// of query rows `[q | c]` (far rows finished by the backend).
 pub(crate) type MomentPass<'a> = dyn Fn(&Matrix<'_>, MomentLayout) -> Result<RowNormalized> + 'a;
 
-/// The centres of the moments at a chunk of queries (`rows × d`): the
-/// keys' local means (NaN rows: no mass).
-pub(crate) type Pilot<'a> = dyn Fn(&Matrix<'_>) -> Result<Array2<f32>> + 'a;
-
-/// A [`Pilot`] from a moment pass itself: the first moments about each
-/// query (for key sets, whose keys are not a value matrix).
-pub(crate) fn pilot_from_moments(
-    op: &'static str,
-    h: f64,
-    pass: &MomentPass<'_>,
-    q: &Matrix<'_>,
-) -> Result<Array2<f32>> {
-    let d = q.cols();
-    let mut rows = reserve::<f32>(op, "query rows", (q.rows() * 2 * d) as u64)?;
-    for qi in q.as_slice().chunks_exact(d) {
-        rows.extend_from_slice(qi);
-        rows.extend_from_slice(qi);
-    }
-    let rows = Array2::from_shape_vec((q.rows(), 2 * d), rows).expect("rows·2d entries"); // ok: sized above
-    let first = MomentLayout {
-        d,
-        qy: 0,
-        second: false,
-    };
-    let r = pass(&Matrix::check(op, "queries", rows.view())?, first)?;
-    let mut c = r.values;
-    for (mut row, qi) in c.rows_mut().into_iter().zip(q.as_slice().chunks_exact(d)) {
-        for (v, &qa) in row.iter_mut().zip(qi) {
-            *v = (f64::from(qa) + h * f64::from(*v)) as f32;
-        }
-    }
-    Ok(c)
+/// Where the moments of a chunk of queries are centred.
+pub(crate) enum Centres<'a> {
+    /// At each query itself.
+    AtQuery,
+    /// At the keys' local mean around each query (`rows × d`, NaN rows:
+    /// no mass), as this function gives it (one-shot calls: the fast local
+    /// mean of the keys).
+    LocalMean(&'a dyn Fn(&Matrix<'_>) -> Result<Array2<f32>>),
+    /// At the keys' local mean, from a first-moment pass of the moments'
+    /// own pass (key sets, whose keys are not a value matrix).
+    FirstMoments,
 }
 
 /// Local linear fits of `qy` value columns at `q` (dimension `d`) from the
@@ -199,7 +184,7 @@ pub(crate) fn fit_linear(
     q: &Matrix<'_>,
     (h, d, qy): (f64, usize, usize),
     centre: &[f64],
-    (pilot, pass): (&Pilot<'_>, &MomentPass<'_>),
+    (centres, pass): (Centres<'_>, &MomentPass<'_>),
 ) -> Result<LocalFit> {
     let m = q.rows();
     let layout = MomentLayout {
@@ -211,7 +196,7 @@ pub(crate) fn fit_linear(
     let mut slopes = alloc_output(op, "slopes", m, qy * d)?;
     let (mut empty, mut deficient) = (0, 0);
     let p = layout.cols();
-    moment_chunks(op, q, layout, Some(pilot), pass, |r0, mom, rows| {
+    moment_chunks(op, q, (h, layout), centres, pass, |r0, mom, rows| {
         let r1 = r0 + mom.len() / p;
         let kinds: Vec<RowKind> = fitted[r0 * qy..r1 * qy]
             .par_chunks_mut(qy)
@@ -242,7 +227,7 @@ pub(crate) fn fit_pca(
     op: &'static str,
     q: &Matrix<'_>,
     (h, k): (f64, usize),
-    (pilot, pass): (&Pilot<'_>, &MomentPass<'_>),
+    (centres, pass): (Centres<'_>, &MomentPass<'_>),
 ) -> Result<LocalPca> {
     let (m, d) = (q.rows(), q.cols());
     if !(1..=d).contains(&k) {
@@ -261,7 +246,7 @@ pub(crate) fn fit_pca(
     let mut vectors = alloc_output(op, "components", m, k * d)?;
     let mut empty = 0;
     let p = layout.cols();
-    moment_chunks(op, q, layout, Some(pilot), pass, |r0, mom, rows| {
+    moment_chunks(op, q, (h, layout), centres, pass, |r0, mom, rows| {
         let r1 = r0 + mom.len() / p;
         empty += means[r0 * d..r1 * d]
             .par_chunks_mut(d)
@@ -287,14 +272,13 @@ pub(crate) fn fit_pca(
 /// Runs `pass` for `layout` over query chunks (bounded memory) and hands
 /// each chunk's moments (`rows × layout.cols()` row-major, NaN rows empty)
 /// to `each` with the chunk's first query row and its pass rows `[q | c]`
-/// (`rows × 2d`). With a `pilot`, each centre `c` is the keys' local mean
-/// around `q` (`q` itself for a row without mass), so the moments are
-/// taken about it; without, `c = q`.
+/// (`rows × 2d`), centred as `centres` says (`q` itself for a row without
+/// mass); `h` is the bandwidth.
 pub(crate) fn moment_chunks(
     op: &'static str,
     q: &Matrix<'_>,
-    layout: MomentLayout,
-    pilot: Option<&Pilot<'_>>,
+    (h, layout): (f64, MomentLayout),
+    centres: Centres<'_>,
     pass: &MomentPass<'_>,
     mut each: impl FnMut(usize, &[f64], &[f32]) -> Result<()>,
 ) -> Result<()> {
@@ -310,20 +294,39 @@ pub(crate) fn moment_chunks(
             rows.extend_from_slice(qi);
             rows.extend_from_slice(qi);
         }
-        let as_matrix = |rows: &[f32]| -> Result<Matrix<'static>> {
-            let v = ArrayView2::from_shape((r1 - r0, 2 * d), rows).expect("rows·2d entries"); // ok: sized above
-            Ok(Matrix::check(op, "queries", v)?.into_owned())
+        let centre_at = match centres {
+            Centres::AtQuery => None,
+            Centres::LocalMean(mean) => {
+                let qv = ArrayView2::from_shape((r1 - r0, d), qc).expect("rows·d entries"); // ok: a row range
+                Some(mean(&Matrix::check(op, "queries", qv)?)?)
+            }
+            Centres::FirstMoments => {
+                let first = MomentLayout {
+                    d,
+                    qy: 0,
+                    second: false,
+                };
+                let v =
+                    ArrayView2::from_shape((r1 - r0, 2 * d), &rows[..]).expect("rows·2d entries"); // ok: sized above
+                let mut c = pass(&Matrix::check(op, "queries", v)?, first)?.values;
+                // c = q + h·E[(x − q)/h].
+                for (mut row, qi) in c.rows_mut().into_iter().zip(qc.chunks_exact(d)) {
+                    for (v, &qa) in row.iter_mut().zip(qi) {
+                        *v = (f64::from(qa) + h * f64::from(*v)) as f32;
+                    }
+                }
+                Some(c)
+            }
         };
-        if let Some(pilot) = pilot {
-            let qv = ArrayView2::from_shape((r1 - r0, d), qc).expect("rows·d entries"); // ok: a row range
-            let centres = pilot(&Matrix::check(op, "queries", qv)?)?;
+        if let Some(centres) = centre_at {
             for (row, c) in rows.chunks_exact_mut(2 * d).zip(centres.rows()) {
                 if c.iter().all(|v| v.is_finite()) {
                     row[d..].copy_from_slice(c.as_slice().expect("row-major")); // ok: a standard-layout row
                 }
             }
         }
-        let got = pass(&as_matrix(&rows)?, layout)?;
+        let v = ArrayView2::from_shape((r1 - r0, 2 * d), &rows[..]).expect("rows·2d entries"); // ok: sized above
+        let got = pass(&Matrix::check(op, "queries", v)?, layout)?;
         let mom: Vec<f64> = got.values.iter().map(|&v| f64::from(v)).collect();
         each(r0, &mom, &rows)?;
     }

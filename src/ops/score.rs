@@ -129,7 +129,8 @@ impl Engine {
         let mut empty = 0;
         let pass = |qm: &Matrix<'_>, l: MomentLayout| backend.local_moments(&gk, qm, &x, None, l);
         // E[(x − q)/h] under g: the offsets about the query itself.
-        super::local_fit::moment_chunks(op, &q, layout, None, &pass, |r0, mom, _| {
+        let centres = super::local_fit::Centres::AtQuery;
+        super::local_fit::moment_chunks(op, &q, (h, layout), centres, &pass, |r0, mom, _| {
             for (i, mo) in mom.chunks_exact(d).enumerate() {
                 let r = r0 + i;
                 // (2κ/h²)·(Σg/Σk)·E[x − q] = (2κ/h)·(Σg/Σk)·E[(x − q)/h].
