@@ -55,6 +55,26 @@ def as_values(x: Any, name: str) -> tuple[np.ndarray, bool]:
     return a, False
 
 
+def as_degree(degree: Any, return_slopes: bool) -> int:
+    """A local polynomial degree (0 or 1); slopes need degree 1."""
+    if isinstance(degree, (bool, np.bool_)) or not isinstance(degree, (int, np.integer)):
+        raise TypeError(f"degree must be an integer, got {type(degree).__name__}")
+    if degree not in (0, 1):
+        raise InputError(f"degree must be 0 or 1, got {degree}")
+    if return_slopes and degree != 1:
+        raise InputError("return_slopes needs degree=1 (local linear regression)")
+    return int(degree)
+
+
+def fit_result(fit: np.ndarray, slopes: Any, vector: bool, return_slopes: bool) -> Any:
+    """A local fit as the caller asked: 1-D for 1-D values, with the slopes
+    when asked."""
+    if vector:
+        fit = fit[:, 0]
+        slopes = None if slopes is None else slopes[:, 0, :]
+    return (fit, slopes) if return_slopes else fit
+
+
 def as_count(k: Any, name: str) -> int:
     """A non-negative integer parameter (``k``, ``n_samples``, ...)."""
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):

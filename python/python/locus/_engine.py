@@ -8,7 +8,7 @@ from typing import Any, NamedTuple, Union
 import numpy as np
 
 from . import _locus
-from ._arrays import as_count, as_labels, as_matrix, as_values
+from ._arrays import as_count, as_degree, as_labels, as_matrix, as_values, fit_result
 from ._errors import InputError
 
 __all__ = ["Engine", "KeySet", "RowStates", "engine_for"]
@@ -206,19 +206,11 @@ class KeySet:
         """Local polynomial regression of the values at ``queries``, as
         :func:`locus.local_polynomial` with these keys and values (the
         values are used as stored, not centred)."""
-        if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)):
-            raise TypeError(f"degree must be an integer, got {type(degree).__name__}")
-        if degree not in (0, 1):
-            raise InputError(f"degree must be 0 or 1, got {degree}")
-        if return_slopes and degree != 1:
-            raise InputError("return_slopes needs degree=1 (local linear regression)")
+        degree = as_degree(degree, return_slopes)
         fit, slopes, _, _ = self._inner.local_polynomial(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel, degree=int(degree)
+            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel, degree=degree
         )
-        if self._vector:
-            fit = fit[:, 0]
-            slopes = None if slopes is None else slopes[:, 0, :]
-        return (fit, slopes) if return_slopes else fit
+        return fit_result(fit, slopes, self._vector, return_slopes)
 
     def local_pca(
         self, queries: Any, *, bandwidth: float, n_components: int = 1, kernel: str = "gaussian"

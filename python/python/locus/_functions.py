@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _locus
-from ._arrays import as_count, as_float32, as_matrix, as_values
+from ._arrays import as_count, as_degree, as_float32, as_matrix, as_values, fit_result
 from ._engine import BackendLike, engine_for
 from ._errors import InputError
 
@@ -109,19 +109,11 @@ def local_polynomial(
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     y, vector = as_values(values, "values")
-    if isinstance(degree, (bool, np.bool_)) or not isinstance(degree, (int, np.integer)):
-        raise TypeError(f"degree must be an integer, got {type(degree).__name__}")
-    if degree not in (0, 1):
-        raise InputError(f"degree must be 0 or 1, got {degree}")
-    if return_slopes and degree != 1:
-        raise InputError("return_slopes needs degree=1 (local linear regression)")
+    degree = as_degree(degree, return_slopes)
     fit, slopes, _, _ = _locus.local_polynomial(
-        _engine(backend), q, x, y, bandwidth=bandwidth, kernel=kernel, degree=int(degree)
+        _engine(backend), q, x, y, bandwidth=bandwidth, kernel=kernel, degree=degree
     )
-    if vector:
-        fit = fit[:, 0]
-        slopes = None if slopes is None else slopes[:, 0, :]
-    return (fit, slopes) if return_slopes else fit
+    return fit_result(fit, slopes, vector, return_slopes)
 
 
 class LocalPCAResult(NamedTuple):
