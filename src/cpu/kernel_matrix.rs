@@ -45,76 +45,63 @@ pub(crate) fn kernel_matrix_on(
     out: &mut [f32],
 ) -> usize {
     let n = keys.n;
-    // Groups of rows only when there are enough of them for every thread.
+    // Groups of rows by inner products only when there are enough of them
+    // for every thread; else row by row, by differences.
     let groups = queries.len() / d / ROWS;
-    if serve_sq_dists(keys.panels, d) && groups >= rayon::current_num_threads() {
-        let laplacian = matches!(
-            mode,
-            MatrixMode::Laplacian | MatrixMode::NormalizedLaplacian
-        );
-        let tile = TileIsa::at_most(isa);
-        return out
-            .par_chunks_mut(ROWS * n)
-            .zip(queries.par_chunks(ROWS * d))
-            .enumerate()
-            .map(|(gi, (rows, qs))| {
-                let g = qs.len() / d;
-                let mut sq = SqDists::new(kernel, qs, d, keys.panels, None, tile);
-                if mode == MatrixMode::SqDistance {
-                    // Distances themselves promise relative accuracy, not
-                    // a weight's.
-                    sq = sq.map(SqDists::relative_only);
-                }
-                for j0 in (0..n).step_by(KEY_BLOCK) {
-                    let len = KEY_BLOCK.min(n - j0);
-                    let take = sq.as_mut().map(|sq| sq.block(j0, len, g));
-                    for (r, row) in rows.chunks_mut(n).enumerate() {
-                        let chunk = &mut row[j0..j0 + len];
-                        match sq.as_ref().filter(|_| take.is_some_and(|t| t[r])) {
-                            Some(sq) => {
-                                let inv_h2 = kernel.inv_h2();
-                                for (c, &v) in chunk.iter_mut().zip(sq.row(r, len)) {
-                                    *c = v * inv_h2;
-                                }
+    let panels = serve_sq_dists(keys.panels, d) && groups >= rayon::current_num_threads();
+    let rows_per = if panels { ROWS } else { 1 };
+    let laplacian = matches!(
+        mode,
+        MatrixMode::Laplacian | MatrixMode::NormalizedLaplacian
+    );
+    let tile = TileIsa::at_most(isa);
+    out.par_chunks_mut(rows_per * n)
+        .zip(queries.par_chunks(rows_per * d))
+        .enumerate()
+        .map(|(gi, (rows, qs))| {
+            let g = qs.len() / d;
+            let mut sq = panels
+                .then(|| SqDists::new(kernel, qs, d, keys.panels, None, tile))
+                .flatten();
+            if mode == MatrixMode::SqDistance {
+                // Distances themselves promise relative accuracy, not a
+                // weight's.
+                sq = sq.map(SqDists::relative_only);
+            }
+            for j0 in (0..n).step_by(KEY_BLOCK) {
+                let len = KEY_BLOCK.min(n - j0);
+                let take = sq.as_mut().map(|sq| sq.block(j0, len, g));
+                for (r, row) in rows.chunks_mut(n).enumerate() {
+                    let chunk = &mut row[j0..j0 + len];
+                    match sq.as_ref().filter(|_| take.is_some_and(|t| t[r])) {
+                        Some(sq) => {
+                            let inv_h2 = kernel.inv_h2();
+                            for (c, &v) in chunk.iter_mut().zip(sq.row(r, len)) {
+                                *c = v * inv_h2;
                             }
-                            None => {
-                                let query = &qs[r * d..(r + 1) * d];
-                                direct_dists(isa, kernel, query, keys, j0, chunk);
-                            }
+                        }
+                        None => {
+                            let query = &qs[r * d..(r + 1) * d];
+                            direct_dists(isa, kernel, query, keys, j0, chunk);
                         }
                     }
                 }
-                if laplacian {
-                    // The queries are the keys: each row's own distance
-                    // is 0 exactly, as by differences.
-                    for (r, row) in rows.chunks_mut(n).enumerate() {
-                        row[gi * ROWS + r] = 0.0;
-                    }
+            }
+            if laplacian {
+                // The queries are the keys: each row's own distance is 0
+                // exactly, as by differences.
+                for (r, row) in rows.chunks_mut(n).enumerate() {
+                    row[gi * rows_per + r] = 0.0;
                 }
-                rows.chunks_mut(n)
-                    .zip(qs.chunks(d))
-                    .enumerate()
-                    .map(|(r, (row, query))| {
-                        usize::from(!fill_row(
-                            isa,
-                            kernel,
-                            query,
-                            keys,
-                            mode,
-                            gi * ROWS + r,
-                            row,
-                        ))
-                    })
-                    .sum::<usize>()
-            })
-            .sum();
-    }
-    out.par_chunks_mut(n)
-        .zip(queries.par_chunks(d))
-        .enumerate()
-        .map(|(i, (row, query))| {
-            direct_dists(isa, kernel, query, keys, 0, row);
-            usize::from(!fill_row(isa, kernel, query, keys, mode, i, row))
+            }
+            rows.chunks_mut(n)
+                .zip(qs.chunks(d))
+                .enumerate()
+                .map(|(r, (row, query))| {
+                    let i = gi * rows_per + r;
+                    usize::from(!fill_row(isa, kernel, query, keys, mode, i, row))
+                })
+                .sum::<usize>()
         })
         .sum()
 }

@@ -54,12 +54,12 @@ impl CpuResident {
         sets: &[Matrix<'_>],
     ) -> Result<Self> {
         // Panels whenever the dimension calls for them: a key set serves
-        // many calls, so they are built once, here.
-        // With the row-major copy: a key set may be asked for kNN.
+        // many calls, so they are built once, here. kNN uses them from
+        // d = KEY_SET_MIN_D, which covers the local means' range (from
+        // panels::MIN_D); with the row-major copy kNN re-measures from.
         let d = keys.cols();
-        let pack = if panels::wanted(d, usize::MAX)
-            || (d >= knn::KEY_SET_MIN_D && knn::blocked(d, usize::MAX))
-        {
+        const _: () = assert!(knn::KEY_SET_MIN_D <= panels::MIN_D);
+        let pack = if (knn::KEY_SET_MIN_D..=panels::MAX_D).contains(&d) {
             Pack::PanelsAndRows
         } else {
             Pack::None

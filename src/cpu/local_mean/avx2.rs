@@ -226,49 +226,24 @@ fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> Grou
                 .filter(|_| use_ip.is_some_and(|u| u[r]))
                 .map(|ip| ip.row(r, len));
             // Pass one: (log-)weights and the block maximum.
-            let bmv = if let Some(pre) = pre {
-                pass_one::<P, 0>(
-                    isa,
-                    keys.xt,
-                    n,
-                    j0,
-                    len,
-                    query,
-                    Some(pre),
-                    inv,
-                    skip,
-                    &mut buf,
-                )
-            } else {
-                match d {
-                    1 => {
-                        pass_one::<P, 1>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                    2 => {
-                        pass_one::<P, 2>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                    3 => {
-                        pass_one::<P, 3>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                    4 => {
-                        pass_one::<P, 4>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                    5 => {
-                        pass_one::<P, 5>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                    6 => {
-                        pass_one::<P, 6>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                    7 => {
-                        pass_one::<P, 7>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                    8 => {
-                        pass_one::<P, 8>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                    _ => {
-                        pass_one::<P, 0>(isa, keys.xt, n, j0, len, query, None, inv, skip, &mut buf)
-                    }
-                }
+            // Distances given (inner products) or any d beyond 8: the
+            // generic pass; otherwise the one unrolled for d.
+            let dk = if pre.is_some() || d > 8 { 0 } else { d };
+            macro_rules! pass {
+                ($dim:literal) => {
+                    pass_one::<P, $dim>(isa, keys.xt, n, j0, len, query, pre, inv, skip, &mut buf)
+                };
+            }
+            let bmv = match dk {
+                1 => pass!(1),
+                2 => pass!(2),
+                3 => pass!(3),
+                4 => pass!(4),
+                5 => pass!(5),
+                6 => pass!(6),
+                7 => pass!(7),
+                8 => pass!(8),
+                _ => pass!(0),
             };
             let bm = hmax(bmv);
             if bm == f32::NEG_INFINITY || (!P::LOG && bm <= 0.0) {

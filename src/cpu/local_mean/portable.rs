@@ -141,19 +141,22 @@ fn fused_dists<S: Isa, F: Fn(f32) -> f32>(
     cmax: &mut [f32],
     f: F,
 ) -> f32 {
-    if let Some(pre) = pre {
-        return from_sq_dists(pre, inv_h2, w, cmax, f);
-    }
+    // Squared distances: given (`pre`, one per key), or formed here.
     let mut bm = f32::NEG_INFINITY;
     for (c, chunk) in w.chunks_mut(LANES).enumerate() {
         let j = j0 + c * LANES;
         if chunk.len() == LANES {
             let mut acc = [0.0f32; LANES];
-            for (k, &qk) in query.iter().enumerate() {
-                let x = &xt[k * n + j..k * n + j + LANES];
-                for l in 0..LANES {
-                    let df = x[l] - qk;
-                    acc[l] = fmadd::<S>(df, df, acc[l]);
+            match pre {
+                Some(p) => acc.copy_from_slice(&p[c * LANES..(c + 1) * LANES]),
+                None => {
+                    for (k, &qk) in query.iter().enumerate() {
+                        let x = &xt[k * n + j..k * n + j + LANES];
+                        for l in 0..LANES {
+                            let df = x[l] - qk;
+                            acc[l] = fmadd::<S>(df, df, acc[l]);
+                        }
+                    }
                 }
             }
             let mut v = [0.0f32; LANES];
@@ -167,48 +170,23 @@ fn fused_dists<S: Isa, F: Fn(f32) -> f32>(
         } else {
             let mut cm = f32::NEG_INFINITY;
             for (l, wl) in chunk.iter_mut().enumerate() {
-                let mut a = 0.0f32;
-                for (k, &qk) in query.iter().enumerate() {
-                    let df = xt[k * n + j + l] - qk;
-                    a = fmadd::<S>(df, df, a);
-                }
+                let a = match pre {
+                    Some(p) => p[c * LANES + l],
+                    None => {
+                        let mut a = 0.0f32;
+                        for (k, &qk) in query.iter().enumerate() {
+                            let df = xt[k * n + j + l] - qk;
+                            a = fmadd::<S>(df, df, a);
+                        }
+                        a
+                    }
+                };
                 *wl = f(a * inv_h2);
                 cm = fmax(cm, *wl);
             }
             cmax[c] = cm;
             bm = fmax(bm, cm);
         }
-    }
-    bm
-}
-
-/// Pass one from squared distances already formed (`pre`, one per key).
-#[inline(always)]
-fn from_sq_dists<F: Fn(f32) -> f32>(
-    pre: &[f32],
-    inv_h2: f32,
-    w: &mut [f32],
-    cmax: &mut [f32],
-    f: F,
-) -> f32 {
-    let mut bm = f32::NEG_INFINITY;
-    for (c, (chunk, p)) in w.chunks_mut(LANES).zip(pre.chunks(LANES)).enumerate() {
-        if chunk.len() == LANES {
-            let mut v = [0.0f32; LANES];
-            for l in 0..LANES {
-                v[l] = f(p[l] * inv_h2);
-            }
-            chunk.copy_from_slice(&v);
-            cmax[c] = max8(v);
-        } else {
-            let mut cm = f32::NEG_INFINITY;
-            for (wl, &pl) in chunk.iter_mut().zip(p) {
-                *wl = f(pl * inv_h2);
-                cm = fmax(cm, *wl);
-            }
-            cmax[c] = cm;
-        }
-        bm = fmax(bm, cmax[c]);
     }
     bm
 }
