@@ -412,17 +412,17 @@ pub(crate) fn masked_local_mean(
     let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
     // Missing coordinates as f32::MAX: the shader's test is a comparison,
     // which no compiler may assume away (unlike NaN's).
-    let mark = |a: &Matrix<'_>, what| -> Result<Matrix<'static>> {
-        let data: Vec<f32> = a
+    let mark = |a: &Matrix<'_>| {
+        let data = a
             .as_slice()
             .iter()
-            .map(|&v| if v.is_nan() { f32::MAX } else { v })
-            .collect();
-        let arr =
-            ndarray::Array2::from_shape_vec((a.rows(), a.cols()), data).expect("rows·cols entries"); // ok: same shape
-        Ok(Matrix::check(OP, what, arr.view())?.into_owned())
+            .map(|&v| if v.is_nan() { f32::MAX } else { v });
+        ndarray::Array2::from_shape_vec((a.rows(), a.cols()), data.collect())
+            .expect("rows·cols entries") // ok: same shape
     };
-    let (qm, xm) = (mark(queries, "queries")?, mark(keys, "keys")?);
+    let (qa, xa) = (mark(queries), mark(keys));
+    let qm = Matrix::check(OP, "queries", qa.view())?;
+    let xm = Matrix::check(OP, "keys", xa.view())?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
     let key_tiles = upload_key_tiles(ctx, OP, &xm, Some(values), plan.key_tile)?;
     let keys = DeviceKeys {

@@ -101,6 +101,20 @@ impl fmt::Display for Input {
     }
 }
 
+/// The queries named by `flag`, if any, checked to have the keys'
+/// dimension (without them an op queries the keys themselves).
+pub fn load_queries(
+    flag: &'static str,
+    path: Option<&Path>,
+    keys: &Input,
+) -> CliResult<Option<Input>> {
+    let queries = path.map(|p| Input::load(flag, p)).transpose()?;
+    if let Some(q) = &queries {
+        same_cols(q, keys)?;
+    }
+    Ok(queries)
+}
+
 /// Fails unless `a` and `b` have the same number of columns (points of the
 /// same dimension).
 pub fn same_cols(a: &Input, b: &Input) -> CliResult<()> {

@@ -42,14 +42,7 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
     io::check_output("--output", &a.output)?;
     let kernel = a.kernel.kernel()?;
     let keys = Input::load("--keys", &a.keys)?;
-    let queries = a
-        .queries
-        .as_deref()
-        .map(|p| Input::load("--queries", p))
-        .transpose()?;
-    if let Some(q) = &queries {
-        io::same_cols(q, &keys)?;
-    }
+    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     let weights = a
         .weights
         .as_deref()

@@ -74,14 +74,7 @@ pub fn run(a: &KernelMatrixArgs) -> CliResult<()> {
     io::check_output("--output", &a.output)?;
     let kernel = a.kernel.kernel()?;
     let keys = Input::load("--keys", &a.keys)?;
-    let queries = a
-        .queries
-        .as_deref()
-        .map(|p| Input::load("--queries", p))
-        .transpose()?;
-    if let Some(q) = &queries {
-        io::same_cols(q, &keys)?;
-    }
+    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     let which = match (a.laplacian, a.normalize) {
         (false, Normalize::None) => Which::Raw,
         (false, Normalize::Rows) => Which::RowNormalized,

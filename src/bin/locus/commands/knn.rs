@@ -41,14 +41,7 @@ pub fn run(a: &KnnArgs) -> CliResult<()> {
         io::check_output("--distances", d)?;
     }
     let keys = Input::load("--keys", &a.keys)?;
-    let queries = a
-        .queries
-        .as_deref()
-        .map(|p| Input::load("--queries", p))
-        .transpose()?;
-    if let Some(q) = &queries {
-        io::same_cols(q, &keys)?;
-    }
+    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     if a.k == 0 || a.k > keys.rows() {
         return Err(CliError::input(format!(
             "--k {}: must be between 1 and the number of keys ({} in {})",

@@ -51,14 +51,7 @@ pub fn run(a: &LocalPcaArgs) -> CliResult<()> {
     }
     let kernel = a.kernel.kernel()?;
     let keys = Input::load("--keys", &a.keys)?;
-    let queries = a
-        .queries
-        .as_deref()
-        .map(|p| Input::load("--queries", p))
-        .transpose()?;
-    if let Some(q) = &queries {
-        io::same_cols(q, &keys)?;
-    }
+    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     let x = keys.data.view();
     let q = queries.as_ref().map_or(x, |q| q.data.view());
     let d = x.ncols();
