@@ -83,8 +83,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
         if live {
             // Sums of this stage, relative to the same running maximum,
             // added to the row state afterwards (two-level summation).
-            var ts = 0.0;
-            var tu: array<f32, QA>;
+            var stage: RowState;
             for (var j = 0u; j < count; j++) {
                 var t = 0.0;
                 var seen = 0u;
@@ -105,33 +104,14 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
                     t = t * p.inv_h2;
                 }
                 if t < T_FAR && base + j != own {
-                    var w: f32;
-                    if is_exp {
-                        let lw = profile_log_weight(t);
-                        if lw > st.m {
-                            let r = exp(st.m - lw);
-                            st.s *= r;
-                            ts *= r;
-                            for (var c = 0u; c < QT; c++) {
-                                st.u[c] *= r;
-                                tu[c] *= r;
-                            }
-                            st.m = lw;
-                        }
-                        w = exp(lw - st.m);
-                    } else {
-                        w = profile_weight(t);
-                    }
-                    ts += w;
+                    let w = pair_weight(t, &st, &stage);
+                    stage.s += w;
                     for (var c = 0u; c < QT; c++) {
-                        tu[c] = fma(w, stage_y[j * QA + c], tu[c]);
+                        stage.u[c] = fma(w, stage_y[j * QA + c], stage.u[c]);
                     }
                 }
             }
-            st.s += ts;
-            for (var c = 0u; c < QT; c++) {
-                st.u[c] += tu[c];
-            }
+            add_stage(&st, stage);
         }
         workgroupBarrier();
     }

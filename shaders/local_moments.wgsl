@@ -152,8 +152,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
         if live {
             // Sums of this stage, relative to the same running maximum,
             // added to the row state afterwards (two-level summation).
-            var ts = 0.0;
-            var tu: array<f32, QA>;
+            var stage: RowState;
             for (var j = 0u; j < count; j++) {
                 var t = 0.0;
                 for (var k = 0u; k < D; k++) {
@@ -164,38 +163,19 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
                 }
                 t = t * p.inv_h2;
                 if t < T_FAR {
-                    var w: f32;
-                    if is_exp {
-                        let lw = profile_log_weight(t);
-                        if lw > st.m {
-                            let r = exp(st.m - lw);
-                            st.s *= r;
-                            ts *= r;
-                            for (var c = 0u; c < QT; c++) {
-                                st.u[c] *= r;
-                                tu[c] *= r;
-                            }
-                            st.m = lw;
-                        }
-                        w = exp(lw - st.m);
-                    } else {
-                        w = profile_weight(t);
-                    }
+                    let w = pair_weight(t, &st, &stage);
                     if w > 0.0 {
                         for (var c = 0u; c < ycount; c++) {
                             f[D + c] = stage_y[j * YWA + c];
                         }
-                        ts += w;
+                        stage.s += w;
                         for (var c = 0u; c < QT; c++) {
-                            tu[c] = fma(w, f[ia[c]] * f[ib[c]], tu[c]);
+                            stage.u[c] = fma(w, f[ia[c]] * f[ib[c]], stage.u[c]);
                         }
                     }
                 }
             }
-            st.s += ts;
-            for (var c = 0u; c < QT; c++) {
-                st.u[c] += tu[c];
-            }
+            add_stage(&st, stage);
         }
         workgroupBarrier();
     }

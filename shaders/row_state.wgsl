@@ -26,6 +26,37 @@ fn merge_state(a: RowState, b: RowState) -> RowState {
     return r;
 }
 
+// The weight of a key at scaled squared distance t (< T_FAR) for a row
+// whose state `st` and current stage sums `stage` are relative to st.m:
+// for the exponential profiles, a key that raises the running maximum
+// rescales both first (the log-domain rule of docs/numerics.md).
+fn pair_weight(t: f32, st: ptr<function, RowState>, stage: ptr<function, RowState>) -> f32 {
+    if !profile_is_exp() {
+        return profile_weight(t);
+    }
+    let lw = profile_log_weight(t);
+    if lw > (*st).m {
+        let r = exp((*st).m - lw);
+        (*st).s *= r;
+        (*stage).s *= r;
+        for (var c = 0u; c < QT; c++) {
+            (*st).u[c] *= r;
+            (*stage).u[c] *= r;
+        }
+        (*st).m = lw;
+    }
+    return exp(lw - (*st).m);
+}
+
+// Adds a stage's sums (relative to the same maximum) into the row state:
+// the two-level summation.
+fn add_stage(st: ptr<function, RowState>, stage: RowState) {
+    (*st).s += stage.s;
+    for (var c = 0u; c < QT; c++) {
+        (*st).u[c] += stage.u[c];
+    }
+}
+
 // Row i's state after this key tile: merged with the earlier tiles' (in
 // `state`), then kept for the next tile or, on the last, finalized into
 // `out` as u/s (NaN, and counted once per row, without mass).
