@@ -40,11 +40,16 @@ fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let i = mp.row_off + r;
     var t = 0.0;
+    var carrier = 0.0;
     for (var k = 0u; k < D; k++) {
         let df = keys[j * D + k] - queries[i * D + k];
         t = fma(df, df, t);
+        if PRODUCT && block_last(k) {
+            carrier += block_t(k, t);
+            t = 0.0;
+        }
     }
-    t = t * mp.inv_h2;
+    t = select(t * mp.inv_h2, carrier, PRODUCT);
     // Row state (m, s) of the row-sum pass; m = 0 for non-exponential profiles.
     var ms = 0.0;
     var s = 1.0;

@@ -85,8 +85,11 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
             // added to the row state afterwards (two-level summation).
             var stage: RowState;
             for (var j = 0u; j < count; j++) {
+                // t: the squared distance over the row (radial) or over the
+                // current block (PRODUCT, whose carrier t sums the blocks').
                 var t = 0.0;
                 var seen = 0u;
+                var carrier = 0.0;
                 for (var k = 0u; k < D; k++) {
                     let xk = stage_x[j * D + k];
                     let df = xk - qx[k];
@@ -96,8 +99,22 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
                         t = fma(df, df, t);
                         seen += 1u;
                     }
+                    if PRODUCT && block_last(k) {
+                        if MASKED == 0u {
+                            carrier += block_t(k, t);
+                        } else if seen > 0u {
+                            carrier += block_t(k, t * (f32(block_dims(k)) / f32(seen)));
+                        } else {
+                            // No coordinate of the block shared: no weight.
+                            carrier += T_FAR;
+                        }
+                        t = 0.0;
+                        seen = 0u;
+                    }
                 }
-                if MASKED != 0u {
+                if PRODUCT {
+                    t = carrier;
+                } else if MASKED != 0u {
                     // nan_euclidean's rescaling; no shared coordinate, no weight.
                     t = select(T_FAR, t * (f32(D) / f32(max(seen, 1u))) * p.inv_h2, seen > 0u);
                 } else {

@@ -111,6 +111,11 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
         }
     }
     let inv_h = sqrt(p.inv_h2);
+    // The offsets' scale of each coordinate: 1/h (a product's per block).
+    var coord_scale: array<f32, D>;
+    for (var k = 0u; k < D; k++) {
+        coord_scale[k] = select(inv_h, coord_inv_h(k), PRODUCT);
+    }
     // This pass's columns as factor pairs, and the first value column
     // they touch (the pass stages YW value columns from there).
     var ylo = QY;
@@ -155,13 +160,18 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
             var stage: RowState;
             for (var j = 0u; j < count; j++) {
                 var t = 0.0;
+                var carrier = 0.0;
                 for (var k = 0u; k < D; k++) {
                     let xk = stage_x[j * D + k];
                     let df = xk - qx[k];
-                    f[k] = (xk - cx[k]) * inv_h;
+                    f[k] = (xk - cx[k]) * coord_scale[k];
                     t = fma(df, df, t);
+                    if PRODUCT && block_last(k) {
+                        carrier += block_t(k, t);
+                        t = 0.0;
+                    }
                 }
-                t = t * p.inv_h2;
+                t = select(t * p.inv_h2, carrier, PRODUCT);
                 if t < T_FAR {
                     let w = pair_weight(t, &st, &stage);
                     if w > 0.0 {

@@ -26,13 +26,38 @@ fn profile_log_weight(t: f32) -> f32 {
 
 // k itself (for exponential profiles: the plain, possibly underflowing value).
 fn profile_weight(t: f32) -> f32 {
-    switch PROFILE {
+    return weight_of(PROFILE, t);
+}
+
+// k of the profile with this code.
+fn weight_of(code: u32, t: f32) -> f32 {
+    switch code {
         case PROFILE_EPANECHNIKOV: { return max(1.0 - t, 0.0); }
         case PROFILE_UNIFORM: { return select(0.0, 1.0, t < 1.0); }
         case PROFILE_TRIANGULAR: { return max(1.0 - sqrt(t), 0.0); }
         case PROFILE_BIWEIGHT: { let a = max(1.0 - t, 0.0); return a * a; }
         case PROFILE_CAUCHY: { return 1.0 / (1.0 + t); }
-        default: { return exp(profile_log_weight(t)); }
+        case PROFILE_LAPLACIAN: { return exp(-sqrt(t)); }
+        default: { return exp(-0.5 * t); }
+    }
+}
+
+// One block of a product kernel: −2 ln k(t) of the block's profile
+// (`code`) at its scaled squared distance t, at most T_FAR (no weight).
+// A product's weight is the gaussian of the sum of its blocks' values
+// (docs/numerics.md, "Product kernels"); the generated block_t calls it.
+fn carrier_t(code: u32, t: f32) -> f32 {
+    if t >= T_FAR {
+        return T_FAR;
+    }
+    switch code {
+        case PROFILE_GAUSSIAN: { return t; }
+        case PROFILE_LAPLACIAN: { return 2.0 * sqrt(t); }
+        case PROFILE_CAUCHY: { return 2.0 * log(1.0 + t); }
+        default: {
+            let k = weight_of(code, t);
+            return select(T_FAR, min(-2.0 * log(k), T_FAR), k > 0.0);
+        }
     }
 }
 

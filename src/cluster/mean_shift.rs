@@ -107,6 +107,10 @@ impl Engine {
         progress: impl FnMut(&Progress),
     ) -> Result<MeanShiftFit> {
         let x = Matrix::check(OP, "points", points)?;
+        if params.product_kernel().is_some() {
+            drop(x);
+            return self.mean_shift_owned(params, points.to_owned(), progress);
+        }
         let start = self.shift_start(params, &x)?;
         let xc = centred(x.as_slice(), &start.center);
         drop(x);
@@ -131,6 +135,20 @@ impl Engine {
         } else {
             points.as_standard_layout().into_owned()
         };
+        match params.product_kernel() {
+            Some(kernel) => self.product_shift(params, kernel, points, progress),
+            None => self.shift_points(params, points, progress),
+        }
+    }
+
+    /// [`mean_shift_owned`](Self::mean_shift_owned) on standard-layout
+    /// points, in the kernel's units (a product's scaled to unit bandwidths).
+    fn shift_points(
+        &self,
+        params: &MeanShiftValidParams,
+        points: Array2<f32>,
+        progress: impl FnMut(&Progress),
+    ) -> Result<MeanShiftFit> {
         let len = points.len();
         let start = {
             let x = Matrix::check(OP, "points", points.view())?;
@@ -147,11 +165,43 @@ impl Engine {
         self.shift_from(params, start, xc, progress)
     }
 
+    /// Joint MeanShift with a product kernel: every block divided by its
+    /// bandwidth, the shift with unit bandwidths, the modes scaled back.
+    fn product_shift(
+        &self,
+        params: &MeanShiftValidParams,
+        kernel: &Kernel,
+        mut points: Array2<f32>,
+        progress: impl FnMut(&Progress),
+    ) -> Result<MeanShiftFit> {
+        Matrix::check(OP, "points", points.view())?;
+        let d = points.ncols();
+        kernel.check_dim(OP, d)?;
+        let h = kernel.coordinate_bandwidths(d);
+        for mut row in points.rows_mut() {
+            for (v, &hk) in row.iter_mut().zip(&h) {
+                *v = (f64::from(*v) / hk) as f32;
+            }
+        }
+        let unit = params.unit_product(&h)?;
+        let mut fit = self.shift_points(&unit, points, progress)?;
+        for mut row in fit.modes.rows_mut() {
+            for (v, &hk) in row.iter_mut().zip(&h) {
+                *v = (f64::from(*v) * hk) as f32;
+            }
+        }
+        Ok(fit)
+    }
+
     /// Bandwidth, kernel, centre and (unless every point is one) seeds.
     fn shift_start(&self, params: &MeanShiftValidParams, x: &Matrix<'_>) -> Result<ShiftStart> {
         let (n, d) = (x.rows(), x.cols());
         let h = self.resolve_bandwidth(params.bandwidth(), x)?;
-        let kernel = Kernel::new(params.profile(), h)?;
+        let kernel = match params.product_kernel() {
+            // The points are already in units of the blocks' bandwidths.
+            Some(k) => *k,
+            None => Kernel::new(params.profile(), h)?,
+        };
         let center = midpoint(x.as_slice(), d);
         let seeds = match params.seeds() {
             Seeds::All => None,

@@ -101,6 +101,8 @@ pub enum Seeds {
 pub struct MeanShiftParams {
     profile: Profile,
     bandwidth: Bandwidth,
+    /// A product kernel, which replaces `profile` and `bandwidth`.
+    product: Option<Kernel>,
     seeds: Seeds,
     max_iter: usize,
     tol: f64,
@@ -122,6 +124,7 @@ impl MeanShiftParams {
         MeanShiftParams {
             profile: Profile::Uniform,
             bandwidth: Bandwidth::default(),
+            product: None,
             seeds: Seeds::All,
             max_iter: 300,
             tol: 1e-3,
@@ -139,12 +142,35 @@ impl MeanShiftParams {
     /// A fixed bandwidth `h`.
     pub fn bandwidth(mut self, h: f32) -> Self {
         self.bandwidth = Bandwidth::Fixed(h);
+        self.product = None;
+        self
+    }
+
+    /// The kernel itself: a radial kernel sets the profile and a fixed
+    /// bandwidth; a product kernel ([`Kernel::product`]) gives joint
+    /// MeanShift over its blocks (Comaniciu–Meer's joint spatial–range
+    /// domain): each block's coordinates are divided by its bandwidth, the
+    /// seeds move with unit bandwidths, so `tol`, bin seeding and the
+    /// `cluster_all = false` reach are in those units, and the modes come
+    /// back in the data's units ([`MeanShiftFit::bandwidth`] is then 1).
+    ///
+    /// [`MeanShiftFit::bandwidth`]: crate::MeanShiftFit::bandwidth
+    pub fn kernel(mut self, kernel: Kernel) -> Self {
+        if kernel.is_product() {
+            self.product = Some(kernel);
+            self.bandwidth = Bandwidth::Fixed(1.0);
+        } else {
+            self.profile = kernel.profile();
+            self.bandwidth = Bandwidth::Fixed(kernel.bandwidth());
+            self.product = None;
+        }
         self
     }
 
     /// How the bandwidth is chosen.
     pub fn bandwidth_rule(mut self, rule: Bandwidth) -> Self {
         self.bandwidth = rule;
+        self.product = None;
         self
     }
 
@@ -231,6 +257,33 @@ impl MeanShiftValidParams {
     /// The kernel profile.
     pub fn profile(&self) -> Profile {
         self.0.profile
+    }
+    /// The product kernel, when one was given.
+    pub fn product_kernel(&self) -> Option<&Kernel> {
+        self.0.product.as_ref()
+    }
+    /// For a product kernel with coordinate bandwidths `h`: the same
+    /// parameters with unit bandwidths and the given seeds divided by `h`
+    /// (what the shift runs with on the scaled points).
+    pub(crate) fn unit_product(&self, h: &[f64]) -> Result<MeanShiftValidParams> {
+        let mut p = self.0.clone();
+        if let Some(k) = &p.product {
+            let blocks = k.blocks().unwrap_or(&[]);
+            p.product = Some(Kernel::product(
+                blocks.iter().map(|b| (b.dims, b.profile, 1.0)),
+            )?);
+        }
+        if let Seeds::Given(s) = &mut p.seeds {
+            if s.ncols() == h.len() {
+                for mut row in s.rows_mut() {
+                    for (v, &hk) in row.iter_mut().zip(h) {
+                        *v = (f64::from(*v) / hk) as f32;
+                    }
+                }
+            }
+            Matrix::check("mean_shift", "seeds", s.view())?;
+        }
+        Ok(MeanShiftValidParams(p))
     }
     /// The bandwidth rule.
     pub fn bandwidth(&self) -> Bandwidth {

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 use super::panels::{ROWS, SqDists, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists, sum_of};
-use super::weights::{block_weights, initial_max};
+use super::weights::{block_weights, initial_max, product_ts};
 use crate::backend::MatrixMode;
 use crate::kernel::Kernel;
 use crate::kernel::exact::{self, needs_exact};
@@ -48,7 +48,9 @@ pub(crate) fn kernel_matrix_on(
     // Groups of rows by inner products only when there are enough of them
     // for every thread; else row by row, by differences.
     let groups = queries.len() / d / ROWS;
-    let panels = serve_sq_dists(keys.panels, d) && groups >= rayon::current_num_threads();
+    let panels = serve_sq_dists(keys.panels, d)
+        && groups >= rayon::current_num_threads()
+        && !kernel.is_product();
     let rows_per = if panels { ROWS } else { 1 };
     let laplacian = matches!(
         mode,
@@ -116,6 +118,9 @@ fn direct_dists(
     j0: usize,
     t: &mut [f32],
 ) {
+    if let Some(pb) = kernel.product_blocks() {
+        return product_ts::<Portable>(&pb, keys.xt, keys.ld, j0, query, t);
+    }
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = isa {
         #[target_feature(enable = "avx2,fma")]

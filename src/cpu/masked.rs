@@ -11,6 +11,7 @@ use super::moments::{PairSums, weighted_averages};
 use super::simd::{Isa, KEY_BLOCK, dot, fmadd};
 use crate::error::Result;
 use crate::kernel::Kernel;
+use crate::kernel::form::add_carrier_ts;
 use crate::matrix::Matrix;
 use crate::types::RowNormalized;
 
@@ -27,32 +28,51 @@ impl PairSums for Masked<'_> {
         0
     }
     #[inline(always)]
-    fn sq_dists<S: Isa>(&self, q: &[f32], j0: usize, t: &mut [f32]) {
-        // `t` gathers Σ (x − q)² over the shared coordinates, a stack
-        // block their count.
+    fn ts<S: Isa>(&self, kernel: &Kernel, q: &[f32], j0: usize, t: &mut [f32]) {
+        // Per block (the whole row for a radial kernel): `part` gathers
+        // Σ (x − q)² over the shared coordinates, `shared` their count.
         let (len, ld) = (t.len(), self.keys.ld);
+        let pb = kernel.product_blocks();
+        let nb = pb.map_or(1, |pb| pb.len);
+        let mut part = [0.0f32; KEY_BLOCK];
         let mut shared = [0.0f32; KEY_BLOCK];
-        let shared = &mut shared[..len];
+        let (part, shared) = (&mut part[..len], &mut shared[..len]);
         t.fill(0.0);
-        for (k, &qk) in q.iter().enumerate() {
-            if qk.is_nan() {
-                continue;
+        for b in 0..nb {
+            let (k0, k1) = pb.map_or((0, self.d), |pb| (pb.start[b], pb.end[b]));
+            part.fill(0.0);
+            shared.fill(0.0);
+            for (k, &qk) in q.iter().enumerate().take(k1).skip(k0) {
+                if qk.is_nan() {
+                    continue;
+                }
+                let x = &self.keys.xt[k * ld + j0..k * ld + j0 + len];
+                for ((pj, sj), &xj) in part.iter_mut().zip(shared.iter_mut()).zip(x) {
+                    let seen = !xj.is_nan();
+                    let df = if seen { xj - qk } else { 0.0 };
+                    *pj = fmadd::<S>(df, df, *pj);
+                    *sj += f32::from(u8::from(seen));
+                }
             }
-            let x = &self.keys.xt[k * ld + j0..k * ld + j0 + len];
-            for ((tj, sj), &xj) in t.iter_mut().zip(shared.iter_mut()).zip(x) {
-                let seen = !xj.is_nan();
-                let df = if seen { xj - qk } else { 0.0 };
-                *tj = fmadd::<S>(df, df, *tj);
-                *sj += f32::from(u8::from(seen));
+            // nan_euclidean's rescaling within the block; a block with no
+            // shared coordinate leaves the pair without weight.
+            let db = (k1 - k0) as f32;
+            for (pj, &sj) in part.iter_mut().zip(shared.iter()) {
+                *pj = if sj > 0.0 {
+                    *pj * (db / sj)
+                } else {
+                    f32::INFINITY
+                };
             }
-        }
-        let d = self.d as f32;
-        for (tj, &sj) in t.iter_mut().zip(shared.iter()) {
-            *tj = if sj > 0.0 {
-                *tj * (d / sj)
-            } else {
-                f32::INFINITY
-            };
+            match pb {
+                None => {
+                    let inv_h2 = kernel.inv_h2();
+                    for (tj, &pj) in t.iter_mut().zip(part.iter()) {
+                        *tj = pj * inv_h2;
+                    }
+                }
+                Some(pb) => add_carrier_ts(pb.profile[b], pb.inv_h2[b], part, t),
+            }
         }
     }
     #[inline(always)]

@@ -16,8 +16,8 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 #[cfg(target_arch = "x86_64")]
 use super::simd::Avx2Fma;
-use super::simd::{Isa, KEY_BLOCK, Portable, dot, fmadd, sum_of};
-use super::weights::{block_weights, initial_max};
+use super::simd::{Isa, KEY_BLOCK, Portable, dot, sum_of};
+use super::weights::{block_weights, initial_max, kernel_ts};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
@@ -31,9 +31,10 @@ pub(crate) trait PairSums: Sync {
     fn cols(&self) -> usize;
     /// Scratch floats a thread needs for [`add`](Self::add).
     fn scratch(&self) -> usize;
-    /// The squared distances from `q` to keys `j0..j0 + t.len()`, before
-    /// the bandwidth (infinite: the key has no weight).
-    fn sq_dists<S: Isa>(&self, q: &[f32], j0: usize, t: &mut [f32]);
+    /// The scaled distances from `q` to keys `j0..j0 + t.len()` the
+    /// kernel's weights are formed from (`‖x − q‖²/h²` for a radial kernel,
+    /// the carrier's `t` for a product; infinite: the key has no weight).
+    fn ts<S: Isa>(&self, kernel: &Kernel, q: &[f32], j0: usize, t: &mut [f32]);
     /// Adds the columns of keys `j0..j0 + w.len()`, weighted by `w` (zero
     /// for a weightless key), to `block`.
     fn add<S: Isa>(&self, q: &[f32], j0: usize, w: &[f32], scratch: &mut [f32], block: &mut [f32]);
@@ -111,17 +112,13 @@ fn averages_row<S: Isa, P: PairSums>(
     sc: &mut Scratch,
     out: &mut [f32],
 ) -> bool {
-    let inv_h2 = kernel.inv_h2();
     let mut mx = initial_max(kernel.profile());
     let mut s = 0.0f64;
     sc.sums.fill(0.0);
     for j0 in (0..n).step_by(KEY_BLOCK) {
         let len = KEY_BLOCK.min(n - j0);
         let t = &mut sc.t[..len];
-        pairs.sq_dists::<S>(q, j0, t);
-        for tj in t.iter_mut() {
-            *tj *= inv_h2;
-        }
+        pairs.ts::<S>(kernel, q, j0, t);
         let Some(factor) = block_weights::<S>(kernel.profile(), t, &mut mx) else {
             continue;
         };
@@ -154,8 +151,8 @@ struct Moments<'a> {
     yt: &'a [f32],
     ld: usize,
     layout: MomentLayout,
-    /// `1/h`, the offsets' scale.
-    inv_h: f32,
+    /// `1/h` of each coordinate, the offsets' scale.
+    inv_h: Vec<f32>,
 }
 
 impl PairSums for Moments<'_> {
@@ -167,28 +164,21 @@ impl PairSums for Moments<'_> {
         2 * self.layout.d * KEY_BLOCK
     }
     #[inline(always)]
-    fn sq_dists<S: Isa>(&self, q: &[f32], j0: usize, t: &mut [f32]) {
-        t.fill(0.0);
+    fn ts<S: Isa>(&self, kernel: &Kernel, q: &[f32], j0: usize, t: &mut [f32]) {
         // The row is [q | c]: the weights are placed by q.
-        for (k, &qk) in q[..self.layout.d].iter().enumerate() {
-            let x = &self.xt[k * self.ld + j0..k * self.ld + j0 + t.len()];
-            for (tj, &xj) in t.iter_mut().zip(x) {
-                let df = xj - qk;
-                *tj = fmadd::<S>(df, df, *tj);
-            }
-        }
+        kernel_ts::<S>(kernel, self.xt, self.ld, j0, &q[..self.layout.d], t);
     }
     #[inline(always)]
     fn add<S: Isa>(&self, q: &[f32], j0: usize, w: &[f32], f: &mut [f32], block: &mut [f32]) {
         let (d, qy, n, len) = (self.layout.d, self.layout.qy, self.ld, w.len());
         let (r, wr) = f.split_at_mut(d * KEY_BLOCK);
         // Offsets from the row's centre c, scaled by 1/h.
-        for (k, &ck) in q[d..2 * d].iter().enumerate() {
+        for ((k, &ck), &inv_h) in q[d..2 * d].iter().enumerate().zip(&self.inv_h) {
             let x = &self.xt[k * n + j0..k * n + j0 + len];
             let rk = &mut r[k * KEY_BLOCK..k * KEY_BLOCK + len];
             let wrk = &mut wr[k * KEY_BLOCK..k * KEY_BLOCK + len];
             for (((rj, wrj), &xj), &wj) in rk.iter_mut().zip(wrk.iter_mut()).zip(x).zip(w) {
-                *rj = (xj - ck) * self.inv_h;
+                *rj = (xj - ck) * inv_h;
                 *wrj = wj * *rj;
             }
         }
@@ -223,9 +213,11 @@ impl PairSums for Moments<'_> {
     }
 }
 
-/// `1/h` in `f32`, the scale of the moments' offsets.
-fn inv_h(kernel: &Kernel) -> f32 {
-    (1.0 / f64::from(kernel.bandwidth())) as f32
+/// `1/h` of each of `d` coordinates in `f32`, the scale of the moments'
+/// offsets (a product kernel's blocks each have their own).
+fn inv_h(kernel: &Kernel, d: usize) -> Vec<f32> {
+    let hs = kernel.coordinate_bandwidths(d);
+    hs.iter().map(|&h| (1.0 / h) as f32).collect()
 }
 
 /// Local moments of every query row `[q | c]` (`M × 2d`) against the
@@ -243,7 +235,7 @@ pub(crate) fn local_moments(
         yt: keys.yt,
         ld: keys.ld,
         layout,
-        inv_h: inv_h(kernel),
+        inv_h: inv_h(kernel, layout.d),
     };
     let mut out = weighted_averages("local_moments", kernel, queries, keys.n, &pairs)?;
     let (xt, yt, ld) = (keys.xt, keys.yt, keys.ld);

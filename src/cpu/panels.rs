@@ -476,7 +476,8 @@ impl<'a> SqDists<'a> {
         centred: Option<&'a CentredRows>,
         tile: TileIsa,
     ) -> Option<SqDists<'a>> {
-        let panels = panels.filter(|&p| serve_sq_dists(Some(p), d))?;
+        // A product kernel's distances are by blocks, not inner products.
+        let panels = panels.filter(|&p| serve_sq_dists(Some(p), d) && !kernel.is_product())?;
         let u = f64::from(f32::EPSILON) / 2.0;
         let inv_h2 = f64::from(kernel.inv_h2());
         Some(SqDists {

@@ -2,11 +2,14 @@
 //! (the formulas are `kernel/form.rs`'s), and a row's initial running
 //! maximum.
 //!
+//! Also the scaled distances those weights are formed from, for radial
+//! and product kernels alike ([`kernel_ts`]).
+//!
 //! Imports: `super::simd`, `crate::kernel`.
 
-use super::simd::{Isa, exp_nonpos, max_of};
-use crate::kernel::Profile;
-use crate::kernel::form::{Form, with_form};
+use super::simd::{Isa, KEY_BLOCK, exp_nonpos, fmadd, max_of, scaled_sq_dists};
+use crate::kernel::form::{Form, add_carrier_ts, with_form};
+use crate::kernel::{Kernel, ProductBlocks, Profile};
 
 /// Turns the scaled squared distances in `buf` into weights, in place.
 ///
@@ -58,5 +61,56 @@ pub(crate) fn initial_max(profile: Profile) -> f32 {
         f32::NEG_INFINITY
     } else {
         0.0
+    }
+}
+
+/// The scaled distances every weight is formed from, for one query and
+/// the keys `j0..j0+t.len()`: `‖x_j − q‖²/h²` for a radial kernel, the
+/// gaussian carrier's `t` for a product ([`product_ts`]).
+#[inline(always)]
+pub(crate) fn kernel_ts<S: Isa>(
+    kernel: &Kernel,
+    xt: &[f32],
+    n: usize,
+    j0: usize,
+    query: &[f32],
+    t: &mut [f32],
+) {
+    match kernel.product_blocks() {
+        Some(pb) => product_ts::<S>(&pb, xt, n, j0, query, t),
+        None => scaled_sq_dists::<S>(xt, n, j0, query, kernel.inv_h2(), t),
+    }
+}
+
+/// A product kernel's carrier `t_j = −2 Σ_b ln k_b(‖x_jb − q_b‖²/h_b²)` from
+/// one query to the keys `j0..j0+t.len()` (column-major `xt`, stride `n`):
+/// each block's squared distances summed over its coordinates, then turned
+/// into its share of `t` (docs/numerics.md, "Product kernels").
+#[inline(always)]
+pub(crate) fn product_ts<S: Isa>(
+    pb: &ProductBlocks,
+    xt: &[f32],
+    n: usize,
+    j0: usize,
+    query: &[f32],
+    t: &mut [f32],
+) {
+    let mut part = [0.0f32; KEY_BLOCK];
+    for (c, tc) in t.chunks_mut(KEY_BLOCK).enumerate() {
+        let j = j0 + c * KEY_BLOCK;
+        let len = tc.len();
+        tc.fill(0.0);
+        for b in 0..pb.len {
+            let part = &mut part[..len];
+            part.fill(0.0);
+            for (k, &qk) in query.iter().enumerate().take(pb.end[b]).skip(pb.start[b]) {
+                let col = &xt[k * n + j..k * n + j + len];
+                for (p, &x) in part.iter_mut().zip(col) {
+                    let df = x - qk;
+                    *p = fmadd::<S>(df, df, *p);
+                }
+            }
+            add_carrier_ts(pb.profile[b], pb.inv_h2[b], part, tc);
+        }
     }
 }

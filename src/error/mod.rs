@@ -46,6 +46,19 @@ pub enum Error {
         keys: usize,
     },
 
+    /// A product kernel's blocks do not cover the data's columns.
+    #[error(
+        "{op}: the product kernel's blocks cover {kernel} coordinates but the data has {data} columns"
+    )]
+    KernelDimension {
+        /// Operation name.
+        op: &'static str,
+        /// `Σ dims` of the kernel's blocks.
+        kernel: usize,
+        /// Columns of the data.
+        data: usize,
+    },
+
     /// Values do not have one row per key.
     #[error("{op}: {keys} keys but {values} value rows; values need one row per key")]
     RowMismatch {

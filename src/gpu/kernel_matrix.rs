@@ -14,7 +14,7 @@ use super::context::GpuContext;
 use super::keys::upload_key_tiles;
 use super::local_mean::{PassKind, TileJob, record_pass};
 use super::pipelines::PipelineKey;
-use super::shaders::{ShaderId, matrix_mode_code};
+use super::shaders::{ProductCode, ShaderId, matrix_mode_code};
 use super::submission::{Block, Blocks, Submission};
 use super::{ParamBlock, bind_group, check_u32};
 
@@ -94,6 +94,7 @@ pub(crate) fn kernel_matrix(
                 shader: ShaderId::KernelMatrix,
                 template: vec![("D", d as u32)],
                 profile: Some(kernel.profile().shader_code()),
+                product: ProductCode::of(kernel),
             },
         )?;
         // Blocks are recorded into one submission until their outputs

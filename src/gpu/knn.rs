@@ -89,6 +89,7 @@ pub(crate) fn knn_on_tiles(
                 ("STAGE", plan.staged_keys as u32),
             ],
             profile: None,
+            product: None,
         },
     )?;
     let mut distances = Array2::<f32>::zeros((m, k));

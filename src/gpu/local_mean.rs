@@ -12,7 +12,7 @@ use super::context::{ErrorScope, GpuContext};
 use super::far::{HostKeys, far_means, far_states};
 use super::keys::{DeviceKeys, KeyTile, upload_key_tiles};
 use super::pipelines::PipelineKey;
-use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ShaderId};
+use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ProductCode, ShaderId};
 use super::submission::Submission;
 use super::{ParamBlock, bind_group, check_u32};
 
@@ -153,6 +153,7 @@ pub(crate) fn record_pass<'p>(
             shader,
             template,
             profile: Some(job.kernel.profile().shader_code()),
+            product: ProductCode::of(job.kernel),
         },
     )?;
     let workgroups = check_u32(op, "workgroups", job.rows.div_ceil(LOCAL_MEAN_WG))?;

@@ -139,6 +139,7 @@ pub(crate) fn mean_shift(
             shader: ShaderId::MeanShift,
             template: vec![("D", d as u32)],
             profile: None,
+            product: None,
         },
     )?;
     let sizes = format!("M={m} N={n} d={d} blurring={}", run.blurring);

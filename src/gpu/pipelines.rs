@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 
 use super::context::GpuContext;
-use super::shaders::ShaderId;
+use super::shaders::{ProductCode, ShaderId};
 
 /// How a binding is used by a shader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,8 @@ pub(crate) struct PipelineKey {
     pub template: Vec<(&'static str, u32)>,
     /// `PROFILE` override, for shaders that use profiles.
     pub profile: Option<u32>,
+    /// A product kernel's blocks, for shaders that use profiles.
+    pub product: Option<ProductCode>,
 }
 
 /// A cache entry: empty until its pipeline compiles; locked while it does.
@@ -171,7 +173,7 @@ impl Pipelines {
     ) -> Result<wgpu::ComputePipeline> {
         let src = key
             .shader
-            .render(&key.template)
+            .render_for(&key.template, key.product.as_ref())
             .map_err(|message| Error::Gpu {
                 op,
                 sizes: format!("{:?}", key.template),
@@ -419,6 +421,7 @@ mod tests {
             shader: ShaderId::KernelMatrix,
             template: vec![("D", 5)],
             profile: Some(Profile::Cauchy.shader_code()),
+            product: None,
         };
         const THREADS: usize = 8;
         let barrier = Barrier::new(THREADS);
@@ -441,6 +444,7 @@ mod tests {
         assert_eq!(pipelines.compilations(), 1);
         let other = PipelineKey {
             profile: Some(Profile::Gaussian.shader_code()),
+            product: None,
             ..key.clone()
         };
         let p = pipelines.get(&ctx, "test", &other).unwrap();
@@ -457,6 +461,7 @@ mod tests {
             shader: ShaderId::LocalMean,
             template: vec![("D", 0), ("QT", 1), ("QA", 1), ("STAGE", 64), ("MASKED", 0)],
             profile: Some(Profile::Gaussian.shader_code()),
+            product: None,
         };
         for attempt in 1..=2 {
             let e = pipelines.get(&ctx, "test", &bad).err();
@@ -473,6 +478,7 @@ mod tests {
             shader: ShaderId::Fill,
             template: vec![],
             profile: None,
+            product: None,
         };
         let _ = std::thread::scope(|s| {
             s.spawn(|| {

@@ -14,7 +14,7 @@
 use std::fmt::Write as _;
 
 use crate::backend::MatrixMode;
-use crate::kernel::{Profile, T_FAR};
+use crate::kernel::{Kernel, Profile, T_FAR};
 use crate::types::SHIFT_FLOOR;
 
 use super::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
@@ -70,6 +70,86 @@ pub(crate) fn matrix_mode_code(mode: MatrixMode) -> u32 {
 /// The WGSL name of a profile's code: `PROFILE_GAUSSIAN`, …
 pub(crate) fn profile_const_name(profile: Profile) -> String {
     format!("PROFILE_{}", profile.name().to_ascii_uppercase())
+}
+
+/// A product kernel's blocks as its pipelines are compiled for them: per
+/// block, its coordinates `start..end`, profile code, and the bits of
+/// `1/h²` and `1/h` (`f32`, as the CPU's). Part of the pipeline key: each
+/// product kernel compiles its own pipelines.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ProductCode(Vec<[u32; 5]>);
+
+impl ProductCode {
+    /// The code of `kernel`; `None` for a radial kernel.
+    pub(crate) fn of(kernel: &Kernel) -> Option<Self> {
+        let pb = kernel.product_blocks()?;
+        let hs = kernel.blocks()?;
+        Some(ProductCode(
+            (0..pb.len)
+                .map(|b| {
+                    let inv_h = (1.0 / f64::from(hs[b].bandwidth)) as f32;
+                    [
+                        pb.start[b] as u32,
+                        pb.end[b] as u32,
+                        pb.profile[b].shader_code(),
+                        pb.inv_h2[b].to_bits(),
+                        inv_h.to_bits(),
+                    ]
+                })
+                .collect(),
+        ))
+    }
+
+    /// The WGSL of the product's block functions (`PRODUCT`, `block_last`,
+    /// `block_t`, `block_dims`, `coord_inv_h`); for `None`, their radial
+    /// stand-ins, which the compiler folds away.
+    fn wgsl(code: Option<&ProductCode>) -> String {
+        let Some(ProductCode(blocks)) = code else {
+            return "const PRODUCT: bool = false;
+                    fn block_last(k: u32) -> bool { return false; }
+                    fn block_t(k: u32, s: f32) -> f32 { return s; }
+                    fn block_dims(k: u32) -> u32 { return 1u; }
+                    fn coord_inv_h(k: u32) -> f32 { return 1.0; }
+"
+            .into();
+        };
+        let f = |bits: u32| format!("{:?}f", f32::from_bits(bits));
+        let last = |b: &[u32; 5]| b[1] - 1;
+        let mut s = String::from(
+            "// Generated: the product kernel's blocks (docs/numerics.md, \"Product kernels\").\n             const PRODUCT: bool = true;\n",
+        );
+        let ends: Vec<String> = blocks
+            .iter()
+            .map(|b| format!("k == {}u", last(b)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "fn block_last(k: u32) -> bool {{ return {}; }}",
+            ends.join(" || ")
+        );
+        s.push_str("fn block_t(k: u32, s: f32) -> f32 {\n");
+        for b in blocks {
+            let _ = writeln!(
+                s,
+                "    if k == {}u {{ return carrier_t({}u, s * {}); }}",
+                last(b),
+                b[2],
+                f(b[3])
+            );
+        }
+        s.push_str("    return T_FAR;\n}\n");
+        s.push_str("fn block_dims(k: u32) -> u32 {\n");
+        for b in blocks {
+            let _ = writeln!(s, "    if k == {}u {{ return {}u; }}", last(b), b[1] - b[0]);
+        }
+        s.push_str("    return 1u;\n}\n");
+        s.push_str("fn coord_inv_h(k: u32) -> f32 {\n");
+        for b in blocks {
+            let _ = writeln!(s, "    if k < {}u {{ return {}; }}", b[1], f(b[4]));
+        }
+        s.push_str("    return 1.0;\n}\n");
+        s
+    }
 }
 
 /// The value of a generated constant.
@@ -363,11 +443,25 @@ impl ShaderId {
 
     /// The full WGSL source: the generated constants, the profiles when
     /// used, the shader file, with the placeholders replaced.
+    #[cfg(test)]
     pub(crate) fn render(self, values: &[(&str, u32)]) -> Result<String, String> {
+        self.render_for(values, None)
+    }
+
+    /// [`render`](Self::render) for a product kernel's blocks (`None`:
+    /// radial), which the profile-using shaders evaluate by generated
+    /// functions.
+    pub(crate) fn render_for(
+        self,
+        values: &[(&str, u32)],
+        product: Option<&ProductCode>,
+    ) -> Result<String, String> {
         let mut src = prelude(&self.consts());
         src.push('\n');
         if self.uses_profiles() {
             src.push_str(PROFILES);
+            src.push('\n');
+            src.push_str(&ProductCode::wgsl(product));
             src.push('\n');
         }
         if matches!(self, ShaderId::LocalMean | ShaderId::LocalMoments) {

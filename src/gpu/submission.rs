@@ -83,6 +83,7 @@ impl<'p> Submission<'p> {
                 shader: ShaderId::Fill,
                 template: vec![],
                 profile: None,
+                product: None,
             },
         )?;
         let bg = bind_group(ctx, ShaderId::Fill, &[params.binding(), buf.binding()]);

@@ -30,9 +30,9 @@ pub(crate) fn needs_exact(profile: Profile, s: f64) -> bool {
     }
 }
 
-/// `ln k` from an `f64` scaled squared distance `t` (finite), for the
-/// profiles with full support.
-fn log_weight(profile: Profile, t: f64) -> f64 {
+/// `ln k` from an `f64` scaled squared distance `t` (finite; −inf outside
+/// a compact profile's support).
+pub(crate) fn log_weight(profile: Profile, t: f64) -> f64 {
     with_form!(profile, P => P::exact_log_weight(t))
 }
 
@@ -44,6 +44,10 @@ fn key_log_weight(
     key: &impl Fn(usize, usize) -> f32,
     j: usize,
 ) -> f64 {
+    if kernel.is_product() {
+        let x: Vec<f32> = (0..query.len()).map(|k| key(j, k)).collect();
+        return kernel.log_eval_pair(query, &x);
+    }
     let h = f64::from(kernel.bandwidth());
     let mut t = 0.0f64;
     for (k, &qk) in query.iter().enumerate() {

@@ -227,6 +227,20 @@ impl Form for Cauchy {
     }
 }
 
+/// Adds one block's share of a product kernel's carrier `t` — `−2 ln k(t_b)`
+/// (+inf where `k = 0`), so the product's weight is `exp(−t/2)` — to `t`,
+/// from the block's unscaled squared distances `part` (one per key);
+/// docs/numerics.md, "Product kernels".
+#[inline(always)]
+pub(crate) fn add_carrier_ts(profile: super::Profile, inv_h2: f32, part: &[f32], t: &mut [f32]) {
+    with_form!(profile, P => {
+        for (tj, &p) in t.iter_mut().zip(part) {
+            let v = P::lane(p * inv_h2);
+            *tj += if P::LOG { -2.0 * v } else { -2.0 * v.ln() };
+        }
+    })
+}
+
 /// Evaluates `$body` with `$P` bound to the [`Form`] of `$profile`: the one
 /// place a [`Profile`] value turns into its formula's type.
 macro_rules! with_form {

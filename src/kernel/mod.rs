@@ -153,7 +153,31 @@ impl FromStr for Profile {
     }
 }
 
-/// A localization kernel: a [`Profile`] and a validated bandwidth `h`.
+/// Most blocks a product kernel may have.
+pub const MAX_BLOCKS: usize = 8;
+
+/// One block of a product kernel: `dims` consecutive coordinates with their
+/// own profile and bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelBlock {
+    /// Number of coordinates in the block (≥ 1).
+    pub dims: usize,
+    /// The block's profile.
+    pub profile: Profile,
+    /// The block's bandwidth.
+    pub bandwidth: f32,
+}
+
+/// A product kernel's blocks (fixed capacity, so [`Kernel`] stays `Copy`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Blocks {
+    len: usize,
+    items: [KernelBlock; MAX_BLOCKS],
+}
+
+/// A localization kernel: a [`Profile`] and a validated bandwidth `h`
+/// (radial: `K(x, x') = k(‖x − x'‖/h)`), or a product over coordinate
+/// blocks, each with its own profile and bandwidth ([`Kernel::product`]).
 ///
 /// ```
 /// use locus::{Kernel, Profile};
@@ -166,6 +190,7 @@ impl FromStr for Profile {
 pub struct Kernel {
     profile: Profile,
     bandwidth: f32,
+    blocks: Option<Blocks>,
 }
 
 impl Kernel {
@@ -180,7 +205,188 @@ impl Kernel {
                 value: f64::from(bandwidth),
             });
         }
-        Ok(Kernel { profile, bandwidth })
+        Ok(Kernel {
+            profile,
+            bandwidth,
+            blocks: None,
+        })
+    }
+
+    /// A product (joint, bilateral) kernel over consecutive coordinate
+    /// blocks: `K(x, x') = Π_b k_b(‖x_b − x'_b‖ / h_b)`, each block given as
+    /// `(dims, profile, h)` (paper §2.1.3). Data must then have exactly
+    /// `Σ dims` columns; every op checks it.
+    ///
+    /// Every op accepts it. The engines evaluate it as a gaussian of the
+    /// block-wise distance `t = −2 Σ_b ln k_b(t_b)`, `t_b = ‖x_b − x'_b‖²/h_b²`
+    /// (so [`profile`](Self::profile) is [`Profile::Gaussian`] and
+    /// [`bandwidth`](Self::bandwidth) is 1 for a product); the weights are
+    /// accumulated in the log domain whatever the blocks' profiles.
+    ///
+    /// ```
+    /// use locus::{Kernel, Profile};
+    /// // Pixels as (row, col, L, u, v): a spatial and a range block.
+    /// let k = Kernel::product([(2, Profile::Uniform, 8.0), (3, Profile::Gaussian, 6.0)])?;
+    /// assert_eq!(k.dims(), Some(5));
+    /// assert!(Kernel::product([(0, Profile::Uniform, 1.0)]).is_err());
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidBandwidth`] for a block's bandwidth as in
+    /// [`Kernel::new`]; [`Error::InvalidParameter`] for no block, more than
+    /// [`MAX_BLOCKS`], or a block of no coordinates.
+    pub fn product(blocks: impl IntoIterator<Item = (usize, Profile, f32)>) -> Result<Self> {
+        let blocks: Vec<(usize, Profile, f32)> = blocks.into_iter().collect();
+        if blocks.is_empty() || blocks.len() > MAX_BLOCKS {
+            return Err(Error::InvalidParameter {
+                name: "blocks",
+                reason: format!(
+                    "a product kernel needs 1 to {MAX_BLOCKS} blocks, got {}",
+                    blocks.len()
+                ),
+            });
+        }
+        let first = KernelBlock {
+            dims: 1,
+            profile: Profile::Gaussian,
+            bandwidth: 1.0,
+        };
+        let mut items = [first; MAX_BLOCKS];
+        for (slot, &(dims, profile, bandwidth)) in items.iter_mut().zip(&blocks) {
+            if dims == 0 || dims > u32::MAX as usize {
+                return Err(Error::InvalidParameter {
+                    name: "blocks",
+                    reason: format!("each block needs at least one coordinate, got {dims}"),
+                });
+            }
+            Kernel::new(profile, bandwidth)?;
+            *slot = KernelBlock {
+                dims,
+                profile,
+                bandwidth,
+            };
+        }
+        Ok(Kernel {
+            profile: Profile::Gaussian,
+            bandwidth: 1.0,
+            blocks: Some(Blocks {
+                len: blocks.len(),
+                items,
+            }),
+        })
+    }
+
+    /// A product kernel's blocks; `None` for a radial kernel.
+    pub fn blocks(&self) -> Option<&[KernelBlock]> {
+        self.blocks.as_ref().map(|b| &b.items[..b.len])
+    }
+
+    /// Whether this is a product kernel.
+    pub fn is_product(&self) -> bool {
+        self.blocks.is_some()
+    }
+
+    /// The number of coordinates a product kernel takes (`Σ dims`); `None`
+    /// for a radial kernel (any dimension).
+    pub fn dims(&self) -> Option<usize> {
+        self.blocks().map(|b| b.iter().map(|b| b.dims).sum())
+    }
+
+    /// Checks that data with `d` columns suits the kernel: a product
+    /// kernel's blocks must cover exactly `d` coordinates.
+    ///
+    /// # Errors
+    /// [`Error::KernelDimension`] otherwise.
+    pub fn check_dim(&self, op: &'static str, d: usize) -> Result<()> {
+        match self.dims() {
+            Some(k) if k != d => Err(Error::KernelDimension {
+                op,
+                kernel: k,
+                data: d,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The bandwidth of each of `d` coordinates (`h` for every coordinate
+    /// of a radial kernel, the block's for a product).
+    pub fn coordinate_bandwidths(&self, d: usize) -> Vec<f64> {
+        match self.blocks() {
+            None => vec![f64::from(self.bandwidth); d],
+            Some(bs) => bs
+                .iter()
+                .flat_map(|b| std::iter::repeat_n(f64::from(b.bandwidth), b.dims))
+                .collect(),
+        }
+    }
+
+    /// Whether a query can have an empty neighbourhood: the profile (or a
+    /// block's) has compact support.
+    pub fn is_compact(&self) -> bool {
+        match self.blocks() {
+            None => self.profile.is_compact(),
+            Some(bs) => bs.iter().any(|b| b.profile.is_compact()),
+        }
+    }
+
+    /// The blocks as the engines use them: coordinate ranges, profiles and
+    /// `1/h_b²`; `None` for a radial kernel.
+    pub(crate) fn product_blocks(&self) -> Option<ProductBlocks> {
+        let bs = self.blocks()?;
+        let mut out = ProductBlocks {
+            len: bs.len(),
+            start: [0; MAX_BLOCKS],
+            end: [0; MAX_BLOCKS],
+            profile: [Profile::Gaussian; MAX_BLOCKS],
+            inv_h2: [1.0; MAX_BLOCKS],
+        };
+        let mut k = 0;
+        for (i, b) in bs.iter().enumerate() {
+            out.start[i] = k;
+            k += b.dims;
+            out.end[i] = k;
+            out.profile[i] = b.profile;
+            let h = f64::from(b.bandwidth);
+            out.inv_h2[i] = (1.0 / (h * h)) as f32;
+        }
+        Some(out)
+    }
+
+    /// `K(x, x')` in `f64` from the two points: the plain definition, for
+    /// references and small computations (any kernel, product or radial).
+    pub fn eval_pair(&self, x: &[f32], y: &[f32]) -> f64 {
+        self.log_eval_pair(x, y).exp()
+    }
+
+    /// `ln K(x, x')` in `f64` (−inf where the weight is 0).
+    pub fn log_eval_pair(&self, x: &[f32], y: &[f32]) -> f64 {
+        let sq = |r: std::ops::Range<usize>| -> f64 {
+            r.map(|k| {
+                let df = f64::from(x[k]) - f64::from(y[k]);
+                df * df
+            })
+            .sum()
+        };
+        match self.product_blocks() {
+            None => {
+                let h = f64::from(self.bandwidth);
+                exact::log_weight(self.profile, sq(0..x.len()) / (h * h))
+            }
+            Some(pb) => (0..pb.len)
+                .map(|b| {
+                    let h2 = 1.0 / f64::from(pb.inv_h2[b]);
+                    exact::log_weight(pb.profile[b], sq(pb.start[b]..pb.end[b]) / h2)
+                })
+                .sum(),
+        }
+    }
+
+    /// `ln` of the kernel's integral over `R^d` relative to its profile
+    /// normalizers: `Σ_b d_b·ln h_b` (radial: `d·ln h`), the bandwidth
+    /// part of a density's normalization.
+    pub(crate) fn ln_bandwidth_volume(&self, d: usize) -> f64 {
+        self.coordinate_bandwidths(d).iter().map(|h| h.ln()).sum()
     }
 
     /// Gaussian kernel with bandwidth `h`.
@@ -212,9 +418,32 @@ impl Kernel {
     }
 }
 
+/// A product kernel's blocks as the engines evaluate them: coordinates
+/// `start[b]..end[b]`, profile and `1/h_b²` of block `b < len`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ProductBlocks {
+    pub(crate) len: usize,
+    pub(crate) start: [usize; MAX_BLOCKS],
+    pub(crate) end: [usize; MAX_BLOCKS],
+    pub(crate) profile: [Profile; MAX_BLOCKS],
+    pub(crate) inv_h2: [f32; MAX_BLOCKS],
+}
+
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}(h={})", self.profile, self.bandwidth)
+        match self.blocks() {
+            None => write!(f, "{}(h={})", self.profile, self.bandwidth),
+            Some(bs) => {
+                f.write_str("product(")?;
+                for (i, b) in bs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{}×{}(h={})", b.dims, b.profile, b.bandwidth)?;
+                }
+                f.write_str(")")
+            }
+        }
     }
 }
 

@@ -19,12 +19,13 @@ pub use batch::{BatchStats, Batching};
 use crate::backend::Resident;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kernel::{Kernel, Profile};
+use crate::kernel::{Kernel, MAX_BLOCKS, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::{
     Centres, Classes, EmptyFallback, LocalFit, LocalPca, SQ_DIST_LIMIT, check_degree, check_k,
-    check_limits, check_room, fit_linear, fit_pca, label_rows, ln_density_scale, ln_normalizer,
+    check_limits, check_room, fit_linear, fit_pca, kernel_ln_normalizer, label_rows,
+    ln_density_scale,
 };
 use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
 use batch::Batcher;
@@ -204,13 +205,18 @@ impl<'a> KeySetBuilder<'a> {
     }
 }
 
-/// A kernel, as a key that groups requests: same profile, same bandwidth bits.
+/// A kernel, as a key that groups requests: same profile, same bandwidth
+/// bits, same blocks (dims, profile, bandwidth bits) for a product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct KernelKey(Profile, u32);
+struct KernelKey(Profile, u32, [(usize, Profile, u32); MAX_BLOCKS]);
 
 impl From<&Kernel> for KernelKey {
     fn from(k: &Kernel) -> Self {
-        KernelKey(k.profile(), k.bandwidth().to_bits())
+        let mut blocks = [(0, Profile::Gaussian, 0); MAX_BLOCKS];
+        for (slot, b) in blocks.iter_mut().zip(k.blocks().unwrap_or(&[])) {
+            *slot = (b.dims, b.profile, b.bandwidth.to_bits());
+        }
+        KernelKey(k.profile(), k.bandwidth().to_bits(), blocks)
     }
 }
 
@@ -343,6 +349,18 @@ impl KeySet {
 
     /// Checks a request's queries: non-empty, finite, `d` columns, not
     /// more rows than the options allow.
+    /// [`queries`](Self::queries) for an op with `kernel`, whose blocks (a
+    /// product kernel's) must cover the keys' dimension.
+    fn kernel_queries<'q>(
+        &self,
+        op: &'static str,
+        kernel: &Kernel,
+        queries: ArrayView2<'q, f32>,
+    ) -> Result<Matrix<'q>> {
+        kernel.check_dim(op, self.inner.d)?;
+        self.queries(op, queries)
+    }
+
     fn queries<'q>(&self, op: &'static str, queries: ArrayView2<'q, f32>) -> Result<Matrix<'q>> {
         let q = Matrix::check(op, "queries", queries)?;
         if q.cols() != self.inner.d {
@@ -396,7 +414,7 @@ impl KeySet {
         queries: ArrayView2<'_, f32>,
     ) -> Result<RowNormalized> {
         let set = self.set(self.inner.values_set, "values", "values")?;
-        let q = self.queries("local_mean", queries)?;
+        let q = self.kernel_queries("local_mean", kernel, queries)?;
         self.means(kernel, &q, set)
     }
 
@@ -407,7 +425,7 @@ impl KeySet {
     /// # Errors
     /// As [`local_mean`](Self::local_mean).
     pub fn row_states(&self, kernel: &Kernel, queries: ArrayView2<'_, f32>) -> Result<RowStates> {
-        let q = self.queries("row_states", queries)?;
+        let q = self.kernel_queries("row_states", kernel, queries)?;
         self.states(kernel, &q, self.inner.values_set.map(|s| s.0))
     }
 
@@ -423,9 +441,9 @@ impl KeySet {
     ) -> Result<Array1<f64>> {
         const OP: &str = "density";
         let d = self.inner.d;
-        let ln_c = ln_normalizer(kernel.profile(), d)?;
+        let ln_c = kernel_ln_normalizer(kernel, d)?;
         let norm = ln_density_scale(ln_c, kernel, d, self.inner.n as f64);
-        let q = self.queries(OP, queries)?;
+        let q = self.kernel_queries(OP, kernel, queries)?;
         let states = self.states(kernel, &q, None)?;
         Ok(states.log_sum().mapv(|l| l - norm))
     }
@@ -450,7 +468,7 @@ impl KeySet {
         queries: ArrayView2<'_, f32>,
     ) -> Result<RowNormalized> {
         let set = self.set(self.inner.labels_set, "labels", "labels")?;
-        let q = self.queries("classify", queries)?;
+        let q = self.kernel_queries("classify", kernel, queries)?;
         self.means(kernel, &q, set)
     }
 
@@ -466,7 +484,7 @@ impl KeySet {
         queries: ArrayView2<'_, f32>,
     ) -> Result<Classification> {
         let set = self.set(self.inner.labels_set, "labels", "labels")?;
-        let q = self.queries("classify", queries)?;
+        let q = self.kernel_queries("classify", kernel, queries)?;
         let proba = self.means(kernel, &q, set)?;
         // Present whenever the labels set is (checked by `set` above).
         let classes = self
@@ -516,7 +534,7 @@ impl KeySet {
         if check_degree(degree)? == 0 {
             return Ok(self.local_mean(kernel, queries)?.into());
         }
-        let q = self.queries(OP, queries)?;
+        let q = self.kernel_queries(OP, kernel, queries)?;
         let qy = self.inner.values_set.map_or(0, |s| s.1);
         let big = q
             .max_abs()
@@ -524,14 +542,14 @@ impl KeySet {
             .max(self.inner.values_extent);
         check_limits(self.inner.d, big)?;
         let r = &self.inner.resident;
-        let h = f64::from(kernel.bandwidth());
+        let h = kernel.coordinate_bandwidths(self.inner.d);
         let pass = |m: &Matrix<'_>, layout: MomentLayout| {
             r.local_moments(kernel, m, layout, (layout.qy > 0).then_some(set))
         };
         fit_linear(
             OP,
             &q,
-            (h, self.inner.d, qy),
+            (&h, self.inner.d, qy),
             &vec![0.0; qy],
             (Centres::FirstMoments, &pass),
         )
@@ -551,12 +569,12 @@ impl KeySet {
     ) -> Result<LocalPca> {
         const OP: &str = "local_pca";
         let d = self.inner.d;
-        let q = self.queries(OP, queries)?;
+        let q = self.kernel_queries(OP, kernel, queries)?;
         check_limits(d, q.max_abs().max(self.inner.extent))?;
         let r = &self.inner.resident;
-        let h = f64::from(kernel.bandwidth());
+        let h = kernel.coordinate_bandwidths(d);
         let pass = |m: &Matrix<'_>, layout| r.local_moments(kernel, m, layout, None);
-        fit_pca(OP, &q, (h, components), (Centres::FirstMoments, &pass))
+        fit_pca(OP, &q, (&h, components), (Centres::FirstMoments, &pass))
     }
 
     /// The `k` nearest keys of every query, as [`Engine::knn`].

@@ -78,6 +78,7 @@ impl Engine {
         let q = Matrix::with_missing(OP, "queries", queries)?;
         let x = Matrix::with_missing(OP, "keys", keys)?;
         super::check_shapes(OP, &q, &x, None)?;
+        kernel.check_dim(OP, x.cols())?;
         self.impute_rows(kernel, &x, Some(&q), iterations)
     }
 
@@ -91,6 +92,7 @@ impl Engine {
         iterations: usize,
     ) -> Result<Imputed> {
         const OP: &str = "impute";
+        kernel.check_dim(OP, x.cols())?;
         if !(1..=MAX_IMPUTE_ITERATIONS).contains(&iterations) {
             return Err(Error::InvalidParameter {
                 name: "iterations",
@@ -277,31 +279,48 @@ fn fill(
 }
 
 /// `f64` log-weights of row `i` against every key (−inf: no weight, or no
-/// shared observed coordinate), from the masked distances.
+/// shared observed coordinate — in some block, for a product kernel), from
+/// the masked distances, rescaled within each block as `nan_euclidean`.
 fn row_log_weights(round: &Round<'_>, i: usize) -> Vec<f64> {
     let d = round.d;
-    let h = f64::from(round.kernel.bandwidth());
-    let profile = round.kernel.profile();
+    let kernel = round.kernel;
+    // (coordinates, profile, h) of each block; one block for a radial kernel.
+    let blocks: Vec<(std::ops::Range<usize>, crate::kernel::Profile, f64)> = match kernel.blocks() {
+        None => vec![(0..d, kernel.profile(), f64::from(kernel.bandwidth()))],
+        Some(bs) => {
+            let mut k0 = 0;
+            bs.iter()
+                .map(|b| {
+                    k0 += b.dims;
+                    (k0 - b.dims..k0, b.profile, f64::from(b.bandwidth))
+                })
+                .collect()
+        }
+    };
     let q = &round.rows[i * d..(i + 1) * d];
     round
         .keys
         .chunks_exact(d)
         .map(|key| {
-            let (mut s, mut n) = (0.0f64, 0usize);
-            for (&a, &b) in q.iter().zip(key) {
-                let df = f64::from(a) - f64::from(b);
-                if !df.is_nan() {
-                    s += df * df;
-                    n += 1;
+            let mut lw = 0.0;
+            for (range, profile, h) in &blocks {
+                let (mut s, mut n) = (0.0f64, 0usize);
+                for k in range.clone() {
+                    let df = f64::from(q[k]) - f64::from(key[k]);
+                    if !df.is_nan() {
+                        s += df * df;
+                        n += 1;
+                    }
                 }
+                if n == 0 {
+                    return f64::NEG_INFINITY;
+                }
+                let t = s * range.len() as f64 / n as f64 / (h * h);
+                lw += profile
+                    .log_eval_sq(t)
+                    .unwrap_or_else(|| profile.eval_sq(t).ln());
             }
-            if n == 0 {
-                return f64::NEG_INFINITY;
-            }
-            let t = s * d as f64 / n as f64 / (h * h);
-            profile
-                .log_eval_sq(t)
-                .unwrap_or_else(|| profile.eval_sq(t).ln())
+            lw
         })
         .collect()
 }

@@ -69,11 +69,27 @@ pub fn ln_normalizer(profile: Profile, d: usize) -> Result<f64> {
     })
 }
 
-/// `ln(W·hᵈ·C_d)`: what a kernel sum's log is lowered by to give a log
+/// `ln C` of a kernel in `d` dimensions: [`ln_normalizer`] of its profile,
+/// or for a product kernel the sum of its blocks' (each in its own
+/// dimension: the integral of a product is the product of integrals).
+///
+/// # Errors
+/// As [`ln_normalizer`] (for any block); [`Error::KernelDimension`] when a
+/// product's blocks do not cover `d`.
+pub(crate) fn kernel_ln_normalizer(kernel: &Kernel, d: usize) -> Result<f64> {
+    kernel.check_dim("density", d)?;
+    match kernel.blocks() {
+        None => ln_normalizer(kernel.profile(), d),
+        Some(bs) => bs.iter().map(|b| ln_normalizer(b.profile, b.dims)).sum(),
+    }
+}
+
+/// `ln(W·Π h·C)`: what a kernel sum's log is lowered by to give a log
 /// density, for total key weight `W` (N for unweighted keys) in `d`
-/// dimensions, with `ln_c = ln C_d` from [`ln_normalizer`].
+/// dimensions, with `ln_c = ln C` from [`kernel_ln_normalizer`] and `Π h`
+/// the product of the coordinates' bandwidths (`hᵈ` for a radial kernel).
 pub(crate) fn ln_density_scale(ln_c: f64, kernel: &Kernel, d: usize, total_weight: f64) -> f64 {
-    total_weight.ln() + d as f64 * f64::from(kernel.bandwidth()).ln() + ln_c
+    total_weight.ln() + kernel.ln_bandwidth_volume(d) + ln_c
 }
 
 impl Engine {
@@ -124,9 +140,10 @@ impl Engine {
         let q = Matrix::check(OP, "queries", queries)?;
         let x = Matrix::check(OP, "keys", keys)?;
         super::check_shapes(OP, &q, &x, None)?;
+        kernel.check_dim(OP, x.cols())?;
         let d = x.cols();
         // Before the weights: the cauchy profile in d ≥ 2 has no density.
-        let ln_c = ln_normalizer(kernel.profile(), d)?;
+        let ln_c = kernel_ln_normalizer(kernel, d)?;
         let w = weights
             .map(|w| check_weights(OP, w, x.rows()))
             .transpose()?;

@@ -35,7 +35,7 @@ impl Engine {
         queries: ArrayView2<'_, f32>,
         keys: ArrayView2<'_, f32>,
     ) -> Result<Array2<f32>> {
-        let (q, x) = check_pair("kernel_matrix", queries, keys)?;
+        let (q, x) = check_pair("kernel_matrix", kernel, queries, keys)?;
         let (k, _) = self
             .backend_impl()
             .kernel_matrix(kernel, &q, &x, MatrixMode::Raw)?;
@@ -56,7 +56,7 @@ impl Engine {
         queries: ArrayView2<'_, f32>,
         keys: ArrayView2<'_, f32>,
     ) -> Result<RowNormalized> {
-        let (q, x) = check_pair("normalized_kernel_matrix", queries, keys)?;
+        let (q, x) = check_pair("normalized_kernel_matrix", kernel, queries, keys)?;
         let (values, empty_rows) =
             self.backend_impl()
                 .kernel_matrix(kernel, &q, &x, MatrixMode::RowNormalized)?;
@@ -75,6 +75,7 @@ impl Engine {
         kind: LaplacianKind,
     ) -> Result<Array2<f32>> {
         let x = Matrix::check("laplacian", "points", points)?;
+        kernel.check_dim("laplacian", x.cols())?;
         let mode = match kind {
             LaplacianKind::Unnormalized => MatrixMode::Laplacian,
             LaplacianKind::RandomWalk => MatrixMode::NormalizedLaplacian,
@@ -86,11 +87,13 @@ impl Engine {
 
 fn check_pair<'a>(
     op: &'static str,
+    kernel: &Kernel,
     queries: ArrayView2<'a, f32>,
     keys: ArrayView2<'a, f32>,
 ) -> Result<(Matrix<'a>, Matrix<'a>)> {
     let q = Matrix::check(op, "queries", queries)?;
     let x = Matrix::check(op, "keys", keys)?;
     super::check_shapes(op, &q, &x, None)?;
+    kernel.check_dim(op, x.cols())?;
     Ok((q, x))
 }

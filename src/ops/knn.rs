@@ -62,12 +62,15 @@ impl Engine {
                 values: y.rows(),
             });
         }
+        if let KnnWeights::Kernel(kernel) = &weights {
+            kernel.check_dim(OP, keys.ncols())?;
+        }
         let nb = self.knn(queries, keys, k)?;
         let (m, q) = (nb.indices.nrows(), y.cols());
         let mut out = Array2::<f32>::zeros((m, q));
         let mut empty = 0;
         for i in 0..m {
-            match neighbour_weights(&nb, i, weights) {
+            match neighbour_weights(&nb, i, weights, (&queries, &keys)) {
                 None => {
                     out.row_mut(i).fill(f32::NAN);
                     empty += 1;
@@ -106,13 +109,16 @@ impl Engine {
         weights: KnnWeights,
     ) -> Result<(Array1<i64>, usize)> {
         let classes = super::classify::Classes::of("knn_classify", labels, keys.nrows(), None)?;
+        if let KnnWeights::Kernel(kernel) = &weights {
+            kernel.check_dim("knn_classify", keys.ncols())?;
+        }
         let nb = self.knn(queries, keys, k)?;
         let m = nb.indices.nrows();
         let mut out = Array1::<i64>::zeros(m);
         let mut empty = 0;
         let mut votes = vec![0.0f64; classes.len()];
         for i in 0..m {
-            let Some(w) = neighbour_weights(&nb, i, weights) else {
+            let Some(w) = neighbour_weights(&nb, i, weights, (&queries, &keys)) else {
                 out[i] = -1;
                 empty += 1;
                 continue;
@@ -128,11 +134,28 @@ impl Engine {
 }
 
 /// Weights of the `k` neighbours of query `i`, relative to the largest
-/// (None when they are all zero).
-fn neighbour_weights(nb: &Neighbours, i: usize, weights: KnnWeights) -> Option<Vec<f64>> {
+/// (None when they are all zero); a product kernel's from the coordinates
+/// of the queries and keys `(q, x)`.
+fn neighbour_weights(
+    nb: &Neighbours,
+    i: usize,
+    weights: KnnWeights,
+    (q, x): (&ArrayView2<'_, f32>, &ArrayView2<'_, f32>),
+) -> Option<Vec<f64>> {
     let k = nb.indices.ncols();
     match weights {
         KnnWeights::Uniform => Some(vec![1.0; k]),
+        KnnWeights::Kernel(kernel) if kernel.is_product() => {
+            let qi: Vec<f32> = q.row(i).to_vec();
+            let lw: Vec<f64> = nb
+                .indices
+                .row(i)
+                .iter()
+                .map(|&j| kernel.log_eval_pair(&qi, &x.row(j as usize).to_vec()))
+                .collect();
+            let mx = lw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            (mx > f64::NEG_INFINITY).then(|| lw.iter().map(|l| (l - mx).exp()).collect())
+        }
         KnnWeights::Kernel(kernel) => {
             let h = f64::from(kernel.bandwidth());
             let p = kernel.profile();

@@ -96,6 +96,7 @@ impl Engine {
         let x = Matrix::check(OP, "keys", keys)?;
         let y = Matrix::check(OP, "values", values)?;
         super::check_shapes(OP, &q, &x, Some(&y))?;
+        kernel.check_dim(OP, x.cols())?;
         check_local(&q, &x, Some(&y))?;
         let (d, qy) = (x.cols(), y.cols());
         // Values centred on their mean: the cross moments then carry the
@@ -116,7 +117,7 @@ impl Engine {
         let yc = Array2::from_shape_vec((y.rows(), qy), yc).expect("rows·q entries"); // ok: sized above
         let yc = Matrix::check(OP, "values", yc.view())?;
         let backend = self.backend_impl();
-        let h = f64::from(kernel.bandwidth());
+        let h = kernel.coordinate_bandwidths(d);
         let mean = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
         let pass = |qm: &Matrix<'_>, layout: MomentLayout| {
             let y = (layout.qy > 0).then_some(&yc);
@@ -125,7 +126,7 @@ impl Engine {
         fit_linear(
             OP,
             &q,
-            (h, d, qy),
+            (&h, d, qy),
             &centre,
             (Centres::LocalMean(&mean), &pass),
         )
@@ -151,12 +152,13 @@ impl Engine {
         let q = Matrix::check(OP, "queries", queries)?;
         let x = Matrix::check(OP, "keys", keys)?;
         super::check_shapes(OP, &q, &x, None)?;
+        kernel.check_dim(OP, x.cols())?;
         check_local(&q, &x, None)?;
         let backend = self.backend_impl();
-        let h = f64::from(kernel.bandwidth());
+        let h = kernel.coordinate_bandwidths(x.cols());
         let mean = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
         let pass = |qm: &Matrix<'_>, layout| backend.local_moments(kernel, qm, &x, None, layout);
-        fit_pca(OP, &q, (h, components), (Centres::LocalMean(&mean), &pass))
+        fit_pca(OP, &q, (&h, components), (Centres::LocalMean(&mean), &pass))
     }
 }
 
@@ -178,11 +180,12 @@ pub(crate) enum Centres<'a> {
 }
 
 /// Local linear fits of `qy` value columns at `q` (dimension `d`) from the
-/// moments `pass` gives (values centred on `centre`, added back).
+/// moments `pass` gives (values centred on `centre`, added back); `h` is
+/// the bandwidth of each coordinate.
 pub(crate) fn fit_linear(
     op: &'static str,
     q: &Matrix<'_>,
-    (h, d, qy): (f64, usize, usize),
+    (h, d, qy): (&[f64], usize, usize),
     centre: &[f64],
     (centres, pass): (Centres<'_>, &MomentPass<'_>),
 ) -> Result<LocalFit> {
@@ -226,7 +229,7 @@ pub(crate) fn fit_linear(
 pub(crate) fn fit_pca(
     op: &'static str,
     q: &Matrix<'_>,
-    (h, k): (f64, usize),
+    (h, k): (&[f64], usize),
     (centres, pass): (Centres<'_>, &MomentPass<'_>),
 ) -> Result<LocalPca> {
     let (m, d) = (q.rows(), q.cols());
@@ -273,11 +276,11 @@ pub(crate) fn fit_pca(
 /// each chunk's moments (`rows × layout.cols()` row-major, NaN rows empty)
 /// to `each` with the chunk's first query row and its pass rows `[q | c]`
 /// (`rows × 2d`), centred as `centres` says (`q` itself for a row without
-/// mass); `h` is the bandwidth.
+/// mass); `h` is the bandwidth of each coordinate.
 pub(crate) fn moment_chunks(
     op: &'static str,
     q: &Matrix<'_>,
-    (h, layout): (f64, MomentLayout),
+    (h, layout): (&[f64], MomentLayout),
     centres: Centres<'_>,
     pass: &MomentPass<'_>,
     mut each: impl FnMut(usize, &[f64], &[f32]) -> Result<()>,
@@ -311,8 +314,8 @@ pub(crate) fn moment_chunks(
                 let mut c = pass(&Matrix::check(op, "queries", v)?, first)?.values;
                 // c = q + h·E[(x − q)/h].
                 for (mut row, qi) in c.rows_mut().into_iter().zip(qc.chunks_exact(d)) {
-                    for (v, &qa) in row.iter_mut().zip(qi) {
-                        *v = (f64::from(qa) + h * f64::from(*v)) as f32;
+                    for ((v, &qa), &ha) in row.iter_mut().zip(qi).zip(h) {
+                        *v = (f64::from(qa) + ha * f64::from(*v)) as f32;
                     }
                 }
                 Some(c)
@@ -421,13 +424,13 @@ fn local_covariance(layout: &MomentLayout, mo: &[f64]) -> (Vec<f64>, f64) {
 }
 
 /// Solves one query's local linear fit from its moments `mo` (of the
-/// offsets `r = (x − c)/h` from the row's centre `c`); `shift` is `c − q`
+/// offsets `r_a = (x_a − c_a)/h_a` from the row's centre `c`); `shift` is `c − q`
 /// in `f64`, `centre` the values' mean (added back). Writes `fit` (`q`)
 /// and `slope` (`q × d`).
 fn linear_row(
     layout: &MomentLayout,
     mo: &[f64],
-    (h, shift): (f64, &[f64]),
+    (h, shift): (&[f64], &[f64]),
     centre: &[f64],
     fit: &mut [f32],
     slope: &mut [f32],
@@ -458,13 +461,13 @@ fn linear_row(
                 *ba += proj * va;
             }
         }
-        // In x's units: slopes b/h; the keys' mean offset from q is
+        // In x's units: slopes b_a/h_a; the keys' mean offset from q is
         // E[x − q] = h·E[r] + (c − q); ŷ(q) = E[y] − bᵀE[x − q].
-        let offset = |a: usize| h * mo[a] + shift[a];
-        let a = ey - (0..d).map(|k| b[k] / h * offset(k)).sum::<f64>();
+        let offset = |a: usize| h[a] * mo[a] + shift[a];
+        let a = ey - (0..d).map(|k| b[k] / h[k] * offset(k)).sum::<f64>();
         fit[c] = (a + centre[c]) as f32;
-        for (o, &ba) in slope[c * d..(c + 1) * d].iter_mut().zip(&b) {
-            *o = (ba / h) as f32;
+        for ((o, &ba), &ha) in slope[c * d..(c + 1) * d].iter_mut().zip(&b).zip(h) {
+            *o = (ba / ha) as f32;
         }
     }
     if kept < d {
@@ -479,7 +482,7 @@ fn linear_row(
 fn pca_row(
     layout: &MomentLayout,
     mo: &[f64],
-    (h, centre): (f64, &[f32]),
+    (h, centre): (&[f64], &[f32]),
     mean: &mut [f32],
     var: &mut [f32],
     vecs_out: &mut [f32],
@@ -492,13 +495,20 @@ fn pca_row(
     }
     let d = layout.d;
     for (a, o) in mean.iter_mut().enumerate() {
-        *o = (f64::from(centre[a]) + h * mo[a]) as f32;
+        *o = (f64::from(centre[a]) + h[a] * mo[a]) as f32;
     }
+    // The covariance of the offsets r_a = (x_a − c_a)/h_a, in x's units:
+    // each entry times h_a·h_b (a product kernel's blocks differ).
     let (mut cov, _) = local_covariance(layout, mo);
+    for a in 0..d {
+        for b in 0..d {
+            cov[a * d + b] *= h[a] * h[b];
+        }
+    }
     let (mut lam, mut vecs) = (vec![0.0; d], vec![0.0; d * d]);
     sym_eigen(&mut cov, d, &mut lam, &mut vecs);
     for (k, v) in var.iter_mut().enumerate() {
-        *v = (lam[k].max(0.0) * h * h) as f32;
+        *v = lam[k].max(0.0) as f32;
         let row = &vecs[k * d..(k + 1) * d];
         let big = row
             .iter()

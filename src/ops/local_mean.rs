@@ -33,6 +33,7 @@ impl Engine {
         let x = Matrix::check(OP, "keys", keys)?;
         let y = Matrix::check(OP, "values", values)?;
         super::check_shapes(OP, &q, &x, Some(&y))?;
+        kernel.check_dim(OP, x.cols())?;
         self.backend_impl().local_mean(kernel, &q, &x, &y)
     }
 
@@ -47,6 +48,7 @@ impl Engine {
         points: ArrayView2<'_, f32>,
     ) -> Result<RowNormalized> {
         let x = Matrix::check("self_local_mean", "points", points)?;
+        kernel.check_dim("self_local_mean", x.cols())?;
         self.backend_impl().local_mean(kernel, &x, &x, &x)
     }
 }

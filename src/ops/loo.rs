@@ -47,6 +47,7 @@ impl Engine {
         let x = Matrix::check(OP, "points", points)?;
         let y = values.map(|v| Matrix::check(OP, "values", v)).transpose()?;
         super::check_shapes(OP, &x, &x, y.as_ref())?;
+        kernel.check_dim(OP, x.cols())?;
         let targets = y.as_ref().unwrap_or(&x);
         let states = self
             .backend_impl()

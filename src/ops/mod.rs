@@ -18,6 +18,7 @@ mod states;
 pub(crate) use classify::{Classes, label_rows};
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
 pub use impute::{Imputed, MAX_IMPUTE_ITERATIONS};
+pub(crate) use kde::kernel_ln_normalizer;
 pub(crate) use kde::ln_density_scale;
 pub use kde::ln_normalizer;
 pub use kernel_matrix::LaplacianKind;

@@ -1,6 +1,8 @@
 //! Score estimates `∇ log f̂` of the kernel density (paper §9.2) and the
 //! Tweedie denoising step built on them.
 
+use std::ops::Range;
+
 use ndarray::ArrayView2;
 
 use crate::engine::Engine;
@@ -37,6 +39,31 @@ fn shadow(p: Profile) -> Result<(Profile, f64)> {
     }
 }
 
+/// Per block of the kernel (one over every coordinate for a radial kernel):
+/// its coordinates, its shadow kernel (the kernel with the block's profile
+/// replaced by its shadow: `∂/∂q_b` of a product differentiates that block
+/// only) and κ.
+fn shadow_parts(kernel: &Kernel, d: usize) -> Result<Vec<(Range<usize>, Kernel, f64)>> {
+    let Some(bs) = kernel.blocks() else {
+        let (g, kappa) = shadow(kernel.profile())?;
+        return Ok(vec![(0..d, Kernel::new(g, kernel.bandwidth())?, kappa)]);
+    };
+    let spec: Vec<(usize, Profile, f32)> = bs
+        .iter()
+        .map(|b| (b.dims, b.profile, b.bandwidth))
+        .collect();
+    let mut start = 0;
+    let mut parts = Vec::with_capacity(bs.len());
+    for (i, b) in bs.iter().enumerate() {
+        let (g, kappa) = shadow(b.profile)?;
+        let mut s = spec.clone();
+        s[i].1 = g;
+        parts.push((start..start + b.dims, Kernel::product(s)?, kappa));
+        start += b.dims;
+    }
+    Ok(parts)
+}
+
 impl Engine {
     /// The score `∇ log f̂(q)` of the kernel density estimate of `keys`
     /// (`N × d`) at each query (`M × d`), through local means (paper §9.2):
@@ -44,6 +71,9 @@ impl Engine {
     /// `−k′ = κ·g` (epanechnikov: `g` uniform, κ = 1; biweight: `g`
     /// epanechnikov, κ = 2) `(2κ/h²)·(Σ g/Σ k)·(m_g(q) − q)`. The offsets
     /// `m − q` are formed per key, not as a difference of two large means.
+    /// For a product kernel each block takes its own shadow (the other
+    /// blocks unchanged) and its own bandwidth; gaussian blocks share one
+    /// pass.
     ///
     /// Rows where the estimate is zero are NaN and counted; an entry beyond
     /// the `f32` range (a tiny bandwidth far from the keys) is `±inf`.
@@ -97,61 +127,80 @@ impl Engine {
         sigma: Option<f64>,
     ) -> Result<RowNormalized> {
         let op = if sigma.is_some() { "denoise" } else { "score" };
-        let (g, kappa) = shadow(kernel.profile())?;
         let q = Matrix::check(op, "queries", queries)?;
         let x = Matrix::check(op, "keys", keys)?;
         super::check_shapes(op, &q, &x, None)?;
+        kernel.check_dim(op, x.cols())?;
+        let parts = shadow_parts(kernel, x.cols())?;
         super::local_fit::check_local(&q, &x, None)?;
         let (m, d) = (q.rows(), q.cols());
-        let h = f64::from(kernel.bandwidth());
-        let gk = Kernel::new(g, kernel.bandwidth())?;
+        let h = kernel.coordinate_bandwidths(d);
         let backend = self.backend_impl();
-        // Σ g / Σ k per row (1 when g is k itself).
-        let ratio: Option<Vec<f64>> = if g == kernel.profile() {
-            None
-        } else {
-            let sk = backend.row_states(kernel, &q, &x, None, false)?;
-            let sg = backend.row_states(&gk, &q, &x, None, false)?;
-            Some(
-                sg.log_sum()
-                    .iter()
-                    .zip(sk.log_sum().iter())
-                    .map(|(lg, lk)| (lg - lk).exp())
-                    .collect(),
-            )
-        };
         let layout = MomentLayout {
             d,
             qy: 0,
             second: false,
         };
         let mut out = alloc_output(op, "scores", m, d)?;
-        let mut empty = 0;
-        let pass = |qm: &Matrix<'_>, l: MomentLayout| backend.local_moments(&gk, qm, &x, None, l);
-        // E[(x − q)/h] under g: the offsets about the query itself.
-        let centres = super::local_fit::Centres::AtQuery;
-        super::local_fit::moment_chunks(op, &q, (h, layout), centres, &pass, |r0, mom, _| {
-            for (i, mo) in mom.chunks_exact(d).enumerate() {
-                let r = r0 + i;
-                // (2κ/h²)·(Σg/Σk)·E[x − q] = (2κ/h)·(Σg/Σk)·E[(x − q)/h].
-                let factor = 2.0 * kappa / h * ratio.as_ref().map_or(1.0, |v| v[r]);
-                let row = &mut out[r * d..(r + 1) * d];
-                if mo[0].is_nan() || !factor.is_finite() {
-                    row.fill(f32::NAN);
-                    empty += 1;
-                    continue;
-                }
-                let qr = q.row_range(r, r + 1);
-                for ((o, &mu), &qa) in row.iter_mut().zip(mo).zip(qr) {
-                    let score = factor * mu;
-                    *o = match sigma {
-                        None => score as f32,
-                        Some(s) => (f64::from(qa) + s * s * score) as f32,
-                    };
-                }
+        let mut empty_row = vec![false; m];
+        // One pass per distinct shadow kernel: its blocks' coordinates.
+        let mut done = vec![false; parts.len()];
+        for (i, (_, gk, _)) in parts.iter().enumerate() {
+            if done[i] {
+                continue;
             }
-            Ok(())
-        })?;
+            let mine: Vec<usize> = (i..parts.len()).filter(|&j| parts[j].1 == *gk).collect();
+            mine.iter().for_each(|&j| done[j] = true);
+            // Σ g / Σ k per row (1 when g is k itself).
+            let ratio: Option<Vec<f64>> = if gk == kernel {
+                None
+            } else {
+                let sk = backend.row_states(kernel, &q, &x, None, false)?;
+                let sg = backend.row_states(gk, &q, &x, None, false)?;
+                Some(
+                    sg.log_sum()
+                        .iter()
+                        .zip(sk.log_sum().iter())
+                        .map(|(lg, lk)| (lg - lk).exp())
+                        .collect(),
+                )
+            };
+            let pass =
+                |qm: &Matrix<'_>, l: MomentLayout| backend.local_moments(gk, qm, &x, None, l);
+            // E[(x − q)/h] under g: the offsets about the query itself.
+            let centres = super::local_fit::Centres::AtQuery;
+            super::local_fit::moment_chunks(op, &q, (&h, layout), centres, &pass, |r0, mom, _| {
+                for (i, mo) in mom.chunks_exact(d).enumerate() {
+                    let r = r0 + i;
+                    let ratio = ratio.as_ref().map_or(1.0, |v| v[r]);
+                    if mo[0].is_nan() || !ratio.is_finite() {
+                        empty_row[r] = true;
+                        continue;
+                    }
+                    let qr = q.row_range(r, r + 1);
+                    let row = &mut out[r * d..(r + 1) * d];
+                    for &j in &mine {
+                        let (range, _, kappa) = &parts[j];
+                        for a in range.clone() {
+                            // (2κ/h²)·(Σg/Σk)·E[x − q] = (2κ/h)·(Σg/Σk)·E[(x − q)/h].
+                            let score = 2.0 * kappa / h[a] * ratio * mo[a];
+                            row[a] = match sigma {
+                                None => score as f32,
+                                Some(s) => (f64::from(qr[a]) + s * s * score) as f32,
+                            };
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        let mut empty = 0;
+        for (r, &e) in empty_row.iter().enumerate() {
+            if e {
+                out[r * d..(r + 1) * d].fill(f32::NAN);
+                empty += 1;
+            }
+        }
         Ok(RowNormalized::from_parts(m, d, out, empty))
     }
 }

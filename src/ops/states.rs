@@ -30,6 +30,7 @@ impl Engine {
         let x = Matrix::check(OP, "keys", keys)?;
         let y = values.map(|v| Matrix::check(OP, "values", v)).transpose()?;
         super::check_shapes(OP, &q, &x, y.as_ref())?;
+        kernel.check_dim(OP, x.cols())?;
         if exclude_self && q.rows() != x.rows() {
             return Err(Error::RowMismatch {
                 op: OP,

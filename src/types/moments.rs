@@ -157,7 +157,11 @@ impl MomentLayout {
             return;
         }
         let d = self.d;
-        let inv_h = 1.0 / f64::from(kernel.bandwidth());
+        let inv_h: Vec<f64> = kernel
+            .coordinate_bandwidths(d)
+            .iter()
+            .map(|h| 1.0 / h)
+            .collect();
         let cols: Vec<(usize, usize)> = (0..self.cols()).map(|c| self.factors(c)).collect();
         let data = out.values.as_slice_mut().expect("standard layout"); // ok: results are built row-major
         let finished: usize = data
@@ -169,7 +173,7 @@ impl MomentLayout {
                 let centre = &queries[(2 * i + 1) * d..(2 * i + 2) * d];
                 let factor = |j: usize, k: usize| -> f32 {
                     if k < d {
-                        ((f64::from(key(j, k)) - f64::from(centre[k])) * inv_h) as f32
+                        ((f64::from(key(j, k)) - f64::from(centre[k])) * inv_h[k]) as f32
                     } else if k < self.one() {
                         value(j, k - d)
                     } else {

@@ -50,6 +50,16 @@ const T_FAR: f64 = 1e37;
 /// Log-weights of one query against all keys (None = weight 0), plus
 /// whether the profile is exponential.
 fn log_weights(kernel: &Kernel, q: &[f32], keys: &Array2<f32>) -> Vec<Option<f64>> {
+    if kernel.is_product() {
+        return keys
+            .rows()
+            .into_iter()
+            .map(|x| {
+                let l = product_log_weight(kernel, q, x.as_slice().unwrap());
+                (l > f64::NEG_INFINITY).then_some(l)
+            })
+            .collect();
+    }
     let h = f64::from(kernel.bandwidth());
     let p = kernel.profile();
     keys.rows()
@@ -111,12 +121,39 @@ pub fn ref_local_mean(
     (out, empty)
 }
 
+/// `ln K(q, x)` of a product kernel in f64, block by block from the
+/// profiles' plain definitions (−inf: weight 0).
+pub fn product_log_weight(kernel: &Kernel, q: &[f32], x: &[f32]) -> f64 {
+    let mut k0 = 0;
+    let mut lw = 0.0;
+    for b in kernel.blocks().expect("a product kernel") {
+        let h = f64::from(b.bandwidth);
+        let t = sq_dist(&q[k0..k0 + b.dims], &x[k0..k0 + b.dims]) / (h * h);
+        k0 += b.dims;
+        lw += b
+            .profile
+            .log_eval_sq(t)
+            .unwrap_or_else(|| b.profile.eval_sq(t).ln());
+    }
+    lw
+}
+
 /// Plain f64 kernel matrix.
 pub fn ref_kernel_matrix(
     kernel: &Kernel,
     queries: &Array2<f32>,
     keys: &Array2<f32>,
 ) -> Array2<f64> {
+    if kernel.is_product() {
+        return Array2::from_shape_fn((queries.nrows(), keys.nrows()), |(i, j)| {
+            product_log_weight(
+                kernel,
+                queries.row(i).as_slice().unwrap(),
+                keys.row(j).as_slice().unwrap(),
+            )
+            .exp()
+        });
+    }
     let h = f64::from(kernel.bandwidth());
     Array2::from_shape_fn((queries.nrows(), keys.nrows()), |(i, j)| {
         let t = sq_dist(

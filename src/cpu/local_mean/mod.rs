@@ -120,7 +120,7 @@ pub(crate) fn group_states(
     let (n, q) = (keys.n, keys.q);
     let groups = queries.len().div_ceil(QUERY_GROUP * d);
     let want = 4 * rayon::current_num_threads();
-    if groups >= want && serve_sq_dists(keys.panels, d) {
+    if groups >= want && serve_sq_dists(keys.panels, d) && !kernel.is_product() {
         return panel_group_states(kernel, queries, d, keys, exclude_self);
     }
     let splits = if groups >= want {
@@ -262,7 +262,8 @@ pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
 /// else on the portable one (`None` forces it).
 pub(crate) fn group_on(isa: Option<Avx2Fma>, job: &GroupJob<'_>) -> GroupState {
     #[cfg(target_arch = "x86_64")]
-    let mut st = match isa {
+    // A product kernel takes the portable kernel (its distances by blocks).
+    let mut st = match isa.filter(|_| !job.kernel.is_product()) {
         Some(isa) => avx2::group(isa, job),
         None => portable::group::<Portable>(job, TileIsa::Portable),
     };

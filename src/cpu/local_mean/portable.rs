@@ -12,10 +12,10 @@
 use super::super::keys::KeysSoa;
 use super::super::panels::{SqDists, TileIsa};
 use super::super::simd::{Isa, KEY_BLOCK, LANES, dot, exp_nonpos, fmadd, fmax};
-use super::super::weights::initial_max;
+use super::super::weights::{initial_max, product_ts};
 use super::{GroupJob, GroupState};
-use crate::kernel::Profile;
-use crate::kernel::form::{Form, with_form};
+use crate::kernel::form::{Form, Gaussian, with_form};
+use crate::kernel::{ProductBlocks, Profile};
 
 /// Row states of one group over a key range, compiled for `S`; the
 /// distances by inner products on `tile` where the keys have panels.
@@ -33,6 +33,7 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>, tile: TileIsa) -> GroupState {
     } = *job;
     let profile = kernel.profile();
     let inv_h2 = kernel.inv_h2();
+    let product = kernel.product_blocks();
     let (n, q) = (keys.ld, keys.q);
     let g = queries.len() / d;
     let mut st = GroupState::empty(profile, q);
@@ -51,8 +52,10 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>, tile: TileIsa) -> GroupState {
                 .as_ref()
                 .filter(|_| use_ip.is_some_and(|u| u[r]))
                 .map(|ip| ip.row(r, len));
-            let mut bm =
-                log_weights::<S>(profile, keys.xt, n, j0, query, pre, inv_h2, w, &mut cmax);
+            let mut bm = match &product {
+                Some(pb) => product_log_weights::<S>(pb, keys.xt, n, j0, query, w, &mut cmax),
+                None => log_weights::<S>(profile, keys.xt, n, j0, query, pre, inv_h2, w, &mut cmax),
+            };
             if let Some(sk) = self_row
                 .map(|r0| r0 + r)
                 .filter(|&sk| sk >= j0 && sk < j0 + len)
@@ -126,6 +129,33 @@ fn log_weights<S: Isa>(
     cmax: &mut [f32],
 ) -> f32 {
     with_form!(profile, P => fused_dists::<S, _>(xt, n, j0, query, pre, inv_h2, w, cmax, P::lane::<f32>))
+}
+
+/// [`log_weights`] for a product kernel: the carrier's `t` by blocks
+/// (`cpu/weights.rs`), then its gaussian log-weights (the panels never
+/// serve a product).
+#[inline(always)]
+fn product_log_weights<S: Isa>(
+    pb: &ProductBlocks,
+    xt: &[f32],
+    n: usize,
+    j0: usize,
+    query: &[f32],
+    w: &mut [f32],
+    cmax: &mut [f32],
+) -> f32 {
+    product_ts::<S>(pb, xt, n, j0, query, w);
+    let mut bm = f32::NEG_INFINITY;
+    for (c, chunk) in w.chunks_mut(LANES).enumerate() {
+        let mut cm = f32::NEG_INFINITY;
+        for x in chunk.iter_mut() {
+            *x = Gaussian::lane(*x);
+            cm = fmax(cm, *x);
+        }
+        cmax[c] = cm;
+        bm = fmax(bm, cm);
+    }
+    bm
 }
 
 #[inline(always)]

@@ -133,6 +133,7 @@ pub(super) fn record_attend<'p>(
                     ("BK", plan.staged as u32),
                 ],
                 profile: None,
+                product: None,
             },
         )?;
         let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {

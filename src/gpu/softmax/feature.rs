@@ -76,6 +76,7 @@ pub(crate) fn feature_local_mean(
         shader: ShaderId::FeatureFinish,
         template: vec![("QA", cols.max(1).next_power_of_two() as u32)],
         profile: None,
+        product: None,
     };
     let sums_pipeline = ctx.pipelines.get(
         ctx,

@@ -63,6 +63,7 @@ pub(crate) fn softmax_matrix(
             shader: ShaderId::SoftmaxMatrix,
             template: vec![],
             profile: None,
+            product: None,
         },
     )?;
     for b in 0..nb {
