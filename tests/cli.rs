@@ -1402,3 +1402,187 @@ fn softmax_matches_the_library_for_stacks_matrices_and_merged_heads() {
             .stdout(predicate::str::contains(": ok"));
     }
 }
+
+#[test]
+fn product_kernels_from_blocks_match_the_library() {
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(41);
+    let (q, x, y) = (
+        rng.matrix(23, 3, 0.0, 1.0),
+        rng.matrix(61, 3, 0.0, 1.0),
+        rng.matrix(61, 2, -5.0, 5.0),
+    );
+    let (qp, xp, yp) = (
+        npy(&dir, "q.npy", &q),
+        npy(&dir, "x.npy", &x),
+        npy(&dir, "y.npy", &y),
+    );
+    let out = dir.path().join("m.npy");
+    let assert = locus()
+        .args(["local-mean", "--backend", "cpu", "--json"])
+        .args([
+            "--kernel",
+            "uniform,gaussian",
+            "--bandwidth",
+            "0.6,0.2",
+            "--blocks",
+            "2,1",
+        ])
+        .arg("--queries")
+        .arg(&qp)
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--values")
+        .arg(&yp)
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let j = json_of(&assert.get_output().stdout);
+    assert_eq!(j["kernel"]["blocks"][1]["profile"], "gaussian", "{j}");
+    assert_eq!(j["kernel"]["blocks"][0]["dims"], 2, "{j}");
+    let k = Kernel::product([(2, Profile::Uniform, 0.6), (1, Profile::Gaussian, 0.2)]).unwrap();
+    let want = cpu().local_mean(&k, q.view(), x.view(), y.view()).unwrap();
+    assert_near(&read_out(&out), &want.values, 1e-6);
+
+    // One profile for every block; a KDE normalized block by block.
+    let dens = dir.path().join("p.npy");
+    locus()
+        .args([
+            "kde",
+            "--backend",
+            "cpu",
+            "--bandwidth",
+            "0.5,0.25",
+            "--blocks",
+            "1,2",
+        ])
+        .arg("--keys")
+        .arg(&xp)
+        .arg("--queries")
+        .arg(&qp)
+        .arg("--output")
+        .arg(&dens)
+        .assert()
+        .success();
+    let k = Kernel::product([(1, Profile::Gaussian, 0.5), (2, Profile::Gaussian, 0.25)]).unwrap();
+    let want = cpu().log_density(&k, q.view(), x.view(), None).unwrap();
+    let got: Array1<f32> = read_npy(&dens).unwrap();
+    for i in 0..q.nrows() {
+        let (g, w) = (f64::from(got[i]), want[i].exp());
+        assert!((g - w).abs() < 1e-4 * w, "{g} vs {w}");
+    }
+
+    // Joint MeanShift over (2, 1) blocks.
+    let labels = dir.path().join("l.npy");
+    locus()
+        .args(["mean-shift", "--backend", "cpu", "--kernel", "gaussian"])
+        .args(["--bandwidth", "0.5,0.3", "--blocks", "2,1"])
+        .arg("--input")
+        .arg(&xp)
+        .arg("--labels")
+        .arg(&labels)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "product(2×gaussian(h=0.5), 1×gaussian(h=0.3))",
+        ));
+    let k = Kernel::product([(2, Profile::Gaussian, 0.5), (1, Profile::Gaussian, 0.3)]).unwrap();
+    let params = locus::MeanShiftParams::new().kernel(k).check().unwrap();
+    let fit = cpu().mean_shift(&params, x.view()).unwrap();
+    let got: Array1<i64> = read_npy(&labels).unwrap();
+    assert_eq!(got, fit.labels);
+
+    // Blocks that do not fit, counts that do not match.
+    let x_name = xp.to_str().unwrap();
+    for (args, expect) in [
+        (
+            vec![
+                "local-mean",
+                "--keys",
+                x_name,
+                "--bandwidth",
+                "1,1",
+                "--blocks",
+                "1,1",
+                "--output",
+                "out.csv",
+            ],
+            vec!["blocks cover 2 coordinates", "3 columns"],
+        ),
+        (
+            vec![
+                "local-mean",
+                "--keys",
+                x_name,
+                "--bandwidth",
+                "1,1",
+                "--output",
+                "out.csv",
+            ],
+            vec!["without --blocks"],
+        ),
+        (
+            vec![
+                "kde",
+                "--keys",
+                x_name,
+                "--bandwidth",
+                "1",
+                "--blocks",
+                "1,2",
+                "--output",
+                "out.csv",
+            ],
+            vec!["one per block"],
+        ),
+        (
+            vec![
+                "kde",
+                "--keys",
+                x_name,
+                "--kernel",
+                "gaussian,uniform,cauchy",
+                "--bandwidth",
+                "1,1",
+                "--blocks",
+                "1,2",
+                "--output",
+                "out.csv",
+            ],
+            vec!["3 profiles"],
+        ),
+        (
+            vec![
+                "kde",
+                "--keys",
+                x_name,
+                "--kernel",
+                "gaussian,cauchy",
+                "--bandwidth",
+                "1,1",
+                "--blocks",
+                "1,2",
+                "--output",
+                "out.csv",
+            ],
+            vec!["cauchy", "d = 2"],
+        ),
+        (
+            vec![
+                "mean-shift",
+                "--input",
+                x_name,
+                "--bandwidth",
+                "1,1",
+                "--blocks",
+                "1,1",
+                "--labels",
+                "out.csv",
+            ],
+            vec!["blocks cover 2 coordinates"],
+        ),
+    ] {
+        fails_with(&dir, &args, &expect);
+    }
+}

@@ -87,19 +87,68 @@ pub struct Compute {
 #[derive(Debug, Clone, clap::Args)]
 pub struct KernelArgs {
     /// Kernel profile: gaussian, epanechnikov, uniform, triangular,
-    /// biweight, laplacian, cauchy.
-    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile)]
-    pub kernel: Profile,
-    /// Bandwidth h > 0 (distances are divided by h).
-    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true)]
-    pub bandwidth: f32,
+    /// biweight, laplacian, cauchy; with --blocks, one per block
+    /// (k1,k2,…) or one for all.
+    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile, value_delimiter = ',')]
+    pub kernel: Vec<Profile>,
+    /// Bandwidth h > 0 (distances are divided by h); with --blocks, one
+    /// per block (h1,h2,…).
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, value_delimiter = ',', required = true)]
+    pub bandwidth: Vec<f32>,
+    /// A product (joint, bilateral) kernel over consecutive coordinate
+    /// blocks of these sizes (d1,d2,… summing to the data's columns), each
+    /// with its own --kernel and --bandwidth.
+    #[arg(long, value_name = "D", value_delimiter = ',')]
+    pub blocks: Option<Vec<usize>>,
 }
 
 impl KernelArgs {
-    /// The kernel (already validated by the parsers).
+    /// The kernel (bandwidths and profiles already validated by the
+    /// parsers).
     pub fn kernel(&self) -> CliResult<Kernel> {
-        Ok(Kernel::new(self.kernel, self.bandwidth)?)
+        kernel_from(&self.kernel, &self.bandwidth, self.blocks.as_deref())
     }
+}
+
+/// A radial kernel from one profile and one bandwidth, or with `blocks` a
+/// product kernel: one bandwidth per block, one profile per block or one
+/// for all.
+pub fn kernel_from(
+    profiles: &[Profile],
+    bandwidths: &[f32],
+    blocks: Option<&[usize]>,
+) -> CliResult<Kernel> {
+    let Some(dims) = blocks else {
+        return match (profiles, bandwidths) {
+            ([p], [h]) => Ok(Kernel::new(*p, *h)?),
+            _ => Err(CliError::input(format!(
+                "{} profiles and {} bandwidths given without --blocks: a radial kernel takes one of each; \
+                 for a product kernel give --blocks d1,d2,… with one bandwidth per block",
+                profiles.len(),
+                bandwidths.len()
+            ))),
+        };
+    };
+    if bandwidths.len() != dims.len() {
+        return Err(CliError::input(format!(
+            "--blocks names {} blocks but --bandwidth gives {} bandwidths; give one per block",
+            dims.len(),
+            bandwidths.len()
+        )));
+    }
+    let profile = |i: usize| match profiles {
+        [p] => Ok(*p),
+        ps if ps.len() == dims.len() => Ok(ps[i]),
+        ps => Err(CliError::input(format!(
+            "--blocks names {} blocks but --kernel gives {} profiles; give one, or one per block",
+            dims.len(),
+            ps.len()
+        ))),
+    };
+    let spec = (0..dims.len())
+        .map(|i| Ok((dims[i], profile(i)?, bandwidths[i])))
+        .collect::<CliResult<Vec<_>>>()?;
+    Ok(Kernel::product(spec)?)
 }
 
 /// Parses a kernel profile name (aliases such as `tophat` accepted).

@@ -67,6 +67,7 @@ impl From<Error> for CliError {
             Error::InvalidBandwidth { .. }
             | Error::UnknownProfile { .. }
             | Error::DimensionMismatch { .. }
+            | Error::KernelDimension { .. }
             | Error::RowMismatch { .. }
             | Error::EmptyInput { .. }
             | Error::NonFinite { .. }

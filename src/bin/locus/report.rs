@@ -157,7 +157,15 @@ pub fn adapter_json(b: &BackendInfo) -> Value {
 
 /// A kernel as JSON.
 pub fn kernel_json(k: &Kernel) -> Value {
-    json!({ "profile": k.profile().name(), "bandwidth": k.bandwidth() })
+    match k.blocks() {
+        None => json!({ "profile": k.profile().name(), "bandwidth": k.bandwidth() }),
+        Some(bs) => json!({
+            "blocks": bs
+                .iter()
+                .map(|b| json!({ "dims": b.dims, "profile": b.profile.name(), "bandwidth": b.bandwidth }))
+                .collect::<Vec<_>>()
+        }),
+    }
 }
 
 fn object<'a>(entries: impl Iterator<Item = (&'a str, Value)>) -> Value {

@@ -55,12 +55,17 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
     let x = keys.data.view();
     // A profile with no finite integral in this dimension has no density:
     // a usage error, found before any work.
-    if locus::ln_normalizer(kernel.profile(), x.ncols()).is_err() {
-        return Err(CliError::input(format!(
-            "--kernel {}: the profile has no finite integral in d = {} (the keys' columns), so it cannot be normalized into a density; use another kernel",
-            kernel.profile(),
-            x.ncols()
-        )));
+    kernel.check_dim("kde", x.ncols())?;
+    let parts: Vec<(locus::Profile, usize)> = match kernel.blocks() {
+        None => vec![(kernel.profile(), x.ncols())],
+        Some(bs) => bs.iter().map(|b| (b.profile, b.dims)).collect(),
+    };
+    for (p, d) in parts {
+        if locus::ln_normalizer(p, d).is_err() {
+            return Err(CliError::input(format!(
+                "--kernel {p}: the profile has no finite integral in d = {d} (the keys' columns, or its block's), so it cannot be normalized into a density; use another kernel",
+            )));
+        }
     }
     let q = queries.as_ref().map_or(x, |q| q.data.view());
     let w = weights.as_ref().map(|w| w.data.column(0));

@@ -9,7 +9,7 @@ use locus::{Bandwidth, Engine, MeanShiftFit, MeanShiftParams, Profile, Seeds};
 use serde_json::json;
 
 use super::Job;
-use crate::args::{Compute, parse_bandwidth, parse_profile};
+use crate::args::{Compute, kernel_from, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::plot::{self, Scatter};
@@ -31,16 +31,24 @@ pub struct MeanShiftArgs {
     /// Points to cluster, N×d.
     #[arg(long, value_name = "X")]
     input: PathBuf,
-    /// Bandwidth h (without it, estimated from --quantile).
-    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, conflicts_with = "quantile")]
-    bandwidth: Option<f32>,
+    /// Bandwidth h (without it, estimated from --quantile); with --blocks,
+    /// one per block (h1,h2,…).
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, conflicts_with = "quantile", value_delimiter = ',')]
+    bandwidth: Option<Vec<f32>>,
+    /// Joint MeanShift with a product kernel over consecutive coordinate
+    /// blocks of these sizes (d1,d2,…; e.g. 2,3 for pixels as row, col,
+    /// L, u, v), each with its own --bandwidth and --kernel; tol and the
+    /// unassigned reach are then in units of the blocks' bandwidths.
+    #[arg(long, value_name = "D", value_delimiter = ',', requires = "bandwidth")]
+    blocks: Option<Vec<usize>>,
     /// Estimate h as the mean distance to the ⌊quantile·N⌋-th neighbour
     /// (scikit-learn's estimate_bandwidth; default 0.3); the estimate is reported.
     #[arg(long, value_name = "Q", allow_hyphen_values = true)]
     quantile: Option<f64>,
-    /// Kernel profile (default: uniform, scikit-learn's flat kernel).
-    #[arg(long, value_name = "K", default_value = "uniform", value_parser = parse_profile)]
-    kernel: Profile,
+    /// Kernel profile (default: uniform, scikit-learn's flat kernel); with
+    /// --blocks, one per block or one for all.
+    #[arg(long, value_name = "K", default_value = "uniform", value_parser = parse_profile, value_delimiter = ',')]
+    kernel: Vec<Profile>,
     /// Seeds: every point, or one per grid bin.
     #[arg(long, value_enum, default_value_t = SeedsArg::All)]
     seeds: SeedsArg,
@@ -88,8 +96,34 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
         plot::check_path("--plot", p)?;
     }
     let mut input = Input::load("--input", &a.input)?;
-    let rule = match (a.bandwidth, a.quantile) {
-        (Some(h), _) => Bandwidth::Fixed(h),
+    // A product kernel (--blocks), or the one profile of a radial kernel.
+    let product = match &a.blocks {
+        Some(dims) => {
+            let k = kernel_from(&a.kernel, a.bandwidth.as_deref().unwrap_or(&[]), Some(dims))?;
+            k.check_dim("mean-shift", input.data.ncols())?;
+            Some(k)
+        }
+        None => None,
+    };
+    let profile = match (&product, a.kernel.as_slice()) {
+        (Some(_), _) => Profile::Gaussian,
+        (None, [p]) => *p,
+        (None, ps) => {
+            return Err(CliError::input(format!(
+                "--kernel gives {} profiles without --blocks; a radial kernel takes one",
+                ps.len()
+            )));
+        }
+    };
+    let rule = match (a.bandwidth.as_deref(), a.quantile) {
+        (Some(_), _) if product.is_some() => Bandwidth::Fixed(1.0),
+        (Some([h]), _) => Bandwidth::Fixed(*h),
+        (Some(hs), _) => {
+            return Err(CliError::input(format!(
+                "--bandwidth gives {} bandwidths without --blocks; a radial kernel takes one",
+                hs.len()
+            )));
+        }
         (None, q) => Bandwidth::Quantile {
             quantile: q.unwrap_or(0.3),
             n_samples: None,
@@ -102,16 +136,18 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
         },
     };
     let build = |rule: Bandwidth| {
-        MeanShiftParams::new()
-            .profile(a.kernel)
-            .bandwidth_rule(rule)
-            .seeds(seeds.clone())
-            .max_iter(a.max_iter)
-            .tol(a.tol)
-            .blurring(a.blurring)
-            .cluster_all(!a.no_cluster_all)
-            .check()
-            .map_err(CliError::input)
+        let p = MeanShiftParams::new().profile(profile).bandwidth_rule(rule);
+        match product {
+            Some(k) => p.kernel(k),
+            None => p,
+        }
+        .seeds(seeds.clone())
+        .max_iter(a.max_iter)
+        .tol(a.tol)
+        .blurring(a.blurring)
+        .cluster_all(!a.no_cluster_all)
+        .check()
+        .map_err(CliError::input)
     };
     // Bad parameters are reported before any work.
     build(rule)?;
@@ -150,12 +186,22 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     })?;
     job.verify(
         |e: &Engine| e.mean_shift(&params, x),
-        |other| compare(&fit, other, h),
+        // A product's modes are in the data's units: the smallest block
+        // bandwidth sets the tolerance.
+        |other| {
+            let scale = product.as_ref().and_then(|k| k.blocks()).map_or(h, |bs| {
+                bs.iter().map(|b| b.bandwidth).fold(f32::INFINITY, f32::min)
+            });
+            compare(&fit, other, scale)
+        },
     )?;
 
     let clusters = fit.modes.nrows();
     let summary = Summary {
-        kernel: Some(locus::Kernel::new(a.kernel, h)?),
+        kernel: Some(match product {
+            Some(k) => k,
+            None => locus::Kernel::new(profile, h)?,
+        }),
         sizes: vec![("N", n), ("d", d)],
         fields: vec![
             ("bandwidth", json!(h)),
@@ -184,10 +230,13 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
             io::write_array("--modes", m, fit.modes.view())?;
         }
         if let Some(p) = &a.plot {
+            let kernel = match product {
+                Some(k) => k.to_string(),
+                None => format!("{profile} h={h:.3}"),
+            };
             let title = format!(
-                "MeanShift{}, {} h={h:.3}: {clusters} clusters",
+                "MeanShift{}, {kernel}: {clusters} clusters",
                 if a.blurring { " (blurring)" } else { "" },
-                a.kernel
             );
             plot::write_png(
                 "--plot",
