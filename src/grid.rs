@@ -33,9 +33,10 @@ pub(crate) struct Grid {
 
 impl Grid {
     /// Grids `points` (row-major, `d` columns) with cells of side at least
-    /// `side` (> 0). Coordinates whose whole range fits in one cell are
-    /// left out; with none left, every point is in the one cell.
-    pub(crate) fn new(points: &[f32], d: usize, side: f64) -> Grid {
+    /// `side` (> 0), on the coordinates `eligible` allows (all when
+    /// `None`). Coordinates whose whole range fits in one cell are left
+    /// out; with none left, every point is in the one cell.
+    pub(crate) fn new(points: &[f32], d: usize, side: f64, eligible: Option<&[bool]>) -> Grid {
         let n = points.len() / d;
         let mut lo = vec![f64::INFINITY; d];
         let mut hi = vec![f64::NEG_INFINITY; d];
@@ -45,7 +46,9 @@ impl Grid {
                 hi[k] = hi[k].max(f64::from(v));
             }
         }
-        let mut by_range: Vec<usize> = (0..d).filter(|&k| hi[k] - lo[k] >= side).collect();
+        let mut by_range: Vec<usize> = (0..d)
+            .filter(|&k| hi[k] - lo[k] >= side && eligible.is_none_or(|e| e[k]))
+            .collect();
         by_range.sort_by(|&a, &b| (hi[b] - lo[b]).total_cmp(&(hi[a] - lo[a])).then(a.cmp(&b)));
         by_range.truncate(MAX_AXES);
         let axes = by_range;
@@ -171,7 +174,7 @@ mod tests {
     fn ranges_cover_every_point_in_the_box() {
         for d in [1usize, 2, 3, 5] {
             let pts = data(3000, d);
-            let grid = Grid::new(&pts, d, 0.7);
+            let grid = Grid::new(&pts, d, 0.7, None);
             assert_eq!(grid.axes(), d.min(3));
             for q in 0..40 {
                 let c: Vec<f64> = (0..d)
@@ -205,7 +208,7 @@ mod tests {
     #[test]
     fn constant_data_is_one_cell() {
         let pts = vec![2.5f32; 40];
-        let grid = Grid::new(&pts, 2, 1.0);
+        let grid = Grid::new(&pts, 2, 1.0, None);
         assert_eq!(grid.axes(), 0);
         let mut r = Vec::new();
         grid.ranges(&[0.0, 0.0], &[1.0, 1.0], &mut r);

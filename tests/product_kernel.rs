@@ -347,6 +347,20 @@ fn joint_mean_shift_is_the_shift_of_the_scaled_points() {
             }
         }
     }
+    // A compact spatial block: the CPU cuts the keys by a grid on those
+    // coordinates, the GPU visits them all; the same modes.
+    let k = Kernel::product([(2, Profile::Uniform, 2.5), (1, Profile::Gaussian, 0.04)]).unwrap();
+    let params = MeanShiftParams::new().kernel(k).check().unwrap();
+    let all = engines();
+    let want = all[0].1.mean_shift(&params, x.view()).unwrap();
+    assert_eq!(want.modes.nrows(), 3);
+    for (name, e) in &all[1..] {
+        let got = e.mean_shift(&params, x.view()).unwrap();
+        assert_eq!(got.labels, want.labels, "{name}");
+        for (a, b) in got.modes.iter().zip(&want.modes) {
+            assert!((a - b).abs() < 1e-4, "{name}: {a} vs {b}");
+        }
+    }
 }
 
 #[test]

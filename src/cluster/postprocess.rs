@@ -96,7 +96,7 @@ fn suppress(sorted: &[f32], d: usize, h: f32) -> Vec<bool> {
     let c = sorted.len() / d;
     let h = f64::from(h);
     let h2 = h * h;
-    let grid = Grid::new(sorted, d, h);
+    let grid = Grid::new(sorted, d, h, None);
     let reach = h * (1.0 + 1e-4);
     let mut keep = vec![true; c];
     let mut ranges = Vec::new();

@@ -33,9 +33,11 @@ pub(crate) struct ShiftKeys {
     grid: Option<Grid>,
     /// The keys centred and packed for inner products (larger `d`).
     panels: Option<Panels>,
-    /// Slack added to the bandwidth when cutting boxes, so f32 rounding at
-    /// the kernel's edge can never drop a key the kernel would count.
-    reach: f64,
+    /// Per coordinate, how far a key with weight can lie from the query
+    /// along it: the bandwidth of a compact profile (a product's compact
+    /// blocks) plus slack, so f32 rounding at the kernel's edge can never
+    /// drop a key the kernel would count; infinite elsewhere.
+    reach: Vec<f64>,
 }
 
 impl ShiftKeys {
@@ -43,11 +45,30 @@ impl ShiftKeys {
     pub(crate) fn new(kernel: &Kernel, points: &[f32], d: usize) -> Self {
         let n = points.len() / d;
         let ld = padded_stride(n);
-        let h = f64::from(kernel.bandwidth());
-        let grid = kernel
-            .profile()
-            .is_compact()
-            .then(|| Grid::new(points, d, h / CELLS_PER_H));
+        let reach: Vec<f64> = match kernel.blocks() {
+            None if kernel.profile().is_compact() => {
+                vec![f64::from(kernel.bandwidth()) * (1.0 + 1e-4); d]
+            }
+            None => vec![f64::INFINITY; d],
+            Some(bs) => bs
+                .iter()
+                .flat_map(|b| {
+                    let r = if b.profile.is_compact() {
+                        f64::from(b.bandwidth) * (1.0 + 1e-4)
+                    } else {
+                        f64::INFINITY
+                    };
+                    std::iter::repeat_n(r, b.dims)
+                })
+                .collect(),
+        };
+        // A grid on the coordinates of bounded reach, cells a fraction of
+        // the smallest reach.
+        let bounded: Vec<bool> = reach.iter().map(|r| r.is_finite()).collect();
+        let h = reach.iter().copied().fold(f64::INFINITY, f64::min) / (1.0 + 1e-4);
+        let grid = bounded
+            .contains(&true)
+            .then(|| Grid::new(points, d, h / CELLS_PER_H, Some(&bounded)));
         let mut xt = vec![0.0f32; ld * d];
         match &grid {
             Some(g) => {
@@ -87,7 +108,7 @@ impl ShiftKeys {
             d,
             grid,
             panels,
-            reach: h * (1.0 + 1e-4),
+            reach,
         }
     }
 
@@ -142,15 +163,15 @@ impl ShiftKeys {
         let mut hi = vec![f64::NEG_INFINITY; d];
         for row in buf.chunks_exact(d) {
             for (k, &v) in row.iter().enumerate() {
-                lo[k] = lo[k].min(f64::from(v) - self.reach);
-                hi[k] = hi[k].max(f64::from(v) + self.reach);
+                lo[k] = lo[k].min(f64::from(v) - self.reach[k]);
+                hi[k] = hi[k].max(f64::from(v) + self.reach[k]);
             }
         }
         ranges.clear();
         grid.ranges(&lo, &hi, ranges);
         let mut st = GroupState::empty(kernel.profile(), soa.q);
         for &(a, b) in ranges.iter() {
-            // Compact profiles keep m = 0, so merging is a plain sum.
+            // The associative merge (a plain sum where m = 0).
             let part = group(&job(a, b));
             st.merge(&part, soa.q);
         }
