@@ -5,7 +5,7 @@ use numpy::{IntoPyArray, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::profile;
+use crate::convert::{KernelSpec, profile};
 use crate::engine::Engine;
 use crate::errors::{compute, input, to_py};
 
@@ -42,8 +42,9 @@ fn rule(
 #[pyfunction]
 #[pyo3(signature = (
     engine, points, *, bandwidth = None, bandwidth_rule = "quantile", quantile = 0.3,
-    n_samples = None, kernel = "uniform", seeds = None, bin_seeding = false,
-    min_bin_freq = 1, max_iter = 300, tol = 1e-3, blurring = false, cluster_all = true
+    n_samples = None, kernel = KernelSpec::Name("uniform".into()), seeds = None,
+    bin_seeding = false, min_bin_freq = 1, max_iter = 300, tol = 1e-3, blurring = false,
+    cluster_all = true
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn mean_shift<'py>(
@@ -54,7 +55,7 @@ pub(crate) fn mean_shift<'py>(
     bandwidth_rule: &str,
     quantile: f64,
     n_samples: Option<usize>,
-    kernel: &str,
+    kernel: KernelSpec,
     seeds: Option<PyReadonlyArray2<'py, f32>>,
     bin_seeding: bool,
     min_bin_freq: usize,
@@ -68,9 +69,16 @@ pub(crate) fn mean_shift<'py>(
         (None, true) => Seeds::Binned { min_bin_freq },
         (None, false) => Seeds::All,
     };
-    let params = MeanShiftParams::new()
-        .profile(profile(py, kernel)?)
-        .bandwidth_rule(rule(py, bandwidth, bandwidth_rule, quantile, n_samples)?)
+    let base = match &kernel {
+        KernelSpec::Name(name) => MeanShiftParams::new()
+            .profile(profile(py, name)?)
+            .bandwidth_rule(rule(py, bandwidth, bandwidth_rule, quantile, n_samples)?),
+        // Joint MeanShift: the blocks carry the bandwidths.
+        KernelSpec::Blocks(_) => {
+            MeanShiftParams::new().kernel(crate::convert::kernel(py, &kernel, bandwidth)?)
+        }
+    };
+    let params = base
         .seeds(seeds)
         .max_iter(max_iter)
         .tol(tol)

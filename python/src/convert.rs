@@ -1,15 +1,46 @@
-//! Small conversions at the edge: kernel names and bandwidths.
+//! Small conversions at the edge: kernel names, product kernels and
+//! bandwidths.
 
 use locus::{Kernel, Profile};
 use pyo3::prelude::*;
 
-use crate::errors::to_py;
+use crate::errors::{input, to_py};
 
-/// The kernel `name` (a profile or an alias such as `tophat`, `linear`,
-/// `exponential`) with bandwidth `h`, both checked.
-pub(crate) fn kernel(py: Python<'_>, name: &str, h: f64) -> PyResult<Kernel> {
-    let profile: Profile = name.parse().map_err(|e| to_py(py, &e))?;
-    Kernel::new(profile, h as f32).map_err(|e| to_py(py, &e))
+/// A kernel as Python passes it: a profile name (with a bandwidth), or a
+/// product kernel's blocks `[(dims, profile, bandwidth), …]` (what
+/// `locus.ProductKernel` hands over).
+#[derive(Debug, FromPyObject)]
+pub(crate) enum KernelSpec {
+    /// A profile name or alias.
+    Name(String),
+    /// A product kernel's blocks.
+    Blocks(Vec<(usize, String, f64)>),
+}
+
+/// The kernel `spec` (a profile or an alias such as `tophat`, `linear`,
+/// `exponential`, with bandwidth `h`; or a product kernel's blocks, with no
+/// `h`), checked.
+pub(crate) fn kernel(py: Python<'_>, spec: &KernelSpec, h: Option<f64>) -> PyResult<Kernel> {
+    match (spec, h) {
+        (KernelSpec::Name(name), Some(h)) => {
+            Kernel::new(profile(py, name)?, h as f32).map_err(|e| to_py(py, &e))
+        }
+        (KernelSpec::Name(name), None) => Err(input(
+            py,
+            format!("the kernel {name:?} needs a bandwidth"),
+        )),
+        (KernelSpec::Blocks(blocks), None) => {
+            let spec = blocks
+                .iter()
+                .map(|(d, p, h)| Ok((*d, profile(py, p)?, *h as f32)))
+                .collect::<PyResult<Vec<_>>>()?;
+            Kernel::product(spec).map_err(|e| to_py(py, &e))
+        }
+        (KernelSpec::Blocks(_), Some(_)) => Err(input(
+            py,
+            "a product kernel carries its blocks' bandwidths: give no bandwidth with it",
+        )),
+    }
 }
 
 /// The profile `name`, checked.

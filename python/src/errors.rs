@@ -39,6 +39,7 @@ pub(crate) fn kind(e: &Error) -> Kind {
         Error::InvalidBandwidth { .. }
         | Error::UnknownProfile { .. }
         | Error::DimensionMismatch { .. }
+        | Error::KernelDimension { .. }
         | Error::RowMismatch { .. }
         | Error::EmptyInput { .. }
         | Error::NonFinite { .. }

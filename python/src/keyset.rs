@@ -3,6 +3,8 @@
 
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArray3, PyReadonlyArray2};
 use pyo3::prelude::*;
+
+use crate::convert::KernelSpec;
 use pyo3::types::PyDict;
 
 use crate::errors::compute;
@@ -20,15 +22,15 @@ type Means<'py> = (Bound<'py, PyArray2<f32>>, usize);
 #[pymethods]
 impl KeySet {
     /// Local means of the values at `queries`; the number of empty rows.
-    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian"))]
+    #[pyo3(signature = (queries, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
     fn local_mean<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        bandwidth: f64,
-        kernel: &str,
+        bandwidth: Option<f64>,
+        kernel: KernelSpec,
     ) -> PyResult<Means<'py>> {
-        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let k = crate::convert::kernel(py, &kernel, bandwidth)?;
         let q = queries.as_array();
         let r = compute(py, || self.inner.local_mean(&k, q))?;
         Ok((r.values.into_pyarray(py), r.empty_rows))
@@ -36,14 +38,14 @@ impl KeySet {
 
     /// Local polynomial regression of the values at `queries`: fitted
     /// values, slopes (degree 1), empty rows, rank-deficient rows.
-    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian", degree = 1))]
+    #[pyo3(signature = (queries, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), degree = 1))]
     #[allow(clippy::type_complexity)]
     fn local_polynomial<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        bandwidth: f64,
-        kernel: &str,
+        bandwidth: Option<f64>,
+        kernel: KernelSpec,
         degree: usize,
     ) -> PyResult<(
         Bound<'py, PyArray2<f32>>,
@@ -51,7 +53,7 @@ impl KeySet {
         usize,
         usize,
     )> {
-        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let k = crate::convert::kernel(py, &kernel, bandwidth)?;
         let q = queries.as_array();
         let r = compute(py, || self.inner.local_polynomial(&k, q, degree))?;
         Ok((
@@ -63,14 +65,14 @@ impl KeySet {
     }
 
     /// Local PCA at `queries`: means, variances, components, empty rows.
-    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian", components = 1))]
+    #[pyo3(signature = (queries, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), components = 1))]
     #[allow(clippy::type_complexity)]
     fn local_pca<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        bandwidth: f64,
-        kernel: &str,
+        bandwidth: Option<f64>,
+        kernel: KernelSpec,
         components: usize,
     ) -> PyResult<(
         Bound<'py, PyArray2<f32>>,
@@ -78,7 +80,7 @@ impl KeySet {
         Bound<'py, PyArray3<f32>>,
         usize,
     )> {
-        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let k = crate::convert::kernel(py, &kernel, bandwidth)?;
         let q = queries.as_array();
         let r = compute(py, || self.inner.local_pca(&k, q, components))?;
         Ok((
@@ -90,20 +92,20 @@ impl KeySet {
     }
 
     /// Row states `(max_log_weight, sum, weighted)` of `queries`.
-    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian"))]
+    #[pyo3(signature = (queries, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
     #[allow(clippy::type_complexity)]
     fn row_states<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        bandwidth: f64,
-        kernel: &str,
+        bandwidth: Option<f64>,
+        kernel: KernelSpec,
     ) -> PyResult<(
         Bound<'py, PyArray1<f32>>,
         Bound<'py, PyArray1<f64>>,
         Bound<'py, PyArray2<f64>>,
     )> {
-        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let k = crate::convert::kernel(py, &kernel, bandwidth)?;
         let q = queries.as_array();
         let s = compute(py, || self.inner.row_states(&k, q))?;
         Ok((
@@ -114,43 +116,43 @@ impl KeySet {
     }
 
     /// `ln p̂(q)` per query.
-    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian"))]
+    #[pyo3(signature = (queries, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
     fn log_density<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        bandwidth: f64,
-        kernel: &str,
+        bandwidth: Option<f64>,
+        kernel: KernelSpec,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let k = crate::convert::kernel(py, &kernel, bandwidth)?;
         let q = queries.as_array();
         Ok(compute(py, || self.inner.log_density(&k, q))?.into_pyarray(py))
     }
 
     /// `p̂(q)` per query.
-    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian"))]
+    #[pyo3(signature = (queries, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
     fn density<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        bandwidth: f64,
-        kernel: &str,
+        bandwidth: Option<f64>,
+        kernel: KernelSpec,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let k = crate::convert::kernel(py, &kernel, bandwidth)?;
         let q = queries.as_array();
         Ok(compute(py, || self.inner.density(&k, q))?.into_pyarray(py))
     }
 
     /// Class probabilities (`M × C`) and the number of empty rows.
-    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian"))]
+    #[pyo3(signature = (queries, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
     fn predict_proba<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        bandwidth: f64,
-        kernel: &str,
+        bandwidth: Option<f64>,
+        kernel: KernelSpec,
     ) -> PyResult<Means<'py>> {
-        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let k = crate::convert::kernel(py, &kernel, bandwidth)?;
         let q = queries.as_array();
         let r = compute(py, || self.inner.predict_proba(&k, q))?;
         Ok((r.values.into_pyarray(py), r.empty_rows))
@@ -158,16 +160,16 @@ impl KeySet {
 
     /// Class indices (−1 for an empty neighbourhood), probabilities, and
     /// the number of empty rows.
-    #[pyo3(signature = (queries, *, bandwidth, kernel = "gaussian"))]
+    #[pyo3(signature = (queries, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
     #[allow(clippy::type_complexity)]
     fn classify<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        bandwidth: f64,
-        kernel: &str,
+        bandwidth: Option<f64>,
+        kernel: KernelSpec,
     ) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray2<f32>>, usize)> {
-        let k = crate::convert::kernel(py, kernel, bandwidth)?;
+        let k = crate::convert::kernel(py, &kernel, bandwidth)?;
         let q = queries.as_array();
         let c = compute(py, || self.inner.classify(&k, q))?;
         Ok((

@@ -9,6 +9,8 @@ use numpy::{
 };
 use pyo3::prelude::*;
 
+use crate::convert::KernelSpec;
+
 use crate::engine::Engine;
 use crate::errors::{compute, input};
 
@@ -16,17 +18,17 @@ type Means<'py> = (Bound<'py, PyArray2<f32>>, usize);
 
 /// Local means of `values` at `queries` over `keys`; the empty-row count.
 #[pyfunction]
-#[pyo3(signature = (engine, queries, keys, values, *, bandwidth, kernel = "gaussian"))]
+#[pyo3(signature = (engine, queries, keys, values, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
 pub(crate) fn local_mean<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     queries: PyReadonlyArray2<'py, f32>,
     keys: PyReadonlyArray2<'py, f32>,
     values: PyReadonlyArray2<'py, f32>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
 ) -> PyResult<Means<'py>> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let (q, x, y) = (queries.as_array(), keys.as_array(), values.as_array());
     let e = &engine.get().inner;
     let r = compute(py, || e.local_mean(&k, q, x, y))?;
@@ -36,7 +38,7 @@ pub(crate) fn local_mean<'py>(
 /// Local polynomial regression of degree 0 or 1: fitted values, slopes
 /// (`M × q × d`, degree 1 only), empty rows, rank-deficient rows.
 #[pyfunction]
-#[pyo3(signature = (engine, queries, keys, values, *, bandwidth, kernel = "gaussian", degree = 1))]
+#[pyo3(signature = (engine, queries, keys, values, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), degree = 1))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub(crate) fn local_polynomial<'py>(
     py: Python<'py>,
@@ -44,8 +46,8 @@ pub(crate) fn local_polynomial<'py>(
     queries: PyReadonlyArray2<'py, f32>,
     keys: PyReadonlyArray2<'py, f32>,
     values: PyReadonlyArray2<'py, f32>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
     degree: usize,
 ) -> PyResult<(
     Bound<'py, PyArray2<f32>>,
@@ -53,7 +55,7 @@ pub(crate) fn local_polynomial<'py>(
     usize,
     usize,
 )> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let (q, x, y) = (queries.as_array(), keys.as_array(), values.as_array());
     let e = &engine.get().inner;
     let r = compute(py, || e.local_polynomial(&k, q, x, y, degree))?;
@@ -68,15 +70,15 @@ pub(crate) fn local_polynomial<'py>(
 /// Local PCA: means, variances (`M × k`), components (`M × k × d`), empty
 /// rows.
 #[pyfunction]
-#[pyo3(signature = (engine, queries, keys, *, bandwidth, kernel = "gaussian", components = 1))]
+#[pyo3(signature = (engine, queries, keys, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), components = 1))]
 #[allow(clippy::type_complexity)]
 pub(crate) fn local_pca<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     queries: PyReadonlyArray2<'py, f32>,
     keys: PyReadonlyArray2<'py, f32>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
     components: usize,
 ) -> PyResult<(
     Bound<'py, PyArray2<f32>>,
@@ -84,7 +86,7 @@ pub(crate) fn local_pca<'py>(
     Bound<'py, PyArray3<f32>>,
     usize,
 )> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let (q, x) = (queries.as_array(), keys.as_array());
     let e = &engine.get().inner;
     let r = compute(py, || e.local_pca(&k, q, x, components))?;
@@ -99,16 +101,16 @@ pub(crate) fn local_pca<'py>(
 /// The score `∇ log f̂` of the keys' kernel density at `queries`; the
 /// empty-row count.
 #[pyfunction]
-#[pyo3(signature = (engine, queries, keys, *, bandwidth, kernel = "gaussian"))]
+#[pyo3(signature = (engine, queries, keys, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
 pub(crate) fn score<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     queries: PyReadonlyArray2<'py, f32>,
     keys: PyReadonlyArray2<'py, f32>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
 ) -> PyResult<Means<'py>> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let (q, x) = (queries.as_array(), keys.as_array());
     let e = &engine.get().inner;
     let r = compute(py, || e.score(&k, q, x))?;
@@ -119,18 +121,18 @@ pub(crate) fn score<'py>(
 /// themselves without keys); the filled rows, the count of imputed entries
 /// and of those that took the column mean.
 #[pyfunction]
-#[pyo3(signature = (engine, queries, keys = None, *, bandwidth, kernel = "gaussian", iterations = 1))]
+#[pyo3(signature = (engine, queries, keys = None, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), iterations = 1))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn impute<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     queries: PyReadonlyArray2<'py, f32>,
     keys: Option<PyReadonlyArray2<'py, f32>>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
     iterations: usize,
 ) -> PyResult<(Bound<'py, PyArray2<f32>>, usize, usize)> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let q = queries.as_array();
     let x = keys.as_ref().map(|k| k.as_array());
     let e = &engine.get().inner;
@@ -143,15 +145,15 @@ pub(crate) fn impute<'py>(
 
 /// The self-local mean `K̃X` of `points`; the empty-row count.
 #[pyfunction]
-#[pyo3(signature = (engine, points, *, bandwidth, kernel = "gaussian"))]
+#[pyo3(signature = (engine, points, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
 pub(crate) fn self_local_mean<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     points: PyReadonlyArray2<'py, f32>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
 ) -> PyResult<Means<'py>> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let x = points.as_array();
     let e = &engine.get().inner;
     let r = compute(py, || e.self_local_mean(&k, x))?;
@@ -161,17 +163,17 @@ pub(crate) fn self_local_mean<'py>(
 /// `K` (or `D⁻¹K` with `normalize`) between `queries` and `keys`; the
 /// empty-row count (0 without `normalize`).
 #[pyfunction]
-#[pyo3(signature = (engine, queries, keys, *, bandwidth, kernel = "gaussian", normalize = false))]
+#[pyo3(signature = (engine, queries, keys, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), normalize = false))]
 pub(crate) fn kernel_matrix<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     queries: PyReadonlyArray2<'py, f32>,
     keys: PyReadonlyArray2<'py, f32>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
     normalize: bool,
 ) -> PyResult<Means<'py>> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let (q, x) = (queries.as_array(), keys.as_array());
     let e = &engine.get().inner;
     let (m, empty) = compute(py, || {
@@ -187,16 +189,16 @@ pub(crate) fn kernel_matrix<'py>(
 
 /// The graph Laplacian `D − K` (or `I − D⁻¹K` with `normalized`) of `points`.
 #[pyfunction]
-#[pyo3(signature = (engine, points, *, bandwidth, kernel = "gaussian", normalized = false))]
+#[pyo3(signature = (engine, points, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), normalized = false))]
 pub(crate) fn laplacian<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     points: PyReadonlyArray2<'py, f32>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
     normalized: bool,
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let x = points.as_array();
     let kind = if normalized {
         LaplacianKind::RandomWalk
@@ -209,17 +211,17 @@ pub(crate) fn laplacian<'py>(
 
 /// `ln p̂` at `queries` of the KDE on `keys` (optionally weighted).
 #[pyfunction]
-#[pyo3(signature = (engine, queries, keys, *, bandwidth, kernel = "gaussian", weights = None))]
+#[pyo3(signature = (engine, queries, keys, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), weights = None))]
 pub(crate) fn log_density<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     queries: PyReadonlyArray2<'py, f32>,
     keys: PyReadonlyArray2<'py, f32>,
-    bandwidth: f64,
-    kernel: &str,
+    bandwidth: Option<f64>,
+    kernel: KernelSpec,
     weights: Option<PyReadonlyArray1<'py, f32>>,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    let k = crate::convert::kernel(py, kernel, bandwidth)?;
+    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
     let (q, x) = (queries.as_array(), keys.as_array());
     let w = weights.as_ref().map(|w| w.as_array());
     let e = &engine.get().inner;

@@ -42,6 +42,7 @@ from ._functions import (
     score,
     self_local_mean,
 )
+from ._kernels import ProductKernel
 from ._locus import __version__
 
 _ESTIMATORS = {
@@ -65,6 +66,7 @@ __all__ = [
     "MeanShiftResult",
     "MedoidShiftResult",
     "LocalPCAResult",
+    "ProductKernel",
     "density",
     "estimate_bandwidth",
     "feature_local_mean",

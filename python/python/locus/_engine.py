@@ -10,6 +10,7 @@ import numpy as np
 from . import _locus
 from ._arrays import as_count, as_degree, as_labels, as_matrix, as_values, fit_result
 from ._errors import InputError
+from ._kernels import ProductKernel, kernel_args
 
 __all__ = ["Engine", "KeySet", "RowStates", "engine_for"]
 
@@ -185,12 +186,12 @@ class KeySet:
         ``batched_requests``, ``largest_batch``, ``retried_alone``."""
         return self._inner.stats()
 
-    def local_mean(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def local_mean(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Local means of the values at ``queries`` (M × d), as
         :func:`locus.local_mean` with these keys and values; NaN rows for
         empty neighbourhoods."""
         out, _ = self._inner.local_mean(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
         )
         return out[:, 0] if self._vector else out
 
@@ -198,8 +199,8 @@ class KeySet:
         self,
         queries: Any,
         *,
-        bandwidth: float,
-        kernel: str = "gaussian",
+        bandwidth: float | None = None,
+        kernel: str | ProductKernel = "gaussian",
         degree: int = 1,
         return_slopes: bool = False,
     ) -> Any:
@@ -208,59 +209,64 @@ class KeySet:
         values are used as stored, not centred)."""
         degree = as_degree(degree, return_slopes)
         fit, slopes, _, _ = self._inner.local_polynomial(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel, degree=degree
+            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth), degree=degree
         )
         return fit_result(fit, slopes, self._vector, return_slopes)
 
     def local_pca(
-        self, queries: Any, *, bandwidth: float, n_components: int = 1, kernel: str = "gaussian"
+        self,
+        queries: Any,
+        *,
+        bandwidth: float | None = None,
+        n_components: int = 1,
+        kernel: str | ProductKernel = "gaussian",
     ) -> Any:
         """Local PCA at ``queries`` over these keys, as :func:`locus.local_pca`."""
         from ._functions import LocalPCAResult
 
         k = as_count(n_components, "n_components")
         means, variances, components, _ = self._inner.local_pca(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel, components=k
+            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth), components=k
         )
         return LocalPCAResult(means, variances, components)
 
-    def row_states(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> RowStates:
+    def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
         """The row states ``(m, s, u)`` behind :meth:`local_mean` (``u`` has
         no columns when the key set has no values); states of several key
         sets merge associatively."""
         m, s, u = self._inner.row_states(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
         )
         return RowStates(m, s, u)
 
-    def log_density(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`."""
         return self._inner.log_density(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
         )
 
-    def density(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`."""
         return self._inner.density(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
         )
 
-    def predict_proba(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Class probabilities (M × C, columns in the order of
         :attr:`classes`): the local mean of one-hot labels; NaN rows for
         empty neighbourhoods."""
         out, _ = self._inner.predict_proba(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
         )
         return out
 
-    def classify(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def classify(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """The most probable label per query (ties to the smaller label); a
         query with an empty neighbourhood gets its nearest key's label."""
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
         index, _, _ = self._inner.classify(
-            as_matrix(queries, "queries"), bandwidth=bandwidth, kernel=kernel
+            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
         )
         return self._classes[index]
 

@@ -19,6 +19,7 @@ from . import _locus
 from ._arrays import as_count, as_degree, as_float32, as_matrix, as_values, fit_result
 from ._engine import BackendLike, engine_for
 from ._errors import InputError
+from ._kernels import ProductKernel, kernel_args
 
 __all__ = [
     "local_mean",
@@ -51,8 +52,8 @@ def local_mean(
     keys: Any,
     values: Any = None,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "gaussian",
     backend: BackendLike = "auto",
 ) -> np.ndarray:
     """Nadaraya–Watson local means ``Σ_j K(q, x_j) y_j / Σ_j K(q, x_j)``.
@@ -73,7 +74,7 @@ def local_mean(
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     y, vector = (x, False) if values is None else as_values(values, "values")
-    out, _ = _locus.local_mean(_engine(backend), q, x, y, bandwidth=bandwidth, kernel=kernel)
+    out, _ = _locus.local_mean(_engine(backend), q, x, y, **kernel_args(kernel, bandwidth))
     return out[:, 0] if vector else out
 
 
@@ -82,8 +83,8 @@ def local_polynomial(
     keys: Any,
     values: Any,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "gaussian",
     degree: int = 1,
     return_slopes: bool = False,
     backend: BackendLike = "auto",
@@ -111,7 +112,7 @@ def local_polynomial(
     y, vector = as_values(values, "values")
     degree = as_degree(degree, return_slopes)
     fit, slopes, _, _ = _locus.local_polynomial(
-        _engine(backend), q, x, y, bandwidth=bandwidth, kernel=kernel, degree=degree
+        _engine(backend), q, x, y, **kernel_args(kernel, bandwidth), degree=degree
     )
     return fit_result(fit, slopes, vector, return_slopes)
 
@@ -131,9 +132,9 @@ def local_pca(
     queries: Any,
     keys: Any,
     *,
-    bandwidth: float,
+    bandwidth: float | None = None,
     n_components: int = 1,
-    kernel: str = "gaussian",
+    kernel: str | ProductKernel = "gaussian",
     backend: BackendLike = "auto",
 ) -> LocalPCAResult:
     """Local PCA: at each query the kernel-weighted mean and covariance of
@@ -152,7 +153,7 @@ def local_pca(
     x = as_matrix(keys, "keys")
     k = as_count(n_components, "n_components")
     means, variances, components, _ = _locus.local_pca(
-        _engine(backend), q, x, bandwidth=bandwidth, kernel=kernel, components=k
+        _engine(backend), q, x, **kernel_args(kernel, bandwidth), components=k
     )
     return LocalPCAResult(means, variances, components)
 
@@ -161,8 +162,8 @@ def impute(
     X: Any,
     keys: Any = None,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "gaussian",
     iterations: int = 1,
     backend: BackendLike = "auto",
 ) -> np.ndarray:
@@ -182,7 +183,7 @@ def impute(
     q = as_float32(X, "X", (2,))
     x = None if keys is None else as_float32(keys, "keys", (2,))
     it = as_count(iterations, "iterations")
-    out, _, _ = _locus.impute(_engine(backend), q, x, bandwidth=bandwidth, kernel=kernel, iterations=it)
+    out, _, _ = _locus.impute(_engine(backend), q, x, **kernel_args(kernel, bandwidth), iterations=it)
     return out
 
 
@@ -190,8 +191,8 @@ def score(
     queries: Any,
     keys: Any,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "gaussian",
     backend: BackendLike = "auto",
 ) -> np.ndarray:
     """The score ``∇ log f̂(q)`` of the kernel density estimate of ``keys``
@@ -207,12 +208,12 @@ def score(
     """
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
-    out, _ = _locus.score(_engine(backend), q, x, bandwidth=bandwidth, kernel=kernel)
+    out, _ = _locus.score(_engine(backend), q, x, **kernel_args(kernel, bandwidth))
     return out
 
 
 def self_local_mean(
-    points: Any, *, bandwidth: float, kernel: str = "gaussian", backend: BackendLike = "auto"
+    points: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian", backend: BackendLike = "auto"
 ) -> np.ndarray:
     """Every point replaced by the local mean of the points around it
     (``K̃X``, one blurring MeanShift step).
@@ -225,7 +226,7 @@ def self_local_mean(
            [9. ]], dtype=float32)
     """
     x = as_matrix(points, "points")
-    out, _ = _locus.self_local_mean(_engine(backend), x, bandwidth=bandwidth, kernel=kernel)
+    out, _ = _locus.self_local_mean(_engine(backend), x, **kernel_args(kernel, bandwidth))
     return out
 
 
@@ -233,8 +234,8 @@ def kernel_matrix(
     queries: Any,
     keys: Any = None,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "gaussian",
     normalize: str | None = None,
     laplacian: bool = False,
     backend: BackendLike = "auto",
@@ -263,11 +264,11 @@ def kernel_matrix(
         if keys is not None:
             raise InputError("laplacian=True is the Laplacian of the queries' graph; omit keys")
         return _locus.laplacian(
-            e, q, bandwidth=bandwidth, kernel=kernel, normalized=normalize == "rows"
+            e, q, **kernel_args(kernel, bandwidth), normalized=normalize == "rows"
         )
     x = q if keys is None else as_matrix(keys, "keys")
     out, _ = _locus.kernel_matrix(
-        e, q, x, bandwidth=bandwidth, kernel=kernel, normalize=normalize == "rows"
+        e, q, x, **kernel_args(kernel, bandwidth), normalize=normalize == "rows"
     )
     return out
 
@@ -276,8 +277,8 @@ def log_density(
     queries: Any,
     keys: Any,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "gaussian",
     weights: Any = None,
     backend: BackendLike = "auto",
 ) -> np.ndarray:
@@ -295,15 +296,15 @@ def log_density(
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     w = None if weights is None else as_float32(weights, "weights", (1,))
-    return _locus.log_density(_engine(backend), q, x, bandwidth=bandwidth, kernel=kernel, weights=w)
+    return _locus.log_density(_engine(backend), q, x, **kernel_args(kernel, bandwidth), weights=w)
 
 
 def density(
     queries: Any,
     keys: Any,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "gaussian",
     weights: Any = None,
     backend: BackendLike = "auto",
 ) -> np.ndarray:
@@ -414,7 +415,7 @@ def mean_shift(
     X: Any,
     *,
     bandwidth: float | str | None = None,
-    kernel: str = "uniform",
+    kernel: str | ProductKernel = "uniform",
     seeds: Any = None,
     bin_seeding: bool = False,
     min_bin_freq: int = 1,
@@ -436,7 +437,11 @@ def mean_shift(
     mode. ``bandwidth``: a number, ``None`` (scikit-learn's
     ``estimate_bandwidth`` with ``quantile`` and ``n_samples``), ``"scott"``
     or ``"silverman"``. ``kernel``: any profile (default the flat kernel,
-    as scikit-learn). ``blurring``: the points themselves move.
+    as scikit-learn), or a :class:`~locus.ProductKernel` for joint MeanShift
+    (no ``bandwidth`` then: each block's coordinates are divided by its
+    bandwidth, so ``tol`` and the merging distance are in those units, and
+    the modes come back in the data's units). ``blurring``: the points
+    themselves move.
 
     >>> import numpy as np, locus
     >>> X = np.array([[0, 0], [0.3, 0.1], [0.1, 0.4], [6, 6], [6.2, 5.9]])
@@ -444,6 +449,10 @@ def mean_shift(
     >>> r.labels, len(r.cluster_centers)
     (array([0, 0, 0, 1, 1]), 2)
     """
+    if isinstance(kernel, ProductKernel) and bandwidth is not None:
+        raise InputError(
+            "a ProductKernel carries its blocks' bandwidths: give no bandwidth with it"
+        )
     x = as_matrix(X, "X")
     s = None if seeds is None else as_matrix(seeds, "seeds")
     if n_samples is not None:
@@ -453,7 +462,7 @@ def mean_shift(
         x,
         quantile=float(quantile),
         n_samples=n_samples,
-        kernel=kernel,
+        kernel=list(kernel.blocks) if isinstance(kernel, ProductKernel) else kernel,
         seeds=s,
         bin_seeding=bool(bin_seeding),
         min_bin_freq=as_count(min_bin_freq, "min_bin_freq"),

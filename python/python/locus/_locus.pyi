@@ -15,6 +15,8 @@ __version__: str
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+# A profile name, or a product kernel's blocks [(dims, profile, bandwidth), …].
+KernelSpec = str | list[tuple[int, str, float]]
 
 class Engine:
     def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None: ...
@@ -41,30 +43,30 @@ class KeySet:
     def value_cols(self) -> int | None: ...
     @property
     def resident_bytes(self) -> int: ...
-    def local_mean(self, queries: F32, *, bandwidth: float, kernel: str = "gaussian") -> tuple[F32, int]: ...
+    def local_mean(self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> tuple[F32, int]: ...
     def local_polynomial(
-        self, queries: F32, *, bandwidth: float, kernel: str = "gaussian", degree: int = 1
+        self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian", degree: int = 1
     ) -> tuple[F32, F32 | None, int, int]: ...
     def local_pca(
-        self, queries: F32, *, bandwidth: float, kernel: str = "gaussian", components: int = 1
+        self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian", components: int = 1
     ) -> tuple[F32, F32, F32, int]: ...
     def row_states(
-        self, queries: F32, *, bandwidth: float, kernel: str = "gaussian"
+        self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian"
     ) -> tuple[F32, F64, F64]: ...
-    def log_density(self, queries: F32, *, bandwidth: float, kernel: str = "gaussian") -> F64: ...
-    def density(self, queries: F32, *, bandwidth: float, kernel: str = "gaussian") -> F64: ...
-    def predict_proba(self, queries: F32, *, bandwidth: float, kernel: str = "gaussian") -> tuple[F32, int]: ...
+    def log_density(self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> F64: ...
+    def density(self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> F64: ...
+    def predict_proba(self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> tuple[F32, int]: ...
     def classify(
-        self, queries: F32, *, bandwidth: float, kernel: str = "gaussian"
+        self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian"
     ) -> tuple[I64, F32, int]: ...
     def knn(self, queries: F32, k: int) -> tuple[I64, F32]: ...
     def stats(self) -> dict[str, int]: ...
 
 def local_mean(
-    engine: Engine, queries: F32, keys: F32, values: F32, *, bandwidth: float, kernel: str = "gaussian"
+    engine: Engine, queries: F32, keys: F32, values: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian"
 ) -> tuple[F32, int]: ...
 def self_local_mean(
-    engine: Engine, points: F32, *, bandwidth: float, kernel: str = "gaussian"
+    engine: Engine, points: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian"
 ) -> tuple[F32, int]: ...
 def local_polynomial(
     engine: Engine,
@@ -72,42 +74,42 @@ def local_polynomial(
     keys: F32,
     values: F32,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: KernelSpec = "gaussian",
     degree: int = 1,
 ) -> tuple[F32, F32 | None, int, int]: ...
 def local_pca(
-    engine: Engine, queries: F32, keys: F32, *, bandwidth: float, kernel: str = "gaussian", components: int = 1
+    engine: Engine, queries: F32, keys: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian", components: int = 1
 ) -> tuple[F32, F32, F32, int]: ...
 def impute(
     engine: Engine,
     queries: F32,
     keys: F32 | None = None,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: KernelSpec = "gaussian",
     iterations: int = 1,
 ) -> tuple[F32, int, int]: ...
-def score(engine: Engine, queries: F32, keys: F32, *, bandwidth: float, kernel: str = "gaussian") -> tuple[F32, int]: ...
+def score(engine: Engine, queries: F32, keys: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> tuple[F32, int]: ...
 def kernel_matrix(
     engine: Engine,
     queries: F32,
     keys: F32,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: KernelSpec = "gaussian",
     normalize: bool = False,
 ) -> tuple[F32, int]: ...
 def laplacian(
-    engine: Engine, points: F32, *, bandwidth: float, kernel: str = "gaussian", normalized: bool = False
+    engine: Engine, points: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian", normalized: bool = False
 ) -> F32: ...
 def log_density(
     engine: Engine,
     queries: F32,
     keys: F32,
     *,
-    bandwidth: float,
-    kernel: str = "gaussian",
+    bandwidth: float | None = None,
+    kernel: KernelSpec = "gaussian",
     weights: F32 | None = None,
 ) -> F64: ...
 def knn(engine: Engine, queries: F32, keys: F32, k: int) -> tuple[I64, F32]: ...
@@ -125,7 +127,7 @@ def mean_shift(
     bandwidth_rule: str = "quantile",
     quantile: float = 0.3,
     n_samples: int | None = None,
-    kernel: str = "uniform",
+    kernel: KernelSpec = "uniform",
     seeds: F32 | None = None,
     bin_seeding: bool = False,
     min_bin_freq: int = 1,
