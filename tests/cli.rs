@@ -1492,6 +1492,26 @@ fn product_kernels_from_blocks_match_the_library() {
     let fit = cpu().mean_shift(&params, x.view()).unwrap();
     let got: Array1<i64> = read_npy(&labels).unwrap();
     assert_eq!(got, fit.labels);
+    locus()
+        .args([
+            "medoid-shift",
+            "--backend",
+            "cpu",
+            "--bandwidth",
+            "0.5,0.3",
+            "--blocks",
+            "2,1",
+        ])
+        .arg("--input")
+        .arg(&xp)
+        .arg("--labels")
+        .arg(&labels)
+        .assert()
+        .success();
+    let params = locus::MedoidShiftParams::new().kernel(k).check().unwrap();
+    let fit = cpu().medoid_shift(&params, x.view()).unwrap();
+    let got: Array1<i64> = read_npy(&labels).unwrap();
+    assert_eq!(got, fit.labels);
 
     // Blocks that do not fit, counts that do not match.
     let x_name = xp.to_str().unwrap();

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use locus::{Engine, Error, Kernel, LaplacianKind, MeanShiftParams, Profile};
+use locus::{Engine, Error, Kernel, LaplacianKind, MeanShiftParams, MedoidShiftParams, Profile};
 use ndarray::{Array1, Array2, s};
 
 fn engines() -> Vec<(&'static str, Engine)> {
@@ -364,6 +364,40 @@ fn joint_mean_shift_is_the_shift_of_the_scaled_points() {
 }
 
 #[test]
+fn joint_medoid_shift_is_the_medoid_shift_of_the_scaled_points() {
+    let mut rng = Rng::new(23);
+    let x = Array2::from_shape_fn((90, 3), |(j, c)| {
+        let g = (j % 3) as f32;
+        [3.0 * g, -2.0 * g, 0.1 * g][c] + [0.5, 0.5, 0.01][c] * rng.uniform()
+    });
+    let hs = [1.2f32, 1.2, 0.03];
+    let k =
+        Kernel::product([(2, Profile::Gaussian, hs[0]), (1, Profile::Gaussian, hs[2])]).unwrap();
+    let scaled = Array2::from_shape_fn(x.dim(), |(j, c)| x[[j, c]] / hs[c]);
+    let joint = MedoidShiftParams::new().kernel(k).check().unwrap();
+    let radial = MedoidShiftParams::new()
+        .kernel(Kernel::gaussian(1.0).unwrap())
+        .check()
+        .unwrap();
+    for (name, e) in engines() {
+        let a = e.medoid_shift(&joint, x.view()).unwrap();
+        let b = e.medoid_shift(&radial, scaled.view()).unwrap();
+        assert_eq!(a.labels, b.labels, "{name}");
+        assert_eq!(a.medoids, b.medoids, "{name}");
+        assert_eq!(a.medoids.len(), 3, "{name}");
+        // The modes are the medoids' own points, in the data's units.
+        for (row, &m) in a.modes.rows().into_iter().zip(&a.medoids) {
+            assert_eq!(row, x.row(m), "{name}");
+        }
+    }
+    let d = Array2::<f32>::zeros((4, 4));
+    assert!(matches!(
+        cpu().medoid_shift_distances(&joint, d.view()),
+        Err(Error::InvalidParameter { name: "kernel", .. })
+    ));
+}
+
+#[test]
 fn imputation_with_blocks_agrees_across_backends() {
     let mut x = data(16, 120);
     let mut rng = Rng::new(17);
@@ -457,6 +491,11 @@ fn a_kernel_that_does_not_cover_the_data_is_refused_by_every_op() {
     is_dim(e.impute(&k, x.view(), 1).map(|_| ()), "impute");
     let params = MeanShiftParams::new().kernel(k).check().unwrap();
     is_dim(e.mean_shift(&params, x.view()).map(|_| ()), "mean_shift");
+    let params = MedoidShiftParams::new().kernel(k).check().unwrap();
+    is_dim(
+        e.medoid_shift(&params, x.view()).map(|_| ()),
+        "medoid_shift",
+    );
     let set = e.prepare(x.view()).values(y.view()).build().unwrap();
     is_dim(
         set.local_mean(&k, x.view()).map(|_| ()),

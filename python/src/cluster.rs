@@ -105,7 +105,8 @@ pub(crate) fn mean_shift<'py>(
 #[pyfunction]
 #[pyo3(signature = (
     engine, points, *, bandwidth = None, bandwidth_rule = "quantile", quantile = 0.3,
-    n_samples = None, kernel = "gaussian", max_iter = 300, distances = false
+    n_samples = None, kernel = KernelSpec::Name("gaussian".into()), max_iter = 300,
+    distances = false
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn medoid_shift<'py>(
@@ -116,16 +117,19 @@ pub(crate) fn medoid_shift<'py>(
     bandwidth_rule: &str,
     quantile: f64,
     n_samples: Option<usize>,
-    kernel: &str,
+    kernel: KernelSpec,
     max_iter: usize,
     distances: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let params = MedoidShiftParams::new()
-        .profile(profile(py, kernel)?)
-        .bandwidth_rule(rule(py, bandwidth, bandwidth_rule, quantile, n_samples)?)
-        .max_iter(max_iter)
-        .check()
-        .map_err(|e| to_py(py, &e))?;
+    let base = match &kernel {
+        KernelSpec::Name(name) => MedoidShiftParams::new()
+            .profile(profile(py, name)?)
+            .bandwidth_rule(rule(py, bandwidth, bandwidth_rule, quantile, n_samples)?),
+        KernelSpec::Blocks(_) => {
+            MedoidShiftParams::new().kernel(crate::convert::kernel(py, &kernel, bandwidth)?)
+        }
+    };
+    let params = base.max_iter(max_iter).check().map_err(|e| to_py(py, &e))?;
     let x = points.as_array();
     let e = &engine.get().inner;
     let fit = compute(py, || {

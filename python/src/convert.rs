@@ -25,10 +25,9 @@ pub(crate) fn kernel(py: Python<'_>, spec: &KernelSpec, h: Option<f64>) -> PyRes
         (KernelSpec::Name(name), Some(h)) => {
             Kernel::new(profile(py, name)?, h as f32).map_err(|e| to_py(py, &e))
         }
-        (KernelSpec::Name(name), None) => Err(input(
-            py,
-            format!("the kernel {name:?} needs a bandwidth"),
-        )),
+        (KernelSpec::Name(name), None) => {
+            Err(input(py, format!("the kernel {name:?} needs a bandwidth")))
+        }
         (KernelSpec::Blocks(blocks), None) => {
             let spec = blocks
                 .iter()

@@ -107,9 +107,22 @@ def test_the_kernel_object_and_its_errors(data):
             locus.ProductKernel(bad)
     with pytest.raises(locus.InputError, match="no bandwidth"):
         locus.local_mean(q, x, y, bandwidth=1.0, kernel=k, backend="cpu")
-    with pytest.raises(locus.InputError, match="needs a bandwidth"):
+    with pytest.raises(TypeError, match="bandwidth must be a number"):
         locus.local_mean(q, x, y, backend="cpu")
     with pytest.raises(locus.InputError, match="cover 4 coordinates"):
         locus.local_mean(q, x, y, kernel=locus.ProductKernel([(4, "gaussian", 1.0)]), backend="cpu")
     with pytest.raises(locus.InputError, match="shadow|derivative"):
         locus.score(q, x, kernel=k, backend="cpu")
+
+
+def test_joint_medoid_shift(rng):
+    centres = np.array([[0, 0, 0.0], [5, 5, 0.2], [10, 0, 0.4]])
+    x = (np.repeat(centres, 30, 0) + rng.normal(0, [0.4, 0.4, 0.01], (90, 3))).astype(np.float32)
+    k = locus.ProductKernel([(2, "gaussian", 1.5), (1, "gaussian", 0.05)])
+    r = locus.medoid_shift(x, kernel=k, backend="cpu")
+    scale = np.array([1.5, 1.5, 0.05], dtype=np.float32)
+    radial = locus.medoid_shift(x / scale, bandwidth=1.0, backend="cpu")
+    np.testing.assert_array_equal(r.labels, radial.labels)
+    np.testing.assert_array_equal(r.medoids, radial.medoids)
+    with pytest.raises(locus.InputError, match="no bandwidth"):
+        locus.medoid_shift(x, kernel=k, bandwidth=1.0, backend="cpu")

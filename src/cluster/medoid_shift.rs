@@ -67,8 +67,30 @@ impl Engine {
         points: ArrayView2<'_, f32>,
     ) -> Result<MedoidShiftFit> {
         let x = Matrix::check(OP, "points", points)?;
-        let h = self.resolve_bandwidth(params.bandwidth(), &x)?;
-        let kernel = Kernel::new(params.profile(), h)?;
+        // A product kernel: the points in units of its blocks' bandwidths,
+        // the blocks with unit bandwidths.
+        let scaled;
+        let (x, h, kernel) = match params.product_kernel() {
+            Some(k) => {
+                let d = x.cols();
+                k.check_dim(OP, d)?;
+                let hs = k.coordinate_bandwidths(d);
+                scaled = Array2::from_shape_fn((x.rows(), d), |(i, c)| {
+                    (f64::from(points[[i, c]]) / hs[c]) as f32
+                });
+                let unit = Kernel::product(
+                    k.blocks()
+                        .unwrap_or(&[])
+                        .iter()
+                        .map(|b| (b.dims, b.profile, 1.0)),
+                )?;
+                (Matrix::check(OP, "points", scaled.view())?, 1.0, unit)
+            }
+            None => {
+                let h = self.resolve_bandwidth(params.bandwidth(), &x)?;
+                (x, h, Kernel::new(params.profile(), h)?)
+            }
+        };
         let backend = self.backend_impl();
         // k(0) = 1: every point is its own neighbour, so no row is empty.
         let means = backend.local_mean(&kernel, &x, &x, &x)?;
@@ -108,6 +130,13 @@ impl Engine {
         let (rows, cols) = distances.dim();
         if rows != cols {
             return Err(ClusterError::NotSquare { rows, cols }.into());
+        }
+        if params.product_kernel().is_some() {
+            return Err(Error::InvalidParameter {
+                name: "kernel",
+                reason: "a product kernel weighs coordinate blocks; a distance matrix has no coordinates"
+                    .into(),
+            });
         }
         let dm = Matrix::check(OP, "distances", distances)?;
         if let Some(p) = dm.as_slice().iter().position(|&v| v < 0.0) {

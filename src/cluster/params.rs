@@ -323,6 +323,8 @@ impl MeanShiftValidParams {
 pub struct MedoidShiftParams {
     profile: Profile,
     bandwidth: Bandwidth,
+    /// A product kernel, which replaces `profile` and `bandwidth`.
+    product: Option<Kernel>,
     max_iter: usize,
 }
 
@@ -338,6 +340,7 @@ impl MedoidShiftParams {
         MedoidShiftParams {
             profile: Profile::Gaussian,
             bandwidth: Bandwidth::default(),
+            product: None,
             max_iter: 300,
         }
     }
@@ -351,12 +354,31 @@ impl MedoidShiftParams {
     /// A fixed bandwidth `h`.
     pub fn bandwidth(mut self, h: f32) -> Self {
         self.bandwidth = Bandwidth::Fixed(h);
+        self.product = None;
+        self
+    }
+
+    /// The kernel itself: a radial kernel sets the profile and a fixed
+    /// bandwidth; a product kernel ([`Kernel::product`]) gives joint
+    /// MedoidShift on points: each block's coordinates divided by its
+    /// bandwidth, local means with unit bandwidths, the nearest point in
+    /// those units (not for a given distance matrix).
+    pub fn kernel(mut self, kernel: Kernel) -> Self {
+        if kernel.is_product() {
+            self.product = Some(kernel);
+            self.bandwidth = Bandwidth::Fixed(1.0);
+        } else {
+            self.profile = kernel.profile();
+            self.bandwidth = Bandwidth::Fixed(kernel.bandwidth());
+            self.product = None;
+        }
         self
     }
 
     /// How the bandwidth is chosen.
     pub fn bandwidth_rule(mut self, rule: Bandwidth) -> Self {
         self.bandwidth = rule;
+        self.product = None;
         self
     }
 
@@ -384,6 +406,10 @@ impl MedoidShiftParams {
 pub struct MedoidShiftValidParams(MedoidShiftParams);
 
 impl MedoidShiftValidParams {
+    /// The product kernel, when one was given.
+    pub fn product_kernel(&self) -> Option<&Kernel> {
+        self.0.product.as_ref()
+    }
     /// The kernel profile.
     pub fn profile(&self) -> Profile {
         self.0.profile

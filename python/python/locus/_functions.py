@@ -500,7 +500,7 @@ def medoid_shift(
     X: Any,
     *,
     bandwidth: float | str | None = None,
-    kernel: str = "gaussian",
+    kernel: str | ProductKernel = "gaussian",
     max_iter: int = 300,
     metric: str = "euclidean",
     quantile: float = 0.3,
@@ -510,7 +510,9 @@ def medoid_shift(
     """MedoidShift: every point jumps to the sample nearest its local mean
     (``argmin_j (K̃D)_ij``) until it stays put; points reaching the same
     medoid form a cluster. ``metric="precomputed"``: ``X`` is an N × N
-    distance matrix (O(N³), CPU). ``bandwidth`` as :func:`mean_shift`.
+    distance matrix (O(N³), CPU). ``bandwidth`` as :func:`mean_shift`;
+    ``kernel`` a profile or a :class:`~locus.ProductKernel` (points only,
+    no ``bandwidth``: local means in units of the blocks' bandwidths).
 
     >>> import numpy as np, locus
     >>> r = locus.medoid_shift([[0.0], [0.2], [0.4], [5.0], [5.1], [5.3]], bandwidth=1.0, backend="cpu")
@@ -519,6 +521,10 @@ def medoid_shift(
     """
     if metric not in ("euclidean", "precomputed"):
         raise InputError(f'metric must be "euclidean" or "precomputed", got {metric!r}')
+    if isinstance(kernel, ProductKernel) and bandwidth is not None:
+        raise InputError(
+            "a ProductKernel carries its blocks' bandwidths: give no bandwidth with it"
+        )
     x = as_matrix(X, "X")
     if n_samples is not None:
         n_samples = as_count(n_samples, "n_samples")
@@ -527,7 +533,7 @@ def medoid_shift(
         x,
         quantile=float(quantile),
         n_samples=n_samples,
-        kernel=kernel,
+        kernel=list(kernel.blocks) if isinstance(kernel, ProductKernel) else kernel,
         max_iter=as_count(max_iter, "max_iter"),
         distances=metric == "precomputed",
         **_bandwidth_rule(bandwidth),

@@ -94,7 +94,9 @@ def kernel_args(kernel: Any, bandwidth: Any) -> dict[str, Any]:
             )
         return {"kernel": list(kernel.blocks), "bandwidth": None}
     if not isinstance(kernel, str):
-        raise InputError(f"kernel must be a profile name or a ProductKernel, got {kernel!r}")
+        raise TypeError(f"kernel must be a profile name or a ProductKernel, got {kernel!r}")
     if bandwidth is None:
-        raise InputError(f"the kernel {kernel!r} needs a bandwidth")
+        raise TypeError(
+            f"bandwidth must be a number for the kernel {kernel!r} (only a ProductKernel goes without)"
+        )
     return {"kernel": kernel, "bandwidth": bandwidth}

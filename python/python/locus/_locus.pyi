@@ -144,7 +144,7 @@ def medoid_shift(
     bandwidth_rule: str = "quantile",
     quantile: float = 0.3,
     n_samples: int | None = None,
-    kernel: str = "gaussian",
+    kernel: KernelSpec = "gaussian",
     max_iter: int = 300,
     distances: bool = False,
 ) -> dict[str, Any]: ...

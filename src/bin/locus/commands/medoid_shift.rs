@@ -3,12 +3,12 @@
 
 use std::path::PathBuf;
 
-use locus::{Engine, MedoidShiftParams, Profile};
+use locus::{Engine, MedoidShiftParams};
 use ndarray::Array1;
 use serde_json::json;
 
 use super::Job;
-use crate::args::{Compute, parse_bandwidth, parse_profile};
+use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::plot::{self, Scatter};
@@ -21,12 +21,8 @@ pub struct MedoidShiftArgs {
     /// Points to cluster, N×d.
     #[arg(long, value_name = "X")]
     input: PathBuf,
-    /// Bandwidth h.
-    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true)]
-    bandwidth: f32,
-    /// Kernel profile.
-    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile)]
-    kernel: Profile,
+    #[command(flatten)]
+    kernel: KernelArgs,
     /// Most rounds of jumps.
     #[arg(long, value_name = "N", default_value_t = 300)]
     max_iter: usize,
@@ -53,9 +49,10 @@ pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
         plot::check_path("--plot", p)?;
     }
     let input = Input::load("--input", &a.input)?;
+    let kernel = a.kernel.kernel()?;
+    kernel.check_dim("medoid-shift", input.data.ncols())?;
     let params = MedoidShiftParams::new()
-        .profile(a.kernel)
-        .bandwidth(a.bandwidth)
+        .kernel(kernel)
         .max_iter(a.max_iter)
         .check()
         .map_err(CliError::input)?;
@@ -81,7 +78,7 @@ pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
     })?;
     let clusters = fit.medoids.len();
     let summary = Summary {
-        kernel: Some(locus::Kernel::new(a.kernel, a.bandwidth)?),
+        kernel: Some(kernel),
         sizes: vec![("N", x.nrows()), ("d", x.ncols())],
         fields: vec![
             ("clusters", json!(clusters)),
@@ -105,10 +102,7 @@ pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
             io::write_array("--medoids", m, fit.modes.view())?;
         }
         if let Some(p) = &a.plot {
-            let title = format!(
-                "MedoidShift, {} h={}: {clusters} clusters",
-                a.kernel, a.bandwidth
-            );
+            let title = format!("MedoidShift, {kernel}: {clusters} clusters");
             plot::write_png(
                 "--plot",
                 p,
