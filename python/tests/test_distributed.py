@@ -188,6 +188,22 @@ def test_mean_shift_on_a_dask_array_with_given_seeds(client):
     np.testing.assert_allclose(got.cluster_centers, want.cluster_centers, atol=1.2e-4, rtol=0)
 
 
+def test_product_kernels_shard_as_the_single_process(client, data, single, sharded):
+    x, y, _, q = data
+    k = locus.ProductKernel([(1, "uniform", 1.5), (2, "gaussian", 0.7)])
+    _close(sharded.local_mean(q, kernel=k), single.local_mean(q, kernel=k))
+    _close(sharded.log_density(q, kernel=k), single.log_density(q, kernel=k))
+    with pytest.raises(ValueError, match="no bandwidth"):
+        sharded.local_mean(q, bandwidth=1.0, kernel=k)
+    # Joint MeanShift, points as a Dask array.
+    pts = _blobs(3000, seed=9) * np.array([1.0, 10.0], dtype=np.float32)
+    jk = locus.ProductKernel([(1, "uniform", 1.0), (1, "gaussian", 8.0)])
+    want = locus.mean_shift(pts, kernel=jk, bin_seeding=True, backend="cpu")
+    got = ld.mean_shift(client, da.from_array(pts, chunks=(1100, 2)), kernel=jk, backend="cpu")
+    np.testing.assert_array_equal(got.labels, want.labels)
+    np.testing.assert_allclose(got.cluster_centers, want.cluster_centers, atol=1e-3, rtol=0)
+
+
 def test_a_released_shard_raises_instead_of_a_partial_result(client, data):
     x, y, _, q = data
     sharded = ld.ShardedKeySet(client, x, y, backend="cpu", shards=3)

@@ -126,3 +126,24 @@ def test_joint_medoid_shift(rng):
     np.testing.assert_array_equal(r.medoids, radial.medoids)
     with pytest.raises(locus.InputError, match="no bandwidth"):
         locus.medoid_shift(x, kernel=k, bandwidth=1.0, backend="cpu")
+
+
+def test_estimators_take_a_product_kernel(rng):
+    x = rng.uniform(-1, 1, (150, 3)).astype(np.float32)
+    y = (x[:, 0] + x[:, 2] ** 2).astype(np.float32)
+    k = locus.ProductKernel([(1, "gaussian", 0.4), (2, "epanechnikov", 1.2)])
+    reg = locus.KernelRegression(bandwidth=None, kernel=k, backend="cpu").fit(x, y)
+    assert_close(reg.predict(x[:5]), locus.local_mean(x[:5], x, y, kernel=k, backend="cpu"))
+    kde = locus.KernelDensity(bandwidth=None, kernel=k, backend="cpu").fit(x)
+    assert_close(kde.score_samples(x[:5]), locus.log_density(x[:5], x, kernel=k, backend="cpu"))
+    labels = (x[:, 0] > 0).astype(int)
+    clf = locus.LocalModeClassifier(bandwidth=None, kernel=k, backend="cpu").fit(x, labels)
+    assert (clf.predict(x) == labels).mean() > 0.9
+    holes = x.copy()
+    holes[::7, 1] = np.nan
+    filled = locus.LocalMeanImputer(bandwidth=None, kernel=k, backend="cpu").fit_transform(holes)
+    assert np.isfinite(filled).all()
+    ms = locus.MeanShift(kernel=locus.ProductKernel([(3, "gaussian", 0.5)]), backend="cpu").fit(x)
+    assert len(ms.cluster_centers_) >= 1
+    with pytest.raises(ValueError, match="bandwidth=None"):
+        locus.KernelRegression(kernel=k, backend="cpu").fit(x, y)

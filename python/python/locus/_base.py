@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import validate_data
 
+from ._kernels import ProductKernel
+
 _BACKENDS = ("auto", "gpu", "cpu")
 
 
@@ -41,9 +43,26 @@ _KERNEL_NAMES = {
 
 
 def check_kernel(kernel: Any) -> None:
-    """A kernel name the engine accepts (any case)."""
+    """A kernel name the engine accepts (any case), or a ProductKernel."""
+    if isinstance(kernel, ProductKernel):
+        return
     if not isinstance(kernel, str) or kernel.lower() not in _KERNEL_NAMES:
-        raise ValueError(f"kernel must be one of {sorted(_KERNEL_NAMES)}, got {kernel!r}")
+        raise ValueError(
+            f"kernel must be one of {sorted(_KERNEL_NAMES)} or a locus.ProductKernel, got {kernel!r}"
+        )
+
+
+def kernel_params(bandwidth: Any, kernel: Any) -> dict[str, Any]:
+    """An estimator's ``bandwidth`` and ``kernel`` as the functions take
+    them: a positive bandwidth with a profile name, or ``bandwidth=None``
+    with a :class:`~locus.ProductKernel` (its blocks carry theirs)."""
+    if isinstance(kernel, ProductKernel):
+        if bandwidth is not None:
+            raise ValueError(
+                "a ProductKernel carries its blocks' bandwidths: set bandwidth=None with it"
+            )
+        return {"bandwidth": None, "kernel": kernel}
+    return {"bandwidth": check_bandwidth(bandwidth), "kernel": kernel}
 
 
 def check_backend(backend: Any) -> None:

@@ -9,7 +9,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import check_backend, check_bandwidth, check_X, check_Xy
+from ._base import check_backend, check_X, check_Xy, kernel_params
 from ._functions import knn, local_mean
 
 __all__ = ["LocalModeClassifier"]
@@ -44,7 +44,7 @@ class LocalModeClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X: Any, y: Any) -> LocalModeClassifier:
         """Stores the training points and their classes."""
         check_backend(self.backend)
-        check_bandwidth(self.bandwidth)
+        kernel_params(self.bandwidth, self.kernel)
         X, y = check_Xy(self, X, y)
         check_classification_targets(y)
         self.classes_, index = np.unique(y, return_inverse=True)
@@ -63,8 +63,7 @@ class LocalModeClassifier(ClassifierMixin, BaseEstimator):
             X,
             self.X_,
             one_hot,
-            bandwidth=check_bandwidth(self.bandwidth),
-            kernel=self.kernel,
+            **kernel_params(self.bandwidth, self.kernel),
             backend=self.backend,
         )
         empty = np.isnan(proba[:, 0])

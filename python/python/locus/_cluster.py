@@ -11,6 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import check_backend, check_bandwidth, check_X
 from ._functions import knn, mean_shift
+from ._kernels import ProductKernel
 
 __all__ = ["MeanShift"]
 
@@ -68,7 +69,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
         check_backend(self.backend)
         X = check_X(self, X, reset=True)
         h = None if self.bandwidth is None else check_bandwidth(self.bandwidth)
-        if h is None and X.shape[0] == 1:
+        if h is None and X.shape[0] == 1 and not isinstance(self.kernel, ProductKernel):
             raise ValueError(
                 "MeanShift cannot estimate a bandwidth from 1 sample; give bandwidth"
             )

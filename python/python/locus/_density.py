@@ -11,6 +11,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ._base import check_backend, check_bandwidth, check_X
 from ._functions import log_density
+from ._kernels import ProductKernel
 
 __all__ = ["KernelDensity"]
 
@@ -35,7 +36,9 @@ class KernelDensity(BaseEstimator):
     ``kernel``: scikit-learn's names (``gaussian``, ``tophat``,
     ``epanechnikov``, ``exponential``, ``linear``; ``cosine`` is not
     available) or locus's (``uniform``, ``triangular``, ``laplacian``,
-    ``biweight``, ``cauchy`` in one dimension). ``metric``: only
+    ``biweight``, ``cauchy`` in one dimension), or a
+    :class:`~locus.ProductKernel` with ``bandwidth=None`` (a density
+    normalized block by block). ``metric``: only
     ``"euclidean"``. ``backend``: ``"auto"``, ``"gpu"``, ``"cpu"``. Points
     are stored in float32; densities are float64 and agree with
     scikit-learn's to about 1e-5 relative.
@@ -63,7 +66,9 @@ class KernelDensity(BaseEstimator):
         self.metric = metric
         self.backend = backend
 
-    def _profile(self) -> str:
+    def _profile(self) -> Any:
+        if isinstance(self.kernel, ProductKernel):
+            return self.kernel
         if self.kernel in _KERNELS:
             return _KERNELS[self.kernel]
         if self.kernel in _OURS:
@@ -80,7 +85,14 @@ class KernelDensity(BaseEstimator):
             raise ValueError(f'metric must be "euclidean", got {self.metric!r}')
         X = check_X(self, X, reset=True)
         n, d = X.shape
-        if isinstance(self.bandwidth, str):
+        if isinstance(self.kernel, ProductKernel):
+            # The blocks carry the bandwidths.
+            if self.bandwidth is not None:
+                raise ValueError(
+                    "a ProductKernel carries its blocks' bandwidths: set bandwidth=None with it"
+                )
+            h = None
+        elif isinstance(self.bandwidth, str):
             if self.bandwidth == "scott":
                 h = n ** (-1 / (d + 4))
             elif self.bandwidth == "silverman":
@@ -98,7 +110,7 @@ class KernelDensity(BaseEstimator):
             if not sample_weight.sum() > 0:
                 raise ValueError("sample_weight sums to zero")
             sample_weight = np.ascontiguousarray(sample_weight)
-        self.bandwidth_ = float(h)
+        self.bandwidth_ = None if h is None else float(h)
         self.X_ = X
         self.sample_weight_ = sample_weight
         return self

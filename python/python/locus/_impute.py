@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._base import check_backend, check_bandwidth, check_kernel
+from ._base import check_backend, check_kernel, kernel_params
 from ._functions import impute
 
 __all__ = ["LocalMeanImputer"]
@@ -53,7 +53,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
 
     def _check_params(self) -> None:
         check_backend(self.backend)
-        check_bandwidth(self.bandwidth)
+        kernel_params(self.bandwidth, self.kernel)
         check_kernel(self.kernel)
         it = self.iterations
         if isinstance(it, (bool, np.bool_)) or not isinstance(it, (int, np.integer)) or it < 1:
@@ -88,8 +88,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
         return impute(
             X,
             keys,
-            bandwidth=check_bandwidth(self.bandwidth),
-            kernel=self.kernel,
+            **kernel_params(self.bandwidth, self.kernel),
             iterations=int(self.iterations),
             backend=self.backend,
         )

@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import check_backend, check_bandwidth, check_X, check_Xy
+from ._base import check_backend, check_X, check_Xy, kernel_params
 from ._functions import local_mean, local_polynomial
 
 __all__ = ["KernelRegression"]
@@ -54,7 +54,7 @@ class KernelRegression(RegressorMixin, BaseEstimator):
     def fit(self, X: Any, y: Any) -> KernelRegression:
         """Stores the training points and targets."""
         check_backend(self.backend)
-        check_bandwidth(self.bandwidth)
+        kernel_params(self.bandwidth, self.kernel)
         if isinstance(self.degree, bool) or self.degree not in (0, 1):
             raise ValueError(f"degree must be 0 (local constant) or 1 (local linear), got {self.degree!r}")
         X, y = check_Xy(self, X, y, multi_output=True, y_numeric=True)
@@ -72,8 +72,7 @@ class KernelRegression(RegressorMixin, BaseEstimator):
                 X,
                 self.X_,
                 self.y_,
-                bandwidth=check_bandwidth(self.bandwidth),
-                kernel=self.kernel,
+                **kernel_params(self.bandwidth, self.kernel),
                 degree=1,
                 backend=self.backend,
             )
@@ -81,8 +80,7 @@ class KernelRegression(RegressorMixin, BaseEstimator):
             X,
             self.X_,
             self.y_,
-            bandwidth=check_bandwidth(self.bandwidth),
-            kernel=self.kernel,
+            **kernel_params(self.bandwidth, self.kernel),
             backend=self.backend,
         )
 

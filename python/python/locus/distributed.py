@@ -56,6 +56,7 @@ from ._arrays import as_count, as_labels, as_matrix, as_values
 from ._engine import RowStates, _check_backend, engine_for
 from ._errors import InputError, LocusError
 from ._functions import MeanShiftResult
+from ._kernels import ProductKernel, kernel_args
 
 __all__ = ["ShardedKeySet", "ShardLostError", "mean_shift", "merge_states", "assign_adapters"]
 
@@ -625,10 +626,15 @@ class _Sharded:
 _PROBE: list = []
 
 
-def _check_kernel(bandwidth: Any, kernel: Any) -> float:
+def _check_kernel(bandwidth: Any, kernel: Any) -> float | None:
     """``bandwidth`` as a float, after the driver checked it and ``kernel``
     by the engine's own rules (one tiny CPU call), so a bad parameter is
-    refused before any task is sent, with the single-node error."""
+    refused before any task is sent, with the single-node error; ``None``
+    for a :class:`~locus.ProductKernel` (checked when it was made), which
+    takes no bandwidth."""
+    if isinstance(kernel, ProductKernel):
+        kernel_args(kernel, bandwidth)
+        return None
     if isinstance(bandwidth, str) or not isinstance(bandwidth, numbers.Real):
         raise TypeError(f"bandwidth must be a number, got {type(bandwidth).__name__}")
     if not isinstance(kernel, str):
@@ -771,14 +777,14 @@ class ShardedKeySet(_Sharded):
         qf = self.client.scatter(q, broadcast=True, hash=False)
         return self._map_reduce(_states, merge_states, lambda i: (), qf, bandwidth, kernel, cols)
 
-    def row_states(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> RowStates:
+    def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
         """The merged row states ``(m, s, u)`` over every shard (``u`` has
         the value columns, none without values)."""
         q = self._queries(queries)
         m, s, u = self._merged_states(q, bandwidth, kernel, "values")
         return RowStates(m, s, u)
 
-    def local_mean(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def local_mean(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Local means of the values over every shard's keys; NaN rows for
         empty neighbourhoods."""
         if self._q is None:
@@ -787,7 +793,7 @@ class ShardedKeySet(_Sharded):
         out = _ratio(s, u)
         return out[:, 0] if self._vector else out
 
-    def log_density(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``ln p̂(q)`` of the KDE on all keys (float64)."""
         q = self._queries(queries)
         bandwidth = _check_kernel(bandwidth, kernel)
@@ -795,11 +801,11 @@ class ShardedKeySet(_Sharded):
         lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), qf, bandwidth, kernel)
         return lm - math.log(self.n_keys)
 
-    def density(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``p̂(q)`` of the KDE on all keys (float64)."""
         return np.exp(self.log_density(queries, bandwidth=bandwidth, kernel=kernel))
 
-    def predict_proba(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Class probabilities (M × C, columns in the order of
         :attr:`classes`); NaN rows for empty neighbourhoods."""
         if self._classes is None:
@@ -807,7 +813,7 @@ class ShardedKeySet(_Sharded):
         m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "labels")
         return _ratio(s, u)
 
-    def classify(self, queries: Any, *, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    def classify(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """The most probable label per query (ties to the smaller label); a
         query with an empty neighbourhood gets its nearest key's label (the
         lowest global index among equally near keys)."""
@@ -909,8 +915,8 @@ def mean_shift(
     client: distributed.Client,
     X: Any,
     *,
-    bandwidth: float,
-    kernel: str = "uniform",
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "uniform",
     seeds: Any = "binned",
     min_bin_freq: int = 1,
     cluster_all: bool = True,
@@ -933,20 +939,44 @@ def mean_shift(
     the seeds on the driver and drops the converged ones. Modes are then
     ranked by the points within one bandwidth (counted per shard), merged
     when within one bandwidth, and every point is labelled by its nearest
-    mode on its own worker. ``bandwidth`` must be given (a number).
+    mode on its own worker. ``bandwidth`` must be given (a number), unless
+    ``kernel`` is a :class:`~locus.ProductKernel` (joint MeanShift, as
+    :func:`locus.mean_shift`: no bandwidth, each block in units of its own).
     ``progress(iteration, queried, moving)`` is called after each
     iteration with the seeds sent out and those still moving.
     """
     # Every parameter, and X and seeds where on the driver, are checked
     # before any task is sent.
     _check_backend(backend)
+    scale = None
+    if isinstance(kernel, ProductKernel):
+        # Joint MeanShift, as locus.mean_shift: every block in units of its
+        # bandwidth, unit bandwidths, the modes scaled back at the end.
+        kernel_args(kernel, bandwidth)
+        scale = np.array([h for d, _, h in kernel.blocks for _ in range(d)], dtype=np.float32)
+        kernel = ProductKernel([(d, p, 1.0) for d, p, _ in kernel.blocks])
+        bandwidth = 1.0
+        if not _is_dask(X):
+            X = as_matrix(X, "X")
+        if len(X.shape) != 2 or int(X.shape[1]) != len(scale):
+            raise InputError(
+                f"mean_shift: the product kernel's blocks cover {len(scale)} coordinates "
+                f"but the data has {int(X.shape[1])} columns"
+            )
+        X = X / scale
+        if not isinstance(seeds, str):
+            seeds = as_matrix(seeds, "seeds")
+            if seeds.shape[1] == len(scale):
+                seeds = seeds / scale
     if isinstance(bandwidth, str) or bandwidth is None:
         raise InputError(
             "bandwidth must be a number (the bandwidth rules of locus.mean_shift are not "
             f"available here), got {bandwidth!r}"
         )
-    _check_kernel(bandwidth, kernel)
+    _check_kernel(None if scale is not None else bandwidth, kernel)
     h = float(np.float32(bandwidth))
+    # What the shards' key sets take: a product kernel has no bandwidth.
+    h_kernel = None if scale is not None else h
     max_iter = as_count(max_iter, "max_iter")
     if max_iter == 0:
         raise InputError("max_iter must be at least 1, got 0")
@@ -1038,7 +1068,7 @@ def mean_shift(
         iterations, converged = 0, False
         for it in range(1, max_iter + 1):
             qf = client.scatter(pos[active], broadcast=True, hash=False)
-            m, s, u = sh._map_reduce(_states, merge_states, lambda i: (), qf, h, kernel, "values")
+            m, s, u = sh._map_reduce(_states, merge_states, lambda i: (), qf, h_kernel, kernel, "values")
             mean = _ratio(s, u)
             sub = pos[active]
             stop = _step(sub, mean, thr_sq)
@@ -1065,6 +1095,8 @@ def mean_shift(
     finally:
         sh.close()
     modes = (modes_c.astype(np.float64) + center).astype(np.float32)
+    if scale is not None:
+        modes = (modes.astype(np.float64) * scale).astype(np.float32)
     return MeanShiftResult(
         modes, labels, populations.astype(np.uint64), iterations, converged, h
     )
