@@ -7,7 +7,9 @@
 //! ```
 //!
 //! * `POST /local-mean` `{"queries": [[..d..], ...], "kernel": "gaussian", "bandwidth": 0.5}`
-//!   (kernel and bandwidth optional, defaulting to the start-up ones) →
+//!   (kernel and bandwidth optional, defaulting to the start-up ones; or
+//!   `"blocks": [[2, "uniform", 8.0], [3, "gaussian", 6.0]]`, a product
+//!   kernel over coordinate blocks, instead of both) →
 //!   `{"values": [[..q..], ...], "empty_rows": 0}`; a query with no key in
 //!   reach of a compact kernel gets `null`s.
 //! * `POST /classify` (same request; needs `--labels`) →
@@ -149,6 +151,8 @@ struct Query {
     queries: Vec<Vec<f64>>,
     kernel: Option<String>,
     bandwidth: Option<f64>,
+    /// A product kernel instead: `[[dims, profile, bandwidth], …]`.
+    blocks: Option<Vec<(usize, String, f64)>>,
 }
 
 /// The answer of `/local-mean` (floats written as the shortest `f32`;
@@ -235,6 +239,20 @@ impl App {
         }
         let queries = Array2::from_shape_vec((q.queries.len(), d), data)
             .map_err(|e| bad(format!("queries: {e}")))?;
+        if let Some(blocks) = &q.blocks {
+            if q.kernel.is_some() || q.bandwidth.is_some() {
+                return Err(bad(
+                    "\"blocks\" carries the kernel: send no \"kernel\" or \"bandwidth\" with it",
+                ));
+            }
+            let spec = blocks
+                .iter()
+                .map(|(dims, p, h)| Ok((*dims, p.parse::<Profile>()?, *h as f32)))
+                .collect::<Result<Vec<_>, Error>>()?;
+            let kernel = Kernel::product(spec)?;
+            kernel.check_dim("local-mean", d)?;
+            return Ok((kernel, queries));
+        }
         let profile = match &q.kernel {
             Some(name) => name.parse::<Profile>()?,
             None => self.kernel.profile(),

@@ -140,6 +140,22 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
         1e-6,
     );
 
+    // A product kernel over coordinate blocks.
+    let extra = r#", "blocks": [[1, "uniform", 0.4], [2, "gaussian", 0.2]]"#;
+    let (status, b) = c.request("POST", "/local-mean", &body(&q, extra)).unwrap();
+    assert_eq!(status, 200, "{b}");
+    let k = Kernel::product([(1, Profile::Uniform, 0.4), (2, Profile::Gaussian, 0.2)]).unwrap();
+    let want = engine
+        .local_mean(&k, q.view(), f.keys.view(), f.values.view())
+        .unwrap();
+    assert_close(
+        "product",
+        &matrix(&json(&b)["values"]),
+        &want.values.mapv(f64::from),
+        1e-5,
+        1e-6,
+    );
+
     // Classification.
     let (status, b) = c.request("POST", "/classify", &body(&q, "")).unwrap();
     assert_eq!(status, 200, "{b}");
@@ -200,6 +216,16 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
         ),
         ("/classify", body(&q, r#", "bandwidth": -1"#), "bandwidth"),
         ("/classify", body(&q, r#", "bandwidth": 0"#), "bandwidth"),
+        (
+            "/local-mean",
+            body(&q, r#", "blocks": [[1, "uniform", 0.4]]"#),
+            "cover 1 coordinates",
+        ),
+        (
+            "/local-mean",
+            body(&q, r#", "blocks": [[3, "gaussian", 1]], "bandwidth": 1"#),
+            "send no",
+        ),
     ];
     for (path, b, needle) in bad {
         let (status, answer) = c.request("POST", path, &b).unwrap();
@@ -256,7 +282,7 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
     });
     let (status, b) = c.request("GET", "/stats", "").unwrap();
     assert_eq!(status, 200);
-    assert_eq!(json(&b)["batched_requests"].as_u64(), Some(80 + 3), "{b}");
+    assert_eq!(json(&b)["batched_requests"].as_u64(), Some(80 + 4), "{b}");
     let (status, b) = c.request("GET", "/health", "").unwrap();
     assert_eq!(status, 200);
     assert_eq!(json(&b)["keys"].as_u64(), Some(500));
