@@ -23,6 +23,8 @@ struct MatParams {
     row_global: u32, // global index of the block's first row
     col_global: u32, // global index of the key tile's first key
     state_stride: u32, // floats per row of row_state
+    // A product kernel's 1/h_b² per block (PRODUCT; unused otherwise).
+    block_inv_h2: array<vec4<f32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> mp: MatParams;
@@ -30,6 +32,11 @@ struct MatParams {
 @group(0) @binding(2) var<storage, read> keys: array<f32>;
 @group(0) @binding(3) var<storage, read> row_state: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+// 1/h² of product block b (the generated block functions read it).
+fn block_inv_h2(b: u32) -> f32 {
+    return mp.block_inv_h2[b / 4u][b % 4u];
+}
 
 @compute @workgroup_size(WG, WG)
 fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {

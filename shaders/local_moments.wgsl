@@ -43,6 +43,8 @@ struct Params {
     flags: u32,     // FIRST_TILE, LAST_TILE
     row0: u32,      // global index of the tile's first query
     key0: u32,      // global index of the key tile's first key
+    // A product kernel's 1/h_b² per block (PRODUCT; unused otherwise).
+    block_inv_h2: array<vec4<f32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -52,6 +54,11 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> state: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
+
+// 1/h² of product block b (the generated block functions read it).
+fn block_inv_h2(b: u32) -> f32 {
+    return p.block_inv_h2[b / 4u][b % 4u];
+}
 
 var<workgroup> stage_x: array<f32, STAGE * D>;
 var<workgroup> stage_y: array<f32, STAGE * YWA>;

@@ -514,3 +514,94 @@ fn a_kernel_that_does_not_cover_the_data_is_refused_by_every_op() {
         Err(Error::InvalidParameter { name: "kernel", .. })
     ));
 }
+
+/// A block whose bandwidth makes every `f32` weight vanish still gives the
+/// nearest keys' average (the rows are finished in `f64`); a compact block
+/// with no key in reach leaves the row empty, counted.
+#[test]
+fn far_rows_are_finished_and_empty_rows_counted() {
+    let x = Array2::from_shape_vec((3, 2), vec![0.0f32, 0.0, 1.0, 0.5, 2.0, 0.2]).unwrap();
+    let y = Array2::from_shape_vec((3, 1), vec![1.0f32, 2.0, 4.0]).unwrap();
+    let q = Array2::from_shape_vec((2, 2), vec![100.0f32, 0.45, -50.0, 0.0]).unwrap();
+    let far =
+        Kernel::product([(1, Profile::Gaussian, 1e-18), (1, Profile::Gaussian, 1.0)]).unwrap();
+    let compact =
+        Kernel::product([(1, Profile::Uniform, 1.5), (1, Profile::Cauchy, 1e-18)]).unwrap();
+    for (name, e) in engines() {
+        // Key 2 is nearest in the first block by far: its value.
+        let got = e.local_mean(&far, q.view(), x.view(), y.view()).unwrap();
+        assert_eq!(got.empty_rows, 0, "{name}");
+        assert_eq!(got.values[[0, 0]], 4.0, "{name}");
+        assert_eq!(got.values[[1, 0]], 1.0, "{name}");
+        let got = e
+            .local_mean(&compact, q.view(), x.view(), y.view())
+            .unwrap();
+        assert_eq!(got.empty_rows, 2, "{name}");
+        assert!(got.values.iter().all(|v| v.is_nan()), "{name}");
+        let at_keys = e
+            .local_mean(&compact, x.view(), x.view(), y.view())
+            .unwrap();
+        assert_eq!(at_keys.empty_rows, 0, "{name}");
+        // Within the uniform block every key is in reach; the cauchy block
+        // at 1e-18 picks each query's own key.
+        for i in 0..3 {
+            assert_eq!(at_keys.values[[i, 0]], y[[i, 0]], "{name} row {i}");
+        }
+    }
+}
+
+/// A key far in a full-support block (its `t_b` beyond `1e37`) still weighs
+/// against keys far in another block: no block is cut on its own.
+#[test]
+fn a_far_cauchy_or_laplacian_block_is_weighed_not_cut() {
+    let q = Array2::from_shape_vec((1, 2), vec![0.0f32, 0.0]).unwrap();
+    let y = Array2::from_shape_vec((2, 1), vec![1.0f32, 2.0]).unwrap();
+    for (p, x) in [
+        (Profile::Cauchy, vec![3.2e18f32, 0.0, 0.0, 20.0]),
+        (Profile::Laplacian, vec![3.2e18f32, 0.0, 0.0, 2.9e18]),
+    ] {
+        let x = Array2::from_shape_vec((2, 2), x).unwrap();
+        let k = Kernel::product([(1, p, 1.0), (1, Profile::Gaussian, 1.0)]).unwrap();
+        let (want, _) = ref_local_mean(&k, &q, &x, &y);
+        let want_ld: f64 = {
+            let l: Vec<f64> = (0..2)
+                .map(|j| product_log_weight(&k, &[0.0, 0.0], x.row(j).as_slice().unwrap()))
+                .collect();
+            let m = l[0].max(l[1]);
+            m + ((l[0] - m).exp() + (l[1] - m).exp()).ln()
+        };
+        for (name, e) in engines() {
+            let got = e.local_mean(&k, q.view(), x.view(), y.view()).unwrap();
+            assert_close(&format!("{name} {p}"), &got.values, &want, 1e-5, 1e-6);
+            // ln Σ K, from the density: add back ln(N·c) (gaussian and the
+            // block's 1-D normalizer).
+            let ln_c = locus::ln_normalizer(p, 1).unwrap()
+                + locus::ln_normalizer(Profile::Gaussian, 1).unwrap();
+            let ld = e.log_density(&k, q.view(), x.view(), None).unwrap()[0] + 2f64.ln() + ln_c;
+            assert!(
+                (ld - want_ld).abs() < 1e-4 * want_ld.abs(),
+                "{name} {p}: {ld} vs {want_ld}"
+            );
+        }
+    }
+}
+
+/// Product kernels differing only in their bandwidths share one compiled
+/// pipeline (the scales travel in the uniform block): each bandwidth's
+/// results are its own.
+#[test]
+fn a_bandwidth_search_gets_each_bandwidths_results() {
+    let Some(g) = gpu() else { return };
+    let x = data(24, 50);
+    let y = Rng::new(25).matrix(50, 1, -1.0, 1.0);
+    let run = |h: f32| {
+        let k =
+            Kernel::product([(2, Profile::Uniform, 1.0 + h), (3, Profile::Gaussian, h)]).unwrap();
+        let got = g.local_mean(&k, x.view(), x.view(), y.view()).unwrap();
+        let (want, _) = ref_local_mean(&k, &x, &x, &y);
+        assert_close(&format!("h={h}"), &got.values, &want, 1e-4, 1e-5);
+    };
+    for h in [0.5f32, 0.25, 0.75, 1.5, 3.0] {
+        run(h);
+    }
+}

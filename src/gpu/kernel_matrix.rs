@@ -14,7 +14,7 @@ use super::context::GpuContext;
 use super::keys::upload_key_tiles;
 use super::local_mean::{PassKind, TileJob, record_pass};
 use super::pipelines::PipelineKey;
-use super::shaders::{ProductCode, ShaderId, matrix_mode_code};
+use super::shaders::{ProductCode, ShaderId, block_scales, matrix_mode_code};
 use super::submission::{Block, Blocks, Submission};
 use super::{ParamBlock, bind_group, check_u32};
 
@@ -31,6 +31,8 @@ struct MatParams {
     row_global: u32,
     col_global: u32,
     state_stride: u32,
+    /// A product kernel's `1/h_b²` (`shaders::block_scales`).
+    block_inv_h2: [[f32; 4]; 2],
 }
 
 /// A kernel matrix on the GPU: per query tile, the row sums (for the
@@ -121,6 +123,7 @@ pub(crate) fn kernel_matrix(
                         row_global: (r0 + b0) as u32,
                         col_global: kt.start as u32,
                         state_stride,
+                        block_inv_h2: block_scales(kernel),
                     }],
                 )?;
                 let bg = bind_group(

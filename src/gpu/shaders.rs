@@ -72,28 +72,39 @@ pub(crate) fn profile_const_name(profile: Profile) -> String {
     format!("PROFILE_{}", profile.name().to_ascii_uppercase())
 }
 
-/// A product kernel's blocks as its pipelines are compiled for them: per
-/// block, its coordinates `start..end`, profile code, and the bits of
-/// `1/h²` and `1/h` (`f32`, as the CPU's). Part of the pipeline key: each
-/// product kernel compiles its own pipelines.
+/// A product kernel's block structure as its pipelines are compiled for
+/// it: per block, its coordinates `start..end` and profile code. Part of
+/// the pipeline key; the bandwidths are not (they travel in the uniform
+/// block, [`block_scales`]), so a bandwidth search compiles nothing new.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct ProductCode(Vec<[u32; 5]>);
+pub(crate) struct ProductCode(Vec<[u32; 3]>);
+
+// The uniform blocks hold eight block scales.
+const _: () = assert!(crate::kernel::MAX_BLOCKS <= 8);
+
+/// `1/h_b²` of a product kernel's blocks as the shaders' uniform blocks
+/// carry them (`block_inv_h2`, two `vec4`s); zeros for a radial kernel.
+pub(crate) fn block_scales(kernel: &Kernel) -> [[f32; 4]; 2] {
+    let mut out = [[0.0f32; 4]; 2];
+    if let Some(pb) = kernel.product_blocks() {
+        for b in 0..pb.len {
+            out[b / 4][b % 4] = pb.inv_h2[b];
+        }
+    }
+    out
+}
 
 impl ProductCode {
     /// The code of `kernel`; `None` for a radial kernel.
     pub(crate) fn of(kernel: &Kernel) -> Option<Self> {
         let pb = kernel.product_blocks()?;
-        let hs = kernel.blocks()?;
         Some(ProductCode(
             (0..pb.len)
                 .map(|b| {
-                    let inv_h = (1.0 / f64::from(hs[b].bandwidth)) as f32;
                     [
                         pb.start[b] as u32,
                         pb.end[b] as u32,
                         pb.profile[b].shader_code(),
-                        pb.inv_h2[b].to_bits(),
-                        inv_h.to_bits(),
                     ]
                 })
                 .collect(),
@@ -101,22 +112,22 @@ impl ProductCode {
     }
 
     /// The WGSL of the product's block functions (`PRODUCT`, `block_last`,
-    /// `block_t`, `block_dims`, `coord_inv_h`); for `None`, their radial
-    /// stand-ins, which the compiler folds away.
+    /// `block_t`, `block_dims`, `coord_inv_h`; they read the shader's
+    /// `block_inv_h2(b)`); for `None`, their radial stand-ins, which the
+    /// compiler folds away.
     fn wgsl(code: Option<&ProductCode>) -> String {
         let Some(ProductCode(blocks)) = code else {
-            return "const PRODUCT: bool = false;
-                    fn block_last(k: u32) -> bool { return false; }
-                    fn block_t(k: u32, s: f32) -> f32 { return s; }
-                    fn block_dims(k: u32) -> u32 { return 1u; }
-                    fn coord_inv_h(k: u32) -> f32 { return 1.0; }
-"
-            .into();
+            return "const PRODUCT: bool = false;\n\
+                    fn block_last(k: u32) -> bool { return false; }\n\
+                    fn block_t(k: u32, s: f32) -> f32 { return s; }\n\
+                    fn block_dims(k: u32) -> u32 { return 1u; }\n\
+                    fn coord_inv_h(k: u32) -> f32 { return 1.0; }\n"
+                .into();
         };
-        let f = |bits: u32| format!("{:?}f", f32::from_bits(bits));
-        let last = |b: &[u32; 5]| b[1] - 1;
+        let last = |b: &[u32; 3]| b[1] - 1;
         let mut s = String::from(
-            "// Generated: the product kernel's blocks (docs/numerics.md, \"Product kernels\").\n             const PRODUCT: bool = true;\n",
+            "// Generated: the product kernel's blocks (docs/numerics.md, \"Product kernels\").\n\
+             const PRODUCT: bool = true;\n",
         );
         let ends: Vec<String> = blocks
             .iter()
@@ -128,13 +139,12 @@ impl ProductCode {
             ends.join(" || ")
         );
         s.push_str("fn block_t(k: u32, s: f32) -> f32 {\n");
-        for b in blocks {
+        for (i, b) in blocks.iter().enumerate() {
             let _ = writeln!(
                 s,
-                "    if k == {}u {{ return carrier_t({}u, s * {}); }}",
+                "    if k == {}u {{ return carrier_t({}u, s, block_inv_h2({i}u)); }}",
                 last(b),
-                b[2],
-                f(b[3])
+                b[2]
             );
         }
         s.push_str("    return T_FAR;\n}\n");
@@ -144,8 +154,12 @@ impl ProductCode {
         }
         s.push_str("    return 1u;\n}\n");
         s.push_str("fn coord_inv_h(k: u32) -> f32 {\n");
-        for b in blocks {
-            let _ = writeln!(s, "    if k < {}u {{ return {}; }}", b[1], f(b[4]));
+        for (i, b) in blocks.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    if k < {}u {{ return sqrt(block_inv_h2({i}u)); }}",
+                b[1]
+            );
         }
         s.push_str("    return 1.0;\n}\n");
         s
@@ -616,6 +630,47 @@ mod tests {
                 validate(&format!("{file} {values:?}"), &src);
             }
         }
+    }
+
+    /// The profile-using shaders validate with a product kernel's generated
+    /// block functions too (eight blocks, every profile).
+    #[test]
+    fn shaders_validate_with_product_blocks() {
+        let blocks: Vec<(usize, Profile, f32)> = Profile::ALL
+            .into_iter()
+            .chain([Profile::Gaussian])
+            .enumerate()
+            .map(|(i, p)| (1 + i % 3, p, 0.5 + i as f32))
+            .collect();
+        let kernel = Kernel::product(blocks).unwrap();
+        let code = ProductCode::of(&kernel).unwrap();
+        let d = kernel.dims().unwrap() as u32;
+        for id in [
+            ShaderId::LocalMean,
+            ShaderId::LocalMoments,
+            ShaderId::KernelMatrix,
+        ] {
+            for mut values in samples(id) {
+                for v in values.iter_mut().filter(|v| v.0 == "D") {
+                    v.1 = d;
+                }
+                let src = id
+                    .render_for(&values, Some(&code))
+                    .expect("placeholders filled");
+                validate(&format!("{} {values:?} product", id.file()), &src);
+            }
+        }
+        assert_eq!(block_scales(&kernel)[1][3], 1.0 / (7.5f32 * 7.5));
+        // The bandwidths are not part of the pipeline key; the structure is.
+        let k =
+            |h: f32, p: Profile| Kernel::product([(2, p, h), (1, Profile::Gaussian, h)]).unwrap();
+        let g = Profile::Gaussian;
+        assert_eq!(ProductCode::of(&k(0.5, g)), ProductCode::of(&k(3.0, g)));
+        assert_ne!(
+            ProductCode::of(&k(0.5, g)),
+            ProductCode::of(&k(0.5, Profile::Uniform))
+        );
+        assert_eq!(ProductCode::of(&Kernel::gaussian(1.0).unwrap()), None);
     }
 
     /// Each generated `f32` constant reads back (through naga) as exactly

@@ -257,7 +257,7 @@ impl Kernel {
             if dims == 0 || dims > u32::MAX as usize {
                 return Err(Error::InvalidParameter {
                     name: "blocks",
-                    reason: format!("each block needs at least one coordinate, got {dims}"),
+                    reason: format!("each block needs 1 to {} coordinates, got {dims}", u32::MAX),
                 });
             }
             Kernel::new(profile, bandwidth)?;
@@ -411,7 +411,9 @@ impl Kernel {
     }
 
     /// `K(x, x')` in `f64` from the squared distance `‖x − x'‖²`; the plain
-    /// definition, for references and small computations.
+    /// definition, for references and small computations. A radial kernel
+    /// only: a product kernel is not a function of the distance (this gives
+    /// its gaussian carrier); use [`eval_pair`](Self::eval_pair).
     pub fn eval_sq_dist(&self, sq_dist: f64) -> f64 {
         let h = f64::from(self.bandwidth);
         self.profile.eval_sq(sq_dist / (h * h))
