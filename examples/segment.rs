@@ -75,6 +75,19 @@ fn run(a: &Args) -> Result<(), String> {
     if a.scale == 0 {
         return Err("--scale must be at least 1".into());
     }
+    // Parameters and output folders checked before any work.
+    Kernel::new(a.spatial_kernel, a.spatial).map_err(|e| format!("--spatial: {e}"))?;
+    Kernel::new(a.range_kernel, a.range).map_err(|e| format!("--range: {e}"))?;
+    for (flag, path) in [
+        ("--output", Some(&a.output)),
+        ("--labels", a.labels.as_ref()),
+    ] {
+        let Some(path) = path else { continue };
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(format!("{flag} {}: no such folder", path.display()));
+        }
+    }
     let img = image::open(&a.input)
         .map_err(|e| format!("{}: {e}", a.input.display()))?
         .to_rgb8();

@@ -1513,6 +1513,33 @@ fn product_kernels_from_blocks_match_the_library() {
     let got: Array1<i64> = read_npy(&labels).unwrap();
     assert_eq!(got, fit.labels);
 
+    // --verify compares the modes in units of each block's bandwidth: a
+    // tiny spatial bandwidth beside a wide range one is no false alarm.
+    if have_gpu() {
+        let mut rng = Rng::new(43);
+        let pts = Array2::from_shape_fn((120, 3), |(j, c)| match c {
+            2 => 40.0 * (j % 3) as f32 + 5.0 * rng.uniform(),
+            _ => 0.002 * (j % 5) as f32,
+        });
+        locus()
+            .args([
+                "mean-shift",
+                "--backend",
+                "cpu",
+                "--verify",
+                "--kernel",
+                "uniform,gaussian",
+            ])
+            .args(["--bandwidth", "0.01,7", "--blocks", "2,1"])
+            .arg("--input")
+            .arg(npy(&dir, "pts.npy", &pts))
+            .arg("--labels")
+            .arg(&labels)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(": ok"));
+    }
+
     // Blocks that do not fit, counts that do not match.
     let x_name = xp.to_str().unwrap();
     for (args, expect) in [

@@ -110,4 +110,23 @@ fn a_file_that_is_not_an_image_is_refused() {
         "{err}"
     );
     assert!(!dir.path().join("o.png").exists());
+    // Bad parameters name their flag, before any output is written.
+    for (args, needle) in [
+        (vec!["--spatial", "0"], "--spatial"),
+        (vec!["--range", "nan"], "--range"),
+        (vec!["--labels", "/no/such/folder/l.npy"], "--labels"),
+    ] {
+        let out = Command::new(example())
+            .arg("--input")
+            .arg(fixture())
+            .arg("--output")
+            .arg(dir.path().join("o.png"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!dir.path().join("o.png").exists(), "{args:?}");
+    }
 }

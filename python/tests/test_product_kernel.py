@@ -102,7 +102,8 @@ def test_the_kernel_object_and_its_errors(data):
     k = locus.ProductKernel(BLOCKS)
     assert k.dims == 5 and k.blocks == ((2, "uniform", 0.9), (3, "gaussian", 0.6))
     assert pickle.loads(pickle.dumps(k)) == k and hash(k) == hash(locus.ProductKernel(BLOCKS))
-    for bad in ([], [(0, "gaussian", 1.0)], [(1, "boxcar", 1.0)], [(1, "gaussian", -1.0)], [(1, 2)]):
+    bad_blocks = ([], [(0, "gaussian", 1.0)], [(1, "boxcar", 1.0)], [(1, "gaussian", -1.0)], [(1, 2)], [(2**64, "gaussian", 1.0)])
+    for bad in bad_blocks:
         with pytest.raises(locus.InputError):
             locus.ProductKernel(bad)
     with pytest.raises(locus.InputError, match="no bandwidth"):
@@ -145,5 +146,10 @@ def test_estimators_take_a_product_kernel(rng):
     assert np.isfinite(filled).all()
     ms = locus.MeanShift(kernel=locus.ProductKernel([(3, "gaussian", 0.5)]), backend="cpu").fit(x)
     assert len(ms.cluster_centers_) >= 1
+    # Labels as fit gives them: nearest centre in units of each block.
+    pts = np.column_stack([rng.uniform(0, 30, 400), rng.choice([0.0, 500.0], 400)]).astype(np.float32)
+    jk = locus.ProductKernel([(1, "uniform", 8.0), (1, "gaussian", 100.0)])
+    ms = locus.MeanShift(kernel=jk, backend="cpu").fit(pts)
+    np.testing.assert_array_equal(ms.predict(pts), ms.labels_)
     with pytest.raises(ValueError, match="bandwidth=None"):
         locus.KernelRegression(kernel=k, backend="cpu").fit(x, y)

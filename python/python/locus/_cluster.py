@@ -96,8 +96,16 @@ class MeanShift(ClusterMixin, BaseEstimator):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        """The index of the nearest cluster centre for each sample."""
+        """The index of the nearest cluster centre for each sample (with a
+        :class:`~locus.ProductKernel`, nearest in units of its blocks'
+        bandwidths, as ``fit`` labels)."""
         check_is_fitted(self)
         X = check_X(self, X, reset=False)
-        idx, _ = knn(X, self.cluster_centers_, 1, backend=self.backend)
+        centres = self.cluster_centers_
+        if isinstance(self.kernel, ProductKernel):
+            scale = np.array(
+                [h for d, _, h in self.kernel.blocks for _ in range(d)], dtype=np.float32
+            )
+            X, centres = X / scale, centres / scale
+        idx, _ = knn(X, centres, 1, backend=self.backend)
         return idx[:, 0]

@@ -48,8 +48,8 @@ class ProductKernel:
                 raise InputError(
                     f"each block is (dims, profile, bandwidth), got {b!r}"
                 ) from None
-            if isinstance(dims, bool) or not isinstance(dims, Integral) or dims < 1:
-                raise InputError(f"a block's dims must be an integer ≥ 1, got {dims!r}")
+            if isinstance(dims, bool) or not isinstance(dims, Integral) or not 1 <= dims < 2**32:
+                raise InputError(f"a block's dims must be an integer in 1..2**32-1, got {dims!r}")
             if not isinstance(profile, str) or profile.lower() not in PROFILES:
                 raise InputError(f"a block's profile must be one of {sorted(PROFILES)}, got {profile!r}")
             if isinstance(bandwidth, bool) or not isinstance(bandwidth, Real):

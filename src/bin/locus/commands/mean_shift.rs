@@ -186,13 +186,23 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     })?;
     job.verify(
         |e: &Engine| e.mean_shift(&params, x),
-        // A product's modes are in the data's units: the smallest block
-        // bandwidth sets the tolerance.
-        |other| {
-            let scale = product.as_ref().and_then(|k| k.blocks()).map_or(h, |bs| {
-                bs.iter().map(|b| b.bandwidth).fold(f32::INFINITY, f32::min)
-            });
-            compare(&fit, other, scale)
+        // A product's modes are compared in units of each block's
+        // bandwidth (where the shift ran).
+        |other| match product {
+            Some(k) => {
+                let hs = k.coordinate_bandwidths(d);
+                let unit = |f: &MeanShiftFit| {
+                    let mut g = f.clone();
+                    for mut row in g.modes.rows_mut() {
+                        for (v, &hk) in row.iter_mut().zip(&hs) {
+                            *v = (f64::from(*v) / hk) as f32;
+                        }
+                    }
+                    g
+                };
+                compare(&unit(&fit), &unit(other), 1.0)
+            }
+            None => compare(&fit, other, h),
         },
     )?;
 
@@ -204,7 +214,15 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
         }),
         sizes: vec![("N", n), ("d", d)],
         fields: vec![
-            ("bandwidth", json!(h)),
+            // A product kernel's bandwidths are its blocks' (under "kernel").
+            (
+                "bandwidth",
+                if product.is_some() {
+                    json!(null)
+                } else {
+                    json!(h)
+                },
+            ),
             ("bandwidth_estimated", json!(a.bandwidth.is_none())),
             ("clusters", json!(clusters)),
             ("populations", json!(fit.populations)),
