@@ -264,6 +264,11 @@ pub(crate) fn add_carrier_ts(profile: super::Profile, inv_h2: f32, part: &[f32],
                 };
             }
         }
+        P::Uniform => {
+            for (tj, &p) in t.iter_mut().zip(part) {
+                *tj += if p * inv_h2 < 1.0 { 0.0 } else { f32::INFINITY };
+            }
+        }
         compact => with_form!(compact, F => {
             for (tj, &p) in t.iter_mut().zip(part) {
                 *tj += -2.0 * F::lane(p * inv_h2).ln();
