@@ -211,8 +211,15 @@ fn avx2_and_portable_versions_agree() {
             q,
             panels: None,
         };
-        for p in Profile::ALL {
-            let k = Kernel::new(p, 0.3 * (d as f32).sqrt()).unwrap();
+        // Every profile, radial and (d ≥ 2) as the first block of a product,
+        // whose AVX2 build is the portable kernel compiled for AVX2 + FMA.
+        let h = 0.3 * (d as f32).sqrt();
+        let kernels = Profile::ALL.into_iter().flat_map(|p| {
+            let product = (d >= 2)
+                .then(|| Kernel::product([(1, p, h), (d - 1, Profile::Gaussian, h)]).unwrap());
+            std::iter::once(Kernel::new(p, h).unwrap()).chain(product)
+        });
+        for k in kernels {
             // Key ranges, and leave-one-out with the queries taken as keys 0..8.
             let own = &x[..QUERY_GROUP * d];
             for (k0, k1, self_row) in [
@@ -233,9 +240,13 @@ fn avx2_and_portable_versions_agree() {
                     centred: None,
                 };
                 let a = group_portable(&job);
-                let b = avx2::group(isa, &job);
+                let b = if k.is_product() {
+                    group_on(Some(isa), &job)
+                } else {
+                    avx2::group(isa, &job)
+                };
                 for r in 0..QUERY_GROUP {
-                    let what = format!("{p} n={n} d={d} q={q} keys {k0}..{k1} row {r}");
+                    let what = format!("{k} n={n} d={d} q={q} keys {k0}..{k1} row {r}");
                     // m may differ in the last bit (fused vs separate multiply-add).
                     assert!(
                         a.m[r] == b.m[r] || (a.m[r] - b.m[r]).abs() <= 1e-6 * a.m[r].abs(),
