@@ -5,12 +5,12 @@
 
 use std::path::PathBuf;
 
-use locus::{Engine, Kernel, MeanShiftParams, Profile, Seeds};
+use locus::{Engine, MeanShiftParams, Profile, Seeds};
 use serde_json::json;
 
 use super::Job;
 use super::mean_shift::compare;
-use crate::args::{Compute, parse_bandwidth, parse_profile};
+use crate::args::{Compute, kernel_from, parse_bandwidth, parse_profile};
 use crate::data::{self, BLOBS};
 use crate::error::{CliError, CliResult};
 use crate::plot::{self, Scatter};
@@ -22,12 +22,15 @@ pub struct DemoArgs {
     /// Number of points.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     points: u32,
-    /// Kernel profile.
-    #[arg(long, value_name = "K", default_value = "uniform", value_parser = parse_profile)]
-    kernel: Profile,
-    /// Bandwidth.
-    #[arg(long, value_name = "H", default_value = "1.0", value_parser = parse_bandwidth, allow_hyphen_values = true)]
-    bandwidth: f32,
+    /// Kernel profile (with --blocks: one per block, or one for all).
+    #[arg(long, value_name = "K", default_value = "uniform", value_parser = parse_profile, value_delimiter = ',')]
+    kernel: Vec<Profile>,
+    /// Bandwidth (with --blocks: one per block).
+    #[arg(long, value_name = "H", default_value = "1.0", value_parser = parse_bandwidth, allow_hyphen_values = true, value_delimiter = ',')]
+    bandwidth: Vec<f32>,
+    /// A product kernel over the two coordinates: --blocks 1,1.
+    #[arg(long, value_name = "D", value_delimiter = ',')]
+    blocks: Option<Vec<usize>>,
     /// Where to draw the points coloured by cluster, modes marked.
     #[arg(long, value_name = "PNG", default_value = "demo.png")]
     plot: PathBuf,
@@ -44,7 +47,13 @@ pub fn run(a: &DemoArgs) -> CliResult<()> {
     if let Some(p) = plot_path {
         plot::check_path("--plot", p)?;
     }
-    let kernel = Kernel::new(a.kernel, a.bandwidth)?;
+    let kernel = kernel_from(&a.kernel, &a.bandwidth, a.blocks.as_deref())?;
+    kernel.check_dim("demo", 2)?;
+    // The verification's scale: the bandwidth, or a product's smallest.
+    let h = kernel
+        .coordinate_bandwidths(2)
+        .into_iter()
+        .fold(f64::INFINITY, f64::min) as f32;
     let n = a.points as usize;
     let x = data::try_blobs(n).ok_or_else(|| {
         CliError::input(format!(
@@ -53,8 +62,7 @@ pub fn run(a: &DemoArgs) -> CliResult<()> {
         ))
     })?;
     let params = MeanShiftParams::new()
-        .profile(a.kernel)
-        .bandwidth(a.bandwidth)
+        .kernel(kernel)
         .seeds(Seeds::Binned { min_bin_freq: 1 })
         .check()
         .map_err(CliError::input)?;
@@ -65,7 +73,7 @@ pub fn run(a: &DemoArgs) -> CliResult<()> {
     })?;
     job.verify(
         |e: &Engine| e.mean_shift(&params, x.view()),
-        |other| compare(&fit, other, a.bandwidth),
+        |other| compare(&fit, other, h),
     )?;
 
     let clusters = fit.modes.nrows();
