@@ -16,6 +16,8 @@
 //! nothing about GPU speed), `LOCUS_SERVICE_HTTP_REQUESTS` (per thread,
 //! default 200), `LOCUS_BENCH_BACKENDS` (any of `cpu,gpu,http`).
 
+#[path = "../tests/support/examples.rs"]
+mod examples;
 #[path = "../tests/support/http.rs"]
 mod http;
 
@@ -232,7 +234,7 @@ fn bench_backend(
 }
 
 fn bench_http(per_thread: usize, keys: &Array2<f32>, values: &Array2<f32>) {
-    let bin = http::example_path();
+    let bin = examples::example_path("service");
     if !bin.exists() {
         println!(
             "\nHTTP load test skipped: {} is missing (cargo build --release --example service)",

@@ -43,6 +43,30 @@ fn to_csv(a: &Array2<f32>) -> String {
     s
 }
 
+type Three<T> = (T, T, T);
+
+/// Random queries (`m × d`) and keys (`n × d`) in the unit cube and values
+/// (`n × q`) in `±span`, written as `q.npy`, `x.npy`, `y.npy` in `dir`.
+fn queries_keys_values(
+    dir: &TempDir,
+    seed: u64,
+    (m, n, d, q): (usize, usize, usize, usize),
+    span: f32,
+) -> (Three<Array2<f32>>, Three<PathBuf>) {
+    let mut rng = Rng::new(seed);
+    let (qm, x, y) = (
+        rng.matrix(m, d, 0.0, 1.0),
+        rng.matrix(n, d, 0.0, 1.0),
+        rng.matrix(n, q, -span, span),
+    );
+    let paths = (
+        npy(dir, "q.npy", &qm),
+        npy(dir, "x.npy", &x),
+        npy(dir, "y.npy", &y),
+    );
+    ((qm, x, y), paths)
+}
+
 /// Reads an output: `.npy` as f32, `.csv` as plain numbers.
 fn read_out(p: &Path) -> Array2<f32> {
     if p.extension().unwrap() == "npy" {
@@ -715,17 +739,7 @@ fn verify_passes_between_gpu_and_cpu() {
         return;
     }
     let dir = TempDir::new().unwrap();
-    let mut rng = Rng::new(7);
-    let (q, x, y) = (
-        rng.matrix(45, 3, 0.0, 1.0),
-        rng.matrix(70, 3, 0.0, 1.0),
-        rng.matrix(70, 3, -2.0, 2.0),
-    );
-    let (qp, xp, yp) = (
-        npy(&dir, "q.npy", &q),
-        npy(&dir, "x.npy", &x),
-        npy(&dir, "y.npy", &y),
-    );
+    let ((q, x, y), (qp, xp, yp)) = queries_keys_values(&dir, 7, (45, 70, 3, 3), 2.0);
     let out = dir.path().join("m.npy");
     let assert = locus()
         .args([
@@ -1406,17 +1420,7 @@ fn softmax_matches_the_library_for_stacks_matrices_and_merged_heads() {
 #[test]
 fn product_kernels_from_blocks_match_the_library() {
     let dir = TempDir::new().unwrap();
-    let mut rng = Rng::new(41);
-    let (q, x, y) = (
-        rng.matrix(23, 3, 0.0, 1.0),
-        rng.matrix(61, 3, 0.0, 1.0),
-        rng.matrix(61, 2, -5.0, 5.0),
-    );
-    let (qp, xp, yp) = (
-        npy(&dir, "q.npy", &q),
-        npy(&dir, "x.npy", &x),
-        npy(&dir, "y.npy", &y),
-    );
+    let ((q, x, y), (qp, xp, yp)) = queries_keys_values(&dir, 41, (23, 61, 3, 2), 5.0);
     let out = dir.path().join("m.npy");
     let assert = locus()
         .args(["local-mean", "--backend", "cpu", "--json"])

@@ -4,6 +4,8 @@
 //! clear error for a file that is not an image.
 
 mod common;
+#[path = "support/examples.rs"]
+mod examples;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,20 +16,7 @@ use tempfile::TempDir;
 
 /// The example's executable (which `cargo test` builds).
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .join("examples")
-        .join(format!("segment{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo test` builds the examples; with a target filter run \
-         `cargo build --example segment` (same profile) first",
-        bin.display()
-    );
-    bin
+    examples::example_binary("segment")
 }
 
 fn fixture() -> PathBuf {

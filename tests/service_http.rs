@@ -3,6 +3,8 @@
 //! and invalid, from several connections at once; then shut down.
 
 mod common;
+#[path = "support/examples.rs"]
+mod examples;
 #[path = "support/http.rs"]
 mod http;
 
@@ -307,7 +309,7 @@ fn without_labels_classify_is_a_clear_400_and_bad_files_fail_at_start() {
         &Array2::<f32>::zeros((3, 1)),
     )
     .unwrap();
-    let out = std::process::Command::new(http::example_binary())
+    let out = std::process::Command::new(examples::example_binary("service"))
         .args([
             "--keys",
             &f.path("keys.npy"),

@@ -64,6 +64,17 @@ impl Bandwidth {
     }
 }
 
+/// What [`MeanShiftParams::kernel`] and [`MedoidShiftParams::kernel`] set:
+/// a radial kernel's profile and fixed bandwidth (no product), or a product
+/// kernel with unit bandwidth (its blocks scale the points; `profile` kept).
+fn kernel_settings(kernel: Kernel, profile: Profile) -> (Profile, Bandwidth, Option<Kernel>) {
+    if kernel.is_product() {
+        (profile, Bandwidth::Fixed(1.0), Some(kernel))
+    } else {
+        (kernel.profile(), Bandwidth::Fixed(kernel.bandwidth()), None)
+    }
+}
+
 /// Where MeanShift starts its seeds.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Seeds {
@@ -156,14 +167,7 @@ impl MeanShiftParams {
     ///
     /// [`MeanShiftFit::bandwidth`]: crate::MeanShiftFit::bandwidth
     pub fn kernel(mut self, kernel: Kernel) -> Self {
-        if kernel.is_product() {
-            self.product = Some(kernel);
-            self.bandwidth = Bandwidth::Fixed(1.0);
-        } else {
-            self.profile = kernel.profile();
-            self.bandwidth = Bandwidth::Fixed(kernel.bandwidth());
-            self.product = None;
-        }
+        (self.profile, self.bandwidth, self.product) = kernel_settings(kernel, self.profile);
         self
     }
 
@@ -364,14 +368,7 @@ impl MedoidShiftParams {
     /// bandwidth, local means with unit bandwidths, the nearest point in
     /// those units (not for a given distance matrix).
     pub fn kernel(mut self, kernel: Kernel) -> Self {
-        if kernel.is_product() {
-            self.product = Some(kernel);
-            self.bandwidth = Bandwidth::Fixed(1.0);
-        } else {
-            self.profile = kernel.profile();
-            self.bandwidth = Bandwidth::Fixed(kernel.bandwidth());
-            self.product = None;
-        }
+        (self.profile, self.bandwidth, self.product) = kernel_settings(kernel, self.profile);
         self
     }
 

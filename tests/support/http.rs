@@ -5,7 +5,7 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -94,33 +94,6 @@ impl Client {
     }
 }
 
-/// Where `cargo test` / `cargo build --example service` put the example
-/// service's executable, beside the running one's profile directory
-/// (`target/<profile>/examples/service`).
-pub fn example_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> → target/<profile>/examples/service
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    profile_dir
-        .join("examples")
-        .join(format!("service{}", std::env::consts::EXE_SUFFIX))
-}
-
-/// The example service's executable (which `cargo test` builds).
-pub fn example_binary() -> PathBuf {
-    let bin = example_path();
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo test` builds the examples; with a target filter run \
-         `cargo build --example service` (same profile) first",
-        bin.display()
-    );
-    bin
-}
-
 /// A running example service, killed when dropped.
 pub struct Service {
     pub child: Child,
@@ -133,7 +106,7 @@ impl Service {
     /// Starts the service with `args` on 127.0.0.1 and a free port, and
     /// waits (up to `timeout`) until it accepts connections.
     pub fn start(args: &[&str], timeout: Duration) -> Service {
-        let mut child = Command::new(example_binary())
+        let mut child = Command::new(crate::examples::example_binary("service"))
             .args(args)
             .args(["--host", "127.0.0.1", "--port", "0"])
             .env("NODEVICE_SELECT", "1")
