@@ -23,8 +23,8 @@ struct MatParams {
     row_global: u32, // global index of the block's first row
     col_global: u32, // global index of the key tile's first key
     state_stride: u32, // floats per row of row_state
-    // A product kernel's 1/h_b² per block (PRODUCT; unused otherwise).
-    block_inv_h2: array<vec4<f32>, 2>,
+    // A product kernel's 1/h_b per block (PRODUCT; unused otherwise).
+    block_inv_h: array<vec4<f32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> mp: MatParams;
@@ -33,9 +33,9 @@ struct MatParams {
 @group(0) @binding(3) var<storage, read> row_state: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-// 1/h² of product block b (the generated block functions read it).
-fn block_inv_h2(b: u32) -> f32 {
-    return mp.block_inv_h2[b / 4u][b % 4u];
+// 1/h of product block b (the generated block functions read it).
+fn block_inv_h(b: u32) -> f32 {
+    return mp.block_inv_h[b / 4u][b % 4u];
 }
 
 @compute @workgroup_size(WG, WG)
@@ -49,7 +49,9 @@ fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
     var t = 0.0;
     var carrier = 0.0;
     for (var k = 0u; k < D; k++) {
-        let df = keys[j * D + k] - queries[i * D + k];
+        let dk = keys[j * D + k] - queries[i * D + k];
+        // PRODUCT: differences scaled by 1/h_b before squaring.
+        let df = select(dk, dk * coord_inv_h(k), PRODUCT);
         t = fma(df, df, t);
         if PRODUCT && block_last(k) {
             carrier += block_t(k, t);

@@ -33,8 +33,8 @@ struct Params {
                     // row's own key out: queries are the keys)
     row0: u32,      // global index of the tile's first query
     key0: u32,      // global index of the key tile's first key
-    // A product kernel's 1/h_b² per block (PRODUCT; unused otherwise).
-    block_inv_h2: array<vec4<f32>, 2>,
+    // A product kernel's 1/h_b per block (PRODUCT; unused otherwise).
+    block_inv_h: array<vec4<f32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -45,9 +45,9 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
 
-// 1/h² of product block b (the generated block functions read it).
-fn block_inv_h2(b: u32) -> f32 {
-    return p.block_inv_h2[b / 4u][b % 4u];
+// 1/h of product block b (the generated block functions read it).
+fn block_inv_h(b: u32) -> f32 {
+    return p.block_inv_h[b / 4u][b % 4u];
 }
 
 var<workgroup> stage_x: array<f32, STAGE * D>;
@@ -65,6 +65,12 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
         for (var k = 0u; k < D; k++) {
             qx[k] = queries[i * D + k];
         }
+    }
+    // PRODUCT: each coordinate's 1/h_b; differences are scaled before they
+    // are squared (docs/numerics.md, "Product kernels").
+    var cscale: array<f32, D>;
+    for (var k = 0u; k < D; k++) {
+        cscale[k] = coord_inv_h(k);
     }
     var st: RowState;
     st.m = select(0.0, NEG_BIG, is_exp);
@@ -99,7 +105,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
                 var carrier = 0.0;
                 for (var k = 0u; k < D; k++) {
                     let xk = stage_x[j * D + k];
-                    let df = xk - qx[k];
+                    let df = select(xk - qx[k], (xk - qx[k]) * cscale[k], PRODUCT);
                     // MASKED: a coordinate either row lacks (stored as a
                     // value at or above MISSING) is left out.
                     if MASKED == 0u || max(abs(xk), abs(qx[k])) < MISSING {

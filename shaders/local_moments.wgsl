@@ -43,8 +43,8 @@ struct Params {
     flags: u32,     // FIRST_TILE, LAST_TILE
     row0: u32,      // global index of the tile's first query
     key0: u32,      // global index of the key tile's first key
-    // A product kernel's 1/h_b² per block (PRODUCT; unused otherwise).
-    block_inv_h2: array<vec4<f32>, 2>,
+    // A product kernel's 1/h_b per block (PRODUCT; unused otherwise).
+    block_inv_h: array<vec4<f32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -55,9 +55,9 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
 
-// 1/h² of product block b (the generated block functions read it).
-fn block_inv_h2(b: u32) -> f32 {
-    return p.block_inv_h2[b / 4u][b % 4u];
+// 1/h of product block b (the generated block functions read it).
+fn block_inv_h(b: u32) -> f32 {
+    return p.block_inv_h[b / 4u][b % 4u];
 }
 
 var<workgroup> stage_x: array<f32, STAGE * D>;
@@ -170,7 +170,8 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
                 var carrier = 0.0;
                 for (var k = 0u; k < D; k++) {
                     let xk = stage_x[j * D + k];
-                    let df = xk - qx[k];
+                    // PRODUCT: differences scaled by 1/h_b before squaring.
+                    let df = select(xk - qx[k], (xk - qx[k]) * coord_scale[k], PRODUCT);
                     f[k] = (xk - cx[k]) * coord_scale[k];
                     t = fma(df, df, t);
                     if PRODUCT && block_last(k) {

@@ -43,22 +43,15 @@ fn weight_of(code: u32, t: f32) -> f32 {
 }
 
 // One block of a product kernel: −2 ln k(t) of the block's profile
-// (`code`) at t = s·inv_h2 (s its squared distance), at most T_FAR (no
-// weight). A product's weight is the gaussian of the sum of its blocks'
-// values, cut at T_FAR only as a whole (docs/numerics.md, "Product
-// kernels"); the generated block_t calls it. The full-support profiles are
-// formed where s·inv_h2 would overflow: 2√s·√inv_h2, 2(ln s + ln inv_h2).
-fn carrier_t(code: u32, s: f32, inv_h2: f32) -> f32 {
-    let t = s * inv_h2;
+// (`code`) at its scaled squared distance t (from differences already
+// divided by h_b), at most T_FAR (no weight). A product's weight is the
+// gaussian of the sum of its blocks' values, cut at T_FAR only as a whole
+// (docs/numerics.md, "Product kernels"); the generated block_t calls it.
+fn carrier_t(code: u32, t: f32) -> f32 {
     switch code {
         case PROFILE_GAUSSIAN: { return min(t, T_FAR); }
-        case PROFILE_LAPLACIAN: { return min(2.0 * (sqrt(s) * sqrt(inv_h2)), T_FAR); }
-        case PROFILE_CAUCHY: {
-            if t < T_FAR {
-                return 2.0 * log(1.0 + t);
-            }
-            return min(2.0 * (log(s) + log(inv_h2)), T_FAR);
-        }
+        case PROFILE_LAPLACIAN: { return min(2.0 * sqrt(t), T_FAR); }
+        case PROFILE_CAUCHY: { return min(2.0 * log(1.0 + t), T_FAR); }
         default: {
             if t >= T_FAR {
                 return T_FAR;

@@ -605,3 +605,30 @@ fn a_bandwidth_search_gets_each_bandwidths_results() {
         run(h);
     }
 }
+
+/// Block differences are scaled by `1/h_b` before they are squared: raw
+/// squared distances beyond the `f32` range (coordinates near 1e19, with
+/// bandwidths to match) still weigh as the `f64` reference says; a product
+/// of compact blocks leaves a row with no key in reach empty.
+#[test]
+fn huge_coordinates_are_scaled_before_squaring() {
+    let q = Array2::from_shape_vec((1, 2), vec![0.0f32, 0.0]).unwrap();
+    let x = Array2::from_shape_vec((2, 2), vec![2e19f32, 0.0, 1.5e19, 1.5e19]).unwrap();
+    let y = Array2::from_shape_vec((2, 1), vec![1.0f32, 2.0]).unwrap();
+    for p in [Profile::Gaussian, Profile::Cauchy, Profile::Laplacian] {
+        let k = Kernel::product([(1, p, 1e18), (1, p, 1e18)]).unwrap();
+        let (want, _) = ref_local_mean(&k, &q, &x, &y);
+        for (name, e) in engines() {
+            let got = e.local_mean(&k, q.view(), x.view(), y.view()).unwrap();
+            assert_close(&format!("{name} {p}"), &got.values, &want, 1e-5, 1e-6);
+        }
+    }
+    let compact =
+        Kernel::product([(1, Profile::Uniform, 1.0), (1, Profile::Biweight, 1.0)]).unwrap();
+    for (name, e) in engines() {
+        let got = e
+            .local_mean(&compact, q.view(), x.view(), y.view())
+            .unwrap();
+        assert_eq!(got.empty_rows, 1, "{name}");
+    }
+}

@@ -16,7 +16,7 @@ pub(crate) fn finish_far_rows(job: &GroupJob<'_>, st: &mut GroupState) {
     let (ld, q, d) = (job.keys.ld, job.keys.q, job.d);
     let g = job.queries.len() / d;
     for r in 0..g {
-        if !needs_exact(profile, st.s[r]) {
+        if !needs_exact(job.kernel, st.s[r]) {
             continue;
         }
         let (m, s) = row_state(

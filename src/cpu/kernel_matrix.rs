@@ -202,11 +202,11 @@ fn fill_row_impl<S: Isa>(
     } else {
         row.chunks(KEY_BLOCK).map(|c| f64::from(sum_of(c))).sum()
     };
-    if normalized && (sum <= 0.0 || needs_exact(profile, sum)) {
+    if normalized && (sum <= 0.0 || needs_exact(kernel, sum)) {
         // Every key beyond the f32 kernels' reach: a full-support profile
         // still weighs its nearest keys (docs/numerics.md, "Far rows").
         let ld = keys.ld;
-        if profile.is_compact()
+        if !kernel.has_full_support()
             || !exact::normalized_row(kernel, query, |j, k| keys.xt[k * ld + j], row)
         {
             row.fill(f32::NAN);

@@ -40,6 +40,8 @@ impl PairSums for Masked<'_> {
         t.fill(0.0);
         for b in 0..nb {
             let (k0, k1) = pb.map_or((0, self.d), |pb| (pb.start[b], pb.end[b]));
+            // A product's differences are scaled by 1/h_b before squaring.
+            let s = pb.map_or(1.0, |pb| pb.inv_h[b]);
             part.fill(0.0);
             shared.fill(0.0);
             for (k, &qk) in q.iter().enumerate().take(k1).skip(k0) {
@@ -49,7 +51,7 @@ impl PairSums for Masked<'_> {
                 let x = &self.keys.xt[k * ld + j0..k * ld + j0 + len];
                 for ((pj, sj), &xj) in part.iter_mut().zip(shared.iter_mut()).zip(x) {
                     let seen = !xj.is_nan();
-                    let df = if seen { xj - qk } else { 0.0 };
+                    let df = if seen { (xj - qk) * s } else { 0.0 };
                     *pj = fmadd::<S>(df, df, *pj);
                     *sj += f32::from(u8::from(seen));
                 }
@@ -71,7 +73,7 @@ impl PairSums for Masked<'_> {
                         *tj = pj * inv_h2;
                     }
                 }
-                Some(pb) => add_carrier_ts(pb.profile[b], pb.inv_h2[b], part, t),
+                Some(pb) => add_carrier_ts(pb.profile[b], part, t),
             }
         }
     }

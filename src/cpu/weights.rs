@@ -103,14 +103,17 @@ pub(crate) fn product_ts<S: Isa>(
         for b in 0..pb.len {
             let part = &mut part[..len];
             part.fill(0.0);
+            // Differences scaled before they are squared: the sum overflows
+            // only beyond ~1.8e19 bandwidths.
+            let s = pb.inv_h[b];
             for (k, &qk) in query.iter().enumerate().take(pb.end[b]).skip(pb.start[b]) {
                 let col = &xt[k * n + j..k * n + j + len];
                 for (p, &x) in part.iter_mut().zip(col) {
-                    let df = x - qk;
+                    let df = (x - qk) * s;
                     *p = fmadd::<S>(df, df, *p);
                 }
             }
-            add_carrier_ts(pb.profile[b], pb.inv_h2[b], part, tc);
+            add_carrier_ts(pb.profile[b], part, tc);
         }
     }
 }

@@ -59,12 +59,12 @@ impl<'a> HostKeys<'a> {
 /// Whether some row of `out` (local means from the shader) may be a far
 /// row: an empty row under a profile with full support.
 pub(crate) fn means_need_host(kernel: &Kernel, out: &RowNormalized) -> bool {
-    out.empty_rows > 0 && !kernel.profile().is_compact()
+    out.empty_rows > 0 && kernel.has_full_support()
 }
 
 /// Whether some row of `states` needs the host ([`needs_exact`]).
 pub(crate) fn states_need_host(kernel: &Kernel, states: &RowStates) -> bool {
-    states.sum.iter().any(|&s| needs_exact(kernel.profile(), s))
+    states.sum.iter().any(|&s| needs_exact(kernel, s))
 }
 
 /// Replaces the empty rows of full-support profiles by their `f64` local
@@ -103,7 +103,7 @@ pub(crate) fn far_states(
 ) {
     let mut u = vec![0.0; host.q];
     for i in 0..states.rows() {
-        if !needs_exact(kernel.profile(), states.sum[i]) {
+        if !needs_exact(kernel, states.sum[i]) {
             continue;
         }
         let (m, s) = host.state(kernel, queries, i, exclude_self, &mut u);

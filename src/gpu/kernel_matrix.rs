@@ -31,8 +31,8 @@ struct MatParams {
     row_global: u32,
     col_global: u32,
     state_stride: u32,
-    /// A product kernel's `1/h_b²` (`shaders::block_scales`).
-    block_inv_h2: [[f32; 4]; 2],
+    /// A product kernel's `1/h_b` (`shaders::block_scales`).
+    block_inv_h: [[f32; 4]; 2],
 }
 
 /// A kernel matrix on the GPU: per query tile, the row sums (for the
@@ -123,7 +123,7 @@ pub(crate) fn kernel_matrix(
                         row_global: (r0 + b0) as u32,
                         col_global: kt.start as u32,
                         state_stride,
-                        block_inv_h2: block_scales(kernel),
+                        block_inv_h: block_scales(kernel),
                     }],
                 )?;
                 let bg = bind_group(
@@ -169,7 +169,7 @@ pub(crate) fn kernel_matrix(
     if matches!(
         mode,
         MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian
-    ) && !kernel.profile().is_compact()
+    ) && kernel.has_full_support()
     {
         // A cauchy row can also have a sum too small for f32 without being
         // empty: its row state shows it, as one the state call finished in

@@ -32,8 +32,8 @@ struct Params {
     flags: u32,
     row0: u32,
     key0: u32,
-    /// A product kernel's `1/h_b²` (`shaders::block_scales`).
-    block_inv_h2: [[f32; 4]; 2],
+    /// A product kernel's `1/h_b` (`shaders::block_scales`).
+    block_inv_h: [[f32; 4]; 2],
 }
 
 /// One query tile of a local-mean-shader call and its buffers.
@@ -94,7 +94,7 @@ pub(crate) fn record_pass<'p>(
     let q_stride = check_u32(op, "value columns", job.q)?;
     let row0 = check_u32(op, "query rows", job.row0)?;
     let inv_h2 = job.kernel.inv_h2();
-    let block_inv_h2 = block_scales(job.kernel);
+    let block_inv_h = block_scales(job.kernel);
     let tiles_n = job.key_tiles.len();
     let records = job
         .key_tiles
@@ -120,7 +120,7 @@ pub(crate) fn record_pass<'p>(
                 flags,
                 row0,
                 key0: check_u32(op, "key rows", kt.start)?,
-                block_inv_h2,
+                block_inv_h,
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -82,13 +82,13 @@ pub(crate) struct ProductCode(Vec<[u32; 3]>);
 // The uniform blocks hold eight block scales.
 const _: () = assert!(crate::kernel::MAX_BLOCKS <= 8);
 
-/// `1/h_b²` of a product kernel's blocks as the shaders' uniform blocks
-/// carry them (`block_inv_h2`, two `vec4`s); zeros for a radial kernel.
+/// `1/h_b` of a product kernel's blocks as the shaders' uniform blocks
+/// carry them (`block_inv_h`, two `vec4`s); zeros for a radial kernel.
 pub(crate) fn block_scales(kernel: &Kernel) -> [[f32; 4]; 2] {
     let mut out = [[0.0f32; 4]; 2];
     if let Some(pb) = kernel.product_blocks() {
         for b in 0..pb.len {
-            out[b / 4][b % 4] = pb.inv_h2[b];
+            out[b / 4][b % 4] = pb.inv_h[b];
         }
     }
     out
@@ -113,7 +113,7 @@ impl ProductCode {
 
     /// The WGSL of the product's block functions (`PRODUCT`, `block_last`,
     /// `block_t`, `block_dims`, `coord_inv_h`; they read the shader's
-    /// `block_inv_h2(b)`); for `None`, their radial stand-ins, which the
+    /// `block_inv_h(b)`); for `None`, their radial stand-ins, which the
     /// compiler folds away.
     fn wgsl(code: Option<&ProductCode>) -> String {
         let Some(ProductCode(blocks)) = code else {
@@ -139,10 +139,10 @@ impl ProductCode {
             ends.join(" || ")
         );
         s.push_str("fn block_t(k: u32, s: f32) -> f32 {\n");
-        for (i, b) in blocks.iter().enumerate() {
+        for b in blocks {
             let _ = writeln!(
                 s,
-                "    if k == {}u {{ return carrier_t({}u, s, block_inv_h2({i}u)); }}",
+                "    if k == {}u {{ return carrier_t({}u, s); }}",
                 last(b),
                 b[2]
             );
@@ -155,11 +155,7 @@ impl ProductCode {
         s.push_str("    return 1u;\n}\n");
         s.push_str("fn coord_inv_h(k: u32) -> f32 {\n");
         for (i, b) in blocks.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "    if k < {}u {{ return sqrt(block_inv_h2({i}u)); }}",
-                b[1]
-            );
+            let _ = writeln!(s, "    if k < {}u {{ return block_inv_h({i}u); }}", b[1]);
         }
         s.push_str("    return 1.0;\n}\n");
         s
@@ -660,7 +656,7 @@ mod tests {
                 validate(&format!("{} {values:?} product", id.file()), &src);
             }
         }
-        assert_eq!(block_scales(&kernel)[1][3], 1.0 / (7.5f32 * 7.5));
+        assert_eq!(block_scales(&kernel)[1][3], (1.0 / 7.5f64) as f32);
         // The bandwidths are not part of the pipeline key; the structure is.
         let k =
             |h: f32, p: Profile| Kernel::product([(2, p, h), (1, Profile::Gaussian, h)]).unwrap();

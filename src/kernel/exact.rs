@@ -21,9 +21,13 @@ pub(crate) const CAUCHY_EXACT_BELOW: f64 = 1e-28;
 /// Whether a row state `(m, s)` from the `f32` kernels must be recomputed
 /// in `f64`: an exponential profile with no key in reach, or a cauchy row
 /// with vanishing mass. Compact profiles never need it (a key beyond
-/// `T_FAR` lies outside their support).
-pub(crate) fn needs_exact(profile: Profile, s: f64) -> bool {
-    match profile {
+/// `T_FAR` lies outside their support), nor products of compact blocks
+/// only (a product goes by its gaussian carrier otherwise).
+pub(crate) fn needs_exact(kernel: &Kernel, s: f64) -> bool {
+    if !kernel.has_full_support() {
+        return false;
+    }
+    match kernel.profile() {
         Profile::Cauchy => s.is_nan() || s < CAUCHY_EXACT_BELOW,
         p if p.is_exponential() => s.is_nan() || s <= 0.0,
         _ => false,
@@ -44,17 +48,7 @@ fn key_log_weight(
     key: &impl Fn(usize, usize) -> f32,
     j: usize,
 ) -> f64 {
-    if kernel.is_product() {
-        let x: Vec<f32> = (0..query.len()).map(|k| key(j, k)).collect();
-        return kernel.log_eval_pair(query, &x);
-    }
-    let h = f64::from(kernel.bandwidth());
-    let mut t = 0.0f64;
-    for (k, &qk) in query.iter().enumerate() {
-        let df = (f64::from(key(j, k)) - f64::from(qk)) / h;
-        t += df * df;
-    }
-    log_weight(kernel.profile(), t)
+    kernel.log_weight_by(query, |k| key(j, k))
 }
 
 /// The state `(m, s, u)` of one query over the keys `k0..k1`, all in
@@ -73,19 +67,20 @@ pub(crate) fn row_state(
     skip: Option<usize>,
     u: &mut [f64],
 ) -> (f32, f64) {
-    let lw = |j: usize| key_log_weight(kernel, query, &key, j);
-    let keep = |j: &usize| Some(*j) != skip;
-    let m = (k0..k1)
-        .filter(keep)
-        .map(lw)
-        .fold(f64::NEG_INFINITY, f64::max);
+    // Each key's log-weight once (a product's compact blocks first).
+    let lws: Vec<(usize, f64)> = (k0..k1)
+        .filter(|&j| Some(j) != skip)
+        .map(|j| (j, key_log_weight(kernel, query, &key, j)))
+        .filter(|&(_, l)| l > f64::NEG_INFINITY)
+        .collect();
+    let m = lws.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
     u.fill(0.0);
     if m == f64::NEG_INFINITY {
         return (f32::NEG_INFINITY, 0.0);
     }
     let mut s = 0.0;
-    for j in (k0..k1).filter(keep) {
-        let w = (lw(j) - m).exp();
+    for &(j, l) in &lws {
+        let w = (l - m).exp();
         s += w;
         for (c, uc) in u.iter_mut().enumerate() {
             *uc += w * f64::from(value(j, c));
@@ -173,9 +168,15 @@ mod tests {
         // t = 4e36 and 1e36: weights 1 : 4 relative to the nearest.
         let want = (1.0 * 0.25 + 2.0 * 1.0) / 1.25;
         assert!((u[0] / s - want).abs() < 1e-12, "{}", u[0] / s);
-        assert!(needs_exact(Profile::Gaussian, 0.0));
-        assert!(!needs_exact(Profile::Gaussian, 1e-300));
-        assert!(needs_exact(Profile::Cauchy, 1e-30));
-        assert!(!needs_exact(Profile::Uniform, 0.0));
+        let of = |p| Kernel::new(p, 1.0).unwrap();
+        assert!(needs_exact(&of(Profile::Gaussian), 0.0));
+        assert!(!needs_exact(&of(Profile::Gaussian), 1e-300));
+        assert!(needs_exact(&of(Profile::Cauchy), 1e-30));
+        assert!(!needs_exact(&of(Profile::Uniform), 0.0));
+        // Products: by their gaussian carrier, unless every block is compact.
+        let mixed = Kernel::product([(1, Profile::Uniform, 1.0), (1, Profile::Cauchy, 1.0)]);
+        assert!(needs_exact(&mixed.unwrap(), 0.0));
+        let compact = Kernel::product([(1, Profile::Uniform, 1.0), (1, Profile::Biweight, 1.0)]);
+        assert!(!needs_exact(&compact.unwrap(), 0.0));
     }
 }

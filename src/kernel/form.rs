@@ -229,49 +229,39 @@ impl Form for Cauchy {
 
 /// Adds one block's share of a product kernel's carrier `t` — `−2 ln k(t_b)`
 /// (+inf where `k = 0`), so the product's weight is `exp(−t/2)` — to `t`,
-/// from the block's unscaled squared distances `part` (one per key);
-/// docs/numerics.md, "Product kernels".
+/// from the block's scaled squared distances `t_b` (one per key, formed
+/// from differences already divided by `h_b`); docs/numerics.md, "Product
+/// kernels".
 ///
 /// No block is cut at [`T_FAR`]: only the sum is (by the gaussian carrier),
-/// since a key far in one block may still outweigh keys far in another. The
-/// full-support profiles are formed without overflowing where `t_b` would:
-/// laplacian `2√p·√(1/h²)`, cauchy `2(ln p + ln(1/h²))` once `1 + t_b` is
-/// beyond `f32` (a gaussian block there is `+inf`: its weight is below
-/// `e^{−10³⁸}`).
+/// since a key far in one block may still outweigh keys far in another.
 #[inline(always)]
-pub(crate) fn add_carrier_ts(profile: super::Profile, inv_h2: f32, part: &[f32], t: &mut [f32]) {
+pub(crate) fn add_carrier_ts(profile: super::Profile, t_b: &[f32], t: &mut [f32]) {
     use super::Profile as P;
     match profile {
         P::Gaussian => {
-            for (tj, &p) in t.iter_mut().zip(part) {
-                *tj += p * inv_h2;
+            for (tj, &x) in t.iter_mut().zip(t_b) {
+                *tj += x;
             }
         }
         P::Laplacian => {
-            let s = inv_h2.sqrt();
-            for (tj, &p) in t.iter_mut().zip(part) {
-                *tj += 2.0 * (p.sqrt() * s);
+            for (tj, &x) in t.iter_mut().zip(t_b) {
+                *tj += 2.0 * x.sqrt();
             }
         }
         P::Cauchy => {
-            let ln_s = inv_h2.ln();
-            for (tj, &p) in t.iter_mut().zip(part) {
-                let x = p * inv_h2;
-                *tj += if x < f32::MAX {
-                    2.0 * x.ln_1p()
-                } else {
-                    2.0 * (p.ln() + ln_s)
-                };
+            for (tj, &x) in t.iter_mut().zip(t_b) {
+                *tj += 2.0 * x.ln_1p();
             }
         }
         P::Uniform => {
-            for (tj, &p) in t.iter_mut().zip(part) {
-                *tj += if p * inv_h2 < 1.0 { 0.0 } else { f32::INFINITY };
+            for (tj, &x) in t.iter_mut().zip(t_b) {
+                *tj += if x < 1.0 { 0.0 } else { f32::INFINITY };
             }
         }
         compact => with_form!(compact, F => {
-            for (tj, &p) in t.iter_mut().zip(part) {
-                *tj += -2.0 * F::lane(p * inv_h2).ln();
+            for (tj, &x) in t.iter_mut().zip(t_b) {
+                *tj += -2.0 * F::lane(x).ln();
             }
         }),
     }

@@ -217,7 +217,11 @@ impl Kernel {
     /// `(dims, profile, h)` (paper §2.1.3). Data must then have exactly
     /// `Σ dims` columns; every op checks it.
     ///
-    /// Every op accepts it. The engines evaluate it as a gaussian of the
+    /// Every op that takes a kernel accepts it, MeanShift and MedoidShift on
+    /// points included (through their parameters' `kernel`); not the
+    /// bandwidth searches, which choose one radial `h`, nor MedoidShift on a
+    /// distance matrix (no coordinates to split into blocks). The engines
+    /// evaluate it as a gaussian of the
     /// block-wise distance `t = −2 Σ_b ln k_b(t_b)`, `t_b = ‖x_b − x'_b‖²/h_b²`
     /// (so [`profile`](Self::profile) is [`Profile::Gaussian`] and
     /// [`bandwidth`](Self::bandwidth) is 1 for a product); the weights are
@@ -321,6 +325,16 @@ impl Kernel {
         }
     }
 
+    /// Whether some weight is never 0 in exact arithmetic, so the `f32`
+    /// kernels may lose a row the `f64` far-row pass recovers: a
+    /// full-support profile, or a product with a full-support block.
+    pub(crate) fn has_full_support(&self) -> bool {
+        match self.blocks() {
+            None => !self.profile.is_compact(),
+            Some(bs) => bs.iter().any(|b| !b.profile.is_compact()),
+        }
+    }
+
     /// Whether a query can have an empty neighbourhood: the profile (or a
     /// block's) has compact support.
     pub fn is_compact(&self) -> bool {
@@ -339,7 +353,7 @@ impl Kernel {
             start: [0; MAX_BLOCKS],
             end: [0; MAX_BLOCKS],
             profile: [Profile::Gaussian; MAX_BLOCKS],
-            inv_h2: [1.0; MAX_BLOCKS],
+            inv_h: [1.0; MAX_BLOCKS],
         };
         let mut k = 0;
         for (i, b) in bs.iter().enumerate() {
@@ -348,7 +362,7 @@ impl Kernel {
             out.end[i] = k;
             out.profile[i] = b.profile;
             let h = f64::from(b.bandwidth);
-            out.inv_h2[i] = (1.0 / (h * h)) as f32;
+            out.inv_h[i] = (1.0 / h) as f32;
         }
         Some(out)
     }
@@ -361,25 +375,40 @@ impl Kernel {
 
     /// `ln K(x, x')` in `f64` (−inf where the weight is 0).
     pub fn log_eval_pair(&self, x: &[f32], y: &[f32]) -> f64 {
-        let sq = |r: std::ops::Range<usize>| -> f64 {
-            r.map(|k| {
-                let df = f64::from(x[k]) - f64::from(y[k]);
-                df * df
-            })
-            .sum()
-        };
-        match self.product_blocks() {
-            None => {
-                let h = f64::from(self.bandwidth);
-                exact::log_weight(self.profile, sq(0..x.len()) / (h * h))
-            }
-            Some(pb) => (0..pb.len)
-                .map(|b| {
-                    let h2 = 1.0 / f64::from(pb.inv_h2[b]);
-                    exact::log_weight(pb.profile[b], sq(pb.start[b]..pb.end[b]) / h2)
+        self.log_weight_by(x, |k| y[k])
+    }
+
+    /// `ln K(q, x)` in `f64` with `key(k)` coordinate `k` of `x` (−inf where
+    /// the weight is 0): each block's differences scaled by `1/h_b`, its
+    /// compact blocks first, stopping at the first that gives no weight.
+    pub(crate) fn log_weight_by(&self, q: &[f32], key: impl Fn(usize) -> f32) -> f64 {
+        let t = |k0: usize, k1: usize, h: f32| -> f64 {
+            let inv_h = 1.0 / f64::from(h);
+            (k0..k1)
+                .map(|k| {
+                    let df = (f64::from(key(k)) - f64::from(q[k])) * inv_h;
+                    df * df
                 })
-                .sum(),
+                .sum()
+        };
+        let Some(bs) = self.blocks() else {
+            return exact::log_weight(self.profile, t(0, q.len(), self.bandwidth));
+        };
+        let mut lw = 0.0;
+        for compact in [true, false] {
+            let mut k0 = 0;
+            for b in bs {
+                let k1 = k0 + b.dims;
+                if b.profile.is_compact() == compact {
+                    lw += exact::log_weight(b.profile, t(k0, k1, b.bandwidth));
+                    if lw == f64::NEG_INFINITY {
+                        return lw;
+                    }
+                }
+                k0 = k1;
+            }
         }
+        lw
     }
 
     /// `ln` of the kernel's integral over `R^d` relative to its profile
@@ -394,12 +423,15 @@ impl Kernel {
         Kernel::new(Profile::Gaussian, h)
     }
 
-    /// The profile.
+    /// The profile; for a product kernel [`Profile::Gaussian`], the carrier
+    /// its blocks are combined in (see [`Kernel::product`]; the blocks'
+    /// own profiles are in [`blocks`](Self::blocks)).
     pub fn profile(&self) -> Profile {
         self.profile
     }
 
-    /// The bandwidth `h`.
+    /// The bandwidth `h`; 1 for a product kernel (its blocks carry their
+    /// own, [`blocks`](Self::blocks)).
     pub fn bandwidth(&self) -> f32 {
         self.bandwidth
     }
@@ -421,14 +453,15 @@ impl Kernel {
 }
 
 /// A product kernel's blocks as the engines evaluate them: coordinates
-/// `start[b]..end[b]`, profile and `1/h_b²` of block `b < len`.
+/// `start[b]..end[b]`, profile and `1/h_b` (in `f32`; the differences are
+/// scaled by it before they are squared) of block `b < len`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct ProductBlocks {
     pub(crate) len: usize,
     pub(crate) start: [usize; MAX_BLOCKS],
     pub(crate) end: [usize; MAX_BLOCKS],
     pub(crate) profile: [Profile; MAX_BLOCKS],
-    pub(crate) inv_h2: [f32; MAX_BLOCKS],
+    pub(crate) inv_h: [f32; MAX_BLOCKS],
 }
 
 impl fmt::Display for Kernel {

@@ -347,8 +347,6 @@ impl KeySet {
         s
     }
 
-    /// Checks a request's queries: non-empty, finite, `d` columns, not
-    /// more rows than the options allow.
     /// [`queries`](Self::queries) for an op with `kernel`, whose blocks (a
     /// product kernel's) must cover the keys' dimension.
     fn kernel_queries<'q>(
@@ -361,6 +359,8 @@ impl KeySet {
         self.queries(op, queries)
     }
 
+    /// Checks a request's queries: non-empty, finite, `d` columns, not
+    /// more rows than the options allow.
     fn queries<'q>(&self, op: &'static str, queries: ArrayView2<'q, f32>) -> Result<Matrix<'q>> {
         let q = Matrix::check(op, "queries", queries)?;
         if q.cols() != self.inner.d {

@@ -16,7 +16,8 @@ pub enum EmptyFallback {
     /// Label −1 ("unassigned"); the query is counted in `empty_rows`.
     #[default]
     Unassigned,
-    /// The label of the nearest training point (still counted).
+    /// The label of the nearest training point (still counted), by the
+    /// Euclidean distance in the data's units (for a product kernel too).
     NearestNeighbour,
 }
 

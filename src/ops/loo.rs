@@ -10,7 +10,8 @@ use crate::matrix::Matrix;
 /// Leave-one-out score of one bandwidth.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LooScore {
-    /// The bandwidth scored.
+    /// The bandwidth scored (1 for a product kernel, whose blocks carry
+    /// theirs).
     pub bandwidth: f32,
     /// Mean over points of `‖y_i − Σ_{j≠i} K_ij y_j / Σ_{j≠i} K_ij‖²`,
     /// over the points that have a prediction.

@@ -153,7 +153,7 @@ impl MomentLayout {
         ),
         out: &mut RowNormalized,
     ) {
-        if out.empty_rows == 0 || kernel.profile().is_compact() {
+        if out.empty_rows == 0 || !kernel.has_full_support() {
             return;
         }
         let d = self.d;
