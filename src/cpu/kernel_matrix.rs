@@ -48,9 +48,7 @@ pub(crate) fn kernel_matrix_on(
     // Groups of rows by inner products only when there are enough of them
     // for every thread; else row by row, by differences.
     let groups = queries.len() / d / ROWS;
-    let panels = serve_sq_dists(keys.panels, d)
-        && groups >= rayon::current_num_threads()
-        && !kernel.is_product();
+    let panels = serve_sq_dists(kernel, keys.panels, d) && groups >= rayon::current_num_threads();
     let rows_per = if panels { ROWS } else { 1 };
     let laplacian = matches!(
         mode,

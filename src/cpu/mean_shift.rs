@@ -88,7 +88,7 @@ impl ShiftKeys {
             }
         }
         // The panels follow the keys' order (the grid's, when there is one).
-        let panels = if !panels::wanted(d, usize::MAX) {
+        let panels = if !panels::wanted_for(kernel, d, usize::MAX) {
             None
         } else if let Some(g) = &grid {
             let sorted: Vec<f32> = g
@@ -144,7 +144,7 @@ impl ShiftKeys {
         let centred = self
             .panels
             .as_ref()
-            .filter(|&p| serve_sq_dists(Some(p), d))
+            .filter(|&p| serve_sq_dists(kernel, Some(p), d))
             .map(|p| CentredRows::new(p, buf));
         let job = |k0, k1| GroupJob {
             kernel,

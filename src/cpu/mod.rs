@@ -80,7 +80,7 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
-        let pack = Pack::panels_if(panels::wanted(keys.cols(), queries.rows()));
+        let pack = Pack::panels_if(panels::wanted_for(kernel, keys.cols(), queries.rows()));
         let cols = KeyColumns::new(keys, std::slice::from_ref(values), pack);
         on_keys::local_mean(&cols, kernel, queries, 0)
     }
@@ -118,7 +118,7 @@ impl Backend for CpuBackend {
         exclude_self: bool,
     ) -> Result<RowStates> {
         let sets = values.map(std::slice::from_ref).unwrap_or_default();
-        let pack = Pack::panels_if(panels::wanted(keys.cols(), queries.rows()));
+        let pack = Pack::panels_if(panels::wanted_for(kernel, keys.cols(), queries.rows()));
         let cols = KeyColumns::new(keys, sets, pack);
         let set = values.map(|_| 0);
         Ok(on_keys::row_states(
@@ -147,7 +147,7 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         mode: MatrixMode,
     ) -> Result<(Array2<f32>, usize)> {
-        let pack = Pack::panels_if(panels::wanted(keys.cols(), queries.rows()));
+        let pack = Pack::panels_if(panels::wanted_for(kernel, keys.cols(), queries.rows()));
         let cols = KeyColumns::new(keys, &[], pack);
         on_keys::kernel_matrix(&cols, kernel, queries, mode)
     }

@@ -39,9 +39,10 @@ pub(crate) const MAX_D: usize = 65_536;
 pub(crate) const MIN_D: usize = 32;
 
 /// Whether `panels` serve the squared distances of local means, row
-/// states and kernel matrices for queries in `d` dimensions.
-pub(crate) fn serve_sq_dists(panels: Option<&Panels>, d: usize) -> bool {
-    panels.is_some_and(|p| p.d == d && d >= MIN_D)
+/// states and kernel matrices for queries in `d` dimensions under
+/// `kernel` (never a product kernel's: its distances are by blocks).
+pub(crate) fn serve_sq_dists(kernel: &Kernel, panels: Option<&Panels>, d: usize) -> bool {
+    !kernel.is_product() && panels.is_some_and(|p| p.d == d && d >= MIN_D)
 }
 
 /// Queries from which a one-shot call builds panels: building them is a
@@ -56,6 +57,12 @@ pub(crate) const ONE_SHOT_MIN_M: usize = 32;
 /// (a key set asks with `m = usize::MAX`: it builds them once).
 pub(crate) fn wanted(d: usize, m: usize) -> bool {
     (MIN_D..=MAX_D).contains(&d) && m >= ONE_SHOT_MIN_M
+}
+
+/// [`wanted`] for a one-shot call under `kernel`: never for a product
+/// kernel, which the panels do not serve ([`serve_sq_dists`]).
+pub(crate) fn wanted_for(kernel: &Kernel, d: usize, m: usize) -> bool {
+    !kernel.is_product() && wanted(d, m)
 }
 
 /// The keys centred on their mean (taken in `f64`), rounded once to `f32`
@@ -477,7 +484,7 @@ impl<'a> SqDists<'a> {
         tile: TileIsa,
     ) -> Option<SqDists<'a>> {
         // A product kernel's distances are by blocks, not inner products.
-        let panels = panels.filter(|&p| serve_sq_dists(Some(p), d) && !kernel.is_product())?;
+        let panels = panels.filter(|&p| serve_sq_dists(kernel, Some(p), d))?;
         let u = f64::from(f32::EPSILON) / 2.0;
         let inv_h2 = f64::from(kernel.inv_h2());
         Some(SqDists {

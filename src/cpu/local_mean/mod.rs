@@ -120,7 +120,7 @@ pub(crate) fn group_states(
     let (n, q) = (keys.n, keys.q);
     let groups = queries.len().div_ceil(QUERY_GROUP * d);
     let want = 4 * rayon::current_num_threads();
-    if groups >= want && serve_sq_dists(keys.panels, d) && !kernel.is_product() {
+    if groups >= want && serve_sq_dists(kernel, keys.panels, d) {
         return panel_group_states(kernel, queries, d, keys, exclude_self);
     }
     let splits = if groups >= want {

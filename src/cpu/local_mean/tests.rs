@@ -390,8 +390,8 @@ fn panel_tasks_match_plain_definition() {
         let ym = Matrix::check("test", "y", yv).unwrap();
         let cols = KeyColumns::new(&xm, &[ym], Pack::Panels);
         let soa = cols.soa(Some(0));
-        assert!(super::super::panels::serve_sq_dists(soa.panels, d));
         let k = Kernel::new(Profile::Gaussian, 0.3 * (d as f32).sqrt()).unwrap();
+        assert!(super::super::panels::serve_sq_dists(&k, soa.panels, d));
         for loo in [false, true] {
             // Leave-one-out needs the keys as queries: all n of them.
             let queries = if loo { &x[..] } else { &x[..m * d] };
