@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use ndarray::ArrayView2;
+use ndarray::{Array1, ArrayView2};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -143,6 +143,12 @@ impl Engine {
         };
         let mut out = alloc_output(op, "scores", m, d)?;
         let mut empty_row = vec![false; m];
+        // ln Σ k per row, once, where some block's shadow is not k itself.
+        let ln_sum_k: Option<Array1<f64>> = if parts.iter().any(|p| p.1 != *kernel) {
+            Some(backend.row_states(kernel, &q, &x, None, false)?.log_sum())
+        } else {
+            None
+        };
         // One pass per distinct shadow kernel: its blocks' coordinates.
         let mut done = vec![false; parts.len()];
         for (i, (_, gk, _)) in parts.iter().enumerate() {
@@ -152,18 +158,18 @@ impl Engine {
             let mine: Vec<usize> = (i..parts.len()).filter(|&j| parts[j].1 == *gk).collect();
             mine.iter().for_each(|&j| done[j] = true);
             // Σ g / Σ k per row (1 when g is k itself).
-            let ratio: Option<Vec<f64>> = if gk == kernel {
-                None
-            } else {
-                let sk = backend.row_states(kernel, &q, &x, None, false)?;
-                let sg = backend.row_states(gk, &q, &x, None, false)?;
-                Some(
-                    sg.log_sum()
-                        .iter()
-                        .zip(sk.log_sum().iter())
-                        .map(|(lg, lk)| (lg - lk).exp())
-                        .collect(),
-                )
+            let ratio: Option<Vec<f64>> = match &ln_sum_k {
+                Some(lk) if gk != kernel => {
+                    let sg = backend.row_states(gk, &q, &x, None, false)?;
+                    Some(
+                        sg.log_sum()
+                            .iter()
+                            .zip(lk.iter())
+                            .map(|(lg, lk)| (lg - lk).exp())
+                            .collect(),
+                    )
+                }
+                _ => None,
             };
             let pass =
                 |qm: &Matrix<'_>, l: MomentLayout| backend.local_moments(gk, qm, &x, None, l);
