@@ -178,18 +178,10 @@ impl Engine {
         let d = points.ncols();
         kernel.check_dim(OP, d)?;
         let h = kernel.coordinate_bandwidths(d);
-        for mut row in points.rows_mut() {
-            for (v, &hk) in row.iter_mut().zip(&h) {
-                *v = (f64::from(*v) / hk) as f32;
-            }
-        }
+        super::block_units(points.view_mut(), &h, false);
         let unit = params.unit_product(&h)?;
         let mut fit = self.shift_points(&unit, points, progress)?;
-        for mut row in fit.modes.rows_mut() {
-            for (v, &hk) in row.iter_mut().zip(&h) {
-                *v = (f64::from(*v) * hk) as f32;
-            }
-        }
+        super::block_units(fit.modes.view_mut(), &h, true);
         Ok(fit)
     }
 

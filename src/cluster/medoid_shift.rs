@@ -69,22 +69,18 @@ impl Engine {
         let x = Matrix::check(OP, "points", points)?;
         // A product kernel: the points in units of its blocks' bandwidths,
         // the blocks with unit bandwidths.
-        let scaled;
+        let mut scaled;
         let (x, h, kernel) = match params.product_kernel() {
             Some(k) => {
                 let d = x.cols();
                 k.check_dim(OP, d)?;
-                let hs = k.coordinate_bandwidths(d);
-                scaled = Array2::from_shape_fn((x.rows(), d), |(i, c)| {
-                    (f64::from(points[[i, c]]) / hs[c]) as f32
-                });
-                let unit = Kernel::product(
-                    k.blocks()
-                        .unwrap_or(&[])
-                        .iter()
-                        .map(|b| (b.dims, b.profile, 1.0)),
-                )?;
-                (Matrix::check(OP, "points", scaled.view())?, 1.0, unit)
+                scaled = points.to_owned();
+                super::block_units(scaled.view_mut(), &k.coordinate_bandwidths(d), false);
+                (
+                    Matrix::check(OP, "points", scaled.view())?,
+                    1.0,
+                    k.unit_blocks(),
+                )
             }
             None => {
                 let h = self.resolve_bandwidth(params.bandwidth(), &x)?;

@@ -10,6 +10,8 @@ mod medoid_shift;
 mod params;
 mod postprocess;
 
+use ndarray::ArrayViewMut2;
+
 pub use crate::error::ClusterError;
 pub use crate::types::Progress;
 pub use bandwidth::{scott_bandwidth, silverman_bandwidth};
@@ -19,3 +21,15 @@ pub use params::{
     Bandwidth, MeanShiftParams, MeanShiftValidParams, MedoidShiftParams, MedoidShiftValidParams,
     Seeds,
 };
+
+/// Joint MeanShift and MedoidShift run in units of a product kernel's
+/// blocks: each column of `rows` divided by its coordinate's bandwidth `h`
+/// (`back`: multiplied, for modes found in those units), in `f64`.
+pub(crate) fn block_units(mut rows: ArrayViewMut2<'_, f32>, h: &[f64], back: bool) {
+    for mut row in rows.rows_mut() {
+        for (v, &hk) in row.iter_mut().zip(h) {
+            let x = f64::from(*v);
+            *v = if back { x * hk } else { x / hk } as f32;
+        }
+    }
+}

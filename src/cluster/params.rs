@@ -271,19 +271,10 @@ impl MeanShiftValidParams {
     /// (what the shift runs with on the scaled points).
     pub(crate) fn unit_product(&self, h: &[f64]) -> Result<MeanShiftValidParams> {
         let mut p = self.0.clone();
-        if let Some(k) = &p.product {
-            let blocks = k.blocks().unwrap_or(&[]);
-            p.product = Some(Kernel::product(
-                blocks.iter().map(|b| (b.dims, b.profile, 1.0)),
-            )?);
-        }
+        p.product = p.product.map(|k| k.unit_blocks());
         if let Seeds::Given(s) = &mut p.seeds {
             if s.ncols() == h.len() {
-                for mut row in s.rows_mut() {
-                    for (v, &hk) in row.iter_mut().zip(h) {
-                        *v = (f64::from(*v) / hk) as f32;
-                    }
-                }
+                super::block_units(s.view_mut(), h, false);
             }
             Matrix::check("mean_shift", "seeds", s.view())?;
         }

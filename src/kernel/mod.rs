@@ -281,6 +281,17 @@ impl Kernel {
         })
     }
 
+    /// The same kernel with every block's bandwidth 1 (a radial kernel
+    /// unchanged): a product for points already divided by its blocks'
+    /// bandwidths, as joint MeanShift and MedoidShift run.
+    pub(crate) fn unit_blocks(&self) -> Kernel {
+        let mut k = *self;
+        if let Some(b) = k.blocks.as_mut() {
+            b.items.iter_mut().for_each(|item| item.bandwidth = 1.0);
+        }
+        k
+    }
+
     /// A product kernel's blocks; `None` for a radial kernel.
     pub fn blocks(&self) -> Option<&[KernelBlock]> {
         self.blocks.as_ref().map(|b| &b.items[..b.len])
