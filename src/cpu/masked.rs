@@ -10,14 +10,16 @@ use super::keys::{KeyColumns, KeysSoa, Pack};
 use super::moments::{PairSums, weighted_averages};
 use super::simd::{Isa, KEY_BLOCK, dot, fmadd};
 use crate::error::Result;
-use crate::kernel::Kernel;
 use crate::kernel::form::add_carrier_ts;
+use crate::kernel::{Kernel, ProductBlocks};
 use crate::matrix::Matrix;
 use crate::types::RowNormalized;
 
 struct Masked<'a> {
     keys: KeysSoa<'a>,
     d: usize,
+    /// A product kernel's blocks (formed once, not per key block).
+    product: Option<ProductBlocks>,
 }
 
 impl PairSums for Masked<'_> {
@@ -32,7 +34,7 @@ impl PairSums for Masked<'_> {
         // Per block (the whole row for a radial kernel): `part` gathers
         // Σ (x − q)² over the shared coordinates, `shared` their count.
         let (len, ld) = (t.len(), self.keys.ld);
-        let pb = kernel.product_blocks();
+        let pb = self.product;
         let nb = pb.map_or(1, |pb| pb.len);
         let mut part = [0.0f32; KEY_BLOCK];
         let mut shared = [0.0f32; KEY_BLOCK];
@@ -99,6 +101,7 @@ pub(crate) fn masked_local_mean(
     let pairs = Masked {
         keys: cols.soa(Some(0)),
         d: keys.cols(),
+        product: kernel.product_blocks(),
     };
     weighted_averages("masked_local_mean", kernel, queries, keys.rows(), &pairs)
 }

@@ -16,10 +16,10 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 #[cfg(target_arch = "x86_64")]
 use super::simd::Avx2Fma;
-use super::simd::{Isa, KEY_BLOCK, Portable, dot, sum_of};
-use super::weights::{block_weights, initial_max, kernel_ts};
+use super::simd::{Isa, KEY_BLOCK, Portable, dot, scaled_sq_dists, sum_of};
+use super::weights::{block_weights, initial_max, product_ts};
 use crate::error::Result;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, ProductBlocks};
 use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized};
 
@@ -153,6 +153,8 @@ struct Moments<'a> {
     layout: MomentLayout,
     /// `1/h` of each coordinate, the offsets' scale.
     inv_h: Vec<f32>,
+    /// A product kernel's blocks (formed once, not per key block).
+    product: Option<ProductBlocks>,
 }
 
 impl PairSums for Moments<'_> {
@@ -166,7 +168,11 @@ impl PairSums for Moments<'_> {
     #[inline(always)]
     fn ts<S: Isa>(&self, kernel: &Kernel, q: &[f32], j0: usize, t: &mut [f32]) {
         // The row is [q | c]: the weights are placed by q.
-        kernel_ts::<S>(kernel, self.xt, self.ld, j0, &q[..self.layout.d], t);
+        let q = &q[..self.layout.d];
+        match &self.product {
+            Some(pb) => product_ts::<S>(pb, self.xt, self.ld, j0, q, t),
+            None => scaled_sq_dists::<S>(self.xt, self.ld, j0, q, kernel.inv_h2(), t),
+        }
     }
     #[inline(always)]
     fn add<S: Isa>(&self, q: &[f32], j0: usize, w: &[f32], f: &mut [f32], block: &mut [f32]) {
@@ -236,6 +242,7 @@ pub(crate) fn local_moments(
         ld: keys.ld,
         layout,
         inv_h: inv_h(kernel, layout.d),
+        product: kernel.product_blocks(),
     };
     let mut out = weighted_averages("local_moments", kernel, queries, keys.n, &pairs)?;
     let (xt, yt, ld) = (keys.xt, keys.yt, keys.ld);

@@ -2,14 +2,13 @@
 //! (the formulas are `kernel/form.rs`'s), and a row's initial running
 //! maximum.
 //!
-//! Also the scaled distances those weights are formed from, for radial
-//! and product kernels alike ([`kernel_ts`]).
+//! Also a product kernel's scaled distances, by blocks ([`product_ts`]).
 //!
 //! Imports: `super::simd`, `crate::kernel`.
 
-use super::simd::{Isa, KEY_BLOCK, exp_nonpos, fmadd, max_of, scaled_sq_dists};
+use super::simd::{Isa, KEY_BLOCK, exp_nonpos, fmadd, max_of};
 use crate::kernel::form::{Form, add_carrier_ts, with_form};
-use crate::kernel::{Kernel, ProductBlocks, Profile};
+use crate::kernel::{ProductBlocks, Profile};
 
 /// Turns the scaled squared distances in `buf` into weights, in place.
 ///
@@ -61,24 +60,6 @@ pub(crate) fn initial_max(profile: Profile) -> f32 {
         f32::NEG_INFINITY
     } else {
         0.0
-    }
-}
-
-/// The scaled distances every weight is formed from, for one query and
-/// the keys `j0..j0+t.len()`: `‖x_j − q‖²/h²` for a radial kernel, the
-/// gaussian carrier's `t` for a product ([`product_ts`]).
-#[inline(always)]
-pub(crate) fn kernel_ts<S: Isa>(
-    kernel: &Kernel,
-    xt: &[f32],
-    n: usize,
-    j0: usize,
-    query: &[f32],
-    t: &mut [f32],
-) {
-    match kernel.product_blocks() {
-        Some(pb) => product_ts::<S>(&pb, xt, n, j0, query, t),
-        None => scaled_sq_dists::<S>(xt, n, j0, query, kernel.inv_h2(), t),
     }
 }
 
