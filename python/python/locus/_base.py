@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-from ._kernels import ProductKernel
+from ._kernels import PROFILES, ProductKernel
 
 _BACKENDS = ("auto", "gpu", "cpu")
 
@@ -36,10 +36,7 @@ def check_bandwidth(h: Any, name: str = "bandwidth") -> float:
 
 
 # The kernel names (and aliases) the engine accepts.
-_KERNEL_NAMES = {
-    "gaussian", "rbf", "epanechnikov", "uniform", "flat", "tophat", "triangular", "linear",
-    "biweight", "quartic", "laplacian", "exponential", "cauchy",
-}
+_KERNEL_NAMES = PROFILES
 
 
 def check_kernel(kernel: Any) -> None:

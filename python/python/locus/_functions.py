@@ -19,7 +19,7 @@ from . import _locus
 from ._arrays import as_count, as_degree, as_float32, as_matrix, as_values, fit_result
 from ._engine import BackendLike, engine_for
 from ._errors import InputError
-from ._kernels import ProductKernel, kernel_args
+from ._kernels import ProductKernel, kernel_args, kernel_spec
 
 __all__ = [
     "local_mean",
@@ -449,10 +449,7 @@ def mean_shift(
     >>> r.labels, len(r.cluster_centers)
     (array([0, 0, 0, 1, 1]), 2)
     """
-    if isinstance(kernel, ProductKernel) and bandwidth is not None:
-        raise InputError(
-            "a ProductKernel carries its blocks' bandwidths: give no bandwidth with it"
-        )
+    spec = kernel_spec(kernel, bandwidth)
     x = as_matrix(X, "X")
     s = None if seeds is None else as_matrix(seeds, "seeds")
     if n_samples is not None:
@@ -462,7 +459,7 @@ def mean_shift(
         x,
         quantile=float(quantile),
         n_samples=n_samples,
-        kernel=list(kernel.blocks) if isinstance(kernel, ProductKernel) else kernel,
+        kernel=spec,
         seeds=s,
         bin_seeding=bool(bin_seeding),
         min_bin_freq=as_count(min_bin_freq, "min_bin_freq"),
@@ -521,10 +518,7 @@ def medoid_shift(
     """
     if metric not in ("euclidean", "precomputed"):
         raise InputError(f'metric must be "euclidean" or "precomputed", got {metric!r}')
-    if isinstance(kernel, ProductKernel) and bandwidth is not None:
-        raise InputError(
-            "a ProductKernel carries its blocks' bandwidths: give no bandwidth with it"
-        )
+    spec = kernel_spec(kernel, bandwidth)
     x = as_matrix(X, "X")
     if n_samples is not None:
         n_samples = as_count(n_samples, "n_samples")
@@ -533,7 +527,7 @@ def medoid_shift(
         x,
         quantile=float(quantile),
         n_samples=n_samples,
-        kernel=list(kernel.blocks) if isinstance(kernel, ProductKernel) else kernel,
+        kernel=spec,
         max_iter=as_count(max_iter, "max_iter"),
         distances=metric == "precomputed",
         **_bandwidth_rule(bandwidth),

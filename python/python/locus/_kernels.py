@@ -84,15 +84,21 @@ class ProductKernel:
         return (ProductKernel, (list(self._blocks),))
 
 
+def kernel_spec(kernel: Any, bandwidth: Any) -> Any:
+    """``kernel`` as the engine takes it: a profile name as given, or a
+    :class:`ProductKernel`'s blocks, which may not come with a bandwidth."""
+    if not isinstance(kernel, ProductKernel):
+        return kernel
+    if bandwidth is not None:
+        raise InputError("a ProductKernel carries its blocks' bandwidths: give no bandwidth with it")
+    return list(kernel.blocks)
+
+
 def kernel_args(kernel: Any, bandwidth: Any) -> dict[str, Any]:
     """``kernel`` and ``bandwidth`` as the engine takes them: a profile name
     with its bandwidth, or a product kernel's blocks and no bandwidth."""
     if isinstance(kernel, ProductKernel):
-        if bandwidth is not None:
-            raise InputError(
-                "a ProductKernel carries its blocks' bandwidths: give no bandwidth with it"
-            )
-        return {"kernel": list(kernel.blocks), "bandwidth": None}
+        return {"kernel": kernel_spec(kernel, bandwidth), "bandwidth": None}
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a profile name or a ProductKernel, got {kernel!r}")
     if bandwidth is None:
