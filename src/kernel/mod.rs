@@ -346,15 +346,6 @@ impl Kernel {
         }
     }
 
-    /// Whether a query can have an empty neighbourhood: the profile (or a
-    /// block's) has compact support.
-    pub fn is_compact(&self) -> bool {
-        match self.blocks() {
-            None => self.profile.is_compact(),
-            Some(bs) => bs.iter().any(|b| b.profile.is_compact()),
-        }
-    }
-
     /// The blocks as the engines use them: coordinate ranges, profiles and
     /// `1/h_b²`; `None` for a radial kernel.
     pub(crate) fn product_blocks(&self) -> Option<ProductBlocks> {

@@ -151,7 +151,7 @@ fn neighbour_weights(
                 .indices
                 .row(i)
                 .iter()
-                .map(|&j| kernel.log_eval_pair(&qi, &x.row(j as usize).to_vec()))
+                .map(|&j| kernel.log_weight_by(&qi, |k| x[[j as usize, k]]))
                 .collect();
             let mx = lw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             (mx > f64::NEG_INFINITY).then(|| lw.iter().map(|l| (l - mx).exp()).collect())
