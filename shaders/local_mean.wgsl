@@ -1,38 +1,68 @@
 // Fused, streaming Nadaraya–Watson local mean (docs/numerics.md).
 //
-// One invocation per query row. Keys and their value columns are staged
-// through workgroup memory STAGE at a time; each invocation keeps its
-// query and its row state (m, s, u[QT]) in registers:
-//   m = largest log-weight seen (0 for non-exponential profiles),
-//   s = Σ e^{w−m},  u = Σ e^{w−m}·y.
-// A dispatch covers one key tile; states of successive key tiles are
-// merged with the associative rule (merge_state), through `state`.
-// On the last key tile the row is finalized into `out` (NaN + counted
-// when the row has no mass).
+// Register blocking: each invocation keeps R query rows (rows
+// wid.x·WG·R + r·WG + lid), so every staged key is read from workgroup
+// memory once for R rows. Keys and their value columns are staged through
+// workgroup memory STAGE at a time. Each row's state (m, s, u[QT]) lives
+// in registers with m in log₂ units:
+//   m = largest log₂-weight seen (0 for non-exponential profiles),
+//   s = Σ 2^{w−m},  u = Σ 2^{w−m}·y,
+// and leaves the invocation in natural-log units (the RowState of
+// row_state.wgsl, whose merge is shared by every pass and by the host) as
+// the profile's log-weight of the nearest key's t, tracked alongside: the
+// very value every other pass computes for that key, so a pass that
+// weighs keys against m (the normalized kernel matrix) gives the nearest
+// key exactly e⁰, however large |m| is (a product of m₂ by ln 2 would be
+// off by its rounding, thousands at |m| ~ 10¹⁰).
+// The exponential profiles raise m once per chunk of C keys, to the
+// chunk's largest log-weight, with one exp2 rescaling the stage's sums:
+// no per-pair branch on the running maximum, and every weight 2^{w−m}
+// is at most 1. A stage's sums are added to the row's at the stage's end
+// (two-level summation), rescaled once.
+//
+// A dispatch sweeps a window of p.keys keys starting at p.kbase in the
+// bound key tile. With a key split (p.splits > 1) workgroup_id.y picks a
+// slice of p.split_keys keys and the slice's states go to `partial`, for
+// merge_splits (row_state.wgsl); otherwise successive windows and key
+// tiles are merged through `state` and the last finalizes into `out`
+// (NaN + counted when the row has no mass), by finish_row.
 //
 // Template constants (src/gpu/shaders.rs): D dimension, QT value columns
-// in this pass (0: row sums only), QA = max(QT, 1), STAGE staged keys,
-// MASKED (1: masked distances for imputation, missing coordinates stored
-// as values at or above MISSING). Generated: WG, the flag bits FIRST_TILE,
-// LAST_TILE, EXCLUDE_SELF, and MISSING.
+// in this pass (0: row sums only), QA = max(QT, 1), STAGE staged keys, R
+// query rows per invocation, MASKED (1: masked distances for imputation,
+// missing coordinates stored as values at or above MISSING). Generated:
+// WG, the flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF, and MISSING.
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
 const QA: u32 = {{QA}}u;
 const STAGE: u32 = {{STAGE}}u;
 const MASKED: u32 = {{MASKED}}u;
+const R: u32 = {{R}}u;
 const STATE: u32 = 2u + QA;
+// Keys per chunk sharing one update of the running maximum.
+const C: u32 = 8u;
+const LOG2E: f32 = 1.4426950408889634;
+// The running maximum before any key (log₂ units), and the log-weight of
+// a key that has no weight: exp2 of LW_NONE minus any maximum, and of
+// M_START minus any finite one, is exactly 0.
+const M_START: f32 = -1.0e38;
+const LW_NONE: f32 = -3.0e38;
 
 struct Params {
     rows: u32,      // query rows in this tile
-    keys: u32,      // keys in this key tile
+    keys: u32,      // keys in this dispatch's window
     q_stride: u32,  // columns of the values and of the output
     c0: u32,        // first value column of this pass
     inv_h2: f32,    // 1/h²
     flags: u32,     // FIRST_TILE, LAST_TILE, EXCLUDE_SELF (leave each
                     // row's own key out: queries are the keys)
     row0: u32,      // global index of the tile's first query
-    key0: u32,      // global index of the key tile's first key
+    key0: u32,      // global index of the dispatch's first key
+    kbase: u32,     // the dispatch's first key within the bound key tile
+    split_keys: u32, // keys per slice when the keys are split (workgroup_id.y)
+    splits: u32,    // slices (1: no split; row states end via finish_row)
+    _pad: u32,
     // A product kernel's 1/h_b per block (PRODUCT; unused otherwise).
     block_inv_h: array<vec4<f32>, 2>,
 }
@@ -44,6 +74,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> state: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
+@group(0) @binding(7) var<storage, read_write> partial: array<f32>;
 
 // 1/h of product block b (the generated block functions read it).
 fn block_inv_h(b: u32) -> f32 {
@@ -54,16 +85,25 @@ var<workgroup> stage_x: array<f32, STAGE * D>;
 var<workgroup> stage_y: array<f32, STAGE * QA>;
 
 @compute @workgroup_size(WG)
-fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
+fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
-    let i = gid.x;
-    let live = i < p.rows;
     let is_exp = profile_is_exp();
+    let first_row = wid.x * WG * R + lid;
 
-    var qx: array<f32, D>;
-    if live {
-        for (var k = 0u; k < D; k++) {
-            qx[k] = queries[i * D + k];
+    var qx: array<f32, R * D>;
+    // Index within this window of each row's own key (leave-one-out), or
+    // an index no key has.
+    var own: array<u32, R>;
+    for (var r = 0u; r < R; r++) {
+        let i = first_row + r * WG;
+        own[r] = 0xffffffffu;
+        if i < p.rows {
+            for (var k = 0u; k < D; k++) {
+                qx[r * D + k] = queries[i * D + k];
+            }
+            if (p.flags & EXCLUDE_SELF) != 0u {
+                own[r] = p.row0 + i - p.key0;
+            }
         }
     }
     // PRODUCT: each coordinate's 1/h_b; differences are scaled before they
@@ -72,81 +112,153 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var k = 0u; k < D; k++) {
         cscale[k] = coord_inv_h(k);
     }
-    var st: RowState;
-    st.m = select(0.0, NEG_BIG, is_exp);
-    st.s = 0.0;
-    // Index within this key tile of the row's own key (leave-one-out), or
-    // an index no key has.
-    var own = 0xffffffffu;
-    if (p.flags & EXCLUDE_SELF) != 0u {
-        own = p.row0 + i - p.key0;
+    // Row states (m in log₂ units) and the current stage's sums.
+    var m: array<f32, R>;
+    var s: array<f32, R>;
+    var u: array<f32, R * QA>;
+    var ss: array<f32, R>;
+    var su: array<f32, R * QA>;
+    // The smallest t with weight seen (T_FAR: none).
+    var tmin: array<f32, R>;
+    for (var r = 0u; r < R; r++) {
+        m[r] = select(0.0, M_START, is_exp);
+        tmin[r] = T_FAR;
     }
 
-    for (var base = 0u; base < p.keys; base += STAGE) {
-        let count = min(STAGE, p.keys - base);
+    // This workgroup's slice of the window (all of it without a split).
+    let k_lo = min(wid.y * p.split_keys, p.keys);
+    let k_hi = min(k_lo + p.split_keys, p.keys);
+    for (var base = k_lo; base < k_hi; base += STAGE) {
+        let count = min(STAGE, k_hi - base);
+        let kb = p.kbase + base;
         for (var e = lid; e < count * D; e += WG) {
-            stage_x[e] = keys[base * D + e];
+            stage_x[e] = keys[kb * D + e];
         }
         for (var e = lid; e < count * QT; e += WG) {
             let j = e / QA;
             let c = e - j * QA;
-            stage_y[e] = vals[(base + j) * p.q_stride + p.c0 + c];
+            stage_y[e] = vals[(kb + j) * p.q_stride + p.c0 + c];
         }
         workgroupBarrier();
-        if live {
-            // Sums of this stage, relative to the same running maximum,
-            // added to the row state afterwards (two-level summation).
-            var stage: RowState;
-            for (var j = 0u; j < count; j++) {
+        // The maximum the rows' sums are relative to at the stage's start.
+        var m0: array<f32, R>;
+        for (var r = 0u; r < R; r++) {
+            m0[r] = m[r];
+            ss[r] = 0.0;
+            for (var c = 0u; c < QT; c++) {
+                su[r * QA + c] = 0.0;
+            }
+        }
+        for (var j0 = 0u; j0 < count; j0 += C) {
+            // Each chunk key's log₂-weight (exponential profiles) or weight,
+            // per row; LW_NONE (or 0) where it has none.
+            var lw: array<f32, R * C>;
+            for (var c = 0u; c < C; c++) {
+                let j = min(j0 + c, count - 1u);
                 // t: the squared distance over the row (radial) or over the
-                // current block (PRODUCT, whose carrier t sums the blocks').
-                var t = 0.0;
-                var seen = 0u;
-                var carrier = 0.0;
+                // current block (PRODUCT, whose carrier sums the blocks').
+                var t: array<f32, R>;
+                var seen: array<u32, R>;
+                var carrier: array<f32, R>;
                 for (var k = 0u; k < D; k++) {
                     let xk = stage_x[j * D + k];
-                    let df = select(xk - qx[k], (xk - qx[k]) * cscale[k], PRODUCT);
-                    // MASKED: a coordinate either row lacks (stored as a
-                    // value at or above MISSING) is left out.
-                    if MASKED == 0u || max(abs(xk), abs(qx[k])) < MISSING {
-                        t = fma(df, df, t);
-                        seen += 1u;
-                    }
-                    if PRODUCT && block_last(k) {
-                        if MASKED == 0u {
-                            carrier += block_t(k, t);
-                        } else if seen > 0u {
-                            carrier += block_t(k, t * (f32(block_dims(k)) / f32(seen)));
-                        } else {
-                            // No coordinate of the block shared: no weight.
-                            carrier += T_FAR;
+                    for (var r = 0u; r < R; r++) {
+                        let qk = qx[r * D + k];
+                        let df = select(xk - qk, (xk - qk) * cscale[k], PRODUCT);
+                        // MASKED: a coordinate either row lacks (stored as a
+                        // value at or above MISSING) is left out.
+                        if MASKED == 0u || max(abs(xk), abs(qk)) < MISSING {
+                            t[r] = fma(df, df, t[r]);
+                            seen[r] += 1u;
                         }
-                        t = 0.0;
-                        seen = 0u;
+                        if PRODUCT && block_last(k) {
+                            if MASKED == 0u {
+                                carrier[r] += block_t(k, t[r]);
+                            } else if seen[r] > 0u {
+                                carrier[r] += block_t(k, t[r] * (f32(block_dims(k)) / f32(seen[r])));
+                            } else {
+                                // No coordinate of the block shared: no weight.
+                                carrier[r] += T_FAR;
+                            }
+                            t[r] = 0.0;
+                            seen[r] = 0u;
+                        }
                     }
                 }
-                if PRODUCT {
-                    t = carrier;
-                } else if MASKED != 0u {
-                    // nan_euclidean's rescaling; no shared coordinate, no weight.
-                    t = select(T_FAR, t * (f32(D) / f32(max(seen, 1u))) * p.inv_h2, seen > 0u);
-                } else {
-                    t = t * p.inv_h2;
-                }
-                if t < T_FAR && base + j != own {
-                    let w = pair_weight(t, &st, &stage);
-                    stage.s += w;
-                    for (var c = 0u; c < QT; c++) {
-                        stage.u[c] = fma(w, stage_y[j * QA + c], stage.u[c]);
+                for (var r = 0u; r < R; r++) {
+                    var tr: f32;
+                    if PRODUCT {
+                        tr = carrier[r];
+                    } else if MASKED != 0u {
+                        // nan_euclidean's rescaling; no shared coordinate, no weight.
+                        tr = select(T_FAR, t[r] * (f32(D) / f32(max(seen[r], 1u))) * p.inv_h2, seen[r] > 0u);
+                    } else {
+                        tr = t[r] * p.inv_h2;
+                    }
+                    let has = j0 + c < count && tr < T_FAR && base + j0 + c != own[r];
+                    if is_exp {
+                        lw[r * C + c] = select(LW_NONE, LOG2E * profile_log_weight(tr), has);
+                        tmin[r] = min(tmin[r], select(T_FAR, tr, has));
+                    } else {
+                        lw[r * C + c] = select(0.0, profile_weight(tr), has);
                     }
                 }
             }
-            add_stage(&st, stage);
+            if is_exp {
+                // One update of each row's maximum for the chunk.
+                for (var r = 0u; r < R; r++) {
+                    var cm = lw[r * C];
+                    for (var c = 1u; c < C; c++) {
+                        cm = max(cm, lw[r * C + c]);
+                    }
+                    let mn = max(m[r], cm);
+                    let sc = exp2(m[r] - mn);
+                    m[r] = mn;
+                    ss[r] *= sc;
+                    for (var c = 0u; c < QT; c++) {
+                        su[r * QA + c] *= sc;
+                    }
+                }
+            }
+            for (var c = 0u; c < C; c++) {
+                let j = min(j0 + c, count - 1u);
+                for (var r = 0u; r < R; r++) {
+                    let v = lw[r * C + c];
+                    let w = select(v, exp2(v - m[r]), is_exp);
+                    ss[r] += w;
+                    for (var q = 0u; q < QT; q++) {
+                        su[r * QA + q] = fma(w, stage_y[j * QA + q], su[r * QA + q]);
+                    }
+                }
+            }
+        }
+        // The stage's sums into the rows' (relative to m0 until now).
+        for (var r = 0u; r < R; r++) {
+            let sc = select(1.0, exp2(m0[r] - m[r]), is_exp);
+            s[r] = fma(s[r], sc, ss[r]);
+            for (var c = 0u; c < QT; c++) {
+                u[r * QA + c] = fma(u[r * QA + c], sc, su[r * QA + c]);
+            }
         }
         workgroupBarrier();
     }
 
-    if live {
-        finish_row(i, st);
+    for (var r = 0u; r < R; r++) {
+        let i = first_row + r * WG;
+        if i < p.rows {
+            var st: RowState;
+            // The nearest key's log-weight: 2^{m[r]} in natural-log units.
+            let m_ln = select(NEG_BIG, profile_log_weight(tmin[r]), tmin[r] < T_FAR);
+            st.m = select(0.0, m_ln, is_exp);
+            st.s = s[r];
+            for (var c = 0u; c < QT; c++) {
+                st.u[c] = u[r * QA + c];
+            }
+            if p.splits > 1u {
+                store_partial(i, wid.y, st);
+            } else {
+                finish_row(i, st);
+            }
+        }
     }
 }

@@ -8,8 +8,9 @@
 // near the keys' local mean, so no moment about a distant origin is ever
 // subtracted.
 //
-// Staging, the row state (m, s, u) and its merge across key tiles are
-// those of local_mean.wgsl: one invocation per query row, STAGE keys and
+// Staging, the row state (m, s, u), its merge across key tiles and the
+// key split are those of local_mean.wgsl (row_state.wgsl): one invocation
+// per query row, STAGE keys and
 // their value rows at a time through workgroup memory, QT columns of the
 // layout per pass (columns c0 .. c0 + QT), finalized into `out` on the
 // last key tile (NaN + counted when the row has no mass).
@@ -42,7 +43,11 @@ struct Params {
     inv_h2: f32,    // 1/h²
     flags: u32,     // FIRST_TILE, LAST_TILE
     row0: u32,      // global index of the tile's first query
-    key0: u32,      // global index of the key tile's first key
+    key0: u32,      // global index of the dispatch's first key
+    kbase: u32,     // the dispatch's first key within the bound key tile
+    split_keys: u32, // keys per slice when the keys are split (workgroup_id.y)
+    splits: u32,    // slices (1: no split; row states end via finish_row)
+    _pad: u32,
     // A product kernel's 1/h_b per block (PRODUCT; unused otherwise).
     block_inv_h: array<vec4<f32>, 2>,
 }
@@ -54,6 +59,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> state: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
+@group(0) @binding(7) var<storage, read_write> partial: array<f32>;
 
 // 1/h of product block b (the generated block functions read it).
 fn block_inv_h(b: u32) -> f32 {
@@ -103,6 +109,7 @@ fn local_factor(g: u32, ylo: u32) -> u32 {
 
 @compute @workgroup_size(WG)
 fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(workgroup_id) wid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let i = gid.x;
     let live = i < p.rows;
@@ -150,15 +157,20 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
     st.m = select(0.0, NEG_BIG, is_exp);
     st.s = 0.0;
 
-    for (var base = 0u; base < p.keys; base += STAGE) {
-        let count = min(STAGE, p.keys - base);
+    // This workgroup's slice of the dispatch's keys (all of them without
+    // a split), at p.kbase within the bound key tile.
+    let k_lo = min(wid.y * p.split_keys, p.keys);
+    let k_hi = min(k_lo + p.split_keys, p.keys);
+    for (var base = k_lo; base < k_hi; base += STAGE) {
+        let count = min(STAGE, k_hi - base);
+        let kb = p.kbase + base;
         for (var e = lid; e < count * D; e += WG) {
-            stage_x[e] = keys[base * D + e];
+            stage_x[e] = keys[kb * D + e];
         }
         for (var e = lid; e < count * ycount; e += WG) {
             let j = e / ycount;
             let c = e - j * ycount;
-            stage_y[j * YWA + c] = vals[(base + j) * QY + ylo + c];
+            stage_y[j * YWA + c] = vals[(kb + j) * QY + ylo + c];
         }
         workgroupBarrier();
         if live {
@@ -199,6 +211,10 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
     }
 
     if live {
-        finish_row(i, st);
+        if p.splits > 1u {
+            store_partial(i, wid.y, st);
+        } else {
+            finish_row(i, st);
+        }
     }
 }

@@ -2,8 +2,14 @@
 // local_moments.wgsl): its merge across key tiles and how a key tile ends
 // (docs/numerics.md, "Row states and their merge"). Prepended by the
 // registry (src/gpu/shaders.rs); it uses the including shader's QT, QA
-// and STATE, and its bindings p (q_stride, c0, flags), state, out and
-// empty_rows.
+// and STATE, and its bindings p (rows, q_stride, c0, flags, splits),
+// state, out, empty_rows and partial.
+//
+// Key splits: when a dispatch's keys are shared by `p.splits` workgroups
+// per query block (workgroup_id.y picks the slice), each writes its row
+// states into `partial` (slice-major) and the entry `merge_splits`, a
+// second small dispatch, merges the slices and ends the key tile as
+// finish_row does.
 
 // m = largest log-weight seen (0 for non-exponential profiles),
 // s = Σ e^{w−m}, u = Σ e^{w−m}·y over this pass's QT columns.
@@ -55,6 +61,43 @@ fn add_stage(st: ptr<function, RowState>, stage: RowState) {
     for (var c = 0u; c < QT; c++) {
         (*st).u[c] += stage.u[c];
     }
+}
+
+// Row i's state from key slice `slice` into `partial`.
+fn store_partial(i: u32, slice: u32, st: RowState) {
+    let b = (slice * p.rows + i) * STATE;
+    partial[b] = st.m;
+    partial[b + 1u] = st.s;
+    for (var c = 0u; c < QT; c++) {
+        partial[b + 2u + c] = st.u[c];
+    }
+}
+
+// Row i's state of key slice `slice`, from `partial`.
+fn load_partial(i: u32, slice: u32) -> RowState {
+    let b = (slice * p.rows + i) * STATE;
+    var st: RowState;
+    st.m = partial[b];
+    st.s = partial[b + 1u];
+    for (var c = 0u; c < QT; c++) {
+        st.u[c] = partial[b + 2u + c];
+    }
+    return st;
+}
+
+// The second pass of a key split: each row's slices merged, then the key
+// tile ended as without a split.
+@compute @workgroup_size(WG)
+fn merge_splits(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if i >= p.rows {
+        return;
+    }
+    var st = load_partial(i, 0u);
+    for (var sl = 1u; sl < p.splits; sl++) {
+        st = merge_state(st, load_partial(i, sl));
+    }
+    finish_row(i, st);
 }
 
 // Row i's state after this key tile: merged with the earlier tiles' (in

@@ -20,6 +20,8 @@ const TINY: TileLimits = TileLimits {
     key_rows: Some(173),
     value_cols: Some(2),
     buffer_bytes: None,
+    key_splits: Some(3),
+    dispatch_keys: Some(61),
 };
 
 fn engines() -> Vec<(&'static str, Engine)> {

@@ -55,7 +55,7 @@ fn gpu_with_forced_tiny_tiles_merges_partial_states() {
         query_rows: Some(13),
         key_rows: Some(29),
         value_cols: Some(2),
-        buffer_bytes: None,
+        ..TileLimits::default()
     };
     let Some(gpu) = gpu_engine(limits) else {
         return;
@@ -74,6 +74,37 @@ fn gpu_with_forced_tiny_tiles_merges_partial_states() {
         return;
     };
     check_all(&gpu, "gpu small bindings", &[(120, 333, 3, 3)]);
+}
+
+/// Keys split across workgroups (each slice's row states merged by a
+/// second pass) and key tiles swept in several windows (one dispatch
+/// each): the same local means as the f64 reference, for every profile,
+/// including more slices than a window has keys (empty slices) and a
+/// single query row (the register-blocked shader's other rows idle).
+#[test]
+fn gpu_key_splits_and_dispatch_windows_merge_to_the_reference() {
+    for (splits, window, key_rows) in [(5, 37, 101), (64, 7, 29), (2, 1000, 1000)] {
+        let limits = TileLimits {
+            query_rows: Some(300),
+            key_rows: Some(key_rows),
+            key_splits: Some(splits),
+            dispatch_keys: Some(window),
+            ..TileLimits::default()
+        };
+        let Some(gpu) = gpu_engine(limits) else {
+            return;
+        };
+        check_all(
+            &gpu,
+            &format!("gpu {splits} key splits, windows of {window}"),
+            &[
+                (77, 301, 3, 5),
+                (1, 50, 2, 1),
+                (257, 700, 9, 3),
+                (40, 150, 40, 2),
+            ],
+        );
+    }
 }
 
 /// Many more value-column passes than one submission records (one column

@@ -432,6 +432,9 @@ fn loo_error_matches_reference_with_the_diagonal_excluded() {
         key_rows: Some(29),
         value_cols: Some(2),
         buffer_bytes: None,
+        // Each row's own key found within windows and key slices too.
+        key_splits: Some(4),
+        dispatch_keys: Some(11),
     };
     let tiny = gpu_engine(limits);
     for p in Profile::ALL {

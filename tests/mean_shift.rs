@@ -223,13 +223,16 @@ fn flat_kernel_with_every_point_a_seed_gives_the_reference_partition() {
 #[test]
 fn gpu_matches_cpu_on_blobs() {
     let Some(g) = gpu() else { return };
-    // Seed chunks of 37, key tiles of 53, value columns two at a time;
-    // and tiles bounded by a 400-byte binding instead.
+    // Seed chunks of 37, key tiles of 53 swept in windows of 20 and split
+    // across 3 workgroups, value columns two at a time; and tiles bounded
+    // by a 400-byte binding instead.
     let tiny = TileLimits {
         query_rows: Some(37),
         key_rows: Some(53),
         value_cols: Some(2),
         buffer_bytes: None,
+        key_splits: Some(3),
+        dispatch_keys: Some(20),
     };
     let Some(g_tiny) = gpu_engine(tiny) else {
         return;

@@ -206,6 +206,7 @@ fn gpu_attention_with_forced_tiny_tiles_merges_states() {
             key_rows: Some(29),
             value_cols: Some(5),
             buffer_bytes: None,
+            ..TileLimits::default()
         },
         // Bindings of 1 KiB: one batch per dispatch, rows and keys tiled.
         TileLimits {
@@ -413,6 +414,7 @@ fn gpu_feature_mean_with_forced_tiny_tiles() {
             key_rows: Some(29),
             value_cols: Some(5),
             buffer_bytes: None,
+            ..TileLimits::default()
         },
         TileLimits {
             buffer_bytes: Some(4 * 4 * 8 * 30),

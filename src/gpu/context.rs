@@ -148,6 +148,10 @@ impl GpuContext {
             // Software rasterizers (llvmpipe) cap loop iterations per
             // invocation at 65535; hardware drivers have no such cap.
             loop_budget: is_software(&ainfo).then_some(65_535),
+            // Enough workgroups of 64 invocations for a large GPU (132
+            // multiprocessors × 32 resident workgroups); a software
+            // adapter runs workgroups on the host's threads: no split.
+            fill_workgroups: if is_software(&ainfo) { 0 } else { 4096 },
         };
         let gpu_limits = GpuLimits {
             max_buffer_size: lim.max_buffer_size,

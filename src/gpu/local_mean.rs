@@ -32,6 +32,10 @@ struct Params {
     flags: u32,
     row0: u32,
     key0: u32,
+    kbase: u32,
+    split_keys: u32,
+    splits: u32,
+    _pad: u32,
     /// A product kernel's `1/h_b` (`shaders::block_scales`).
     block_inv_h: [[f32; 4]; 2],
 }
@@ -81,7 +85,10 @@ pub(crate) fn passes(plan: &LocalMeanPlan, q: usize) -> Vec<(usize, usize)> {
 
 /// Records one value-column pass `c0..c1` over every key tile: each row's
 /// state ends in `state` (`finalize = false`) or its local means in `out`
-/// (`finalize = true`).
+/// (`finalize = true`). Each key tile is swept in windows of
+/// `plan.dispatch_keys` keys, one dispatch each; when the rows alone give
+/// the device too few workgroups, each window's keys are split across
+/// workgroups and a merge dispatch follows (docs/tiling.md, "Key splits").
 pub(crate) fn record_pass<'p>(
     ctx: &'p GpuContext,
     op: &'static str,
@@ -95,17 +102,24 @@ pub(crate) fn record_pass<'p>(
     let row0 = check_u32(op, "query rows", job.row0)?;
     let inv_h2 = job.kernel.inv_h2();
     let block_inv_h = block_scales(job.kernel);
-    let tiles_n = job.key_tiles.len();
-    let records = job
+    let splits = job.plan.key_splits(&ctx.limits, &ctx.caps, job.rows);
+    // Every dispatch: (key tile, window start, window end).
+    let windows: Vec<(usize, usize, usize)> = job
         .key_tiles
         .iter()
         .enumerate()
-        .map(|(t, kt)| {
+        .flat_map(|(t, kt)| tiles(kt.len, job.plan.dispatch_keys).map(move |(a, b)| (t, a, b)))
+        .collect();
+    let windows_n = windows.len();
+    let records = windows
+        .iter()
+        .enumerate()
+        .map(|(w, &(t, a, b))| {
             let mut flags = 0;
-            if t == 0 {
+            if w == 0 {
                 flags |= FIRST_TILE;
             }
-            if finalize && t + 1 == tiles_n {
+            if finalize && w + 1 == windows_n {
                 flags |= LAST_TILE;
             }
             if job.exclude_self {
@@ -113,13 +127,17 @@ pub(crate) fn record_pass<'p>(
             }
             Ok(Params {
                 rows: rows32,
-                keys: check_u32(op, "key rows", kt.len)?,
+                keys: check_u32(op, "key rows", b - a)?,
                 q_stride,
                 c0: c0 as u32,
                 inv_h2,
                 flags,
                 row0,
-                key0: check_u32(op, "key rows", kt.start)?,
+                key0: check_u32(op, "key rows", job.key_tiles[t].start + a)?,
+                kbase: check_u32(op, "key rows", a)?,
+                split_keys: check_u32(op, "key rows", (b - a).div_ceil(splits).max(1))?,
+                splits: check_u32(op, "key splits", splits)?,
+                _pad: 0,
                 block_inv_h,
             })
         })
@@ -144,23 +162,47 @@ pub(crate) fn record_pass<'p>(
             )
         }
     };
+    if shader == ShaderId::LocalMean {
+        template.push(("R", job.plan.rows_per_thread as u32));
+    }
     template.extend([
         ("D", job.d as u32),
         ("QT", qt),
         ("QA", qt.max(1)),
         ("STAGE", job.plan.staged_keys as u32),
     ]);
-    let pipeline = ctx.pipelines.get(
+    let mut key = PipelineKey {
+        shader,
+        template,
+        profile: Some(job.kernel.profile().shader_code()),
+        product: ProductCode::of(job.kernel),
+    };
+    let pipeline = ctx.pipelines.get(ctx, op, &key)?;
+    let merge = if splits > 1 {
+        key.shader = shader
+            .merge()
+            .expect("the local-mean shaders have a merge entry"); // ok: both do
+        Some(ctx.pipelines.get(ctx, op, &key)?)
+    } else {
+        None
+    };
+    // The key slices' partial row states (a stand-in without a split).
+    let state_floats = splits * job.rows * (2 + (c1 - c0).max(1));
+    let partial = ctx.pool.get(
         ctx,
         op,
-        &PipelineKey {
-            shader,
-            template,
-            profile: Some(job.kernel.profile().shader_code()),
-            product: ProductCode::of(job.kernel),
-        },
+        (if splits > 1 { state_floats * 4 } else { 16 }) as u64,
+        wgpu::BufferUsages::STORAGE,
     )?;
-    let workgroups = check_u32(op, "workgroups", job.rows.div_ceil(LOCAL_MEAN_WG))?;
+    let rows_per_group = LOCAL_MEAN_WG
+        * if shader == ShaderId::LocalMean {
+            job.plan.rows_per_thread
+        } else {
+            1
+        };
+    let workgroups = check_u32(op, "workgroups", job.rows.div_ceil(rows_per_group))?;
+    let merge_groups = check_u32(op, "workgroups", job.rows.div_ceil(LOCAL_MEAN_WG))?;
+    let splits32 = check_u32(op, "key splits", splits)?;
     let groups: Vec<wgpu::BindGroup> = job
         .key_tiles
         .iter()
@@ -176,6 +218,7 @@ pub(crate) fn record_pass<'p>(
                     job.state.binding(),
                     job.out.binding(),
                     job.counter.binding(),
+                    partial.binding(),
                 ],
             )
         })
@@ -184,13 +227,18 @@ pub(crate) fn record_pass<'p>(
         label: Some(op),
         timestamp_writes: None,
     });
-    pass.set_pipeline(&pipeline);
-    for (t, bg) in groups.iter().enumerate() {
-        pass.set_bind_group(0, bg, &[params.offset(t)]);
-        pass.dispatch_workgroups(workgroups, 1, 1);
+    for (w, &(t, _, _)) in windows.iter().enumerate() {
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &groups[t], &[params.offset(w)]);
+        pass.dispatch_workgroups(workgroups, splits32, 1);
+        if let Some(merge) = &merge {
+            pass.set_pipeline(merge);
+            pass.dispatch_workgroups(merge_groups, 1, 1);
+        }
     }
     drop(pass);
     sub.keep(params);
+    sub.keep(partial);
     Ok(())
 }
 

@@ -28,8 +28,11 @@ enum Slot {
 fn slots(id: ShaderId) -> &'static [Slot] {
     use Slot::*;
     match id {
-        ShaderId::LocalMean | ShaderId::LocalMoments => &[
-            Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite,
+        ShaderId::LocalMean
+        | ShaderId::LocalMoments
+        | ShaderId::LocalMeanMerge
+        | ShaderId::LocalMomentsMerge => &[
+            Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite, ReadWrite,
         ],
         ShaderId::KernelMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],
         ShaderId::Fill => &[Params, ReadWrite],
@@ -79,8 +82,11 @@ fn poisoned(op: &'static str, key: &PipelineKey) -> Error {
 
 impl Pipelines {
     pub(crate) fn new(device: &wgpu::Device) -> Self {
+        // One layout per bind-group shape: entries that share their base's
+        // bind groups (the merge passes) use its layout.
         let layouts = ShaderId::ALL
             .into_iter()
+            .filter(|id| id.base() == *id)
             .map(|id| {
                 let entries: Vec<_> = slots(id)
                     .iter()
@@ -125,7 +131,7 @@ impl Pipelines {
 
     /// The bind-group layout of a shader.
     pub(crate) fn layout(&self, id: ShaderId) -> &wgpu::BindGroupLayout {
-        &self.layouts[&id].0
+        &self.layouts[&id.base()].0
     }
 
     /// Compilations started so far.
@@ -207,7 +213,7 @@ impl Pipelines {
             .collect();
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(key.shader.file()),
-            layout: Some(&self.layouts[&key.shader].1),
+            layout: Some(&self.layouts[&key.shader.base()].1),
             module: &module,
             entry_point: Some(key.shader.entry()),
             compilation_options: wgpu::PipelineCompilationOptions {
@@ -459,7 +465,14 @@ mod tests {
         // D = 0: zero-sized private arrays, which WGSL rejects.
         let bad = PipelineKey {
             shader: ShaderId::LocalMean,
-            template: vec![("D", 0), ("QT", 1), ("QA", 1), ("STAGE", 64), ("MASKED", 0)],
+            template: vec![
+                ("D", 0),
+                ("QT", 1),
+                ("QA", 1),
+                ("STAGE", 64),
+                ("MASKED", 0),
+                ("R", 1),
+            ],
             profile: Some(Profile::Gaussian.shader_code()),
             product: None,
         };

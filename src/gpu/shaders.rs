@@ -265,11 +265,16 @@ pub(crate) enum ShaderId {
     FeaturePrefix,
     /// `shaders/feature_mean.wgsl`, entry `finish`.
     FeatureFinish,
+    /// `shaders/local_mean.wgsl`, entry `merge_splits` (a key split's
+    /// second pass).
+    LocalMeanMerge,
+    /// `shaders/local_moments.wgsl`, entry `merge_splits`.
+    LocalMomentsMerge,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 11] = [
+    pub(crate) const ALL: [ShaderId; 13] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -281,13 +286,35 @@ impl ShaderId {
         ShaderId::FeatureSums,
         ShaderId::FeaturePrefix,
         ShaderId::FeatureFinish,
+        ShaderId::LocalMeanMerge,
+        ShaderId::LocalMomentsMerge,
     ];
+
+    /// The shader whose file, placeholders, constants and bindings an
+    /// entry point shares (itself but for the merge entries, whose bind
+    /// groups are their accumulate pass's).
+    pub(crate) fn base(self) -> ShaderId {
+        match self {
+            ShaderId::LocalMeanMerge => ShaderId::LocalMean,
+            ShaderId::LocalMomentsMerge => ShaderId::LocalMoments,
+            other => other,
+        }
+    }
+
+    /// The merge entry of a shader with key splits.
+    pub(crate) fn merge(self) -> Option<ShaderId> {
+        match self {
+            ShaderId::LocalMean => Some(ShaderId::LocalMeanMerge),
+            ShaderId::LocalMoments => Some(ShaderId::LocalMomentsMerge),
+            _ => None,
+        }
+    }
 
     /// File name under `shaders/`.
     pub(crate) fn file(self) -> &'static str {
         match self {
-            ShaderId::LocalMean => "local_mean.wgsl",
-            ShaderId::LocalMoments => "local_moments.wgsl",
+            ShaderId::LocalMean | ShaderId::LocalMeanMerge => "local_mean.wgsl",
+            ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => "local_moments.wgsl",
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
             ShaderId::Knn => "knn.wgsl",
@@ -302,8 +329,12 @@ impl ShaderId {
 
     fn body(self) -> &'static str {
         match self {
-            ShaderId::LocalMean => include_str!("../../shaders/local_mean.wgsl"),
-            ShaderId::LocalMoments => include_str!("../../shaders/local_moments.wgsl"),
+            ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
+                include_str!("../../shaders/local_mean.wgsl")
+            }
+            ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
+                include_str!("../../shaders/local_moments.wgsl")
+            }
             ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
             ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
@@ -320,6 +351,7 @@ impl ShaderId {
     pub(crate) fn entry(self) -> &'static str {
         match self {
             ShaderId::LocalMean | ShaderId::LocalMoments => "accumulate",
+            ShaderId::LocalMeanMerge | ShaderId::LocalMomentsMerge => "merge_splits",
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
             ShaderId::Knn => "nearest",
@@ -335,7 +367,7 @@ impl ShaderId {
     /// Whether the shader uses `profiles.wgsl` (and its `PROFILE` override).
     pub(crate) fn uses_profiles(self) -> bool {
         matches!(
-            self,
+            self.base(),
             ShaderId::LocalMean | ShaderId::LocalMoments | ShaderId::KernelMatrix
         )
     }
@@ -343,8 +375,12 @@ impl ShaderId {
     /// The placeholders the shader needs.
     pub(crate) fn placeholders(self) -> &'static [&'static str] {
         match self {
-            ShaderId::LocalMean => &["D", "QT", "QA", "STAGE", "MASKED"],
-            ShaderId::LocalMoments => &["D", "QT", "QA", "QY", "YW", "YWA", "STAGE", "SECOND"],
+            ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
+                &["D", "QT", "QA", "STAGE", "MASKED", "R"]
+            }
+            ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
+                &["D", "QT", "QA", "QY", "YW", "YWA", "STAGE", "SECOND"]
+            }
             ShaderId::KernelMatrix => &["D"],
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
@@ -370,7 +406,7 @@ impl ShaderId {
             Vec::new()
         };
         match self {
-            ShaderId::LocalMean => {
+            ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
                 out.extend(tiles());
                 out.push(C::u32(
@@ -384,7 +420,7 @@ impl ShaderId {
                     "shaders::MISSING_FROM",
                 ));
             }
-            ShaderId::LocalMoments => {
+            ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
                 out.extend(tiles());
             }
@@ -439,9 +475,12 @@ impl ShaderId {
     #[cfg(test)]
     pub(crate) fn workgroup_size(self) -> [usize; 3] {
         match self {
-            ShaderId::LocalMean | ShaderId::LocalMoments | ShaderId::Knn | ShaderId::MeanShift => {
-                [LOCAL_MEAN_WG, 1, 1]
-            }
+            ShaderId::LocalMean
+            | ShaderId::LocalMoments
+            | ShaderId::LocalMeanMerge
+            | ShaderId::LocalMomentsMerge
+            | ShaderId::Knn
+            | ShaderId::MeanShift => [LOCAL_MEAN_WG, 1, 1],
             ShaderId::KernelMatrix => [MATRIX_WG, MATRIX_WG, 1],
             ShaderId::Fill => [FILL_WG, 1, 1],
             ShaderId::Softmax => [ATTEND_WG, 1, 1],
@@ -474,7 +513,7 @@ impl ShaderId {
             src.push_str(&ProductCode::wgsl(product));
             src.push('\n');
         }
-        if matches!(self, ShaderId::LocalMean | ShaderId::LocalMoments) {
+        if matches!(self.base(), ShaderId::LocalMean | ShaderId::LocalMoments) {
             src.push_str(ROW_STATE);
             src.push('\n');
         }
@@ -502,13 +541,14 @@ impl ShaderId {
 #[cfg(test)]
 pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
     match id {
-        ShaderId::LocalMean => vec![
+        ShaderId::LocalMean | ShaderId::LocalMeanMerge => vec![
             vec![
                 ("D", 1),
                 ("QT", 0),
                 ("QA", 1),
                 ("STAGE", 256),
                 ("MASKED", 0),
+                ("R", 4),
             ],
             vec![
                 ("D", 3),
@@ -516,6 +556,7 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("QA", 3),
                 ("STAGE", 256),
                 ("MASKED", 1),
+                ("R", 2),
             ],
             vec![
                 ("D", 64),
@@ -523,9 +564,10 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("QA", 8),
                 ("STAGE", 112),
                 ("MASKED", 0),
+                ("R", 1),
             ],
         ],
-        ShaderId::LocalMoments => vec![
+        ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => vec![
             vec![
                 ("D", 1),
                 ("QT", 2),

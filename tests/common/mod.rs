@@ -283,6 +283,10 @@ pub fn engines_and_tiny_tiles(query_rows: usize, key_rows: usize) -> Vec<(&'stat
         key_rows: Some(key_rows),
         value_cols: Some(3),
         buffer_bytes: None,
+        // Keys split across workgroups and swept in windows too (merged
+        // like key tiles), as on hardware adapters.
+        key_splits: Some(3),
+        dispatch_keys: Some(key_rows.div_ceil(2)),
     };
     if let Some(g) = gpu_engine(tiny) {
         v.push(("gpu tiny tiles", g));

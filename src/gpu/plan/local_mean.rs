@@ -5,14 +5,33 @@ use crate::error::Result;
 use crate::types::MomentLayout;
 
 use super::{
-    DeviceLimits, MAX_STAGED_KEYS, TileLimits, binding_bytes, budget_keys, no_room_for_a_key,
-    too_small,
+    DeviceLimits, MAX_KEY_SPLITS, MAX_STAGED_KEYS, TileLimits, binding_bytes, binding_floats,
+    budget_keys, no_room_for_a_key, too_small,
 };
 
-/// Threads per workgroup of the local-mean shader (one query each).
+/// Threads per workgroup of the local-mean shaders.
 pub(crate) const LOCAL_MEAN_WG: usize = 64;
 /// Most value columns one local-mean pass keeps in registers.
 pub(crate) const MAX_VALUE_COLS: usize = 8;
+/// Work one local-mean-family dispatch may do, in pair-units (a pair of a
+/// query and a key costs `2 + d + columns` units, about its instructions):
+/// 2³⁶ is a few tens of milliseconds on a large GPU. A longer sweep is cut
+/// into windows of keys, one dispatch each, merged like key tiles, so no
+/// dispatch runs for minutes (display watchdogs, cancellation).
+pub(crate) const DISPATCH_WORK: u64 = 1 << 36;
+/// Fewest keys one workgroup of a key split sweeps: below this the merge
+/// costs more than the parallelism gains.
+const MIN_SPLIT_KEYS: usize = 512;
+
+/// Query rows each invocation of `local_mean.wgsl` keeps in registers in
+/// `d` dimensions: each staged key is read once for all of them.
+pub(crate) fn rows_per_thread(d: usize) -> usize {
+    match d {
+        0..=8 => 4,
+        9..=32 => 2,
+        _ => 1,
+    }
+}
 
 /// Tiling of one local-mean call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +44,12 @@ pub(crate) struct LocalMeanPlan {
     pub col_tile: usize,
     /// Keys staged in workgroup memory per step inside a dispatch.
     pub staged_keys: usize,
+    /// Query rows per invocation (register blocking; 1 for the moments
+    /// shader).
+    pub rows_per_thread: usize,
+    /// Keys one dispatch sweeps: a key tile is swept in windows of this
+    /// many, merged like key tiles (the work cap, [`DISPATCH_WORK`]).
+    pub dispatch_keys: usize,
 }
 
 /// Plans a local mean of `m` queries against `n` keys in `d` dimensions
@@ -47,14 +72,18 @@ pub(crate) fn plan_local_mean(
     if staged_keys == 0 {
         return Err(no_room_for_a_key("local_mean", d, dev));
     }
-    // Keys: one binding holds a tile of keys, another its value rows.
+    let rpt = rows_per_thread(d);
+    // Keys: one binding holds a tile of keys, another its value rows. Under
+    // a loop budget, each key costs the loops over its coordinates and
+    // columns for every row of the invocation, and the chunk bookkeeping.
+    let per_key = 4 + (d + 2) * (rpt + 1) + rpt * (6 + col_slots);
     let key_tile = (floats / d.max(q).max(1))
-        .min(budget_keys(dev, 0, 2 + d + col_slots))
+        .min(budget_keys(dev, 0, per_key))
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(n)
         .max(1);
     // Queries: dispatch limit, and the query, state and output bindings.
-    let dispatch_rows = dev.workgroups_per_dim as usize * LOCAL_MEAN_WG;
+    let dispatch_rows = dev.workgroups_per_dim as usize * LOCAL_MEAN_WG * rpt;
     let per_row = d.max(q).max(2 + col_slots);
     let query_tile = (floats / per_row)
         .min(dispatch_rows)
@@ -64,12 +93,53 @@ pub(crate) fn plan_local_mean(
     if floats < per_row || floats < d {
         return Err(too_small(binding, per_row));
     }
-    Ok(LocalMeanPlan {
+    let mut plan = LocalMeanPlan {
         query_tile,
         key_tile,
         col_tile,
         staged_keys,
-    })
+        rows_per_thread: rpt,
+        dispatch_keys: key_tile,
+    };
+    plan.set_window(caps, 2 + d + col_slots);
+    Ok(plan)
+}
+
+impl LocalMeanPlan {
+    /// Sets the dispatch window for the tiles chosen: a full query tile
+    /// against a window of keys stays within [`DISPATCH_WORK`] (`units`
+    /// per pair), or the caps' window when lower.
+    fn set_window(&mut self, caps: &TileLimits, units: usize) {
+        let pairs = DISPATCH_WORK / units.max(1) as u64;
+        let window = (pairs / self.query_tile.max(1) as u64).max(MAX_STAGED_KEYS as u64);
+        self.dispatch_keys = (window.min(self.key_tile as u64) as usize)
+            .min(caps.dispatch_keys.unwrap_or(usize::MAX))
+            .max(1);
+    }
+
+    /// Workgroups that share one dispatch's keys for `rows` query rows:
+    /// the caps' count, or, when the rows give fewer workgroups than the
+    /// device wants, enough to fill it (each slice at least
+    /// `MIN_SPLIT_KEYS` keys); 1 on software adapters. Bounded so the
+    /// partial row states fit one binding. Chosen per dispatch, so
+    /// MeanShift's shrinking active lists split more as they shrink.
+    pub(crate) fn key_splits(&self, dev: &DeviceLimits, caps: &TileLimits, rows: usize) -> usize {
+        let groups = rows.div_ceil(LOCAL_MEAN_WG * self.rows_per_thread).max(1);
+        let fill = dev.fill_workgroups as usize;
+        let wanted = match caps.key_splits {
+            Some(s) => s,
+            None if fill > groups => (fill / groups).min(self.dispatch_keys / MIN_SPLIT_KEYS),
+            None => 1,
+        };
+        let state = 2 + self.col_tile.max(1);
+        let room = binding_floats(dev, caps) / (rows * state).max(1);
+        wanted
+            .min(MAX_KEY_SPLITS)
+            .min(dev.workgroups_per_dim as usize)
+            .min(self.dispatch_keys)
+            .min(room)
+            .max(1)
+    }
 }
 
 /// Plans a local-moment pass (`shaders/local_moments.wgsl`) of `m`
@@ -86,9 +156,14 @@ pub(crate) fn plan_local_moments(
 ) -> Result<LocalMeanPlan> {
     let d = layout.d;
     let mut plan = plan_local_mean(dev, caps, m, n, d, layout.cols())?;
-    // A query row is [q | c]: 2d floats.
+    // One query row per invocation; a query row is [q | c]: 2d floats.
     let floats = (binding_bytes(dev, caps) / 4).min(usize::MAX as u64) as usize;
-    plan.query_tile = plan.query_tile.min(floats / (2 * d)).max(1);
+    plan.rows_per_thread = 1;
+    plan.query_tile = plan
+        .query_tile
+        .min(floats / (2 * d))
+        .min(dev.workgroups_per_dim as usize * LOCAL_MEAN_WG)
+        .max(1);
     let window = layout.value_window(plan.col_tile);
     plan.staged_keys =
         (dev.workgroup_bytes as usize / 4 / (d + window.max(1))).min(MAX_STAGED_KEYS);
@@ -97,6 +172,7 @@ pub(crate) fn plan_local_moments(
     }
     let per_key = 2 + 2 * d + window + plan.col_tile.max(1);
     plan.key_tile = plan.key_tile.min(budget_keys(dev, 0, per_key)).max(1);
+    plan.set_window(caps, per_key);
     Ok(plan)
 }
 
@@ -116,6 +192,7 @@ pub(crate) fn plan_mean_shift(
         let t = plan.key_tile.min(plan.query_tile);
         plan.key_tile = t;
         plan.query_tile = t;
+        plan.set_window(caps, 2 + d + plan.col_tile.max(1));
     }
     Ok(plan)
 }
@@ -136,6 +213,7 @@ mod tests {
             key_rows: Some(7),
             value_cols: Some(2),
             buffer_bytes: None,
+            ..TileLimits::default()
         };
         let p = plan_local_mean(&LAVAPIPE, &caps, 1000, 5000, 3, 20).unwrap();
         assert_eq!((p.query_tile, p.key_tile, p.col_tile), (5, 7, 2));
@@ -155,7 +233,9 @@ mod tests {
             ..LAVAPIPE
         };
         let p = plan_local_mean(&dev, &TileLimits::default(), 10, 1_000_000, 3, 3).unwrap();
-        assert!(p.key_tile * (2 + 3 + 3) < 65535);
+        let r = p.rows_per_thread;
+        assert_eq!(r, 4);
+        assert!(p.key_tile * (4 + (3 + 2) * (r + 1) + r * (6 + 3)) < 65535);
     }
 
     #[test]
@@ -176,6 +256,69 @@ mod tests {
         assert!(w <= 8);
         assert!(p.staged_keys * (3 + w) * 4 <= 32 << 10);
         assert!(p.key_tile * (2 + 2 * 3 + w + 8) < 65535);
+    }
+
+    /// A hardware-like device: 4 GiB bindings, splits wanted.
+    const HARDWARE: DeviceLimits = DeviceLimits {
+        binding_bytes: u32::MAX as u64,
+        workgroups_per_dim: 65535,
+        workgroup_bytes: 48 << 10,
+        loop_budget: None,
+        fill_workgroups: 4096,
+    };
+
+    #[test]
+    fn few_queries_split_the_keys_across_workgroups_on_hardware() {
+        let none = TileLimits::default();
+        // M = 4096, d = 3: 16 workgroups of 4 rows per invocation.
+        let p = plan_local_mean(&HARDWARE, &none, 4096, 1_000_000, 3, 3).unwrap();
+        assert_eq!(p.rows_per_thread, 4);
+        assert_eq!(p.key_splits(&HARDWARE, &none, 4096), 256);
+        // Fewer rows (a MeanShift list that shrank): more slices, each of
+        // at least 512 keys, never more than 1024.
+        assert_eq!(p.key_splits(&HARDWARE, &none, 10), 1024);
+        let short = plan_local_mean(&HARDWARE, &none, 10, 5000, 3, 3).unwrap();
+        assert_eq!(short.key_splits(&HARDWARE, &none, 10), 5000 / 512);
+        // Enough rows to fill the device alone: no split.
+        let big = plan_local_mean(&HARDWARE, &none, 1_000_000, 1_000_000, 3, 3).unwrap();
+        assert_eq!(big.key_splits(&HARDWARE, &none, 1_000_000), 1);
+        // A software adapter never splits unless the caps say so.
+        let soft = plan_local_mean(&LAVAPIPE, &none, 64, 100_000, 3, 3).unwrap();
+        assert_eq!(soft.key_splits(&LAVAPIPE, &none, 64), 1);
+        let forced = TileLimits {
+            key_splits: Some(7),
+            ..TileLimits::default()
+        };
+        assert_eq!(soft.key_splits(&LAVAPIPE, &forced, 64), 7);
+        // The partial states must fit one binding: 200 rows × 5 floats.
+        let small = TileLimits {
+            buffer_bytes: Some(4 * 200 * 5 * 3),
+            key_splits: Some(50),
+            ..TileLimits::default()
+        };
+        let p = plan_local_mean(&LAVAPIPE, &small, 200, 1000, 3, 3).unwrap();
+        assert_eq!(p.key_splits(&LAVAPIPE, &small, 200), 3);
+    }
+
+    #[test]
+    fn one_dispatch_does_bounded_work() {
+        let none = TileLimits::default();
+        // M = N = 10⁷, d = 3, q = 3: windows of keys, each query tile ×
+        // window within the work cap.
+        let p = plan_local_mean(&HARDWARE, &none, 10_000_000, 10_000_000, 3, 3).unwrap();
+        assert_eq!(p.query_tile, 10_000_000);
+        let units = (2 + 3 + 3) as u64;
+        assert!(p.query_tile as u64 * p.dispatch_keys as u64 * units <= DISPATCH_WORK);
+        assert!(p.dispatch_keys >= 256 && p.dispatch_keys < p.key_tile);
+        // Small calls: one window per key tile.
+        let p = plan_local_mean(&HARDWARE, &none, 1000, 5000, 3, 3).unwrap();
+        assert_eq!(p.dispatch_keys, p.key_tile);
+        let capped = TileLimits {
+            dispatch_keys: Some(33),
+            ..TileLimits::default()
+        };
+        let p = plan_local_mean(&HARDWARE, &capped, 1000, 5000, 3, 3).unwrap();
+        assert_eq!(p.dispatch_keys, 33);
     }
 
     #[test]

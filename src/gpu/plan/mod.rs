@@ -53,6 +53,16 @@ pub struct TileLimits {
     pub value_cols: Option<usize>,
     /// Largest storage buffer to bind, in bytes (device limit otherwise).
     pub buffer_bytes: Option<u64>,
+    /// Workgroups that share one dispatch's keys in the local-mean family
+    /// (each sweeps a slice of the keys; a second small pass merges their
+    /// row states). Otherwise chosen to fill the device when there are few
+    /// queries (never on a software adapter).
+    pub key_splits: Option<usize>,
+    /// Most keys one local-mean-family dispatch sweeps: a key tile is
+    /// swept in windows of this many (one dispatch each, merged), so no
+    /// single dispatch runs unboundedly long. Otherwise the work cap of
+    /// docs/tiling.md.
+    pub dispatch_keys: Option<usize>,
 }
 
 impl TileLimits {
@@ -79,6 +89,15 @@ impl TileLimits {
         if matches!(self.buffer_bytes, Some(b) if b < 16) {
             return bad("tile_limits.buffer_bytes", "must be at least 16 bytes");
         }
+        if matches!(self.key_splits, Some(s) if s == 0 || s > MAX_KEY_SPLITS) {
+            return bad(
+                "tile_limits.key_splits",
+                &format!("must be between 1 and {MAX_KEY_SPLITS}"),
+            );
+        }
+        if self.dispatch_keys == Some(0) {
+            return bad("tile_limits.dispatch_keys", "must be at least 1");
+        }
         Ok(())
     }
 }
@@ -98,7 +117,15 @@ pub(crate) struct DeviceLimits {
     /// drop keys from long tiles without any error; key tiles are sized to
     /// stay well inside the cap.
     pub loop_budget: Option<u32>,
+    /// Workgroups a dispatch should have to keep the device busy; the
+    /// local-mean planner splits the keys across workgroups when the
+    /// queries alone give fewer. 0 (software adapters, whose "cores" are
+    /// the host's few threads): never split.
+    pub fill_workgroups: u32,
 }
+
+/// Most workgroups that may share one dispatch's keys.
+pub(crate) const MAX_KEY_SPLITS: usize = 1024;
 
 /// Most keys staged in workgroup memory at once.
 const MAX_STAGED_KEYS: usize = 256;
@@ -171,11 +198,26 @@ pub(crate) const LAVAPIPE: DeviceLimits = DeviceLimits {
     workgroups_per_dim: 65535,
     workgroup_bytes: 32 << 10,
     loop_budget: None,
+    fill_workgroups: 0,
 };
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_split_and_window_caps_are_checked() {
+        let bad = |t: TileLimits| matches!(t.validate(), Err(Error::InvalidParameter { .. }));
+        let with = |key_splits, dispatch_keys| TileLimits {
+            key_splits,
+            dispatch_keys,
+            ..TileLimits::default()
+        };
+        assert!(bad(with(Some(0), None)));
+        assert!(bad(with(Some(MAX_KEY_SPLITS + 1), None)));
+        assert!(bad(with(None, Some(0))));
+        assert!(with(Some(MAX_KEY_SPLITS), Some(1)).validate().is_ok());
+    }
 
     #[test]
     fn tiles_cover_the_range_once() {

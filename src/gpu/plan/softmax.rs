@@ -270,6 +270,7 @@ mod tests {
             key_rows: Some(7),
             value_cols: Some(3),
             buffer_bytes: None,
+            ..TileLimits::default()
         };
         let p = plan_attend(&LAVAPIPE, &caps, 3, 100, 50, 8, 10).unwrap();
         assert_eq!(
