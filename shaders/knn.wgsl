@@ -3,7 +3,11 @@
 // Keys are staged through workgroup memory STAGE at a time; each
 // invocation keeps its k best (squared distance, global key index) sorted
 // in private arrays and inserts a key only when it beats the k-th, so a
-// tie keeps the lower index (keys arrive in increasing order). Key tiles
+// tie keeps the lower index (keys arrive in increasing order). The insert
+// is a compare-exchange pass over all K slots with selects, no
+// data-dependent index: after the driver unrolls the constant-bound loop
+// every index is a constant, so the list stays in registers (an array
+// indexed at run time lives in local memory on NVIDIA). Key tiles
 // (one dispatch each) continue from the list left in `best`; the last
 // tile writes distances (square-rooted) and indices.
 //
@@ -67,14 +71,23 @@ fn nearest(@builtin(global_invocation_id) gid: vec3<u32>,
                     t = fma(df, df, t);
                 }
                 if t < bd[K - 1u] {
-                    var pos = K - 1u;
-                    while pos > 0u && bd[pos - 1u] > t {
-                        bd[pos] = bd[pos - 1u];
-                        bi[pos] = bi[pos - 1u];
-                        pos -= 1u;
+                    // The candidate sinks in at the first slot it beats
+                    // (strictly: equal distances keep their earlier key)
+                    // and carries each displaced entry one slot down.
+                    var cd = t;
+                    var ci = p.key0 + base + j;
+                    var moving = false;
+                    for (var r = 0u; r < K; r++) {
+                        let od = bd[r];
+                        let oi = bi[r];
+                        // Once in, every later entry moves down one slot.
+                        let swap = moving || cd < od;
+                        moving = swap;
+                        bd[r] = select(od, cd, swap);
+                        bi[r] = select(oi, ci, swap);
+                        cd = select(cd, od, swap);
+                        ci = select(ci, oi, swap);
                     }
-                    bd[pos] = t;
-                    bi[pos] = p.key0 + base + j;
                 }
             }
         }
