@@ -72,7 +72,8 @@ fn gpu_matrices_match_reference() {
 
 #[test]
 fn gpu_matrices_larger_than_one_binding_are_tiled() {
-    // 4 KiB bindings: a 77×131 matrix needs many blocks, rows and columns.
+    // 4 KiB bindings: a 77×131 matrix needs many blocks, rows and columns,
+    // read back in many double-buffered batches (one block each).
     for limits in [
         TileLimits {
             buffer_bytes: Some(4096),

@@ -101,7 +101,7 @@ pub(crate) fn kernel_matrix(
         )?;
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
-        let mut blocks = Blocks::new(batch_bytes(&ctx.limits));
+        let mut blocks = Blocks::new(batch_bytes(&ctx.limits, &ctx.caps));
         for kt in &key_tiles {
             let block_rows = mplan.block_rows_for(kt.len, rows);
             for (b0, b1) in tiles(rows, block_rows) {

@@ -127,10 +127,33 @@ impl<'p> Submission<'p> {
     /// caller's [`ErrorScope`] before the data are used.
     pub(crate) fn submit_and_read(
         self,
-        ctx: &GpuContext,
+        ctx: &'p GpuContext,
         scope: &ErrorScope,
         sources: &[(&wgpu::Buffer, u64)],
     ) -> Result<Vec<Vec<f32>>> {
+        let lens: Vec<usize> = sources.iter().map(|s| (s.1 / 4) as usize).collect();
+        self.submit_with_readback(ctx, scope, sources)?
+            .wait(ctx, scope, |all| {
+                let mut o = 0usize;
+                lens.iter()
+                    .map(|&n| {
+                        o += n;
+                        all[o - n..o].to_vec()
+                    })
+                    .collect()
+            })
+    }
+
+    /// Submits the work after copying `sources` (buffer, bytes) one after
+    /// the other into one staging buffer and requests its mapping, without
+    /// waiting: the device runs the work while the caller records more.
+    /// [`PendingRead::wait`] completes it.
+    pub(crate) fn submit_with_readback(
+        self,
+        ctx: &'p GpuContext,
+        scope: &ErrorScope,
+        sources: &[(&wgpu::Buffer, u64)],
+    ) -> Result<PendingRead<'p>> {
         let Submission { mut encoder, kept } = self;
         let total: u64 = sources.iter().map(|s| s.1).sum();
         let staging = ctx.pool.get(
@@ -152,35 +175,61 @@ impl<'p> Submission<'p> {
             .map_async(wgpu::MapMode::Read, move |r| {
                 let _ = tx.send(r);
             });
+        Ok(PendingRead {
+            staging,
+            total,
+            index,
+            rx,
+            kept,
+        })
+    }
+}
+
+/// Submitted work whose results are being copied into a staging buffer
+/// ([`Submission::submit_with_readback`]); it holds the work's buffers
+/// until [`wait`](Self::wait) (or its drop, after an error elsewhere: the
+/// pool then hands the buffers out again only to later submissions, which
+/// run after this one on the queue).
+pub(crate) struct PendingRead<'p> {
+    staging: Pooled<'p>,
+    total: u64,
+    index: wgpu::SubmissionIndex,
+    rx: std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    kept: Vec<Pooled<'p>>,
+}
+
+impl PendingRead<'_> {
+    /// Waits for the work (only this submission: later ones keep running)
+    /// and hands the mapped results, as `f32`s in the order of the sources,
+    /// to `read`, whose value it returns.
+    pub(crate) fn wait<T>(
+        self,
+        ctx: &GpuContext,
+        scope: &ErrorScope,
+        read: impl FnOnce(&[f32]) -> T,
+    ) -> Result<T> {
         ctx.device
             .poll(wgpu::PollType::Wait {
-                submission_index: Some(index),
+                submission_index: Some(self.index.clone()),
                 timeout: None,
             })
             .map_err(|e| scope.error(format!("waiting for the device: {e}")))?;
-        match rx.recv() {
+        match self.rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(scope.error(format!("mapping the results: {e}"))),
             Err(_) => return Err(scope.error("the device dropped the readback")),
         }
         let out = {
-            let view = staging
+            let view = self
+                .staging
                 .buffer()
-                .slice(..total)
+                .slice(..self.total)
                 .get_mapped_range()
                 .map_err(|e| scope.error(format!("reading the results: {e}")))?;
-            let all: &[f32] = bytemuck::cast_slice(&view);
-            let mut res = Vec::with_capacity(sources.len());
-            let mut o = 0usize;
-            for &(_, len) in sources {
-                let n = (len / 4) as usize;
-                res.push(all[o..o + n].to_vec());
-                o += n;
-            }
-            res
+            read(bytemuck::cast_slice(&view))
         };
-        staging.buffer().unmap();
-        drop(kept);
+        self.staging.buffer().unmap();
+        drop(self.kept);
         Ok(out)
     }
 }
@@ -220,10 +269,18 @@ pub(crate) struct Block<'p> {
 /// Output blocks recorded into one submission and read back together
 /// once they reach `batch` bytes, into `out` (row stride `n`): the batched
 /// readback of the kernel matrix and of the softmax weight matrix.
+///
+/// Double-buffered: a full batch is submitted with its copy into a staging
+/// buffer, and the *previous* batch's results are copied from their mapped
+/// staging buffer straight into `out` while the device runs the new one,
+/// so the device does not wait for the host's copy (nor the host for the
+/// device, beyond one batch). At most two batches are in flight.
 pub(crate) struct Blocks<'p> {
     pending: Vec<Block<'p>>,
     bytes: u64,
     batch: u64,
+    /// The previous batch: submitted, its readback under way.
+    in_flight: Option<(PendingRead<'p>, Vec<Block<'p>>)>,
 }
 
 impl<'p> Blocks<'p> {
@@ -233,25 +290,25 @@ impl<'p> Blocks<'p> {
             pending: Vec::new(),
             bytes: 0,
             batch,
+            in_flight: None,
         }
     }
 
     /// Before recording a block of `bytes`: when the pending blocks would
     /// pass the batch with it, submits `sub` (leaving a fresh submission in
-    /// its place) and reads them back.
+    /// its place) and completes the batch before it.
     pub(crate) fn make_room(
         &mut self,
-        ctx: &GpuContext,
+        ctx: &'p GpuContext,
         scope: &ErrorScope,
-        sub: &mut Submission<'_>,
+        sub: &mut Submission<'p>,
         bytes: u64,
         out: &mut [f32],
         n: usize,
     ) -> Result<()> {
         if !self.pending.is_empty() && self.bytes + bytes > self.batch {
             let full = std::mem::replace(sub, Submission::new(ctx));
-            flush(ctx, scope, full, &mut self.pending, out, n)?;
-            self.bytes = 0;
+            self.flush(ctx, scope, full, out, n)?;
         }
         Ok(())
     }
@@ -262,43 +319,76 @@ impl<'p> Blocks<'p> {
         self.pending.push(b);
     }
 
-    /// Submits `sub` and reads back every pending block.
+    /// Submits `sub` and reads back every block still pending or in flight.
     pub(crate) fn finish(
         mut self,
-        ctx: &GpuContext,
+        ctx: &'p GpuContext,
         scope: &ErrorScope,
-        sub: Submission<'_>,
+        sub: Submission<'p>,
         out: &mut [f32],
         n: usize,
     ) -> Result<()> {
-        flush(ctx, scope, sub, &mut self.pending, out, n)
+        self.flush(ctx, scope, sub, out, n)?;
+        match self.in_flight.take() {
+            Some(last) => complete(ctx, scope, last, out, n),
+            None => Ok(()),
+        }
+    }
+
+    /// Submits `sub` (the pending blocks and whatever else it recorded)
+    /// with the pending blocks' readback, then completes the batch
+    /// submitted before it, whose results land in `out` while the device
+    /// runs this one.
+    fn flush(
+        &mut self,
+        ctx: &'p GpuContext,
+        scope: &ErrorScope,
+        sub: Submission<'p>,
+        out: &mut [f32],
+        n: usize,
+    ) -> Result<()> {
+        let next = if self.pending.is_empty() {
+            sub.submit_and_wait(ctx, scope)?;
+            None
+        } else {
+            let sources: Vec<_> = self
+                .pending
+                .iter()
+                .map(|b| (b.out.buffer(), b.out.len()))
+                .collect();
+            let read = sub.submit_with_readback(ctx, scope, &sources)?;
+            Some((read, std::mem::take(&mut self.pending)))
+        };
+        self.bytes = 0;
+        match std::mem::replace(&mut self.in_flight, next) {
+            Some(prev) => complete(ctx, scope, prev, out, n),
+            None => Ok(()),
+        }
     }
 }
 
-/// Submits `sub` (the pending blocks and whatever else it recorded) and
-/// reads the blocks back into `out` (row stride `n`).
-fn flush(
+/// Waits for a submitted batch and copies its blocks from the mapped
+/// staging buffer into `out` (row stride `n`).
+fn complete(
     ctx: &GpuContext,
     scope: &ErrorScope,
-    sub: Submission<'_>,
-    pending: &mut Vec<Block<'_>>,
+    (read, blocks): (PendingRead<'_>, Vec<Block<'_>>),
     out: &mut [f32],
     n: usize,
 ) -> Result<()> {
-    if pending.is_empty() {
-        return sub.submit_and_wait(ctx, scope);
-    }
-    let sources: Vec<_> = pending
-        .iter()
-        .map(|b| (b.out.buffer(), b.out.len()))
-        .collect();
-    let read = sub.submit_and_read(ctx, scope, &sources)?;
-    for (b, data) in pending.iter().zip(&read) {
-        for (r, src) in data.chunks_exact(b.cols).take(b.rows).enumerate() {
-            let o = (b.row + r) * n + b.col;
-            out[o..o + b.cols].copy_from_slice(src);
+    read.wait(ctx, scope, |all| {
+        let mut o = 0usize;
+        for b in &blocks {
+            let len = (b.out.len() / 4) as usize;
+            for (r, src) in all[o..o + len]
+                .chunks_exact(b.cols)
+                .take(b.rows)
+                .enumerate()
+            {
+                let at = (b.row + r) * n + b.col;
+                out[at..at + b.cols].copy_from_slice(src);
+            }
+            o += len;
         }
-    }
-    pending.clear();
-    Ok(())
+    })
 }

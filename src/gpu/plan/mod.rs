@@ -133,9 +133,12 @@ const MAX_STAGED_KEYS: usize = 256;
 const BATCH_BYTES: u64 = 64 << 20;
 
 /// Output bytes of matrix blocks recorded into one submission before they
-/// are read back (kernel matrix, softmax weight matrix).
-pub(crate) fn batch_bytes(dev: &DeviceLimits) -> u64 {
-    BATCH_BYTES.min(dev.binding_bytes.max(1 << 20))
+/// are read back (kernel matrix, softmax weight matrix); the caps' binding
+/// size lowers it too, so tests run many batches on small matrices.
+pub(crate) fn batch_bytes(dev: &DeviceLimits, caps: &TileLimits) -> u64 {
+    BATCH_BYTES
+        .min(dev.binding_bytes.max(1 << 20))
+        .min(caps.buffer_bytes.unwrap_or(u64::MAX))
 }
 
 /// Bytes of the largest storage binding an op may use: the device's, or

@@ -55,7 +55,7 @@ pub(crate) fn softmax_matrix(
     let mut out = alloc_output(OP, "output", nb * m, n)?;
     let off = n - m.min(n);
     let storage = wgpu::BufferUsages::STORAGE;
-    let batch_bytes = batch_bytes(&ctx.limits);
+    let batch_bytes = batch_bytes(&ctx.limits, &ctx.caps);
     let pipeline = ctx.pipelines.get(
         ctx,
         OP,
