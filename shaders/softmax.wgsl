@@ -4,12 +4,14 @@
 // One invocation per query row, WG rows per workgroup; workgroup_id.y is
 // the batch within the dispatch (rows of batch b start at b·rows in phi,
 // state and out, keys at b·keys in psi and vals). Each invocation keeps
-// its scaled query (vec4 groups) and its row state in registers:
-//   m = largest logit seen, l = Σ e^{s−m}, acc = Σ e^{s−m}·v.
+// its query, pre-scaled by p.scale = s·log₂e (the host folds log₂e in),
+// as vec4 groups, and its row state in registers, in log₂ units:
+//   m = largest logit seen, l = Σ 2^{s−m}, acc = Σ 2^{s−m}·v.
 // Keys and value rows are staged through workgroup memory BK at a time;
-// per key: the score, a rescale of the state when it is a new maximum
-// (rare after the first keys), then the weight e^{s−m} and the weighted
-// values.
+// the row takes them in chunks of C: the chunk's logits, one update of
+// the maximum to the chunk's largest (one exp2 rescales the state), then
+// the weights 2^{s−m} and the weighted values. No pair branches on the
+// maximum. softmax_matrix.wgsl reads m and l in the same units.
 //
 // Causal mask: key j of this key tile is visible to row r when
 // key_start + j ≤ row_start + r + off. Each row stops at its last visible
@@ -21,6 +23,12 @@
 // key tile writes acc/l into `out`. With cols = 0 only the row statistics
 // (m, l) are computed and left in `state` (softmax_matrix's row pass).
 //
+// Key split: with p.splits > 1, workgroup_id.z picks a slice of
+// p.split_keys keys of the tile; each slice's states go to `partial`
+// (slice-major over the dispatch's batches × rows) and the entry
+// merge_splits, a second dispatch, merges them and ends the key tile as
+// an unsplit dispatch does (finish_row).
+//
 // Template constants (src/gpu/shaders.rs): D4 = ⌈d/4⌉, QA4 = max(⌈cols/4⌉, 1)
 // (vec4 groups of value columns a pass holds), BK staged keys.
 // Generated: WG, the flag bits FIRST_TILE, LAST_TILE, CAUSAL.
@@ -29,8 +37,13 @@ const D4: u32 = {{D4}}u;
 const QA4: u32 = {{QA4}}u;
 const BK: u32 = {{BK}}u;
 const STATE: u32 = 2u + 4u * QA4;
-// A finite stand-in for −inf (logits are checked to stay below 1e37).
-const NEG_BIG: f32 = -3.0e38;
+// Keys per chunk sharing one update of the running maximum.
+const C: u32 = 8u;
+// The running maximum before any key, and the logit of a key the row does
+// not see: exp2 of LW_NONE minus any maximum, and of M_START minus any
+// finite one, is exactly 0 (logits are checked to stay below 1e37).
+const M_START: f32 = -1.0e38;
+const LW_NONE: f32 = -3.0e38;
 
 struct Params {
     rows: u32,       // query rows per batch in this query tile
@@ -38,13 +51,17 @@ struct Params {
     d: u32,          // feature dimension
     q_stride: u32,   // value columns: row stride of vals and out
     c0: u32,         // first value column of this pass
-    scale: f32,      // logit scale s
+    scale: f32,      // logit scale s·log₂e
     flags: u32,      // FIRST_TILE, LAST_TILE, CAUSAL
     row_start: u32,  // index within its batch of the tile's first query
     key_start: u32,  // index within its batch of the tile's first key
     off: u32,        // N − M: query i sees the keys j ≤ i + off
     cols: u32,       // value columns of this pass (≤ 4·QA4; 0: statistics only)
+    split_keys: u32, // keys per slice (workgroup_id.z)
+    splits: u32,     // slices (1: no split)
+    batches: u32,    // batches in the dispatch
     _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -53,6 +70,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> vals: array<f32>;
 @group(0) @binding(4) var<storage, read_write> state: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> partial: array<f32>;
 
 var<workgroup> stage_k: array<vec4<f32>, BK * D4>;
 var<workgroup> stage_v: array<vec4<f32>, BK * QA4>;
@@ -63,17 +81,74 @@ struct RowState {
     acc: array<vec4<f32>, QA4>,
 }
 
-// The one merge rule: m = max(m₁, m₂), l = l₁e^{m₁−m} + l₂e^{m₂−m}, acc likewise.
+// The one merge rule (log₂ units): m = max(m₁, m₂),
+// l = l₁2^{m₁−m} + l₂2^{m₂−m}, acc likewise.
 fn merge_state(a: RowState, b: RowState) -> RowState {
     var r: RowState;
     r.m = max(a.m, b.m);
-    let fa = exp(a.m - r.m);
-    let fb = exp(b.m - r.m);
+    let fa = exp2(a.m - r.m);
+    let fb = exp2(b.m - r.m);
     r.l = a.l * fa + b.l * fb;
     for (var c = 0u; c < QA4; c++) {
         r.acc[c] = a.acc[c] * fa + b.acc[c] * fb;
     }
     return r;
+}
+
+// The row state stored at float `sb` of `partial` or of `state`.
+fn load_state(sb: u32, from_partial: bool) -> RowState {
+    var st: RowState;
+    if from_partial {
+        st.m = partial[sb];
+        st.l = partial[sb + 1u];
+        for (var c = 0u; c < QA4; c++) {
+            let o = sb + 2u + 4u * c;
+            st.acc[c] = vec4<f32>(partial[o], partial[o + 1u], partial[o + 2u], partial[o + 3u]);
+        }
+    } else {
+        st.m = state[sb];
+        st.l = state[sb + 1u];
+        for (var c = 0u; c < QA4; c++) {
+            let o = sb + 2u + 4u * c;
+            st.acc[c] = vec4<f32>(state[o], state[o + 1u], state[o + 2u], state[o + 3u]);
+        }
+    }
+    return st;
+}
+
+// Row `row` after this key tile: merged with the earlier tiles' state,
+// then kept for the next tile or, on the last, written out as acc/l.
+fn finish_row(row: u32, tile: RowState) {
+    var st = tile;
+    let sb = row * STATE;
+    if (p.flags & FIRST_TILE) == 0u {
+        st = merge_state(load_state(sb, false), st);
+    }
+    if (p.flags & LAST_TILE) == 0u {
+        state[sb] = st.m;
+        state[sb + 1u] = st.l;
+        for (var c = 0u; c < QA4; c++) {
+            let o = sb + 2u + 4u * c;
+            state[o] = st.acc[c].x;
+            state[o + 1u] = st.acc[c].y;
+            state[o + 2u] = st.acc[c].z;
+            state[o + 3u] = st.acc[c].w;
+        }
+        return;
+    }
+    // Every row sees key 0 (M ≤ N under the mask), so l ≥ 1.
+    let inv = 1.0 / st.l;
+    let ob = row * p.q_stride + p.c0;
+    // Constant indices only: a private array indexed at run time would
+    // live in (slow) memory instead of registers.
+    for (var c4 = 0u; c4 < QA4; c4++) {
+        let v = st.acc[c4] * inv;
+        for (var k = 0u; k < 4u; k++) {
+            if c4 * 4u + k < p.cols {
+                out[ob + c4 * 4u + k] = v[k];
+            }
+        }
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -98,26 +173,29 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
             qx[k4] = v;
         }
     }
+    // This workgroup's slice of the key tile (all of it without a split).
+    let k_lo = min(wid.z * p.split_keys, p.keys);
+    let k_hi = min(k_lo + p.split_keys, p.keys);
     // Keys this workgroup may see (causal: up to its last row's limit),
     // and the number this row sees: keys j < my_end of the tile.
-    var kend = p.keys;
-    var my_end = p.keys;
+    var kend = k_hi;
+    var my_end = k_hi;
     if causal {
         let last = min(wid.x * WG + WG, p.rows) - 1u;
         let wg_lim = p.row_start + last + p.off + 1u;
-        kend = select(0u, min(p.keys, wg_lim - p.key_start), wg_lim > p.key_start);
+        kend = select(0u, min(k_hi, wg_lim - p.key_start), wg_lim > p.key_start);
         let lim = p.row_start + r + p.off + 1u;
-        my_end = select(0u, min(p.keys, lim - p.key_start), lim > p.key_start);
+        my_end = select(0u, min(k_hi, lim - p.key_start), lim > p.key_start);
     }
 
     var st: RowState;
-    st.m = NEG_BIG;
+    st.m = M_START;
     st.l = 0.0;
     for (var c = 0u; c < QA4; c++) {
         st.acc[c] = vec4<f32>(0.0);
     }
 
-    for (var base = 0u; base < kend; base += BK) {
+    for (var base = k_lo; base < kend; base += BK) {
         let count = min(BK, kend - base);
         for (var e = lid; e < count * D4; e += WG) {
             let j = e / D4;
@@ -151,26 +229,38 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
         // Keys of this stage the row sees.
         let seen = min(count, select(0u, my_end - base, my_end > base));
         if live && seen > 0u {
-            for (var j = 0u; j < seen; j++) {
-                var dot4 = vec4<f32>(0.0);
-                for (var k4 = 0u; k4 < D4; k4++) {
-                    dot4 = fma(qx[k4], stage_k[j * D4 + k4], dot4);
-                }
-                let s = (dot4.x + dot4.y) + (dot4.z + dot4.w);
-                // A new maximum (rare after the first keys) rescales the state.
-                if s > st.m {
-                    let f = exp(st.m - s);
-                    st.l *= f;
-                    for (var c = 0u; c < QA4; c++) {
-                        st.acc[c] *= f;
+            for (var j0 = 0u; j0 < seen; j0 += C) {
+                // The chunk's logits (LW_NONE past the row's last key).
+                var lw: array<f32, C>;
+                for (var c = 0u; c < C; c++) {
+                    let j = min(j0 + c, seen - 1u);
+                    var dot4 = vec4<f32>(0.0);
+                    for (var k4 = 0u; k4 < D4; k4++) {
+                        dot4 = fma(qx[k4], stage_k[j * D4 + k4], dot4);
                     }
-                    st.m = s;
+                    let s = (dot4.x + dot4.y) + (dot4.z + dot4.w);
+                    lw[c] = select(LW_NONE, s, j0 + c < seen);
                 }
-                let w = exp(s - st.m);
-                st.l += w;
-                if p.cols > 0u {
-                    for (var c = 0u; c < QA4; c++) {
-                        st.acc[c] = fma(vec4<f32>(w), stage_v[j * QA4 + c], st.acc[c]);
+                // One update of the maximum for the chunk.
+                var cm = lw[0];
+                for (var c = 1u; c < C; c++) {
+                    cm = max(cm, lw[c]);
+                }
+                let mn = max(st.m, cm);
+                let f = exp2(st.m - mn);
+                st.m = mn;
+                st.l *= f;
+                for (var c = 0u; c < QA4; c++) {
+                    st.acc[c] *= f;
+                }
+                for (var c = 0u; c < C; c++) {
+                    let j = min(j0 + c, seen - 1u);
+                    let w = exp2(lw[c] - st.m);
+                    st.l += w;
+                    if p.cols > 0u {
+                        for (var c4 = 0u; c4 < QA4; c4++) {
+                            st.acc[c4] = fma(vec4<f32>(w), stage_v[j * QA4 + c4], st.acc[c4]);
+                        }
                     }
                 }
             }
@@ -181,40 +271,37 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
     if !live {
         return;
     }
-    let sb = row * STATE;
-    if (p.flags & FIRST_TILE) == 0u {
-        var prev: RowState;
-        prev.m = state[sb];
-        prev.l = state[sb + 1u];
+    if p.splits > 1u {
+        let pb = ((wid.z * p.batches + b) * p.rows + r) * STATE;
+        partial[pb] = st.m;
+        partial[pb + 1u] = st.l;
         for (var c = 0u; c < QA4; c++) {
-            let o = sb + 2u + 4u * c;
-            prev.acc[c] = vec4<f32>(state[o], state[o + 1u], state[o + 2u], state[o + 3u]);
-        }
-        st = merge_state(prev, st);
-    }
-    if (p.flags & LAST_TILE) == 0u {
-        state[sb] = st.m;
-        state[sb + 1u] = st.l;
-        for (var c = 0u; c < QA4; c++) {
-            let o = sb + 2u + 4u * c;
-            state[o] = st.acc[c].x;
-            state[o + 1u] = st.acc[c].y;
-            state[o + 2u] = st.acc[c].z;
-            state[o + 3u] = st.acc[c].w;
+            let o = pb + 2u + 4u * c;
+            partial[o] = st.acc[c].x;
+            partial[o + 1u] = st.acc[c].y;
+            partial[o + 2u] = st.acc[c].z;
+            partial[o + 3u] = st.acc[c].w;
         }
         return;
     }
-    // Every row sees key 0 (M ≤ N under the mask), so l ≥ 1.
-    let inv = 1.0 / st.l;
-    let ob = row * p.q_stride + p.c0;
-    // Constant indices only: a private array indexed at run time would
-    // live in (slow) memory instead of registers.
-    for (var c4 = 0u; c4 < QA4; c4++) {
-        let v = st.acc[c4] * inv;
-        for (var k = 0u; k < 4u; k++) {
-            if c4 * 4u + k < p.cols {
-                out[ob + c4 * 4u + k] = v[k];
-            }
-        }
+    finish_row(row, st);
+}
+
+// The second pass of a key split: each row's slices merged, then the key
+// tile ended as without a split. workgroup_id.y is the batch.
+@compute @workgroup_size(WG)
+fn merge_splits(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let b = wid.y;
+    let r = wid.x * WG + lid;
+    if r >= p.rows {
+        return;
     }
+    let row = b * p.rows + r;
+    let slice_floats = p.batches * p.rows * STATE;
+    var st = load_state(row * STATE, true);
+    for (var sl = 1u; sl < p.splits; sl++) {
+        st = merge_state(st, load_state(sl * slice_floats + row * STATE, true));
+    }
+    finish_row(row, st);
 }

@@ -1,4 +1,6 @@
-// Softmax weight-matrix blocks: e^{s·⟨φ_i, ψ_j⟩ − m_i} / l_i (docs/numerics.md).
+// Softmax weight-matrix blocks: e^{s·⟨φ_i, ψ_j⟩ − m_i} / l_i (docs/numerics.md),
+// computed as 2^{s₂ − m_i} / l_i with the logit s₂ in log₂ units (the scale
+// carries log₂e), as the row pass keeps m.
 //
 // One invocation per entry of a block of `rows × cols` entries of one
 // batch, whose first row is row `row_off` of the query tile and whose
@@ -18,7 +20,7 @@ struct MatParams {
     key_start: u32,    // index within its batch of the key tile's first key
     off: u32,          // N − M: query i sees the keys j ≤ i + off
     causal: u32,       // 1: apply the mask
-    scale: f32,        // logit scale s
+    scale: f32,        // logit scale s·log₂e
     state_stride: u32, // floats per row of row_state
     _pad0: u32,
     _pad1: u32,
@@ -64,7 +66,7 @@ fn entries(@builtin(global_invocation_id) gid: vec3<u32>) {
         let s = (dot4.x + dot4.y) + (dot4.z + dot4.w);
         let m = row_state[i * mp.state_stride];
         let l = row_state[i * mp.state_stride + 1u];
-        w = exp(s - m) / l;
+        w = exp2(s - m) / l;
     }
     out[r * mp.cols + j] = w;
 }

@@ -228,6 +228,39 @@ fn gpu_attention_with_forced_tiny_tiles_merges_states() {
     }
 }
 
+/// Key tiles split across workgroups (slices merged by a second pass),
+/// causal or not, attention and the weight matrix's row pass: more slices
+/// than some rows see keys (causal rows whose slices are all hidden), a
+/// batched dispatch, key tiles of several slices each.
+#[test]
+fn gpu_attention_with_key_splits_merges_slices() {
+    for limits in [
+        TileLimits {
+            key_splits: Some(3),
+            ..TileLimits::default()
+        },
+        TileLimits {
+            query_rows: Some(13),
+            key_rows: Some(29),
+            key_splits: Some(7),
+            value_cols: Some(5),
+            ..TileLimits::default()
+        },
+    ] {
+        let Some(g) = gpu_engine(limits) else { return };
+        check_attention(
+            &g,
+            &format!("gpu {limits:?}"),
+            &[
+                (3, 33, 70, 3, 7),
+                (2, 20, 45, 4, 12),
+                (1, 100, 100, 9, 2),
+                (2, 1, 5, 2, 1),
+            ],
+        );
+    }
+}
+
 #[test]
 fn gpu_long_key_ranges_stay_within_the_software_loop_budget() {
     // llvmpipe silently stops an invocation's loops after 65535

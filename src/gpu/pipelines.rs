@@ -40,7 +40,9 @@ fn slots(id: ShaderId) -> &'static [Slot] {
         ShaderId::MeanShift => &[
             Params, ReadWrite, ReadOnly, ReadWrite, ReadWrite, ReadOnly, ReadWrite,
         ],
-        ShaderId::Softmax => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite],
+        ShaderId::Softmax | ShaderId::SoftmaxMerge => &[
+            Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite,
+        ],
         ShaderId::SoftmaxMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],
         ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &[
             Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite,

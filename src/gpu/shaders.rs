@@ -270,11 +270,13 @@ pub(crate) enum ShaderId {
     LocalMeanMerge,
     /// `shaders/local_moments.wgsl`, entry `merge_splits`.
     LocalMomentsMerge,
+    /// `shaders/softmax.wgsl`, entry `merge_splits`.
+    SoftmaxMerge,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 13] = [
+    pub(crate) const ALL: [ShaderId; 14] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -288,6 +290,7 @@ impl ShaderId {
         ShaderId::FeatureFinish,
         ShaderId::LocalMeanMerge,
         ShaderId::LocalMomentsMerge,
+        ShaderId::SoftmaxMerge,
     ];
 
     /// The shader whose file, placeholders, constants and bindings an
@@ -297,6 +300,7 @@ impl ShaderId {
         match self {
             ShaderId::LocalMeanMerge => ShaderId::LocalMean,
             ShaderId::LocalMomentsMerge => ShaderId::LocalMoments,
+            ShaderId::SoftmaxMerge => ShaderId::Softmax,
             other => other,
         }
     }
@@ -306,6 +310,7 @@ impl ShaderId {
         match self {
             ShaderId::LocalMean => Some(ShaderId::LocalMeanMerge),
             ShaderId::LocalMoments => Some(ShaderId::LocalMomentsMerge),
+            ShaderId::Softmax => Some(ShaderId::SoftmaxMerge),
             _ => None,
         }
     }
@@ -319,7 +324,7 @@ impl ShaderId {
             ShaderId::Fill => "fill.wgsl",
             ShaderId::Knn => "knn.wgsl",
             ShaderId::MeanShift => "mean_shift.wgsl",
-            ShaderId::Softmax => "softmax.wgsl",
+            ShaderId::Softmax | ShaderId::SoftmaxMerge => "softmax.wgsl",
             ShaderId::SoftmaxMatrix => "softmax_matrix.wgsl",
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
                 "feature_mean.wgsl"
@@ -339,7 +344,9 @@ impl ShaderId {
             ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
             ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
             ShaderId::MeanShift => include_str!("../../shaders/mean_shift.wgsl"),
-            ShaderId::Softmax => include_str!("../../shaders/softmax.wgsl"),
+            ShaderId::Softmax | ShaderId::SoftmaxMerge => {
+                include_str!("../../shaders/softmax.wgsl")
+            }
             ShaderId::SoftmaxMatrix => include_str!("../../shaders/softmax_matrix.wgsl"),
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
                 include_str!("../../shaders/feature_mean.wgsl")
@@ -351,7 +358,9 @@ impl ShaderId {
     pub(crate) fn entry(self) -> &'static str {
         match self {
             ShaderId::LocalMean | ShaderId::LocalMoments => "accumulate",
-            ShaderId::LocalMeanMerge | ShaderId::LocalMomentsMerge => "merge_splits",
+            ShaderId::LocalMeanMerge | ShaderId::LocalMomentsMerge | ShaderId::SoftmaxMerge => {
+                "merge_splits"
+            }
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
             ShaderId::Knn => "nearest",
@@ -385,7 +394,7 @@ impl ShaderId {
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
             ShaderId::MeanShift => &["D"],
-            ShaderId::Softmax => &["D4", "QA4", "BK"],
+            ShaderId::Softmax | ShaderId::SoftmaxMerge => &["D4", "QA4", "BK"],
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &["QA"],
         }
     }
@@ -454,7 +463,7 @@ impl ShaderId {
                     "shaders::FINISH_BLURRING",
                 ));
             }
-            ShaderId::Softmax => {
+            ShaderId::Softmax | ShaderId::SoftmaxMerge => {
                 out.push(C::wg("WG", ATTEND_WG, "plan::softmax::ATTEND_WG"));
                 out.extend(tiles());
                 out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL"));
@@ -483,7 +492,7 @@ impl ShaderId {
             | ShaderId::MeanShift => [LOCAL_MEAN_WG, 1, 1],
             ShaderId::KernelMatrix => [MATRIX_WG, MATRIX_WG, 1],
             ShaderId::Fill => [FILL_WG, 1, 1],
-            ShaderId::Softmax => [ATTEND_WG, 1, 1],
+            ShaderId::Softmax | ShaderId::SoftmaxMerge => [ATTEND_WG, 1, 1],
             ShaderId::SoftmaxMatrix => [SOFTMAX_MATRIX_WG, SOFTMAX_MATRIX_WG, 1],
             ShaderId::FeatureSums | ShaderId::FeaturePrefix => [SUM_WG, 1, 1],
             ShaderId::FeatureFinish => [FINISH_WG, 1, 1],
@@ -607,7 +616,7 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             vec![("D", 7), ("K", 128), ("STAGE", 64)],
         ],
         ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
-        ShaderId::Softmax => vec![
+        ShaderId::Softmax | ShaderId::SoftmaxMerge => vec![
             vec![("D4", 1), ("QA4", 1), ("BK", 32)],
             vec![("D4", 1), ("QA4", 1), ("BK", 7)],
             vec![("D4", 16), ("QA4", 16), ("BK", 32)],

@@ -54,14 +54,14 @@ pub struct TileLimits {
     /// Largest storage buffer to bind, in bytes (device limit otherwise).
     pub buffer_bytes: Option<u64>,
     /// Workgroups that share one dispatch's keys in the local-mean family
-    /// (each sweeps a slice of the keys; a second small pass merges their
-    /// row states). Otherwise chosen to fill the device when there are few
-    /// queries (never on a software adapter).
+    /// and attention (each sweeps a slice of the keys; a second small pass
+    /// merges their row states). Otherwise chosen to fill the device when
+    /// there are few queries (never on a software adapter).
     pub key_splits: Option<usize>,
-    /// Most keys one local-mean-family dispatch sweeps: a key tile is
-    /// swept in windows of this many (one dispatch each, merged), so no
-    /// single dispatch runs unboundedly long. Otherwise the work cap of
-    /// docs/tiling.md.
+    /// Most keys one local-mean-family or attention dispatch sweeps (a key
+    /// tile is swept in windows of this many, or attention's key tiles are
+    /// no longer), merged like key tiles, so no single dispatch runs
+    /// unboundedly long. Otherwise the work cap of docs/tiling.md.
     pub dispatch_keys: Option<usize>,
 }
 

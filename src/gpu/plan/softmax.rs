@@ -4,9 +4,10 @@
 
 use crate::error::{Error, Result};
 
+use super::local_mean::DISPATCH_WORK;
 use super::{
-    DeviceLimits, TileLimits, binding_floats, budget_keys, loop_budget, no_room_for_a_key,
-    too_small,
+    DeviceLimits, MAX_KEY_SPLITS, TileLimits, binding_floats, budget_keys, loop_budget,
+    no_room_for_a_key, too_small,
 };
 
 /// Query rows per workgroup of `softmax.wgsl` (one per invocation).
@@ -27,6 +28,8 @@ pub(crate) const FINISH_WG: usize = 64;
 
 /// Workgroup side of `softmax_matrix.wgsl` (16 × 16 entries).
 pub(crate) const MATRIX_WG: usize = 16;
+/// Fewest keys one workgroup of an attention key split sweeps.
+const MIN_SPLIT_KEYS: usize = 256;
 
 /// Tiling of one attention call (or of the row pass of the matrix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +58,34 @@ impl AttendPlan {
     /// Floats per row of the state buffer.
     pub(crate) fn state_cols(&self) -> usize {
         2 + 4 * self.qa4()
+    }
+
+    /// Workgroups that share one dispatch's key tile of `keys` keys for
+    /// `rows` query rows in each of `batches` batches: the caps' count, or,
+    /// when the rows give fewer workgroups than the device wants (B = 8,
+    /// T = 4096 gives 512), enough to fill it, each slice at least
+    /// `MIN_SPLIT_KEYS` keys; 1 on software adapters. Bounded so the
+    /// slices' partial states fit one binding.
+    pub(crate) fn key_splits(
+        &self,
+        dev: &DeviceLimits,
+        caps: &TileLimits,
+        (rows, batches, keys): (usize, usize, usize),
+    ) -> usize {
+        let groups = (rows.div_ceil(ATTEND_WG) * batches).max(1);
+        let fill = dev.fill_workgroups as usize;
+        let wanted = match caps.key_splits {
+            Some(s) => s,
+            None if fill > groups => (fill / groups).min(keys / MIN_SPLIT_KEYS),
+            None => 1,
+        };
+        let room = binding_floats(dev, caps) / (rows * batches * self.state_cols()).max(1);
+        wanted
+            .min(MAX_KEY_SPLITS)
+            .min(dev.workgroups_per_dim as usize)
+            .min(keys)
+            .min(room)
+            .max(1)
     }
 }
 
@@ -96,15 +127,22 @@ pub(crate) fn plan_attend(
         .min(caps.query_rows.unwrap_or(usize::MAX))
         .min(m)
         .max(1);
+    // The work cap (as the local mean's): a query tile against a key tile
+    // is at most DISPATCH_WORK pair-units (`2 + d + cols` each).
+    let pairs =
+        (DISPATCH_WORK / (2 + d + plan.col_tile.max(1)) as u64).min(usize::MAX as u64) as usize;
     plan.key_tile = (floats / wk)
         .min(attend_budget_keys(dev, d, plan.qa4()))
         .min(caps.key_rows.unwrap_or(usize::MAX))
+        .min(caps.dispatch_keys.unwrap_or(usize::MAX))
+        .min((pairs / plan.query_tile).max(MAX_STAGED * 8))
         .min(n)
         .max(1);
     if plan.query_tile == m && plan.key_tile == n {
         plan.batch_group = (floats / (m * wq))
             .min(floats / (n * wk))
             .min(dev.workgroups_per_dim as usize)
+            .min(pairs / (m * n).max(1))
             .min(b)
             .max(1);
     }
@@ -256,6 +294,31 @@ pub(crate) fn plan_feature(
 mod tests {
     use super::super::LAVAPIPE;
     use super::*;
+
+    #[test]
+    fn attention_splits_keys_to_fill_a_device_and_caps_dispatch_work() {
+        let hw = DeviceLimits {
+            binding_bytes: u32::MAX as u64,
+            workgroup_bytes: 48 << 10,
+            fill_workgroups: 4096,
+            ..LAVAPIPE
+        };
+        let none = TileLimits::default();
+        // B = 8, T = 4096, d = 64: 512 workgroups of rows, 8 slices of keys.
+        let p = plan_attend(&hw, &none, 8, 4096, 4096, 64, 64).unwrap();
+        assert_eq!((p.key_tile, p.batch_group), (4096, 8));
+        assert_eq!(p.key_splits(&hw, &none, (4096, 8, 4096)), 8);
+        // Few keys: every slice keeps at least 256.
+        assert_eq!(p.key_splits(&hw, &none, (64, 1, 600)), 2);
+        // Software adapters do not split unless told to.
+        let s = plan_attend(&LAVAPIPE, &none, 8, 4096, 4096, 64, 64).unwrap();
+        assert_eq!(s.key_splits(&LAVAPIPE, &none, (4096, 1, 4096)), 1);
+        // One long sequence: key tiles within the work cap.
+        let p = plan_attend(&hw, &none, 1, 1_000_000, 1_000_000, 64, 64).unwrap();
+        let units = (2 + 64 + 64) as u64;
+        assert!(p.query_tile as u64 * p.key_tile as u64 * units <= DISPATCH_WORK);
+        assert!(p.key_tile >= MAX_STAGED * 8);
+    }
 
     #[test]
     fn attention_plan_groups_whole_batches_and_tiles_big_ones() {

@@ -30,7 +30,10 @@ struct AttendParams {
     key_start: u32,
     off: u32,
     cols: u32,
-    _pad: u32,
+    split_keys: u32,
+    splits: u32,
+    batches: u32,
+    _pad: [u32; 2],
 }
 
 /// One query tile of an attention call, as `record_attend` needs it.
@@ -47,7 +50,10 @@ pub(super) struct QueryTile<'a, 'p> {
 
 /// Records, for one query tile, the passes (value-column passes × the key
 /// tiles some row of the tile sees) that leave the attention in `out`
-/// (`q > 0`) or the row statistics in `state` (`q = 0`).
+/// (`q > 0`) or the row statistics in `state` (`q = 0`). When the tile's
+/// rows give the device too few workgroups, each key tile is split across
+/// workgroups and a merge dispatch follows (docs/tiling.md).
+/// The logits are kept in log₂ units: the scale carries log₂e.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record_attend<'p>(
     ctx: &'p GpuContext,
@@ -70,6 +76,9 @@ pub(super) fn record_attend<'p>(
     } else {
         tiles(q, plan.col_tile).collect()
     };
+    // One split for the call: sized for its largest key tile.
+    let widest = seen.iter().map(|kt| kt.len).max().unwrap_or(1);
+    let splits = plan.key_splits(&ctx.limits, &ctx.caps, (tile.rows, tile.batches, widest));
     let mut records = Vec::with_capacity(passes.len() * seen.len());
     for &(c0, c1) in &passes {
         for (t, kt) in seen.iter().enumerate() {
@@ -89,17 +98,28 @@ pub(super) fn record_attend<'p>(
                 d: check_u32(op, "dimension", d)?,
                 q_stride: check_u32(op, "value columns", q)?,
                 c0: c0 as u32,
-                scale: attn.scale,
+                scale: attn.scale * std::f32::consts::LOG2_E,
                 flags,
                 row_start: check_u32(op, "query rows", tile.row_start)?,
                 key_start: check_u32(op, "key rows", kt.start)?,
                 off: check_u32(op, "key rows", off)?,
                 cols: (c1 - c0) as u32,
-                _pad: 0,
+                split_keys: check_u32(op, "key rows", kt.len.div_ceil(splits).max(1))?,
+                splits: check_u32(op, "key splits", splits)?,
+                batches: check_u32(op, "batches", tile.batches)?,
+                _pad: [0; 2],
             });
         }
     }
     let params = ParamBlock::new(ctx, op, &records)?;
+    // The key slices' partial row states (a stand-in without a split).
+    let partial_floats = splits * tile.batches * tile.rows * plan.state_cols();
+    let partial = ctx.pool.get(
+        ctx,
+        op,
+        (if splits > 1 { partial_floats * 4 } else { 16 }) as u64,
+        wgpu::BufferUsages::STORAGE,
+    )?;
     let groups: Vec<wgpu::BindGroup> = seen
         .iter()
         .map(|kt| {
@@ -113,41 +133,51 @@ pub(super) fn record_attend<'p>(
                     kt.values.binding(),
                     tile.state.binding(),
                     tile.out.binding(),
+                    partial.binding(),
                 ],
             )
         })
         .collect();
+    let splits32 = check_u32(op, "key splits", splits)?;
     let workgroups = check_u32(op, "workgroups", tile.rows.div_ceil(ATTEND_WG))?;
     let batches = check_u32(op, "batches", tile.batches)?;
     let mut rec = 0;
     for &(c0, c1) in &passes {
         let qt = (c1 - c0) as u32;
-        let pipeline = ctx.pipelines.get(
-            ctx,
-            op,
-            &PipelineKey {
-                shader: ShaderId::Softmax,
-                template: vec![
-                    ("D4", AttendPlan::d4(d) as u32),
-                    ("QA4", qt.max(1).div_ceil(4)),
-                    ("BK", plan.staged as u32),
-                ],
-                profile: None,
-                product: None,
-            },
-        )?;
+        let mut key = PipelineKey {
+            shader: ShaderId::Softmax,
+            template: vec![
+                ("D4", AttendPlan::d4(d) as u32),
+                ("QA4", qt.max(1).div_ceil(4)),
+                ("BK", plan.staged as u32),
+            ],
+            profile: None,
+            product: None,
+        };
+        let pipeline = ctx.pipelines.get(ctx, op, &key)?;
+        let merge = if splits > 1 {
+            key.shader = ShaderId::SoftmaxMerge;
+            Some(ctx.pipelines.get(ctx, op, &key)?)
+        } else {
+            None
+        };
         let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some(op),
             timestamp_writes: None,
         });
-        pass.set_pipeline(&pipeline);
         for bg in &groups {
+            pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, bg, &[params.offset(rec)]);
-            pass.dispatch_workgroups(workgroups, batches, 1);
+            pass.dispatch_workgroups(workgroups, batches, splits32);
+            if let Some(merge) = &merge {
+                pass.set_pipeline(merge);
+                pass.dispatch_workgroups(workgroups, batches, 1);
+            }
             rec += 1;
         }
     }
     sub.keep(params);
+    sub.keep(partial);
     Ok(())
 }
 
@@ -210,8 +240,10 @@ pub(crate) fn kernel_softmax(
                 &tile,
                 &key_tiles,
             )?;
-            let read = sub.submit_and_read(ctx, &scope, &[(obuf.buffer(), obuf.len())])?;
-            out[p0 * q..p1 * q].copy_from_slice(&read[0]);
+            // One copy, from the mapped staging buffer into the output.
+            let dst = &mut out[p0 * q..p1 * q];
+            sub.submit_with_readback(ctx, &scope, &[(obuf.buffer(), obuf.len())])?
+                .wait(ctx, &scope, |all| dst.copy_from_slice(&all[..dst.len()]))?;
         }
     }
     scope.finish(ctx)?;
