@@ -102,6 +102,9 @@ fn gpu_key_splits_and_dispatch_windows_merge_to_the_reference() {
                 (1, 50, 2, 1),
                 (257, 700, 9, 3),
                 (40, 150, 40, 2),
+                // 16 and 32 value columns a pass (2 and 1 rows per invocation).
+                (20, 60, 12, 20),
+                (9, 70, 40, 40),
             ],
         );
     }

@@ -11,8 +11,13 @@ use super::{
 
 /// Threads per workgroup of the local-mean shaders.
 pub(crate) const LOCAL_MEAN_WG: usize = 64;
-/// Most value columns one local-mean pass keeps in registers.
+/// Most value columns one local-moments pass keeps in registers.
 pub(crate) const MAX_VALUE_COLS: usize = 8;
+/// Value accumulators one invocation of `local_mean.wgsl` keeps per pass,
+/// over all its rows: `32 / R` columns a pass (8 at d ≤ 8, 16 at d ≤ 32,
+/// 32 beyond), so a wide MeanShift or local mean recomputes its distances
+/// in fewer passes.
+pub(crate) const VALUE_REGS: usize = 32;
 /// Work one local-mean-family dispatch may do, in pair-units (a pair of a
 /// query and a key costs `2 + d + columns` units, about its instructions):
 /// 2³⁶ is a few tens of milliseconds on a large GPU. A longer sweep is cut
@@ -62,11 +67,19 @@ pub(crate) fn plan_local_mean(
     d: usize,
     q: usize,
 ) -> Result<LocalMeanPlan> {
+    plan_with_cols(dev, caps, (m, n, d, q), VALUE_REGS / rows_per_thread(d))
+}
+
+/// [`plan_local_mean`] with at most `max_cols` value columns a pass.
+fn plan_with_cols(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    (m, n, d, q): (usize, usize, usize, usize),
+    max_cols: usize,
+) -> Result<LocalMeanPlan> {
     let binding = binding_bytes(dev, caps);
     let floats = (binding / 4).min(usize::MAX as u64) as usize;
-    let col_tile = q
-        .min(MAX_VALUE_COLS)
-        .min(caps.value_cols.unwrap_or(usize::MAX));
+    let col_tile = q.min(max_cols).min(caps.value_cols.unwrap_or(usize::MAX));
     let col_slots = col_tile.max(1);
     let staged_keys = (dev.workgroup_bytes as usize / 4 / (d + col_slots)).min(MAX_STAGED_KEYS);
     if staged_keys == 0 {
@@ -155,7 +168,7 @@ pub(crate) fn plan_local_moments(
     layout: &MomentLayout,
 ) -> Result<LocalMeanPlan> {
     let d = layout.d;
-    let mut plan = plan_local_mean(dev, caps, m, n, d, layout.cols())?;
+    let mut plan = plan_with_cols(dev, caps, (m, n, d, layout.cols()), MAX_VALUE_COLS)?;
     // One query row per invocation; a query row is [q | c]: 2d floats.
     let floats = (binding_bytes(dev, caps) / 4).min(usize::MAX as u64) as usize;
     plan.rows_per_thread = 1;
@@ -298,6 +311,28 @@ mod tests {
         };
         let p = plan_local_mean(&LAVAPIPE, &small, 200, 1000, 3, 3).unwrap();
         assert_eq!(p.key_splits(&LAVAPIPE, &small, 200), 3);
+    }
+
+    #[test]
+    fn value_columns_per_pass_follow_the_rows_per_invocation() {
+        let none = TileLimits::default();
+        let cols = |d| {
+            plan_local_mean(&LAVAPIPE, &none, 100, 100, d, 100)
+                .unwrap()
+                .col_tile
+        };
+        assert_eq!(
+            (cols(3), cols(8), cols(9), cols(32), cols(33)),
+            (8, 8, 16, 16, 32)
+        );
+        // Local moments keep 8.
+        let layout = MomentLayout {
+            d: 40,
+            qy: 50,
+            second: false,
+        };
+        let p = plan_local_moments(&LAVAPIPE, &none, (10, 10), &layout).unwrap();
+        assert_eq!(p.col_tile, MAX_VALUE_COLS);
     }
 
     #[test]

@@ -49,7 +49,9 @@ pub struct TileLimits {
     pub query_rows: Option<usize>,
     /// Most key rows per tile (one storage binding each).
     pub key_rows: Option<usize>,
-    /// Most value columns accumulated per pass (capped at 8 by the shader).
+    /// Most value columns accumulated per pass (capped by the shaders:
+    /// local means 8 at d ≤ 8, 16 at d ≤ 32, 32 beyond; local moments 8;
+    /// attention 64).
     pub value_cols: Option<usize>,
     /// Largest storage buffer to bind, in bytes (device limit otherwise).
     pub buffer_bytes: Option<u64>,
