@@ -110,6 +110,59 @@ fn gpu_key_splits_and_dispatch_windows_merge_to_the_reference() {
     }
 }
 
+/// From d = 32 the GPU forms distances from inner-product tiles centred on
+/// a key, and falls back to differences where the expansion's error bound
+/// is too loose: the same local means as the f64 reference on ordinary
+/// data, data far from the origin (the centring), two tight clusters far
+/// apart (the fallback), every profile, with device-sized tiles and with
+/// tiny tiles, windows and key splits.
+#[test]
+fn gpu_inner_product_tiles_match_reference_at_high_d() {
+    let Some(gpu) = gpu() else { return };
+    let tiny = gpu_engine(TileLimits {
+        query_rows: Some(45),
+        key_rows: Some(77),
+        key_splits: Some(3),
+        dispatch_keys: Some(40),
+        ..TileLimits::default()
+    })
+    .expect("an adapter, as for gpu()");
+    let mut rng = Rng::new(4242);
+    let mut cases: Vec<(String, Array2<f32>, Array2<f32>, f32)> = Vec::new();
+    for &(m, n, d) in &[(70, 200, 32), (33, 97, 64), (5, 40, 784)] {
+        let q = rng.matrix(m, d, 0.0, 1.0);
+        let x = rng.matrix(n, d, 0.0, 1.0);
+        cases.push((format!("uniform d={d}"), q, x, 0.4 * (d as f32).sqrt()));
+    }
+    let (q, x) = (rng.matrix(50, 40, 0.0, 1.0), rng.matrix(120, 40, 0.0, 1.0));
+    cases.push(("offset 1e4".into(), q + 1.0e4, x + 1.0e4, 2.0));
+    // Two clusters 1000 apart, spread 1e-3, h = 1e-2.
+    let cluster = |rng: &mut Rng, rows: usize| {
+        let mut a = rng.matrix(rows, 40, 0.0, 1.0e-3);
+        for (r, mut row) in a.rows_mut().into_iter().enumerate() {
+            if r % 2 == 1 {
+                row += 1000.0;
+            }
+        }
+        a
+    };
+    let (q, x) = (cluster(&mut rng, 40), cluster(&mut rng, 90));
+    cases.push(("two clusters".into(), q, x, 1.0e-2));
+    for (what, q, x, h) in &cases {
+        let v = rng.matrix(x.nrows(), 3, -2.0, 3.0);
+        for p in Profile::ALL {
+            let k = Kernel::new(p, *h).unwrap();
+            let (want, want_empty) = ref_local_mean(&k, q, x, &v);
+            for (name, e) in [("gpu", gpu), ("gpu tiny", &tiny)] {
+                let got = e.local_mean(&k, q.view(), x.view(), v.view()).unwrap();
+                let label = format!("{name} {what} {p}");
+                assert_close(&label, &got.values, &want, RTOL, ATOL);
+                assert_eq!(got.empty_rows, want_empty, "{label}: empty rows");
+            }
+        }
+    }
+}
+
 /// Many more value-column passes than one submission records (one column
 /// per pass here): every batch of passes lands in the output, and the
 /// row counts are not counted twice.

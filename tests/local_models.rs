@@ -424,8 +424,15 @@ fn ref_loo(k: &Kernel, x: &Array2<f32>, y: &Array2<f32>) -> (f64, usize) {
 
 #[test]
 fn loo_error_matches_reference_with_the_diagonal_excluded() {
+    // d = 2, and d = 40, where the GPU measures by inner-product tiles.
+    for (d, h) in [(2, 0.15), (40, 2.6)] {
+        check_loo(d, h);
+    }
+}
+
+fn check_loo(d: usize, h: f32) {
     let mut rng = Rng::new(88);
-    let x = rng.matrix(131, 2, 0.0, 1.0);
+    let x = rng.matrix(131, d, 0.0, 1.0);
     let y = rng.matrix(131, 3, -1.0, 1.0);
     let limits = TileLimits {
         query_rows: Some(17),
@@ -438,7 +445,7 @@ fn loo_error_matches_reference_with_the_diagonal_excluded() {
     };
     let tiny = gpu_engine(limits);
     for p in Profile::ALL {
-        let k = Kernel::new(p, 0.15).unwrap();
+        let k = Kernel::new(p, h).unwrap();
         let (want, want_empty) = ref_loo(&k, &x, &y);
         let (want_self, _) = ref_loo(&k, &x, &x);
         let mut es: Vec<(&str, &Engine)> = engines();
@@ -449,14 +456,14 @@ fn loo_error_matches_reference_with_the_diagonal_excluded() {
             let got = e.loo_error(&k, x.view(), Some(y.view())).unwrap();
             assert!(
                 (got.error - want).abs() <= 1e-4 * want,
-                "{name} {p}: {} vs {want}",
+                "{name} {p} d={d}: {} vs {want}",
                 got.error
             );
-            assert_eq!(got.empty_rows, want_empty, "{name} {p}");
+            assert_eq!(got.empty_rows, want_empty, "{name} {p} d={d}");
             let got = e.loo_error(&k, x.view(), None).unwrap();
             assert!(
                 (got.error - want_self).abs() <= 1e-4 * want_self,
-                "{name} {p} self"
+                "{name} {p} d={d} self"
             );
         }
     }

@@ -2,6 +2,7 @@
 //! passes × key tiles, merged on the device.
 
 use crate::error::Result;
+use crate::gpu::plan::local_mean::IP_MIN_D;
 use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, plan_local_moments, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
@@ -144,10 +145,18 @@ pub(crate) fn record_pass<'p>(
         .collect::<Result<Vec<_>>>()?;
     let params = ParamBlock::new(ctx, op, &records)?;
     let qt = (c1 - c0) as u32;
+    // From d = 32 a radial kernel's distances come from inner-product
+    // tiles (docs/numerics.md, "Inner products (larger `d`, GPU)").
+    let ip = job.kind == PassKind::Mean && !job.kernel.is_product() && job.d >= IP_MIN_D;
     let (shader, mut template) = match job.kind {
+        PassKind::Mean if ip => (ShaderId::LocalMeanIp, vec![]),
         PassKind::Mean | PassKind::Masked => (
             ShaderId::LocalMean,
-            vec![("MASKED", u32::from(job.kind == PassKind::Masked))],
+            vec![
+                ("MASKED", u32::from(job.kind == PassKind::Masked)),
+                ("STAGE", job.plan.staged_keys as u32),
+                ("R", job.plan.rows_per_thread as u32),
+            ],
         ),
         PassKind::Moments(l) => {
             let window = l.value_window(job.plan.col_tile) as u32;
@@ -158,19 +167,12 @@ pub(crate) fn record_pass<'p>(
                     ("YW", window),
                     ("YWA", window.max(1)),
                     ("SECOND", u32::from(l.second)),
+                    ("STAGE", job.plan.staged_keys as u32),
                 ],
             )
         }
     };
-    if shader == ShaderId::LocalMean {
-        template.push(("R", job.plan.rows_per_thread as u32));
-    }
-    template.extend([
-        ("D", job.d as u32),
-        ("QT", qt),
-        ("QA", qt.max(1)),
-        ("STAGE", job.plan.staged_keys as u32),
-    ]);
+    template.extend([("D", job.d as u32), ("QT", qt), ("QA", qt.max(1))]);
     let mut key = PipelineKey {
         shader,
         template,

@@ -31,7 +31,9 @@ fn slots(id: ShaderId) -> &'static [Slot] {
         ShaderId::LocalMean
         | ShaderId::LocalMoments
         | ShaderId::LocalMeanMerge
-        | ShaderId::LocalMomentsMerge => &[
+        | ShaderId::LocalMomentsMerge
+        | ShaderId::LocalMeanIp
+        | ShaderId::LocalMeanIpMerge => &[
             Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite, ReadWrite,
         ],
         ShaderId::KernelMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],

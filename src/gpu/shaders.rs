@@ -272,11 +272,16 @@ pub(crate) enum ShaderId {
     LocalMomentsMerge,
     /// `shaders/softmax.wgsl`, entry `merge_splits`.
     SoftmaxMerge,
+    /// `shaders/local_mean_ip.wgsl`: local means from inner-product tiles
+    /// (d ≥ 32, radial kernels).
+    LocalMeanIp,
+    /// `shaders/local_mean_ip.wgsl`, entry `merge_splits`.
+    LocalMeanIpMerge,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 14] = [
+    pub(crate) const ALL: [ShaderId; 16] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -291,6 +296,8 @@ impl ShaderId {
         ShaderId::LocalMeanMerge,
         ShaderId::LocalMomentsMerge,
         ShaderId::SoftmaxMerge,
+        ShaderId::LocalMeanIp,
+        ShaderId::LocalMeanIpMerge,
     ];
 
     /// The shader whose file, placeholders, constants and bindings an
@@ -301,6 +308,7 @@ impl ShaderId {
             ShaderId::LocalMeanMerge => ShaderId::LocalMean,
             ShaderId::LocalMomentsMerge => ShaderId::LocalMoments,
             ShaderId::SoftmaxMerge => ShaderId::Softmax,
+            ShaderId::LocalMeanIpMerge => ShaderId::LocalMeanIp,
             other => other,
         }
     }
@@ -311,6 +319,7 @@ impl ShaderId {
             ShaderId::LocalMean => Some(ShaderId::LocalMeanMerge),
             ShaderId::LocalMoments => Some(ShaderId::LocalMomentsMerge),
             ShaderId::Softmax => Some(ShaderId::SoftmaxMerge),
+            ShaderId::LocalMeanIp => Some(ShaderId::LocalMeanIpMerge),
             _ => None,
         }
     }
@@ -319,6 +328,7 @@ impl ShaderId {
     pub(crate) fn file(self) -> &'static str {
         match self {
             ShaderId::LocalMean | ShaderId::LocalMeanMerge => "local_mean.wgsl",
+            ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => "local_mean_ip.wgsl",
             ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => "local_moments.wgsl",
             ShaderId::KernelMatrix => "kernel_matrix.wgsl",
             ShaderId::Fill => "fill.wgsl",
@@ -336,6 +346,9 @@ impl ShaderId {
         match self {
             ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
                 include_str!("../../shaders/local_mean.wgsl")
+            }
+            ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => {
+                include_str!("../../shaders/local_mean_ip.wgsl")
             }
             ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
                 include_str!("../../shaders/local_moments.wgsl")
@@ -358,9 +371,11 @@ impl ShaderId {
     pub(crate) fn entry(self) -> &'static str {
         match self {
             ShaderId::LocalMean | ShaderId::LocalMoments => "accumulate",
-            ShaderId::LocalMeanMerge | ShaderId::LocalMomentsMerge | ShaderId::SoftmaxMerge => {
-                "merge_splits"
-            }
+            ShaderId::LocalMeanMerge
+            | ShaderId::LocalMomentsMerge
+            | ShaderId::SoftmaxMerge
+            | ShaderId::LocalMeanIpMerge => "merge_splits",
+            ShaderId::LocalMeanIp => "accumulate",
             ShaderId::KernelMatrix => "entries",
             ShaderId::Fill => "fill",
             ShaderId::Knn => "nearest",
@@ -377,7 +392,10 @@ impl ShaderId {
     pub(crate) fn uses_profiles(self) -> bool {
         matches!(
             self.base(),
-            ShaderId::LocalMean | ShaderId::LocalMoments | ShaderId::KernelMatrix
+            ShaderId::LocalMean
+                | ShaderId::LocalMoments
+                | ShaderId::LocalMeanIp
+                | ShaderId::KernelMatrix
         )
     }
 
@@ -387,6 +405,7 @@ impl ShaderId {
             ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
                 &["D", "QT", "QA", "STAGE", "MASKED", "R"]
             }
+            ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => &["D", "QT", "QA"],
             ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
                 &["D", "QT", "QA", "QY", "YW", "YWA", "STAGE", "SECOND"]
             }
@@ -415,6 +434,15 @@ impl ShaderId {
             Vec::new()
         };
         match self {
+            ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => {
+                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
+                out.extend(tiles());
+                out.push(C::u32(
+                    "EXCLUDE_SELF",
+                    EXCLUDE_SELF,
+                    "shaders::EXCLUDE_SELF",
+                ));
+            }
             ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
                 out.extend(tiles());
@@ -486,6 +514,8 @@ impl ShaderId {
         match self {
             ShaderId::LocalMean
             | ShaderId::LocalMoments
+            | ShaderId::LocalMeanIp
+            | ShaderId::LocalMeanIpMerge
             | ShaderId::LocalMeanMerge
             | ShaderId::LocalMomentsMerge
             | ShaderId::Knn
@@ -522,7 +552,10 @@ impl ShaderId {
             src.push_str(&ProductCode::wgsl(product));
             src.push('\n');
         }
-        if matches!(self.base(), ShaderId::LocalMean | ShaderId::LocalMoments) {
+        if matches!(
+            self.base(),
+            ShaderId::LocalMean | ShaderId::LocalMoments | ShaderId::LocalMeanIp
+        ) {
             src.push_str(ROW_STATE);
             src.push('\n');
         }
@@ -575,6 +608,11 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("MASKED", 0),
                 ("R", 1),
             ],
+        ],
+        ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => vec![
+            vec![("D", 32), ("QT", 0), ("QA", 1)],
+            vec![("D", 33), ("QT", 3), ("QA", 3)],
+            vec![("D", 784), ("QT", 32), ("QA", 32)],
         ],
         ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => vec![
             vec![

@@ -14,7 +14,7 @@ pub(crate) const LOCAL_MEAN_WG: usize = 64;
 /// Most value columns one local-moments pass keeps in registers.
 pub(crate) const MAX_VALUE_COLS: usize = 8;
 /// Value accumulators one invocation of `local_mean.wgsl` keeps per pass,
-/// over all its rows: `32 / R` columns a pass (8 at d ≤ 8, 16 at d ≤ 32,
+/// over all its rows: `32 / R` columns a pass (8 at d ≤ 8, 16 at d < 32,
 /// 32 beyond), so a wide MeanShift or local mean recomputes its distances
 /// in fewer passes.
 pub(crate) const VALUE_REGS: usize = 32;
@@ -33,9 +33,23 @@ const MIN_SPLIT_KEYS: usize = 512;
 pub(crate) fn rows_per_thread(d: usize) -> usize {
     match d {
         0..=8 => 4,
-        9..=32 => 2,
+        9..IP_MIN_D => 2,
         _ => 1,
     }
+}
+
+/// From this dimension a local mean of a radial kernel takes its
+/// distances from inner-product tiles (`local_mean_ip.wgsl`), one row per
+/// invocation of the accumulation.
+pub(crate) const IP_MIN_D: usize = 32;
+
+/// Loop iterations per key of `local_mean_ip.wgsl` in `d` dimensions with
+/// `cols` value columns a pass, as if nothing were unrolled: a 32-key
+/// step runs per 16-coordinate chunk its staging (24), the key norms (16)
+/// and the 8 × 4 block's loops (16 · 44) and sums (32), then per key the
+/// accuracy test, a possible measure by differences (`d`) and the weights.
+fn ip_loop_per_key(d: usize, cols: usize) -> usize {
+    (d.div_ceil(16) * 800 + 300).div_ceil(32) + 2 * d + 3 * cols + 24
 }
 
 /// Tiling of one local-mean call.
@@ -89,7 +103,10 @@ fn plan_with_cols(
     // Keys: one binding holds a tile of keys, another its value rows. Under
     // a loop budget, each key costs the loops over its coordinates and
     // columns for every row of the invocation, and the chunk bookkeeping.
-    let per_key = 4 + (d + 2) * (rpt + 1) + rpt * (6 + col_slots);
+    let mut per_key = 4 + (d + 2) * (rpt + 1) + rpt * (6 + col_slots);
+    if d >= IP_MIN_D {
+        per_key = per_key.max(ip_loop_per_key(d, col_slots));
+    }
     let key_tile = (floats / d.max(q).max(1))
         .min(budget_keys(dev, 0, per_key))
         .min(caps.key_rows.unwrap_or(usize::MAX))
@@ -322,7 +339,7 @@ mod tests {
                 .col_tile
         };
         assert_eq!(
-            (cols(3), cols(8), cols(9), cols(32), cols(33)),
+            (cols(3), cols(8), cols(9), cols(31), cols(32)),
             (8, 8, 16, 16, 32)
         );
         // Local moments keep 8.

@@ -50,7 +50,7 @@ pub struct TileLimits {
     /// Most key rows per tile (one storage binding each).
     pub key_rows: Option<usize>,
     /// Most value columns accumulated per pass (capped by the shaders:
-    /// local means 8 at d ≤ 8, 16 at d ≤ 32, 32 beyond; local moments 8;
+    /// local means 8 at d ≤ 8, 16 at d < 32, 32 beyond; local moments 8;
     /// attention 64).
     pub value_cols: Option<usize>,
     /// Largest storage buffer to bind, in bytes (device limit otherwise).
