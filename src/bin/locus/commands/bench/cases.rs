@@ -340,6 +340,14 @@ fn plan(size: Size) -> Vec<Spec> {
                 q: 4,
                 h: bandwidth(3),
             },
+            // Few queries: the keys split across workgroups.
+            LocalMean {
+                m: 4_096,
+                n: 1_000_000,
+                d: 3,
+                q: 4,
+                h: bandwidth(3),
+            },
             LocalMean {
                 m: 200_000,
                 n: 200_000,
