@@ -20,8 +20,8 @@ pub enum Size {
     Quick,
     /// Sizes that suit a hardware GPU (minutes on a software adapter).
     Default,
-    /// A hardware GPU's sizes: local mean M = N = 10⁶ (d = 3) and
-    /// 2·10⁵ (d = 128), attention B = 8, T = 4096, d = 64, MeanShift on
+    /// A hardware GPU's sizes: local mean M = N = 10⁶ (d = 3), 4096
+    /// queries against 10⁶ keys (d = 3) and M = N = 2·10⁵ (d = 128), attention B = 8, T = 4096, d = 64, MeanShift on
     /// 10⁶ points, kNN of 10⁴ queries over 10⁶ keys (d = 128), a 16384²
     /// kernel matrix.
     Large,
