@@ -31,7 +31,8 @@
 // in this pass (0: row sums only), QA = max(QT, 1), STAGE staged keys, R
 // query rows per invocation, MASKED (1: masked distances for imputation,
 // missing coordinates stored as values at or above MISSING). Generated:
-// WG, the flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF, and MISSING.
+// WG, C (keys per chunk sharing one update of the running maximum), the
+// flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF, and MISSING.
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
@@ -40,8 +41,6 @@ const STAGE: u32 = {{STAGE}}u;
 const MASKED: u32 = {{MASKED}}u;
 const R: u32 = {{R}}u;
 const STATE: u32 = 2u + QA;
-// Keys per chunk sharing one update of the running maximum.
-const C: u32 = 8u;
 const LOG2E: f32 = 1.4426950408889634;
 // The running maximum before any key (log₂ units), and the log-weight of
 // a key that has no weight: exp2 of LW_NONE minus any maximum, and of

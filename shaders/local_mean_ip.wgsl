@@ -23,8 +23,8 @@
 //
 // Template constants (src/gpu/shaders.rs): D dimension, QT value columns
 // in this pass (0: row sums only), QA = max(QT, 1). Generated: WG (= 64 =
-// TQ, the tile's 8 × 8 blocks), the flag bits FIRST_TILE, LAST_TILE,
-// EXCLUDE_SELF.
+// TQ, the tile's 8 × 8 blocks), C (keys per chunk of the weights), the
+// flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF.
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
@@ -35,7 +35,6 @@ const TK: u32 = 32u;
 const KC: u32 = 16u;
 const MR: u32 = 8u;
 const MK: u32 = 4u;
-const C: u32 = 8u;
 const LOG2E: f32 = 1.4426950408889634;
 const M_START: f32 = -1.0e38;
 const LW_NONE: f32 = -3.0e38;

@@ -4,7 +4,8 @@
 // One invocation per query row, WG rows per workgroup; workgroup_id.y is
 // the batch within the dispatch (rows of batch b start at b·rows in phi,
 // state and out, keys at b·keys in psi and vals). Each invocation keeps
-// its query, pre-scaled by p.scale = s·log₂e (the host folds log₂e in),
+// its query, pre-scaled by s·log₂e ((φ·s)·LOG2E, as softmax_matrix.wgsl
+// forms it: log₂e folded into the query, once per row, not per pair),
 // as vec4 groups, and its row state in registers, in log₂ units:
 //   m = largest logit seen, l = Σ 2^{s−m}, acc = Σ 2^{s−m}·v.
 // Keys and value rows are staged through workgroup memory BK at a time;
@@ -31,19 +32,19 @@
 //
 // Template constants (src/gpu/shaders.rs): D4 = ⌈d/4⌉, QA4 = max(⌈cols/4⌉, 1)
 // (vec4 groups of value columns a pass holds), BK staged keys.
-// Generated: WG, the flag bits FIRST_TILE, LAST_TILE, CAUSAL.
+// Generated: WG, C (keys per chunk sharing one update of the maximum), the
+// flag bits FIRST_TILE, LAST_TILE, CAUSAL.
 
 const D4: u32 = {{D4}}u;
 const QA4: u32 = {{QA4}}u;
 const BK: u32 = {{BK}}u;
 const STATE: u32 = 2u + 4u * QA4;
-// Keys per chunk sharing one update of the running maximum.
-const C: u32 = 8u;
 // The running maximum before any key, and the logit of a key the row does
 // not see: exp2 of LW_NONE minus any maximum, and of M_START minus any
 // finite one, is exactly 0 (logits are checked to stay below 1e37).
 const M_START: f32 = -1.0e38;
 const LW_NONE: f32 = -3.0e38;
+const LOG2E: f32 = 1.4426950408889634;
 
 struct Params {
     rows: u32,       // query rows per batch in this query tile
@@ -51,7 +52,7 @@ struct Params {
     d: u32,          // feature dimension
     q_stride: u32,   // value columns: row stride of vals and out
     c0: u32,         // first value column of this pass
-    scale: f32,      // logit scale s·log₂e
+    scale: f32,      // logit scale s
     flags: u32,      // FIRST_TILE, LAST_TILE, CAUSAL
     row_start: u32,  // index within its batch of the tile's first query
     key_start: u32,  // index within its batch of the tile's first key
@@ -167,7 +168,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
             for (var c = 0u; c < 4u; c++) {
                 let k = k4 * 4u + c;
                 if k < p.d {
-                    v[c] = phi[row * p.d + k] * p.scale;
+                    v[c] = phi[row * p.d + k] * p.scale * LOG2E;
                 }
             }
             qx[k4] = v;

@@ -1,6 +1,7 @@
 // Softmax weight-matrix blocks: e^{s·⟨φ_i, ψ_j⟩ − m_i} / l_i (docs/numerics.md),
-// computed as 2^{s₂ − m_i} / l_i with the logit s₂ in log₂ units (the scale
-// carries log₂e), as the row pass keeps m.
+// computed as 2^{s₂ − m_i} / l_i with the logit s₂ in log₂ units (the query
+// scaled as (φ·s)·LOG2E, as the row pass of softmax.wgsl scales it), as
+// the row pass keeps m.
 //
 // One invocation per entry of a block of `rows × cols` entries of one
 // batch, whose first row is row `row_off` of the query tile and whose
@@ -11,6 +12,8 @@
 //
 // Generated: WG (workgroup side).
 
+const LOG2E: f32 = 1.4426950408889634;
+
 struct MatParams {
     rows: u32,         // rows of this block
     cols: u32,         // columns: keys in the key tile
@@ -20,7 +23,7 @@ struct MatParams {
     key_start: u32,    // index within its batch of the key tile's first key
     off: u32,          // N − M: query i sees the keys j ≤ i + off
     causal: u32,       // 1: apply the mask
-    scale: f32,        // logit scale s·log₂e
+    scale: f32,        // logit scale s
     state_stride: u32, // floats per row of row_state
     _pad0: u32,
     _pad1: u32,
@@ -38,7 +41,7 @@ fn group4(src: u32, k4: u32, scale: f32, is_phi: bool) -> vec4<f32> {
         let k = k4 * 4u + c;
         if k < mp.d {
             if is_phi {
-                v[c] = phi[src + k] * scale;
+                v[c] = phi[src + k] * scale * LOG2E;
             } else {
                 v[c] = psi[src + k];
             }

@@ -112,6 +112,33 @@ fn normalized_rows_sum_to_one_even_when_raw_weights_underflow() {
     }
 }
 
+/// From d = 32 the GPU's local means may take inner-product tiles, but the
+/// normalized matrix's row sums must come from the same differences as its
+/// entries: far rows (queries 100 away from the keys, where an expansion's
+/// maximum would differ from the entries' by its rounding) still sum to 1
+/// and match the CPU.
+#[test]
+fn normalized_rows_of_far_queries_sum_to_one_at_high_d() {
+    let mut rng = Rng::new(64);
+    let x = rng.matrix(50, 64, 0.0, 1.0);
+    let q = rng.matrix(7, 64, 0.0, 1.0) + 100.0;
+    let k = Kernel::new(Profile::Gaussian, 1.0).unwrap();
+    let want = cpu()
+        .normalized_kernel_matrix(&k, q.view(), x.view())
+        .unwrap()
+        .values;
+    for (name, e) in engines(TileLimits::default()) {
+        let nk = e.normalized_kernel_matrix(&k, q.view(), x.view()).unwrap();
+        for s in nk.values.sum_axis(Axis(1)) {
+            assert!((s - 1.0).abs() < 1e-5, "{name}: row sum {s}");
+        }
+        let worst = (&nk.values - &want)
+            .iter()
+            .fold(0.0f32, |a, v| a.max(v.abs()));
+        assert!(worst < 1e-4, "{name}: {worst} from the CPU's");
+    }
+}
+
 #[test]
 fn laplacian_rows_sum_to_zero() {
     let mut rng = Rng::new(10);

@@ -83,6 +83,8 @@ fn gpu_with_forced_tiny_tiles_merges_partial_states() {
 /// single query row (the register-blocked shader's other rows idle).
 #[test]
 fn gpu_key_splits_and_dispatch_windows_merge_to_the_reference() {
+    // (64, 7, 29): 64 slices asked, capped at the 7 keys of a window; the
+    // last window of each 29-key tile holds 1 key, so 6 slices are empty.
     for (splits, window, key_rows) in [(5, 37, 101), (64, 7, 29), (2, 1000, 1000)] {
         let limits = TileLimits {
             query_rows: Some(300),
@@ -127,6 +129,15 @@ fn gpu_inner_product_tiles_match_reference_at_high_d() {
         ..TileLimits::default()
     })
     .expect("an adapter, as for gpu()");
+    // Windows of 5 keys split 5 ways (16 asked, capped at the window): the
+    // last window of a 77-key tile holds 2 keys, so 3 slices are empty.
+    let sliced = gpu_engine(TileLimits {
+        key_rows: Some(77),
+        key_splits: Some(16),
+        dispatch_keys: Some(5),
+        ..TileLimits::default()
+    })
+    .expect("an adapter, as for gpu()");
     let mut rng = Rng::new(4242);
     let mut cases: Vec<(String, Array2<f32>, Array2<f32>, f32)> = Vec::new();
     for &(m, n, d) in &[(70, 200, 32), (33, 97, 64), (5, 40, 784)] {
@@ -153,7 +164,7 @@ fn gpu_inner_product_tiles_match_reference_at_high_d() {
         for p in Profile::ALL {
             let k = Kernel::new(p, *h).unwrap();
             let (want, want_empty) = ref_local_mean(&k, q, x, &v);
-            for (name, e) in [("gpu", gpu), ("gpu tiny", &tiny)] {
+            for (name, e) in [("gpu", gpu), ("gpu tiny", &tiny), ("gpu sliced", &sliced)] {
                 let got = e.local_mean(&k, q.view(), x.view(), v.view()).unwrap();
                 let label = format!("{name} {what} {p}");
                 assert_close(&label, &got.values, &want, RTOL, ATOL);

@@ -267,6 +267,34 @@ fn gpu_long_key_ranges_stay_within_the_software_loop_budget() {
     // iterations in all: 70000 keys in one key tile would lose the last.
     let Some(g) = gpu() else { return };
     check_attention(g, "gpu long", &[(1, 5, 70_000, 4, 2)]);
+    // d = 2000: 4 keys fit a stage, yet every chunk runs 8
+    // slots; a large value on the last key shows a key tile cut short.
+    let x = data(77, (1, 3, 2000, 2000, 1), 0.0);
+    let mut v = x.v.clone();
+    v[[0, 1999, 0]] = 1.0e6;
+    let p = SoftmaxParams::new().with_scale(0.05);
+    let want = ref_attention(&x.phi, &x.psi, &v, 0.05, false);
+    let got = g
+        .kernel_softmax(x.phi.view(), x.psi.view(), v.view(), &p)
+        .unwrap();
+    assert_close("gpu d=2000", &flat(&got), &flat(&want), RTOL, ATOL);
+}
+
+/// A finite scale whose product with log₂e overflows `f32`, on features
+/// so small that every logit is modest: the same weights as the CPU.
+#[test]
+fn a_huge_scale_on_tiny_features_is_finite() {
+    let x = data(78, (1, 4, 9, 3, 2), 0.0);
+    let phi = x.phi.mapv(|f| f * 1.0e-30);
+    let p = SoftmaxParams::new().with_scale(3.0e38);
+    let want = ref_attention(&phi, &x.psi, &x.v, 3.0e38, false);
+    for (name, e) in engines() {
+        let got = e
+            .kernel_softmax(phi.view(), x.psi.view(), x.v.view(), &p)
+            .unwrap();
+        assert!(got.iter().all(|v| v.is_finite()), "{name}: {got:?}");
+        assert_close(&name, &flat(&got), &flat(&want), RTOL, ATOL);
+    }
 }
 
 #[test]

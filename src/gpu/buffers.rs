@@ -226,6 +226,18 @@ impl Pooled<'_> {
     }
 }
 
+impl Pooled<'_> {
+    /// Frees the buffer instead of returning it to the pool (once no
+    /// submission uses it): for a staging buffer whose mapping may still be
+    /// pending, which the next borrower could not map.
+    pub(crate) fn discard(mut self) {
+        if let (Some(b), Some(pool)) = (self.buffer.take(), self.pool) {
+            drop(b);
+            pool.budget.release(self.key.0);
+        }
+    }
+}
+
 impl Drop for Pooled<'_> {
     fn drop(&mut self) {
         if let (Some(b), Some(pool)) = (self.buffer.take(), self.pool) {

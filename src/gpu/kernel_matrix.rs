@@ -83,6 +83,8 @@ pub(crate) fn kernel_matrix(
                 counter: &counter,
                 exclude_self: false,
                 kind: PassKind::Mean,
+                // Entries weigh keys by differences against this m.
+                differences: true,
             };
             record_pass(ctx, OP, &mut sub, &job, (0, 0), false)?;
             sub.keep(dummy);

@@ -2,7 +2,7 @@
 //! passes × key tiles, merged on the device.
 
 use crate::error::Result;
-use crate::gpu::plan::local_mean::IP_MIN_D;
+use crate::gpu::plan::local_mean::{IP_MIN_D, ip_workgroup_bytes};
 use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, plan_local_moments, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
@@ -60,6 +60,11 @@ pub(crate) struct TileJob<'a, 'p> {
     pub exclude_self: bool,
     /// What the pass computes.
     pub kind: PassKind,
+    /// Measure by differences even where the inner-product tiles would
+    /// serve (d ≥ 32): for a pass whose row maximum `m` another shader
+    /// weighs keys against (the normalized kernel matrix computes each
+    /// entry's `t` by differences, and its nearest key must get `e⁰`).
+    pub differences: bool,
 }
 
 /// What a local-mean-shader pass computes.
@@ -147,7 +152,11 @@ pub(crate) fn record_pass<'p>(
     let qt = (c1 - c0) as u32;
     // From d = 32 a radial kernel's distances come from inner-product
     // tiles (docs/numerics.md, "Inner products (larger `d`, GPU)").
-    let ip = job.kind == PassKind::Mean && !job.kernel.is_product() && job.d >= IP_MIN_D;
+    let ip = job.kind == PassKind::Mean
+        && !job.differences
+        && !job.kernel.is_product()
+        && job.d >= IP_MIN_D
+        && ip_workgroup_bytes(qt as usize) <= ctx.limits.workgroup_bytes as usize;
     let (shader, mut template) = match job.kind {
         PassKind::Mean if ip => (ShaderId::LocalMeanIp, vec![]),
         PassKind::Mean | PassKind::Masked => (
@@ -358,6 +367,7 @@ fn normalized_on_tiles(
             counter: &b.counter,
             exclude_self: false,
             kind,
+            differences: false,
         };
         let mut sub = Submission::new(ctx);
         sub.clear_buffer(b.counter.buffer(), 0, Some(4));
@@ -558,6 +568,7 @@ pub(crate) fn states_on_tiles(
             counter: &b.counter,
             exclude_self,
             kind: PassKind::Mean,
+            differences: false,
         };
         for (c0, c1) in passes(plan, q) {
             let mut sub = Submission::new(ctx);

@@ -359,6 +359,7 @@ fn record_means<'p>(
         counter: &ch.empty,
         exclude_self: false,
         kind: PassKind::Mean,
+        differences: false,
     };
     for cols in passes(plan, d) {
         record_pass(ctx, OP, sub, &job, cols, true)?;

@@ -18,7 +18,7 @@ use crate::kernel::{Kernel, Profile, T_FAR};
 use crate::types::SHIFT_FLOOR;
 
 use super::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
-use super::plan::{FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
+use super::plan::{CHUNK_KEYS, FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
 
 /// Shared kernel-profile functions, prepended to the distance-kernel shaders.
 const PROFILES: &str = include_str!("../../shaders/profiles.wgsl");
@@ -436,6 +436,7 @@ impl ShaderId {
         match self {
             ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
+                out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
                 out.extend(tiles());
                 out.push(C::u32(
                     "EXCLUDE_SELF",
@@ -445,6 +446,7 @@ impl ShaderId {
             }
             ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
+                out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
                 out.extend(tiles());
                 out.push(C::u32(
                     "EXCLUDE_SELF",
@@ -493,6 +495,7 @@ impl ShaderId {
             }
             ShaderId::Softmax | ShaderId::SoftmaxMerge => {
                 out.push(C::wg("WG", ATTEND_WG, "plan::softmax::ATTEND_WG"));
+                out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
                 out.extend(tiles());
                 out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL"));
             }
@@ -714,6 +717,28 @@ mod tests {
                 let src = id.render(&values).expect("placeholders filled");
                 validate(&format!("{file} {values:?}"), &src);
             }
+        }
+    }
+
+    /// The planner's count of `local_mean_ip.wgsl`'s workgroup memory
+    /// (which decides whether a device can run it) is the shader's.
+    #[test]
+    fn inner_product_workgroup_memory_is_what_the_planner_counts() {
+        for cols in [0u32, 3, 32] {
+            let values = [("D", 40), ("QT", cols), ("QA", cols.max(1))];
+            let src = ShaderId::LocalMeanIp.render(&values).expect("placeholders");
+            let module = naga::front::wgsl::parse_str(&src).expect("parses");
+            let bytes: u32 = module
+                .global_variables
+                .iter()
+                .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+                .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
+                .sum();
+            assert_eq!(
+                bytes as usize,
+                crate::gpu::plan::local_mean::ip_workgroup_bytes(cols as usize),
+                "QT = {cols}"
+            );
         }
     }
 

@@ -176,7 +176,7 @@ impl<'p> Submission<'p> {
                 let _ = tx.send(r);
             });
         Ok(PendingRead {
-            staging,
+            staging: Some(staging),
             total,
             index,
             rx,
@@ -189,13 +189,23 @@ impl<'p> Submission<'p> {
 /// ([`Submission::submit_with_readback`]); it holds the work's buffers
 /// until [`wait`](Self::wait) (or its drop, after an error elsewhere: the
 /// pool then hands the buffers out again only to later submissions, which
-/// run after this one on the queue).
+/// run after this one on the queue). A staging buffer not read to the end
+/// (dropped, or an error while waiting) may still be mapped or have its
+/// mapping pending: it is freed, not pooled.
 pub(crate) struct PendingRead<'p> {
-    staging: Pooled<'p>,
+    staging: Option<Pooled<'p>>,
     total: u64,
     index: wgpu::SubmissionIndex,
     rx: std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
     kept: Vec<Pooled<'p>>,
+}
+
+impl Drop for PendingRead<'_> {
+    fn drop(&mut self) {
+        if let Some(staging) = self.staging.take() {
+            staging.discard();
+        }
+    }
 }
 
 impl PendingRead<'_> {
@@ -203,7 +213,7 @@ impl PendingRead<'_> {
     /// and hands the mapped results, as `f32`s in the order of the sources,
     /// to `read`, whose value it returns.
     pub(crate) fn wait<T>(
-        self,
+        mut self,
         ctx: &GpuContext,
         scope: &ErrorScope,
         read: impl FnOnce(&[f32]) -> T,
@@ -219,17 +229,22 @@ impl PendingRead<'_> {
             Ok(Err(e)) => return Err(scope.error(format!("mapping the results: {e}"))),
             Err(_) => return Err(scope.error("the device dropped the readback")),
         }
+        let staging = self
+            .staging
+            .as_ref()
+            .expect("present until read or dropped"); // ok: taken below only
         let out = {
-            let view = self
-                .staging
+            let view = staging
                 .buffer()
                 .slice(..self.total)
                 .get_mapped_range()
                 .map_err(|e| scope.error(format!("reading the results: {e}")))?;
             read(bytemuck::cast_slice(&view))
         };
-        self.staging.buffer().unmap();
-        drop(self.kept);
+        staging.buffer().unmap();
+        // Read and unmapped: back to the pool, with the work's buffers.
+        drop(self.staging.take());
+        drop(std::mem::take(&mut self.kept));
         Ok(out)
     }
 }

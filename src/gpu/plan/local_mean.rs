@@ -6,7 +6,7 @@ use crate::types::MomentLayout;
 
 use super::{
     DeviceLimits, MAX_KEY_SPLITS, MAX_STAGED_KEYS, TileLimits, binding_bytes, binding_floats,
-    budget_keys, no_room_for_a_key, too_small,
+    budget_keys, chunked_budget_keys, no_room_for_a_key, too_small, whole_chunks,
 };
 
 /// Threads per workgroup of the local-mean shaders.
@@ -52,6 +52,17 @@ fn ip_loop_per_key(d: usize, cols: usize) -> usize {
     (d.div_ceil(16) * 800 + 300).div_ceil(32) + 2 * d + 3 * cols + 24
 }
 
+/// Keys per step of `local_mean_ip.wgsl` (its `TK`).
+const IP_STEP_KEYS: usize = 32;
+
+/// Workgroup memory of `local_mean_ip.wgsl` with `cols` value columns a
+/// pass: the 64 × 16 query chunk, the 32 × 16 key chunk, the 64 × 32
+/// distances, the 32 keys' values and both norms. Where the device has
+/// less, the pass takes `local_mean.wgsl`.
+pub(crate) fn ip_workgroup_bytes(cols: usize) -> usize {
+    4 * (64 * 16 + 32 * 16 + 64 * 32 + 32 * cols.max(1) + 32 + 64)
+}
+
 /// Tiling of one local-mean call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LocalMeanPlan {
@@ -95,20 +106,29 @@ fn plan_with_cols(
     let floats = (binding / 4).min(usize::MAX as u64) as usize;
     let col_tile = q.min(max_cols).min(caps.value_cols.unwrap_or(usize::MAX));
     let col_slots = col_tile.max(1);
-    let staged_keys = (dev.workgroup_bytes as usize / 4 / (d + col_slots)).min(MAX_STAGED_KEYS);
+    let staged_keys =
+        whole_chunks((dev.workgroup_bytes as usize / 4 / (d + col_slots)).min(MAX_STAGED_KEYS));
     if staged_keys == 0 {
         return Err(no_room_for_a_key("local_mean", d, dev));
     }
     let rpt = rows_per_thread(d);
     // Keys: one binding holds a tile of keys, another its value rows. Under
     // a loop budget, each key costs the loops over its coordinates and
-    // columns for every row of the invocation, and the chunk bookkeeping.
-    let mut per_key = 4 + (d + 2) * (rpt + 1) + rpt * (6 + col_slots);
+    // columns for every row of the invocation, and the chunk bookkeeping,
+    // in whole chunks; from d = 32 the inner-product shader's cost too
+    // (32 keys a step), whichever is lower.
+    let per_key = 4 + (d + 2) * (rpt + 1) + rpt * (6 + col_slots);
+    let mut budget = chunked_budget_keys(dev, 0, per_key, staged_keys);
     if d >= IP_MIN_D {
-        per_key = per_key.max(ip_loop_per_key(d, col_slots));
+        budget = budget.min(chunked_budget_keys(
+            dev,
+            0,
+            ip_loop_per_key(d, col_slots),
+            IP_STEP_KEYS,
+        ));
     }
     let key_tile = (floats / d.max(q).max(1))
-        .min(budget_keys(dev, 0, per_key))
+        .min(budget)
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(n)
         .max(1);
@@ -154,6 +174,11 @@ impl LocalMeanPlan {
     /// partial row states fit one binding. Chosen per dispatch, so
     /// MeanShift's shrinking active lists split more as they shrink.
     pub(crate) fn key_splits(&self, dev: &DeviceLimits, caps: &TileLimits, rows: usize) -> usize {
+        // The merge pass takes 64 rows a workgroup: beyond one dispatch's
+        // reach of those, no split.
+        if rows.div_ceil(LOCAL_MEAN_WG) > dev.workgroups_per_dim as usize {
+            return 1;
+        }
         let groups = rows.div_ceil(LOCAL_MEAN_WG * self.rows_per_thread).max(1);
         let fill = dev.fill_workgroups as usize;
         let wanted = match caps.key_splits {
@@ -312,6 +337,16 @@ mod tests {
         // Enough rows to fill the device alone: no split.
         let big = plan_local_mean(&HARDWARE, &none, 1_000_000, 1_000_000, 3, 3).unwrap();
         assert_eq!(big.key_splits(&HARDWARE, &none, 1_000_000), 1);
+        // Beyond what a merge dispatch of 64 rows a workgroup reaches
+        // (65535 · 64 rows), no split even when asked.
+        let forced = TileLimits {
+            key_splits: Some(2),
+            ..TileLimits::default()
+        };
+        let huge = plan_local_mean(&HARDWARE, &forced, 5_000_000, 4, 3, 1).unwrap();
+        assert!(huge.query_tile > 65535 * 64);
+        assert_eq!(huge.key_splits(&HARDWARE, &forced, huge.query_tile), 1);
+        assert_eq!(huge.key_splits(&HARDWARE, &forced, 65535 * 64), 2);
         // A software adapter never splits unless the caps say so.
         let soft = plan_local_mean(&LAVAPIPE, &none, 64, 100_000, 3, 3).unwrap();
         assert_eq!(soft.key_splits(&LAVAPIPE, &none, 64), 1);

@@ -129,6 +129,32 @@ pub(crate) struct DeviceLimits {
 /// Most workgroups that may share one dispatch's keys.
 pub(crate) const MAX_KEY_SPLITS: usize = 1024;
 
+/// Keys per chunk of the local-mean and attention shaders (`C`): the
+/// running maximum moves once per chunk. A chunk always runs its `C` slots
+/// (the missing keys weigh nothing), so staged keys are a multiple of it
+/// where they can be, and loop budgets count whole chunks.
+pub(crate) const CHUNK_KEYS: usize = 8;
+
+/// Staged keys rounded down to whole chunks (when there is room for one).
+fn whole_chunks(staged: usize) -> usize {
+    if staged >= CHUNK_KEYS {
+        staged / CHUNK_KEYS * CHUNK_KEYS
+    } else {
+        staged
+    }
+}
+
+/// [`budget_keys`] for a shader that runs its keys in chunks of
+/// `CHUNK_KEYS` slots, `staged` keys a stage: a stage of fewer than `C`
+/// keys still runs `C` slots, and a key tile's last stage pads up to one
+/// chunk more.
+fn chunked_budget_keys(dev: &DeviceLimits, fixed: usize, per_key: usize, staged: usize) -> usize {
+    let staged = staged.max(1);
+    let slots = staged.div_ceil(CHUNK_KEYS) * CHUNK_KEYS;
+    let per_key = (per_key * slots).div_ceil(staged);
+    budget_keys(dev, fixed + per_key * CHUNK_KEYS, per_key)
+}
+
 /// Most keys staged in workgroup memory at once.
 const MAX_STAGED_KEYS: usize = 256;
 /// Matrix output bytes recorded into one submission before readback.

@@ -6,8 +6,8 @@ use crate::error::{Error, Result};
 
 use super::local_mean::DISPATCH_WORK;
 use super::{
-    DeviceLimits, MAX_KEY_SPLITS, TileLimits, binding_floats, budget_keys, loop_budget,
-    no_room_for_a_key, too_small,
+    DeviceLimits, MAX_KEY_SPLITS, TileLimits, binding_floats, chunked_budget_keys, loop_budget,
+    no_room_for_a_key, too_small, whole_chunks,
 };
 
 /// Query rows per workgroup of `softmax.wgsl` (one per invocation).
@@ -112,7 +112,7 @@ pub(crate) fn plan_attend(
         staged: 0,
     };
     let per_key = 16 * (AttendPlan::d4(d) + plan.qa4());
-    plan.staged = (dev.workgroup_bytes as usize / per_key).min(MAX_STAGED);
+    plan.staged = whole_chunks((dev.workgroup_bytes as usize / per_key).min(MAX_STAGED));
     if plan.staged == 0 {
         return Err(no_room_for_a_key("kernel_softmax", d, dev));
     }
@@ -132,7 +132,7 @@ pub(crate) fn plan_attend(
     let pairs =
         (DISPATCH_WORK / (2 + d + plan.col_tile.max(1)) as u64).min(usize::MAX as u64) as usize;
     plan.key_tile = (floats / wk)
-        .min(attend_budget_keys(dev, d, plan.qa4()))
+        .min(attend_budget_keys(dev, d, plan.qa4(), plan.staged))
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(caps.dispatch_keys.unwrap_or(usize::MAX))
         .min((pairs / plan.query_tile).max(MAX_STAGED * 8))
@@ -154,11 +154,11 @@ pub(crate) fn plan_attend(
 /// key the dot product (`D4`), a rescale and the weighted values (`QA4`
 /// each), the key loop and its share of the staging loops; once, the
 /// query load and the state merge.
-fn attend_budget_keys(dev: &DeviceLimits, d: usize, qa4: usize) -> usize {
+fn attend_budget_keys(dev: &DeviceLimits, d: usize, qa4: usize, staged: usize) -> usize {
     let d4 = AttendPlan::d4(d);
     let fixed = 5 * d4 + 10 * qa4 + 16;
     let per_key = 2 + d4 + 2 * qa4 + (d4 + qa4).div_ceil(8);
-    budget_keys(dev, fixed, per_key)
+    chunked_budget_keys(dev, fixed, per_key, staged)
 }
 
 /// Tiling of one softmax weight matrix: the row pass (an attention plan

@@ -53,7 +53,7 @@ pub(super) struct QueryTile<'a, 'p> {
 /// (`q > 0`) or the row statistics in `state` (`q = 0`). When the tile's
 /// rows give the device too few workgroups, each key tile is split across
 /// workgroups and a merge dispatch follows (docs/tiling.md).
-/// The logits are kept in log₂ units: the scale carries log₂e.
+/// The shader keeps the logits in log₂ units (log₂e folded into the query).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record_attend<'p>(
     ctx: &'p GpuContext,
@@ -98,7 +98,7 @@ pub(super) fn record_attend<'p>(
                 d: check_u32(op, "dimension", d)?,
                 q_stride: check_u32(op, "value columns", q)?,
                 c0: c0 as u32,
-                scale: attn.scale * std::f32::consts::LOG2_E,
+                scale: attn.scale,
                 flags,
                 row_start: check_u32(op, "query rows", tile.row_start)?,
                 key_start: check_u32(op, "key rows", kt.start)?,

@@ -121,8 +121,7 @@ pub(crate) fn softmax_matrix(
                             key_start: check_u32(OP, "key rows", kt.start)?,
                             off: check_u32(OP, "key rows", off)?,
                             causal: u32::from(attn.causal),
-                            // Logits in log₂ units, as the row pass keeps m.
-                            scale: attn.scale * std::f32::consts::LOG2_E,
+                            scale: attn.scale,
                             state_stride: plan.state_cols() as u32,
                             _pad: [0; 2],
                         }],
