@@ -43,35 +43,7 @@ const LW_NONE: f32 = -3.0e38;
 const U: f32 = 5.9604645e-8;
 const GAMMA: f32 = 2.0 * (f32(KC) + f32((D + KC - 1u) / KC) + 11.0) * U;
 
-struct Params {
-    rows: u32,
-    keys: u32,
-    q_stride: u32,
-    c0: u32,
-    inv_h2: f32,
-    flags: u32,
-    row0: u32,
-    key0: u32,
-    kbase: u32,
-    split_keys: u32,
-    splits: u32,
-    _pad: u32,
-    block_inv_h: array<vec4<f32>, 2>,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> queries: array<f32>;
-@group(0) @binding(2) var<storage, read> keys: array<f32>;
-@group(0) @binding(3) var<storage, read> vals: array<f32>;
-@group(0) @binding(4) var<storage, read_write> state: array<f32>;
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;
-@group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
-@group(0) @binding(7) var<storage, read_write> partial: array<f32>;
-
-// Radial kernels only: the block scales are never read.
-fn block_inv_h(b: u32) -> f32 {
-    return p.block_inv_h[b / 4u][b % 4u];
-}
+// Params, the bindings and block_inv_h: row_state.wgsl.
 
 var<workgroup> sq: array<f32, TQ * KC>;
 var<workgroup> sx: array<f32, TK * KC>;

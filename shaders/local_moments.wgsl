@@ -35,36 +35,7 @@ const ONE: u32 = D + QY;
 const ONE_F: u32 = D + YW;
 const NF: u32 = D + YW + 1u;
 
-struct Params {
-    rows: u32,      // query rows in this tile
-    keys: u32,      // keys in this key tile
-    q_stride: u32,  // columns of the output (the layout's)
-    c0: u32,        // first layout column of this pass
-    inv_h2: f32,    // 1/h²
-    flags: u32,     // FIRST_TILE, LAST_TILE
-    row0: u32,      // global index of the tile's first query
-    key0: u32,      // global index of the dispatch's first key
-    kbase: u32,     // the dispatch's first key within the bound key tile
-    split_keys: u32, // keys per slice when the keys are split (workgroup_id.y)
-    splits: u32,    // slices (1: no split; row states end via finish_row)
-    _pad: u32,
-    // A product kernel's 1/h_b per block (PRODUCT; unused otherwise).
-    block_inv_h: array<vec4<f32>, 2>,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> queries: array<f32>;
-@group(0) @binding(2) var<storage, read> keys: array<f32>;
-@group(0) @binding(3) var<storage, read> vals: array<f32>;
-@group(0) @binding(4) var<storage, read_write> state: array<f32>;
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;
-@group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
-@group(0) @binding(7) var<storage, read_write> partial: array<f32>;
-
-// 1/h of product block b (the generated block functions read it).
-fn block_inv_h(b: u32) -> f32 {
-    return p.block_inv_h[b / 4u][b % 4u];
-}
+// Params, the bindings and block_inv_h: row_state.wgsl.
 
 var<workgroup> stage_x: array<f32, STAGE * D>;
 var<workgroup> stage_y: array<f32, STAGE * YWA>;

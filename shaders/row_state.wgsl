@@ -1,15 +1,47 @@
 // The row state of the local-mean family (local_mean.wgsl,
-// local_moments.wgsl): its merge across key tiles and how a key tile ends
+// local_mean_ip.wgsl, local_moments.wgsl): their parameter block and
+// bindings, the state's merge across key tiles and how a key tile ends
 // (docs/numerics.md, "Row states and their merge"). Prepended by the
 // registry (src/gpu/shaders.rs); it uses the including shader's QT, QA
-// and STATE, and its bindings p (rows, q_stride, c0, flags, splits),
-// state, out, empty_rows and partial.
+// and STATE.
 //
 // Key splits: when a dispatch's keys are shared by `p.splits` workgroups
 // per query block (workgroup_id.y picks the slice), each writes its row
 // states into `partial` (slice-major) and the entry `merge_splits`, a
 // second small dispatch, merges the slices and ends the key tile as
 // finish_row does.
+
+struct Params {
+    rows: u32,       // query rows in this tile
+    keys: u32,       // keys in this dispatch's window
+    q_stride: u32,   // columns of the values (local_moments: of the layout) and of the output
+    c0: u32,         // first output column of this pass
+    inv_h2: f32,     // 1/h²
+    flags: u32,      // FIRST_TILE, LAST_TILE, EXCLUDE_SELF (leave each row's
+                     // own key out: queries are the keys; local means only)
+    row0: u32,       // global index of the tile's first query
+    key0: u32,       // global index of the dispatch's first key
+    kbase: u32,      // the dispatch's first key within the bound key tile
+    split_keys: u32, // keys per slice when the keys are split (workgroup_id.y)
+    splits: u32,     // slices (1: no split; row states end via finish_row)
+    _pad: u32,
+    // A product kernel's 1/h_b per block (PRODUCT; unused otherwise).
+    block_inv_h: array<vec4<f32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> queries: array<f32>;
+@group(0) @binding(2) var<storage, read> keys: array<f32>;
+@group(0) @binding(3) var<storage, read> vals: array<f32>;
+@group(0) @binding(4) var<storage, read_write> state: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> empty_rows: atomic<u32>;
+@group(0) @binding(7) var<storage, read_write> partial: array<f32>;
+
+// 1/h of product block b (the generated block functions read it).
+fn block_inv_h(b: u32) -> f32 {
+    return p.block_inv_h[b / 4u][b % 4u];
+}
 
 // m = largest log-weight seen (0 for non-exponential profiles),
 // s = Σ e^{w−m}, u = Σ e^{w−m}·y over this pass's QT columns.

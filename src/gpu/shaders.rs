@@ -434,7 +434,10 @@ impl ShaderId {
             Vec::new()
         };
         match self {
-            ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => {
+            ShaderId::LocalMean
+            | ShaderId::LocalMeanMerge
+            | ShaderId::LocalMeanIp
+            | ShaderId::LocalMeanIpMerge => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
                 out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
                 out.extend(tiles());
@@ -443,21 +446,14 @@ impl ShaderId {
                     EXCLUDE_SELF,
                     "shaders::EXCLUDE_SELF",
                 ));
-            }
-            ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
-                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
-                out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
-                out.extend(tiles());
-                out.push(C::u32(
-                    "EXCLUDE_SELF",
-                    EXCLUDE_SELF,
-                    "shaders::EXCLUDE_SELF",
-                ));
-                out.push(C::new(
-                    "MISSING",
-                    ConstValue::F32(MISSING_FROM),
-                    "shaders::MISSING_FROM",
-                ));
+                // Masked distances: local_mean.wgsl only.
+                if self.base() == ShaderId::LocalMean {
+                    out.push(C::new(
+                        "MISSING",
+                        ConstValue::F32(MISSING_FROM),
+                        "shaders::MISSING_FROM",
+                    ));
+                }
             }
             ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
