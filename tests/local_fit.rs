@@ -471,6 +471,31 @@ fn local_model_limits_are_typed_errors() {
     assert!(matches!(err, Error::RowMismatch { .. }), "{err}");
 }
 
+/// A key set's tiles serve its moment passes at d ≥ 32 too, where the
+/// local means take inner-product tiles (whose loop budget the moment
+/// passes do not share): 700 keys, more than one tile on a software
+/// adapter.
+#[test]
+fn key_sets_fit_at_high_d() {
+    let mut rng = Rng::new(43);
+    let x = rng.matrix(700, 40, 0.0, 1.0);
+    let y = rng.matrix(700, 2, -1.0, 1.0);
+    let q = rng.matrix(9, 40, 0.0, 1.0);
+    let k = Kernel::new(Profile::Gaussian, 2.5).unwrap();
+    for (name, e) in engines() {
+        let ks = e.prepare(x.view()).values(y.view()).build().unwrap();
+        let one = e
+            .local_polynomial(&k, q.view(), x.view(), y.view(), 1)
+            .unwrap();
+        let got = ks.local_polynomial(&k, q.view(), 1).unwrap();
+        let what = format!("{name} d=40 key set");
+        assert_close(&what, &got.fitted, &one.fitted.mapv(f64::from), 1e-4, 1e-4);
+        let pca = ks.local_pca(&k, q.view(), 2).unwrap();
+        let want = e.local_pca(&k, q.view(), x.view(), 2).unwrap();
+        assert_close(&what, &pca.means, &want.means.mapv(f64::from), 1e-5, 1e-5);
+    }
+}
+
 #[test]
 fn key_sets_fit_as_the_one_shot_ops() {
     let (x, y) = smooth_data(41, 400, 3);

@@ -92,15 +92,18 @@ pub(crate) fn plan_local_mean(
     d: usize,
     q: usize,
 ) -> Result<LocalMeanPlan> {
-    plan_with_cols(dev, caps, (m, n, d, q), VALUE_REGS / rows_per_thread(d))
+    let rpt = rows_per_thread(d);
+    plan_with_cols(dev, caps, (m, n, d, q), (VALUE_REGS / rpt, rpt, true))
 }
 
-/// [`plan_local_mean`] with at most `max_cols` value columns a pass.
+/// [`plan_local_mean`] with at most `max_cols` value columns a pass, `rpt`
+/// rows per invocation, and (`ip`) the inner-product shader's loop budget
+/// counted from d = 32 (the local moments never take that shader).
 fn plan_with_cols(
     dev: &DeviceLimits,
     caps: &TileLimits,
     (m, n, d, q): (usize, usize, usize, usize),
-    max_cols: usize,
+    (max_cols, rpt, ip): (usize, usize, bool),
 ) -> Result<LocalMeanPlan> {
     let binding = binding_bytes(dev, caps);
     let floats = (binding / 4).min(usize::MAX as u64) as usize;
@@ -111,7 +114,6 @@ fn plan_with_cols(
     if staged_keys == 0 {
         return Err(no_room_for_a_key("local_mean", d, dev));
     }
-    let rpt = rows_per_thread(d);
     // Keys: one binding holds a tile of keys, another its value rows. Under
     // a loop budget, each key costs the loops over its coordinates and
     // columns for every row of the invocation, and the chunk bookkeeping,
@@ -119,7 +121,7 @@ fn plan_with_cols(
     // (32 keys a step), whichever is lower.
     let per_key = 4 + (d + 2) * (rpt + 1) + rpt * (6 + col_slots);
     let mut budget = chunked_budget_keys(dev, 0, per_key, staged_keys);
-    if d >= IP_MIN_D {
+    if ip && d >= IP_MIN_D {
         budget = budget.min(chunked_budget_keys(
             dev,
             0,
@@ -210,7 +212,12 @@ pub(crate) fn plan_local_moments(
     layout: &MomentLayout,
 ) -> Result<LocalMeanPlan> {
     let d = layout.d;
-    let mut plan = plan_with_cols(dev, caps, (m, n, d, layout.cols()), MAX_VALUE_COLS)?;
+    let mut plan = plan_with_cols(
+        dev,
+        caps,
+        (m, n, d, layout.cols()),
+        (MAX_VALUE_COLS, 1, false),
+    )?;
     // One query row per invocation; a query row is [q | c]: 2d floats.
     let floats = (binding_bytes(dev, caps) / 4).min(usize::MAX as u64) as usize;
     plan.rows_per_thread = 1;
