@@ -27,7 +27,7 @@
 // tiles are merged through `state` and the last finalizes into `out`
 // (NaN + counted when the row has no mass), by finish_row.
 //
-// Template constants (src/gpu/shaders.rs): D dimension, QT value columns
+// Template constants (src/gpu/shaders/): D dimension, QT value columns
 // in this pass (0: row sums only), QA = max(QT, 1), STAGE staged keys, R
 // query rows per invocation, MASKED (1: masked distances for imputation,
 // missing coordinates stored as values at or above MISSING). Generated:

@@ -21,7 +21,7 @@
 // tracked for m. Windows, key splits (partial + merge_splits), flags and
 // finish_row are local_mean.wgsl's.
 //
-// Template constants (src/gpu/shaders.rs): D dimension, QT value columns
+// Template constants (src/gpu/shaders/): D dimension, QT value columns
 // in this pass (0: row sums only), QA = max(QT, 1). Generated: WG (= 64 =
 // TQ, the tile's 8 × 8 blocks), C (keys per chunk of the weights), the
 // flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF.

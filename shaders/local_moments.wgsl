@@ -15,7 +15,7 @@
 // layout per pass (columns c0 .. c0 + QT), finalized into `out` on the
 // last key tile (NaN + counted when the row has no mass).
 //
-// Template constants (src/gpu/shaders.rs): D dimension, QT columns in this
+// Template constants (src/gpu/shaders/): D dimension, QT columns in this
 // pass, QA = max(QT, 1), QY value columns per key, YW value columns a pass
 // stages (the widest span of value columns any pass's columns touch),
 // YWA = max(YW, 1), STAGE staged keys, SECOND (1: the second moments'

@@ -1,5 +1,5 @@
 // Kernel profiles shared by every distance-kernel op (docs/numerics.md).
-// Prepended to each op's shader by the registry (src/gpu/shaders.rs).
+// Prepended to each op's shader by the registry (src/gpu/shaders/).
 //
 // PROFILE: one of the generated codes PROFILE_GAUSSIAN, …, PROFILE_CAUCHY
 // (Profile::shader_code); T_FAR is generated too (kernel::T_FAR): t at or

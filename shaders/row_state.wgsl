@@ -2,7 +2,7 @@
 // local_mean_ip.wgsl, local_moments.wgsl): their parameter block and
 // bindings, the state's merge across key tiles and how a key tile ends
 // (docs/numerics.md, "Row states and their merge"). Prepended by the
-// registry (src/gpu/shaders.rs); it uses the including shader's QT, QA
+// registry (src/gpu/shaders/); it uses the including shader's QT, QA
 // and STATE.
 //
 // Key splits: when a dispatch's keys are shared by `p.splits` workgroups

@@ -30,7 +30,7 @@
 // merge_splits, a second dispatch, merges them and ends the key tile as
 // an unsplit dispatch does (finish_row).
 //
-// Template constants (src/gpu/shaders.rs): D4 = ⌈d/4⌉, QA4 = max(⌈cols/4⌉, 1)
+// Template constants (src/gpu/shaders/): D4 = ⌈d/4⌉, QA4 = max(⌈cols/4⌉, 1)
 // (vec4 groups of value columns a pass holds), BK staged keys.
 // Generated: WG, C (keys per chunk sharing one update of the maximum), the
 // flag bits FIRST_TILE, LAST_TILE, CAUSAL.

@@ -11,20 +11,24 @@
 //! printed from its Rust value into a generated prelude
 //! ([`ShaderId::consts`]) prepended to the shaders that use it.
 
+mod product;
+
+pub(crate) use product::{ProductCode, block_scales};
+
 use std::fmt::Write as _;
 
 use crate::backend::MatrixMode;
-use crate::kernel::{Kernel, Profile, T_FAR};
+use crate::kernel::{Profile, T_FAR};
 use crate::types::SHIFT_FLOOR;
 
-use super::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
-use super::plan::{CHUNK_KEYS, FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
+use crate::gpu::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
+use crate::gpu::plan::{CHUNK_KEYS, FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
 
 /// Shared kernel-profile functions, prepended to the distance-kernel shaders.
-const PROFILES: &str = include_str!("../../shaders/profiles.wgsl");
+const PROFILES: &str = include_str!("../../../shaders/profiles.wgsl");
 /// The row state, its merge and a key tile's end, shared by the
 /// local-mean family (prepended like the profiles).
-const ROW_STATE: &str = include_str!("../../shaders/row_state.wgsl");
+const ROW_STATE: &str = include_str!("../../../shaders/row_state.wgsl");
 
 /// Bit of `flags` (`local_mean.wgsl`, `knn.wgsl`, `softmax.wgsl`): the
 /// first key tile (no state to merge with).
@@ -70,96 +74,6 @@ pub(crate) fn matrix_mode_code(mode: MatrixMode) -> u32 {
 /// The WGSL name of a profile's code: `PROFILE_GAUSSIAN`, …
 pub(crate) fn profile_const_name(profile: Profile) -> String {
     format!("PROFILE_{}", profile.name().to_ascii_uppercase())
-}
-
-/// A product kernel's block structure as its pipelines are compiled for
-/// it: per block, its coordinates `start..end` and profile code. Part of
-/// the pipeline key; the bandwidths are not (they travel in the uniform
-/// block, [`block_scales`]), so a bandwidth search compiles nothing new.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct ProductCode(Vec<[u32; 3]>);
-
-// The uniform blocks hold eight block scales.
-const _: () = assert!(crate::kernel::MAX_BLOCKS <= 8);
-
-/// `1/h_b` of a product kernel's blocks as the shaders' uniform blocks
-/// carry them (`block_inv_h`, two `vec4`s); zeros for a radial kernel.
-pub(crate) fn block_scales(kernel: &Kernel) -> [[f32; 4]; 2] {
-    let mut out = [[0.0f32; 4]; 2];
-    if let Some(pb) = kernel.product_blocks() {
-        for b in 0..pb.len {
-            out[b / 4][b % 4] = pb.inv_h[b];
-        }
-    }
-    out
-}
-
-impl ProductCode {
-    /// The code of `kernel`; `None` for a radial kernel.
-    pub(crate) fn of(kernel: &Kernel) -> Option<Self> {
-        let pb = kernel.product_blocks()?;
-        Some(ProductCode(
-            (0..pb.len)
-                .map(|b| {
-                    [
-                        pb.start[b] as u32,
-                        pb.end[b] as u32,
-                        pb.profile[b].shader_code(),
-                    ]
-                })
-                .collect(),
-        ))
-    }
-
-    /// The WGSL of the product's block functions (`PRODUCT`, `block_last`,
-    /// `block_t`, `block_dims`, `coord_inv_h`; they read the shader's
-    /// `block_inv_h(b)`); for `None`, their radial stand-ins, which the
-    /// compiler folds away.
-    fn wgsl(code: Option<&ProductCode>) -> String {
-        let Some(ProductCode(blocks)) = code else {
-            return "const PRODUCT: bool = false;\n\
-                    fn block_last(k: u32) -> bool { return false; }\n\
-                    fn block_t(k: u32, s: f32) -> f32 { return s; }\n\
-                    fn block_dims(k: u32) -> u32 { return 1u; }\n\
-                    fn coord_inv_h(k: u32) -> f32 { return 1.0; }\n"
-                .into();
-        };
-        let last = |b: &[u32; 3]| b[1] - 1;
-        let mut s = String::from(
-            "// Generated: the product kernel's blocks (docs/numerics.md, \"Product kernels\").\n\
-             const PRODUCT: bool = true;\n",
-        );
-        let ends: Vec<String> = blocks
-            .iter()
-            .map(|b| format!("k == {}u", last(b)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "fn block_last(k: u32) -> bool {{ return {}; }}",
-            ends.join(" || ")
-        );
-        s.push_str("fn block_t(k: u32, s: f32) -> f32 {\n");
-        for b in blocks {
-            let _ = writeln!(
-                s,
-                "    if k == {}u {{ return carrier_t({}u, s); }}",
-                last(b),
-                b[2]
-            );
-        }
-        s.push_str("    return T_FAR;\n}\n");
-        s.push_str("fn block_dims(k: u32) -> u32 {\n");
-        for b in blocks {
-            let _ = writeln!(s, "    if k == {}u {{ return {}u; }}", last(b), b[1] - b[0]);
-        }
-        s.push_str("    return 1u;\n}\n");
-        s.push_str("fn coord_inv_h(k: u32) -> f32 {\n");
-        for (i, b) in blocks.iter().enumerate() {
-            let _ = writeln!(s, "    if k < {}u {{ return block_inv_h({i}u); }}", b[1]);
-        }
-        s.push_str("    return 1.0;\n}\n");
-        s
-    }
 }
 
 /// The value of a generated constant.
@@ -232,7 +146,7 @@ fn profile_consts() -> Vec<GeneratedConst> {
 
 /// The generated prelude of constants `consts`.
 fn prelude(consts: &[GeneratedConst]) -> String {
-    let mut src = String::from("// Generated from the Rust constants (src/gpu/shaders.rs).\n");
+    let mut src = String::from("// Generated from the Rust constants (src/gpu/shaders/).\n");
     for c in consts {
         let _ = writeln!(src, "{} // {}", c.declaration(), c.source);
     }
@@ -345,24 +259,24 @@ impl ShaderId {
     fn body(self) -> &'static str {
         match self {
             ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
-                include_str!("../../shaders/local_mean.wgsl")
+                include_str!("../../../shaders/local_mean.wgsl")
             }
             ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => {
-                include_str!("../../shaders/local_mean_ip.wgsl")
+                include_str!("../../../shaders/local_mean_ip.wgsl")
             }
             ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
-                include_str!("../../shaders/local_moments.wgsl")
+                include_str!("../../../shaders/local_moments.wgsl")
             }
-            ShaderId::KernelMatrix => include_str!("../../shaders/kernel_matrix.wgsl"),
-            ShaderId::Fill => include_str!("../../shaders/fill.wgsl"),
-            ShaderId::Knn => include_str!("../../shaders/knn.wgsl"),
-            ShaderId::MeanShift => include_str!("../../shaders/mean_shift.wgsl"),
+            ShaderId::KernelMatrix => include_str!("../../../shaders/kernel_matrix.wgsl"),
+            ShaderId::Fill => include_str!("../../../shaders/fill.wgsl"),
+            ShaderId::Knn => include_str!("../../../shaders/knn.wgsl"),
+            ShaderId::MeanShift => include_str!("../../../shaders/mean_shift.wgsl"),
             ShaderId::Softmax | ShaderId::SoftmaxMerge => {
-                include_str!("../../shaders/softmax.wgsl")
+                include_str!("../../../shaders/softmax.wgsl")
             }
-            ShaderId::SoftmaxMatrix => include_str!("../../shaders/softmax_matrix.wgsl"),
+            ShaderId::SoftmaxMatrix => include_str!("../../../shaders/softmax_matrix.wgsl"),
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
-                include_str!("../../shaders/feature_mean.wgsl")
+                include_str!("../../../shaders/feature_mean.wgsl")
             }
         }
     }
@@ -578,271 +492,7 @@ impl ShaderId {
     }
 }
 
-/// Values exercising each placeholder at small and large sizes.
 #[cfg(test)]
-pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
-    match id {
-        ShaderId::LocalMean | ShaderId::LocalMeanMerge => vec![
-            vec![
-                ("D", 1),
-                ("QT", 0),
-                ("QA", 1),
-                ("STAGE", 256),
-                ("MASKED", 0),
-                ("R", 4),
-            ],
-            vec![
-                ("D", 3),
-                ("QT", 3),
-                ("QA", 3),
-                ("STAGE", 256),
-                ("MASKED", 1),
-                ("R", 2),
-            ],
-            vec![
-                ("D", 64),
-                ("QT", 8),
-                ("QA", 8),
-                ("STAGE", 112),
-                ("MASKED", 0),
-                ("R", 1),
-            ],
-        ],
-        ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => vec![
-            vec![("D", 32), ("QT", 0), ("QA", 1)],
-            vec![("D", 33), ("QT", 3), ("QA", 3)],
-            vec![("D", 784), ("QT", 32), ("QA", 32)],
-        ],
-        ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => vec![
-            vec![
-                ("D", 1),
-                ("QT", 2),
-                ("QA", 2),
-                ("QY", 0),
-                ("YW", 0),
-                ("YWA", 1),
-                ("STAGE", 256),
-                ("SECOND", 0),
-            ],
-            vec![
-                ("D", 3),
-                ("QT", 8),
-                ("QA", 8),
-                ("QY", 2),
-                ("YW", 2),
-                ("YWA", 2),
-                ("STAGE", 256),
-                ("SECOND", 1),
-            ],
-            vec![
-                ("D", 64),
-                ("QT", 8),
-                ("QA", 8),
-                ("QY", 4),
-                ("YW", 4),
-                ("YWA", 4),
-                ("STAGE", 112),
-                ("SECOND", 1),
-            ],
-        ],
-        ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
-        ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],
-        ShaderId::Knn => vec![
-            vec![("D", 1), ("K", 1), ("STAGE", 256)],
-            vec![("D", 16), ("K", 16), ("STAGE", 256)],
-            vec![("D", 7), ("K", 128), ("STAGE", 64)],
-        ],
-        ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
-        ShaderId::Softmax | ShaderId::SoftmaxMerge => vec![
-            vec![("D4", 1), ("QA4", 1), ("BK", 32)],
-            vec![("D4", 1), ("QA4", 1), ("BK", 7)],
-            vec![("D4", 16), ("QA4", 16), ("BK", 32)],
-            vec![("D4", 20), ("QA4", 5), ("BK", 1)],
-        ],
-        ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
-            vec![vec![("QA", 1)], vec![("QA", 16)]]
-        }
-    }
-}
-
+mod tests;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn validate(name: &str, src: &str) {
-        let module = naga::front::wgsl::parse_str(src)
-            .unwrap_or_else(|e| panic!("{name} does not parse:\n{}", e.emit_to_string(src)));
-        naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::all(),
-        )
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{name} does not validate:\n{}", e.emit_to_string(src)));
-    }
-
-    #[test]
-    fn every_shader_file_is_registered_and_validates() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders");
-        let mut files: Vec<String> = std::fs::read_dir(dir)
-            .expect("shaders/ exists")
-            .map(|e| {
-                e.expect("readable entry")
-                    .file_name()
-                    .into_string()
-                    .expect("utf-8 name")
-            })
-            .filter(|n| n.ends_with(".wgsl"))
-            .collect();
-        files.sort();
-        assert!(!files.is_empty());
-        for file in &files {
-            if file == "profiles.wgsl" {
-                validate(file, &format!("{}\n{PROFILES}", prelude(&profile_consts())));
-                continue;
-            }
-            if file == "row_state.wgsl" {
-                // Part of local_mean.wgsl and local_moments.wgsl, checked
-                // with them.
-                continue;
-            }
-            let id = ShaderId::ALL
-                .into_iter()
-                .find(|id| id.file() == file)
-                .unwrap_or_else(|| panic!("shaders/{file} is not in the registry"));
-            for values in samples(id) {
-                let src = id.render(&values).expect("placeholders filled");
-                validate(&format!("{file} {values:?}"), &src);
-            }
-        }
-    }
-
-    /// The planner's count of `local_mean_ip.wgsl`'s workgroup memory
-    /// (which decides whether a device can run it) is the shader's.
-    #[test]
-    fn inner_product_workgroup_memory_is_what_the_planner_counts() {
-        for cols in [0u32, 3, 32] {
-            let values = [("D", 40), ("QT", cols), ("QA", cols.max(1))];
-            let src = ShaderId::LocalMeanIp.render(&values).expect("placeholders");
-            let module = naga::front::wgsl::parse_str(&src).expect("parses");
-            let bytes: u32 = module
-                .global_variables
-                .iter()
-                .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
-                .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
-                .sum();
-            assert_eq!(
-                bytes as usize,
-                crate::gpu::plan::local_mean::ip_workgroup_bytes(cols as usize),
-                "QT = {cols}"
-            );
-        }
-    }
-
-    /// The profile-using shaders validate with a product kernel's generated
-    /// block functions too (eight blocks, every profile).
-    #[test]
-    fn shaders_validate_with_product_blocks() {
-        let blocks: Vec<(usize, Profile, f32)> = Profile::ALL
-            .into_iter()
-            .chain([Profile::Gaussian])
-            .enumerate()
-            .map(|(i, p)| (1 + i % 3, p, 0.5 + i as f32))
-            .collect();
-        let kernel = Kernel::product(blocks).unwrap();
-        let code = ProductCode::of(&kernel).unwrap();
-        let d = kernel.dims().unwrap() as u32;
-        for id in [
-            ShaderId::LocalMean,
-            ShaderId::LocalMoments,
-            ShaderId::KernelMatrix,
-        ] {
-            for mut values in samples(id) {
-                for v in values.iter_mut().filter(|v| v.0 == "D") {
-                    v.1 = d;
-                }
-                let src = id
-                    .render_for(&values, Some(&code))
-                    .expect("placeholders filled");
-                validate(&format!("{} {values:?} product", id.file()), &src);
-            }
-        }
-        assert_eq!(block_scales(&kernel)[1][3], (1.0 / 7.5f64) as f32);
-        // The bandwidths are not part of the pipeline key; the structure is.
-        let k =
-            |h: f32, p: Profile| Kernel::product([(2, p, h), (1, Profile::Gaussian, h)]).unwrap();
-        let g = Profile::Gaussian;
-        assert_eq!(ProductCode::of(&k(0.5, g)), ProductCode::of(&k(3.0, g)));
-        assert_ne!(
-            ProductCode::of(&k(0.5, g)),
-            ProductCode::of(&k(0.5, Profile::Uniform))
-        );
-        assert_eq!(ProductCode::of(&Kernel::gaussian(1.0).unwrap()), None);
-    }
-
-    /// Each generated `f32` constant reads back (through naga) as exactly
-    /// the value it was printed from, for values without a short decimal.
-    #[test]
-    fn f32_declarations_round_trip_exactly() {
-        let values = [
-            T_FAR,
-            SHIFT_FLOOR,
-            0.1,
-            -3.0e38,
-            f32::MAX,
-            f32::MIN_POSITIVE,
-            f32::from_bits(1),
-            std::f32::consts::PI,
-            16_777_217.0,
-            1.0,
-        ];
-        let src: String = values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| GeneratedConst::new(format!("C{i}"), ConstValue::F32(v), "test"))
-            .map(|c| c.declaration() + "\n")
-            .collect();
-        let module = naga::front::wgsl::parse_str(&src).expect("declarations parse");
-        for (i, v) in values.into_iter().enumerate() {
-            let name = format!("C{i}");
-            let (_, c) = module
-                .constants
-                .iter()
-                .find(|(_, c)| c.name.as_deref() == Some(name.as_str()))
-                .expect("declared");
-            match module.global_expressions[c.init] {
-                naga::Expression::Literal(naga::Literal::F32(got)) => {
-                    assert_eq!(
-                        got.to_bits(),
-                        v.to_bits(),
-                        "{name}: {v:?} read back as {got:?}"
-                    );
-                }
-                ref e => panic!("{name}: not an f32 literal: {e:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn matrix_modes_and_profiles_have_distinct_codes_and_names() {
-        let mut codes: Vec<u32> = MATRIX_MODES
-            .iter()
-            .map(|&(m, _)| matrix_mode_code(m))
-            .collect();
-        codes.sort_unstable();
-        codes.dedup();
-        assert_eq!(codes.len(), MATRIX_MODES.len());
-        let mut names: Vec<_> = MATRIX_MODES.iter().map(|&(_, n)| n).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), MATRIX_MODES.len());
-        let mut codes: Vec<u32> = Profile::ALL.iter().map(|p| p.shader_code()).collect();
-        codes.sort_unstable();
-        codes.dedup();
-        assert_eq!(codes.len(), Profile::ALL.len());
-    }
-
-    #[test]
-    fn missing_placeholder_values_are_reported() {
-        assert!(ShaderId::LocalMean.render(&[("D", 3)]).is_err());
-    }
-}
+pub(crate) use tests::samples;

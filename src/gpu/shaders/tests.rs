@@ -1,0 +1,268 @@
+//! The registry's tests: every shader renders and validates, with
+//! sample placeholder values the pipeline tests share.
+
+use super::*;
+use crate::kernel::Kernel;
+
+/// Values exercising each placeholder at small and large sizes.
+#[cfg(test)]
+pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
+    match id {
+        ShaderId::LocalMean | ShaderId::LocalMeanMerge => vec![
+            vec![
+                ("D", 1),
+                ("QT", 0),
+                ("QA", 1),
+                ("STAGE", 256),
+                ("MASKED", 0),
+                ("R", 4),
+            ],
+            vec![
+                ("D", 3),
+                ("QT", 3),
+                ("QA", 3),
+                ("STAGE", 256),
+                ("MASKED", 1),
+                ("R", 2),
+            ],
+            vec![
+                ("D", 64),
+                ("QT", 8),
+                ("QA", 8),
+                ("STAGE", 112),
+                ("MASKED", 0),
+                ("R", 1),
+            ],
+        ],
+        ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => vec![
+            vec![("D", 32), ("QT", 0), ("QA", 1)],
+            vec![("D", 33), ("QT", 3), ("QA", 3)],
+            vec![("D", 784), ("QT", 32), ("QA", 32)],
+        ],
+        ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => vec![
+            vec![
+                ("D", 1),
+                ("QT", 2),
+                ("QA", 2),
+                ("QY", 0),
+                ("YW", 0),
+                ("YWA", 1),
+                ("STAGE", 256),
+                ("SECOND", 0),
+            ],
+            vec![
+                ("D", 3),
+                ("QT", 8),
+                ("QA", 8),
+                ("QY", 2),
+                ("YW", 2),
+                ("YWA", 2),
+                ("STAGE", 256),
+                ("SECOND", 1),
+            ],
+            vec![
+                ("D", 64),
+                ("QT", 8),
+                ("QA", 8),
+                ("QY", 4),
+                ("YW", 4),
+                ("YWA", 4),
+                ("STAGE", 112),
+                ("SECOND", 1),
+            ],
+        ],
+        ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
+        ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],
+        ShaderId::Knn => vec![
+            vec![("D", 1), ("K", 1), ("STAGE", 256)],
+            vec![("D", 16), ("K", 16), ("STAGE", 256)],
+            vec![("D", 7), ("K", 128), ("STAGE", 64)],
+        ],
+        ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
+        ShaderId::Softmax | ShaderId::SoftmaxMerge => vec![
+            vec![("D4", 1), ("QA4", 1), ("BK", 32)],
+            vec![("D4", 1), ("QA4", 1), ("BK", 7)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 32)],
+            vec![("D4", 20), ("QA4", 5), ("BK", 1)],
+        ],
+        ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
+            vec![vec![("QA", 1)], vec![("QA", 16)]]
+        }
+    }
+}
+
+fn validate(name: &str, src: &str) {
+    let module = naga::front::wgsl::parse_str(src)
+        .unwrap_or_else(|e| panic!("{name} does not parse:\n{}", e.emit_to_string(src)));
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap_or_else(|e| panic!("{name} does not validate:\n{}", e.emit_to_string(src)));
+}
+
+#[test]
+fn every_shader_file_is_registered_and_validates() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .expect("shaders/ exists")
+        .map(|e| {
+            e.expect("readable entry")
+                .file_name()
+                .into_string()
+                .expect("utf-8 name")
+        })
+        .filter(|n| n.ends_with(".wgsl"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for file in &files {
+        if file == "profiles.wgsl" {
+            validate(file, &format!("{}\n{PROFILES}", prelude(&profile_consts())));
+            continue;
+        }
+        if file == "row_state.wgsl" {
+            // Part of local_mean.wgsl and local_moments.wgsl, checked
+            // with them.
+            continue;
+        }
+        let id = ShaderId::ALL
+            .into_iter()
+            .find(|id| id.file() == file)
+            .unwrap_or_else(|| panic!("shaders/{file} is not in the registry"));
+        for values in samples(id) {
+            let src = id.render(&values).expect("placeholders filled");
+            validate(&format!("{file} {values:?}"), &src);
+        }
+    }
+}
+
+/// The planner's count of `local_mean_ip.wgsl`'s workgroup memory
+/// (which decides whether a device can run it) is the shader's.
+#[test]
+fn inner_product_workgroup_memory_is_what_the_planner_counts() {
+    for cols in [0u32, 3, 32] {
+        let values = [("D", 40), ("QT", cols), ("QA", cols.max(1))];
+        let src = ShaderId::LocalMeanIp.render(&values).expect("placeholders");
+        let module = naga::front::wgsl::parse_str(&src).expect("parses");
+        let bytes: u32 = module
+            .global_variables
+            .iter()
+            .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+            .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
+            .sum();
+        assert_eq!(
+            bytes as usize,
+            crate::gpu::plan::local_mean::ip_workgroup_bytes(cols as usize),
+            "QT = {cols}"
+        );
+    }
+}
+
+/// The profile-using shaders validate with a product kernel's generated
+/// block functions too (eight blocks, every profile).
+#[test]
+fn shaders_validate_with_product_blocks() {
+    let blocks: Vec<(usize, Profile, f32)> = Profile::ALL
+        .into_iter()
+        .chain([Profile::Gaussian])
+        .enumerate()
+        .map(|(i, p)| (1 + i % 3, p, 0.5 + i as f32))
+        .collect();
+    let kernel = Kernel::product(blocks).unwrap();
+    let code = ProductCode::of(&kernel).unwrap();
+    let d = kernel.dims().unwrap() as u32;
+    for id in [
+        ShaderId::LocalMean,
+        ShaderId::LocalMoments,
+        ShaderId::KernelMatrix,
+    ] {
+        for mut values in samples(id) {
+            for v in values.iter_mut().filter(|v| v.0 == "D") {
+                v.1 = d;
+            }
+            let src = id
+                .render_for(&values, Some(&code))
+                .expect("placeholders filled");
+            validate(&format!("{} {values:?} product", id.file()), &src);
+        }
+    }
+    assert_eq!(block_scales(&kernel)[1][3], (1.0 / 7.5f64) as f32);
+    // The bandwidths are not part of the pipeline key; the structure is.
+    let k = |h: f32, p: Profile| Kernel::product([(2, p, h), (1, Profile::Gaussian, h)]).unwrap();
+    let g = Profile::Gaussian;
+    assert_eq!(ProductCode::of(&k(0.5, g)), ProductCode::of(&k(3.0, g)));
+    assert_ne!(
+        ProductCode::of(&k(0.5, g)),
+        ProductCode::of(&k(0.5, Profile::Uniform))
+    );
+    assert_eq!(ProductCode::of(&Kernel::gaussian(1.0).unwrap()), None);
+}
+
+/// Each generated `f32` constant reads back (through naga) as exactly
+/// the value it was printed from, for values without a short decimal.
+#[test]
+fn f32_declarations_round_trip_exactly() {
+    let values = [
+        T_FAR,
+        SHIFT_FLOOR,
+        0.1,
+        -3.0e38,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        std::f32::consts::PI,
+        16_777_217.0,
+        1.0,
+    ];
+    let src: String = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| GeneratedConst::new(format!("C{i}"), ConstValue::F32(v), "test"))
+        .map(|c| c.declaration() + "\n")
+        .collect();
+    let module = naga::front::wgsl::parse_str(&src).expect("declarations parse");
+    for (i, v) in values.into_iter().enumerate() {
+        let name = format!("C{i}");
+        let (_, c) = module
+            .constants
+            .iter()
+            .find(|(_, c)| c.name.as_deref() == Some(name.as_str()))
+            .expect("declared");
+        match module.global_expressions[c.init] {
+            naga::Expression::Literal(naga::Literal::F32(got)) => {
+                assert_eq!(
+                    got.to_bits(),
+                    v.to_bits(),
+                    "{name}: {v:?} read back as {got:?}"
+                );
+            }
+            ref e => panic!("{name}: not an f32 literal: {e:?}"),
+        }
+    }
+}
+
+#[test]
+fn matrix_modes_and_profiles_have_distinct_codes_and_names() {
+    let mut codes: Vec<u32> = MATRIX_MODES
+        .iter()
+        .map(|&(m, _)| matrix_mode_code(m))
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    assert_eq!(codes.len(), MATRIX_MODES.len());
+    let mut names: Vec<_> = MATRIX_MODES.iter().map(|&(_, n)| n).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), MATRIX_MODES.len());
+    let mut codes: Vec<u32> = Profile::ALL.iter().map(|p| p.shader_code()).collect();
+    codes.sort_unstable();
+    codes.dedup();
+    assert_eq!(codes.len(), Profile::ALL.len());
+}
+
+#[test]
+fn missing_placeholder_values_are_reported() {
+    assert!(ShaderId::LocalMean.render(&[("D", 3)]).is_err());
+}
