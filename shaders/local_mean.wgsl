@@ -41,12 +41,8 @@ const STAGE: u32 = {{STAGE}}u;
 const MASKED: u32 = {{MASKED}}u;
 const R: u32 = {{R}}u;
 const STATE: u32 = 2u + QA;
-const LOG2E: f32 = 1.4426950408889634;
-// The running maximum before any key (log₂ units), and the log-weight of
-// a key that has no weight: exp2 of LW_NONE minus any maximum, and of
-// M_START minus any finite one, is exactly 0.
-const M_START: f32 = -1.0e38;
-const LW_NONE: f32 = -3.0e38;
+// LOG2E, M_START and NEG_BIG (a key without weight): row_state.wgsl and
+// profiles.wgsl.
 
 // Params, the bindings and block_inv_h: row_state.wgsl.
 
@@ -120,7 +116,7 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
         }
         for (var j0 = 0u; j0 < count; j0 += C) {
             // Each chunk key's log₂-weight (exponential profiles) or weight,
-            // per row; LW_NONE (or 0) where it has none.
+            // per row; NEG_BIG (or 0) where it has none.
             var lw: array<f32, R * C>;
             for (var c = 0u; c < C; c++) {
                 let j = min(j0 + c, count - 1u);
@@ -166,7 +162,7 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
                     }
                     let has = j0 + c < count && tr < T_FAR && base + j0 + c != own[r];
                     if is_exp {
-                        lw[r * C + c] = select(LW_NONE, LOG2E * profile_log_weight(tr), has);
+                        lw[r * C + c] = select(NEG_BIG, LOG2E * profile_log_weight(tr), has);
                         tmin[r] = min(tmin[r], select(T_FAR, tr, has));
                     } else {
                         lw[r * C + c] = select(0.0, profile_weight(tr), has);
@@ -216,18 +212,12 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
         let i = first_row + r * WG;
         if i < p.rows {
             var st: RowState;
-            // The nearest key's log-weight: 2^{m[r]} in natural-log units.
-            let m_ln = select(NEG_BIG, profile_log_weight(tmin[r]), tmin[r] < T_FAR);
-            st.m = select(0.0, m_ln, is_exp);
+            st.m = nearest_log_weight(tmin[r]);
             st.s = s[r];
             for (var c = 0u; c < QT; c++) {
                 st.u[c] = u[r * QA + c];
             }
-            if p.splits > 1u {
-                store_partial(i, wid.y, st);
-            } else {
-                finish_row(i, st);
-            }
+            end_row(i, wid.y, st);
         }
     }
 }

@@ -35,9 +35,6 @@ const TK: u32 = 32u;
 const KC: u32 = 16u;
 const MR: u32 = 8u;
 const MK: u32 = 4u;
-const LOG2E: f32 = 1.4426950408889634;
-const M_START: f32 = -1.0e38;
-const LW_NONE: f32 = -3.0e38;
 // The unit roundoff 2⁻²⁴, and twice the expansion's first-order error
 // bound in units of N = ‖q'‖² + ‖x'‖² (docs/numerics.md).
 const U: f32 = 5.9604645e-8;
@@ -197,7 +194,7 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
                     let tr = st_t[lid * TK + j] * p.inv_h2;
                     let has = j0 + c < count && tr < T_FAR && base + j0 + c != own;
                     if is_exp {
-                        lw[c] = select(LW_NONE, LOG2E * profile_log_weight(tr), has);
+                        lw[c] = select(NEG_BIG, LOG2E * profile_log_weight(tr), has);
                         tmin = min(tmin, select(T_FAR, tr, has));
                     } else {
                         lw[c] = select(0.0, profile_weight(tr), has);
@@ -236,16 +233,11 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
 
     if live {
         var st: RowState;
-        let m_ln = select(NEG_BIG, profile_log_weight(tmin), tmin < T_FAR);
-        st.m = select(0.0, m_ln, is_exp);
+        st.m = nearest_log_weight(tmin);
         st.s = s;
         for (var q = 0u; q < QT; q++) {
             st.u[q] = u[q];
         }
-        if p.splits > 1u {
-            store_partial(i, wid.y, st);
-        } else {
-            finish_row(i, st);
-        }
+        end_row(i, wid.y, st);
     }
 }

@@ -182,10 +182,6 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
     }
 
     if live {
-        if p.splits > 1u {
-            store_partial(i, wid.y, st);
-        } else {
-            finish_row(i, st);
-        }
+        end_row(i, wid.y, st);
     }
 }

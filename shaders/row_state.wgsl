@@ -43,6 +43,22 @@ fn block_inv_h(b: u32) -> f32 {
     return p.block_inv_h[b / 4u][b % 4u];
 }
 
+// The local-mean shaders run their exponential profiles in log₂ units
+// (weights 2^{w₂−m₂}): LOG2E converts, M_START is the running maximum
+// before any key. exp2 of NEG_BIG (profiles.wgsl: a key without weight)
+// minus any maximum, and of M_START minus any finite one, is exactly 0.
+const LOG2E: f32 = 1.4426950408889634;
+const M_START: f32 = -1.0e38;
+
+// A row state's m in natural-log units from the nearest key's t (T_FAR:
+// none): the value every other pass computes for that key
+// (docs/numerics.md, "Row states and their merge"); 0 for the plain-weight
+// profiles.
+fn nearest_log_weight(tmin: f32) -> f32 {
+    let m = select(NEG_BIG, profile_log_weight(tmin), tmin < T_FAR);
+    return select(0.0, m, profile_is_exp());
+}
+
 // m = largest log-weight seen (0 for non-exponential profiles),
 // s = Σ e^{w−m}, u = Σ e^{w−m}·y over this pass's QT columns.
 struct RowState {
@@ -92,6 +108,16 @@ fn add_stage(st: ptr<function, RowState>, stage: RowState) {
     (*st).s += stage.s;
     for (var c = 0u; c < QT; c++) {
         (*st).u[c] += stage.u[c];
+    }
+}
+
+// The end of row i's sweep of its keys: into `partial` as slice `slice`
+// of a key split, else merged and kept or finalized (finish_row).
+fn end_row(i: u32, slice: u32, st: RowState) {
+    if p.splits > 1u {
+        store_partial(i, slice, st);
+    } else {
+        finish_row(i, st);
     }
 }
 

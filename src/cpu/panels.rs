@@ -53,16 +53,12 @@ pub(crate) fn serve_sq_dists(kernel: &Kernel, panels: Option<&Panels>, d: usize)
 /// at 128, faster everywhere (1.2×, 5.2×, 1.6×).
 pub(crate) const ONE_SHOT_MIN_M: usize = 32;
 
-/// Whether a call with `m` queries in `d` dimensions should build panels
-/// (a key set asks with `m = usize::MAX`: it builds them once).
-pub(crate) fn wanted(d: usize, m: usize) -> bool {
-    (MIN_D..=MAX_D).contains(&d) && m >= ONE_SHOT_MIN_M
-}
-
-/// [`wanted`] for a one-shot call under `kernel`: never for a product
-/// kernel, which the panels do not serve ([`serve_sq_dists`]).
+/// Whether a call with `m` queries in `d` dimensions under `kernel` should
+/// build panels (a key set asks with `m = usize::MAX`: it builds them
+/// once); never for a product kernel, which the panels do not serve
+/// ([`serve_sq_dists`]).
 pub(crate) fn wanted_for(kernel: &Kernel, d: usize, m: usize) -> bool {
-    !kernel.is_product() && wanted(d, m)
+    !kernel.is_product() && (MIN_D..=MAX_D).contains(&d) && m >= ONE_SHOT_MIN_M
 }
 
 /// The keys centred on their mean (taken in `f64`), rounded once to `f32`

@@ -15,7 +15,7 @@ use super::keys::{DeviceKeys, KeyTile, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ProductCode, ShaderId, block_scales};
 use super::submission::Submission;
-use super::{ParamBlock, bind_group, check_u32};
+use super::{ParamBlock, bind_group, check_u32, merge_pipeline, partial_states};
 
 const OP: &str = "local_mean";
 /// Value-column passes recorded into one submission: bounds the memory of
@@ -182,35 +182,18 @@ pub(crate) fn record_pass<'p>(
         }
     };
     template.extend([("D", job.d as u32), ("QT", qt), ("QA", qt.max(1))]);
-    let mut key = PipelineKey {
+    let key = PipelineKey {
         shader,
         template,
         profile: Some(job.kernel.profile().shader_code()),
         product: ProductCode::of(job.kernel),
     };
     let pipeline = ctx.pipelines.get(ctx, op, &key)?;
-    let merge = if splits > 1 {
-        key.shader = shader
-            .merge()
-            .expect("the local-mean shaders have a merge entry"); // ok: both do
-        Some(ctx.pipelines.get(ctx, op, &key)?)
-    } else {
-        None
-    };
-    // The key slices' partial row states (a stand-in without a split).
-    let state_floats = splits * job.rows * (2 + (c1 - c0).max(1));
-    let partial = ctx.pool.get(
-        ctx,
-        op,
-        (if splits > 1 { state_floats * 4 } else { 16 }) as u64,
-        wgpu::BufferUsages::STORAGE,
-    )?;
-    let rows_per_group = LOCAL_MEAN_WG
-        * if shader == ShaderId::LocalMean {
-            job.plan.rows_per_thread
-        } else {
-            1
-        };
+    let merge = merge_pipeline(ctx, op, &key, splits)?;
+    let partial = partial_states(ctx, op, splits, splits * job.rows * (2 + (c1 - c0).max(1)))?;
+    // Rows per workgroup: R per invocation in local_mean.wgsl; every plan
+    // that may take another shader has R = 1.
+    let rows_per_group = LOCAL_MEAN_WG * job.plan.rows_per_thread;
     let workgroups = check_u32(op, "workgroups", job.rows.div_ceil(rows_per_group))?;
     let merge_groups = check_u32(op, "workgroups", job.rows.div_ceil(LOCAL_MEAN_WG))?;
     let splits32 = check_u32(op, "key splits", splits)?;

@@ -222,6 +222,39 @@ impl<'p> From<ParamBlock<'p>> for Pooled<'p> {
     }
 }
 
+/// The merge pipeline of a dispatch whose keys are split `splits` ways:
+/// `key` with its shader's `merge_splits` entry (same template, same bind
+/// groups); `None` without a split.
+pub(crate) fn merge_pipeline(
+    ctx: &GpuContext,
+    op: &'static str,
+    key: &pipelines::PipelineKey,
+    splits: usize,
+) -> Result<Option<Arc<wgpu::ComputePipeline>>> {
+    let merge = match key.shader.merge() {
+        Some(m) if splits > 1 => m,
+        _ => return Ok(None),
+    };
+    let key = pipelines::PipelineKey {
+        shader: merge,
+        ..key.clone()
+    };
+    ctx.pipelines.get(ctx, op, &key).map(Some)
+}
+
+/// The buffer of a key split's partial row states, `floats` of them split
+/// `splits` ways; without a split, a 16-byte stand-in for the binding.
+pub(crate) fn partial_states<'p>(
+    ctx: &'p GpuContext,
+    op: &'static str,
+    splits: usize,
+    floats: usize,
+) -> Result<Pooled<'p>> {
+    let bytes = if splits > 1 { floats * 4 } else { 16 };
+    ctx.pool
+        .get(ctx, op, bytes as u64, wgpu::BufferUsages::STORAGE)
+}
+
 /// Bind group for `shader` over `resources` in binding order.
 pub(crate) fn bind_group(
     ctx: &GpuContext,

@@ -255,7 +255,7 @@ impl Resident for GpuResident {
             q: layout.qy,
         };
         let mut out = moments_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, layout)?;
-        if out.empty_rows > 0 && kernel.has_full_support() {
+        if means_need_host(kernel, &out) {
             let (kh, vh) = self.read_back(&scope, set)?;
             let (d, qy) = (self.d, layout.qy);
             let keys = (self.n, |j, k| kh[j * d + k], |j, c| vh[j * qy + c]);

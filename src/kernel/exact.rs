@@ -40,17 +40,6 @@ pub(crate) fn log_weight(profile: Profile, t: f64) -> f64 {
     with_form!(profile, P => P::exact_log_weight(t))
 }
 
-/// [`log_weight`] of key `j` (`key(j, k)` its coordinate `k`) seen from
-/// `query`, the distance formed in `f64`.
-fn key_log_weight(
-    kernel: &Kernel,
-    query: &[f32],
-    key: &impl Fn(usize, usize) -> f32,
-    j: usize,
-) -> f64 {
-    kernel.log_weight_by(query, |k| key(j, k))
-}
-
 /// The state `(m, s, u)` of one query over the keys `k0..k1`, all in
 /// `f64`: `key(j, k)` is coordinate `k` of key `j`, `value(j, c)` value
 /// column `c`, and `skip` a key to leave out. `m` is returned as `f32`,
@@ -70,7 +59,7 @@ pub(crate) fn row_state(
     // Each key's log-weight once (a product's compact blocks first).
     let lws: Vec<(usize, f64)> = (k0..k1)
         .filter(|&j| Some(j) != skip)
-        .map(|j| (j, key_log_weight(kernel, query, &key, j)))
+        .map(|j| (j, kernel.log_weight_by(query, |k| key(j, k))))
         .filter(|&(_, l)| l > f64::NEG_INFINITY)
         .collect();
     let m = lws.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
@@ -99,7 +88,7 @@ pub(crate) fn normalized_row(
     out: &mut [f32],
 ) -> bool {
     let lw: Vec<f64> = (0..out.len())
-        .map(|j| key_log_weight(kernel, query, &key, j))
+        .map(|j| kernel.log_weight_by(query, |k| key(j, k)))
         .collect();
     let m = lw.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if m == f64::NEG_INFINITY {

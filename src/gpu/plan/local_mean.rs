@@ -5,8 +5,8 @@ use crate::error::Result;
 use crate::types::MomentLayout;
 
 use super::{
-    DeviceLimits, MAX_KEY_SPLITS, MAX_STAGED_KEYS, TileLimits, binding_bytes, binding_floats,
-    budget_keys, chunked_budget_keys, no_room_for_a_key, too_small, whole_chunks,
+    DeviceLimits, MAX_STAGED_KEYS, TileLimits, binding_bytes, budget_keys, chunked_budget_keys,
+    no_room_for_a_key, split_count, too_small, whole_chunks,
 };
 
 /// Threads per workgroup of the local-mean shaders.
@@ -181,21 +181,14 @@ impl LocalMeanPlan {
         if rows.div_ceil(LOCAL_MEAN_WG) > dev.workgroups_per_dim as usize {
             return 1;
         }
-        let groups = rows.div_ceil(LOCAL_MEAN_WG * self.rows_per_thread).max(1);
-        let fill = dev.fill_workgroups as usize;
-        let wanted = match caps.key_splits {
-            Some(s) => s,
-            None if fill > groups => (fill / groups).min(self.dispatch_keys / MIN_SPLIT_KEYS),
-            None => 1,
-        };
+        let groups = rows.div_ceil(LOCAL_MEAN_WG * self.rows_per_thread);
         let state = 2 + self.col_tile.max(1);
-        let room = binding_floats(dev, caps) / (rows * state).max(1);
-        wanted
-            .min(MAX_KEY_SPLITS)
-            .min(dev.workgroups_per_dim as usize)
-            .min(self.dispatch_keys)
-            .min(room)
-            .max(1)
+        split_count(
+            dev,
+            caps,
+            (groups, self.dispatch_keys, MIN_SPLIT_KEYS),
+            rows * state,
+        )
     }
 }
 
@@ -220,12 +213,7 @@ pub(crate) fn plan_local_moments(
     )?;
     // One query row per invocation; a query row is [q | c]: 2d floats.
     let floats = (binding_bytes(dev, caps) / 4).min(usize::MAX as u64) as usize;
-    plan.rows_per_thread = 1;
-    plan.query_tile = plan
-        .query_tile
-        .min(floats / (2 * d))
-        .min(dev.workgroups_per_dim as usize * LOCAL_MEAN_WG)
-        .max(1);
+    plan.query_tile = plan.query_tile.min(floats / (2 * d)).max(1);
     let window = layout.value_window(plan.col_tile);
     plan.staged_keys =
         (dev.workgroup_bytes as usize / 4 / (d + window.max(1))).min(MAX_STAGED_KEYS);

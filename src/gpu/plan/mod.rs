@@ -129,6 +129,33 @@ pub(crate) struct DeviceLimits {
 /// Most workgroups that may share one dispatch's keys.
 pub(crate) const MAX_KEY_SPLITS: usize = 1024;
 
+/// Workgroups that share one dispatch's `keys` keys when its rows give
+/// `groups` workgroups: the caps' count, or, when that is fewer than the
+/// device wants, enough to fill it with slices of at least `min_slice`
+/// keys; 1 on software adapters (`fill_workgroups = 0`). Bounded by
+/// [`MAX_KEY_SPLITS`], the dispatch dimension, the keys, and so that the
+/// slices' partial states (`state_floats` a slice) fit one binding.
+pub(crate) fn split_count(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    (groups, keys, min_slice): (usize, usize, usize),
+    state_floats: usize,
+) -> usize {
+    let groups = groups.max(1);
+    let fill = dev.fill_workgroups as usize;
+    let wanted = match caps.key_splits {
+        Some(s) => s,
+        None if fill > groups => (fill / groups).min(keys / min_slice),
+        None => 1,
+    };
+    wanted
+        .min(MAX_KEY_SPLITS)
+        .min(dev.workgroups_per_dim as usize)
+        .min(keys)
+        .min(binding_floats(dev, caps) / state_floats.max(1))
+        .max(1)
+}
+
 /// Keys per chunk of the local-mean and attention shaders (`C`): the
 /// running maximum moves once per chunk. A chunk always runs its `C` slots
 /// (the missing keys weigh nothing), so staged keys are a multiple of it

@@ -6,8 +6,8 @@ use crate::error::{Error, Result};
 
 use super::local_mean::DISPATCH_WORK;
 use super::{
-    DeviceLimits, MAX_KEY_SPLITS, TileLimits, binding_floats, chunked_budget_keys, loop_budget,
-    no_room_for_a_key, too_small, whole_chunks,
+    DeviceLimits, TileLimits, binding_floats, chunked_budget_keys, loop_budget, no_room_for_a_key,
+    split_count, too_small, whole_chunks,
 };
 
 /// Query rows per workgroup of `softmax.wgsl` (one per invocation).
@@ -72,20 +72,12 @@ impl AttendPlan {
         caps: &TileLimits,
         (rows, batches, keys): (usize, usize, usize),
     ) -> usize {
-        let groups = (rows.div_ceil(ATTEND_WG) * batches).max(1);
-        let fill = dev.fill_workgroups as usize;
-        let wanted = match caps.key_splits {
-            Some(s) => s,
-            None if fill > groups => (fill / groups).min(keys / MIN_SPLIT_KEYS),
-            None => 1,
-        };
-        let room = binding_floats(dev, caps) / (rows * batches * self.state_cols()).max(1);
-        wanted
-            .min(MAX_KEY_SPLITS)
-            .min(dev.workgroups_per_dim as usize)
-            .min(keys)
-            .min(room)
-            .max(1)
+        split_count(
+            dev,
+            caps,
+            (rows.div_ceil(ATTEND_WG) * batches, keys, MIN_SPLIT_KEYS),
+            rows * batches * self.state_cols(),
+        )
     }
 }
 

@@ -14,7 +14,7 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::{CAUSAL, FIRST_TILE, LAST_TILE, ShaderId};
 use crate::gpu::submission::Submission;
-use crate::gpu::{ParamBlock, bind_group, check_u32};
+use crate::gpu::{ParamBlock, bind_group, check_u32, merge_pipeline, partial_states};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -113,12 +113,11 @@ pub(super) fn record_attend<'p>(
     }
     let params = ParamBlock::new(ctx, op, &records)?;
     // The key slices' partial row states (a stand-in without a split).
-    let partial_floats = splits * tile.batches * tile.rows * plan.state_cols();
-    let partial = ctx.pool.get(
+    let partial = partial_states(
         ctx,
         op,
-        (if splits > 1 { partial_floats * 4 } else { 16 }) as u64,
-        wgpu::BufferUsages::STORAGE,
+        splits,
+        splits * tile.batches * tile.rows * plan.state_cols(),
     )?;
     let groups: Vec<wgpu::BindGroup> = seen
         .iter()
@@ -144,7 +143,7 @@ pub(super) fn record_attend<'p>(
     let mut rec = 0;
     for &(c0, c1) in &passes {
         let qt = (c1 - c0) as u32;
-        let mut key = PipelineKey {
+        let key = PipelineKey {
             shader: ShaderId::Softmax,
             template: vec![
                 ("D4", AttendPlan::d4(d) as u32),
@@ -155,12 +154,7 @@ pub(super) fn record_attend<'p>(
             product: None,
         };
         let pipeline = ctx.pipelines.get(ctx, op, &key)?;
-        let merge = if splits > 1 {
-            key.shader = ShaderId::SoftmaxMerge;
-            Some(ctx.pipelines.get(ctx, op, &key)?)
-        } else {
-            None
-        };
+        let merge = merge_pipeline(ctx, op, &key, splits)?;
         let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some(op),
             timestamp_writes: None,
