@@ -156,10 +156,22 @@ fn load(s: &[f32], o: usize) -> __m256 {
 }
 
 /// Row states of one group of queries over a key range (see [`GroupJob`]).
+/// A product kernel takes the portable kernel (its distances by blocks),
+/// compiled for AVX2 + FMA.
 pub(crate) fn group(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
+    if job.kernel.is_product() {
+        // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
+        // detection found AVX2 and FMA.
+        return unsafe { product(isa, job) };
+    }
     // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
     // detection found AVX2 and FMA.
     with_form!(job.kernel.profile(), P => unsafe { by_q::<P>(isa, job) })
+}
+
+#[target_feature(enable = "avx2,fma")]
+fn product(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
+    super::portable::group::<Avx2Fma>(job, TileIsa::Avx2(isa))
 }
 
 #[target_feature(enable = "avx2,fma")]

@@ -262,18 +262,7 @@ pub(crate) fn group(job: &GroupJob<'_>) -> GroupState {
 /// else on the portable one (`None` forces it).
 pub(crate) fn group_on(isa: Option<Avx2Fma>, job: &GroupJob<'_>) -> GroupState {
     #[cfg(target_arch = "x86_64")]
-    // A product kernel takes the portable kernel (its distances by blocks),
-    // compiled for AVX2 + FMA where the CPU has them.
     let mut st = match isa {
-        Some(isa) if job.kernel.is_product() => {
-            #[target_feature(enable = "avx2,fma")]
-            fn product_avx2(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
-                portable::group::<Avx2Fma>(job, TileIsa::Avx2(isa))
-            }
-            // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
-            // detection found AVX2 and FMA.
-            unsafe { product_avx2(isa, job) }
-        }
         Some(isa) => avx2::group(isa, job),
         None => portable::group::<Portable>(job, TileIsa::Portable),
     };
