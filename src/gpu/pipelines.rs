@@ -42,7 +42,10 @@ fn slots(id: ShaderId) -> &'static [Slot] {
         ShaderId::MeanShift => &[
             Params, ReadWrite, ReadOnly, ReadWrite, ReadWrite, ReadOnly, ReadWrite,
         ],
-        ShaderId::Softmax | ShaderId::SoftmaxMerge => &[
+        ShaderId::Softmax
+        | ShaderId::SoftmaxMerge
+        | ShaderId::SoftmaxTiled
+        | ShaderId::SoftmaxTiledMerge => &[
             Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite,
         ],
         ShaderId::SoftmaxMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],

@@ -10,8 +10,12 @@ use super::{
     split_count, too_small, whole_chunks,
 };
 
-/// Query rows per workgroup of `softmax.wgsl` (one per invocation).
+/// Query rows per workgroup of `softmax.wgsl` (one per invocation) and of
+/// `softmax_tiled.wgsl` (sixteen groups of four).
 pub(crate) const ATTEND_WG: usize = 64;
+/// Keys per block of `softmax_tiled.wgsl`, largest first: the planner takes
+/// the first whose tiles fit the device's workgroup memory.
+const TILED_KEYS: [usize; 3] = [32, 16, 8];
 /// Most value columns one attention pass keeps in registers.
 pub(crate) const MAX_ATTEND_COLS: usize = 64;
 /// Most keys staged in workgroup memory at once (also the scores each
@@ -42,8 +46,11 @@ pub(crate) struct AttendPlan {
     pub key_tile: usize,
     /// Value columns per pass (0: row statistics only).
     pub col_tile: usize,
-    /// Keys staged in workgroup memory at once.
+    /// Keys staged in workgroup memory at once (`softmax.wgsl`).
     pub staged: usize,
+    /// Keys per block of `softmax_tiled.wgsl`, which runs the passes with
+    /// value columns when its tiles fit (0: `softmax.wgsl` runs them).
+    pub tiled_keys: usize,
 }
 
 impl AttendPlan {
@@ -102,9 +109,20 @@ pub(crate) fn plan_attend(
         key_tile: 1,
         col_tile,
         staged: 0,
+        tiled_keys: 0,
     };
-    let per_key = 16 * (AttendPlan::d4(d) + plan.qa4());
+    let d4 = AttendPlan::d4(d);
+    let per_key = 16 * (d4 + plan.qa4());
     plan.staged = whole_chunks((dev.workgroup_bytes as usize / per_key).min(MAX_STAGED));
+    if col_tile > 0 {
+        plan.tiled_keys = TILED_KEYS
+            .into_iter()
+            .find(|&bk| {
+                tiled_workgroup_bytes(d4, plan.qa4(), bk) <= dev.workgroup_bytes as usize
+                    && tiled_budget_keys(dev, d4, plan.qa4(), bk) >= bk
+            })
+            .unwrap_or(0);
+    }
     if plan.staged == 0 {
         return Err(no_room_for_a_key("kernel_softmax", d, dev));
     }
@@ -124,7 +142,11 @@ pub(crate) fn plan_attend(
     let pairs =
         (DISPATCH_WORK / (2 + d + plan.col_tile.max(1)) as u64).min(usize::MAX as u64) as usize;
     plan.key_tile = (floats / wk)
-        .min(attend_budget_keys(dev, d, plan.qa4(), plan.staged))
+        .min(if plan.tiled_keys > 0 {
+            tiled_budget_keys(dev, d4, plan.qa4(), plan.tiled_keys)
+        } else {
+            attend_budget_keys(dev, d, plan.qa4(), plan.staged)
+        })
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(caps.dispatch_keys.unwrap_or(usize::MAX))
         .min((pairs / plan.query_tile).max(MAX_STAGED * 8))
@@ -151,6 +173,37 @@ fn attend_budget_keys(dev: &DeviceLimits, d: usize, qa4: usize, staged: usize) -
     let fixed = 5 * d4 + 10 * qa4 + 16;
     let per_key = 2 + d4 + 2 * qa4 + (d4 + qa4).div_ceil(8);
     chunked_budget_keys(dev, fixed, per_key, staged)
+}
+
+/// Workgroup memory of `softmax_tiled.wgsl` with `d4` vec4s of features,
+/// `qa4` of value columns and blocks of `bk` keys: the queries (rows
+/// padded by one vec4), a block's keys and values (value groups padded to
+/// a multiple of 4), the logit tile (rows padded by one float) and one
+/// factor per row.
+pub(crate) fn tiled_workgroup_bytes(d4: usize, qa4: usize, bk: usize) -> usize {
+    let qp = qa4.div_ceil(4) * 4;
+    16 * (ATTEND_WG * (d4 + 1) + bk * d4 + bk * qp) + 4 * (ATTEND_WG * (bk + 1) + ATTEND_WG)
+}
+
+/// Keys one `attend_tiled` dispatch may sweep under the loop budget
+/// (whole blocks of `bk`), counting every loop iteration as if nothing
+/// were unrolled: per block the staging of keys and values (4 more per
+/// staged vec4), the logit tile and its store, the row pass, the rescale
+/// and the weighted values; once, the queries' staging, the accumulators'
+/// start and the writes. 0 when not one block fits.
+fn tiled_budget_keys(dev: &DeviceLimits, d4: usize, qa4: usize, bk: usize) -> usize {
+    let (ks, co4) = (bk / 4, qa4.div_ceil(4));
+    let per_block = 1
+        + 5 * (bk * d4).div_ceil(ATTEND_WG)
+        + 5 * (bk * 4 * co4).div_ceil(ATTEND_WG)
+        + 4 * ks
+        + d4 * (1 + ks)
+        + 4 * (1 + ks)
+        + 2 * bk
+        + 4 * (1 + co4)
+        + bk * (1 + co4);
+    let fixed = 5 * d4 + 4 * co4 + 4 * (1 + 5 * co4) + 16;
+    loop_budget(dev).map_or(usize::MAX, |b| b.saturating_sub(fixed) / per_block * bk)
 }
 
 /// Tiling of one softmax weight matrix: the row pass (an attention plan
@@ -313,6 +366,39 @@ mod tests {
     }
 
     #[test]
+    fn value_passes_run_in_register_tiles_where_they_fit() {
+        let none = TileLimits::default();
+        let h200 = DeviceLimits {
+            workgroup_bytes: 48 << 10,
+            ..LAVAPIPE
+        };
+        let tiled = |dev: &DeviceLimits, d, q| {
+            plan_attend(dev, &none, 8, 4096, 4096, d, q)
+                .unwrap()
+                .tiled_keys
+        };
+        assert_eq!(tiled(&h200, 64, 64), 32);
+        assert_eq!(tiled(&LAVAPIPE, 64, 64), 16);
+        assert_eq!(tiled(&LAVAPIPE, 80, 17), 8);
+        // Queries too wide for the tiles; the row pass has no values.
+        assert_eq!(tiled(&LAVAPIPE, 130, 9), 0);
+        assert_eq!(tiled(&h200, 64, 0), 0);
+        for (dev, d, q) in [(&h200, 64, 64), (&LAVAPIPE, 80, 17), (&LAVAPIPE, 3, 1)] {
+            let p = plan_attend(dev, &none, 1, 100, 100, d, q).unwrap();
+            let bytes = tiled_workgroup_bytes(AttendPlan::d4(d), p.qa4(), p.tiled_keys);
+            assert!(bytes <= dev.workgroup_bytes as usize, "{d} {q}");
+        }
+        // Under a loop budget, key tiles are whole blocks within it.
+        let budget = DeviceLimits {
+            loop_budget: Some(65535),
+            ..LAVAPIPE
+        };
+        let p = plan_attend(&budget, &none, 1, 4096, 100_000, 64, 64).unwrap();
+        assert_eq!(p.tiled_keys, 16);
+        assert!(p.key_tile > 500 && p.key_tile < 100_000, "{}", p.key_tile);
+    }
+
+    #[test]
     fn attention_plan_groups_whole_batches_and_tiles_big_ones() {
         let p = plan_attend(&LAVAPIPE, &TileLimits::default(), 8, 4096, 4096, 64, 64).unwrap();
         assert_eq!(
@@ -348,10 +434,14 @@ mod tests {
             loop_budget: Some(65535),
             ..LAVAPIPE
         };
-        let p = plan_attend(&dev, &TileLimits::default(), 8, 4096, 4096, 64, 64).unwrap();
-        // 2 + 16 + 2·16 + 4 iterations per key.
-        assert!(p.key_tile * 54 < 65535 && p.key_tile > 500);
+        // The row pass (softmax.wgsl): 2 + 16 + 2·1 + 3 iterations per key.
+        let p = plan_attend(&dev, &TileLimits::default(), 8, 4096, 4096, 64, 0).unwrap();
+        assert!(p.key_tile * 23 < 65535 && p.key_tile > 2000);
         assert_eq!(p.batch_group, 1);
+        // Register tiles (softmax_tiled.wgsl): 269 iterations per block of 16.
+        let p = plan_attend(&dev, &TileLimits::default(), 8, 4096, 4096, 64, 64).unwrap();
+        assert_eq!(p.tiled_keys, 16);
+        assert!(p.key_tile / 16 * 269 < 65535 && p.key_tile > 3000);
         let p = plan_feature(&dev, &TileLimits::default(), 1000, 1_000_000, 64, 64).unwrap();
         assert!(p.chunk * (1 + 64 + 16) + 64 * 18 < 65535);
         assert!(1_000_000usize.div_ceil(p.chunk) < 65535);

@@ -29,6 +29,9 @@ const PROFILES: &str = include_str!("../../../shaders/profiles.wgsl");
 /// The row state, its merge and a key tile's end, shared by the
 /// local-mean family (prepended like the profiles).
 const ROW_STATE: &str = include_str!("../../../shaders/row_state.wgsl");
+/// The attention row state, its merge, a key tile's end and the split
+/// merge pass, shared by the two attention shaders.
+const SOFTMAX_STATE: &str = include_str!("../../../shaders/softmax_state.wgsl");
 
 /// Bit of `flags` (`local_mean.wgsl`, `knn.wgsl`, `softmax.wgsl`): the
 /// first key tile (no state to merge with).
@@ -191,11 +194,16 @@ pub(crate) enum ShaderId {
     LocalMeanIp,
     /// `shaders/local_mean_ip.wgsl`, entry `merge_splits`.
     LocalMeanIpMerge,
+    /// `shaders/softmax_tiled.wgsl`: attention in register tiles (passes
+    /// with value columns, where the tiles fit).
+    SoftmaxTiled,
+    /// `shaders/softmax_tiled.wgsl`, entry `merge_splits`.
+    SoftmaxTiledMerge,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 16] = [
+    pub(crate) const ALL: [ShaderId; 18] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -212,6 +220,8 @@ impl ShaderId {
         ShaderId::SoftmaxMerge,
         ShaderId::LocalMeanIp,
         ShaderId::LocalMeanIpMerge,
+        ShaderId::SoftmaxTiled,
+        ShaderId::SoftmaxTiledMerge,
     ];
 
     /// The shader whose file, placeholders, constants and bindings an
@@ -223,6 +233,7 @@ impl ShaderId {
             ShaderId::LocalMomentsMerge => ShaderId::LocalMoments,
             ShaderId::SoftmaxMerge => ShaderId::Softmax,
             ShaderId::LocalMeanIpMerge => ShaderId::LocalMeanIp,
+            ShaderId::SoftmaxTiledMerge => ShaderId::SoftmaxTiled,
             other => other,
         }
     }
@@ -234,6 +245,7 @@ impl ShaderId {
             ShaderId::LocalMoments => Some(ShaderId::LocalMomentsMerge),
             ShaderId::Softmax => Some(ShaderId::SoftmaxMerge),
             ShaderId::LocalMeanIp => Some(ShaderId::LocalMeanIpMerge),
+            ShaderId::SoftmaxTiled => Some(ShaderId::SoftmaxTiledMerge),
             _ => None,
         }
     }
@@ -249,6 +261,7 @@ impl ShaderId {
             ShaderId::Knn => "knn.wgsl",
             ShaderId::MeanShift => "mean_shift.wgsl",
             ShaderId::Softmax | ShaderId::SoftmaxMerge => "softmax.wgsl",
+            ShaderId::SoftmaxTiled | ShaderId::SoftmaxTiledMerge => "softmax_tiled.wgsl",
             ShaderId::SoftmaxMatrix => "softmax_matrix.wgsl",
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
                 "feature_mean.wgsl"
@@ -274,6 +287,9 @@ impl ShaderId {
             ShaderId::Softmax | ShaderId::SoftmaxMerge => {
                 include_str!("../../../shaders/softmax.wgsl")
             }
+            ShaderId::SoftmaxTiled | ShaderId::SoftmaxTiledMerge => {
+                include_str!("../../../shaders/softmax_tiled.wgsl")
+            }
             ShaderId::SoftmaxMatrix => include_str!("../../../shaders/softmax_matrix.wgsl"),
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
                 include_str!("../../../shaders/feature_mean.wgsl")
@@ -288,6 +304,7 @@ impl ShaderId {
             ShaderId::LocalMeanMerge
             | ShaderId::LocalMomentsMerge
             | ShaderId::SoftmaxMerge
+            | ShaderId::SoftmaxTiledMerge
             | ShaderId::LocalMeanIpMerge => "merge_splits",
             ShaderId::LocalMeanIp => "accumulate",
             ShaderId::KernelMatrix => "entries",
@@ -295,6 +312,7 @@ impl ShaderId {
             ShaderId::Knn => "nearest",
             ShaderId::MeanShift => "step",
             ShaderId::Softmax => "attend",
+            ShaderId::SoftmaxTiled => "attend_tiled",
             ShaderId::SoftmaxMatrix => "entries",
             ShaderId::FeatureSums => "chunk_sums",
             ShaderId::FeaturePrefix => "prefix",
@@ -327,7 +345,10 @@ impl ShaderId {
             ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
             ShaderId::Knn => &["D", "K", "STAGE"],
             ShaderId::MeanShift => &["D"],
-            ShaderId::Softmax | ShaderId::SoftmaxMerge => &["D4", "QA4", "BK"],
+            ShaderId::Softmax
+            | ShaderId::SoftmaxMerge
+            | ShaderId::SoftmaxTiled
+            | ShaderId::SoftmaxTiledMerge => &["D4", "QA4", "BK"],
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &["QA"],
         }
     }
@@ -403,9 +424,14 @@ impl ShaderId {
                     "shaders::FINISH_BLURRING",
                 ));
             }
-            ShaderId::Softmax | ShaderId::SoftmaxMerge => {
+            ShaderId::Softmax
+            | ShaderId::SoftmaxMerge
+            | ShaderId::SoftmaxTiled
+            | ShaderId::SoftmaxTiledMerge => {
                 out.push(C::wg("WG", ATTEND_WG, "plan::softmax::ATTEND_WG"));
-                out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
+                if self.base() == ShaderId::Softmax {
+                    out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
+                }
                 out.extend(tiles());
                 out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL"));
             }
@@ -435,7 +461,10 @@ impl ShaderId {
             | ShaderId::MeanShift => [LOCAL_MEAN_WG, 1, 1],
             ShaderId::KernelMatrix => [MATRIX_WG, MATRIX_WG, 1],
             ShaderId::Fill => [FILL_WG, 1, 1],
-            ShaderId::Softmax | ShaderId::SoftmaxMerge => [ATTEND_WG, 1, 1],
+            ShaderId::Softmax
+            | ShaderId::SoftmaxMerge
+            | ShaderId::SoftmaxTiled
+            | ShaderId::SoftmaxTiledMerge => [ATTEND_WG, 1, 1],
             ShaderId::SoftmaxMatrix => [SOFTMAX_MATRIX_WG, SOFTMAX_MATRIX_WG, 1],
             ShaderId::FeatureSums | ShaderId::FeaturePrefix => [SUM_WG, 1, 1],
             ShaderId::FeatureFinish => [FINISH_WG, 1, 1],
@@ -470,6 +499,10 @@ impl ShaderId {
             ShaderId::LocalMean | ShaderId::LocalMoments | ShaderId::LocalMeanIp
         ) {
             src.push_str(ROW_STATE);
+            src.push('\n');
+        }
+        if matches!(self.base(), ShaderId::Softmax | ShaderId::SoftmaxTiled) {
+            src.push_str(SOFTMAX_STATE);
             src.push('\n');
         }
         src.push_str(self.body());

@@ -85,6 +85,11 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             vec![("D4", 16), ("QA4", 16), ("BK", 32)],
             vec![("D4", 20), ("QA4", 5), ("BK", 1)],
         ],
+        ShaderId::SoftmaxTiled | ShaderId::SoftmaxTiledMerge => vec![
+            vec![("D4", 1), ("QA4", 1), ("BK", 32)],
+            vec![("D4", 3), ("QA4", 5), ("BK", 8)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 16)],
+        ],
         ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
             vec![vec![("QA", 1)], vec![("QA", 16)]]
         }
@@ -122,9 +127,9 @@ fn every_shader_file_is_registered_and_validates() {
             validate(file, &format!("{}\n{PROFILES}", prelude(&profile_consts())));
             continue;
         }
-        if file == "row_state.wgsl" {
-            // Part of local_mean.wgsl and local_moments.wgsl, checked
-            // with them.
+        if file == "row_state.wgsl" || file == "softmax_state.wgsl" {
+            // Parts of the local-mean family and of the two attention
+            // shaders, checked with them.
             continue;
         }
         let id = ShaderId::ALL
@@ -156,6 +161,34 @@ fn inner_product_workgroup_memory_is_what_the_planner_counts() {
             bytes as usize,
             crate::gpu::plan::local_mean::ip_workgroup_bytes(cols as usize),
             "QT = {cols}"
+        );
+    }
+}
+
+/// The planner's count of `softmax_tiled.wgsl`'s workgroup memory (which
+/// decides whether it runs) is the shader's.
+#[test]
+fn tiled_attention_workgroup_memory_is_what_the_planner_counts() {
+    for (d4, qa4, bk) in [(1u32, 1u32, 32u32), (3, 5, 8), (16, 16, 16), (9, 2, 32)] {
+        let values = [("D4", d4), ("QA4", qa4), ("BK", bk)];
+        let src = ShaderId::SoftmaxTiled
+            .render(&values)
+            .expect("placeholders");
+        let module = naga::front::wgsl::parse_str(&src).expect("parses");
+        let bytes: u32 = module
+            .global_variables
+            .iter()
+            .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+            .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
+            .sum();
+        assert_eq!(
+            bytes as usize,
+            crate::gpu::plan::softmax::tiled_workgroup_bytes(
+                d4 as usize,
+                qa4 as usize,
+                bk as usize
+            ),
+            "{values:?}"
         );
     }
 }

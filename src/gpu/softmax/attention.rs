@@ -119,12 +119,18 @@ pub(super) fn record_attend<'p>(
         splits,
         splits * tile.batches * tile.rows * plan.state_cols(),
     )?;
+    // Passes with value columns in register tiles where they fit.
+    let (shader, block) = if q > 0 && plan.tiled_keys > 0 {
+        (ShaderId::SoftmaxTiled, plan.tiled_keys)
+    } else {
+        (ShaderId::Softmax, plan.staged)
+    };
     let groups: Vec<wgpu::BindGroup> = seen
         .iter()
         .map(|kt| {
             bind_group(
                 ctx,
-                ShaderId::Softmax,
+                shader,
                 &[
                     params.binding(),
                     tile.queries.binding(),
@@ -144,11 +150,11 @@ pub(super) fn record_attend<'p>(
     for &(c0, c1) in &passes {
         let qt = (c1 - c0) as u32;
         let key = PipelineKey {
-            shader: ShaderId::Softmax,
+            shader,
             template: vec![
                 ("D4", AttendPlan::d4(d) as u32),
                 ("QA4", qt.max(1).div_ceil(4)),
-                ("BK", plan.staged as u32),
+                ("BK", block as u32),
             ],
             profile: None,
             product: None,
