@@ -3,7 +3,8 @@
 //
 // One invocation per query row, WG rows per workgroup; workgroup_id.y is
 // the batch within the dispatch (rows of batch b start at b·rows in phi,
-// state and out, keys at b·keys in psi and vals). Each invocation keeps
+// state and out, keys at (key_batch + b)·keys in psi and vals: a prepared
+// key set may bind more batches than the dispatch has). Each invocation keeps
 // its query, pre-scaled by s·log₂e ((φ·s)·LOG2E, as softmax_matrix.wgsl
 // forms it: log₂e folded into the query, once per row, not per pair),
 // as vec4 groups, and its row state in registers, in log₂ units:
@@ -96,7 +97,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
         for (var e = lid; e < count * D4; e += WG) {
             let j = e / D4;
             let k4 = e - j * D4;
-            let src = (b * p.keys + base + j) * p.d;
+            let src = ((p.key_batch + b) * p.keys + base + j) * p.d;
             var v = vec4<f32>(0.0);
             for (var c = 0u; c < 4u; c++) {
                 let k = k4 * 4u + c;
@@ -110,7 +111,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
             for (var e = lid; e < count * QA4; e += WG) {
                 let j = e / QA4;
                 let c4 = e - j * QA4;
-                let src = (b * p.keys + base + j) * p.q_stride + p.c0;
+                let src = ((p.key_batch + b) * p.keys + base + j) * p.q_stride + p.c0;
                 var v = vec4<f32>(0.0);
                 for (var c = 0u; c < 4u; c++) {
                     let col = c4 * 4u + c;

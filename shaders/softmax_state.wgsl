@@ -30,8 +30,8 @@ struct Params {
     split_keys: u32, // keys per slice (workgroup_id.z)
     splits: u32,     // slices (1: no split)
     batches: u32,    // batches in the dispatch
-    _pad0: u32,
-    _pad1: u32,
+    key_batch: u32,  // batch of psi and vals that the dispatch's batch 0 reads
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

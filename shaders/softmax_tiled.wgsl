@@ -99,7 +99,7 @@ fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>,
             let k4 = e - j * D4;
             var v = vec4<f32>(0.0);
             if j < count {
-                let src = (b * p.keys + base + j) * p.d;
+                let src = ((p.key_batch + b) * p.keys + base + j) * p.d;
                 for (var c = 0u; c < 4u; c++) {
                     let k = k4 * 4u + c;
                     if k < p.d {
@@ -114,7 +114,7 @@ fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>,
             let c4 = e - j * QP;
             var v = vec4<f32>(0.0);
             if j < count {
-                let src = (b * p.keys + base + j) * p.q_stride + p.c0;
+                let src = ((p.key_batch + b) * p.keys + base + j) * p.q_stride + p.c0;
                 for (var c = 0u; c < 4u; c++) {
                     let col = c4 * 4u + c;
                     if col < p.cols {

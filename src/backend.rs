@@ -75,6 +75,18 @@ pub(crate) trait Resident: Send + Sync + fmt::Debug {
     fn bytes(&self) -> u64;
 }
 
+/// Attention keys and values kept by a backend for repeated queries
+/// ([`AttentionSet`](crate::AttentionSet)): on the GPU, key tiles in device
+/// buffers it owns; on the CPU, owned copies. Queries arrive validated
+/// against them (batches, dimension, mask, logit range). Freed when dropped.
+pub(crate) trait PreparedAttention: Send + Sync + fmt::Debug {
+    /// `softmax(s·ΦΨᵀ)V` of every batch, row-major `(B·M) × q`.
+    fn attend(&self, phi: &Heads<'_>, attn: &Attention) -> Result<Vec<f32>>;
+
+    /// Bytes held for the keys and values.
+    fn bytes(&self) -> u64;
+}
+
 /// The op set every backend provides. Inputs arrive validated (finite,
 /// non-empty, consistent shapes); the CPU implementation is the reference
 /// and exists for every op.
@@ -198,6 +210,15 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// Keeps `keys` and the value matrices `sets` (one row per key each)
     /// for repeated queries (a [`KeySet`](crate::KeySet)).
     fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>>;
+
+    /// Keeps attention keys `psi` and their `values` (validated, one value
+    /// row per key) for repeated [`PreparedAttention::attend`] calls,
+    /// charged to the memory budget.
+    fn prepare_attention(
+        &self,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+    ) -> Result<Arc<dyn PreparedAttention>>;
 
     /// Memory held, against the engine's limit.
     fn memory(&self) -> MemoryUsage;

@@ -57,10 +57,10 @@ pub use kernel::{Kernel, Profile};
 pub use keyset::{BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions};
 pub use memory::MemoryUsage;
 pub use ops::{
-    BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights, LaplacianKind,
-    LocalFit, LocalModeClassifier, LocalPca, LooScore, MAX_IMPUTE_ITERATIONS, MAX_LOCAL_DIM,
-    MAX_LOCAL_MAGNITUDE, MultiKernel, Predictions, RANK_TOLERANCE, SoftmaxParams, labels_from_f32,
-    ln_normalizer, merge_heads, split_heads,
+    AttentionSet, BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights,
+    LaplacianKind, LocalFit, LocalModeClassifier, LocalPca, LooScore, MAX_IMPUTE_ITERATIONS,
+    MAX_LOCAL_DIM, MAX_LOCAL_MAGNITUDE, MultiKernel, Predictions, RANK_TOLERANCE, SoftmaxParams,
+    labels_from_f32, ln_normalizer, merge_heads, split_heads,
 };
 pub use types::merge_states;
 pub use types::{Neighbours, RowNormalized, RowStates};

@@ -31,8 +31,8 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 
-use crate::backend::Resident;
 use crate::backend::{Backend, BackendInfo, MatrixMode};
+use crate::backend::{PreparedAttention, Resident};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -157,6 +157,18 @@ impl Backend for CpuBackend {
             &self.budget,
             keys,
             sets,
+        )?))
+    }
+
+    fn prepare_attention(
+        &self,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+    ) -> Result<Arc<dyn PreparedAttention>> {
+        Ok(Arc::new(softmax::CpuAttention::new(
+            &self.budget,
+            psi,
+            values,
         )?))
     }
 

@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 
-use crate::backend::Resident;
 use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
+use crate::backend::{PreparedAttention, Resident};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -162,6 +162,16 @@ impl Backend for GpuBackend {
 
     fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>> {
         Ok(Arc::new(resident::GpuResident::new(&self.ctx, keys, sets)?))
+    }
+
+    fn prepare_attention(
+        &self,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+    ) -> Result<Arc<dyn PreparedAttention>> {
+        Ok(Arc::new(softmax::GpuAttention::new(
+            &self.ctx, psi, values,
+        )?))
     }
 
     fn memory(&self) -> MemoryUsage {

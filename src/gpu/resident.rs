@@ -47,8 +47,38 @@ impl std::fmt::Debug for GpuResident {
 }
 
 /// Bytes of a buffer holding `floats` values (at least 4, as the pool rounds).
-fn buffer_bytes(floats: usize) -> u64 {
+pub(crate) fn buffer_bytes(floats: usize) -> u64 {
     (floats as u64).saturating_mul(4).max(4)
+}
+
+/// `data` in a device buffer of its own, outside the pool (the caller
+/// charges its bytes to the budget). COPY_SRC: far rows read a key set's
+/// keys back (far.rs).
+pub(crate) fn owned_upload(ctx: &GpuContext, data: &[f32]) -> Result<Pooled<'static>> {
+    let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("key set"),
+        size: buffer_bytes(data.len()),
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    ctx.queue
+        .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+    Ok(Pooled::owned(buffer, buffer_bytes(data.len())))
+}
+
+/// Waits until the uploads queued so far are on the device, so that their
+/// failures surface in `scope`.
+pub(crate) fn wait_for_uploads(ctx: &GpuContext, scope: &ErrorScope) -> Result<()> {
+    let index = ctx.queue.submit([]);
+    ctx.device
+        .poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })
+        .map(|_| ())
+        .map_err(|e| scope.error(format!("waiting for the upload: {e}")))
 }
 
 impl GpuResident {
@@ -75,32 +105,12 @@ impl GpuResident {
             OP,
             format!("N={n} d={d} value columns={set_cols:?} key tile={key_tile}"),
         )?;
-        let mut alloc = |data: &[f32]| {
-            let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("key set"),
-                size: buffer_bytes(data.len()),
-                // COPY_SRC: far rows read the keys back (far.rs).
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_DST
-                    | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            });
-            ctx.queue
-                .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
-            Ok(Pooled::owned(buffer, buffer_bytes(data.len())))
-        };
+        let mut alloc = |data: &[f32]| owned_upload(ctx, data);
         let key_rows = |a, b| keys.row_range(a, b);
         let set_rows: Vec<_> = sets.iter().map(|v| move |a, b| v.row_range(a, b)).collect();
         let set_rows: Vec<&Rows<'_>> = set_rows.iter().map(|f| f as &Rows<'_>).collect();
         let tiles = upload_tiles(n, key_tile, &key_rows, &set_rows, &mut alloc)?;
-        // Wait until the data are on the device, so that failures surface here.
-        let index = ctx.queue.submit([]);
-        ctx.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(index),
-                timeout: None,
-            })
-            .map_err(|e| scope.error(format!("waiting for the upload: {e}")))?;
+        wait_for_uploads(ctx, &scope)?;
         scope.finish(ctx)?;
         Ok(GpuResident {
             ctx: Arc::clone(ctx),

@@ -1,6 +1,7 @@
 //! The public ops, as methods of [`Engine`](crate::Engine): each checks its
 //! inputs once, then hands valid data to the engine's backend.
 
+mod attention_set;
 mod classify;
 mod impute;
 mod kde;
@@ -15,6 +16,7 @@ mod score;
 mod softmax;
 mod states;
 
+pub use attention_set::AttentionSet;
 pub(crate) use classify::{Classes, label_rows};
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
 pub use impute::{Imputed, MAX_IMPUTE_ITERATIONS};

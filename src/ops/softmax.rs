@@ -183,7 +183,7 @@ impl Engine {
         check_values(OP, &k, &v)?;
         non_negative(OP, "phi", &p)?;
         non_negative(OP, "psi", &k)?;
-        check_causal(OP, &p, &k, causal)?;
+        check_causal(OP, &p, k.rows, causal)?;
         let (out, empty_rows) = self.backend_impl().feature_local_mean(&p, &k, &v, causal)?;
         let values = shaped(p.batch, p.rows, v.cols(), p.ndim, out)?;
         Ok(FeatureLocalMean { values, empty_rows })
@@ -234,7 +234,7 @@ pub fn merge_heads(x: ArrayView3<'_, f32>) -> Array2<f32> {
 }
 
 /// Checks one input and stacks its batches along the rows.
-fn heads<'a, D: Dimension>(
+pub(super) fn heads<'a, D: Dimension>(
     op: &'static str,
     what: &'static str,
     view: ArrayView<'a, f32, D>,
@@ -312,7 +312,7 @@ fn pair<'a, D: Dimension>(
 }
 
 /// Checks that `values` has one row per key, batch by batch.
-fn check_values(op: &'static str, keys: &Heads<'_>, values: &Heads<'_>) -> Result<()> {
+pub(super) fn check_values(op: &'static str, keys: &Heads<'_>, values: &Heads<'_>) -> Result<()> {
     if values.batch != keys.batch {
         return Err(Error::BatchMismatch {
             op,
@@ -331,12 +331,12 @@ fn check_values(op: &'static str, keys: &Heads<'_>, values: &Heads<'_>) -> Resul
     Ok(())
 }
 
-fn check_causal(op: &'static str, p: &Heads<'_>, k: &Heads<'_>, causal: bool) -> Result<()> {
-    if causal && p.rows > k.rows {
+fn check_causal(op: &'static str, p: &Heads<'_>, key_rows: usize, causal: bool) -> Result<()> {
+    if causal && p.rows > key_rows {
         return Err(Error::CausalShape {
             op,
             queries: p.rows,
-            keys: k.rows,
+            keys: key_rows,
         });
     }
     Ok(())
@@ -350,6 +350,17 @@ fn attention(
     k: &Heads<'_>,
     params: &SoftmaxParams,
 ) -> Result<Attention> {
+    attention_for(op, p, (k.rows, max_row_norm(&k.data)), params)
+}
+
+/// [`attention`] against keys known by their rows per batch and their
+/// largest row norm (a prepared set's).
+pub(super) fn attention_for(
+    op: &'static str,
+    p: &Heads<'_>,
+    (key_rows, key_norm): (usize, f64),
+    params: &SoftmaxParams,
+) -> Result<Attention> {
     let scale = params
         .scale
         .unwrap_or_else(|| 1.0 / (p.cols() as f32).sqrt());
@@ -359,11 +370,11 @@ fn attention(
             reason: format!("must be finite, got {scale}"),
         });
     }
-    check_causal(op, p, k, params.causal)?;
+    check_causal(op, p, key_rows, params.causal)?;
     // |s·⟨φ, ψ⟩| ≤ |s|·‖φ‖·‖ψ‖, and every partial sum of the dot product
     // obeys the same bound (Cauchy–Schwarz on a subset of coordinates).
     let s = f64::from(scale.abs());
-    let (np, nk) = (max_row_norm(&p.data), max_row_norm(&k.data));
+    let (np, nk) = (max_row_norm(&p.data), key_norm);
     let bound = (s * np * nk).max(s * np);
     if bound > LOGIT_LIMIT {
         return Err(Error::LogitOverflow { op, bound });
@@ -374,7 +385,7 @@ fn attention(
     })
 }
 
-fn max_row_norm(m: &Matrix<'_>) -> f64 {
+pub(super) fn max_row_norm(m: &Matrix<'_>) -> f64 {
     m.as_slice()
         .chunks_exact(m.cols())
         .map(|r| r.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>())
@@ -397,7 +408,7 @@ fn non_negative(op: &'static str, what: &'static str, h: &Heads<'_>) -> Result<(
 }
 
 /// Shapes a backend's row-major result `(B·rows) × cols` like the inputs.
-fn shaped<D: Dimension>(
+pub(super) fn shaped<D: Dimension>(
     batch: usize,
     rows: usize,
     cols: usize,

@@ -2,6 +2,8 @@
 //! and the GPU engine (which must exist under `CI=true`).
 #![allow(dead_code)]
 
+pub mod attention;
+
 use std::sync::OnceLock;
 
 use locus::{Device, Engine, EngineOptions, Error, Kernel, TileLimits};

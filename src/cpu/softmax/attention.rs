@@ -5,6 +5,8 @@
 //! Imports: `super` (tiles, packing, scores), `super::super::simd`,
 //! `crate::error`, `crate::matrix`, `crate::types`.
 
+use std::borrow::Borrow;
+
 use rayon::prelude::*;
 
 use super::super::simd::{Avx2Fma, Isa, Portable, exp_nonpos, fmadd, fmax, max_of, sum_of};
@@ -82,7 +84,25 @@ pub(crate) fn kernel_softmax_on(
     attn: &Attention,
     isa: Option<Avx2Fma>,
 ) -> Result<Vec<f32>> {
-    let (nb, m, n, d, q) = (phi.batch, phi.rows, psi.rows, phi.cols(), values.cols());
+    let (n, d, q) = (psi.rows, phi.cols(), values.cols());
+    let pack_batch = |b: usize| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q)));
+    attend_packed(phi, (n, q), attn, isa, &pack_batch)
+}
+
+/// Kernel softmax of every batch against keys and values packed per batch
+/// by `packed(b)` (`n` keys, `q` value columns), row-major `(B·M) × q`.
+/// The packing of a one-shot call or a prepared set's stored copy.
+pub(crate) fn attend_packed<P>(
+    phi: &Heads<'_>,
+    (n, q): (usize, usize),
+    attn: &Attention,
+    isa: Option<Avx2Fma>,
+    packed: &(dyn Fn(usize) -> P + Sync),
+) -> Result<Vec<f32>>
+where
+    P: Borrow<Packed> + Send + Sync,
+{
+    let (nb, m, d) = (phi.batch, phi.rows, phi.cols());
     let mut out = alloc_output("kernel_softmax", "output", nb * m, q)?;
     // Batches run a group at a time, a group as large as the thread pool,
     // so the packed keys and values in memory are those of one group, not
@@ -98,14 +118,15 @@ pub(crate) fn kernel_softmax_on(
     };
     for (g, og) in out.chunks_mut(group * m * q).enumerate() {
         let b0 = g * group;
-        let packed: Vec<Packed> = (b0..b0 + og.len() / (m * q))
+        let group_keys: Vec<P> = (b0..b0 + og.len() / (m * q))
             .into_par_iter()
-            .map(|b| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q))))
+            .map(packed)
             .collect();
         og.par_chunks_mut(m * q)
-            .zip(&packed)
+            .zip(&group_keys)
             .enumerate()
             .for_each(|(i, (ob, keys))| {
+                let keys: &Packed = keys.borrow();
                 let batch = Batch {
                     phi: phi.batch_slice(b0 + i),
                     keys,

@@ -42,6 +42,7 @@ mod attention;
 mod avx2;
 mod feature;
 mod matrix;
+mod prepared;
 #[cfg(test)]
 mod tests;
 
@@ -50,6 +51,7 @@ use super::simd::{Isa, LANES, fmadd};
 pub(crate) use attention::kernel_softmax;
 pub(crate) use feature::feature_local_mean;
 pub(crate) use matrix::softmax_matrix;
+pub(crate) use prepared::CpuAttention;
 
 /// Query rows per block (a multiple of [`MR`]).
 pub(crate) const BQ: usize = 48;

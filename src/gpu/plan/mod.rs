@@ -27,7 +27,9 @@ pub(crate) use local_mean::{
 pub(crate) use local_mean::MAX_VALUE_COLS;
 pub(crate) use matrix::{MATRIX_WG, plan_kernel_matrix};
 pub(crate) use resident::resident_key_tile;
-pub(crate) use softmax::{AttendPlan, plan_attend, plan_feature, plan_softmax_matrix};
+pub(crate) use softmax::{
+    AttendPlan, plan_attend, plan_attend_prepared, plan_feature, plan_softmax_matrix,
+};
 
 use crate::error::{Error, Result};
 

@@ -139,8 +139,7 @@ pub(crate) fn plan_attend(
         .max(1);
     // The work cap (as the local mean's): a query tile against a key tile
     // is at most DISPATCH_WORK pair-units (`2 + d + cols` each).
-    let pairs =
-        (DISPATCH_WORK / (2 + d + plan.col_tile.max(1)) as u64).min(usize::MAX as u64) as usize;
+    let pairs = attend_pairs(d, plan.col_tile);
     plan.key_tile = (floats / wk)
         .min(if plan.tiled_keys > 0 {
             tiled_budget_keys(dev, d4, plan.qa4(), plan.tiled_keys)
@@ -160,6 +159,42 @@ pub(crate) fn plan_attend(
             .min(b)
             .max(1);
     }
+    Ok(plan)
+}
+
+/// Pair-units (`2 + d + cols` each) of one attention dispatch under the
+/// work cap, in (query rows × keys).
+fn attend_pairs(d: usize, col_tile: usize) -> usize {
+    (DISPATCH_WORK / (2 + d + col_tile.max(1)) as u64).min(usize::MAX as u64) as usize
+}
+
+/// Plans attention of `b` batches of `m` queries against a prepared key
+/// set of `n` keys per batch, stored in key tiles of `key_tile` keys and,
+/// when a tile is a whole batch, in groups of `group` batches per buffer
+/// (`plan_attend(b, n, n, d, q)`'s, at preparation): the call's plan with
+/// those key tiles, query tiles within the work cap against them, and
+/// batch groups within the stored ones.
+pub(crate) fn plan_attend_prepared(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    (b, m, n, d, q): (usize, usize, usize, usize, usize),
+    key_tile: usize,
+    group: usize,
+) -> Result<AttendPlan> {
+    let mut plan = plan_attend(dev, caps, b, m, n, d, q)?;
+    let pairs = attend_pairs(d, plan.col_tile);
+    plan.key_tile = key_tile;
+    plan.query_tile = plan.query_tile.min((pairs / key_tile).max(1));
+    plan.batch_group = if plan.query_tile == m && key_tile == n {
+        let wq = d.max(q).max(plan.state_cols());
+        (binding_floats(dev, caps) / (m * wq))
+            .min(dev.workgroups_per_dim as usize)
+            .min(pairs / (m * n).max(1))
+            .min(group)
+            .max(1)
+    } else {
+        1
+    };
     Ok(plan)
 }
 

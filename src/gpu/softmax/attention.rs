@@ -10,7 +10,7 @@ use crate::types::{Attention, Heads};
 
 use super::{KeyTile, stacked, upload_keys};
 use crate::gpu::buffers::{Pooled, upload};
-use crate::gpu::context::GpuContext;
+use crate::gpu::context::{ErrorScope, GpuContext};
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::{CAUSAL, FIRST_TILE, LAST_TILE, ShaderId};
 use crate::gpu::submission::Submission;
@@ -33,7 +33,8 @@ struct AttendParams {
     split_keys: u32,
     splits: u32,
     batches: u32,
-    _pad: [u32; 2],
+    key_batch: u32,
+    _pad: u32,
 }
 
 /// One query tile of an attention call, as `record_attend` needs it.
@@ -43,6 +44,9 @@ pub(super) struct QueryTile<'a, 'p> {
     pub(super) rows: usize,
     /// Batches in the dispatch.
     pub(super) batches: usize,
+    /// The batch of the key tiles' buffers that the dispatch's first batch
+    /// reads (0 but for a prepared set whose buffers hold more batches).
+    pub(super) key_batch: usize,
     pub(super) queries: &'a Pooled<'p>,
     pub(super) state: &'a Pooled<'p>,
     pub(super) out: &'a Pooled<'p>,
@@ -107,7 +111,8 @@ pub(super) fn record_attend<'p>(
                 split_keys: check_u32(op, "key rows", kt.len.div_ceil(splits).max(1))?,
                 splits: check_u32(op, "key splits", splits)?,
                 batches: check_u32(op, "batches", tile.batches)?,
-                _pad: [0; 2],
+                key_batch: check_u32(op, "batches", tile.key_batch)?,
+                _pad: 0,
             });
         }
     }
@@ -199,53 +204,96 @@ pub(crate) fn kernel_softmax(
         format!("B={nb} M={m} N={n} d={d} q={q} causal={}", attn.causal),
     )?;
     let mut out = alloc_output(OP, "output", nb * m, q)?;
-    let off = n - m.min(n);
-    let storage = wgpu::BufferUsages::STORAGE;
     for (b0, b1) in tiles(nb, plan.batch_group) {
         let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b0, b1), plan.key_tile)?;
+        let call = AttendCall {
+            op: OP,
+            scope: &scope,
+            plan: &plan,
+            attn,
+            shape: (n, q),
+        };
+        call.batches(ctx, phi, (b0, b1), 0, &key_tiles, &mut out)?;
+    }
+    scope.finish(ctx)?;
+    Ok(out)
+}
+
+/// What every group of batches of one attention call shares.
+pub(super) struct AttendCall<'a> {
+    pub(super) op: &'static str,
+    pub(super) scope: &'a ErrorScope,
+    pub(super) plan: &'a AttendPlan,
+    pub(super) attn: &'a Attention,
+    /// Keys per batch and value columns.
+    pub(super) shape: (usize, usize),
+}
+
+impl AttendCall<'_> {
+    /// Attention of batches `b0..b1` (one dispatch's group) against
+    /// `key_tiles`, whose buffers hold these batches from their batch
+    /// `key_batch` on (0 for a call's own upload; a prepared set's buffers
+    /// may hold more). Query tiles are uploaded, run and read back into
+    /// their rows of `out` one at a time.
+    pub(super) fn batches(
+        &self,
+        ctx: &GpuContext,
+        phi: &Heads<'_>,
+        (b0, b1): (usize, usize),
+        key_batch: usize,
+        key_tiles: &[KeyTile<'_>],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let (op, plan) = (self.op, self.plan);
+        let (m, d) = (phi.rows, phi.cols());
+        let (n, q) = self.shape;
+        let off = n - m.min(n);
+        let storage = wgpu::BufferUsages::STORAGE;
         for (r0, r1) in tiles(m, plan.query_tile) {
             let (p0, p1) = stacked(b0, b1, r0, r1, m);
-            let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
+            let qbuf = upload(ctx, op, phi.data.row_range(p0, p1), storage)?;
             // Row states pass between key tiles; one tile needs none.
             let state_rows = if key_tiles.len() > 1 { p1 - p0 } else { 0 };
             let state = ctx.pool.get(
                 ctx,
-                OP,
+                op,
                 (state_rows * plan.state_cols() * 4) as u64,
                 storage,
             )?;
             let obuf = ctx.pool.get(
                 ctx,
-                OP,
+                op,
                 ((p1 - p0) * q * 4) as u64,
                 storage | wgpu::BufferUsages::COPY_SRC,
             )?;
             let mut sub = Submission::new(ctx);
-            sub.fill_sentinel(ctx, OP, &obuf)?;
+            sub.fill_sentinel(ctx, op, &obuf)?;
             let tile = QueryTile {
                 row_start: r0,
                 rows: r1 - r0,
                 batches: b1 - b0,
+                key_batch,
                 queries: &qbuf,
                 state: &state,
                 out: &obuf,
             };
             record_attend(
                 ctx,
-                OP,
+                op,
                 &mut sub,
-                &plan,
-                attn,
+                plan,
+                self.attn,
                 (n, d, q, off),
                 &tile,
-                &key_tiles,
+                key_tiles,
             )?;
             // One copy, from the mapped staging buffer into the output.
             let dst = &mut out[p0 * q..p1 * q];
-            sub.submit_with_readback(ctx, &scope, &[(obuf.buffer(), obuf.len())])?
-                .wait(ctx, &scope, |all| dst.copy_from_slice(&all[..dst.len()]))?;
+            sub.submit_with_readback(ctx, self.scope, &[(obuf.buffer(), obuf.len())])?
+                .wait(ctx, self.scope, |all| {
+                    dst.copy_from_slice(&all[..dst.len()])
+                })?;
         }
+        Ok(())
     }
-    scope.finish(ctx)?;
-    Ok(out)
 }

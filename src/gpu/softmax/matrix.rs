@@ -81,6 +81,7 @@ pub(crate) fn softmax_matrix(
                 row_start: r0,
                 rows,
                 batches: 1,
+                key_batch: 0,
                 queries: &qbuf,
                 state: &state,
                 out: &dummy_out,

@@ -13,10 +13,12 @@
 mod attention;
 mod feature;
 mod matrix;
+mod prepared;
 
 pub(crate) use attention::kernel_softmax;
 pub(crate) use feature::feature_local_mean;
 pub(crate) use matrix::softmax_matrix;
+pub(crate) use prepared::GpuAttention;
 
 use crate::error::Result;
 use crate::types::Heads;

@@ -1,0 +1,74 @@
+//! Attention test data and plain `f64` references (kernel softmax, its
+//! weights), shared by the one-shot and prepared-set tests.
+
+use ndarray::{Array2, Array3, Axis};
+
+use super::Rng;
+
+pub fn flat<T: Clone>(a: &Array3<T>) -> Array2<T> {
+    let (b, m, c) = a.dim();
+    a.to_shape((b * m, c)).unwrap().to_owned()
+}
+
+/// Plain f64 softmax weights of every batch: scores materialized, the row
+/// maximum subtracted, exponentiated, normalized (masked entries 0).
+pub fn ref_weights(phi: &Array3<f32>, psi: &Array3<f32>, scale: f64, causal: bool) -> Array3<f64> {
+    let (nb, m, d) = phi.dim();
+    let n = psi.dim().1;
+    let mut w = Array3::<f64>::zeros((nb, m, n));
+    for b in 0..nb {
+        for i in 0..m {
+            let lim = if causal { i + 1 + n - m } else { n };
+            let s: Vec<f64> = (0..lim)
+                .map(|j| {
+                    scale
+                        * (0..d)
+                            .map(|k| f64::from(phi[[b, i, k]]) * f64::from(psi[[b, j, k]]))
+                            .sum::<f64>()
+                })
+                .collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let tot: f64 = s.iter().map(|x| (x - mx).exp()).sum();
+            for (j, x) in s.iter().enumerate() {
+                w[[b, i, j]] = (x - mx).exp() / tot;
+            }
+        }
+    }
+    w
+}
+
+pub fn ref_attention(
+    phi: &Array3<f32>,
+    psi: &Array3<f32>,
+    v: &Array3<f32>,
+    scale: f64,
+    causal: bool,
+) -> Array3<f64> {
+    let w = ref_weights(phi, psi, scale, causal);
+    let v = v.mapv(f64::from);
+    let mut out = Array3::<f64>::zeros((phi.dim().0, phi.dim().1, v.dim().2));
+    for b in 0..w.dim().0 {
+        out.index_axis_mut(Axis(0), b)
+            .assign(&w.index_axis(Axis(0), b).dot(&v.index_axis(Axis(0), b)));
+    }
+    out
+}
+
+pub struct Data {
+    pub phi: Array3<f32>,
+    pub psi: Array3<f32>,
+    pub v: Array3<f32>,
+}
+
+pub fn data(seed: u64, (b, m, n, d, q): (usize, usize, usize, usize, usize), lo: f32) -> Data {
+    let mut rng = Rng::new(seed);
+    let mut t = |r, c, lo, hi| {
+        let a = rng.matrix(b * r, c, lo, hi);
+        a.into_shape_with_order((b, r, c)).unwrap()
+    };
+    Data {
+        phi: t(m, d, lo, 1.0),
+        psi: t(n, d, lo, 1.0),
+        v: t(n, q, -2.0, 3.0),
+    }
+}
