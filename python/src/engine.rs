@@ -1,11 +1,14 @@
 //! `Engine`: a locus engine on one backend, shared by every thread.
 
 use locus::{BackendInfo, Device, EmptyFallback, EngineOptions, KeySetOptions};
+use ndarray::{Ix2, Ix3};
 use numpy::PyReadonlyArray1;
 use numpy::PyReadonlyArray2;
+use numpy::PyReadonlyArrayDyn;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::attention::AttentionSet;
 use crate::errors::{compute, input};
 use crate::keyset::KeySet;
 
@@ -157,6 +160,45 @@ impl Engine {
             b.build()
         })?;
         Ok(KeySet { inner })
+    }
+
+    /// Keeps attention keys `psi` and `values` (both 2-D, or both batched
+    /// 3-D) on the backend for repeated `AttentionSet.attend` calls.
+    fn prepare_attention(
+        &self,
+        py: Python<'_>,
+        psi: PyReadonlyArrayDyn<'_, f32>,
+        values: PyReadonlyArrayDyn<'_, f32>,
+    ) -> PyResult<AttentionSet> {
+        let (k, v) = (psi.as_array(), values.as_array());
+        let engine = &self.inner;
+        let inner = match (k.ndim(), v.ndim()) {
+            (2, 2) => {
+                let (k, v) = (
+                    k.into_dimensionality::<Ix2>(),
+                    v.into_dimensionality::<Ix2>(),
+                );
+                let (k, v) = (k.expect("two axes"), v.expect("two axes")); // ok: ndim is 2
+                compute(py, || engine.prepare_attention(k, v))?
+            }
+            (3, 3) => {
+                let (k, v) = (
+                    k.into_dimensionality::<Ix3>(),
+                    v.into_dimensionality::<Ix3>(),
+                );
+                let (k, v) = (k.expect("three axes"), v.expect("three axes")); // ok: ndim is 3
+                compute(py, || engine.prepare_attention(k, v))?
+            }
+            (a, b) => {
+                return Err(input(
+                    py,
+                    format!(
+                        "psi and values must both be 2-D (N × d, N × q) or both 3-D (B × N × ·); got {a} and {b} axes"
+                    ),
+                ));
+            }
+        };
+        Ok(AttentionSet { inner })
     }
 
     fn __repr__(&self) -> String {

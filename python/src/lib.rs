@@ -5,6 +5,7 @@
 //! handed to numpy without a copy. Errors become `locus.LocusError` and
 //! its subclasses; a panic never crosses into the interpreter.
 
+mod attention;
 mod cluster;
 mod convert;
 mod engine;
@@ -19,6 +20,7 @@ use pyo3::prelude::*;
 fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<keyset::KeySet>()?;
+    m.add_class::<attention::AttentionSet>()?;
     m.add_function(wrap_pyfunction!(ops::local_mean, m)?)?;
     m.add_function(wrap_pyfunction!(ops::self_local_mean, m)?)?;
     m.add_function(wrap_pyfunction!(ops::local_polynomial, m)?)?;

@@ -119,6 +119,41 @@ def test_kernel_softmax_2d_and_batched(rng, causal):
     assert_close(got2, _softmax_ref(p[0], k[0], v[0], 0.3, causal))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_prepared_attention_matches_kernel_softmax(rng, causal):
+    k, v = rng.normal(size=(3, 20, 4)), rng.normal(size=(3, 20, 5))
+    s = locus.Engine(CPU).prepare_attention(k, v)
+    assert (s.batches, s.n_keys, s.dim, s.value_cols) == (3, 20, 4, 5)
+    assert s.resident_bytes >= 3 * 20 * 9 * 4
+    for m in (1, 7, 20):
+        p = rng.normal(size=(3, m, 4))
+        got = s.attend(p, scale=0.4, causal=causal)
+        assert got.shape == (3, m, 5)
+        m_off = np.concatenate([np.zeros((3, 20 - m, 4)), p], axis=1)
+        want = _softmax_ref(m_off, k, v, 0.4, causal)[:, 20 - m:]
+        assert_close(got, want)
+    one = locus.Engine(CPU).prepare_attention(k[0], v[0])
+    assert_close(one.attend(p[0], scale=0.4), _softmax_ref(p[0], k[0], v[0], 0.4, False))
+
+
+def test_prepared_attention_errors():
+    s = locus.Engine(CPU).prepare_attention(np.ones((2, 5, 3)), np.ones((2, 5, 2)))
+    with pytest.raises(locus.InputError):
+        s.attend(np.ones((3, 4, 3)))  # another batch count
+    with pytest.raises(locus.InputError):
+        s.attend(np.ones((2, 4, 7)))  # another dimension
+    with pytest.raises(locus.InputError):
+        s.attend(np.ones((2, 9, 3)), causal=True)  # M > N under the mask
+    with pytest.raises(locus.InputError):
+        s.attend(np.ones((1, 2, 4, 3)))
+    with pytest.raises(locus.InputError):
+        s.attend([[np.nan, 0.0, 0.0]])
+    with pytest.raises(locus.InputError):
+        locus.Engine(CPU).prepare_attention(np.ones((5, 3)), np.ones((2, 5, 2)))
+    with pytest.raises(locus.LocusMemoryError):
+        locus.Engine(CPU, memory_limit=1000).prepare_attention(np.ones((500, 3)), np.ones((500, 2)))
+
+
 def test_feature_local_mean(rng):
     p, k, v = rng.uniform(size=(8, 3)), rng.uniform(size=(12, 3)), rng.normal(size=(12, 2))
     w = p @ k.T

@@ -34,3 +34,13 @@ def test_gpu_mean_shift_and_estimator_match_cpu(gpu, rng):
         locus.KernelDensity(bandwidth=0.5, backend="cpu").fit(x).score_samples(x[:50]),
         rtol=1e-5,
     )
+
+
+def test_gpu_prepared_attention_matches_cpu(gpu, rng):
+    k, v = rng.normal(size=(2, 150, 64)), rng.normal(size=(2, 150, 64))
+    s = gpu.prepare_attention(k, v)
+    for m in (1, 150):
+        p = rng.normal(size=(2, m, 64))
+        for causal in (False, True):
+            want = locus.kernel_softmax(p, k, v, causal=causal, backend="cpu")
+            assert_close(s.attend(p, causal=causal), want)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._engine import Engine, KeySet, RowStates
+from ._engine import AttentionSet, Engine, KeySet, RowStates
 from ._errors import DeviceError, InputError, LocusError, LocusMemoryError
 from ._functions import (
     LocalPCAResult,
@@ -58,6 +58,7 @@ _ESTIMATORS = {
 __all__ = [
     "Engine",
     "KeySet",
+    "AttentionSet",
     "RowStates",
     "LocusError",
     "InputError",

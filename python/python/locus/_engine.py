@@ -8,11 +8,19 @@ from typing import Any, NamedTuple, Union
 import numpy as np
 
 from . import _locus
-from ._arrays import as_count, as_degree, as_labels, as_matrix, as_values, fit_result
+from ._arrays import (
+    as_count,
+    as_degree,
+    as_float32,
+    as_labels,
+    as_matrix,
+    as_values,
+    fit_result,
+)
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_args
 
-__all__ = ["Engine", "KeySet", "RowStates", "engine_for"]
+__all__ = ["AttentionSet", "Engine", "KeySet", "RowStates", "engine_for"]
 
 _BACKENDS = ("auto", "gpu", "cpu")
 
@@ -100,6 +108,17 @@ class Engine:
         )
         return KeySet(inner, classes, vector)
 
+    def prepare_attention(self, psi: Any, values: Any) -> AttentionSet:
+        """Keeps attention keys ``psi`` (``(N, d)`` or batched
+        ``(B, N, d)``) and their ``values`` (``(N, q)`` / ``(B, N, q)``) on
+        the backend, for many :meth:`AttentionSet.attend` calls that upload
+        only their queries (decoding, a fixed memory queried by many
+        requests). Counted against ``memory_limit`` until dropped.
+        """
+        k = as_float32(psi, "psi", (2, 3))
+        v = as_float32(values, "values", (2, 3))
+        return AttentionSet(self._inner.prepare_attention(k, v))
+
     def __repr__(self) -> str:
         return repr(self._inner)
 
@@ -124,6 +143,64 @@ def engine_for(backend: BackendLike) -> Engine:
         if e is None:
             e = _engines[backend] = Engine(backend)
         return e
+
+
+class AttentionSet:
+    """Attention keys and values prepared on an engine's backend (see
+    :meth:`Engine.prepare_attention`); :meth:`attend` gives what
+    :func:`locus.kernel_softmax` gives on the same data. Thread-safe; each
+    call releases the GIL.
+
+    >>> import numpy as np, locus
+    >>> psi = 10 * np.eye(2, dtype=np.float32)
+    >>> s = locus.Engine("cpu").prepare_attention(psi, [[1.0], [2.0]])
+    >>> s.attend(np.eye(2), scale=1.0).round(3)
+    array([[1.],
+           [2.]], dtype=float32)
+    >>> (s.batches, s.n_keys, s.dim, s.value_cols)
+    (1, 2, 2, 1)
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def attend(
+        self, phi: Any, *, scale: float | None = None, causal: bool = False
+    ) -> np.ndarray:
+        """``softmax(scale·ΦΨᵀ)V`` of ``phi`` (``(M, d)``, or
+        ``(B, M, d)`` with the set's B) against the prepared keys and
+        values; ``scale`` defaults to ``1/√d``; ``causal`` lets query i see
+        the keys ``0..i + N − M``."""
+        p = as_float32(phi, "phi", (2, 3))
+        return self._inner.attend(p, scale=scale, causal=bool(causal))
+
+    @property
+    def batches(self) -> int:
+        """Batches B."""
+        return self._inner.batches
+
+    @property
+    def n_keys(self) -> int:
+        """Keys per batch N."""
+        return self._inner.keys
+
+    @property
+    def dim(self) -> int:
+        """Feature dimension d."""
+        return self._inner.dim
+
+    @property
+    def value_cols(self) -> int:
+        """Value columns q."""
+        return self._inner.value_cols
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes the backend holds for the keys and values."""
+        return self._inner.resident_bytes
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
 
 
 class RowStates(NamedTuple):
