@@ -5,9 +5,8 @@ use ndarray::{ArrayD, Ix2, Ix3};
 use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 
-use locus::SoftmaxParams;
-
 use crate::errors::{compute, input};
+use crate::ops::softmax_params;
 
 /// Keys `Ψ` and values `V` (2-D, or batched 3-D) kept on the backend;
 /// `attend` computes `softmax(scale·ΦΨᵀ)V` for new queries with the GIL
@@ -29,10 +28,7 @@ impl AttentionSet {
         scale: Option<f64>,
         causal: bool,
     ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-        let mut params = SoftmaxParams::new().with_causal(causal);
-        if let Some(s) = scale {
-            params = params.with_scale(s as f32);
-        }
+        let params = softmax_params(scale, causal);
         let p = phi.as_array();
         let set = &self.inner;
         let out: ArrayD<f32> = match p.ndim() {

@@ -256,10 +256,7 @@ pub(crate) fn kernel_softmax<'py>(
     scale: Option<f64>,
     causal: bool,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-    let mut params = SoftmaxParams::new().with_causal(causal);
-    if let Some(s) = scale {
-        params = params.with_scale(s as f32);
-    }
+    let params = softmax_params(scale, causal);
     let (p, k, v) = (phi.as_array(), psi.as_array(), values.as_array());
     same_rank(py, &[p.ndim(), k.ndim(), v.ndim()])?;
     let e = &engine.get().inner;
@@ -297,6 +294,15 @@ pub(crate) fn feature_local_mean<'py>(
             .map(|r| (r.values.into_dyn(), r.empty_rows)),
     })?;
     Ok((out.into_pyarray(py), empty))
+}
+
+/// Softmax parameters from Python's `scale` (None: 1/√d) and `causal`.
+pub(crate) fn softmax_params(scale: Option<f64>, causal: bool) -> SoftmaxParams {
+    let params = SoftmaxParams::new().with_causal(causal);
+    match scale {
+        Some(s) => params.with_scale(s as f32),
+        None => params,
+    }
 }
 
 /// Checks that phi, psi and values are all 2-D or all 3-D.

@@ -143,51 +143,41 @@ fn every_shader_file_is_registered_and_validates() {
     }
 }
 
-/// The planner's count of `local_mean_ip.wgsl`'s workgroup memory
-/// (which decides whether a device can run it) is the shader's.
+/// Bytes of the workgroup variables `id` declares with placeholder `values`.
+fn workgroup_bytes(id: ShaderId, values: &[(&'static str, u32)]) -> usize {
+    let src = id.render(values).expect("placeholders");
+    let module = naga::front::wgsl::parse_str(&src).expect("parses");
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()) as usize)
+        .sum()
+}
+
+/// The planner's counts of workgroup memory (which decide whether a
+/// device can run `local_mean_ip.wgsl` and `softmax_tiled.wgsl`) are the
+/// shaders'.
 #[test]
-fn inner_product_workgroup_memory_is_what_the_planner_counts() {
+fn tiled_shaders_workgroup_memory_is_what_the_planner_counts() {
     for cols in [0u32, 3, 32] {
         let values = [("D", 40), ("QT", cols), ("QA", cols.max(1))];
-        let src = ShaderId::LocalMeanIp.render(&values).expect("placeholders");
-        let module = naga::front::wgsl::parse_str(&src).expect("parses");
-        let bytes: u32 = module
-            .global_variables
-            .iter()
-            .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
-            .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
-            .sum();
         assert_eq!(
-            bytes as usize,
+            workgroup_bytes(ShaderId::LocalMeanIp, &values),
             crate::gpu::plan::local_mean::ip_workgroup_bytes(cols as usize),
             "QT = {cols}"
         );
     }
-}
-
-/// The planner's count of `softmax_tiled.wgsl`'s workgroup memory (which
-/// decides whether it runs) is the shader's.
-#[test]
-fn tiled_attention_workgroup_memory_is_what_the_planner_counts() {
-    for (d4, qa4, bk) in [(1u32, 1u32, 32u32), (3, 5, 8), (16, 16, 16), (9, 2, 32)] {
-        let values = [("D4", d4), ("QA4", qa4), ("BK", bk)];
-        let src = ShaderId::SoftmaxTiled
-            .render(&values)
-            .expect("placeholders");
-        let module = naga::front::wgsl::parse_str(&src).expect("parses");
-        let bytes: u32 = module
-            .global_variables
-            .iter()
-            .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
-            .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
-            .sum();
+    for (d4, qa4, bk) in [
+        (1usize, 1usize, 32usize),
+        (3, 5, 8),
+        (16, 16, 16),
+        (9, 2, 32),
+    ] {
+        let values = [("D4", d4 as u32), ("QA4", qa4 as u32), ("BK", bk as u32)];
         assert_eq!(
-            bytes as usize,
-            crate::gpu::plan::softmax::tiled_workgroup_bytes(
-                d4 as usize,
-                qa4 as usize,
-                bk as usize
-            ),
+            workgroup_bytes(ShaderId::SoftmaxTiled, &values),
+            crate::gpu::plan::softmax::tiled_workgroup_bytes(d4, qa4, bk),
             "{values:?}"
         );
     }

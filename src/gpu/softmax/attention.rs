@@ -204,15 +204,15 @@ pub(crate) fn kernel_softmax(
         format!("B={nb} M={m} N={n} d={d} q={q} causal={}", attn.causal),
     )?;
     let mut out = alloc_output(OP, "output", nb * m, q)?;
+    let call = AttendCall {
+        op: OP,
+        scope: &scope,
+        plan: &plan,
+        attn,
+        shape: (n, q),
+    };
     for (b0, b1) in tiles(nb, plan.batch_group) {
         let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b0, b1), plan.key_tile)?;
-        let call = AttendCall {
-            op: OP,
-            scope: &scope,
-            plan: &plan,
-            attn,
-            shape: (n, q),
-        };
         call.batches(ctx, phi, (b0, b1), 0, &key_tiles, &mut out)?;
     }
     scope.finish(ctx)?;
