@@ -3,7 +3,9 @@
 // Register blocking: each invocation keeps R query rows (rows
 // wid.x·WG·R + r·WG + lid), so every staged key is read from workgroup
 // memory once for R rows. Keys and their value columns are staged through
-// workgroup memory STAGE at a time. Each row's state (m, s, u[QT]) lives
+// workgroup memory STAGE at a time, as vec4 groups (D4 per key, QA4 per
+// value row, zero-padded): one 16-byte load feeds four coordinates or
+// columns of every row. Each row's state (m, s, u[QT]) lives
 // in registers with m in log₂ units:
 //   m = largest log₂-weight seen (0 for non-exponential profiles),
 //   s = Σ 2^{w−m},  u = Σ 2^{w−m}·y,
@@ -41,13 +43,15 @@ const STAGE: u32 = {{STAGE}}u;
 const MASKED: u32 = {{MASKED}}u;
 const R: u32 = {{R}}u;
 const STATE: u32 = 2u + QA;
+const D4: u32 = (D + 3u) / 4u;
+const QA4: u32 = (QA + 3u) / 4u;
 // LOG2E, M_START and NEG_BIG (a key without weight): row_state.wgsl and
 // profiles.wgsl.
 
 // Params, the bindings and block_inv_h: row_state.wgsl.
 
-var<workgroup> stage_x: array<f32, STAGE * D>;
-var<workgroup> stage_y: array<f32, STAGE * QA>;
+var<workgroup> stage_x: array<vec4<f32>, STAGE * D4>;
+var<workgroup> stage_y: array<vec4<f32>, STAGE * QA4>;
 
 @compute @workgroup_size(WG)
 fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
@@ -96,13 +100,29 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
     for (var base = k_lo; base < k_hi; base += STAGE) {
         let count = min(STAGE, k_hi - base);
         let kb = p.kbase + base;
-        for (var e = lid; e < count * D; e += WG) {
-            stage_x[e] = keys[kb * D + e];
+        for (var e = lid; e < count * D4; e += WG) {
+            let j = e / D4;
+            let k0 = (e - j * D4) * 4u;
+            var v = vec4<f32>(0.0);
+            for (var c = 0u; c < 4u; c++) {
+                if k0 + c < D {
+                    v[c] = keys[(kb + j) * D + k0 + c];
+                }
+            }
+            stage_x[e] = v;
         }
-        for (var e = lid; e < count * QT; e += WG) {
-            let j = e / QA;
-            let c = e - j * QA;
-            stage_y[e] = vals[(kb + j) * p.q_stride + p.c0 + c];
+        if QT > 0u {
+            for (var e = lid; e < count * QA4; e += WG) {
+                let j = e / QA4;
+                let c0 = (e - j * QA4) * 4u;
+                var v = vec4<f32>(0.0);
+                for (var c = 0u; c < 4u; c++) {
+                    if c0 + c < QT {
+                        v[c] = vals[(kb + j) * p.q_stride + p.c0 + c0 + c];
+                    }
+                }
+                stage_y[e] = v;
+            }
         }
         workgroupBarrier();
         // The maximum the rows' sums are relative to at the stage's start.
@@ -125,28 +145,35 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
                 var t: array<f32, R>;
                 var seen: array<u32, R>;
                 var carrier: array<f32, R>;
-                for (var k = 0u; k < D; k++) {
-                    let xk = stage_x[j * D + k];
-                    for (var r = 0u; r < R; r++) {
-                        let qk = qx[r * D + k];
-                        let df = select(xk - qk, (xk - qk) * cscale[k], PRODUCT);
-                        // MASKED: a coordinate either row lacks (stored as a
-                        // value at or above MISSING) is left out.
-                        if MASKED == 0u || max(abs(xk), abs(qk)) < MISSING {
-                            t[r] = fma(df, df, t[r]);
-                            seen[r] += 1u;
+                for (var k4 = 0u; k4 < D4; k4++) {
+                    let xv = stage_x[j * D4 + k4];
+                    for (var c4 = 0u; c4 < 4u; c4++) {
+                        let k = k4 * 4u + c4;
+                        if k >= D {
+                            break;
                         }
-                        if PRODUCT && block_last(k) {
-                            if MASKED == 0u {
-                                carrier[r] += block_t(k, t[r]);
-                            } else if seen[r] > 0u {
-                                carrier[r] += block_t(k, t[r] * (f32(block_dims(k)) / f32(seen[r])));
-                            } else {
-                                // No coordinate of the block shared: no weight.
-                                carrier[r] += T_FAR;
+                        let xk = xv[c4];
+                        for (var r = 0u; r < R; r++) {
+                            let qk = qx[r * D + k];
+                            let df = select(xk - qk, (xk - qk) * cscale[k], PRODUCT);
+                            // MASKED: a coordinate either row lacks (stored as a
+                            // value at or above MISSING) is left out.
+                            if MASKED == 0u || max(abs(xk), abs(qk)) < MISSING {
+                                t[r] = fma(df, df, t[r]);
+                                seen[r] += 1u;
                             }
-                            t[r] = 0.0;
-                            seen[r] = 0u;
+                            if PRODUCT && block_last(k) {
+                                if MASKED == 0u {
+                                    carrier[r] += block_t(k, t[r]);
+                                } else if seen[r] > 0u {
+                                    carrier[r] += block_t(k, t[r] * (f32(block_dims(k)) / f32(seen[r])));
+                                } else {
+                                    // No coordinate of the block shared: no weight.
+                                    carrier[r] += T_FAR;
+                                }
+                                t[r] = 0.0;
+                                seen[r] = 0u;
+                            }
                         }
                     }
                 }
@@ -187,12 +214,22 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
             }
             for (var c = 0u; c < C; c++) {
                 let j = min(j0 + c, count - 1u);
+                var w: array<f32, R>;
                 for (var r = 0u; r < R; r++) {
                     let v = lw[r * C + c];
-                    let w = select(v, exp2(v - m[r]), is_exp);
-                    ss[r] += w;
-                    for (var q = 0u; q < QT; q++) {
-                        su[r * QA + q] = fma(w, stage_y[j * QA + q], su[r * QA + q]);
+                    w[r] = select(v, exp2(v - m[r]), is_exp);
+                    ss[r] += w[r];
+                }
+                for (var q4 = 0u; q4 < QA4; q4++) {
+                    let yv = stage_y[j * QA4 + q4];
+                    for (var c4 = 0u; c4 < 4u; c4++) {
+                        let q = q4 * 4u + c4;
+                        if q >= QT {
+                            break;
+                        }
+                        for (var r = 0u; r < R; r++) {
+                            su[r * QA + q] = fma(w[r], yv[c4], su[r * QA + q]);
+                        }
                     }
                 }
             }

@@ -96,6 +96,15 @@ pub(crate) fn plan_local_mean(
     plan_with_cols(dev, caps, (m, n, d, q), (VALUE_REGS / rpt, rpt, true))
 }
 
+/// Loop iterations per key of `local_mean.wgsl` with `cols` value columns
+/// (at least 1) and `rpt` rows per invocation, nothing unrolled: the
+/// coordinates by vec4 group (4 slots each, every row), the value columns
+/// likewise, the per-row weights and bookkeeping.
+pub(crate) fn local_mean_loop_per_key(d: usize, cols: usize, rpt: usize) -> usize {
+    let (d4, qa4) = (d.div_ceil(4), cols.div_ceil(4));
+    4 + d4 * (5 + 4 * rpt) + 2 * (rpt + 1) + 7 * rpt + qa4 * (5 + 4 * rpt)
+}
+
 /// [`plan_local_mean`] with at most `max_cols` value columns a pass, `rpt`
 /// rows per invocation, and (`ip`) the inner-product shader's loop budget
 /// counted from d = 32 (the local moments never take that shader).
@@ -109,8 +118,10 @@ fn plan_with_cols(
     let floats = (binding / 4).min(usize::MAX as u64) as usize;
     let col_tile = q.min(max_cols).min(caps.value_cols.unwrap_or(usize::MAX));
     let col_slots = col_tile.max(1);
+    // Keys and value rows are staged as vec4 groups.
+    let (d4, qa4) = (d.div_ceil(4), col_slots.div_ceil(4));
     let staged_keys =
-        whole_chunks((dev.workgroup_bytes as usize / 4 / (d + col_slots)).min(MAX_STAGED_KEYS));
+        whole_chunks((dev.workgroup_bytes as usize / 16 / (d4 + qa4)).min(MAX_STAGED_KEYS));
     if staged_keys == 0 {
         return Err(no_room_for_a_key("local_mean", d, dev));
     }
@@ -119,7 +130,7 @@ fn plan_with_cols(
     // columns for every row of the invocation, and the chunk bookkeeping,
     // in whole chunks; from d = 32 the inner-product shader's cost too
     // (32 keys a step), whichever is lower.
-    let per_key = 4 + (d + 2) * (rpt + 1) + rpt * (6 + col_slots);
+    let per_key = local_mean_loop_per_key(d, col_slots, rpt);
     let mut budget = chunked_budget_keys(dev, 0, per_key, staged_keys);
     if ip && d >= IP_MIN_D {
         budget = budget.min(chunked_budget_keys(
@@ -257,7 +268,8 @@ mod tests {
     fn local_mean_plan_respects_caps_and_device() {
         let p = plan_local_mean(&LAVAPIPE, &TileLimits::default(), 1000, 5000, 3, 20).unwrap();
         assert_eq!((p.query_tile, p.key_tile, p.col_tile), (1000, 5000, 8));
-        assert!(p.staged_keys * (3 + 8) * 4 <= 32 << 10);
+        // Keys and values staged as vec4 groups: 1 + 2 per key.
+        assert!(p.staged_keys * 16 * (1 + 2) <= 32 << 10);
         let caps = TileLimits {
             query_rows: Some(5),
             key_rows: Some(7),
@@ -285,7 +297,8 @@ mod tests {
         let p = plan_local_mean(&dev, &TileLimits::default(), 10, 1_000_000, 3, 3).unwrap();
         let r = p.rows_per_thread;
         assert_eq!(r, 4);
-        assert!(p.key_tile * (4 + (3 + 2) * (r + 1) + r * (6 + 3)) < 65535);
+        assert!(p.key_tile * (4 + (5 + 4 * r) + 2 * (r + 1) + 7 * r + (5 + 4 * r)) < 65535);
+        assert!(p.key_tile > 500, "{}", p.key_tile);
     }
 
     #[test]

@@ -155,11 +155,20 @@ fn workgroup_bytes(id: ShaderId, values: &[(&'static str, u32)]) -> usize {
         .sum()
 }
 
-/// The planner's counts of workgroup memory (which decide whether a
-/// device can run `local_mean_ip.wgsl` and `softmax_tiled.wgsl`) are the
-/// shaders'.
+/// The planner's counts of workgroup memory (which decide how many keys
+/// `local_mean.wgsl` stages, and whether a device can run
+/// `local_mean_ip.wgsl` and `softmax_tiled.wgsl`) are the shaders'.
 #[test]
-fn tiled_shaders_workgroup_memory_is_what_the_planner_counts() {
+fn workgroup_memory_is_what_the_planner_counts() {
+    for values in samples(ShaderId::LocalMean) {
+        let v = |name| values.iter().find(|(n, _)| *n == name).unwrap().1 as usize;
+        let (d4, qa4) = (v("D").div_ceil(4), v("QA").div_ceil(4));
+        assert_eq!(
+            workgroup_bytes(ShaderId::LocalMean, &values),
+            v("STAGE") * 16 * (d4 + qa4),
+            "{values:?}"
+        );
+    }
     for cols in [0u32, 3, 32] {
         let values = [("D", 40), ("QT", cols), ("QA", cols.max(1))];
         assert_eq!(
