@@ -133,6 +133,17 @@ enum Spec {
         d: usize,
         causal: bool,
     },
+    /// Attention of `m` new queries per batch and call against `t` keys
+    /// and values per batch: sent from the host every call, or prepared
+    /// once on the engine (`AttentionSet`, as a decoder or a fixed memory
+    /// would keep them).
+    AttentionQueries {
+        b: usize,
+        t: usize,
+        m: usize,
+        d: usize,
+        prepared: bool,
+    },
     /// Gaussian MeanShift, every point a seed, exactly `iters` iterations.
     MeanShiftFixed {
         n: usize,
@@ -153,7 +164,7 @@ impl Spec {
             Spec::KernelMatrix { .. } | Spec::Laplacian { .. } => OpKind::KernelMatrix,
             Spec::Kde { .. } => OpKind::Kde,
             Spec::Knn { .. } => OpKind::Knn,
-            Spec::Attention { .. } => OpKind::Attention,
+            Spec::Attention { .. } | Spec::AttentionQueries { .. } => OpKind::Attention,
             Spec::MeanShiftFixed { .. } | Spec::MeanShift { .. } => OpKind::MeanShift,
         }
     }
@@ -269,6 +280,20 @@ fn plan(size: Size) -> Vec<Spec> {
                 d: 16,
                 causal: true,
             },
+            AttentionQueries {
+                b: 2,
+                t: 100,
+                m: 4,
+                d: 16,
+                prepared: false,
+            },
+            AttentionQueries {
+                b: 2,
+                t: 100,
+                m: 4,
+                d: 16,
+                prepared: true,
+            },
             MeanShiftFixed { n: 300, iters: 3 },
             MeanShift {
                 n: 2_000,
@@ -326,6 +351,20 @@ fn plan(size: Size) -> Vec<Spec> {
                     d: 64,
                     causal: true,
                 },
+                AttentionQueries {
+                    b: pick(4, 8),
+                    t: pick(512, 2_048),
+                    m: 16,
+                    d: 64,
+                    prepared: false,
+                },
+                AttentionQueries {
+                    b: pick(4, 8),
+                    t: pick(512, 2_048),
+                    m: 16,
+                    d: 64,
+                    prepared: true,
+                },
                 MeanShiftFixed {
                     n: pick(1_500, 16_384),
                     iters: 10,
@@ -366,6 +405,21 @@ fn plan(size: Size) -> Vec<Spec> {
                 t: 4_096,
                 d: 64,
                 causal: true,
+            },
+            // 16 new queries a call (decoding): keys sent every call, or kept.
+            AttentionQueries {
+                b: 8,
+                t: 4_096,
+                m: 16,
+                d: 64,
+                prepared: false,
+            },
+            AttentionQueries {
+                b: 8,
+                t: 4_096,
+                m: 16,
+                d: 64,
+                prepared: true,
             },
             MeanShift {
                 n: 1_000_000,
@@ -604,6 +658,65 @@ fn build(spec: Spec) -> CliResult<Case> {
                         out[[r / t, r % t, c]]
                     }))
                 }),
+                sample: None,
+            }
+        }
+        Spec::AttentionQueries {
+            b,
+            t,
+            m,
+            d,
+            prepared,
+        } => {
+            let stack = |rows, seed| {
+                let x = uniform(b * rows, d, seed)?.mapv(|x| 2.0 * x - 1.0);
+                x.into_shape_with_order((b, rows, d))
+                    .map_err(CliError::compute)
+            };
+            let (phi, psi, values) = (stack(m, 15)?, stack(t, 16)?, stack(t, 17)?);
+            let params = SoftmaxParams::new();
+            let pairs = b * m * t;
+            let shaped = move |out: ndarray::Array3<f32>| {
+                Array2::from_shape_fn((b * m, d), |(r, c)| out[[r / m, r % m, c]])
+            };
+            // The set each engine prepared on its first (warm-up) call.
+            let sets: std::sync::Mutex<Vec<(String, locus::AttentionSet)>> = Default::default();
+            let run: Call = if prepared {
+                Box::new(move |e: &Engine| {
+                    let id = e.backend().to_string();
+                    let set = {
+                        // A cache only: a poisoned lock's list is still usable.
+                        let mut sets = sets.lock().unwrap_or_else(|e| e.into_inner());
+                        match sets.iter().find(|(k, _)| *k == id) {
+                            Some((_, s)) => s.clone(),
+                            None => {
+                                let s = e.prepare_attention(psi.view(), values.view())?;
+                                sets.push((id, s.clone()));
+                                s
+                            }
+                        }
+                    };
+                    Ok(shaped(set.attend(phi.view(), &params)?))
+                })
+            } else {
+                Box::new(move |e: &Engine| {
+                    let out = e.kernel_softmax(phi.view(), psi.view(), values.view(), &params)?;
+                    Ok(shaped(out))
+                })
+            };
+            Case {
+                kind,
+                op: if prepared {
+                    "softmax (new queries, prepared keys)".into()
+                } else {
+                    "softmax (new queries, keys from the host)".into()
+                },
+                sizes: vec![("B", b), ("M", m), ("T", t), ("d", d), ("q", d)],
+                params: json!({"causal": false, "scale": 1.0 / (d as f64).sqrt(), "prepared": prepared, "data": "uniform [-1,1)"}),
+                pairs: Some(pairs as f64),
+                work: pairs as f64 * 2.0 * d as f64,
+                tolerance: Tolerance::local_mean(1.0),
+                run,
                 sample: None,
             }
         }
