@@ -60,7 +60,13 @@ fn bench_tiny_selects_ops_and_reports_kernel_time() {
         .iter()
         .map(|r| r["family"].as_str().unwrap())
         .collect();
-    assert_eq!(families, ["Knn", "Attention", "Attention"], "{families:?}");
+    assert_eq!(
+        families,
+        ["Knn", "Attention", "Attention", "Attention", "Attention"],
+        "{families:?}"
+    );
+    // New queries against keys sent every call, then prepared once.
+    assert_eq!(results[4]["params"]["prepared"], true, "{}", results[4]);
     for r in results {
         assert!(r["cpu"]["seconds"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["pairs"].as_f64().unwrap() > 0.0);
