@@ -9,7 +9,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
-from ._base import check_backend, check_bandwidth, check_X
+from ._base import check_backend, check_bandwidth, check_X, kernel_params
 from ._functions import log_density
 from ._kernels import ProductKernel
 
@@ -86,12 +86,8 @@ class KernelDensity(BaseEstimator):
         X = check_X(self, X, reset=True)
         n, d = X.shape
         if isinstance(self.kernel, ProductKernel):
-            # The blocks carry the bandwidths.
-            if self.bandwidth is not None:
-                raise ValueError(
-                    "a ProductKernel carries its blocks' bandwidths: set bandwidth=None with it"
-                )
-            h = None
+            # The blocks carry the bandwidths (kernel_params refuses another).
+            h = kernel_params(self.bandwidth, self.kernel)["bandwidth"]
         elif isinstance(self.bandwidth, str):
             if self.bandwidth == "scott":
                 h = n ** (-1 / (d + 4))
