@@ -23,16 +23,15 @@
 //
 // Template constants (src/gpu/shaders/): D dimension, QT value columns
 // in this pass (0: row sums only), QA = max(QT, 1). Generated: WG (= 64 =
-// TQ, the tile's 8 × 8 blocks), C (keys per chunk of the weights), the
-// flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF.
+// TQ, the tile's 8 × 8 blocks), TQ, TK, KC (the tile sizes the planner
+// counts), C (keys per chunk of the weights), the flag bits FIRST_TILE,
+// LAST_TILE, EXCLUDE_SELF.
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
 const QA: u32 = {{QA}}u;
 const STATE: u32 = 2u + QA;
-const TQ: u32 = 64u;
-const TK: u32 = 32u;
-const KC: u32 = 16u;
+// TQ (query rows), TK (keys a step), KC (coordinates a chunk): generated.
 const MR: u32 = 8u;
 const MK: u32 = 4u;
 // The unit roundoff 2⁻²⁴, and twice the expansion's first-order error

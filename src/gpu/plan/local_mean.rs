@@ -49,18 +49,24 @@ pub(crate) const IP_MIN_D: usize = 32;
 /// and the 8 × 4 block's loops (16 · 44) and sums (32), then per key the
 /// accuracy test, a possible measure by differences (`d`) and the weights.
 fn ip_loop_per_key(d: usize, cols: usize) -> usize {
-    (d.div_ceil(16) * 800 + 300).div_ceil(32) + 2 * d + 3 * cols + 24
+    (d.div_ceil(IP_CHUNK_DIMS) * 800 + 300).div_ceil(IP_STEP_KEYS) + 2 * d + 3 * cols + 24
 }
 
-/// Keys per step of `local_mean_ip.wgsl` (its `TK`).
-const IP_STEP_KEYS: usize = 32;
+/// Query rows of an inner-product tile of `local_mean_ip.wgsl` (its
+/// generated `TQ`): one per invocation when the tile's weights accumulate.
+pub(crate) const IP_TILE_ROWS: usize = LOCAL_MEAN_WG;
+/// Keys per step of `local_mean_ip.wgsl` (its generated `TK`).
+pub(crate) const IP_STEP_KEYS: usize = 32;
+/// Coordinates per chunk staged in workgroup memory (its generated `KC`).
+pub(crate) const IP_CHUNK_DIMS: usize = 16;
 
 /// Workgroup memory of `local_mean_ip.wgsl` with `cols` value columns a
 /// pass: the 64 × 16 query chunk, the 32 × 16 key chunk, the 64 × 32
 /// distances, the 32 keys' values and both norms. Where the device has
 /// less, the pass takes `local_mean.wgsl`.
 pub(crate) fn ip_workgroup_bytes(cols: usize) -> usize {
-    4 * (64 * 16 + 32 * 16 + 64 * 32 + 32 * cols.max(1) + 32 + 64)
+    let (tq, tk, kc) = (IP_TILE_ROWS, IP_STEP_KEYS, IP_CHUNK_DIMS);
+    4 * (tq * kc + tk * kc + tq * tk + tk * cols.max(1) + tk + tq)
 }
 
 /// Tiling of one local-mean call.

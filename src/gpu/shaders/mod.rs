@@ -21,6 +21,7 @@ use crate::backend::MatrixMode;
 use crate::kernel::{Profile, T_FAR};
 use crate::types::SHIFT_FLOOR;
 
+use crate::gpu::plan::local_mean::{IP_CHUNK_DIMS, IP_STEP_KEYS, IP_TILE_ROWS};
 use crate::gpu::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
 use crate::gpu::plan::{CHUNK_KEYS, FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
 
@@ -381,6 +382,15 @@ impl ShaderId {
                     EXCLUDE_SELF,
                     "shaders::EXCLUDE_SELF",
                 ));
+                if self.base() == ShaderId::LocalMeanIp {
+                    out.push(C::wg("TQ", IP_TILE_ROWS, "plan::local_mean::IP_TILE_ROWS"));
+                    out.push(C::wg("TK", IP_STEP_KEYS, "plan::local_mean::IP_STEP_KEYS"));
+                    out.push(C::wg(
+                        "KC",
+                        IP_CHUNK_DIMS,
+                        "plan::local_mean::IP_CHUNK_DIMS",
+                    ));
+                }
                 // Masked distances: local_mean.wgsl only.
                 if self.base() == ShaderId::LocalMean {
                     out.push(C::new(
