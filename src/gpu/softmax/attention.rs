@@ -199,22 +199,44 @@ pub(crate) fn kernel_softmax(
     check_u32(OP, "query rows", nb * m)?;
     check_u32(OP, "key rows", nb * n)?;
     let plan = plan_attend(&ctx.limits, &ctx.caps, nb, m, n, d, q)?;
+    attend_call(ctx, &plan, attn, (nb, m, n, d, q), "", |call, out| {
+        for (b0, b1) in tiles(nb, plan.batch_group) {
+            let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b0, b1), plan.key_tile)?;
+            call.batches(ctx, phi, (b0, b1), 0, &key_tiles, out)?;
+        }
+        Ok(())
+    })
+}
+
+/// One attention call of `B` batches of `M` queries against `N` keys in
+/// `d` dimensions with `q` value columns, planned by `plan`: its error
+/// scope (`what` added to the sizes it reports) and output, filled by
+/// `groups` calling [`AttendCall::batches`] for each group of batches.
+pub(super) fn attend_call(
+    ctx: &GpuContext,
+    plan: &AttendPlan,
+    attn: &Attention,
+    (nb, m, n, d, q): (usize, usize, usize, usize, usize),
+    what: &str,
+    groups: impl FnOnce(&AttendCall<'_>, &mut [f32]) -> Result<()>,
+) -> Result<Vec<f32>> {
+    const OP: &str = "kernel_softmax";
     let scope = ctx.scope(
         OP,
-        format!("B={nb} M={m} N={n} d={d} q={q} causal={}", attn.causal),
+        format!(
+            "B={nb} M={m} N={n} d={d} q={q} causal={}{what}",
+            attn.causal
+        ),
     )?;
     let mut out = alloc_output(OP, "output", nb * m, q)?;
     let call = AttendCall {
         op: OP,
         scope: &scope,
-        plan: &plan,
+        plan,
         attn,
         shape: (n, q),
     };
-    for (b0, b1) in tiles(nb, plan.batch_group) {
-        let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b0, b1), plan.key_tile)?;
-        call.batches(ctx, phi, (b0, b1), 0, &key_tiles, &mut out)?;
-    }
+    groups(&call, &mut out)?;
     scope.finish(ctx)?;
     Ok(out)
 }

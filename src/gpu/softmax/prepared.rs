@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::attention::AttendCall;
+use super::attention::attend_call;
 use super::stacked;
 use crate::backend::PreparedAttention;
 use crate::error::Result;
@@ -14,7 +14,6 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::keys::{KeyTile, Rows, StoredTile, upload_tiles};
 use crate::gpu::plan::{plan_attend, plan_attend_prepared, tiles};
 use crate::gpu::resident::{buffer_bytes, owned_upload, wait_for_uploads};
-use crate::matrix::alloc_output;
 use crate::memory::Reservation;
 use crate::types::{Attention, Heads};
 
@@ -117,29 +116,17 @@ impl PreparedAttention for GpuAttention {
             self.key_tile,
             self.group,
         )?;
-        let scope = ctx.scope(
-            OP,
-            format!(
-                "B={nb} M={m} N={n} d={d} q={q} causal={} (prepared)",
-                attn.causal
-            ),
-        )?;
-        let mut out = alloc_output(OP, "output", nb * m, q)?;
-        let call = AttendCall {
-            op: OP,
-            scope: &scope,
-            plan: &plan,
-            attn,
-            shape: (n, q),
-        };
-        for ((g0, g1), stored) in &self.groups {
-            let key_tiles: Vec<KeyTile<'static>> = stored.iter().map(|t| t.view(Some(0))).collect();
-            for (b0, b1) in tiles(g1 - g0, plan.batch_group) {
-                call.batches(ctx, phi, (g0 + b0, g0 + b1), b0, &key_tiles, &mut out)?;
+        let shape = (nb, m, n, d, q);
+        attend_call(ctx, &plan, attn, shape, " (prepared)", |call, out| {
+            for ((g0, g1), stored) in &self.groups {
+                let key_tiles: Vec<KeyTile<'static>> =
+                    stored.iter().map(|t| t.view(Some(0))).collect();
+                for (b0, b1) in tiles(g1 - g0, plan.batch_group) {
+                    call.batches(ctx, phi, (g0 + b0, g0 + b1), b0, &key_tiles, out)?;
+                }
             }
-        }
-        scope.finish(ctx)?;
-        Ok(out)
+            Ok(())
+        })
     }
 
     fn bytes(&self) -> u64 {
