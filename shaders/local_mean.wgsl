@@ -220,7 +220,8 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
                     w[r] = select(v, exp2(v - m[r]), is_exp);
                     ss[r] += w[r];
                 }
-                for (var q4 = 0u; q4 < QA4; q4++) {
+                // Row sums only (QT = 0): no values staged, none read.
+                for (var q4 = 0u; q4 < select(0u, QA4, QT > 0u); q4++) {
                     let yv = stage_y[j * QA4 + q4];
                     for (var c4 = 0u; c4 < 4u; c4++) {
                         let q = q4 * 4u + c4;
