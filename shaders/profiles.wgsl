@@ -3,13 +3,12 @@
 //
 // PROFILE: one of the generated codes PROFILE_GAUSSIAN, …, PROFILE_CAUCHY
 // (Profile::shader_code); T_FAR is generated too (kernel::T_FAR): t at or
-// beyond it is infinitely far, weight exactly 0 (as on the CPU).
+// beyond it is infinitely far, weight exactly 0 (as on the CPU); NEG_BIG
+// is generated too (shaders::NEG_BIG): a finite stand-in for −inf, the
+// log-weight of a key without weight.
 // The argument t is the scaled squared distance r²/h².
 
 override PROFILE: u32 = PROFILE_GAUSSIAN;
-
-// A finite stand-in for −inf: the running maximum before any key is seen.
-const NEG_BIG: f32 = -3.0e38;
 
 // Whether the profile is exp(·), accumulated in the log domain.
 fn profile_is_exp() -> bool {

@@ -44,11 +44,10 @@ fn block_inv_h(b: u32) -> f32 {
 }
 
 // The local-mean shaders run their exponential profiles in log₂ units
-// (weights 2^{w₂−m₂}): LOG2E converts, M_START is the running maximum
-// before any key. exp2 of NEG_BIG (profiles.wgsl: a key without weight)
-// minus any maximum, and of M_START minus any finite one, is exactly 0.
-const LOG2E: f32 = 1.4426950408889634;
-const M_START: f32 = -1.0e38;
+// (weights 2^{w₂−m₂}) with the generated LOG2E, M_START (the running
+// maximum before any key) and NEG_BIG (a key without weight): exp2 of
+// NEG_BIG minus any maximum, and of M_START minus any finite one, is
+// exactly 0 (shaders::M_START).
 
 // A row state's m in natural-log units from the nearest key's t (T_FAR:
 // none): the value every other pass computes for that key

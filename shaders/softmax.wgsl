@@ -127,7 +127,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
         let seen = min(count, select(0u, my_end - base, my_end > base));
         if live && seen > 0u {
             for (var j0 = 0u; j0 < seen; j0 += C) {
-                // The chunk's logits (LW_NONE past the row's last key).
+                // The chunk's logits (NEG_BIG past the row's last key).
                 var lw: array<f32, C>;
                 for (var c = 0u; c < C; c++) {
                     let j = min(j0 + c, seen - 1u);
@@ -136,7 +136,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
                         dot4 = fma(qx[k4], stage_k[j * D4 + k4], dot4);
                     }
                     let s = (dot4.x + dot4.y) + (dot4.z + dot4.w);
-                    lw[c] = select(LW_NONE, s, j0 + c < seen);
+                    lw[c] = select(NEG_BIG, s, j0 + c < seen);
                 }
                 // One update of the maximum for the chunk.
                 var cm = lw[0];

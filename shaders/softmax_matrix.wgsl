@@ -10,9 +10,7 @@
 // same order (scaled query, vec4 fma, pairwise lane sum). Keys the causal
 // mask hides get weight 0.
 //
-// Generated: WG (workgroup side).
-
-const LOG2E: f32 = 1.4426950408889634;
+// Generated: WG (workgroup side), LOG2E.
 
 struct MatParams {
     rows: u32,         // rows of this block

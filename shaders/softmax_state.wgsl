@@ -8,12 +8,10 @@
 // acc = Σ 2^{s−m}·v, stored as STATE floats (m, l, acc).
 
 const STATE: u32 = 2u + 4u * QA4;
-// The running maximum before any key, and the logit of a key the row does
-// not see: exp2 of LW_NONE minus any maximum, and of M_START minus any
-// finite one, is exactly 0 (logits are checked to stay below 1e37).
-const M_START: f32 = -1.0e38;
-const LW_NONE: f32 = -3.0e38;
-const LOG2E: f32 = 1.4426950408889634;
+// Generated: LOG2E, M_START (the running maximum before any key) and
+// NEG_BIG (the logit of a key the row does not see): exp2 of NEG_BIG minus
+// any maximum, and of M_START minus any finite one, is exactly 0 (logits
+// are checked to stay below 1e37).
 
 struct Params {
     rows: u32,       // query rows per batch in this query tile

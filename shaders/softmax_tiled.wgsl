@@ -11,7 +11,7 @@
 //      and KS key loads from workgroup memory feed 4·KS dot products;
 //      the tile goes to workgroup memory (`tile_s`).
 //   2. row pass: invocation t owns row t's maximum m and sum l. It takes
-//      the row's BK logits (LW_NONE for keys it does not see), moves m
+//      the row's BK logits (NEG_BIG for keys it does not see), moves m
 //      once to the block's largest, writes the weights 2^{s−m} back in
 //      place of the logits and the factor 2^{m_old−m_new} the row's
 //      accumulators need (`tile_a`).
@@ -154,7 +154,7 @@ fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>,
         // 2. Row lid: the block's maximum, its weights and the factor.
         let seen = min(count, select(0u, my_end - base, my_end > base));
         let rb = lid * SS;
-        var bm = LW_NONE;
+        var bm = NEG_BIG;
         for (var j = 0u; j < seen; j++) {
             bm = max(bm, tile_s[rb + j]);
         }
@@ -163,7 +163,7 @@ fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>,
         m = mn;
         var sum = 0.0;
         for (var j = 0u; j < count; j++) {
-            let w = exp2(select(LW_NONE, tile_s[rb + j], j < seen) - mn);
+            let w = exp2(select(NEG_BIG, tile_s[rb + j], j < seen) - mn);
             tile_s[rb + j] = w;
             sum += w;
         }

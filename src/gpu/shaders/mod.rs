@@ -15,6 +15,7 @@ mod product;
 
 pub(crate) use product::{ProductCode, block_scales};
 
+use std::f32::consts::LOG2_E;
 use std::fmt::Write as _;
 
 use crate::backend::MatrixMode;
@@ -45,6 +46,14 @@ pub(crate) const EXCLUDE_SELF: u32 = 4;
 /// magnitude is missing. The host stores missing coordinates (NaN) as
 /// `f32::MAX`; inputs of the masked ops are far below it.
 pub(crate) const MISSING_FROM: f32 = 3.0e38;
+/// The running maximum before any key of the shaders that weigh in log₂
+/// units (local means, attention), generated as `M_START`.
+pub(crate) const M_START: f32 = -1.0e38;
+/// A finite stand-in for −inf, generated as `NEG_BIG`: the log-weight (or
+/// logit) of a key without weight. `exp2` of it minus any maximum, and of
+/// [`M_START`] minus any finite maximum, is exactly 0.
+pub(crate) const NEG_BIG: f32 = -3.0e38;
+
 /// Bit of `flags` (`softmax.wgsl`): the causal mask.
 pub(crate) const CAUSAL: u32 = 4;
 
@@ -131,13 +140,13 @@ impl GeneratedConst {
     }
 }
 
-/// The constants of `profiles.wgsl`: `T_FAR` and the profile codes.
+/// The constants of `profiles.wgsl`: `T_FAR`, `NEG_BIG` and the profile
+/// codes.
 fn profile_consts() -> Vec<GeneratedConst> {
-    let mut out = vec![GeneratedConst::new(
-        "T_FAR",
-        ConstValue::F32(T_FAR),
-        "kernel::T_FAR",
-    )];
+    let mut out = vec![
+        GeneratedConst::new("T_FAR", ConstValue::F32(T_FAR), "kernel::T_FAR"),
+        GeneratedConst::new("NEG_BIG", ConstValue::F32(NEG_BIG), "shaders::NEG_BIG"),
+    ];
     out.extend(Profile::ALL.into_iter().map(|p| {
         GeneratedConst::new(
             profile_const_name(p),
@@ -364,6 +373,8 @@ impl ShaderId {
                 C::u32("LAST_TILE", LAST_TILE, "shaders::LAST_TILE"),
             ]
         };
+        let log2e = || C::new("LOG2E", ConstValue::F32(LOG2_E), "f32::consts::LOG2_E");
+        let m_start = || C::new("M_START", ConstValue::F32(M_START), "shaders::M_START");
         let mut out = if self.uses_profiles() {
             profile_consts()
         } else {
@@ -376,6 +387,7 @@ impl ShaderId {
             | ShaderId::LocalMeanIpMerge => {
                 out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
                 out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
+                out.extend([log2e(), m_start()]);
                 out.extend(tiles());
                 out.push(C::u32(
                     "EXCLUDE_SELF",
@@ -442,11 +454,18 @@ impl ShaderId {
                 if self.base() == ShaderId::Softmax {
                     out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
                 }
+                out.extend([log2e(), m_start()]);
+                out.push(C::new(
+                    "NEG_BIG",
+                    ConstValue::F32(NEG_BIG),
+                    "shaders::NEG_BIG",
+                ));
                 out.extend(tiles());
                 out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL"));
             }
             ShaderId::SoftmaxMatrix => {
                 out.push(C::wg("WG", SOFTMAX_MATRIX_WG, "plan::softmax::MATRIX_WG"));
+                out.push(log2e());
             }
             ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
                 out.push(C::wg("SUM_WG", SUM_WG, "plan::softmax::SUM_WG"));
