@@ -6,7 +6,7 @@ use crate::types::MomentLayout;
 
 use super::{
     DeviceLimits, MAX_STAGED_KEYS, TileLimits, binding_bytes, budget_keys, chunked_budget_keys,
-    no_room_for_a_key, split_count, too_small, whole_chunks,
+    dispatch_pairs, no_room_for_a_key, split_count, too_small, whole_chunks,
 };
 
 /// Threads per workgroup of the local-mean shaders.
@@ -18,12 +18,6 @@ pub(crate) const MAX_VALUE_COLS: usize = 8;
 /// 32 beyond), so a wide MeanShift or local mean recomputes its distances
 /// in fewer passes.
 pub(crate) const VALUE_REGS: usize = 32;
-/// Work one local-mean-family dispatch may do, in pair-units (a pair of a
-/// query and a key costs `2 + d + columns` units, about its instructions):
-/// 2³⁶ is a few tens of milliseconds on a large GPU. A longer sweep is cut
-/// into windows of keys, one dispatch each, merged like key tiles, so no
-/// dispatch runs for minutes (display watchdogs, cancellation).
-pub(crate) const DISPATCH_WORK: u64 = 1 << 36;
 /// Fewest keys one workgroup of a key split sweeps: below this the merge
 /// costs more than the parallelism gains.
 const MIN_SPLIT_KEYS: usize = 512;
@@ -84,7 +78,7 @@ pub(crate) struct LocalMeanPlan {
     /// shader).
     pub rows_per_thread: usize,
     /// Keys one dispatch sweeps: a key tile is swept in windows of this
-    /// many, merged like key tiles (the work cap, [`DISPATCH_WORK`]).
+    /// many, merged like key tiles (the work cap, [`DISPATCH_WORK`](super::DISPATCH_WORK)).
     pub dispatch_keys: usize,
 }
 
@@ -176,12 +170,12 @@ fn plan_with_cols(
 
 impl LocalMeanPlan {
     /// Sets the dispatch window for the tiles chosen: a full query tile
-    /// against a window of keys stays within [`DISPATCH_WORK`] (`units`
+    /// against a window of keys stays within [`DISPATCH_WORK`](super::DISPATCH_WORK) (`units`
     /// per pair), or the caps' window when lower.
     fn set_window(&mut self, caps: &TileLimits, units: usize) {
-        let pairs = DISPATCH_WORK / units.max(1) as u64;
-        let window = (pairs / self.query_tile.max(1) as u64).max(MAX_STAGED_KEYS as u64);
-        self.dispatch_keys = (window.min(self.key_tile as u64) as usize)
+        let window = (dispatch_pairs(units) / self.query_tile.max(1)).max(MAX_STAGED_KEYS);
+        self.dispatch_keys = window
+            .min(self.key_tile)
             .min(caps.dispatch_keys.unwrap_or(usize::MAX))
             .max(1);
     }
@@ -266,7 +260,7 @@ pub(crate) fn plan_mean_shift(
 
 #[cfg(test)]
 mod tests {
-    use super::super::LAVAPIPE;
+    use super::super::{DISPATCH_WORK, LAVAPIPE};
     use super::*;
     use crate::error::Error;
 

@@ -128,6 +128,20 @@ pub(crate) struct DeviceLimits {
     pub fill_workgroups: u32,
 }
 
+/// Work one local-mean-family or attention dispatch may do, in pair-units
+/// (a pair of a query and a key costs `2 + d + columns` units, about its
+/// instructions): 2³⁶ is a few tens of milliseconds on a large GPU. A
+/// longer sweep is cut into windows or key tiles, one dispatch each,
+/// merged like key tiles, so no dispatch runs for minutes (display
+/// watchdogs, cancellation).
+pub(crate) const DISPATCH_WORK: u64 = 1 << 36;
+
+/// (Query, key) pairs one dispatch may cover under [`DISPATCH_WORK`] when
+/// a pair costs `units` pair-units.
+pub(crate) fn dispatch_pairs(units: usize) -> usize {
+    (DISPATCH_WORK / units.max(1) as u64).min(usize::MAX as u64) as usize
+}
+
 /// Most workgroups that may share one dispatch's keys.
 pub(crate) const MAX_KEY_SPLITS: usize = 1024;
 

@@ -4,10 +4,9 @@
 
 use crate::error::{Error, Result};
 
-use super::local_mean::DISPATCH_WORK;
 use super::{
-    DeviceLimits, TileLimits, binding_floats, chunked_budget_keys, loop_budget, no_room_for_a_key,
-    split_count, too_small, whole_chunks,
+    DeviceLimits, TileLimits, binding_floats, chunked_budget_keys, dispatch_pairs, loop_budget,
+    no_room_for_a_key, split_count, too_small, whole_chunks,
 };
 
 /// Query rows per workgroup of `softmax.wgsl` (one per invocation) and of
@@ -139,7 +138,7 @@ pub(crate) fn plan_attend(
         .max(1);
     // The work cap (as the local mean's): a query tile against a key tile
     // is at most DISPATCH_WORK pair-units (`2 + d + cols` each).
-    let pairs = attend_pairs(d, plan.col_tile);
+    let pairs = dispatch_pairs(2 + d + plan.col_tile.max(1));
     plan.key_tile = (floats / wk)
         .min(if plan.tiled_keys > 0 {
             tiled_budget_keys(dev, d4, plan.qa4(), plan.tiled_keys)
@@ -162,12 +161,6 @@ pub(crate) fn plan_attend(
     Ok(plan)
 }
 
-/// Pair-units (`2 + d + cols` each) of one attention dispatch under the
-/// work cap, in (query rows × keys).
-fn attend_pairs(d: usize, col_tile: usize) -> usize {
-    (DISPATCH_WORK / (2 + d + col_tile.max(1)) as u64).min(usize::MAX as u64) as usize
-}
-
 /// Plans attention of `b` batches of `m` queries against a prepared key
 /// set of `n` keys per batch, stored in key tiles of `key_tile` keys and,
 /// when a tile is a whole batch, in groups of `group` batches per buffer
@@ -182,7 +175,7 @@ pub(crate) fn plan_attend_prepared(
     group: usize,
 ) -> Result<AttendPlan> {
     let mut plan = plan_attend(dev, caps, b, m, n, d, q)?;
-    let pairs = attend_pairs(d, plan.col_tile);
+    let pairs = dispatch_pairs(2 + d + plan.col_tile.max(1));
     plan.key_tile = key_tile;
     plan.query_tile = plan.query_tile.min((pairs / key_tile).max(1));
     plan.batch_group = if plan.query_tile == m && key_tile == n {
@@ -372,7 +365,7 @@ pub(crate) fn plan_feature(
 
 #[cfg(test)]
 mod tests {
-    use super::super::LAVAPIPE;
+    use super::super::{DISPATCH_WORK, LAVAPIPE};
     use super::*;
 
     #[test]
