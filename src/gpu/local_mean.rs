@@ -190,7 +190,7 @@ pub(crate) fn record_pass<'p>(
     };
     let pipeline = ctx.pipelines.get(ctx, op, &key)?;
     let merge = merge_pipeline(ctx, op, &key, splits)?;
-    let partial = partial_states(ctx, op, splits, splits * job.rows * (2 + (c1 - c0).max(1)))?;
+    let partial = partial_states(ctx, op, splits, splits * job.rows * job.plan.state_cols())?;
     // Rows per workgroup: R per invocation in local_mean.wgsl; every plan
     // that may take another shader has R = 1.
     let rows_per_group = LOCAL_MEAN_WG * job.plan.rows_per_thread;
@@ -332,7 +332,7 @@ fn normalized_on_tiles(
         PassKind::Mean | PassKind::Masked => keys.q,
     };
     let mut out = alloc_output(op, "output", m, q)?;
-    let state_cols = 2 + plan.col_tile.max(1);
+    let state_cols = plan.state_cols();
     let mut empty = 0usize;
     for (r0, r1) in tiles(m, plan.query_tile) {
         let b = tile_buffers(ctx, op, queries, (r0, r1), state_cols, q)?;
@@ -533,7 +533,7 @@ pub(crate) fn states_on_tiles(
 ) -> Result<RowStates> {
     let op = scope.op;
     let (m, d, q) = (queries.rows(), keys.d, keys.q);
-    let state_cols = 2 + plan.col_tile.max(1);
+    let state_cols = plan.state_cols();
     let mut states = RowStates::empty(m, q);
     for (r0, r1) in tiles(m, plan.query_tile) {
         let b = tile_buffers(ctx, op, queries, (r0, r1), state_cols, 0)?;

@@ -96,7 +96,7 @@ pub(crate) fn mean_shift(
     } else {
         tiles(m, plan.query_tile).collect()
     };
-    let state_cols = 2 + plan.col_tile.max(1);
+    let state_cols = plan.state_cols();
     let mut chunks = Vec::with_capacity(ranges.len());
     for &(a, b) in &ranges {
         let len = b - a;

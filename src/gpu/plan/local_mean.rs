@@ -193,13 +193,18 @@ impl LocalMeanPlan {
             return 1;
         }
         let groups = rows.div_ceil(LOCAL_MEAN_WG * self.rows_per_thread);
-        let state = 2 + self.col_tile.max(1);
         split_count(
             dev,
             caps,
             (groups, self.dispatch_keys, MIN_SPLIT_KEYS),
-            rows * state,
+            rows * self.state_cols(),
         )
+    }
+
+    /// Floats of a row state `(m, s, u)` of a pass of `col_tile` columns
+    /// (2 + at least 1): rows of the state and partial-state buffers.
+    pub(crate) fn state_cols(&self) -> usize {
+        2 + self.col_tile.max(1)
     }
 }
 
