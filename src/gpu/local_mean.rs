@@ -221,13 +221,15 @@ pub(crate) fn record_pass<'p>(
         label: Some(op),
         timestamp_writes: None,
     });
+    pass.set_pipeline(&pipeline);
     for (w, &(t, _, _)) in windows.iter().enumerate() {
-        pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &groups[t], &[params.offset(w)]);
         pass.dispatch_workgroups(workgroups, splits32, 1);
         if let Some(merge) = &merge {
+            // Same bind group; back to the accumulation after.
             pass.set_pipeline(merge);
             pass.dispatch_workgroups(merge_groups, 1, 1);
+            pass.set_pipeline(&pipeline);
         }
     }
     drop(pass);

@@ -170,13 +170,15 @@ pub(super) fn record_attend<'p>(
             label: Some(op),
             timestamp_writes: None,
         });
+        pass.set_pipeline(&pipeline);
         for bg in &groups {
-            pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, bg, &[params.offset(rec)]);
             pass.dispatch_workgroups(workgroups, batches, splits32);
             if let Some(merge) = &merge {
+                // Same bind group; back to the accumulation after.
                 pass.set_pipeline(merge);
                 pass.dispatch_workgroups(workgroups, batches, 1);
+                pass.set_pipeline(&pipeline);
             }
             rec += 1;
         }
