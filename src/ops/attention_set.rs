@@ -45,8 +45,7 @@ pub struct AttentionSet {
 
 #[derive(Debug)]
 struct Inner {
-    // Keeps the backend (and its device) alive as long as the set.
-    _engine: Engine,
+    /// The backend's copy (it keeps its device or memory budget alive).
     prepared: Arc<dyn PreparedAttention>,
     batch: usize,
     n: usize,
@@ -78,7 +77,6 @@ impl Engine {
         let prepared = self.backend_impl().prepare_attention(&k, &v)?;
         Ok(AttentionSet {
             inner: Arc::new(Inner {
-                _engine: self.clone(),
                 prepared,
                 batch: k.batch,
                 n: k.rows,

@@ -22,8 +22,7 @@ pub(crate) struct CpuAttention {
     packed: Vec<Packed>,
     n: usize,
     q: usize,
-    bytes: u64,
-    _held: Reservation,
+    held: Reservation,
 }
 
 impl std::fmt::Debug for CpuAttention {
@@ -53,13 +52,7 @@ impl CpuAttention {
             .into_par_iter()
             .map(|b| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q))))
             .collect();
-        Ok(CpuAttention {
-            packed,
-            n,
-            q,
-            bytes,
-            _held: held,
-        })
+        Ok(CpuAttention { packed, n, q, held })
     }
 }
 
@@ -70,6 +63,6 @@ impl PreparedAttention for CpuAttention {
     }
 
     fn bytes(&self) -> u64 {
-        self.bytes
+        self.held.bytes()
     }
 }

@@ -28,8 +28,7 @@ pub(crate) struct GpuAttention {
     q: usize,
     key_tile: usize,
     group: usize,
-    bytes: u64,
-    _held: Reservation,
+    held: Reservation,
 }
 
 impl std::fmt::Debug for GpuAttention {
@@ -97,8 +96,7 @@ impl GpuAttention {
             q,
             key_tile,
             group,
-            bytes,
-            _held: held,
+            held,
         })
     }
 }
@@ -130,6 +128,6 @@ impl PreparedAttention for GpuAttention {
     }
 
     fn bytes(&self) -> u64 {
-        self.bytes
+        self.held.bytes()
     }
 }
