@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use super::attention::attend_call;
-use super::stacked;
+use super::{stacked, upload_group};
 use crate::backend::PreparedAttention;
 use crate::error::Result;
 use crate::gpu::check_u32;
 use crate::gpu::context::GpuContext;
-use crate::gpu::keys::{KeyTile, Rows, StoredTile, upload_tiles};
+use crate::gpu::keys::{KeyTile, StoredTile};
 use crate::gpu::plan::{plan_attend, plan_attend_prepared, tiles};
 use crate::gpu::resident::{buffer_bytes, owned_upload, wait_for_uploads};
 use crate::memory::Reservation;
@@ -70,22 +70,9 @@ impl GpuAttention {
             format!("B={nb} N={n} d={d} q={q} key tile={key_tile} batch group={group}"),
         )?;
         let mut alloc = |data: &[f32]| owned_upload(ctx, data);
-        let mut groups = Vec::new();
-        for (b0, b1) in tiles(nb, group) {
-            let keys = |k0, k1| {
-                let (a, b) = stacked(b0, b1, k0, k1, n);
-                psi.data.row_range(a, b)
-            };
-            let vals = |k0, k1| {
-                let (a, b) = stacked(b0, b1, k0, k1, n);
-                values.data.row_range(a, b)
-            };
-            let sets: [&Rows<'_>; 1] = [&vals];
-            groups.push((
-                (b0, b1),
-                upload_tiles(n, key_tile, &keys, &sets, &mut alloc)?,
-            ));
-        }
+        let groups = tiles(nb, group)
+            .map(|g| Ok((g, upload_group(psi, Some(values), g, key_tile, &mut alloc)?)))
+            .collect::<Result<Vec<_>>>()?;
         wait_for_uploads(ctx, &scope)?;
         scope.finish(ctx)?;
         Ok(GpuAttention {
