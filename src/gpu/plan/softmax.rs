@@ -150,15 +150,31 @@ pub(crate) fn plan_attend(
         .min((pairs / plan.query_tile).max(MAX_STAGED * 8))
         .min(n)
         .max(1);
-    if plan.query_tile == m && plan.key_tile == n {
-        plan.batch_group = (floats / (m * wq))
-            .min(floats / (n * wk))
-            .min(dev.workgroups_per_dim as usize)
-            .min(pairs / (m * n).max(1))
-            .min(b)
-            .max(1);
-    }
+    plan.batch_group = whole_batches(dev, caps, &plan, (b, m, n, d, q));
     Ok(plan)
+}
+
+/// Batches per dispatch when a query tile and a key tile are whole batches
+/// (`query_tile = M`, `key_tile = N`): as many as one binding of queries and
+/// one of keys hold, the dispatch dimension and the work cap allow; else 1.
+fn whole_batches(
+    dev: &DeviceLimits,
+    caps: &TileLimits,
+    plan: &AttendPlan,
+    (b, m, n, d, q): (usize, usize, usize, usize, usize),
+) -> usize {
+    if plan.query_tile != m || plan.key_tile != n {
+        return 1;
+    }
+    let floats = binding_floats(dev, caps);
+    let (wq, wk) = (d.max(q).max(plan.state_cols()), d.max(q));
+    let pairs = dispatch_pairs(2 + d + plan.col_tile.max(1));
+    (floats / (m * wq))
+        .min(floats / (n * wk))
+        .min(dev.workgroups_per_dim as usize)
+        .min(pairs / (m * n).max(1))
+        .min(b)
+        .max(1)
 }
 
 /// Plans attention of `b` batches of `m` queries against a prepared key
@@ -178,16 +194,7 @@ pub(crate) fn plan_attend_prepared(
     let pairs = dispatch_pairs(2 + d + plan.col_tile.max(1));
     plan.key_tile = key_tile;
     plan.query_tile = plan.query_tile.min((pairs / key_tile).max(1));
-    plan.batch_group = if plan.query_tile == m && key_tile == n {
-        let wq = d.max(q).max(plan.state_cols());
-        (binding_floats(dev, caps) / (m * wq))
-            .min(dev.workgroups_per_dim as usize)
-            .min(pairs / (m * n).max(1))
-            .min(group)
-            .max(1)
-    } else {
-        1
-    };
+    plan.batch_group = whole_batches(dev, caps, &plan, (b, m, n, d, q)).min(group);
     Ok(plan)
 }
 
