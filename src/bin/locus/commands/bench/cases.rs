@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use locus::{Engine, Kernel, LaplacianKind, MeanShiftParams, Profile, Seeds, SoftmaxParams};
-use ndarray::{Array2, s};
+use ndarray::{Array2, Array3, s};
 use serde_json::{Value, json};
 
 use crate::data;
@@ -217,6 +217,20 @@ fn uniform(rows: usize, cols: usize, seed: u64) -> CliResult<Array2<f32>> {
 /// Generated blobs, or an input error when they do not fit in memory.
 fn blobs(n: usize) -> CliResult<Array2<f32>> {
     data::try_blobs(n).ok_or_else(|| too_large(n, 2))
+}
+
+/// `b` batches of `rows × d` generated points, uniform in [-1, 1) (attention).
+fn heads(b: usize, rows: usize, d: usize, seed: u64) -> CliResult<Array3<f32>> {
+    uniform(b * rows, d, seed)?
+        .mapv(|x| 2.0 * x - 1.0)
+        .into_shape_with_order((b, rows, d))
+        .map_err(CliError::compute)
+}
+
+/// A batched result `(B, M, q)` as the `(B·M) × q` matrix the bench compares.
+fn stacked(out: Array3<f32>) -> Array2<f32> {
+    let (_, m, q) = out.dim();
+    Array2::from_shape_fn((out.len() / q.max(1), q), |(r, c)| out[[r / m, r % m, c]])
 }
 
 fn too_large(rows: usize, cols: usize) -> CliError {
@@ -627,12 +641,11 @@ fn build(spec: Spec) -> CliResult<Case> {
             }
         }
         Spec::Attention { b, t, d, causal } => {
-            let stack = |seed| {
-                let m = uniform(b * t, d, seed)?.mapv(|x| 2.0 * x - 1.0);
-                m.into_shape_with_order((b, t, d))
-                    .map_err(CliError::compute)
-            };
-            let (phi, psi, values) = (stack(12)?, stack(13)?, stack(14)?);
+            let (phi, psi, values) = (
+                heads(b, t, d, 12)?,
+                heads(b, t, d, 13)?,
+                heads(b, t, d, 14)?,
+            );
             let params = SoftmaxParams::new().with_causal(causal);
             // Causal: about B·T²/2 (query, key) pairs.
             let pairs = if causal {
@@ -653,10 +666,12 @@ fn build(spec: Spec) -> CliResult<Case> {
                 work: pairs as f64 * 2.0 * d as f64,
                 tolerance: Tolerance::local_mean(1.0),
                 run: Box::new(move |e: &Engine| {
-                    let out = e.kernel_softmax(phi.view(), psi.view(), values.view(), &params)?;
-                    Ok(Array2::from_shape_fn((b * t, d), |(r, c)| {
-                        out[[r / t, r % t, c]]
-                    }))
+                    Ok(stacked(e.kernel_softmax(
+                        phi.view(),
+                        psi.view(),
+                        values.view(),
+                        &params,
+                    )?))
                 }),
                 sample: None,
             }
@@ -668,17 +683,13 @@ fn build(spec: Spec) -> CliResult<Case> {
             d,
             prepared,
         } => {
-            let stack = |rows, seed| {
-                let x = uniform(b * rows, d, seed)?.mapv(|x| 2.0 * x - 1.0);
-                x.into_shape_with_order((b, rows, d))
-                    .map_err(CliError::compute)
-            };
-            let (phi, psi, values) = (stack(m, 15)?, stack(t, 16)?, stack(t, 17)?);
+            let (phi, psi, values) = (
+                heads(b, m, d, 15)?,
+                heads(b, t, d, 16)?,
+                heads(b, t, d, 17)?,
+            );
             let params = SoftmaxParams::new();
             let pairs = b * m * t;
-            let shaped = move |out: ndarray::Array3<f32>| {
-                Array2::from_shape_fn((b * m, d), |(r, c)| out[[r / m, r % m, c]])
-            };
             // The set each engine prepared on its first (warm-up) call.
             let sets: std::sync::Mutex<Vec<(String, locus::AttentionSet)>> = Default::default();
             let run: Call = if prepared {
@@ -696,12 +707,16 @@ fn build(spec: Spec) -> CliResult<Case> {
                             }
                         }
                     };
-                    Ok(shaped(set.attend(phi.view(), &params)?))
+                    Ok(stacked(set.attend(phi.view(), &params)?))
                 })
             } else {
                 Box::new(move |e: &Engine| {
-                    let out = e.kernel_softmax(phi.view(), psi.view(), values.view(), &params)?;
-                    Ok(shaped(out))
+                    Ok(stacked(e.kernel_softmax(
+                        phi.view(),
+                        psi.view(),
+                        values.view(),
+                        &params,
+                    )?))
                 })
             };
             Case {
