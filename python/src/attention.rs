@@ -6,7 +6,7 @@ use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 
 use crate::errors::{compute, input};
-use crate::ops::softmax_params;
+use crate::ops::{dim, softmax_params};
 
 /// Keys `Ψ` and values `V` (2-D, or batched 3-D) kept on the backend;
 /// `attend` computes `softmax(scale·ΦΨᵀ)V` for new queries with the GIL
@@ -32,14 +32,12 @@ impl AttentionSet {
         let p = phi.as_array();
         let set = &self.inner;
         let out: ArrayD<f32> = match p.ndim() {
-            2 => {
-                let p = p.into_dimensionality::<Ix2>().expect("two axes"); // ok: ndim is 2
-                compute(py, || set.attend(p, &params).map(|a| a.into_dyn()))?
-            }
-            3 => {
-                let p = p.into_dimensionality::<Ix3>().expect("three axes"); // ok: ndim is 3
-                compute(py, || set.attend(p, &params).map(|a| a.into_dyn()))?
-            }
+            2 => compute(py, || {
+                set.attend(dim::<Ix2>(&p), &params).map(|a| a.into_dyn())
+            })?,
+            3 => compute(py, || {
+                set.attend(dim::<Ix3>(&p), &params).map(|a| a.into_dyn())
+            })?,
             n => {
                 return Err(input(
                     py,

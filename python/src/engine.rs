@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 use crate::attention::AttentionSet;
 use crate::errors::{compute, input};
 use crate::keyset::KeySet;
+use crate::ops::dim;
 
 /// A compute engine on one backend: `"auto"` (a hardware GPU if there is
 /// one, else the CPU), `"gpu"` (any GPU adapter, software included) or
@@ -173,22 +174,12 @@ impl Engine {
         let (k, v) = (psi.as_array(), values.as_array());
         let engine = &self.inner;
         let inner = match (k.ndim(), v.ndim()) {
-            (2, 2) => {
-                let (k, v) = (
-                    k.into_dimensionality::<Ix2>(),
-                    v.into_dimensionality::<Ix2>(),
-                );
-                let (k, v) = (k.expect("two axes"), v.expect("two axes")); // ok: ndim is 2
-                compute(py, || engine.prepare_attention(k, v))?
-            }
-            (3, 3) => {
-                let (k, v) = (
-                    k.into_dimensionality::<Ix3>(),
-                    v.into_dimensionality::<Ix3>(),
-                );
-                let (k, v) = (k.expect("three axes"), v.expect("three axes")); // ok: ndim is 3
-                compute(py, || engine.prepare_attention(k, v))?
-            }
+            (2, 2) => compute(py, || {
+                engine.prepare_attention(dim::<Ix2>(&k), dim::<Ix2>(&v))
+            })?,
+            (3, 3) => compute(py, || {
+                engine.prepare_attention(dim::<Ix3>(&k), dim::<Ix3>(&v))
+            })?,
             (a, b) => {
                 return Err(input(
                     py,

@@ -323,11 +323,12 @@ fn same_rank(py: Python<'_>, ranks: &[usize]) -> PyResult<()> {
     Ok(())
 }
 
-/// A view of rank `D`; the rank was checked by [`same_rank`].
-fn dim<'a, D: ndarray::Dimension>(
+/// A view of rank `D`; the rank was checked (by [`same_rank`] or a match
+/// on `ndim`).
+pub(crate) fn dim<'a, D: ndarray::Dimension>(
     a: &ndarray::ArrayViewD<'a, f32>,
 ) -> ndarray::ArrayView<'a, f32, D> {
     a.clone()
         .into_dimensionality::<D>()
-        .expect("rank checked by same_rank") // ok: same_rank ran first
+        .expect("rank checked by the caller") // ok: same_rank or a match on ndim ran first
 }
