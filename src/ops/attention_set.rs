@@ -12,10 +12,12 @@ use std::sync::Arc;
 
 use ndarray::{Array, ArrayView, Dimension};
 
-use super::softmax::{SoftmaxParams, attention_for, check_values, heads, max_row_norm, shaped};
+use super::softmax::{
+    SoftmaxParams, attention_for, check_keys, check_values, heads, max_row_norm, shaped,
+};
 use crate::backend::PreparedAttention;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Attention keys `Ψ` (`(B, N, d)`) and values `V` (`(B, N, q)`) kept on an
 /// engine's backend for many [`attend`](Self::attend) calls; results equal
@@ -63,7 +65,7 @@ impl Engine {
     /// # Errors
     /// Inputs that are not 2-D or 3-D, empty or non-finite, values of a
     /// different batch size or not one row per key, sizes the GPU shaders
-    /// cannot index, and [`Error::MemoryLimit`] when the set does not fit
+    /// cannot index, and [`Error::MemoryLimit`](crate::Error::MemoryLimit) when the set does not fit
     /// under the engine's memory limit.
     pub fn prepare_attention<D: Dimension>(
         &self,
@@ -107,21 +109,7 @@ impl AttentionSet {
         const OP: &str = "kernel_softmax";
         let s = &*self.inner;
         let p = heads(OP, "phi", phi)?;
-        if p.batch != s.batch {
-            return Err(Error::BatchMismatch {
-                op: OP,
-                what: "prepared keys",
-                expected: p.batch,
-                got: s.batch,
-            });
-        }
-        if p.cols() != s.d {
-            return Err(Error::DimensionMismatch {
-                op: OP,
-                queries: p.cols(),
-                keys: s.d,
-            });
-        }
+        check_keys(OP, &p, ("prepared keys", s.batch, s.d))?;
         let attn = attention_for(OP, &p, (s.n, s.key_norm), params)?;
         let out = s.prepared.attend(&p, &attn)?;
         shaped(p.batch, p.rows, s.q, p.ndim, out)

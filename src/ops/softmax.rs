@@ -293,22 +293,33 @@ fn pair<'a, D: Dimension>(
 ) -> Result<(Heads<'a>, Heads<'a>)> {
     let p = heads(op, "phi", phi)?;
     let k = heads(op, "psi", psi)?;
-    if p.batch != k.batch {
+    check_keys(op, &p, ("psi", k.batch, k.cols()))?;
+    Ok((p, k))
+}
+
+/// Checks that keys `what` of `batch` batches in `cols` dimensions suit
+/// the queries `p`: the same batch count and dimension.
+pub(super) fn check_keys(
+    op: &'static str,
+    p: &Heads<'_>,
+    (what, batch, cols): (&'static str, usize, usize),
+) -> Result<()> {
+    if p.batch != batch {
         return Err(Error::BatchMismatch {
             op,
-            what: "psi",
+            what,
             expected: p.batch,
-            got: k.batch,
+            got: batch,
         });
     }
-    if p.cols() != k.cols() {
+    if p.cols() != cols {
         return Err(Error::DimensionMismatch {
             op,
             queries: p.cols(),
-            keys: k.cols(),
+            keys: cols,
         });
     }
-    Ok((p, k))
+    Ok(())
 }
 
 /// Checks that `values` has one row per key, batch by batch.
