@@ -227,6 +227,19 @@ fn heads(b: usize, rows: usize, d: usize, seed: u64) -> CliResult<Array3<f32>> {
         .map_err(CliError::compute)
 }
 
+/// The one-shot attention call over these inputs, its result stacked.
+fn attention_call(
+    phi: Array3<f32>,
+    psi: Array3<f32>,
+    values: Array3<f32>,
+    params: SoftmaxParams,
+) -> Call {
+    Box::new(move |e: &Engine| {
+        let out = e.kernel_softmax(phi.view(), psi.view(), values.view(), &params)?;
+        Ok(stacked(out))
+    })
+}
+
 /// A batched result `(B, M, q)` as the `(B·M) × q` matrix the bench compares.
 fn stacked(out: Array3<f32>) -> Array2<f32> {
     let (_, m, q) = out.dim();
@@ -665,14 +678,7 @@ fn build(spec: Spec) -> CliResult<Case> {
                 pairs: Some(pairs as f64),
                 work: pairs as f64 * 2.0 * d as f64,
                 tolerance: Tolerance::local_mean(1.0),
-                run: Box::new(move |e: &Engine| {
-                    Ok(stacked(e.kernel_softmax(
-                        phi.view(),
-                        psi.view(),
-                        values.view(),
-                        &params,
-                    )?))
-                }),
+                run: attention_call(phi, psi, values, params),
                 sample: None,
             }
         }
@@ -710,14 +716,7 @@ fn build(spec: Spec) -> CliResult<Case> {
                     Ok(stacked(set.attend(phi.view(), &params)?))
                 })
             } else {
-                Box::new(move |e: &Engine| {
-                    Ok(stacked(e.kernel_softmax(
-                        phi.view(),
-                        psi.view(),
-                        values.view(),
-                        &params,
-                    )?))
-                })
+                attention_call(phi, psi, values, params)
             };
             Case {
                 kind,
