@@ -145,7 +145,7 @@ impl GeneratedConst {
 fn profile_consts() -> Vec<GeneratedConst> {
     let mut out = vec![
         GeneratedConst::new("T_FAR", ConstValue::F32(T_FAR), "kernel::T_FAR"),
-        GeneratedConst::new("NEG_BIG", ConstValue::F32(NEG_BIG), "shaders::NEG_BIG"),
+        neg_big_const(),
     ];
     out.extend(Profile::ALL.into_iter().map(|p| {
         GeneratedConst::new(
@@ -155,6 +155,11 @@ fn profile_consts() -> Vec<GeneratedConst> {
         )
     }));
     out
+}
+
+/// `NEG_BIG` (profiles.wgsl and the attention shaders).
+fn neg_big_const() -> GeneratedConst {
+    GeneratedConst::new("NEG_BIG", ConstValue::F32(NEG_BIG), "shaders::NEG_BIG")
 }
 
 /// The generated prelude of constants `consts`.
@@ -454,12 +459,7 @@ impl ShaderId {
                 if self.base() == ShaderId::Softmax {
                     out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
                 }
-                out.extend([log2e(), m_start()]);
-                out.push(C::new(
-                    "NEG_BIG",
-                    ConstValue::F32(NEG_BIG),
-                    "shaders::NEG_BIG",
-                ));
+                out.extend([log2e(), m_start(), neg_big_const()]);
                 out.extend(tiles());
                 out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL"));
             }
