@@ -1,6 +1,8 @@
-//! The interfaces both backends implement ([`Backend`] for one-shot ops,
-//! [`Resident`] for a key set kept on the backend), and what an engine
-//! reports about the one it runs on.
+//! The interfaces both backends implement ([`Backend`]: keys prepared for
+//! queries and the ops over no prepared keys; [`PreparedKeys`] and
+//! [`PreparedAttention`]: keys prepared on the backend, for a set kept
+//! across calls or for one call), and what an engine reports about the one
+//! it runs on.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use crate::types::{
     ShiftRun,
 };
 
-/// Which matrix [`Backend::kernel_matrix`] produces.
+/// Which matrix [`PreparedKeys::kernel_matrix`] produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MatrixMode {
     /// `K`.
@@ -32,11 +34,92 @@ pub(crate) enum MatrixMode {
     SqDistance,
 }
 
-/// Keys and value matrices kept by a backend for repeated queries: on the
-/// GPU, key tiles in device buffers it owns; on the CPU, the transposed,
-/// padded layout its kernels stream. Inputs arrive validated (finite,
-/// non-empty, `d` columns, `k` in range). Freed when dropped.
-pub(crate) trait Resident: Send + Sync + fmt::Debug {
+/// The one call a set of keys prepared by [`Backend::prepare_call`]
+/// serves: its queries, kernel and what it computes, so the keys are laid
+/// out as that call's own plan cuts them (GPU key tiles, CPU inner-product
+/// panels), exactly as a call that uploads its keys itself would.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'k> {
+    /// The op, as its errors name it.
+    pub op: &'static str,
+    /// Query rows `M`.
+    pub rows: usize,
+    /// The kernel (`None`: kNN, which has none).
+    pub kernel: Option<&'k Kernel>,
+    /// What the call computes.
+    pub kind: CallKind,
+}
+
+/// What a [`Call`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallKind {
+    /// Local means or row states with `cols` value columns (0: sums only).
+    Means {
+        /// Value columns.
+        cols: usize,
+    },
+    /// Local moments of this layout.
+    Moments(MomentLayout),
+    /// The `k` nearest keys.
+    Knn {
+        /// Neighbours per query.
+        k: usize,
+    },
+    /// A kernel matrix.
+    Matrix,
+}
+
+impl<'k> Call<'k> {
+    /// Local means (`op` "local_mean") or row states ("row_states") of
+    /// `rows` queries with `cols` value columns.
+    pub(crate) fn means(op: &'static str, kernel: &'k Kernel, rows: usize, cols: usize) -> Self {
+        Call {
+            op,
+            rows,
+            kernel: Some(kernel),
+            kind: CallKind::Means { cols },
+        }
+    }
+
+    /// Local moments of `layout` at `rows` queries.
+    pub(crate) fn moments(kernel: &'k Kernel, rows: usize, layout: MomentLayout) -> Self {
+        Call {
+            op: "local_moments",
+            rows,
+            kernel: Some(kernel),
+            kind: CallKind::Moments(layout),
+        }
+    }
+
+    /// The `k` nearest keys of `rows` queries.
+    pub(crate) fn knn(rows: usize, k: usize) -> Self {
+        Call {
+            op: "knn",
+            rows,
+            kernel: None,
+            kind: CallKind::Knn { k },
+        }
+    }
+
+    /// A kernel matrix of `rows` queries.
+    pub(crate) fn matrix(kernel: &'k Kernel, rows: usize) -> Self {
+        Call {
+            op: "kernel_matrix",
+            rows,
+            kernel: Some(kernel),
+            kind: CallKind::Matrix,
+        }
+    }
+}
+
+/// Keys and value matrices prepared on a backend for queries: on the GPU,
+/// key tiles in device buffers; on the CPU, the transposed, padded layout
+/// its kernels stream. Kept for many calls (a [`KeySet`](crate::KeySet):
+/// owned buffers charged to the memory budget) or for one
+/// ([`Backend::prepare_call`]: pooled buffers, no reservation): either way
+/// every op over keys runs this one code path. Inputs arrive validated
+/// (finite, non-empty, `d` columns, `k` in range). Freed when dropped.
+pub(crate) trait PreparedKeys: Send + Sync + fmt::Debug {
     /// Local means of value matrix `set` at `queries`.
     fn local_mean(
         &self,
@@ -45,17 +128,22 @@ pub(crate) trait Resident: Send + Sync + fmt::Debug {
         set: usize,
     ) -> Result<RowNormalized>;
 
-    /// Row states `(m, s, u)` with value matrix `set` (`None`: row sums only).
+    /// Row states `(m, s, u)` with value matrix `set` (`None`: row sums
+    /// only); with `exclude_self` the queries are the keys and row `i`
+    /// leaves key `i` out.
     fn row_states(
         &self,
         kernel: &Kernel,
         queries: &Matrix<'_>,
         set: Option<usize>,
+        exclude_self: bool,
     ) -> Result<RowStates>;
 
-    /// Local moments of `layout` at `queries` with value matrix `set`
-    /// (whose columns are the layout's `qy`; `None`: no values), far rows
-    /// finished as in [`Backend::local_moments`].
+    /// Local moments (`layout`) of the keys' offsets from each query and of
+    /// value matrix `set` (whose columns are the layout's `qy`; `None`: no
+    /// values): `M × layout.cols()` kernel-weighted averages; rows without
+    /// mass in `f32` are finished in `f64` (far rows), and NaN (counted)
+    /// where they have none at all.
     fn local_moments(
         &self,
         kernel: &Kernel,
@@ -67,18 +155,30 @@ pub(crate) trait Resident: Send + Sync + fmt::Debug {
     /// The `k` nearest keys of every query.
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours>;
 
+    /// A kernel matrix of `queries` against the keys and, for the
+    /// normalized modes, its count of empty rows.
+    fn kernel_matrix(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        mode: MatrixMode,
+    ) -> Result<(Array2<f32>, usize)>;
+
     /// Fails when this backend cannot return `k` neighbours (`1 ≤ k ≤ N`
     /// is checked by the caller).
     fn check_k(&self, k: usize) -> Result<()>;
 
-    /// Bytes held for the keys and values.
+    /// Bytes held for the keys and values (0 for a set prepared for one
+    /// call, which reserves nothing).
     fn bytes(&self) -> u64;
 }
 
-/// Attention keys and values kept by a backend for repeated queries
-/// ([`AttentionSet`](crate::AttentionSet)): on the GPU, key tiles in device
-/// buffers it owns; on the CPU, owned copies. Queries arrive validated
-/// against them (batches, dimension, mask, logit range). Freed when dropped.
+/// Attention keys and values prepared on a backend for queries
+/// ([`AttentionSet`](crate::AttentionSet), or one
+/// [`kernel_softmax`](crate::Engine::kernel_softmax) call): on the GPU,
+/// key tiles in device buffers; on the CPU, the packed layout its kernels
+/// stream. Queries arrive validated against them (batches, dimension,
+/// mask, logit range). Freed when dropped.
 pub(crate) trait PreparedAttention: Send + Sync + fmt::Debug {
     /// `softmax(s·ΦΨᵀ)V` of every batch, row-major `(B·M) × q`.
     fn attend(&self, phi: &Heads<'_>, attn: &Attention) -> Result<Vec<f32>>;
@@ -87,27 +187,53 @@ pub(crate) trait PreparedAttention: Send + Sync + fmt::Debug {
     fn bytes(&self) -> u64;
 }
 
-/// The op set every backend provides. Inputs arrive validated (finite,
-/// non-empty, consistent shapes); the CPU implementation is the reference
-/// and exists for every op.
+/// What every backend provides: keys (and attention keys) prepared for
+/// queries, and the ops that query no prepared keys. Inputs arrive
+/// validated (finite, non-empty, consistent shapes); the CPU
+/// implementation is the reference and exists for every op.
 pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// What this backend is.
     fn info(&self) -> &BackendInfo;
 
-    /// Nadaraya–Watson local means of `values` at `queries`.
-    fn local_mean(
+    /// Keeps `keys` and the value matrices `sets` (one row per key each)
+    /// for repeated queries of any op (a [`KeySet`](crate::KeySet)),
+    /// charged to the memory budget.
+    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn PreparedKeys>>;
+
+    /// Prepares `keys` and `sets` for the one `call` of a one-shot op, laid
+    /// out as that call plans: the same code as a key set, without its
+    /// memory reservation (GPU buffers come from the pool and the host
+    /// matrices stay borrowed).
+    fn prepare_call<'a>(
+        &'a self,
+        keys: &Matrix<'a>,
+        sets: &[Matrix<'a>],
+        call: &Call<'_>,
+    ) -> Result<Box<dyn PreparedKeys + 'a>>;
+
+    /// Keeps attention keys `psi` and their `values` (validated, one value
+    /// row per key) for repeated [`PreparedAttention::attend`] calls,
+    /// charged to the memory budget.
+    fn prepare_attention(
         &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: &Matrix<'_>,
-    ) -> Result<RowNormalized>;
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+    ) -> Result<Arc<dyn PreparedAttention>>;
+
+    /// Prepares attention keys and values for one call
+    /// (`kernel_softmax`), without a memory reservation: borrowed, and
+    /// laid out batch group by batch group as the call runs.
+    fn prepare_attention_call<'a>(
+        &'a self,
+        psi: &Heads<'a>,
+        values: &Heads<'a>,
+    ) -> Result<Box<dyn PreparedAttention + 'a>>;
 
     /// Local means of `values` with masked distances: `queries` and `keys`
-    /// may hold NaN (missing coordinates); a pair's squared distance is
-    /// `(d / n_shared)·Σ` over the coordinates both observe, and a pair
-    /// with none has no weight. NaN rows (counted) without mass; no far-row
-    /// finishing.
+    /// may hold NaN (missing coordinates), which no prepared key set takes;
+    /// a pair's squared distance is `(d / n_shared)·Σ` over the coordinates
+    /// both observe, and a pair with none has no weight. NaN rows (counted)
+    /// without mass; no far-row finishing.
     fn masked_local_mean(
         &self,
         kernel: &Kernel,
@@ -115,53 +241,6 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized>;
-
-    /// Local moments (`layout`) of the keys' offsets from each query and
-    /// of `values`: `M × layout.cols()` kernel-weighted averages; rows
-    /// without mass in `f32` are finished in `f64` (far rows), and NaN
-    /// (counted) where they have none at all.
-    fn local_moments(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: Option<&Matrix<'_>>,
-        layout: MomentLayout,
-    ) -> Result<RowNormalized>;
-
-    /// Row states `(m, s, u)`; with `exclude_self` the queries are the keys
-    /// and row `i` leaves key `i` out.
-    fn row_states(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: Option<&Matrix<'_>>,
-        exclude_self: bool,
-    ) -> Result<RowStates>;
-
-    /// The `k` nearest keys of every query (`1 ≤ k ≤ N`, checked).
-    fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours>;
-
-    /// A kernel matrix and, for the normalized modes, its count of empty rows.
-    fn kernel_matrix(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        mode: MatrixMode,
-    ) -> Result<(Array2<f32>, usize)>;
-
-    /// Kernel softmax `softmax(s·ΦΨᵀ)V` of every batch, row-major
-    /// `(B·M) × q` (`phi`, `psi`, `values` share the batch size; the causal
-    /// mask comes with `M ≤ N`).
-    fn kernel_softmax(
-        &self,
-        phi: &Heads<'_>,
-        psi: &Heads<'_>,
-        values: &Heads<'_>,
-        attn: &Attention,
-    ) -> Result<Vec<f32>>;
 
     /// The normalized weights `softmax(s·ΦΨᵀ)` of every batch, row-major
     /// `(B·M) × N`, masked entries 0.
@@ -206,19 +285,6 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn take_gpu_time(&self) -> Result<Option<std::time::Duration>> {
         Ok(None)
     }
-
-    /// Keeps `keys` and the value matrices `sets` (one row per key each)
-    /// for repeated queries (a [`KeySet`](crate::KeySet)).
-    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>>;
-
-    /// Keeps attention keys `psi` and their `values` (validated, one value
-    /// row per key) for repeated [`PreparedAttention::attend`] calls,
-    /// charged to the memory budget.
-    fn prepare_attention(
-        &self,
-        psi: &Heads<'_>,
-        values: &Heads<'_>,
-    ) -> Result<Arc<dyn PreparedAttention>>;
 
     /// Memory held, against the engine's limit.
     fn memory(&self) -> MemoryUsage;

@@ -11,6 +11,7 @@ use crate::error::ClusterError;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, MAX_BANDWIDTH, MIN_BANDWIDTH, Profile};
 use crate::matrix::Matrix;
+use crate::ops::call;
 
 /// Distance rows computed per engine call: at most this many entries.
 const BLOCK_ENTRIES: usize = 1 << 24;
@@ -85,12 +86,9 @@ impl Engine {
             let r1 = (r0 + block).min(n);
             let qv = view.slice(ndarray::s![r0..r1, ..]);
             let queries = Matrix::check("estimate_bandwidth", "points", qv)?;
-            let (mut sq, _) = self.backend_impl().kernel_matrix(
-                &unit,
-                &queries,
-                &keys,
-                MatrixMode::SqDistance,
-            )?;
+            let mode = MatrixMode::SqDistance;
+            let (mut sq, _) =
+                call::kernel_matrix(self.backend_impl(), &unit, &queries, &keys, mode)?;
             let flat = sq.as_slice_mut().expect("standard layout"); // ok: built row-major
             total += flat
                 .par_chunks_mut(n)

@@ -18,6 +18,7 @@ use crate::error::ClusterError;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, MAX_BANDWIDTH, MIN_BANDWIDTH};
 use crate::matrix::Matrix;
+use crate::ops::call;
 
 const OP: &str = "medoid_shift";
 
@@ -89,7 +90,7 @@ impl Engine {
         };
         let backend = self.backend_impl();
         // k(0) = 1: every point is its own neighbour, so no row is empty.
-        let means = backend.local_mean(&kernel, &x, &x, &x)?;
+        let means = call::local_mean(backend, &kernel, &x, (&x, &x))?;
         let mm = Matrix::check(OP, "local means", means.values.view())?;
         let nearest = crate::ops::knn_scaled(backend, &mm, &x, 1)?;
         let next: Vec<u32> = nearest.indices.iter().map(|&j| j as u32).collect();

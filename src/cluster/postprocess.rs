@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::grid::Grid;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
+use crate::ops::call;
 
 /// The modes that survive, strongest first.
 #[derive(Debug, Clone)]
@@ -61,7 +62,7 @@ pub(crate) fn select_modes(
     // Row sums of the uniform kernel count the points at distance < h.
     let unit = Kernel::new(Profile::Uniform, h)?;
     let cm = Matrix::check("mean_shift", "modes", view)?;
-    let counts = backend.row_states(&unit, &cm, points, None, false)?.sum;
+    let counts = call::row_states(backend, &unit, &cm, (points, None), false)?.sum;
     let mut ranked: Vec<(usize, &[f32])> = counts
         .iter()
         .zip(cand.chunks_exact(d))

@@ -6,14 +6,14 @@
 //! [`TopK`]. The results equal the direct path's; numerics.md, "kNN by
 //! inner products", gives the bound.
 //!
-//! Imports: `super::{keys, knn, panels, simd}`.
+//! Imports: `super::{keys, panels, simd, topk}`.
 
 use rayon::prelude::*;
 
 use super::keys::KeysSoa;
-use super::knn::{TopK, range};
 use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile, far_norm};
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, sq_dist, sq_dist_row};
+use super::topk::{TopK, range};
 
 /// Queries per rayon task (groups of [`ROWS`] sharing each key block).
 const CHUNK: usize = 16 * ROWS;

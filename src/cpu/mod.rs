@@ -1,8 +1,9 @@
 //! The rayon CPU backend: every op, same numerics as the shaders.
 //!
-//! This file is the one-shot [`Backend`] impl (each call transposes its
-//! keys into [`KeyColumns`] and runs the code a key set runs, `on_keys.rs`);
-//! `resident.rs` is the [`Resident`] impl of key sets. The kernels:
+//! This file is the [`Backend`] impl; `prepared.rs` holds keys prepared
+//! for queries ([`PreparedKeys`]: transposed into `keys.rs`'s
+//! `KeyColumns`), kept by a key set or built for one call, and runs every
+//! op over keys on them. The kernels:
 //! `local_mean/` (fused local mean and row states; portable and AVX2),
 //! `kernel_matrix.rs`, `knn.rs`, `mean_shift.rs`, `softmax/` (attention,
 //! its matrix, the feature local mean), over the building blocks of
@@ -11,7 +12,6 @@
 //! Imports: `crate::{backend, error, grid, kernel, matrix, memory, types}`;
 //! never `gpu/`, `engine`, `ops/`, `cluster/` or `keyset/`.
 
-mod far;
 pub(crate) mod kernel_matrix;
 mod keys;
 mod knn;
@@ -20,27 +20,25 @@ mod local_mean;
 mod masked;
 mod mean_shift;
 mod moments;
-mod on_keys;
 mod panels;
-mod resident;
+mod prepared;
 pub(crate) mod simd;
 mod softmax;
+mod topk;
 mod weights;
 
 use std::sync::Arc;
 
-use ndarray::Array2;
-
-use crate::backend::{Backend, BackendInfo, MatrixMode};
-use crate::backend::{PreparedAttention, Resident};
+use crate::backend::{Backend, BackendInfo, Call, PreparedAttention, PreparedKeys};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::{MemoryBudget, MemoryUsage};
-use crate::types::{Attention, Heads, MomentLayout, Neighbours, RowNormalized, RowStates};
+use crate::types::{Attention, Heads, RowNormalized};
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
-use keys::{KeyColumns, Pack};
+use prepared::CpuKeys;
+use softmax::CpuAttention;
 
 /// The CPU backend: rayon's global thread pool, and the memory budget of
 /// its key sets.
@@ -73,16 +71,33 @@ impl Backend for CpuBackend {
         &self.info
     }
 
-    fn local_mean(
+    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn PreparedKeys>> {
+        Ok(Arc::new(CpuKeys::kept(&self.budget, keys, sets)?))
+    }
+
+    fn prepare_call<'a>(
+        &'a self,
+        keys: &Matrix<'a>,
+        sets: &[Matrix<'a>],
+        call: &Call<'_>,
+    ) -> Result<Box<dyn PreparedKeys + 'a>> {
+        Ok(Box::new(CpuKeys::for_call(keys, sets, call)))
+    }
+
+    fn prepare_attention(
         &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: &Matrix<'_>,
-    ) -> Result<RowNormalized> {
-        let pack = Pack::panels_if(panels::wanted_for(kernel, keys.cols(), queries.rows()));
-        let cols = KeyColumns::new(keys, std::slice::from_ref(values), pack);
-        on_keys::local_mean(&cols, kernel, queries, 0)
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+    ) -> Result<Arc<dyn PreparedAttention>> {
+        Ok(Arc::new(CpuAttention::kept(&self.budget, psi, values)?))
+    }
+
+    fn prepare_attention_call<'a>(
+        &'a self,
+        psi: &Heads<'a>,
+        values: &Heads<'a>,
+    ) -> Result<Box<dyn PreparedAttention + 'a>> {
+        Ok(Box::new(CpuAttention::for_call(psi, values)))
     }
 
     fn masked_local_mean(
@@ -95,83 +110,6 @@ impl Backend for CpuBackend {
         masked::masked_local_mean(kernel, queries, keys, values)
     }
 
-    fn local_moments(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: Option<&Matrix<'_>>,
-        layout: MomentLayout,
-    ) -> Result<RowNormalized> {
-        // The key layout a key set keeps, and the same code.
-        let sets = values.map(std::slice::from_ref).unwrap_or_default();
-        let cols = KeyColumns::new(keys, sets, Pack::None);
-        moments::local_moments(kernel, queries, &cols.soa(values.map(|_| 0)), layout)
-    }
-
-    fn row_states(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: Option<&Matrix<'_>>,
-        exclude_self: bool,
-    ) -> Result<RowStates> {
-        let sets = values.map(std::slice::from_ref).unwrap_or_default();
-        let pack = Pack::panels_if(panels::wanted_for(kernel, keys.cols(), queries.rows()));
-        let cols = KeyColumns::new(keys, sets, pack);
-        let set = values.map(|_| 0);
-        Ok(on_keys::row_states(
-            &cols,
-            kernel,
-            queries,
-            set,
-            exclude_self,
-        ))
-    }
-
-    fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
-        let pack = if knn::blocked(keys.cols(), queries.rows()) {
-            Pack::PanelsAndRows
-        } else {
-            Pack::None
-        };
-        let cols = KeyColumns::new(keys, &[], pack);
-        Ok(on_keys::knn(&cols, queries, k))
-    }
-
-    fn kernel_matrix(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        mode: MatrixMode,
-    ) -> Result<(Array2<f32>, usize)> {
-        let pack = Pack::panels_if(panels::wanted_for(kernel, keys.cols(), queries.rows()));
-        let cols = KeyColumns::new(keys, &[], pack);
-        on_keys::kernel_matrix(&cols, kernel, queries, mode)
-    }
-
-    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>> {
-        Ok(Arc::new(resident::CpuResident::new(
-            &self.budget,
-            keys,
-            sets,
-        )?))
-    }
-
-    fn prepare_attention(
-        &self,
-        psi: &Heads<'_>,
-        values: &Heads<'_>,
-    ) -> Result<Arc<dyn PreparedAttention>> {
-        Ok(Arc::new(softmax::CpuAttention::new(
-            &self.budget,
-            psi,
-            values,
-        )?))
-    }
-
     fn memory(&self) -> MemoryUsage {
         let (in_use, limit) = self.budget.usage();
         MemoryUsage {
@@ -179,16 +117,6 @@ impl Backend for CpuBackend {
             idle: 0,
             limit,
         }
-    }
-
-    fn kernel_softmax(
-        &self,
-        phi: &Heads<'_>,
-        psi: &Heads<'_>,
-        values: &Heads<'_>,
-        attn: &Attention,
-    ) -> Result<Vec<f32>> {
-        softmax::kernel_softmax(phi, psi, values, attn)
     }
 
     fn softmax_matrix(

@@ -7,8 +7,9 @@
 //! and are recomputed here from the host's copy of the keys with the CPU
 //! path's `f64` routine.
 
-use crate::kernel::Kernel;
-use crate::kernel::exact::{needs_exact, row_state};
+use crate::backend::MatrixMode;
+use crate::kernel::exact::{needs_exact, normalized_row, row_state, to_normalized_laplacian};
+use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::types::{RowNormalized, RowStates};
 
@@ -23,17 +24,6 @@ pub(crate) struct HostKeys<'a> {
 }
 
 impl<'a> HostKeys<'a> {
-    /// The host matrices of a one-shot call.
-    pub(crate) fn of(keys: &'a Matrix<'_>, values: Option<&'a Matrix<'_>>) -> Self {
-        HostKeys {
-            keys: keys.as_slice(),
-            values: values.map_or(&[][..], Matrix::as_slice),
-            n: keys.rows(),
-            d: keys.cols(),
-            q: values.map_or(0, Matrix::cols),
-        }
-    }
-
     /// The `f64` state of query `i` over every key.
     fn state(
         &self,
@@ -114,6 +104,48 @@ pub(crate) fn far_states(
                 .weighted
                 .row_mut(i)
                 .assign(&ndarray::ArrayView1::from(&u[..]));
+        }
+    }
+}
+
+/// Whether the rows of a kernel matrix in `mode` may need the host: the
+/// normalized modes of full-support profiles (their `D⁻¹K` rows can be left
+/// without mass in `f32`).
+pub(crate) fn matrix_needs_host(kernel: &Kernel, mode: MatrixMode) -> bool {
+    matches!(
+        mode,
+        MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian
+    ) && kernel.has_full_support()
+}
+
+/// Whether the cauchy row state `(s, m)` of a query may hide a sum too
+/// small for `f32`: one the state pass finished in `f64` (the only cauchy
+/// states whose `m` is not 0) or an empty one. Other profiles' rows show it
+/// as NaN in the matrix.
+pub(crate) fn tiny_cauchy_row(kernel: &Kernel, sum: f64, max_log_weight: f32) -> bool {
+    kernel.profile() == Profile::Cauchy && (sum == 0.0 || max_log_weight != 0.0)
+}
+
+/// Finishes in `f64`, from the host's keys, the rows of a normalized kernel
+/// matrix (`out`, row-major `M × n`) left without mass (NaN) or flagged in
+/// `tiny`.
+pub(crate) fn far_matrix_rows(
+    kernel: &Kernel,
+    queries: &Matrix<'_>,
+    host: &HostKeys<'_>,
+    (mode, tiny): (MatrixMode, &[bool]),
+    out: &mut [f32],
+) {
+    let (n, d, xs) = (host.n, host.d, host.keys);
+    for (i, row) in out.chunks_exact_mut(n).enumerate() {
+        if !tiny[i] && !row.iter().any(|v| v.is_nan()) {
+            continue;
+        }
+        let query = queries.row_range(i, i + 1);
+        if normalized_row(kernel, query, |j, k| xs[j * d + k], row)
+            && mode == MatrixMode::NormalizedLaplacian
+        {
+            to_normalized_laplacian(row, i);
         }
     }
 }

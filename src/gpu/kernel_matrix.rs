@@ -1,17 +1,15 @@
 //! Dispatch of `shaders/kernel_matrix.wgsl`, tile by tile, so the matrix
 //! may be larger than any one device buffer.
 
-use ndarray::Array2;
-
 use crate::backend::MatrixMode;
 use crate::error::Result;
-use crate::gpu::plan::{MATRIX_WG, batch_bytes, plan_kernel_matrix, tiles};
-use crate::kernel::{Kernel, Profile};
+use crate::gpu::plan::{LocalMeanPlan, MATRIX_WG, MatrixPlan, batch_bytes, tiles};
+use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
 
 use super::buffers::upload;
-use super::context::GpuContext;
-use super::keys::upload_key_tiles;
+use super::context::{ErrorScope, GpuContext};
+use super::keys::DeviceKeys;
 use super::local_mean::{PassKind, TileJob, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::{ProductCode, ShaderId, block_scales, matrix_mode_code};
@@ -35,24 +33,23 @@ struct MatParams {
     block_inv_h: [[f32; 4]; 2],
 }
 
-/// A kernel matrix on the GPU: per query tile, the row sums (for the
-/// normalized and Laplacian modes), then one output block at a time.
-pub(crate) fn kernel_matrix(
+/// A kernel matrix of `queries` against key tiles on the device, under the caller's error scope: per query tile, the
+/// row sums (for the normalized and Laplacian modes, by `lplan`), then one
+/// output block at a time (`mplan`). Row-major `M × N`; rows of `D⁻¹K`
+/// without mass in `f32` are left NaN for the host (far rows).
+pub(crate) fn matrix_on_tiles(
     ctx: &GpuContext,
+    scope: &ErrorScope,
     kernel: &Kernel,
     queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
+    keys: &DeviceKeys<'_, '_>,
     mode: MatrixMode,
-) -> Result<(Array2<f32>, usize)> {
-    let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
-    check_u32(OP, "query rows", m)?;
-    check_u32(OP, "key rows", n)?;
-    // One set of key tiles and query tiles serves both the row sums and
-    // the blocks.
-    let (mplan, lplan) = plan_kernel_matrix(&ctx.limits, &ctx.caps, m, n, d)?;
-    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} mode={mode:?}"))?;
+    (mplan, lplan): (&MatrixPlan, &LocalMeanPlan),
+) -> Result<Vec<f32>> {
+    let (m, d) = (queries.rows(), keys.d);
+    let key_tiles = keys.tiles;
+    let n = key_tiles.last().map_or(0, |t| t.start + t.len);
     let mut out = alloc_output(OP, "output", m, n)?;
-    let key_tiles = upload_key_tiles(ctx, OP, keys, None, lplan.key_tile)?;
     let storage = wgpu::BufferUsages::STORAGE;
     let needs_sums = !matches!(mode, MatrixMode::Raw | MatrixMode::SqDistance);
     let state_stride = 3u32; // 2 + QA with QA = 1 for the row-sum pass
@@ -71,12 +68,12 @@ pub(crate) fn kernel_matrix(
             let counter = ctx.pool.get(ctx, OP, 4, storage)?;
             let job = TileJob {
                 kernel,
-                plan: &lplan,
+                plan: lplan,
                 d,
                 q: 0,
                 rows,
                 row0: r0,
-                key_tiles: &key_tiles,
+                key_tiles,
                 queries: &qbuf,
                 state: &state,
                 out: &dummy,
@@ -104,12 +101,12 @@ pub(crate) fn kernel_matrix(
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
         let mut blocks = Blocks::new(batch_bytes(&ctx.limits, &ctx.caps));
-        for kt in &key_tiles {
+        for kt in key_tiles {
             let block_rows = mplan.block_rows_for(kt.len, rows);
             for (b0, b1) in tiles(rows, block_rows) {
                 let brows = b1 - b0;
                 let bytes = (brows * kt.len * 4) as u64;
-                blocks.make_room(ctx, &scope, &mut sub, bytes, &mut out, n)?;
+                blocks.make_room(ctx, scope, &mut sub, bytes, &mut out, n)?;
                 let obuf = ctx
                     .pool
                     .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
@@ -163,48 +160,7 @@ pub(crate) fn kernel_matrix(
                 });
             }
         }
-        blocks.finish(ctx, &scope, sub, &mut out, n)?;
+        blocks.finish(ctx, scope, sub, &mut out, n)?;
     }
-    scope.finish(ctx)?;
-    // Rows of D⁻¹K left without mass because every key lies beyond the f32
-    // distance range are finished on the host (docs/numerics.md, "Far rows").
-    if matches!(
-        mode,
-        MatrixMode::RowNormalized | MatrixMode::NormalizedLaplacian
-    ) && kernel.has_full_support()
-    {
-        // A cauchy row can also have a sum too small for f32 without being
-        // empty: its row state shows it, as one the state call finished in
-        // f64 (the only cauchy states whose m is not 0) or an empty one.
-        let tiny = if kernel.profile() == Profile::Cauchy {
-            let st = super::local_mean::row_states(ctx, kernel, queries, keys, None, false)?;
-            st.sum
-                .iter()
-                .zip(&st.max_log_weight)
-                .map(|(&s, &lw)| s == 0.0 || lw != 0.0)
-                .collect()
-        } else {
-            vec![false; m]
-        };
-        let xs = keys.as_slice();
-        for (i, row) in out.chunks_exact_mut(n).enumerate() {
-            if !tiny[i] && !row.iter().any(|v| v.is_nan()) {
-                continue;
-            }
-            let query = queries.row_range(i, i + 1);
-            if crate::kernel::exact::normalized_row(kernel, query, |j, k| xs[j * d + k], row)
-                && mode == MatrixMode::NormalizedLaplacian
-            {
-                crate::kernel::exact::to_normalized_laplacian(row, i);
-            }
-        }
-    }
-    // D⁻¹K rows with no mass are NaN (finite inputs cannot produce NaN otherwise).
-    let empty = if mode == MatrixMode::RowNormalized {
-        out.chunks_exact(n).filter(|r| r[0].is_nan()).count()
-    } else {
-        0
-    };
-    let arr = Array2::from_shape_vec((m, n), out).expect("m·n entries"); // ok: allocated m·n
-    Ok((arr, empty))
+    Ok(out)
 }

@@ -4,13 +4,13 @@
 use ndarray::Array2;
 
 use crate::error::{Error, Result};
-use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, plan_knn, tiles};
+use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, tiles};
 use crate::matrix::Matrix;
 use crate::types::Neighbours;
 
 use super::buffers::upload;
 use super::context::{ErrorScope, GpuContext};
-use super::keys::{DeviceKeys, upload_key_tiles};
+use super::keys::DeviceKeys;
 use super::pipelines::PipelineKey;
 use super::shaders::{FIRST_TILE, LAST_TILE, ShaderId};
 use super::submission::Submission;
@@ -25,30 +25,6 @@ struct KnnParams {
     keys: u32,
     key0: u32,
     flags: u32,
-}
-
-/// The `k` nearest keys of every query on the GPU.
-pub(crate) fn knn(
-    ctx: &GpuContext,
-    queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
-    k: usize,
-) -> Result<Neighbours> {
-    let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
-    check_gpu_k(k)?;
-    check_u32(OP, "query rows", m)?;
-    check_u32(OP, "key rows", n)?;
-    let plan = plan_knn(&ctx.limits, &ctx.caps, m, n, d, k)?;
-    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} k={k}"))?;
-    let key_tiles = upload_key_tiles(ctx, OP, keys, None, plan.key_tile)?;
-    let keys = DeviceKeys {
-        tiles: &key_tiles,
-        d,
-        q: 0,
-    };
-    let out = knn_on_tiles(ctx, &scope, queries, &keys, n, k, &plan)?;
-    scope.finish(ctx)?;
-    Ok(out)
 }
 
 /// Refuses `k` above what one GPU pass keeps.

@@ -3,21 +3,19 @@
 
 use crate::error::Result;
 use crate::gpu::plan::local_mean::{IP_MIN_D, ip_workgroup_bytes};
-use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, plan_local_moments, tiles};
-use crate::kernel::{Kernel, Profile};
+use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
+use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized, RowStates};
 
 use super::buffers::{Pooled, upload};
 use super::context::{ErrorScope, GpuContext};
-use super::far::{HostKeys, far_means, far_states};
 use super::keys::{DeviceKeys, KeyTile, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ProductCode, ShaderId, block_scales};
 use super::submission::Submission;
 use super::{ParamBlock, bind_group, check_u32, merge_pipeline, partial_states};
 
-const OP: &str = "local_mean";
 /// Value-column passes recorded into one submission: bounds the memory of
 /// their parameters and bind groups however many value columns there are.
 const PASSES_PER_SUBMIT: usize = 64;
@@ -271,38 +269,6 @@ fn tile_buffers<'p>(
     })
 }
 
-/// Local means on the GPU.
-pub(crate) fn local_mean(
-    ctx: &GpuContext,
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
-    values: &Matrix<'_>,
-) -> Result<RowNormalized> {
-    if kernel.profile() == Profile::Cauchy {
-        // A cauchy row can have mass too small for f32 without being
-        // empty; its state shows it (`needs_exact`), its mean would not.
-        return Ok(row_states(ctx, kernel, queries, keys, Some(values), false)?.means());
-    }
-    let (m, n, d, q) = (queries.rows(), keys.rows(), keys.cols(), values.cols());
-    check_u32(OP, "query rows", m)?;
-    check_u32(OP, "key rows", n)?;
-    let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
-    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
-    let key_tiles = upload_key_tiles(ctx, OP, keys, Some(values), plan.key_tile)?;
-    let keys_host = keys;
-    let keys = DeviceKeys {
-        tiles: &key_tiles,
-        d,
-        q,
-    };
-    let mut out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
-    scope.finish(ctx)?;
-    let host = HostKeys::of(keys_host, Some(values));
-    far_means(kernel, queries, &host, &mut out);
-    Ok(out)
-}
-
 /// Local means of `queries` against key tiles already on the device, under
 /// the caller's error scope (which the caller finishes).
 pub(crate) fn means_on_tiles(
@@ -381,47 +347,6 @@ fn normalized_on_tiles(
     Ok(RowNormalized::from_parts(m, q, out, empty))
 }
 
-/// Local moments of `layout` on the GPU: `M × layout.cols()` averages,
-/// NaN rows (counted) without mass in `f32` (the caller finishes those in
-/// `f64`).
-pub(crate) fn local_moments(
-    ctx: &GpuContext,
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
-    values: Option<&Matrix<'_>>,
-    layout: MomentLayout,
-) -> Result<RowNormalized> {
-    const OP: &str = "local_moments";
-    let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
-    check_u32(OP, "query rows", m)?;
-    check_u32(OP, "key rows", n)?;
-    check_u32(OP, "layout columns", layout.cols())?;
-    let plan = plan_local_moments(&ctx.limits, &ctx.caps, (m, n), &layout)?;
-    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={}", layout.qy))?;
-    let key_tiles = upload_key_tiles(ctx, OP, keys, values, plan.key_tile)?;
-    let keys_host = keys;
-    let keys = DeviceKeys {
-        tiles: &key_tiles,
-        d,
-        q: layout.qy,
-    };
-    let mut out = moments_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, layout)?;
-    scope.finish(ctx)?;
-    let (x, y) = (
-        keys_host.as_slice(),
-        values.map_or(&[][..], Matrix::as_slice),
-    );
-    let qy = layout.qy;
-    layout.finish_far_rows(
-        kernel,
-        queries.as_slice(),
-        (n, |j, k| x[j * d + k], |j, c| y[j * qy + c]),
-        &mut out,
-    );
-    Ok(out)
-}
-
 /// Local moments of `layout` for `queries` against key tiles already on
 /// the device (their value matrix: the layout's `qy` columns), under the
 /// caller's error scope; rows without mass in `f32` are left NaN.
@@ -483,43 +408,6 @@ pub(crate) fn masked_local_mean(
     let out = normalized_on_tiles(ctx, &scope, kernel, &qm, &keys, &plan, PassKind::Masked)?;
     scope.finish(ctx)?;
     Ok(out)
-}
-
-/// Row states `(m, s, u)` on the GPU (`values` may be absent: row sums
-/// only); with `exclude_self` the queries are the keys and row `i` leaves
-/// key `i` out.
-pub(crate) fn row_states(
-    ctx: &GpuContext,
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &Matrix<'_>,
-    values: Option<&Matrix<'_>>,
-    exclude_self: bool,
-) -> Result<RowStates> {
-    const OP: &str = "row_states";
-    let (m, n, d) = (queries.rows(), keys.rows(), keys.cols());
-    let q = values.map_or(0, |v| v.cols());
-    check_u32(OP, "query rows", m)?;
-    check_u32(OP, "key rows", n)?;
-    let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
-    let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
-    let key_tiles = upload_key_tiles(ctx, OP, keys, values, plan.key_tile)?;
-    let keys_host = keys;
-    let keys = DeviceKeys {
-        tiles: &key_tiles,
-        d,
-        q,
-    };
-    let mut states = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, exclude_self)?;
-    scope.finish(ctx)?;
-    far_states(
-        kernel,
-        queries,
-        &HostKeys::of(keys_host, values),
-        exclude_self,
-        &mut states,
-    );
-    Ok(states)
 }
 
 /// Row states of `queries` against key tiles already on the device, under

@@ -11,7 +11,7 @@ mod local_mean;
 mod mean_shift;
 mod pipelines;
 pub(crate) mod plan;
-mod resident;
+mod prepared;
 pub(crate) mod shaders;
 mod softmax;
 mod submission;
@@ -19,20 +19,19 @@ mod timing;
 
 use std::sync::Arc;
 
-use ndarray::Array2;
-
-use crate::backend::{Backend, BackendInfo, GpuLimits, MatrixMode};
-use crate::backend::{PreparedAttention, Resident};
+use crate::backend::{Backend, BackendInfo, Call, GpuLimits, PreparedAttention, PreparedKeys};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::types::{Attention, Heads, MomentLayout, Neighbours, RowNormalized, RowStates};
+use crate::types::{Attention, Heads, RowNormalized};
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use buffers::Pooled;
 use context::GpuContext;
+use prepared::GpuKeys;
 use shaders::ShaderId;
+use softmax::GpuAttention;
 
 /// The GPU backend: one device, shared by every call (and by the key sets
 /// prepared on it).
@@ -60,14 +59,37 @@ impl Backend for GpuBackend {
             .transpose()
     }
 
-    fn local_mean(
+    fn gpu_limits(&self) -> Option<&GpuLimits> {
+        Some(&self.ctx.gpu_limits)
+    }
+
+    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn PreparedKeys>> {
+        Ok(Arc::new(GpuKeys::kept(&self.ctx, keys, sets)?))
+    }
+
+    fn prepare_call<'a>(
+        &'a self,
+        keys: &Matrix<'a>,
+        sets: &[Matrix<'a>],
+        call: &Call<'_>,
+    ) -> Result<Box<dyn PreparedKeys + 'a>> {
+        Ok(Box::new(GpuKeys::for_call(&self.ctx, keys, sets, call)?))
+    }
+
+    fn prepare_attention(
         &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: &Matrix<'_>,
-    ) -> Result<RowNormalized> {
-        local_mean::local_mean(&self.ctx, kernel, queries, keys, values)
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+    ) -> Result<Arc<dyn PreparedAttention>> {
+        Ok(Arc::new(GpuAttention::kept(&self.ctx, psi, values)?))
+    }
+
+    fn prepare_attention_call<'a>(
+        &'a self,
+        psi: &Heads<'a>,
+        values: &Heads<'a>,
+    ) -> Result<Box<dyn PreparedAttention + 'a>> {
+        Ok(Box::new(GpuAttention::for_call(&self.ctx, psi, values)))
     }
 
     fn masked_local_mean(
@@ -78,52 +100,6 @@ impl Backend for GpuBackend {
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
         local_mean::masked_local_mean(&self.ctx, kernel, queries, keys, values)
-    }
-
-    fn local_moments(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: Option<&Matrix<'_>>,
-        layout: MomentLayout,
-    ) -> Result<RowNormalized> {
-        local_mean::local_moments(&self.ctx, kernel, queries, keys, values, layout)
-    }
-
-    fn row_states(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        values: Option<&Matrix<'_>>,
-        exclude_self: bool,
-    ) -> Result<RowStates> {
-        local_mean::row_states(&self.ctx, kernel, queries, keys, values, exclude_self)
-    }
-
-    fn knn(&self, queries: &Matrix<'_>, keys: &Matrix<'_>, k: usize) -> Result<Neighbours> {
-        knn::knn(&self.ctx, queries, keys, k)
-    }
-
-    fn kernel_matrix(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        keys: &Matrix<'_>,
-        mode: MatrixMode,
-    ) -> Result<(Array2<f32>, usize)> {
-        kernel_matrix::kernel_matrix(&self.ctx, kernel, queries, keys, mode)
-    }
-
-    fn kernel_softmax(
-        &self,
-        phi: &Heads<'_>,
-        psi: &Heads<'_>,
-        values: &Heads<'_>,
-        attn: &Attention,
-    ) -> Result<Vec<f32>> {
-        softmax::kernel_softmax(&self.ctx, phi, psi, values, attn)
     }
 
     fn softmax_matrix(
@@ -154,24 +130,6 @@ impl Backend for GpuBackend {
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<ShiftOutcome> {
         mean_shift::mean_shift(&self.ctx, kernel, points, seeds, run, progress)
-    }
-
-    fn gpu_limits(&self) -> Option<&GpuLimits> {
-        Some(&self.ctx.gpu_limits)
-    }
-
-    fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn Resident>> {
-        Ok(Arc::new(resident::GpuResident::new(&self.ctx, keys, sets)?))
-    }
-
-    fn prepare_attention(
-        &self,
-        psi: &Heads<'_>,
-        values: &Heads<'_>,
-    ) -> Result<Arc<dyn PreparedAttention>> {
-        Ok(Arc::new(softmax::GpuAttention::new(
-            &self.ctx, psi, values,
-        )?))
     }
 
     fn memory(&self) -> MemoryUsage {

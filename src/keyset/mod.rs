@@ -16,7 +16,7 @@ use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
 pub use batch::{BatchStats, Batching};
 
-use crate::backend::Resident;
+use crate::backend::PreparedKeys;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, MAX_BLOCKS, Profile};
@@ -223,7 +223,7 @@ impl From<&Kernel> for KernelKey {
 #[derive(Debug)]
 struct Inner {
     engine: Engine,
-    resident: Arc<dyn Resident>,
+    resident: Arc<dyn PreparedKeys>,
     n: usize,
     d: usize,
     /// Index among the resident value matrices, and columns.
@@ -396,9 +396,9 @@ impl KeySet {
 
     fn states(&self, kernel: &Kernel, q: &Matrix<'_>, set: Option<usize>) -> Result<RowStates> {
         let r = &self.inner.resident;
-        self.inner
-            .states
-            .submit((kernel.into(), set), q, &|m| r.row_states(kernel, m, set))
+        self.inner.states.submit((kernel.into(), set), q, &|m| {
+            r.row_states(kernel, m, set, false)
+        })
     }
 
     /// Local means of the values at `queries` (`M × d`), as

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 
+use super::call;
 use super::local_fit::check_magnitude;
 
 /// Most iterations [`Engine::impute`] accepts.
@@ -173,12 +174,12 @@ impl Engine {
                 None => None,
             };
             let km = keys_now.as_ref().unwrap_or(&qm);
-            let r = backend.local_mean(kernel, &qm, km, &v)?;
+            let r = call::local_mean(backend, kernel, &qm, (km, &v))?;
             let ctx = Round::new(kernel, xs, d, qm.as_slice(), km.as_slice());
             if let Some(xa) = xc.as_mut()
                 && round_no + 1 < iterations
             {
-                let rk = backend.local_mean(kernel, km, km, &v)?;
+                let rk = call::local_mean(backend, kernel, km, (km, &v))?;
                 fill(
                     xa,
                     x,

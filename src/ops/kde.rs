@@ -8,6 +8,8 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::types::RowStates;
 
+use super::{Inputs, call};
+
 /// `ln V_d`, the log-volume of the unit ball in `d` dimensions
 /// (`V_0 = 1`, `V_1 = 2`, `V_d = V_{d−2}·2π/d`).
 fn ln_unit_ball(d: usize) -> f64 {
@@ -137,10 +139,7 @@ impl Engine {
         weights: Option<ArrayView1<'_, f32>>,
     ) -> Result<Array1<f64>> {
         const OP: &str = "density";
-        let q = Matrix::check(OP, "queries", queries)?;
-        let x = Matrix::check(OP, "keys", keys)?;
-        super::check_shapes(OP, &q, &x, None)?;
-        kernel.check_dim(OP, x.cols())?;
+        let Inputs { q, x, .. } = Inputs::check(OP, Some(kernel), queries, keys, None)?;
         let d = x.cols();
         // Before the weights: the cauchy profile in d ≥ 2 has no density.
         let ln_c = kernel_ln_normalizer(kernel, d)?;
@@ -153,10 +152,7 @@ impl Engine {
         let norm = ln_density_scale(ln_c, kernel, d, total);
         let log_mass = match &w {
             Some(w) => self.weighted_log_mass(kernel, &q, &x, w)?,
-            None => self
-                .backend_impl()
-                .row_states(kernel, &q, &x, None, false)?
-                .log_sum(),
+            None => call::row_states(self.backend_impl(), kernel, &q, (&x, None), false)?.log_sum(),
         };
         Ok(log_mass.mapv(|l| l - norm))
     }
@@ -220,9 +216,8 @@ impl Engine {
             };
             let vm = vals.view().insert_axis(ndarray::Axis(1));
             let vals_m = Matrix::check(OP, "weights", vm)?;
-            let mut st =
-                self.backend_impl()
-                    .row_states(kernel, q, &keys_m, Some(&vals_m), false)?;
+            let keys = (&keys_m, Some(&vals_m));
+            let mut st = call::row_states(self.backend_impl(), kernel, q, keys, false)?;
             // The weighted sum becomes the state's sum: Σ w K = 2^e·e^m·u.
             st.sum.assign(&st.weighted.column(0));
             st.normalize_empty();

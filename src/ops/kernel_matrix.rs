@@ -9,6 +9,8 @@ use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::types::RowNormalized;
 
+use super::{Inputs, call};
+
 /// Which graph Laplacian [`Engine::laplacian`] builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LaplacianKind {
@@ -36,9 +38,7 @@ impl Engine {
         keys: ArrayView2<'_, f32>,
     ) -> Result<Array2<f32>> {
         let (q, x) = check_pair("kernel_matrix", kernel, queries, keys)?;
-        let (k, _) = self
-            .backend_impl()
-            .kernel_matrix(kernel, &q, &x, MatrixMode::Raw)?;
+        let (k, _) = call::kernel_matrix(self.backend_impl(), kernel, &q, &x, MatrixMode::Raw)?;
         Ok(k)
     }
 
@@ -57,9 +57,8 @@ impl Engine {
         keys: ArrayView2<'_, f32>,
     ) -> Result<RowNormalized> {
         let (q, x) = check_pair("normalized_kernel_matrix", kernel, queries, keys)?;
-        let (values, empty_rows) =
-            self.backend_impl()
-                .kernel_matrix(kernel, &q, &x, MatrixMode::RowNormalized)?;
+        let mode = MatrixMode::RowNormalized;
+        let (values, empty_rows) = call::kernel_matrix(self.backend_impl(), kernel, &q, &x, mode)?;
         Ok(RowNormalized { values, empty_rows })
     }
 
@@ -80,7 +79,7 @@ impl Engine {
             LaplacianKind::Unnormalized => MatrixMode::Laplacian,
             LaplacianKind::RandomWalk => MatrixMode::NormalizedLaplacian,
         };
-        let (l, _) = self.backend_impl().kernel_matrix(kernel, &x, &x, mode)?;
+        let (l, _) = call::kernel_matrix(self.backend_impl(), kernel, &x, &x, mode)?;
         Ok(l)
     }
 }
@@ -91,9 +90,6 @@ fn check_pair<'a>(
     queries: ArrayView2<'a, f32>,
     keys: ArrayView2<'a, f32>,
 ) -> Result<(Matrix<'a>, Matrix<'a>)> {
-    let q = Matrix::check(op, "queries", queries)?;
-    let x = Matrix::check(op, "keys", keys)?;
-    super::check_shapes(op, &q, &x, None)?;
-    kernel.check_dim(op, x.cols())?;
-    Ok((q, x))
+    let i = Inputs::check(op, Some(kernel), queries, keys, None)?;
+    Ok((i.q, i.x))
 }

@@ -9,6 +9,8 @@ use crate::kernel::Kernel;
 use crate::matrix::{Matrix, ensure_room};
 use crate::types::{Neighbours, RowNormalized};
 
+use super::{Inputs, call};
+
 /// How the `k` neighbours are weighted in [`Engine::knn_regress`] and
 /// [`Engine::knn_classify`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,9 +35,7 @@ impl Engine {
         k: usize,
     ) -> Result<Neighbours> {
         const OP: &str = "knn";
-        let q = Matrix::check(OP, "queries", queries)?;
-        let x = Matrix::check(OP, "keys", keys)?;
-        super::check_shapes(OP, &q, &x, None)?;
+        let Inputs { q, x, .. } = Inputs::check(OP, None, queries, keys, None)?;
         check_k(k, x.rows())?;
         check_room(OP, q.rows(), k)?;
         knn_scaled(self.backend_impl(), &q, &x, k)
@@ -205,7 +205,7 @@ fn sq_dist_bound(a: &Matrix<'_>, b: &Matrix<'_>) -> f64 {
     a.cols() as f64 * r * r
 }
 
-/// `backend.knn`, exact for coordinates of any finite size: when squared
+/// The `k` nearest keys of every query ([`call::knn`]), exact for coordinates of any finite size: when squared
 /// distances could overflow `f32`, queries and keys are first scaled by a
 /// power of two (exact, so the ranking and the ties do not change) and the
 /// distances scaled back (`+∞` when beyond the `f32` range).
@@ -217,7 +217,7 @@ pub(crate) fn knn_scaled(
 ) -> Result<Neighbours> {
     let bound = sq_dist_bound(queries, keys);
     if bound <= SQ_DIST_LIMIT {
-        return backend.knn(queries, keys, k);
+        return call::knn(backend, queries, keys, k);
     }
     // 2^e with bound / 4^e ≤ SQ_DIST_LIMIT; finite f32 inputs keep e below
     // about 70 (plus log₄ d), so 2^−e is a normal f32.
@@ -227,7 +227,7 @@ pub(crate) fn knn_scaled(
     let (qs, xs) = (scale(queries), scale(keys));
     let q = Matrix::check("knn", "queries", qs.view())?;
     let x = Matrix::check("knn", "keys", xs.view())?;
-    let mut nb = backend.knn(&q, &x, k)?;
+    let mut nb = call::knn(backend, &q, &x, k)?;
     let up = 2.0f64.powi(e);
     nb.distances.mapv_inplace(|v| (f64::from(v) * up) as f32);
     Ok(nb)

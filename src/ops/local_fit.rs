@@ -6,6 +6,7 @@ use ndarray::{Array2, Array3, ArrayView2};
 use rayon::prelude::*;
 
 use super::linalg::sym_eigen;
+use super::{Inputs, call};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
@@ -92,12 +93,9 @@ impl Engine {
         if check_degree(degree)? == 0 {
             return Ok(self.local_mean(kernel, queries, keys, values)?.into());
         }
-        let q = Matrix::check(OP, "queries", queries)?;
-        let x = Matrix::check(OP, "keys", keys)?;
-        let y = Matrix::check(OP, "values", values)?;
-        super::check_shapes(OP, &q, &x, Some(&y))?;
-        kernel.check_dim(OP, x.cols())?;
-        check_local(&q, &x, Some(&y))?;
+        let i = Inputs::check(OP, Some(kernel), queries, keys, Some(values))?;
+        let (q, x, y) = (&i.q, &i.x, i.values());
+        check_local(q, x, Some(y))?;
         let (d, qy) = (x.cols(), y.cols());
         // Values centred on their mean: the cross moments then carry the
         // local variation, not the offset.
@@ -118,14 +116,14 @@ impl Engine {
         let yc = Matrix::check(OP, "values", yc.view())?;
         let backend = self.backend_impl();
         let h = kernel.coordinate_bandwidths(d);
-        let mean = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
+        let mean = |qm: &Matrix<'_>| Ok(call::local_mean(backend, kernel, qm, (x, x))?.values);
         let pass = |qm: &Matrix<'_>, layout: MomentLayout| {
             let y = (layout.qy > 0).then_some(&yc);
-            backend.local_moments(kernel, qm, &x, y, layout)
+            call::local_moments(backend, kernel, qm, (x, y), layout)
         };
         fit_linear(
             OP,
-            &q,
+            q,
             (&h, d, qy),
             &centre,
             (Centres::LocalMean(&mean), &pass),
@@ -149,15 +147,13 @@ impl Engine {
         components: usize,
     ) -> Result<LocalPca> {
         const OP: &str = "local_pca";
-        let q = Matrix::check(OP, "queries", queries)?;
-        let x = Matrix::check(OP, "keys", keys)?;
-        super::check_shapes(OP, &q, &x, None)?;
-        kernel.check_dim(OP, x.cols())?;
+        let Inputs { q, x, .. } = Inputs::check(OP, Some(kernel), queries, keys, None)?;
         check_local(&q, &x, None)?;
         let backend = self.backend_impl();
         let h = kernel.coordinate_bandwidths(x.cols());
-        let mean = |qm: &Matrix<'_>| Ok(backend.local_mean(kernel, qm, &x, &x)?.values);
-        let pass = |qm: &Matrix<'_>, layout| backend.local_moments(kernel, qm, &x, None, layout);
+        let mean = |qm: &Matrix<'_>| Ok(call::local_mean(backend, kernel, qm, (&x, &x))?.values);
+        let pass =
+            |qm: &Matrix<'_>, layout| call::local_moments(backend, kernel, qm, (&x, None), layout);
         fit_pca(OP, &q, (&h, components), (Centres::LocalMean(&mean), &pass))
     }
 }

@@ -8,6 +8,8 @@ use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::types::RowNormalized;
 
+use super::{Inputs, call};
+
 impl Engine {
     /// Local means `ŷ(q_i) = Σ_j K(q_i, x_j) y_j / Σ_j K(q_i, x_j)` of the
     /// `values` (`N × q`) at the `queries` (`M × d`), with keys `N × d`.
@@ -28,13 +30,8 @@ impl Engine {
         keys: ArrayView2<'_, f32>,
         values: ArrayView2<'_, f32>,
     ) -> Result<RowNormalized> {
-        const OP: &str = "local_mean";
-        let q = Matrix::check(OP, "queries", queries)?;
-        let x = Matrix::check(OP, "keys", keys)?;
-        let y = Matrix::check(OP, "values", values)?;
-        super::check_shapes(OP, &q, &x, Some(&y))?;
-        kernel.check_dim(OP, x.cols())?;
-        self.backend_impl().local_mean(kernel, &q, &x, &y)
+        let i = Inputs::check("local_mean", Some(kernel), queries, keys, Some(values))?;
+        call::local_mean(self.backend_impl(), kernel, &i.q, (&i.x, i.values()))
     }
 
     /// The self-local mean `K̃X`: every point replaced by the local mean of
@@ -49,6 +46,6 @@ impl Engine {
     ) -> Result<RowNormalized> {
         let x = Matrix::check("self_local_mean", "points", points)?;
         kernel.check_dim("self_local_mean", x.cols())?;
-        self.backend_impl().local_mean(kernel, &x, &x, &x)
+        call::local_mean(self.backend_impl(), kernel, &x, (&x, &x))
     }
 }

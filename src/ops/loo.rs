@@ -50,9 +50,8 @@ impl Engine {
         super::check_shapes(OP, &x, &x, y.as_ref())?;
         kernel.check_dim(OP, x.cols())?;
         let targets = y.as_ref().unwrap_or(&x);
-        let states = self
-            .backend_impl()
-            .row_states(kernel, &x, &x, Some(targets), true)?;
+        let keys = (&x, Some(targets));
+        let states = super::call::row_states(self.backend_impl(), kernel, &x, keys, true)?;
         let q = targets.cols();
         let mut total = 0.0;
         let mut counted = 0usize;

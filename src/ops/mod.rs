@@ -1,7 +1,10 @@
 //! The public ops, as methods of [`Engine`](crate::Engine): each checks its
-//! inputs once, then hands valid data to the engine's backend.
+//! inputs once ([`Inputs`]), then hands valid data to the engine's backend;
+//! an op over keys it does not keep prepares them for its one call
+//! (`call.rs`) and runs the code a [`KeySet`](crate::KeySet) runs.
 
 mod attention_set;
+pub(crate) mod call;
 mod classify;
 mod impute;
 mod kde;
@@ -32,8 +35,49 @@ pub use loo::{BandwidthSelection, LooScore};
 pub use multi_kernel::MultiKernel;
 pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};
 
+use ndarray::ArrayView2;
+
 use crate::error::{Error, Result};
+use crate::kernel::Kernel;
 use crate::matrix::Matrix;
+
+/// The inputs of an op over keys, checked once: queries and keys non-empty,
+/// finite and of one dimension, values (if any) one row per key, and the
+/// kernel's blocks (if a kernel is given) covering the dimension, in that
+/// order.
+pub(crate) struct Inputs<'a> {
+    /// The queries (`M × d`).
+    pub q: Matrix<'a>,
+    /// The keys (`N × d`).
+    pub x: Matrix<'a>,
+    /// The values (`N × q`), when the op takes them.
+    pub y: Option<Matrix<'a>>,
+}
+
+impl<'a> Inputs<'a> {
+    /// Checks `queries`, `keys` and `values` for `op` under `kernel`.
+    pub(crate) fn check(
+        op: &'static str,
+        kernel: Option<&Kernel>,
+        queries: ArrayView2<'a, f32>,
+        keys: ArrayView2<'a, f32>,
+        values: Option<ArrayView2<'a, f32>>,
+    ) -> Result<Self> {
+        let q = Matrix::check(op, "queries", queries)?;
+        let x = Matrix::check(op, "keys", keys)?;
+        let y = values.map(|v| Matrix::check(op, "values", v)).transpose()?;
+        check_shapes(op, &q, &x, y.as_ref())?;
+        if let Some(k) = kernel {
+            k.check_dim(op, x.cols())?;
+        }
+        Ok(Inputs { q, x, y })
+    }
+
+    /// The values, which an op that takes them passed to [`check`](Self::check).
+    pub(crate) fn values(&self) -> &Matrix<'a> {
+        self.y.as_ref().expect("the op passed values") // ok: the caller passed them
+    }
+}
 
 /// Checks that queries and keys share a dimension and that values (if
 /// any) have one row per key.

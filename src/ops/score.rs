@@ -11,6 +11,8 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized};
 
+use super::call;
+
 /// The shadow of a profile: `−k′(t) = κ·g(t)` with `g` a profile (as a
 /// function of `t = r²`), so that `∇ log f̂(q) = (2κ/h²)·(Σ g / Σ k)·
 /// (m_g(q) − q)`, `m_g` the local mean under `g`.
@@ -127,10 +129,8 @@ impl Engine {
         sigma: Option<f64>,
     ) -> Result<RowNormalized> {
         let op = if sigma.is_some() { "denoise" } else { "score" };
-        let q = Matrix::check(op, "queries", queries)?;
-        let x = Matrix::check(op, "keys", keys)?;
-        super::check_shapes(op, &q, &x, None)?;
-        kernel.check_dim(op, x.cols())?;
+        let super::Inputs { q, x, .. } =
+            super::Inputs::check(op, Some(kernel), queries, keys, None)?;
         let parts = shadow_parts(kernel, x.cols())?;
         super::local_fit::check_local(&q, &x, None)?;
         let (m, d) = (q.rows(), q.cols());
@@ -145,7 +145,7 @@ impl Engine {
         let mut empty_row = vec![false; m];
         // ln Σ k per row, once, where some block's shadow is not k itself.
         let ln_sum_k: Option<Array1<f64>> = if parts.iter().any(|p| p.1 != *kernel) {
-            Some(backend.row_states(kernel, &q, &x, None, false)?.log_sum())
+            Some(call::row_states(backend, kernel, &q, (&x, None), false)?.log_sum())
         } else {
             None
         };
@@ -160,7 +160,7 @@ impl Engine {
             // Σ g / Σ k per row (1 when g is k itself).
             let ratio: Option<Vec<f64>> = match &ln_sum_k {
                 Some(lk) if gk != kernel => {
-                    let sg = backend.row_states(gk, &q, &x, None, false)?;
+                    let sg = call::row_states(backend, gk, &q, (&x, None), false)?;
                     Some(
                         sg.log_sum()
                             .iter()
@@ -171,8 +171,9 @@ impl Engine {
                 }
                 _ => None,
             };
-            let pass =
-                |qm: &Matrix<'_>, l: MomentLayout| backend.local_moments(gk, qm, &x, None, l);
+            let pass = |qm: &Matrix<'_>, l: MomentLayout| {
+                call::local_moments(backend, gk, qm, (&x, None), l)
+            };
             // E[(x − q)/h] under g: the offsets about the query itself.
             let centres = super::local_fit::Centres::AtQuery;
             super::local_fit::moment_chunks(op, &q, (&h, layout), centres, &pass, |r0, mom, _| {

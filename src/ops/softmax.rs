@@ -117,7 +117,8 @@ impl Engine {
         let v = heads(OP, "values", values)?;
         check_values(OP, &k, &v)?;
         let attn = attention(OP, &p, &k, params)?;
-        let out = self.backend_impl().kernel_softmax(&p, &k, &v, &attn)?;
+        let backend = self.backend_impl();
+        let out = backend.prepare_attention_call(&k, &v)?.attend(&p, &attn)?;
         shaped(p.batch, p.rows, v.cols(), p.ndim, out)
     }
 

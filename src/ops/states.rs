@@ -5,8 +5,9 @@ use ndarray::ArrayView2;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
-use crate::matrix::Matrix;
 use crate::types::RowStates;
+
+use super::{Inputs, call};
 
 impl Engine {
     /// Row states `(m, s, u)` of `queries` against `keys`, with optional
@@ -26,11 +27,7 @@ impl Engine {
         exclude_self: bool,
     ) -> Result<RowStates> {
         const OP: &str = "row_states";
-        let q = Matrix::check(OP, "queries", queries)?;
-        let x = Matrix::check(OP, "keys", keys)?;
-        let y = values.map(|v| Matrix::check(OP, "values", v)).transpose()?;
-        super::check_shapes(OP, &q, &x, y.as_ref())?;
-        kernel.check_dim(OP, x.cols())?;
+        let Inputs { q, x, y } = Inputs::check(OP, Some(kernel), queries, keys, values)?;
         if exclude_self && q.rows() != x.rows() {
             return Err(Error::RowMismatch {
                 op: OP,
@@ -38,7 +35,12 @@ impl Engine {
                 values: q.rows(),
             });
         }
-        self.backend_impl()
-            .row_states(kernel, &q, &x, y.as_ref(), exclude_self)
+        call::row_states(
+            self.backend_impl(),
+            kernel,
+            &q,
+            (&x, y.as_ref()),
+            exclude_self,
+        )
     }
 }

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 use super::super::keys::KeysSoa;
 use super::super::panels::{SqDists, TileIsa};
 use super::super::simd::{Avx2Fma, KEY_BLOCK, LANES};
-use super::{GroupJob, GroupState};
+use super::group::{GroupJob, GroupState};
 use crate::kernel::T_FAR;
 use crate::kernel::form::{Form, Lane, with_form};
 

@@ -2,106 +2,32 @@
 //!
 //! Queries are split into groups handled by rayon tasks; each group walks
 //! the keys in blocks of [`KEY_BLOCK`] that stay in L1 while every query of
-//! the group visits them. This file holds the group's job and state, the
-//! split over groups and key ranges, and the choice of kernel; the kernels
+//! the group visits them. This file holds the split over groups and key
+//! ranges, and the choice of kernel; the kernels
 //! are `portable.rs` and `avx2.rs`. Per query the row state `(m, s, u)` of
 //! docs/numerics.md is kept in `f64`; a block's sums are formed in `f32`
 //! lanes and merged into it. The `M×N` matrix is never stored.
 //!
-//! Imports: `super::{far, keys, panels, simd, weights}`, `crate::kernel`,
-//! `crate::types`.
+//! Its children: `group.rs` (the group's job and state), `far.rs` (rows
+//! finished in `f64`), `portable.rs` and `avx2.rs` (the kernels).
+//!
+//! Imports: `super::{keys, panels, simd}`, `crate::kernel`, `crate::types`.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod far;
+mod group;
 mod portable;
 
 use rayon::prelude::*;
 
-use super::far;
 use super::keys::KeysSoa;
 use super::panels::{CentredRows, P, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, KEY_BLOCK, Portable};
-use super::weights::initial_max;
-use crate::kernel::{Kernel, Profile};
+use crate::kernel::Kernel;
 use crate::types::RowStates;
-use crate::types::merge_states;
 
-/// Queries that share one pass over the keys.
-pub(crate) const QUERY_GROUP: usize = 8;
-// A group is one tile of inner products.
-const _: () = assert!(QUERY_GROUP == super::panels::ROWS);
-
-/// Row states `(m, s, u)` of a group of queries over some of the keys
-/// (docs/numerics.md): `m` the largest log-weight (0 for non-exponential
-/// profiles), `s = Σ e^{w−m}`, `u = Σ e^{w−m} y` (`rows × q`).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct GroupState {
-    pub m: [f32; QUERY_GROUP],
-    pub s: [f64; QUERY_GROUP],
-    pub u: Vec<f64>,
-}
-
-impl GroupState {
-    pub(crate) fn empty(profile: Profile, q: usize) -> Self {
-        GroupState {
-            m: [initial_max(profile); QUERY_GROUP],
-            s: [0.0; QUERY_GROUP],
-            u: vec![0.0; QUERY_GROUP * q],
-        }
-    }
-
-    /// Merges `other` (same queries, other keys) into `self`.
-    pub(crate) fn merge(&mut self, other: &GroupState, q: usize) {
-        let mut u = vec![0.0; q];
-        for r in 0..QUERY_GROUP {
-            let (ua, ub) = (&self.u[r * q..(r + 1) * q], &other.u[r * q..(r + 1) * q]);
-            let (m, s) = merge_states(
-                (self.m[r], self.s[r], ua),
-                (other.m[r], other.s[r], ub),
-                &mut u,
-            );
-            self.m[r] = m;
-            self.s[r] = s;
-            self.u[r * q..(r + 1) * q].copy_from_slice(&u);
-        }
-    }
-
-    /// Writes `u / s` for the first `out.len() / q` rows (NaN where `s = 0`)
-    /// and returns how many rows were empty.
-    pub(crate) fn finalize(&self, q: usize, out: &mut [f32]) -> usize {
-        let mut empty = 0;
-        for (r, o) in out.chunks_mut(q).enumerate() {
-            if self.s[r] > 0.0 {
-                for (oc, &uc) in o.iter_mut().zip(&self.u[r * q..(r + 1) * q]) {
-                    *oc = (uc / self.s[r]) as f32;
-                }
-            } else {
-                o.fill(f32::NAN);
-                empty += 1;
-            }
-        }
-        empty
-    }
-}
-
-/// One unit of work: a group of at most [`QUERY_GROUP`] queries against
-/// the keys `k0..k1`.
-#[derive(Clone, Copy)]
-pub(crate) struct GroupJob<'a> {
-    pub kernel: &'a Kernel,
-    /// The group's query rows, row-major with `d` columns.
-    pub queries: &'a [f32],
-    pub d: usize,
-    pub keys: &'a KeysSoa<'a>,
-    pub k0: usize,
-    pub k1: usize,
-    /// When the queries are the keys and every row must leave out its own
-    /// key (leave-one-out): the global index of the group's first query.
-    pub self_row: Option<usize>,
-    /// The group's queries already centred for the keys' panels (a caller
-    /// that runs the group over many key ranges centres them once).
-    pub centred: Option<&'a CentredRows>,
-}
+pub(crate) use group::{GroupJob, GroupState, QUERY_GROUP};
 
 /// Row states `(m, s, u)` of every query: the shared core of local means,
 /// densities and leave-one-out sums. With `exclude_self` the queries must be

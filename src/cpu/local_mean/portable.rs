@@ -13,7 +13,7 @@ use super::super::keys::KeysSoa;
 use super::super::panels::{SqDists, TileIsa};
 use super::super::simd::{Isa, KEY_BLOCK, LANES, dot, exp_nonpos, fmadd, fmax};
 use super::super::weights::{initial_max, product_ts};
-use super::{GroupJob, GroupState};
+use super::group::{GroupJob, GroupState};
 use crate::kernel::form::{Form, Gaussian, with_form};
 use crate::kernel::{ProductBlocks, Profile};
 

@@ -10,7 +10,7 @@ use std::borrow::Borrow;
 use rayon::prelude::*;
 
 use super::super::simd::{Avx2Fma, Isa, Portable, exp_nonpos, fmadd, fmax, max_of, sum_of};
-use super::{BK, BQ, Batch, MR, NR, Packed, pack, scaled_queries, scores};
+use super::{BK, BQ, Batch, MR, NR, Packed, scaled_queries, scores};
 use crate::error::Result;
 use crate::matrix::alloc_output;
 use crate::types::merge_states;
@@ -63,30 +63,6 @@ impl BlockState {
             }
         }
     }
-}
-
-/// Kernel softmax of every batch, row-major `(B·M) × q`.
-pub(crate) fn kernel_softmax(
-    phi: &Heads<'_>,
-    psi: &Heads<'_>,
-    values: &Heads<'_>,
-    attn: &Attention,
-) -> Result<Vec<f32>> {
-    kernel_softmax_on(phi, psi, values, attn, Avx2Fma::detect())
-}
-
-/// [`kernel_softmax`] on the AVX2 + FMA build when `isa` holds the token,
-/// else on the portable one (`None` forces it).
-pub(crate) fn kernel_softmax_on(
-    phi: &Heads<'_>,
-    psi: &Heads<'_>,
-    values: &Heads<'_>,
-    attn: &Attention,
-    isa: Option<Avx2Fma>,
-) -> Result<Vec<f32>> {
-    let (n, d, q) = (psi.rows, phi.cols(), values.cols());
-    let pack_batch = |b: usize| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q)));
-    attend_packed(phi, (n, q), attn, isa, &pack_batch)
 }
 
 /// Kernel softmax of every batch against keys and values packed per batch

@@ -48,7 +48,6 @@ mod tests;
 
 use super::simd::{Isa, LANES, fmadd};
 
-pub(crate) use attention::kernel_softmax;
 pub(crate) use feature::feature_local_mean;
 pub(crate) use matrix::softmax_matrix;
 pub(crate) use prepared::CpuAttention;

@@ -1,6 +1,9 @@
-//! A prepared attention set on the CPU: every batch's keys and values
-//! packed once (the layout `attention.rs` streams), so a call pays only for
-//! its queries; the packed bytes are charged to the backend's budget.
+//! Attention keys and values prepared on the CPU: for a set kept across
+//! calls, every batch's keys and values packed once (the layout
+//! `attention.rs` streams), so a call pays only for its queries, and the
+//! packed bytes charged to the backend's budget; for one call
+//! (`kernel_softmax`), the inputs borrowed and each batch packed as its
+//! group runs, so only one group's packing is in memory at a time.
 //!
 //! Imports: `super` (packing, attention), `super::super::simd`,
 //! `crate::backend`, `crate::error`, `crate::memory`, `crate::types`.
@@ -17,29 +20,48 @@ use crate::error::Result;
 use crate::memory::{MemoryBudget, Reservation};
 use crate::types::{Attention, Heads};
 
-/// Packed keys and values of every batch.
-pub(crate) struct CpuAttention {
-    packed: Vec<Packed>,
+/// Keys and values of every batch: packed and charged (a set), or
+/// borrowed and packed per call.
+pub(crate) struct CpuAttention<'a> {
+    stored: Stored<'a>,
     n: usize,
     q: usize,
-    held: Reservation,
 }
 
-impl std::fmt::Debug for CpuAttention {
+enum Stored<'a> {
+    /// Every batch packed once, and the reservation of their bytes.
+    Packed(Vec<Packed>, Reservation),
+    /// The inputs of one call.
+    Borrowed(Heads<'a>, Heads<'a>),
+}
+
+impl std::fmt::Debug for CpuAttention<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuAttention")
-            .field("batches", &self.packed.len())
+            .field("kept", &matches!(self.stored, Stored::Packed(..)))
             .field("n", &self.n)
             .field("q", &self.q)
             .finish_non_exhaustive()
     }
 }
 
-impl CpuAttention {
-    /// Packs every batch of `psi` with its `values`, after charging the
+impl<'a> CpuAttention<'a> {
+    /// The keys and values of one call, borrowed: each batch is packed
+    /// when its group runs.
+    pub(crate) fn for_call(psi: &Heads<'a>, values: &Heads<'a>) -> Self {
+        CpuAttention {
+            n: psi.rows,
+            q: values.cols(),
+            stored: Stored::Borrowed(psi.clone(), values.clone()),
+        }
+    }
+}
+
+impl CpuAttention<'static> {
+    /// A kept set: packs every batch of `psi` with its `values`, after charging the
     /// packed size (keys padded to whole tiles of `BK`, values to the
     /// packed column count) to `budget`.
-    pub(crate) fn new(
+    pub(crate) fn kept(
         budget: &Arc<MemoryBudget>,
         psi: &Heads<'_>,
         values: &Heads<'_>,
@@ -52,17 +74,45 @@ impl CpuAttention {
             .into_par_iter()
             .map(|b| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q))))
             .collect();
-        Ok(CpuAttention { packed, n, q, held })
+        Ok(CpuAttention {
+            stored: Stored::Packed(packed, held),
+            n,
+            q,
+        })
     }
 }
 
-impl PreparedAttention for CpuAttention {
+impl CpuAttention<'_> {
+    /// [`PreparedAttention::attend`] on the AVX2 + FMA build when `isa`
+    /// holds the token, else on the portable one (`None` forces it).
+    pub(crate) fn attend_on(
+        &self,
+        phi: &Heads<'_>,
+        attn: &Attention,
+        isa: Option<Avx2Fma>,
+    ) -> Result<Vec<f32>> {
+        let (n, q) = (self.n, self.q);
+        match &self.stored {
+            Stored::Packed(packed, _) => attend_packed(phi, (n, q), attn, isa, &|b| &packed[b]),
+            Stored::Borrowed(psi, values) => {
+                let d = psi.cols();
+                let pack_batch =
+                    |b: usize| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q)));
+                attend_packed(phi, (n, q), attn, isa, &pack_batch)
+            }
+        }
+    }
+}
+
+impl PreparedAttention for CpuAttention<'_> {
     fn attend(&self, phi: &Heads<'_>, attn: &Attention) -> Result<Vec<f32>> {
-        let stored = |b: usize| &self.packed[b];
-        attend_packed(phi, (self.n, self.q), attn, Avx2Fma::detect(), &stored)
+        self.attend_on(phi, attn, Avx2Fma::detect())
     }
 
     fn bytes(&self) -> u64 {
-        self.held.bytes()
+        match &self.stored {
+            Stored::Packed(_, held) => held.bytes(),
+            Stored::Borrowed(..) => 0,
+        }
     }
 }

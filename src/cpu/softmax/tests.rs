@@ -1,7 +1,7 @@
 //! Both builds of the three ops against `f64` references.
 
 use super::super::simd::Avx2Fma;
-use super::attention::kernel_softmax_on;
+use super::CpuAttention;
 use super::feature::feature_local_mean_on;
 use super::matrix::softmax_matrix_on;
 use crate::matrix::Matrix;
@@ -95,7 +95,9 @@ fn portable_and_avx2_builds_match_reference() {
         }
         for isa in builds {
             let avx2 = isa.is_some();
-            let got = kernel_softmax_on(&p, &k, &v, &attn, isa).unwrap();
+            let got = CpuAttention::for_call(&k, &v)
+                .attend_on(&p, &attn, isa)
+                .unwrap();
             let mat = softmax_matrix_on(&p, &k, &attn, isa).unwrap();
             for b in 0..nb {
                 let want = reference(

@@ -25,7 +25,7 @@ pub(crate) use local_mean::{
 // Kept at the path it had before the planner was split.
 #[allow(unused_imports)]
 pub(crate) use local_mean::MAX_VALUE_COLS;
-pub(crate) use matrix::{MATRIX_WG, plan_kernel_matrix};
+pub(crate) use matrix::{MATRIX_WG, MatrixPlan, plan_kernel_matrix};
 pub(crate) use resident::resident_key_tile;
 pub(crate) use softmax::{
     AttendPlan, plan_attend, plan_attend_prepared, plan_feature, plan_softmax_matrix,

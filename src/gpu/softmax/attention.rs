@@ -4,11 +4,11 @@
 
 use crate::error::Result;
 use crate::gpu::plan::softmax::ATTEND_WG;
-use crate::gpu::plan::{AttendPlan, plan_attend, tiles};
+use crate::gpu::plan::{AttendPlan, tiles};
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
 
-use super::{KeyTile, stacked, upload_keys};
+use super::{KeyTile, stacked};
 use crate::gpu::buffers::{Pooled, upload};
 use crate::gpu::context::{ErrorScope, GpuContext};
 use crate::gpu::pipelines::PipelineKey;
@@ -186,28 +186,6 @@ pub(super) fn record_attend<'p>(
     sub.keep(params);
     sub.keep(partial);
     Ok(())
-}
-
-/// `softmax(s·ΦΨᵀ)V` of every batch on the GPU.
-pub(crate) fn kernel_softmax(
-    ctx: &GpuContext,
-    phi: &Heads<'_>,
-    psi: &Heads<'_>,
-    values: &Heads<'_>,
-    attn: &Attention,
-) -> Result<Vec<f32>> {
-    const OP: &str = "kernel_softmax";
-    let (nb, m, n, d, q) = (phi.batch, phi.rows, psi.rows, phi.cols(), values.cols());
-    check_u32(OP, "query rows", nb * m)?;
-    check_u32(OP, "key rows", nb * n)?;
-    let plan = plan_attend(&ctx.limits, &ctx.caps, nb, m, n, d, q)?;
-    attend_call(ctx, &plan, attn, (nb, m, n, d, q), "", |call, out| {
-        for (b0, b1) in tiles(nb, plan.batch_group) {
-            let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b0, b1), plan.key_tile)?;
-            call.batches(ctx, phi, (b0, b1), 0, &key_tiles, out)?;
-        }
-        Ok(())
-    })
 }
 
 /// One attention call of `B` batches of `M` queries against `N` keys in

@@ -15,7 +15,6 @@ mod feature;
 mod matrix;
 mod prepared;
 
-pub(crate) use attention::kernel_softmax;
 pub(crate) use feature::feature_local_mean;
 pub(crate) use matrix::softmax_matrix;
 pub(crate) use prepared::GpuAttention;

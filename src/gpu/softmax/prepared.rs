@@ -1,24 +1,39 @@
-//! A prepared attention set on the GPU: the key tiles and value rows of
-//! every batch uploaded once into device buffers the set owns (charged to
-//! the engine's budget), cut as a call with as many queries as keys would
-//! cut them; a call uploads only its queries and reads back its output.
+//! Attention keys and values prepared on the GPU. A set kept across calls
+//! holds the key tiles and value rows of every batch, uploaded once into
+//! device buffers it owns (charged to the engine's budget), cut as a call
+//! with as many queries as keys would cut them; a call uploads only its
+//! queries and reads back its output. For one call (`kernel_softmax`) the
+//! inputs stay borrowed and each batch group's key tiles come from the
+//! pool as the call reaches it, cut by that call's own plan, so only one
+//! group is on the device at a time.
 
 use std::sync::Arc;
 
 use super::attention::attend_call;
-use super::{stacked, upload_group};
+use super::{stacked, upload_group, upload_keys};
 use crate::backend::PreparedAttention;
 use crate::error::Result;
 use crate::gpu::check_u32;
 use crate::gpu::context::GpuContext;
 use crate::gpu::keys::{KeyTile, StoredTile};
 use crate::gpu::plan::{plan_attend, plan_attend_prepared, tiles};
-use crate::gpu::resident::{buffer_bytes, owned_upload, wait_for_uploads};
+use crate::gpu::prepared::{buffer_bytes, owned_upload, wait_for_uploads};
 use crate::memory::Reservation;
 use crate::types::{Attention, Heads};
 
-/// Device buffers of a prepared attention set.
-pub(crate) struct GpuAttention {
+/// Attention keys and values on the GPU: a kept set's device buffers, or a
+/// call's borrowed inputs.
+pub(crate) enum GpuAttention<'a> {
+    Kept(Kept),
+    Call {
+        ctx: &'a GpuContext,
+        psi: Heads<'a>,
+        values: Heads<'a>,
+    },
+}
+
+/// Device buffers of a kept attention set.
+pub(crate) struct Kept {
     ctx: Arc<GpuContext>,
     /// Batches `b0..b1` stored together, and their key tiles (keys and, as
     /// set 0, values; batch-major within a tile).
@@ -31,24 +46,27 @@ pub(crate) struct GpuAttention {
     held: Reservation,
 }
 
-impl std::fmt::Debug for GpuAttention {
+impl std::fmt::Debug for GpuAttention<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self::Kept(s) = self else {
+            return f.debug_struct("GpuAttention").finish_non_exhaustive();
+        };
         f.debug_struct("GpuAttention")
-            .field("groups", &self.groups.len())
-            .field("n", &self.n)
-            .field("d", &self.d)
-            .field("q", &self.q)
-            .field("key_tile", &self.key_tile)
-            .field("group", &self.group)
+            .field("groups", &s.groups.len())
+            .field("n", &s.n)
+            .field("d", &s.d)
+            .field("q", &s.q)
+            .field("key_tile", &s.key_tile)
+            .field("group", &s.group)
             .finish_non_exhaustive()
     }
 }
 
-impl GpuAttention {
-    /// Uploads `psi` and `values` in the key tiles and batch groups of
+impl GpuAttention<'static> {
+    /// A kept set: uploads `psi` and `values` in the key tiles and batch groups of
     /// `plan_attend(B, N, N, d, q)`, after charging their size to the
     /// engine's budget.
-    pub(crate) fn new(ctx: &Arc<GpuContext>, psi: &Heads<'_>, values: &Heads<'_>) -> Result<Self> {
+    pub(crate) fn kept(ctx: &Arc<GpuContext>, psi: &Heads<'_>, values: &Heads<'_>) -> Result<Self> {
         const OP: &str = "prepare_attention";
         let (nb, n, d, q) = (psi.batch, psi.rows, psi.cols(), values.cols());
         check_u32(OP, "key rows", nb * n)?;
@@ -75,7 +93,7 @@ impl GpuAttention {
             .collect::<Result<Vec<_>>>()?;
         wait_for_uploads(ctx, &scope)?;
         scope.finish(ctx)?;
-        Ok(GpuAttention {
+        Ok(GpuAttention::Kept(Kept {
             ctx: Arc::clone(ctx),
             groups,
             n,
@@ -84,11 +102,60 @@ impl GpuAttention {
             key_tile,
             group,
             held,
-        })
+        }))
     }
 }
 
-impl PreparedAttention for GpuAttention {
+impl<'a> GpuAttention<'a> {
+    /// The keys and values of one call, borrowed until it runs.
+    pub(crate) fn for_call(ctx: &'a GpuContext, psi: &Heads<'a>, values: &Heads<'a>) -> Self {
+        GpuAttention::Call {
+            ctx,
+            psi: psi.clone(),
+            values: values.clone(),
+        }
+    }
+}
+
+/// `softmax(s·ΦΨᵀ)V` of every batch of one call: each batch group's key
+/// tiles uploaded from the pool, cut by the call's own plan.
+fn attend_once(
+    ctx: &GpuContext,
+    (psi, values): (&Heads<'_>, &Heads<'_>),
+    phi: &Heads<'_>,
+    attn: &Attention,
+) -> Result<Vec<f32>> {
+    const OP: &str = "kernel_softmax";
+    let (nb, m, n, d, q) = (phi.batch, phi.rows, psi.rows, phi.cols(), values.cols());
+    check_u32(OP, "query rows", nb * m)?;
+    check_u32(OP, "key rows", nb * n)?;
+    let plan = plan_attend(&ctx.limits, &ctx.caps, nb, m, n, d, q)?;
+    attend_call(ctx, &plan, attn, (nb, m, n, d, q), "", |call, out| {
+        for (b0, b1) in tiles(nb, plan.batch_group) {
+            let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b0, b1), plan.key_tile)?;
+            call.batches(ctx, phi, (b0, b1), 0, &key_tiles, out)?;
+        }
+        Ok(())
+    })
+}
+
+impl PreparedAttention for GpuAttention<'_> {
+    fn attend(&self, phi: &Heads<'_>, attn: &Attention) -> Result<Vec<f32>> {
+        match self {
+            GpuAttention::Kept(s) => s.attend(phi, attn),
+            GpuAttention::Call { ctx, psi, values } => attend_once(ctx, (psi, values), phi, attn),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            GpuAttention::Kept(s) => s.held.bytes(),
+            GpuAttention::Call { .. } => 0,
+        }
+    }
+}
+
+impl Kept {
     fn attend(&self, phi: &Heads<'_>, attn: &Attention) -> Result<Vec<f32>> {
         const OP: &str = "kernel_softmax";
         let ctx = &*self.ctx;
@@ -112,9 +179,5 @@ impl PreparedAttention for GpuAttention {
             }
             Ok(())
         })
-    }
-
-    fn bytes(&self) -> u64 {
-        self.held.bytes()
     }
 }

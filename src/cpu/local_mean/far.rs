@@ -2,11 +2,11 @@
 //! kernels is recomputed in `f64` (docs/numerics.md, "Far rows"), in place
 //! in the group state the kernels returned. The GPU twin is `gpu/far.rs`.
 //!
-//! Imports: `super::{local_mean, weights}`, `crate::kernel` (its `f64`
-//! far-row math).
+//! Imports: `super::group`, `super::super::weights`, `crate::kernel` (its
+//! `f64` far-row math).
 
-use super::local_mean::{GroupJob, GroupState};
-use super::weights::initial_max;
+use super::super::weights::initial_max;
+use super::group::{GroupJob, GroupState};
 use crate::kernel::exact::{needs_exact, row_state};
 
 /// Recomputes in `f64` the rows whose keys all lie too far for the `f32`

@@ -1,0 +1,187 @@
+//! Keys prepared on the CPU ([`PreparedKeys`]): keys and value matrices
+//! transposed into the padded column layout the kernels stream
+//! ([`KeyColumns`]), so a query pays for neither the transpose nor the
+//! checks of the keys. A key set keeps them (charged, with each request's
+//! working memory, to the backend's budget); a one-shot call builds them
+//! for its one call, with the panels that call wants, and drops them. The
+//! ops are the same code either way.
+//!
+//! Imports: `super::{keys, knn, local_mean, kernel_matrix, moments, panels}`,
+//! `crate::backend`, `crate::error`, `crate::kernel`, `crate::matrix`,
+//! `crate::memory`, `crate::types`.
+
+use std::sync::Arc;
+
+use ndarray::Array2;
+
+use super::keys::{KeyColumns, Pack};
+use super::local_mean::QUERY_GROUP;
+use super::{kernel_matrix, knn, local_mean, moments, panels};
+use crate::backend::{Call, CallKind, MatrixMode, PreparedKeys};
+use crate::error::Result;
+use crate::kernel::Kernel;
+use crate::matrix::{Matrix, alloc_output, ensure_room};
+use crate::memory::{MemoryBudget, Reservation};
+use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
+
+/// Keys and value matrices in the kernels' layout, and, for a key set,
+/// the memory they hold.
+pub(crate) struct CpuKeys {
+    keys: KeyColumns,
+    /// A key set's budget and the reservation of its keys; `None` for keys
+    /// prepared for one call, which charge nothing.
+    held: Option<(Arc<MemoryBudget>, Reservation)>,
+}
+
+impl std::fmt::Debug for CpuKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuKeys")
+            .field("n", &self.keys.n())
+            .field("d", &self.keys.d())
+            .field("sets", &self.keys.set_cols())
+            .field("kept", &self.held.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Working memory of a request of `m` rows with `q` value columns: the
+/// output and the `f64` row states.
+fn request_bytes(m: usize, q: usize) -> u64 {
+    let m = m.next_multiple_of(QUERY_GROUP) as u64;
+    m.saturating_mul(12 * q as u64 + 16)
+}
+
+impl CpuKeys {
+    /// A key set: transposes `keys` and every value matrix, after charging
+    /// their size to `budget`.
+    pub(crate) fn kept(
+        budget: &Arc<MemoryBudget>,
+        keys: &Matrix<'_>,
+        sets: &[Matrix<'_>],
+    ) -> Result<Self> {
+        // Panels whenever the dimension calls for them: a key set serves
+        // many calls, so they are built once, here. kNN uses them from
+        // d = KEY_SET_MIN_D, which covers the local means' range (from
+        // panels::MIN_D); with the row-major copy kNN re-measures from.
+        let d = keys.cols();
+        const _: () = assert!(knn::KEY_SET_MIN_D <= panels::MIN_D);
+        let pack = if (knn::KEY_SET_MIN_D..=panels::MAX_D).contains(&d) {
+            Pack::PanelsAndRows
+        } else {
+            Pack::None
+        };
+        let bytes = KeyColumns::bytes(keys, sets, pack);
+        let held = budget.reserve("prepare", "resident keys and values", bytes)?;
+        // The transposes allocate what was charged: refuse rather than abort.
+        ensure_room("prepare", "resident keys and values", bytes)?;
+        Ok(CpuKeys {
+            keys: KeyColumns::new(keys, sets, pack),
+            held: Some((Arc::clone(budget), held)),
+        })
+    }
+
+    /// Keys for one `call`: transposed, with the panels that call uses
+    /// (inner products for many queries in many dimensions; kNN's blocked
+    /// path), nothing charged.
+    pub(crate) fn for_call(keys: &Matrix<'_>, sets: &[Matrix<'_>], call: &Call<'_>) -> Self {
+        let d = keys.cols();
+        let pack = match (call.kind, call.kernel) {
+            (CallKind::Knn { .. }, _) if knn::blocked(d, call.rows) => Pack::PanelsAndRows,
+            (CallKind::Means { .. } | CallKind::Matrix, Some(kernel)) => {
+                Pack::panels_if(panels::wanted_for(kernel, d, call.rows))
+            }
+            _ => Pack::None,
+        };
+        CpuKeys {
+            keys: KeyColumns::new(keys, sets, pack),
+            held: None,
+        }
+    }
+
+    /// Charges a key set's request of `bytes` working memory for as long as
+    /// the guard lives; nothing for keys prepared for one call.
+    fn request(&self, op: &'static str, bytes: u64) -> Result<Option<Reservation>> {
+        self.held
+            .as_ref()
+            .map(|(budget, _)| budget.reserve(op, "request", bytes))
+            .transpose()
+    }
+}
+
+impl PreparedKeys for CpuKeys {
+    fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: usize,
+    ) -> Result<RowNormalized> {
+        let soa = self.keys.soa(Some(set));
+        let (m, q) = (queries.rows(), soa.q);
+        let _work = self.request("local_mean", request_bytes(m, q))?;
+        let mut out = alloc_output("local_mean", "output", m, q)?;
+        let d = self.keys.d();
+        let empty = local_mean::local_mean(kernel, queries.as_slice(), d, &soa, false, &mut out);
+        Ok(RowNormalized::from_parts(m, q, out, empty))
+    }
+
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: Option<usize>,
+        exclude_self: bool,
+    ) -> Result<RowStates> {
+        let soa = self.keys.soa(set);
+        let _work = self.request("row_states", request_bytes(queries.rows(), soa.q))?;
+        let d = self.keys.d();
+        let groups = local_mean::group_states(kernel, queries.as_slice(), d, &soa, exclude_self);
+        Ok(local_mean::row_states_of(&groups, queries.rows(), soa.q))
+    }
+
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        layout: MomentLayout,
+        set: Option<usize>,
+    ) -> Result<RowNormalized> {
+        let bytes = request_bytes(queries.rows(), layout.cols());
+        let _work = self.request("local_moments", bytes)?;
+        moments::local_moments(kernel, queries, &self.keys.soa(set), layout)
+    }
+
+    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+        let bytes = (queries.rows() as u64).saturating_mul(16 * k as u64);
+        let _work = self.request("knn", bytes)?;
+        let lists = knn::knn(queries.as_slice(), self.keys.d(), &self.keys.soa(None), k);
+        Ok(knn::neighbours(&lists, k))
+    }
+
+    fn kernel_matrix(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        mode: MatrixMode,
+    ) -> Result<(Array2<f32>, usize)> {
+        let (m, n) = (queries.rows(), self.keys.n());
+        let mut out = alloc_output("kernel_matrix", "output", m, n)?;
+        let empty = kernel_matrix::kernel_matrix(
+            kernel,
+            queries.as_slice(),
+            self.keys.d(),
+            &self.keys.soa(None),
+            mode,
+            &mut out,
+        );
+        let arr = Array2::from_shape_vec((m, n), out).expect("shape matches allocation"); // ok: sized above
+        Ok((arr, empty))
+    }
+
+    fn check_k(&self, _k: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn bytes(&self) -> u64 {
+        self.held.as_ref().map_or(0, |(_, r)| r.bytes())
+    }
+}

@@ -1,0 +1,471 @@
+//! Keys prepared on the GPU ([`PreparedKeys`]): key tiles and their value
+//! rows in device buffers, cut by the plans of the ops (so `N` may exceed
+//! one binding); each query uploads only its own rows. A key set keeps
+//! them in buffers it owns, charged to the engine's budget, tiled so that
+//! every op's plan accepts them; a one-shot call takes them from the pool,
+//! tiled as its own plan cuts them, and keeps its host matrices borrowed
+//! for the rows finished on the host. The ops are the same code either way.
+
+use std::borrow::Cow;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use ndarray::Array2;
+
+use super::buffers::{Pooled, upload};
+use super::check_u32;
+use super::context::{ErrorScope, GpuContext};
+use super::far::{
+    HostKeys, far_matrix_rows, far_means, far_states, matrix_needs_host, means_need_host,
+    states_need_host, tiny_cauchy_row,
+};
+use super::kernel_matrix::matrix_on_tiles;
+use super::keys::{DeviceKeys, KeyTile, Rows, StoredTile, upload_tiles};
+use super::knn::{check_gpu_k, knn_on_tiles};
+use super::local_mean::{means_on_tiles, moments_on_tiles, states_on_tiles};
+use super::submission::Submission;
+use crate::backend::{Call, CallKind, MatrixMode, PreparedKeys};
+use crate::error::{Error, Result};
+use crate::gpu::plan::{
+    plan_kernel_matrix, plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles,
+};
+use crate::kernel::{Kernel, Profile};
+use crate::matrix::Matrix;
+use crate::memory::Reservation;
+use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
+
+/// The device of prepared keys: shared with the engine (a key set, which
+/// may outlive any one call) or borrowed for one call.
+enum Device<'a> {
+    Shared(Arc<GpuContext>),
+    Borrowed(&'a GpuContext),
+}
+
+impl Deref for Device<'_> {
+    type Target = GpuContext;
+    fn deref(&self) -> &GpuContext {
+        match self {
+            Device::Shared(c) => c,
+            Device::Borrowed(c) => c,
+        }
+    }
+}
+
+/// Keys and values, row-major on the host: borrowed from a call, or read
+/// back from a key set's buffers.
+type HostRows<'h> = (Cow<'h, [f32]>, Cow<'h, [f32]>);
+
+/// Key tiles on the device and what the queries need of them. Dropping it
+/// frees a key set's buffers (wgpu keeps a buffer alive until the
+/// submissions that use it complete) and gives their bytes back to the
+/// engine's memory budget, or returns a call's buffers to the pool.
+pub(crate) struct GpuKeys<'a> {
+    ctx: Device<'a>,
+    tiles: Vec<StoredTile<'a>>,
+    n: usize,
+    d: usize,
+    set_cols: Vec<usize>,
+    key_tile: usize,
+    /// A call's host matrices, keys first (the far rows read them); a key
+    /// set reads its keys back from the device instead.
+    host: Option<(Matrix<'a>, Vec<Matrix<'a>>)>,
+    /// A key set's reservation; `None` for a call.
+    held: Option<Reservation>,
+}
+
+impl std::fmt::Debug for GpuKeys<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuKeys")
+            .field("n", &self.n)
+            .field("d", &self.d)
+            .field("sets", &self.set_cols)
+            .field("key_tile", &self.key_tile)
+            .field("tiles", &self.tiles.len())
+            .field("kept", &self.held.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes of a buffer holding `floats` values (at least 4, as the pool rounds).
+pub(crate) fn buffer_bytes(floats: usize) -> u64 {
+    (floats as u64).saturating_mul(4).max(4)
+}
+
+/// `data` in a device buffer of its own, outside the pool (the caller
+/// charges its bytes to the budget). COPY_SRC: far rows read a key set's
+/// keys back (far.rs).
+pub(crate) fn owned_upload(ctx: &GpuContext, data: &[f32]) -> Result<Pooled<'static>> {
+    let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("key set"),
+        size: buffer_bytes(data.len()),
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    ctx.queue
+        .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+    Ok(Pooled::owned(buffer, buffer_bytes(data.len())))
+}
+
+/// Waits until the uploads queued so far are on the device, so that their
+/// failures surface in `scope`.
+pub(crate) fn wait_for_uploads(ctx: &GpuContext, scope: &ErrorScope) -> Result<()> {
+    let index = ctx.queue.submit([]);
+    ctx.device
+        .poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })
+        .map(|_| ())
+        .map_err(|e| scope.error(format!("waiting for the upload: {e}")))
+}
+
+/// The key tiles of `keys` and every matrix of `sets`, cut every
+/// `key_tile` rows, each tile's rows put on the device by `alloc`.
+fn tiles_of<'p>(
+    keys: &Matrix<'_>,
+    sets: &[Matrix<'_>],
+    key_tile: usize,
+    alloc: &mut dyn FnMut(&[f32]) -> Result<Pooled<'p>>,
+) -> Result<Vec<StoredTile<'p>>> {
+    let key_rows = |a, b| keys.row_range(a, b);
+    let set_rows: Vec<_> = sets.iter().map(|v| move |a, b| v.row_range(a, b)).collect();
+    let set_rows: Vec<&Rows<'_>> = set_rows.iter().map(|f| f as &Rows<'_>).collect();
+    upload_tiles(keys.rows(), key_tile, &key_rows, &set_rows, alloc)
+}
+
+impl GpuKeys<'static> {
+    /// A key set: uploads `keys` and every value matrix into buffers of its
+    /// own, tiled so that every op's plan accepts the tiles, after charging
+    /// their size to the engine's budget.
+    pub(crate) fn kept(
+        ctx: &Arc<GpuContext>,
+        keys: &Matrix<'_>,
+        sets: &[Matrix<'_>],
+    ) -> Result<Self> {
+        const OP: &str = "prepare";
+        let (n, d) = (keys.rows(), keys.cols());
+        check_u32(OP, "key rows", n)?;
+        let set_cols: Vec<usize> = sets.iter().map(Matrix::cols).collect();
+        let key_tile = resident_key_tile(&ctx.limits, &ctx.caps, n, d, &set_cols)?;
+        let bytes: u64 = tiles(n, key_tile)
+            .map(|(a, b)| {
+                let len = b - a;
+                buffer_bytes(len * d) + set_cols.iter().map(|&q| buffer_bytes(len * q)).sum::<u64>()
+            })
+            .sum();
+        let held = ctx.pool.reserve(OP, "resident keys and values", bytes)?;
+        let scope = ctx.scope(
+            OP,
+            format!("N={n} d={d} value columns={set_cols:?} key tile={key_tile}"),
+        )?;
+        let tiles = tiles_of(keys, sets, key_tile, &mut |data| owned_upload(ctx, data))?;
+        wait_for_uploads(ctx, &scope)?;
+        scope.finish(ctx)?;
+        Ok(GpuKeys {
+            ctx: Device::Shared(Arc::clone(ctx)),
+            tiles,
+            n,
+            d,
+            set_cols,
+            key_tile,
+            host: None,
+            held: Some(held),
+        })
+    }
+}
+
+impl<'a> GpuKeys<'a> {
+    /// Keys for one `call`: uploaded from the pool in the key tiles of that
+    /// call's plan, the host matrices kept borrowed, nothing reserved.
+    pub(crate) fn for_call(
+        ctx: &'a GpuContext,
+        keys: &Matrix<'a>,
+        sets: &[Matrix<'a>],
+        call: &Call<'_>,
+    ) -> Result<Self> {
+        let op = call.op;
+        let (m, n, d) = (call.rows, keys.rows(), keys.cols());
+        let (limits, caps) = (&ctx.limits, &ctx.caps);
+        if let CallKind::Knn { k } = call.kind {
+            check_gpu_k(k)?;
+        }
+        check_u32(op, "query rows", m)?;
+        check_u32(op, "key rows", n)?;
+        let key_tile = match call.kind {
+            CallKind::Means { cols } => plan_local_mean(limits, caps, m, n, d, cols)?.key_tile,
+            CallKind::Moments(layout) => {
+                plan_local_moments(limits, caps, (m, n), &layout)?.key_tile
+            }
+            CallKind::Knn { k } => plan_knn(limits, caps, m, n, d, k)?.key_tile,
+            CallKind::Matrix => plan_kernel_matrix(limits, caps, m, n, d)?.1.key_tile,
+        };
+        let scope = ctx.scope(op, format!("M={m} N={n} d={d} (keys)"))?;
+        let storage = wgpu::BufferUsages::STORAGE;
+        let tiles = tiles_of(keys, sets, key_tile, &mut |data| {
+            upload(ctx, op, data, storage)
+        })?;
+        scope.finish(ctx)?;
+        Ok(GpuKeys {
+            ctx: Device::Borrowed(ctx),
+            tiles,
+            n,
+            d,
+            set_cols: sets.iter().map(Matrix::cols).collect(),
+            key_tile,
+            host: Some((keys.clone(), sets.to_vec())),
+            held: None,
+        })
+    }
+
+    /// Loans of the key tiles, with value matrix `set` as their values
+    /// (the keys themselves stand in when there is none: the shader reads
+    /// no values then).
+    fn key_tiles(&self, set: Option<usize>) -> Vec<KeyTile<'static>> {
+        self.tiles.iter().map(|t| t.view(set)).collect()
+    }
+
+    /// The tiles as an op binds them, with value matrix `set` (`q` columns).
+    fn device_keys<'t>(&self, tiles: &'t [KeyTile<'static>], q: usize) -> DeviceKeys<'t, 'static> {
+        DeviceKeys {
+            tiles,
+            d: self.d,
+            q,
+        }
+    }
+
+    /// Fails (rather than computing with tiles the plan does not allow)
+    /// when a query's plan wants smaller key tiles than those prepared.
+    fn check_tile(&self, op: &'static str, planned: usize) -> Result<usize> {
+        if planned < self.key_tile.min(self.n) {
+            return Err(Error::Unsupported {
+                op,
+                backend: "gpu",
+                reason: format!(
+                    "this query needs key tiles of at most {planned} keys; the key set holds tiles of {} (raise TileLimits::buffer_bytes)",
+                    self.key_tile
+                ),
+            });
+        }
+        Ok(self.key_tile)
+    }
+
+    /// The keys and the values of `set`, row-major on the host, for the
+    /// rare rows finished there (far.rs): a call's own matrices, or a key
+    /// set's read back from the device (never on the common path).
+    fn host_rows(
+        &self,
+        scope: &ErrorScope,
+        set: Option<usize>,
+    ) -> Result<HostRows<'_>> {
+        if let Some((keys, sets)) = &self.host {
+            let values = set.map_or(&[][..], |s| sets[s].as_slice());
+            return Ok((Cow::Borrowed(keys.as_slice()), Cow::Borrowed(values)));
+        }
+        let ctx = &*self.ctx;
+        let q = set.map_or(0, |s| self.set_cols[s]);
+        let mut keys = Vec::with_capacity(self.n * self.d);
+        let mut values = Vec::with_capacity(self.n * q);
+        for t in &self.tiles {
+            let mut sources = vec![(t.keys.buffer(), (t.len * self.d * 4) as u64)];
+            if let Some(s) = set.filter(|_| q > 0) {
+                sources.push((t.sets[s].buffer(), (t.len * q * 4) as u64));
+            }
+            let read = Submission::new(ctx).submit_and_read(ctx, scope, &sources)?;
+            keys.extend_from_slice(&read[0]);
+            if let Some(v) = read.get(1) {
+                values.extend_from_slice(v);
+            }
+        }
+        Ok((Cow::Owned(keys), Cow::Owned(values)))
+    }
+
+    fn host<'h>(&self, keys: &'h [f32], values: &'h [f32], q: usize) -> HostKeys<'h> {
+        HostKeys {
+            keys,
+            values,
+            n: self.n,
+            d: self.d,
+            q,
+        }
+    }
+
+    fn sizes(&self, m: usize, what: &str) -> String {
+        let kind = if self.held.is_some() {
+            " (key set)"
+        } else {
+            ""
+        };
+        format!("M={m} N={} d={} {what}{kind}", self.n, self.d)
+    }
+}
+
+impl PreparedKeys for GpuKeys<'_> {
+    fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: usize,
+    ) -> Result<RowNormalized> {
+        const OP: &str = "local_mean";
+        if kernel.profile() == Profile::Cauchy {
+            // A cauchy row can have mass too small for f32 without being
+            // empty; its state shows it (`needs_exact`), its mean would not.
+            return Ok(self.row_states(kernel, queries, Some(set), false)?.means());
+        }
+        let (ctx, m, q) = (&*self.ctx, queries.rows(), self.set_cols[set]);
+        check_u32(OP, "query rows", m)?;
+        let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
+        let tiles = self.key_tiles(Some(set));
+        let keys = self.device_keys(&tiles, q);
+        let mut out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
+        if means_need_host(kernel, &out) {
+            let (kh, vh) = self.host_rows(&scope, Some(set))?;
+            far_means(kernel, queries, &self.host(&kh, &vh, q), &mut out);
+        }
+        scope.finish(ctx)?;
+        Ok(out)
+    }
+
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: Option<usize>,
+        exclude_self: bool,
+    ) -> Result<RowStates> {
+        const OP: &str = "row_states";
+        let (ctx, m) = (&*self.ctx, queries.rows());
+        let q = set.map_or(0, |s| self.set_cols[s]);
+        check_u32(OP, "query rows", m)?;
+        let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
+        let tiles = self.key_tiles(set);
+        let keys = self.device_keys(&tiles, q);
+        let mut out = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, exclude_self)?;
+        if states_need_host(kernel, &out) {
+            let (kh, vh) = self.host_rows(&scope, set)?;
+            far_states(
+                kernel,
+                queries,
+                &self.host(&kh, &vh, q),
+                exclude_self,
+                &mut out,
+            );
+        }
+        scope.finish(ctx)?;
+        Ok(out)
+    }
+
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        layout: MomentLayout,
+        set: Option<usize>,
+    ) -> Result<RowNormalized> {
+        const OP: &str = "local_moments";
+        let (ctx, m) = (&*self.ctx, queries.rows());
+        check_u32(OP, "query rows", m)?;
+        check_u32(OP, "layout columns", layout.cols())?;
+        let mut plan = plan_local_moments(&ctx.limits, &ctx.caps, (m, self.n), &layout)?;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("q={}", layout.qy)))?;
+        let tiles = self.key_tiles(set);
+        let keys = self.device_keys(&tiles, layout.qy);
+        let mut out = moments_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, layout)?;
+        if means_need_host(kernel, &out) {
+            let (kh, vh) = self.host_rows(&scope, set)?;
+            let (d, qy) = (self.d, layout.qy);
+            let keys = (self.n, |j, k| kh[j * d + k], |j, c| vh[j * qy + c]);
+            layout.finish_far_rows(kernel, queries.as_slice(), keys, &mut out);
+        }
+        scope.finish(ctx)?;
+        Ok(out)
+    }
+
+    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+        const OP: &str = "knn";
+        let (ctx, m) = (&*self.ctx, queries.rows());
+        check_gpu_k(k)?;
+        check_u32(OP, "query rows", m)?;
+        let mut plan = plan_knn(&ctx.limits, &ctx.caps, m, self.n, self.d, k)?;
+        plan.key_tile = self.check_tile(OP, plan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("k={k}")))?;
+        let tiles = self.key_tiles(None);
+        let out = knn_on_tiles(
+            ctx,
+            &scope,
+            queries,
+            &self.device_keys(&tiles, 0),
+            self.n,
+            k,
+            &plan,
+        )?;
+        scope.finish(ctx)?;
+        Ok(out)
+    }
+
+    fn kernel_matrix(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        mode: MatrixMode,
+    ) -> Result<(Array2<f32>, usize)> {
+        const OP: &str = "kernel_matrix";
+        let (ctx, m, n) = (&*self.ctx, queries.rows(), self.n);
+        check_u32(OP, "query rows", m)?;
+        // One set of key tiles and query tiles serves both the row sums and
+        // the blocks.
+        let (mplan, mut lplan) = plan_kernel_matrix(&ctx.limits, &ctx.caps, m, n, self.d)?;
+        lplan.key_tile = self.check_tile(OP, lplan.key_tile)?;
+        let scope = ctx.scope(OP, self.sizes(m, &format!("mode={mode:?}")))?;
+        let tiles = self.key_tiles(None);
+        let keys = self.device_keys(&tiles, 0);
+        let mut out = matrix_on_tiles(ctx, &scope, kernel, queries, &keys, mode, (&mplan, &lplan))?;
+        scope.finish(ctx)?;
+        // Rows of D⁻¹K left without mass because every key lies beyond the
+        // f32 distance range are finished on the host (docs/numerics.md,
+        // "Far rows").
+        if matrix_needs_host(kernel, mode) {
+            let tiny: Vec<bool> = if kernel.profile() == Profile::Cauchy {
+                let st = self.row_states(kernel, queries, None, false)?;
+                st.sum
+                    .iter()
+                    .zip(&st.max_log_weight)
+                    .map(|(&s, &lw)| tiny_cauchy_row(kernel, s, lw))
+                    .collect()
+            } else {
+                vec![false; m]
+            };
+            let far = tiny.iter().any(|&t| t) || out.iter().any(|v| v.is_nan());
+            if far {
+                let scope = ctx.scope(OP, self.sizes(m, "far rows"))?;
+                let (kh, _) = self.host_rows(&scope, None)?;
+                scope.finish(ctx)?;
+                let host = self.host(&kh, &[], 0);
+                far_matrix_rows(kernel, queries, &host, (mode, &tiny), &mut out);
+            }
+        }
+        // D⁻¹K rows with no mass are NaN (finite inputs cannot produce NaN otherwise).
+        let empty = if mode == MatrixMode::RowNormalized {
+            out.chunks_exact(n).filter(|r| r[0].is_nan()).count()
+        } else {
+            0
+        };
+        let arr = Array2::from_shape_vec((m, n), out).expect("m·n entries"); // ok: allocated m·n
+        Ok((arr, empty))
+    }
+
+    fn check_k(&self, k: usize) -> Result<()> {
+        check_gpu_k(k)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.held.as_ref().map_or(0, Reservation::bytes)
+    }
+}
