@@ -39,9 +39,10 @@ mod gpu;
 
 mod engine;
 
-mod cluster;
-mod keyset;
 mod ops;
+
+mod cluster;
+mod sets;
 
 pub use backend::{BackendInfo, GpuLimits};
 pub use cluster::{
@@ -54,13 +55,15 @@ pub use error::{Error, Result};
 pub use gpu::adapter::AdapterChoice;
 pub use gpu::plan::TileLimits;
 pub use kernel::{Kernel, Profile};
-pub use keyset::{BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions};
 pub use memory::MemoryUsage;
 pub use ops::{
-    AttentionSet, BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights,
-    LaplacianKind, LocalFit, LocalModeClassifier, LocalPca, LooScore, MAX_IMPUTE_ITERATIONS,
-    MAX_LOCAL_DIM, MAX_LOCAL_MAGNITUDE, MultiKernel, Predictions, RANK_TOLERANCE, SoftmaxParams,
-    labels_from_f32, ln_normalizer, merge_heads, split_heads,
+    BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights, LaplacianKind,
+    LocalFit, LocalModeClassifier, LocalPca, LooScore, MAX_IMPUTE_ITERATIONS, MAX_LOCAL_DIM,
+    MAX_LOCAL_MAGNITUDE, MultiKernel, Predictions, RANK_TOLERANCE, SoftmaxParams, labels_from_f32,
+    ln_normalizer, merge_heads, split_heads,
+};
+pub use sets::{
+    AttentionSet, BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions,
 };
 pub use types::merge_states;
 pub use types::{Neighbours, RowNormalized, RowStates};

@@ -3,7 +3,7 @@
 //! of a lower layer, or of its own layer where that layer allows it.
 //!
 //! ```text
-//! error → kernel, matrix, memory, grid → types → backend → cpu | gpu → engine → ops → cluster, keyset
+//! error → kernel, matrix, memory, grid → types → backend → cpu | gpu → engine → ops → cluster, sets
 //! ```
 
 use std::fs;
@@ -24,7 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("engine", 5),
     ("ops", 6),
     ("cluster", 7),
-    ("keyset", 7),
+    ("sets", 7),
 ];
 
 /// Same-layer modules that must not import each other: the two backends.

@@ -10,7 +10,7 @@
 //! `simd.rs` (lane loops, the [`simd::Avx2Fma`] token) and `weights.rs`.
 //!
 //! Imports: `crate::{backend, error, grid, kernel, matrix, memory, types}`;
-//! never `gpu/`, `engine`, `ops/`, `cluster/` or `keyset/`.
+//! never `gpu/`, `engine`, `ops/`, `cluster/` or `sets/`.
 
 pub(crate) mod kernel_matrix;
 mod keys;

@@ -254,11 +254,7 @@ impl<'a> GpuKeys<'a> {
     /// The keys and the values of `set`, row-major on the host, for the
     /// rare rows finished there (far.rs): a call's own matrices, or a key
     /// set's read back from the device (never on the common path).
-    fn host_rows(
-        &self,
-        scope: &ErrorScope,
-        set: Option<usize>,
-    ) -> Result<HostRows<'_>> {
+    fn host_rows(&self, scope: &ErrorScope, set: Option<usize>) -> Result<HostRows<'_>> {
         if let Some((keys, sets)) = &self.host {
             let values = set.map_or(&[][..], |s| sets[s].as_slice());
             return Ok((Cow::Borrowed(keys.as_slice()), Cow::Borrowed(values)));

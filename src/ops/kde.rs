@@ -8,7 +8,8 @@ use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::types::RowStates;
 
-use super::{Inputs, call};
+use super::{Inputs, OnKeys, call};
+use crate::backend::Call;
 
 /// `ln V_d`, the log-volume of the unit ball in `d` dimensions
 /// (`V_0 = 1`, `V_1 = 2`, `V_d = V_{d−2}·2π/d`).
@@ -149,11 +150,21 @@ impl Engine {
         let total = w.as_ref().map_or(x.rows() as f64, |w| {
             w.iter().map(|&v| f64::from(v)).sum::<f64>()
         });
-        let norm = ln_density_scale(ln_c, kernel, d, total);
-        let log_mass = match &w {
-            Some(w) => self.weighted_log_mass(kernel, &q, &x, w)?,
-            None => call::row_states(self.backend_impl(), kernel, &q, (&x, None), false)?.log_sum(),
+        let Some(w) = &w else {
+            // Unweighted: what a key set answers, on keys prepared for this call.
+            let call = Call::means("row_states", kernel, q.rows(), 0);
+            let keys = self.backend_impl().prepare_call(&x, &[], &call)?;
+            let (n, extent) = (x.rows(), 0.0);
+            return OnKeys {
+                keys: &*keys,
+                n,
+                d,
+                extent,
+            }
+            .log_density(kernel, &q);
         };
+        let norm = ln_density_scale(ln_c, kernel, d, total);
+        let log_mass = self.weighted_log_mass(kernel, &q, &x, w)?;
         Ok(log_mass.mapv(|l| l - norm))
     }
 

@@ -3,12 +3,12 @@
 //! an op over keys it does not keep prepares them for its one call
 //! (`call.rs`) and runs the code a [`KeySet`](crate::KeySet) runs.
 
-mod attention_set;
 pub(crate) mod call;
 mod classify;
 mod impute;
 mod kde;
 mod kernel_matrix;
+mod keys;
 mod knn;
 mod linalg;
 mod local_fit;
@@ -19,20 +19,19 @@ mod score;
 mod softmax;
 mod states;
 
-pub use attention_set::AttentionSet;
-pub(crate) use classify::{Classes, label_rows};
+pub(crate) use classify::Classes;
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
 pub use impute::{Imputed, MAX_IMPUTE_ITERATIONS};
-pub(crate) use kde::kernel_ln_normalizer;
-pub(crate) use kde::ln_density_scale;
 pub use kde::ln_normalizer;
 pub use kernel_matrix::LaplacianKind;
+pub(crate) use keys::{LabelSet, OnKeys, ValueSet};
 pub use knn::KnnWeights;
-pub(crate) use knn::{SQ_DIST_LIMIT, check_k, check_room, knn_scaled};
-pub(crate) use local_fit::{Centres, check_degree, check_limits, fit_linear, fit_pca};
+pub(crate) use knn::knn_scaled;
+pub(crate) use local_fit::check_degree;
 pub use local_fit::{LocalFit, LocalPca, MAX_LOCAL_DIM, MAX_LOCAL_MAGNITUDE, RANK_TOLERANCE};
 pub use loo::{BandwidthSelection, LooScore};
 pub use multi_kernel::MultiKernel;
+pub(crate) use softmax::OnAttention;
 pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};
 
 use ndarray::ArrayView2;

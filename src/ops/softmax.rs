@@ -16,6 +16,7 @@ use ndarray::{
     Array, Array2, Array3, ArrayView, ArrayView2, ArrayView3, Axis, Dimension, Ix2, IxDyn,
 };
 
+use crate::backend::PreparedAttention;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
@@ -117,9 +118,8 @@ impl Engine {
         let v = heads(OP, "values", values)?;
         check_values(OP, &k, &v)?;
         let attn = attention(OP, &p, &k, params)?;
-        let backend = self.backend_impl();
-        let out = backend.prepare_attention_call(&k, &v)?.attend(&p, &attn)?;
-        shaped(p.batch, p.rows, v.cols(), p.ndim, out)
+        let prepared = self.backend_impl().prepare_attention_call(&k, &v)?;
+        OnAttention::of(&*prepared, &k, &v).attend(&p, &attn)
     }
 
     /// The normalized attention weights `softmax(s·ΦΨᵀ)` (`(B, M, N)`, or
@@ -234,8 +234,70 @@ pub fn merge_heads(x: ArrayView3<'_, f32>) -> Array2<f32> {
     out
 }
 
+/// Attention keys and values prepared on a backend, and what queries are
+/// checked against: the one path of [`Engine::kernel_softmax`] (keys
+/// prepared for its call) and [`AttentionSet`](crate::AttentionSet) (kept).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OnAttention<'a> {
+    /// The backend's keys and values.
+    pub prepared: &'a dyn PreparedAttention,
+    /// Batches `B`, keys per batch `N`, dimension `d`, value columns `q`.
+    pub shape: (usize, usize, usize, usize),
+    /// The keys' largest row norm (the logit range check).
+    pub key_norm: f64,
+}
+
+impl<'a> OnAttention<'a> {
+    /// `prepared` holding keys `psi` and their `values`.
+    pub(crate) fn of(
+        prepared: &'a dyn PreparedAttention,
+        psi: &Heads<'_>,
+        values: &Heads<'_>,
+    ) -> Self {
+        OnAttention {
+            prepared,
+            shape: (psi.batch, psi.rows, psi.cols(), values.cols()),
+            key_norm: max_row_norm(&psi.data),
+        }
+    }
+
+    /// Checks attention keys `psi` and their `values` for `op` (2-D or
+    /// 3-D, finite, one value row per key, batch by batch).
+    pub(crate) fn inputs<'v, D: Dimension>(
+        op: &'static str,
+        psi: ArrayView<'v, f32, D>,
+        values: ArrayView<'v, f32, D>,
+    ) -> Result<(Heads<'v>, Heads<'v>)> {
+        let k = heads(op, "psi", psi)?;
+        let v = heads(op, "values", values)?;
+        check_values(op, &k, &v)?;
+        Ok((k, v))
+    }
+
+    /// `softmax(s·ΦΨᵀ)V` of queries `phi` against the prepared keys, with
+    /// parameters checked against them.
+    pub(crate) fn attend_checked<D: Dimension>(
+        &self,
+        phi: ArrayView<'_, f32, D>,
+        params: &SoftmaxParams,
+    ) -> Result<Array<f32, D>> {
+        const OP: &str = "kernel_softmax";
+        let (batch, n, d, _) = self.shape;
+        let p = heads(OP, "phi", phi)?;
+        check_keys(OP, &p, ("prepared keys", batch, d))?;
+        let attn = attention_for(OP, &p, (n, self.key_norm), params)?;
+        self.attend(&p, &attn)
+    }
+
+    /// `softmax(s·ΦΨᵀ)V` of checked queries `p`, shaped like them.
+    fn attend<D: Dimension>(&self, p: &Heads<'_>, attn: &Attention) -> Result<Array<f32, D>> {
+        let out = self.prepared.attend(p, attn)?;
+        shaped(p.batch, p.rows, self.shape.3, p.ndim, out)
+    }
+}
+
 /// Checks one input and stacks its batches along the rows.
-pub(super) fn heads<'a, D: Dimension>(
+fn heads<'a, D: Dimension>(
     op: &'static str,
     what: &'static str,
     view: ArrayView<'a, f32, D>,
@@ -300,7 +362,7 @@ fn pair<'a, D: Dimension>(
 
 /// Checks that keys `what` of `batch` batches in `cols` dimensions suit
 /// the queries `p`: the same batch count and dimension.
-pub(super) fn check_keys(
+fn check_keys(
     op: &'static str,
     p: &Heads<'_>,
     (what, batch, cols): (&'static str, usize, usize),
@@ -324,7 +386,7 @@ pub(super) fn check_keys(
 }
 
 /// Checks that `values` has one row per key, batch by batch.
-pub(super) fn check_values(op: &'static str, keys: &Heads<'_>, values: &Heads<'_>) -> Result<()> {
+fn check_values(op: &'static str, keys: &Heads<'_>, values: &Heads<'_>) -> Result<()> {
     if values.batch != keys.batch {
         return Err(Error::BatchMismatch {
             op,
@@ -367,7 +429,7 @@ fn attention(
 
 /// [`attention`] against keys known by their rows per batch and their
 /// largest row norm (a prepared set's).
-pub(super) fn attention_for(
+fn attention_for(
     op: &'static str,
     p: &Heads<'_>,
     (key_rows, key_norm): (usize, f64),
@@ -397,7 +459,7 @@ pub(super) fn attention_for(
     })
 }
 
-pub(super) fn max_row_norm(m: &Matrix<'_>) -> f64 {
+fn max_row_norm(m: &Matrix<'_>) -> f64 {
     m.as_slice()
         .chunks_exact(m.cols())
         .map(|r| r.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>())
@@ -420,7 +482,7 @@ fn non_negative(op: &'static str, what: &'static str, h: &Heads<'_>) -> Result<(
 }
 
 /// Shapes a backend's row-major result `(B·rows) × cols` like the inputs.
-pub(super) fn shaped<D: Dimension>(
+fn shaped<D: Dimension>(
     batch: usize,
     rows: usize,
     cols: usize,

@@ -3,7 +3,7 @@
 //!
 //! A leaf module: it imports only `error` and `matrix`, so the backends
 //! (`cpu`, `gpu`) can return these types without importing the public API
-//! layer (`ops`, `cluster`, `keyset`) that re-exports them.
+//! layer (`ops`, `cluster`, `sets`) that re-exports them.
 
 mod heads;
 mod moments;

@@ -370,6 +370,17 @@ pub fn check_output(flag: &str, path: &Path) -> CliResult<Format> {
     Ok(format)
 }
 
+/// [`check_output`] for each output flag of a command that was given
+/// (`None`: an optional output left out), in order.
+pub fn check_outputs(outputs: &[(&str, Option<&Path>)]) -> CliResult<()> {
+    for (flag, path) in outputs {
+        if let Some(p) = path {
+            check_output(flag, p)?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes a 1-D or 2-D array (`.csv`: one row per line; `.npy`: any shape)
 /// atomically.
 pub fn write_array<T: Cell, D: Dimension>(

@@ -44,10 +44,10 @@ pub struct ClassifyArgs {
 
 /// Runs `locus classify`.
 pub fn run(a: &ClassifyArgs) -> CliResult<()> {
-    io::check_output("--output", &a.output)?;
-    if let Some(p) = &a.proba {
-        io::check_output("--proba", p)?;
-    }
+    io::check_outputs(&[
+        ("--output", Some(&a.output)),
+        ("--proba", a.proba.as_deref()),
+    ])?;
     let kernel = a.kernel.kernel()?;
     let train = Input::load("--train", &a.train)?;
     let labels = io::read_labels("--labels", &a.labels)?;

@@ -36,10 +36,8 @@ pub struct KnnArgs {
 
 /// Runs `locus knn`.
 pub fn run(a: &KnnArgs) -> CliResult<()> {
-    io::check_output("--output", &a.output)?;
-    if let Some(d) = &a.distances {
-        io::check_output("--distances", d)?;
-    }
+    let distances = a.distances.as_deref();
+    io::check_outputs(&[("--output", Some(&a.output)), ("--distances", distances)])?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     if a.k == 0 || a.k > keys.rows() {

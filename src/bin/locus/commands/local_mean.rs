@@ -48,14 +48,14 @@ pub struct LocalMeanArgs {
 
 /// Runs `locus local-mean`.
 pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
-    io::check_output("--output", &a.output)?;
-    if let Some(s) = &a.slopes {
-        io::check_output("--slopes", s)?;
-        if a.degree != 1 {
-            return Err(CliError::input(
-                "--slopes needs --degree 1 (local linear regression)",
-            ));
-        }
+    io::check_outputs(&[
+        ("--output", Some(&a.output)),
+        ("--slopes", a.slopes.as_deref()),
+    ])?;
+    if a.slopes.is_some() && a.degree != 1 {
+        return Err(CliError::input(
+            "--slopes needs --degree 1 (local linear regression)",
+        ));
     }
     if a.degree > 1 {
         return Err(CliError::input(format!(

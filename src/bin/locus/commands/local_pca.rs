@@ -42,13 +42,11 @@ pub struct LocalPcaArgs {
 
 /// Runs `locus local-pca`.
 pub fn run(a: &LocalPcaArgs) -> CliResult<()> {
-    io::check_output("--output", &a.output)?;
-    if let Some(v) = &a.variances {
-        io::check_output("--variances", v)?;
-    }
-    if let Some(m) = &a.means {
-        io::check_output("--means", m)?;
-    }
+    io::check_outputs(&[
+        ("--output", Some(&a.output)),
+        ("--variances", a.variances.as_deref()),
+        ("--means", a.means.as_deref()),
+    ])?;
     let kernel = a.kernel.kernel()?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;

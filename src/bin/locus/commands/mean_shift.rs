@@ -88,10 +88,10 @@ pub struct MeanShiftArgs {
 
 /// Runs `locus mean-shift`.
 pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
-    io::check_output("--labels", &a.labels)?;
-    if let Some(m) = &a.modes {
-        io::check_output("--modes", m)?;
-    }
+    io::check_outputs(&[
+        ("--labels", Some(&a.labels)),
+        ("--modes", a.modes.as_deref()),
+    ])?;
     if let Some(p) = &a.plot {
         plot::check_path("--plot", p)?;
     }

@@ -41,10 +41,8 @@ pub struct MedoidShiftArgs {
 
 /// Runs `locus medoid-shift`.
 pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
-    io::check_output("--labels", &a.labels)?;
-    if let Some(m) = &a.medoids {
-        io::check_output("--medoids", m)?;
-    }
+    let medoids = a.medoids.as_deref();
+    io::check_outputs(&[("--labels", Some(&a.labels)), ("--medoids", medoids)])?;
     if let Some(p) = &a.plot {
         plot::check_path("--plot", p)?;
     }

@@ -103,10 +103,10 @@ impl Stack {
 
 /// Runs `locus softmax`.
 pub fn run(a: &SoftmaxArgs) -> CliResult<()> {
-    io::check_output("--output", &a.output)?;
-    if let Some(w) = &a.weights {
-        io::check_output("--weights", w)?;
-    }
+    io::check_outputs(&[
+        ("--output", Some(&a.output)),
+        ("--weights", a.weights.as_deref()),
+    ])?;
     if a.heads == Some(0) {
         return Err(CliError::input("--heads must be at least 1"));
     }

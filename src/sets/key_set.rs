@@ -1,4 +1,4 @@
-//! Key sets: keys, values and labels prepared once on an engine's backend
+//! [`KeySet`]: keys, values and labels prepared once on an engine's backend
 //! and queried many times, from many threads, with any kernel.
 //!
 //! A service that answers "local mean / class / density at these points"
@@ -6,29 +6,24 @@
 //! [`KeySet`] keeps the keys where the backend wants them (GPU: tiled
 //! device buffers; CPU: the transposed layout its kernels stream), so a
 //! request pays only for its own rows, and coalesces small concurrent
-//! requests into one call ([`Batching`]).
-
-mod batch;
+//! requests into one call ([`Batching`]). Every op runs the code of the
+//! one-shot ops ([`OnKeys`], over the backend's prepared keys), its
+//! requests routed through the batching ([`Batched`]).
 
 use std::sync::Arc;
 
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
-pub use batch::{BatchStats, Batching};
-
-use crate::backend::PreparedKeys;
+use super::batch::{BatchStats, Batcher, Batching};
+use crate::backend::{MatrixMode, PreparedKeys};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, MAX_BLOCKS, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::ops::{
-    Centres, Classes, EmptyFallback, LocalFit, LocalPca, SQ_DIST_LIMIT, check_degree, check_k,
-    check_limits, check_room, fit_linear, fit_pca, kernel_ln_normalizer, label_rows,
-    ln_density_scale,
-};
+use crate::ops::check_degree;
+use crate::ops::{Classes, EmptyFallback, LabelSet, LocalFit, LocalPca, OnKeys, ValueSet};
 use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
-use batch::Batcher;
 
 /// Options of a [`KeySet`].
 ///
@@ -182,12 +177,17 @@ impl<'a> KeySetBuilder<'a> {
             class_labels = Some(c.labels);
         }
         let extent = keys.max_abs();
-        let resident = self.engine.backend_impl().prepare(&keys, &sets)?;
+        let prepared = self.engine.backend_impl().prepare(&keys, &sets)?;
         let b = self.options.batching;
         Ok(KeySet {
             inner: Arc::new(Inner {
                 engine: self.engine,
-                resident,
+                keys: Batched {
+                    prepared,
+                    means: Batcher::new(b),
+                    states: Batcher::new(b),
+                    knn: Batcher::new(b),
+                },
                 n,
                 d,
                 values_set,
@@ -197,9 +197,6 @@ impl<'a> KeySetBuilder<'a> {
                 extent,
                 values_extent,
                 options: self.options,
-                means: Batcher::new(b),
-                states: Batcher::new(b),
-                knn: Batcher::new(b),
             }),
         })
     }
@@ -220,10 +217,83 @@ impl From<&Kernel> for KernelKey {
     }
 }
 
+/// A key set's prepared keys with its requests coalesced: local means,
+/// row states and kNN go through a [`Batcher`] each.
+#[derive(Debug)]
+struct Batched {
+    prepared: Arc<dyn PreparedKeys>,
+    means: Batcher<(KernelKey, usize), RowNormalized>,
+    states: Batcher<(KernelKey, Option<usize>), RowStates>,
+    knn: Batcher<usize, Neighbours>,
+}
+
+impl PreparedKeys for Batched {
+    fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: usize,
+    ) -> Result<RowNormalized> {
+        let p = &self.prepared;
+        self.means.submit((kernel.into(), set), queries, &|m| {
+            p.local_mean(kernel, m, set)
+        })
+    }
+
+    fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        set: Option<usize>,
+        exclude_self: bool,
+    ) -> Result<RowStates> {
+        let p = &self.prepared;
+        if exclude_self {
+            // Rows are tied to keys: a batch of several requests would not be.
+            return p.row_states(kernel, queries, set, true);
+        }
+        self.states.submit((kernel.into(), set), queries, &|m| {
+            p.row_states(kernel, m, set, false)
+        })
+    }
+
+    fn local_moments(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        layout: MomentLayout,
+        set: Option<usize>,
+    ) -> Result<RowNormalized> {
+        self.prepared.local_moments(kernel, queries, layout, set)
+    }
+
+    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+        let p = &self.prepared;
+        self.knn.submit(k, queries, &|m| p.knn(m, k))
+    }
+
+    fn kernel_matrix(
+        &self,
+        kernel: &Kernel,
+        queries: &Matrix<'_>,
+        mode: MatrixMode,
+    ) -> Result<(Array2<f32>, usize)> {
+        self.prepared.kernel_matrix(kernel, queries, mode)
+    }
+
+    fn check_k(&self, k: usize) -> Result<()> {
+        self.prepared.check_k(k)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.prepared.bytes()
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     engine: Engine,
-    resident: Arc<dyn PreparedKeys>,
+    keys: Batched,
     n: usize,
     d: usize,
     /// Index among the resident value matrices, and columns.
@@ -237,9 +307,6 @@ struct Inner {
     /// The values' largest magnitude (for the local models' limits).
     values_extent: f32,
     options: KeySetOptions,
-    means: Batcher<(KernelKey, usize), RowNormalized>,
-    states: Batcher<(KernelKey, Option<usize>), RowStates>,
-    knn: Batcher<usize, Neighbours>,
 }
 
 /// Keys (`N × d`), and optionally values (`N × q`) and class labels, kept
@@ -325,7 +392,7 @@ impl KeySet {
 
     /// Bytes held by the backend for the keys, values and labels.
     pub fn resident_bytes(&self) -> u64 {
-        self.inner.resident.bytes()
+        self.inner.keys.bytes()
     }
 
     /// The engine the key set lives on.
@@ -340,10 +407,10 @@ impl KeySet {
 
     /// How requests were served so far: directly, in batches, retried.
     pub fn stats(&self) -> BatchStats {
-        let i = &self.inner;
-        let mut s = i.means.stats();
-        s.add(&i.states.stats());
-        s.add(&i.knn.stats());
+        let k = &self.inner.keys;
+        let mut s = k.means.stats();
+        s.add(&k.states.stats());
+        s.add(&k.knn.stats());
         s
     }
 
@@ -387,18 +454,15 @@ impl KeySet {
         })
     }
 
-    fn means(&self, kernel: &Kernel, q: &Matrix<'_>, set: usize) -> Result<RowNormalized> {
-        let r = &self.inner.resident;
-        self.inner
-            .means
-            .submit((kernel.into(), set), q, &|m| r.local_mean(kernel, m, set))
-    }
-
-    fn states(&self, kernel: &Kernel, q: &Matrix<'_>, set: Option<usize>) -> Result<RowStates> {
-        let r = &self.inner.resident;
-        self.inner.states.submit((kernel.into(), set), q, &|m| {
-            r.row_states(kernel, m, set, false)
-        })
+    /// The ops' view of the prepared keys, requests batched.
+    fn on_keys(&self) -> OnKeys<'_> {
+        let i = &*self.inner;
+        OnKeys {
+            keys: &i.keys,
+            n: i.n,
+            d: i.d,
+            extent: i.extent,
+        }
     }
 
     /// Local means of the values at `queries` (`M × d`), as
@@ -415,7 +479,7 @@ impl KeySet {
     ) -> Result<RowNormalized> {
         let set = self.set(self.inner.values_set, "values", "values")?;
         let q = self.kernel_queries("local_mean", kernel, queries)?;
-        self.means(kernel, &q, set)
+        self.inner.keys.local_mean(kernel, &q, set)
     }
 
     /// Row states `(m, s, u)` of `queries` with the values (or, without
@@ -426,7 +490,8 @@ impl KeySet {
     /// As [`local_mean`](Self::local_mean).
     pub fn row_states(&self, kernel: &Kernel, queries: ArrayView2<'_, f32>) -> Result<RowStates> {
         let q = self.kernel_queries("row_states", kernel, queries)?;
-        self.states(kernel, &q, self.inner.values_set.map(|s| s.0))
+        let set = self.inner.values_set.map(|s| s.0);
+        self.inner.keys.row_states(kernel, &q, set, false)
     }
 
     /// `ln p̂(q)` per query, as [`Engine::log_density`] with unweighted keys.
@@ -439,13 +504,8 @@ impl KeySet {
         kernel: &Kernel,
         queries: ArrayView2<'_, f32>,
     ) -> Result<Array1<f64>> {
-        const OP: &str = "density";
-        let d = self.inner.d;
-        let ln_c = kernel_ln_normalizer(kernel, d)?;
-        let norm = ln_density_scale(ln_c, kernel, d, self.inner.n as f64);
-        let q = self.kernel_queries(OP, kernel, queries)?;
-        let states = self.states(kernel, &q, None)?;
-        Ok(states.log_sum().mapv(|l| l - norm))
+        let q = self.kernel_queries("density", kernel, queries)?;
+        self.on_keys().log_density(kernel, &q)
     }
 
     /// Kernel density estimate per query, as [`Engine::density`] with
@@ -469,7 +529,7 @@ impl KeySet {
     ) -> Result<RowNormalized> {
         let set = self.set(self.inner.labels_set, "labels", "labels")?;
         let q = self.kernel_queries("classify", kernel, queries)?;
-        self.means(kernel, &q, set)
+        self.inner.keys.local_mean(kernel, &q, set)
     }
 
     /// The most probable class per query and the class probabilities, as
@@ -485,25 +545,17 @@ impl KeySet {
     ) -> Result<Classification> {
         let set = self.set(self.inner.labels_set, "labels", "labels")?;
         let q = self.kernel_queries("classify", kernel, queries)?;
-        let proba = self.means(kernel, &q, set)?;
+        let i = &*self.inner;
         // Present whenever the labels set is (checked by `set` above).
-        let classes = self
-            .inner
-            .class_labels
-            .as_ref()
-            .map_or(ArrayView1::from(&[][..]), |c| c.view());
-        let train = self.inner.labels.as_ref().map(|l| l.view());
-        let labels = label_rows(
-            &proba,
-            classes,
-            train.filter(|_| self.inner.options.empty_fallback == EmptyFallback::NearestNeighbour),
-            queries,
-            |sub| {
-                let sub = Matrix::check("classify", "queries", sub)?;
-                self.check_distances("classify", &sub)?;
-                self.inner.resident.knn(&sub, 1)
-            },
-        )?;
+        let labels = LabelSet {
+            set,
+            classes: view_of(&i.class_labels),
+            labels: view_of(&i.labels),
+        };
+        let fallback = i.options.empty_fallback;
+        let (proba, labels) = self
+            .on_keys()
+            .classify(kernel, (&q, queries), &labels, fallback)?;
         Ok(Classification {
             labels,
             empty_rows: proba.empty_rows,
@@ -529,30 +581,17 @@ impl KeySet {
         queries: ArrayView2<'_, f32>,
         degree: usize,
     ) -> Result<LocalFit> {
-        const OP: &str = "local_polynomial";
         let set = self.set(self.inner.values_set, "values", "values")?;
         if check_degree(degree)? == 0 {
             return Ok(self.local_mean(kernel, queries)?.into());
         }
-        let q = self.kernel_queries(OP, kernel, queries)?;
-        let qy = self.inner.values_set.map_or(0, |s| s.1);
-        let big = q
-            .max_abs()
-            .max(self.inner.extent)
-            .max(self.inner.values_extent);
-        check_limits(self.inner.d, big)?;
-        let r = &self.inner.resident;
-        let h = kernel.coordinate_bandwidths(self.inner.d);
-        let pass = |m: &Matrix<'_>, layout: MomentLayout| {
-            r.local_moments(kernel, m, layout, (layout.qy > 0).then_some(set))
+        let q = self.kernel_queries("local_polynomial", kernel, queries)?;
+        let values = ValueSet {
+            set,
+            cols: self.inner.values_set.map_or(0, |s| s.1),
+            extent: self.inner.values_extent,
         };
-        fit_linear(
-            OP,
-            &q,
-            (&h, self.inner.d, qy),
-            &vec![0.0; qy],
-            (Centres::FirstMoments, &pass),
-        )
+        self.on_keys().local_linear(kernel, &q, values)
     }
 
     /// Local PCA at `queries`, as [`Engine::local_pca`] with this key
@@ -567,14 +606,8 @@ impl KeySet {
         queries: ArrayView2<'_, f32>,
         components: usize,
     ) -> Result<LocalPca> {
-        const OP: &str = "local_pca";
-        let d = self.inner.d;
-        let q = self.kernel_queries(OP, kernel, queries)?;
-        check_limits(d, q.max_abs().max(self.inner.extent))?;
-        let r = &self.inner.resident;
-        let h = kernel.coordinate_bandwidths(d);
-        let pass = |m: &Matrix<'_>, layout| r.local_moments(kernel, m, layout, None);
-        fit_pca(OP, &q, (&h, components), (Centres::FirstMoments, &pass))
+        let q = self.kernel_queries("local_pca", kernel, queries)?;
+        self.on_keys().local_pca(kernel, &q, components)
     }
 
     /// The `k` nearest keys of every query, as [`Engine::knn`].
@@ -583,34 +616,15 @@ impl KeySet {
     /// `k = 0` or `k > N`; on the GPU `k` above 128; otherwise as
     /// [`local_mean`](Self::local_mean).
     pub fn knn(&self, queries: ArrayView2<'_, f32>, k: usize) -> Result<Neighbours> {
-        check_k(k, self.inner.n)?;
-        self.inner.resident.check_k(k)?;
+        self.on_keys().check_k(k)?;
         let q = self.queries("knn", queries)?;
-        self.check_distances("knn", &q)?;
-        check_room("knn", q.rows(), k)?;
-        let r = &self.inner.resident;
-        self.inner.knn.submit(k, &q, &|m| r.knn(m, k))
+        self.on_keys().knn(&q, k)
     }
 }
 
-impl KeySet {
-    /// Fails when squared distances between `queries` and the keys could
-    /// overflow `f32`. [`Engine::knn`] rescales such data; resident keys
-    /// cannot be rescaled per request.
-    fn check_distances(&self, op: &'static str, queries: &Matrix<'_>) -> Result<()> {
-        let qx = queries.max_abs();
-        let r = f64::from(qx) + f64::from(self.inner.extent);
-        if self.inner.d as f64 * r * r <= SQ_DIST_LIMIT {
-            return Ok(());
-        }
-        Err(Error::InvalidParameter {
-            name: "queries",
-            reason: format!(
-                "{op}: coordinates up to {qx:e} (keys up to {:e}) make squared distances overflow f32; rescale the data, or use Engine::knn, which rescales",
-                self.inner.extent
-            ),
-        })
-    }
+/// The view of labels a key set holds (empty when it holds none).
+fn view_of(l: &Option<Array1<i64>>) -> ArrayView1<'_, i64> {
+    l.as_ref().map_or(ArrayView1::from(&[][..]), |c| c.view())
 }
 
 #[cfg(test)]

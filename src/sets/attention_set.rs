@@ -12,12 +12,10 @@ use std::sync::Arc;
 
 use ndarray::{Array, ArrayView, Dimension};
 
-use super::softmax::{
-    SoftmaxParams, attention_for, check_keys, check_values, heads, max_row_norm, shaped,
-};
 use crate::backend::PreparedAttention;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::ops::{OnAttention, SoftmaxParams};
 
 /// Attention keys `Ψ` (`(B, N, d)`) and values `V` (`(B, N, q)`) kept on an
 /// engine's backend for many [`attend`](Self::attend) calls; results equal
@@ -49,10 +47,8 @@ pub struct AttentionSet {
 struct Inner {
     /// The backend's copy (it keeps its device or memory budget alive).
     prepared: Arc<dyn PreparedAttention>,
-    batch: usize,
-    n: usize,
-    d: usize,
-    q: usize,
+    /// Batches, keys per batch, dimension, value columns.
+    shape: (usize, usize, usize, usize),
     /// The keys' largest row norm (for the logit range check).
     key_norm: f64,
 }
@@ -72,25 +68,30 @@ impl Engine {
         psi: ArrayView<'_, f32, D>,
         values: ArrayView<'_, f32, D>,
     ) -> Result<AttentionSet> {
-        const OP: &str = "prepare_attention";
-        let k = heads(OP, "psi", psi)?;
-        let v = heads(OP, "values", values)?;
-        check_values(OP, &k, &v)?;
+        let (k, v) = OnAttention::inputs("prepare_attention", psi, values)?;
         let prepared = self.backend_impl().prepare_attention(&k, &v)?;
+        let on = OnAttention::of(&*prepared, &k, &v);
+        let (shape, key_norm) = (on.shape, on.key_norm);
         Ok(AttentionSet {
             inner: Arc::new(Inner {
                 prepared,
-                batch: k.batch,
-                n: k.rows,
-                d: k.cols(),
-                q: v.cols(),
-                key_norm: max_row_norm(&k.data),
+                shape,
+                key_norm,
             }),
         })
     }
 }
 
 impl AttentionSet {
+    /// The ops' view of the prepared keys.
+    fn on(&self) -> OnAttention<'_> {
+        OnAttention {
+            prepared: &*self.inner.prepared,
+            shape: self.inner.shape,
+            key_norm: self.inner.key_norm,
+        }
+    }
+
     /// `softmax(s·ΦΨᵀ)V` of every batch against the prepared keys and
     /// values, as [`Engine::kernel_softmax`]: `phi` is `(B, M, d)` with the
     /// set's `B` (or `(M, d)` when it holds one batch) and gives
@@ -106,33 +107,27 @@ impl AttentionSet {
         phi: ArrayView<'_, f32, D>,
         params: &SoftmaxParams,
     ) -> Result<Array<f32, D>> {
-        const OP: &str = "kernel_softmax";
-        let s = &*self.inner;
-        let p = heads(OP, "phi", phi)?;
-        check_keys(OP, &p, ("prepared keys", s.batch, s.d))?;
-        let attn = attention_for(OP, &p, (s.n, s.key_norm), params)?;
-        let out = s.prepared.attend(&p, &attn)?;
-        shaped(p.batch, p.rows, s.q, p.ndim, out)
+        self.on().attend_checked(phi, params)
     }
 
     /// Batches `B`.
     pub fn batches(&self) -> usize {
-        self.inner.batch
+        self.inner.shape.0
     }
 
     /// Keys per batch `N`.
     pub fn keys(&self) -> usize {
-        self.inner.n
+        self.inner.shape.1
     }
 
     /// Feature dimension `d`.
     pub fn dim(&self) -> usize {
-        self.inner.d
+        self.inner.shape.2
     }
 
     /// Value columns `q`.
     pub fn value_cols(&self) -> usize {
-        self.inner.q
+        self.inner.shape.3
     }
 
     /// Bytes the backend holds for the keys and values.
