@@ -1,7 +1,7 @@
 //! Small conversions at the edge: kernel names, product kernels and
-//! bandwidths.
+//! bandwidths, softmax parameters, fixed-rank array views.
 
-use locus::{Kernel, Profile};
+use locus::{Kernel, Profile, SoftmaxParams};
 use pyo3::prelude::*;
 
 use crate::errors::{input, to_py};
@@ -45,4 +45,23 @@ pub(crate) fn kernel(py: Python<'_>, spec: &KernelSpec, h: Option<f64>) -> PyRes
 /// The profile `name`, checked.
 pub(crate) fn profile(py: Python<'_>, name: &str) -> PyResult<Profile> {
     name.parse().map_err(|e| to_py(py, &e))
+}
+
+/// Softmax parameters from Python's `scale` (None: 1/√d) and `causal`.
+pub(crate) fn softmax_params(scale: Option<f64>, causal: bool) -> SoftmaxParams {
+    let params = SoftmaxParams::new().with_causal(causal);
+    match scale {
+        Some(s) => params.with_scale(s as f32),
+        None => params,
+    }
+}
+
+/// A view of rank `D`; the caller checked the rank (all inputs of one
+/// rank, or a match on `ndim`).
+pub(crate) fn dim<'a, D: ndarray::Dimension>(
+    a: &ndarray::ArrayViewD<'a, f32>,
+) -> ndarray::ArrayView<'a, f32, D> {
+    a.clone()
+        .into_dimensionality::<D>()
+        .expect("rank checked by the caller") // ok: the callers check the rank first
 }

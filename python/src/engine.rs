@@ -9,9 +9,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::attention::AttentionSet;
+use crate::convert::dim;
 use crate::errors::{compute, input};
 use crate::keyset::KeySet;
-use crate::ops::dim;
 
 /// A compute engine on one backend: `"auto"` (a hardware GPU if there is
 /// one, else the CPU), `"gpu"` (any GPU adapter, software included) or

@@ -1,7 +1,7 @@
 //! The ops as functions of an engine: borrowed inputs, GIL released,
 //! results handed to numpy without a copy.
 
-use locus::{LaplacianKind, SoftmaxParams};
+use locus::LaplacianKind;
 use ndarray::{ArrayD, Ix2, Ix3};
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArray3, PyArrayDyn, PyReadonlyArray1, PyReadonlyArray2,
@@ -9,8 +9,7 @@ use numpy::{
 };
 use pyo3::prelude::*;
 
-use crate::convert::KernelSpec;
-
+use crate::convert::{KernelSpec, dim, softmax_params};
 use crate::engine::Engine;
 use crate::errors::{compute, input};
 
@@ -296,15 +295,6 @@ pub(crate) fn feature_local_mean<'py>(
     Ok((out.into_pyarray(py), empty))
 }
 
-/// Softmax parameters from Python's `scale` (None: 1/√d) and `causal`.
-pub(crate) fn softmax_params(scale: Option<f64>, causal: bool) -> SoftmaxParams {
-    let params = SoftmaxParams::new().with_causal(causal);
-    match scale {
-        Some(s) => params.with_scale(s as f32),
-        None => params,
-    }
-}
-
 /// Checks that phi, psi and values are all 2-D or all 3-D.
 fn same_rank(py: Python<'_>, ranks: &[usize]) -> PyResult<()> {
     if !(ranks.iter().all(|&r| r == 2) || ranks.iter().all(|&r| r == 3)) {
@@ -321,14 +311,4 @@ fn same_rank(py: Python<'_>, ranks: &[usize]) -> PyResult<()> {
         ));
     }
     Ok(())
-}
-
-/// A view of rank `D`; the rank was checked (by [`same_rank`] or a match
-/// on `ndim`).
-pub(crate) fn dim<'a, D: ndarray::Dimension>(
-    a: &ndarray::ArrayViewD<'a, f32>,
-) -> ndarray::ArrayView<'a, f32, D> {
-    a.clone()
-        .into_dimensionality::<D>()
-        .expect("rank checked by the caller") // ok: same_rank or a match on ndim ran first
 }

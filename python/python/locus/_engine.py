@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, NamedTuple, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -19,8 +19,9 @@ from ._arrays import (
 )
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_args
+from ._results import LocalPCAResult, RowStates
 
-__all__ = ["AttentionSet", "Engine", "KeySet", "RowStates", "engine_for"]
+__all__ = ["AttentionSet", "Engine", "KeySet", "engine_for"]
 
 _BACKENDS = ("auto", "gpu", "cpu")
 
@@ -203,15 +204,6 @@ class AttentionSet:
         return repr(self._inner)
 
 
-class RowStates(NamedTuple):
-    """Mergeable partial sums of a local mean, per query row: the largest
-    log-weight ``m``, ``s = Σ e^{w−m}`` and ``u = Σ e^{w−m}·y``."""
-
-    max_log_weight: np.ndarray
-    sum: np.ndarray
-    weighted: np.ndarray
-
-
 class KeySet:
     """Keys (and values, labels) resident on an engine's backend, queried
     many times from many threads with any kernel and bandwidth.
@@ -299,8 +291,6 @@ class KeySet:
         kernel: str | ProductKernel = "gaussian",
     ) -> Any:
         """Local PCA at ``queries`` over these keys, as :func:`locus.local_pca`."""
-        from ._functions import LocalPCAResult
-
         k = as_count(n_components, "n_components")
         means, variances, components, _ = self._inner.local_pca(
             as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth), components=k

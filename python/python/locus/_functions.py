@@ -11,7 +11,7 @@ copy). Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from ._arrays import as_count, as_degree, as_float32, as_matrix, as_values, fit_
 from ._engine import BackendLike, engine_for
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_args, kernel_spec
+from ._results import LocalPCAResult, MeanShiftResult, MedoidShiftResult
 
 __all__ = [
     "local_mean",
@@ -37,9 +38,6 @@ __all__ = [
     "mean_shift",
     "medoid_shift",
     "estimate_bandwidth",
-    "MeanShiftResult",
-    "MedoidShiftResult",
-    "LocalPCAResult",
 ]
 
 
@@ -115,17 +113,6 @@ def local_polynomial(
         _engine(backend), q, x, y, **kernel_args(kernel, bandwidth), degree=degree
     )
     return fit_result(fit, slopes, vector, return_slopes)
-
-
-class LocalPCAResult(NamedTuple):
-    """Result of :func:`local_pca`."""
-
-    means: np.ndarray
-    """Kernel-weighted mean of the keys around each query (M × d)."""
-    variances: np.ndarray
-    """Leading eigenvalues of the local covariance, descending (M × k)."""
-    components: np.ndarray
-    """Their unit eigenvectors (M × k × d), largest entry positive."""
 
 
 def local_pca(
@@ -382,23 +369,6 @@ def feature_local_mean(
     return out
 
 
-class MeanShiftResult(NamedTuple):
-    """What :func:`mean_shift` found."""
-
-    cluster_centers: np.ndarray
-    """The modes (C × d, float32), most populated first."""
-    labels: np.ndarray
-    """One label per point (int64): its mode's index, or −1 (``cluster_all=False``)."""
-    populations: np.ndarray
-    """Points within one bandwidth of each mode (what modes are ranked by)."""
-    n_iter: int
-    """Iterations run (the most shifts any seed took)."""
-    converged: bool
-    """Whether every seed stopped within ``max_iter``."""
-    bandwidth: float
-    """The bandwidth used (given or estimated)."""
-
-
 def _bandwidth_rule(bandwidth: Any) -> dict[str, Any]:
     if bandwidth is None:
         return {"bandwidth": None, "bandwidth_rule": "quantile"}
@@ -472,25 +442,6 @@ def mean_shift(
     return MeanShiftResult(
         d["modes"], d["labels"], d["populations"], d["iterations"], d["converged"], d["bandwidth"]
     )
-
-
-class MedoidShiftResult(NamedTuple):
-    """What :func:`medoid_shift` found."""
-
-    medoids: np.ndarray
-    """Indices of the medoids among the points, most populated first."""
-    cluster_centers: np.ndarray
-    """The medoids' coordinates (C × d; C × 0 for a distance matrix)."""
-    labels: np.ndarray
-    """One label per point (int64): the index of its medoid."""
-    populations: np.ndarray
-    """Points in each cluster."""
-    n_iter: int
-    """Rounds of jumps in which some point still moved."""
-    converged: bool
-    """Whether every point reached a fixed medoid within ``max_iter``."""
-    bandwidth: float
-    """The bandwidth used."""
 
 
 def medoid_shift(

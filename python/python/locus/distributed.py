@@ -53,10 +53,10 @@ except ImportError as e:  # pragma: no cover - exercised without dask
     ) from e
 
 from ._arrays import as_count, as_labels, as_matrix, as_values
-from ._engine import RowStates, _check_backend, engine_for
+from ._engine import _check_backend, engine_for
 from ._errors import InputError, LocusError
-from ._functions import MeanShiftResult
 from ._kernels import ProductKernel, kernel_args
+from ._results import MeanShiftResult, RowStates
 
 __all__ = ["ShardedKeySet", "ShardLostError", "mean_shift", "merge_states", "assign_adapters"]
 
