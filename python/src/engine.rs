@@ -123,10 +123,8 @@ impl Engine {
         keys, values = None, labels = None, *, batching = true, max_request_rows = None,
         nearest_fallback = false
     ))]
-    #[allow(clippy::too_many_arguments)]
     fn prepare(
         &self,
-        py: Python<'_>,
         keys: PyReadonlyArray2<'_, f32>,
         values: Option<PyReadonlyArray2<'_, f32>>,
         labels: Option<PyReadonlyArray1<'_, i64>>,
@@ -134,6 +132,7 @@ impl Engine {
         max_request_rows: Option<usize>,
         nearest_fallback: bool,
     ) -> PyResult<KeySet> {
+        let py = keys.py();
         let mut options = KeySetOptions::default();
         if nearest_fallback {
             options.empty_fallback = EmptyFallback::NearestNeighbour;

@@ -12,6 +12,7 @@ mod engine;
 mod errors;
 mod keyset;
 mod ops;
+mod results;
 
 use pyo3::prelude::*;
 
@@ -21,6 +22,7 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<keyset::KeySet>()?;
     m.add_class::<attention::AttentionSet>()?;
+    m.add_class::<cluster::MeanShiftParams>()?;
     m.add_function(wrap_pyfunction!(ops::local_mean, m)?)?;
     m.add_function(wrap_pyfunction!(ops::self_local_mean, m)?)?;
     m.add_function(wrap_pyfunction!(ops::local_polynomial, m)?)?;

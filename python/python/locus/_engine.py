@@ -18,7 +18,7 @@ from ._arrays import (
     fit_result,
 )
 from ._errors import InputError
-from ._kernels import ProductKernel, kernel_args
+from ._kernels import ProductKernel, kernel_arg
 from ._results import LocalPCAResult, RowStates
 
 __all__ = ["AttentionSet", "Engine", "KeySet", "engine_for"]
@@ -260,7 +260,7 @@ class KeySet:
         :func:`locus.local_mean` with these keys and values; NaN rows for
         empty neighbourhoods."""
         out, _ = self._inner.local_mean(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
         return out[:, 0] if self._vector else out
 
@@ -278,7 +278,7 @@ class KeySet:
         values are used as stored, not centred)."""
         degree = as_degree(degree, return_slopes)
         fit, slopes, _, _ = self._inner.local_polynomial(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth), degree=degree
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth), degree=degree
         )
         return fit_result(fit, slopes, self._vector, return_slopes)
 
@@ -293,7 +293,7 @@ class KeySet:
         """Local PCA at ``queries`` over these keys, as :func:`locus.local_pca`."""
         k = as_count(n_components, "n_components")
         means, variances, components, _ = self._inner.local_pca(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth), components=k
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth), components=k
         )
         return LocalPCAResult(means, variances, components)
 
@@ -302,20 +302,20 @@ class KeySet:
         no columns when the key set has no values); states of several key
         sets merge associatively."""
         m, s, u = self._inner.row_states(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
         return RowStates(m, s, u)
 
     def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`."""
         return self._inner.log_density(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
 
     def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`."""
         return self._inner.density(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
 
     def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
@@ -323,7 +323,7 @@ class KeySet:
         :attr:`classes`): the local mean of one-hot labels; NaN rows for
         empty neighbourhoods."""
         out, _ = self._inner.predict_proba(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
         return out
 
@@ -333,7 +333,7 @@ class KeySet:
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
         index, _, _ = self._inner.classify(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
         return self._classes[index]
 

@@ -55,7 +55,7 @@ except ImportError as e:  # pragma: no cover - exercised without dask
 from ._arrays import as_count, as_labels, as_matrix, as_values
 from ._engine import _check_backend, engine_for
 from ._errors import InputError, LocusError
-from ._kernels import ProductKernel, kernel_args
+from ._kernels import ProductKernel, kernel_arg
 from ._results import MeanShiftResult, RowStates
 
 __all__ = ["ShardedKeySet", "ShardLostError", "mean_shift", "merge_states", "assign_adapters"]
@@ -633,7 +633,7 @@ def _check_kernel(bandwidth: Any, kernel: Any) -> float | None:
     for a :class:`~locus.ProductKernel` (checked when it was made), which
     takes no bandwidth."""
     if isinstance(kernel, ProductKernel):
-        kernel_args(kernel, bandwidth)
+        kernel_arg(kernel, bandwidth)
         return None
     if isinstance(bandwidth, str) or not isinstance(bandwidth, numbers.Real):
         raise TypeError(f"bandwidth must be a number, got {type(bandwidth).__name__}")
@@ -952,7 +952,7 @@ def mean_shift(
     if isinstance(kernel, ProductKernel):
         # Joint MeanShift, as locus.mean_shift: every block in units of its
         # bandwidth, unit bandwidths, the modes scaled back at the end.
-        kernel_args(kernel, bandwidth)
+        kernel_arg(kernel, bandwidth)
         scale = np.array([h for d, _, h in kernel.blocks for _ in range(d)], dtype=np.float32)
         kernel = ProductKernel([(d, p, 1.0) for d, p, _ in kernel.blocks])
         bandwidth = 1.0
