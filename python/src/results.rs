@@ -5,11 +5,11 @@ use locus::{
     Classification, Imputed, LocalFit, LocalPca, MeanShiftFit, MedoidShiftFit, Neighbours,
     RowNormalized, RowStates,
 };
-use ndarray::{Array, Dimension};
-use numpy::{Element, IntoPyArray, PyArray, PyArray1, PyArray2, PyArray3};
+use ndarray::{Array, Array1, Array2, Array3, Dimension};
+use numpy::{Element, IntoPyArray, PyArray, PyArray1};
 use pyo3::prelude::*;
 
-/// A result of the crate as Python receives it.
+/// A result of the crate, or one of its fields, as Python receives it.
 pub(crate) trait IntoPython<'py> {
     /// The arrays and counts.
     type Output;
@@ -18,7 +18,7 @@ pub(crate) trait IntoPython<'py> {
     fn into_python(self, py: Python<'py>) -> Self::Output;
 }
 
-/// An array as is.
+/// An array: a numpy array that owns the data.
 impl<'py, T: Element, D: Dimension> IntoPython<'py> for Array<T, D> {
     type Output = Bound<'py, PyArray<T, D>>;
 
@@ -27,129 +27,102 @@ impl<'py, T: Element, D: Dimension> IntoPython<'py> for Array<T, D> {
     }
 }
 
-/// `(values, empty rows)`.
-impl<'py> IntoPython<'py> for RowNormalized {
-    type Output = (Bound<'py, PyArray2<f32>>, usize);
+/// Counts per mode: a `uint64` array.
+impl<'py> IntoPython<'py> for Vec<usize> {
+    type Output = Bound<'py, PyArray1<usize>>;
 
     fn into_python(self, py: Python<'py>) -> Self::Output {
-        (self.values.into_pyarray(py), self.empty_rows)
+        self.into_pyarray(py)
     }
 }
 
-/// `(fitted, slopes or None, empty rows, rank-deficient rows)`.
-impl<'py> IntoPython<'py> for LocalFit {
-    type Output = (
-        Bound<'py, PyArray2<f32>>,
-        Option<Bound<'py, PyArray3<f32>>>,
-        usize,
-        usize,
-    );
+/// A field that may be absent: converted when present.
+impl<'py, T: IntoPython<'py>> IntoPython<'py> for Option<T> {
+    type Output = Option<T::Output>;
 
     fn into_python(self, py: Python<'py>) -> Self::Output {
-        (
-            self.fitted.into_pyarray(py),
-            self.slopes.map(|s| s.into_pyarray(py)),
-            self.empty_rows,
-            self.rank_deficient_rows,
-        )
+        self.map(|v| v.into_python(py))
     }
 }
 
-/// `(means, variances, components, empty rows)`.
-impl<'py> IntoPython<'py> for LocalPca {
-    type Output = (
-        Bound<'py, PyArray2<f32>>,
-        Bound<'py, PyArray2<f32>>,
-        Bound<'py, PyArray3<f32>>,
-        usize,
-    );
+/// Counts, flags and bandwidths, as they are.
+macro_rules! as_they_are {
+    ($($scalar:ty),+) => {$(
+        impl<'py> IntoPython<'py> for $scalar {
+            type Output = $scalar;
 
-    fn into_python(self, py: Python<'py>) -> Self::Output {
-        (
-            self.means.into_pyarray(py),
-            self.variances.into_pyarray(py),
-            self.components.into_pyarray(py),
-            self.empty_rows,
-        )
+            fn into_python(self, _py: Python<'py>) -> $scalar {
+                self
+            }
+        }
+    )+};
+}
+
+as_they_are!(usize, bool, f32);
+
+/// The results that are structs of the crate: the tuple of the listed
+/// fields, in this order, each converted.
+macro_rules! field_tuples {
+    ($(
+        $(#[$doc:meta])*
+        $result:ident { $($field:ident: $ty:ty),+ $(,)? }
+    )+) => {$(
+        $(#[$doc])*
+        impl<'py> IntoPython<'py> for $result {
+            type Output = ($(<$ty as IntoPython<'py>>::Output,)+);
+
+            fn into_python(self, py: Python<'py>) -> Self::Output {
+                ($(<$ty as IntoPython<'py>>::into_python(self.$field, py),)+)
+            }
+        }
+    )+};
+}
+
+field_tuples! {
+    /// `(values, empty rows)`.
+    RowNormalized { values: Array2<f32>, empty_rows: usize }
+
+    /// `(fitted, slopes or None, empty rows, rank-deficient rows)`.
+    LocalFit {
+        fitted: Array2<f32>,
+        slopes: Option<Array3<f32>>,
+        empty_rows: usize,
+        rank_deficient_rows: usize,
+    }
+
+    /// `(means, variances, components, empty rows)`.
+    LocalPca {
+        means: Array2<f32>,
+        variances: Array2<f32>,
+        components: Array3<f32>,
+        empty_rows: usize,
+    }
+
+    /// `(filled rows, imputed entries, entries that took the column mean)`.
+    Imputed { values: Array2<f32>, imputed: usize, fallback: usize }
+
+    /// `(indices, distances)`.
+    Neighbours { indices: Array2<i64>, distances: Array2<f32> }
+
+    /// `(max_log_weight, sum, weighted)`.
+    RowStates { max_log_weight: Array1<f32>, sum: Array1<f64>, weighted: Array2<f64> }
+
+    /// `(class indices, probabilities, empty rows)`.
+    Classification { labels: Array1<i64>, proba: Array2<f32>, empty_rows: usize }
+
+    /// `(modes, labels, populations, iterations, converged, bandwidth)`:
+    /// the fields of `locus.MeanShiftResult`.
+    MeanShiftFit {
+        modes: Array2<f32>,
+        labels: Array1<i64>,
+        populations: Vec<usize>,
+        iterations: usize,
+        converged: bool,
+        bandwidth: f32,
     }
 }
 
-/// `(filled rows, imputed entries, entries that took the column mean)`.
-impl<'py> IntoPython<'py> for Imputed {
-    type Output = (Bound<'py, PyArray2<f32>>, usize, usize);
-
-    fn into_python(self, py: Python<'py>) -> Self::Output {
-        (self.values.into_pyarray(py), self.imputed, self.fallback)
-    }
-}
-
-/// `(indices, distances)`.
-impl<'py> IntoPython<'py> for Neighbours {
-    type Output = (Bound<'py, PyArray2<i64>>, Bound<'py, PyArray2<f32>>);
-
-    fn into_python(self, py: Python<'py>) -> Self::Output {
-        (
-            self.indices.into_pyarray(py),
-            self.distances.into_pyarray(py),
-        )
-    }
-}
-
-/// `(max_log_weight, sum, weighted)`.
-impl<'py> IntoPython<'py> for RowStates {
-    type Output = (
-        Bound<'py, PyArray1<f32>>,
-        Bound<'py, PyArray1<f64>>,
-        Bound<'py, PyArray2<f64>>,
-    );
-
-    fn into_python(self, py: Python<'py>) -> Self::Output {
-        (
-            self.max_log_weight.into_pyarray(py),
-            self.sum.into_pyarray(py),
-            self.weighted.into_pyarray(py),
-        )
-    }
-}
-
-/// `(class indices, probabilities, empty rows)`.
-impl<'py> IntoPython<'py> for Classification {
-    type Output = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray2<f32>>, usize);
-
-    fn into_python(self, py: Python<'py>) -> Self::Output {
-        (
-            self.labels.into_pyarray(py),
-            self.proba.into_pyarray(py),
-            self.empty_rows,
-        )
-    }
-}
-
-/// `(modes, labels, populations, iterations, converged, bandwidth)`: the
-/// fields of `locus.MeanShiftResult`.
-impl<'py> IntoPython<'py> for MeanShiftFit {
-    type Output = (
-        Bound<'py, PyArray2<f32>>,
-        Bound<'py, PyArray1<i64>>,
-        Bound<'py, PyArray1<usize>>,
-        usize,
-        bool,
-        f32,
-    );
-
-    fn into_python(self, py: Python<'py>) -> Self::Output {
-        (
-            self.modes.into_pyarray(py),
-            self.labels.into_pyarray(py),
-            self.populations.into_pyarray(py),
-            self.iterations,
-            self.converged,
-            self.bandwidth,
-        )
-    }
-}
-
-/// `(medoids, clustering)`: the medoids, and the fields
+/// `(medoids, clustering)`: the medoids (`int64`), and the fields
 /// `locus.MedoidShiftResult` shares with `locus.MeanShiftResult`, as
 /// [`MeanShiftFit`] gives them.
 impl<'py> IntoPython<'py> for MedoidShiftFit {
