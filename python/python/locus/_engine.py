@@ -21,14 +21,16 @@ from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg
 from ._results import LocalPCAResult, RowStates
 
-__all__ = ["AttentionSet", "Engine", "KeySet", "engine_for"]
+__all__ = ["AttentionSet", "Engine", "KeySet", "check_backend", "engine_for"]
 
-_BACKENDS = ("auto", "gpu", "cpu")
+# The backends an engine is opened on, by name.
+BACKENDS = ("auto", "gpu", "cpu")
 
 
-def _check_backend(backend: Any) -> None:
-    """Refuses a backend name that is not one of :data:`_BACKENDS`."""
-    if backend not in _BACKENDS:
+def check_backend(backend: Any) -> None:
+    """Refuses a backend name that is not one of :data:`BACKENDS`
+    (estimators keep names, so that they pickle)."""
+    if backend not in BACKENDS:
         raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
 
 
@@ -60,7 +62,7 @@ class Engine:
     """
 
     def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None:
-        _check_backend(backend)
+        check_backend(backend)
         if memory_limit is not None:
             memory_limit = as_count(memory_limit, "memory_limit")
         self._inner = _locus.Engine(backend, memory_limit=memory_limit)
@@ -135,7 +137,7 @@ def engine_for(backend: BackendLike) -> Engine:
     engine of that name (created on first use)."""
     if isinstance(backend, Engine):
         return backend
-    if backend not in _BACKENDS:
+    if backend not in BACKENDS:
         raise InputError(
             f'backend must be "auto", "gpu", "cpu" or a locus.Engine, got {backend!r}'
         )

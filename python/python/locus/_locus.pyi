@@ -13,25 +13,10 @@ import numpy.typing as npt
 from typing_extensions import Self
 
 __all__ = [
-    "Engine",
-    "KeySet",
-    "AttentionSet",
-    "MeanShiftParams",
-    "local_mean",
-    "self_local_mean",
-    "local_polynomial",
-    "local_pca",
-    "score",
-    "impute",
-    "kernel_matrix",
-    "laplacian",
-    "log_density",
-    "knn",
-    "kernel_softmax",
-    "feature_local_mean",
-    "mean_shift",
-    "medoid_shift",
-    "estimate_bandwidth",
+    "Engine", "KeySet", "AttentionSet", "MeanShiftParams",
+    "local_mean", "self_local_mean", "local_polynomial", "local_pca", "score", "impute",
+    "kernel_matrix", "laplacian", "log_density", "knn", "kernel_softmax", "feature_local_mean",
+    "mean_shift", "medoid_shift", "estimate_bandwidth",
     "__version__",
 ]
 

@@ -53,7 +53,7 @@ except ImportError as e:  # pragma: no cover - exercised without dask
     ) from e
 
 from ._arrays import as_count, as_labels, as_matrix, as_values
-from ._engine import _check_backend, engine_for
+from ._engine import check_backend, engine_for
 from ._errors import InputError, LocusError
 from ._kernels import ProductKernel, kernel_arg
 from ._results import MeanShiftResult, RowStates
@@ -677,7 +677,7 @@ class ShardedKeySet(_Sharded):
     ) -> None:
         super().__init__(client)
         # Everything the driver can check is checked before any task is sent.
-        _check_backend(backend)
+        check_backend(backend)
         shards = _check_shards(shards)
         workers = _workers(client)
         n = None  # rows of the keys, where known on the driver
@@ -947,7 +947,7 @@ def mean_shift(
     """
     # Every parameter, and X and seeds where on the driver, are checked
     # before any task is sent.
-    _check_backend(backend)
+    check_backend(backend)
     scale = None
     if isinstance(kernel, ProductKernel):
         # Joint MeanShift, as locus.mean_shift: every block in units of its
