@@ -45,6 +45,15 @@ impl<'py, T: IntoPython<'py>> IntoPython<'py> for Option<T> {
     }
 }
 
+/// A pair of results: each converted.
+impl<'py, A: IntoPython<'py>, B: IntoPython<'py>> IntoPython<'py> for (A, B) {
+    type Output = (A::Output, B::Output);
+
+    fn into_python(self, py: Python<'py>) -> Self::Output {
+        (self.0.into_python(py), self.1.into_python(py))
+    }
+}
+
 /// Counts, flags and bandwidths, as they are.
 macro_rules! as_they_are {
     ($($scalar:ty),+) => {$(
