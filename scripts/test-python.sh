@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests: a throwaway virtualenv, maturin, numpy,
-# scikit-learn, dask[distributed] and pytest from the package index, the package built in
+# scikit-learn, dask[distributed], pytest and mypy (whose stubtest checks the
+# compiled module's stubs) from the package index, the package built in
 # release (into the workspace's target/, so a rerun only rebuilds what
 # changed) and installed from its wheel, then pytest on python/tests.
 # Exits non-zero when anything fails; the virtualenv is removed either way.
@@ -8,7 +9,8 @@
 #   scripts/test-python.sh [pytest arguments]
 #
 #   PYTHON   the interpreter to use (default: python3; CPython >= 3.10)
-#   CI=true  GPU tests fail, rather than skip, when there is no adapter
+#   CI=true  GPU tests fail, rather than skip, when there is no adapter, and
+#            the stub test when mypy is missing
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,7 +24,7 @@ echo "== virtualenv in $venv"
 "$python" -m venv "$venv"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-input \
-    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pytest
+    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pytest mypy
 
 echo "== building the package (release)"
 "$venv/bin/maturin" build --release --quiet --manifest-path python/Cargo.toml \

@@ -50,6 +50,7 @@ pub use cluster::{
     MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
     silverman_bandwidth,
 };
+pub use cluster::{neighbour_sq_dists, rank_modes, shift_step};
 pub use engine::{ADAPTER_ENV, Device, Engine, EngineOptions, REQUIRE_HARDWARE_ENV};
 pub use error::{Error, Result};
 pub use gpu::adapter::AdapterChoice;

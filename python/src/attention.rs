@@ -5,8 +5,8 @@ use ndarray::{ArrayD, Ix2, Ix3};
 use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 
+use crate::convert::{dim, softmax_params};
 use crate::errors::{compute, input};
-use crate::ops::{dim, softmax_params};
 
 /// Keys `Ψ` and values `V` (2-D, or batched 3-D) kept on the backend;
 /// `attend` computes `softmax(scale·ΦΨᵀ)V` for new queries with the GIL

@@ -1,154 +1,181 @@
 //! MeanShift, MedoidShift and the bandwidth estimate.
 
-use locus::{Bandwidth, MeanShiftParams, MedoidShiftParams, Seeds};
-use numpy::{IntoPyArray, PyReadonlyArray2};
+use locus::{
+    Bandwidth, Kernel, MeanShiftFit, MeanShiftValidParams, MedoidShiftFit, Profile, Seeds,
+};
+use numpy::PyReadonlyArray2;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
-use crate::convert::{KernelSpec, profile};
+use crate::convert::{Block, product, profile};
 use crate::engine::Engine;
 use crate::errors::{compute, input, to_py};
+use crate::results::IntoPython;
 
-/// The bandwidth rule: a fixed `bandwidth`, or `rule` ("quantile" with
-/// `quantile` and `n_samples`, "scott", "silverman").
-fn rule(
-    py: Python<'_>,
-    bandwidth: Option<f64>,
-    rule: &str,
-    quantile: f64,
-    n_samples: Option<usize>,
-) -> PyResult<Bandwidth> {
-    if let Some(h) = bandwidth {
-        return Ok(Bandwidth::Fixed(h as f32));
-    }
-    match rule {
-        "quantile" => Ok(Bandwidth::Quantile {
-            quantile,
-            n_samples,
-        }),
-        "scott" => Ok(Bandwidth::Scott),
-        "silverman" => Ok(Bandwidth::Silverman),
-        other => Err(input(
-            py,
-            format!(
-                "bandwidth_rule must be \"quantile\", \"scott\" or \"silverman\", got {other:?}"
-            ),
-        )),
+/// The kernel of MeanShift and MedoidShift as Python passes it:
+/// `(profile, bandwidth rule)`, or a product kernel's blocks
+/// `[(dims, profile, bandwidth), …]`, which carry their bandwidths.
+#[derive(FromPyObject)]
+pub(crate) enum ShiftKernel {
+    /// A profile and its bandwidth rule.
+    Radial(String, BandwidthRule),
+    /// A product kernel's blocks.
+    Product(Vec<Block>),
+}
+
+/// A [`ShiftKernel`], checked.
+enum CheckedShiftKernel {
+    /// A profile and its bandwidth rule.
+    Radial(Profile, Bandwidth),
+    /// A product kernel.
+    Product(Kernel),
+}
+
+impl ShiftKernel {
+    /// The kernel, checked.
+    fn checked(self, py: Python<'_>) -> PyResult<CheckedShiftKernel> {
+        Ok(match self {
+            ShiftKernel::Radial(name, rule) => {
+                CheckedShiftKernel::Radial(profile(py, &name)?, rule.checked(py)?)
+            }
+            ShiftKernel::Product(blocks) => CheckedShiftKernel::Product(product(py, &blocks)?),
+        })
     }
 }
 
-/// MeanShift of `points`; a dict with `modes`, `labels`, `populations`,
-/// `iterations`, `converged`, `bandwidth`.
+/// A bandwidth rule as Python passes it: a number (fixed), `"scott"` or
+/// `"silverman"`, or `(quantile, n_samples)`: scikit-learn's estimate.
+#[derive(FromPyObject)]
+pub(crate) enum BandwidthRule {
+    /// A fixed bandwidth.
+    Fixed(f64),
+    /// A rule by its name.
+    Named(String),
+    /// The mean distance to the k-th neighbour, `k = ⌊quantile·n⌋`, on
+    /// `n_samples` points if given.
+    Quantile(f64, Option<usize>),
+}
+
+impl BandwidthRule {
+    /// The rule, checked.
+    fn checked(self, py: Python<'_>) -> PyResult<Bandwidth> {
+        match self {
+            BandwidthRule::Fixed(h) => Ok(Bandwidth::Fixed(h as f32)),
+            BandwidthRule::Quantile(quantile, n_samples) => Ok(Bandwidth::Quantile {
+                quantile,
+                n_samples,
+            }),
+            BandwidthRule::Named(name) => match name.as_str() {
+                "scott" => Ok(Bandwidth::Scott),
+                "silverman" => Ok(Bandwidth::Silverman),
+                other => Err(input(
+                    py,
+                    format!("bandwidth rule must be \"scott\" or \"silverman\", got {other:?}"),
+                )),
+            },
+        }
+    }
+}
+
+/// MeanShift's seeds as Python passes them: the seeds themselves, or the
+/// `min_bin_freq` of binned seeding (`None`: every point is a seed).
+#[derive(FromPyObject)]
+enum SeedsArg<'py> {
+    /// These seeds.
+    Given(PyReadonlyArray2<'py, f32>),
+    /// Binned seeding, keeping bins of at least this many points.
+    Binned(usize),
+}
+
+/// MeanShift's parameters, checked once: the kernel with its bandwidth
+/// rule, the seeds, `max_iter`, `tol`, `blurring` and `cluster_all`.
+#[pyclass(module = "locus._locus", frozen)]
+pub struct MeanShiftParams {
+    inner: MeanShiftValidParams,
+}
+
+#[pymethods]
+impl MeanShiftParams {
+    /// Checks MeanShift's parameters.
+    #[new]
+    #[pyo3(signature = (
+        kernel, *, seeds = None, max_iter = 300, tol = 1e-3, blurring = false, cluster_all = true
+    ))]
+    fn new(
+        py: Python<'_>,
+        kernel: ShiftKernel,
+        seeds: Option<SeedsArg<'_>>,
+        max_iter: usize,
+        tol: f64,
+        blurring: bool,
+        cluster_all: bool,
+    ) -> PyResult<Self> {
+        let base = match kernel.checked(py)? {
+            CheckedShiftKernel::Radial(p, rule) => locus::MeanShiftParams::new()
+                .profile(p)
+                .bandwidth_rule(rule),
+            CheckedShiftKernel::Product(k) => locus::MeanShiftParams::new().kernel(k),
+        };
+        let seeds = match seeds {
+            Some(SeedsArg::Given(s)) => Seeds::Given(s.as_array().to_owned()),
+            Some(SeedsArg::Binned(min_bin_freq)) => Seeds::Binned { min_bin_freq },
+            None => Seeds::All,
+        };
+        let inner = base
+            .seeds(seeds)
+            .max_iter(max_iter)
+            .tol(tol)
+            .blurring(blurring)
+            .cluster_all(cluster_all)
+            .check()
+            .map_err(|e| to_py(py, &e))?;
+        Ok(MeanShiftParams { inner })
+    }
+}
+
+/// MeanShift of `points`: modes, labels, populations, iterations, whether
+/// it converged, the bandwidth.
 #[pyfunction]
-#[pyo3(signature = (
-    engine, points, *, bandwidth = None, bandwidth_rule = "quantile", quantile = 0.3,
-    n_samples = None, kernel = KernelSpec::Name("uniform".into()), seeds = None,
-    bin_seeding = false, min_bin_freq = 1, max_iter = 300, tol = 1e-3, blurring = false,
-    cluster_all = true
-))]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn mean_shift<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     points: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    bandwidth_rule: &str,
-    quantile: f64,
-    n_samples: Option<usize>,
-    kernel: KernelSpec,
-    seeds: Option<PyReadonlyArray2<'py, f32>>,
-    bin_seeding: bool,
-    min_bin_freq: usize,
-    max_iter: usize,
-    tol: f64,
-    blurring: bool,
-    cluster_all: bool,
-) -> PyResult<Bound<'py, PyDict>> {
-    let seeds = match (seeds, bin_seeding) {
-        (Some(s), _) => Seeds::Given(s.as_array().to_owned()),
-        (None, true) => Seeds::Binned { min_bin_freq },
-        (None, false) => Seeds::All,
-    };
-    let base = match &kernel {
-        KernelSpec::Name(name) => MeanShiftParams::new()
-            .profile(profile(py, name)?)
-            .bandwidth_rule(rule(py, bandwidth, bandwidth_rule, quantile, n_samples)?),
-        // Joint MeanShift: the blocks carry the bandwidths.
-        KernelSpec::Blocks(_) => {
-            MeanShiftParams::new().kernel(crate::convert::kernel(py, &kernel, bandwidth)?)
-        }
-    };
-    let params = base
-        .seeds(seeds)
-        .max_iter(max_iter)
-        .tol(tol)
-        .blurring(blurring)
-        .cluster_all(cluster_all)
-        .check()
-        .map_err(|e| to_py(py, &e))?;
-    let x = points.as_array();
+    params: &Bound<'py, MeanShiftParams>,
+) -> PyResult<<MeanShiftFit as IntoPython<'py>>::Output> {
+    let (x, params) = (points.as_array(), &params.get().inner);
     let e = &engine.get().inner;
-    let fit = compute(py, || e.mean_shift(&params, x))?;
-    let d = PyDict::new(py);
-    d.set_item("modes", fit.modes.into_pyarray(py))?;
-    d.set_item("labels", fit.labels.into_pyarray(py))?;
-    d.set_item("populations", fit.populations.into_pyarray(py))?;
-    d.set_item("iterations", fit.iterations)?;
-    d.set_item("converged", fit.converged)?;
-    d.set_item("bandwidth", fit.bandwidth)?;
-    Ok(d)
+    compute(py, || e.mean_shift(params, x)).map(|fit| fit.into_python(py))
 }
 
-/// MedoidShift of `points` (or of a distance matrix with `distances`); a
-/// dict with `medoids`, `modes`, `labels`, `populations`, `iterations`,
-/// `converged`, `bandwidth`.
+/// MedoidShift of `points` (or of a distance matrix with `distances`):
+/// medoids, modes, labels, populations, iterations, whether it converged,
+/// the bandwidth.
 #[pyfunction]
-#[pyo3(signature = (
-    engine, points, *, bandwidth = None, bandwidth_rule = "quantile", quantile = 0.3,
-    n_samples = None, kernel = KernelSpec::Name("gaussian".into()), max_iter = 300,
-    distances = false
-))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (engine, points, *, kernel, max_iter = 300, distances = false))]
 pub(crate) fn medoid_shift<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     points: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    bandwidth_rule: &str,
-    quantile: f64,
-    n_samples: Option<usize>,
-    kernel: KernelSpec,
+    kernel: ShiftKernel,
     max_iter: usize,
     distances: bool,
-) -> PyResult<Bound<'py, PyDict>> {
-    let base = match &kernel {
-        KernelSpec::Name(name) => MedoidShiftParams::new()
-            .profile(profile(py, name)?)
-            .bandwidth_rule(rule(py, bandwidth, bandwidth_rule, quantile, n_samples)?),
-        KernelSpec::Blocks(_) => {
-            MedoidShiftParams::new().kernel(crate::convert::kernel(py, &kernel, bandwidth)?)
-        }
+) -> PyResult<<MedoidShiftFit as IntoPython<'py>>::Output> {
+    let base = match kernel.checked(py)? {
+        CheckedShiftKernel::Radial(p, rule) => locus::MedoidShiftParams::new()
+            .profile(p)
+            .bandwidth_rule(rule),
+        CheckedShiftKernel::Product(k) => locus::MedoidShiftParams::new().kernel(k),
     };
     let params = base.max_iter(max_iter).check().map_err(|e| to_py(py, &e))?;
     let x = points.as_array();
     let e = &engine.get().inner;
-    let fit = compute(py, || {
+    compute(py, || {
         if distances {
             e.medoid_shift_distances(&params, x)
         } else {
             e.medoid_shift(&params, x)
         }
-    })?;
-    let d = PyDict::new(py);
-    let medoids: Vec<i64> = fit.medoids.iter().map(|&m| m as i64).collect();
-    d.set_item("medoids", medoids.into_pyarray(py))?;
-    d.set_item("modes", fit.modes.into_pyarray(py))?;
-    d.set_item("labels", fit.labels.into_pyarray(py))?;
-    d.set_item("populations", fit.populations.into_pyarray(py))?;
-    d.set_item("iterations", fit.iterations)?;
-    d.set_item("converged", fit.converged)?;
-    d.set_item("bandwidth", fit.bandwidth)?;
-    Ok(d)
+    })
+    .map(|fit| fit.into_python(py))
 }
 
 /// scikit-learn's `estimate_bandwidth`: mean distance to the k-th nearest

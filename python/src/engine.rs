@@ -9,9 +9,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::attention::AttentionSet;
+use crate::convert::dim;
 use crate::errors::{compute, input};
 use crate::keyset::KeySet;
-use crate::ops::dim;
 
 /// A compute engine on one backend: `"auto"` (a hardware GPU if there is
 /// one, else the CPU), `"gpu"` (any GPU adapter, software included) or
@@ -123,10 +123,8 @@ impl Engine {
         keys, values = None, labels = None, *, batching = true, max_request_rows = None,
         nearest_fallback = false
     ))]
-    #[allow(clippy::too_many_arguments)]
     fn prepare(
         &self,
-        py: Python<'_>,
         keys: PyReadonlyArray2<'_, f32>,
         values: Option<PyReadonlyArray2<'_, f32>>,
         labels: Option<PyReadonlyArray1<'_, i64>>,
@@ -134,6 +132,7 @@ impl Engine {
         max_request_rows: Option<usize>,
         nearest_fallback: bool,
     ) -> PyResult<KeySet> {
+        let py = keys.py();
         let mut options = KeySetOptions::default();
         if nearest_fallback {
             options.empty_fallback = EmptyFallback::NearestNeighbour;

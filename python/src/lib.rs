@@ -12,6 +12,8 @@ mod engine;
 mod errors;
 mod keyset;
 mod ops;
+mod results;
+mod shard;
 
 use pyo3::prelude::*;
 
@@ -21,6 +23,7 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<keyset::KeySet>()?;
     m.add_class::<attention::AttentionSet>()?;
+    m.add_class::<cluster::MeanShiftParams>()?;
     m.add_function(wrap_pyfunction!(ops::local_mean, m)?)?;
     m.add_function(wrap_pyfunction!(ops::self_local_mean, m)?)?;
     m.add_function(wrap_pyfunction!(ops::local_polynomial, m)?)?;
@@ -36,6 +39,11 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::mean_shift, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::medoid_shift, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::estimate_bandwidth, m)?)?;
+    m.add_function(wrap_pyfunction!(shard::merge_states, m)?)?;
+    m.add_function(wrap_pyfunction!(shard::shift_step, m)?)?;
+    m.add_function(wrap_pyfunction!(shard::rank_modes, m)?)?;
+    m.add_function(wrap_pyfunction!(shard::neighbour_sq_dists, m)?)?;
+    m.add_function(wrap_pyfunction!(shard::check_kernel, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

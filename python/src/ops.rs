@@ -1,247 +1,126 @@
 //! The ops as functions of an engine: borrowed inputs, GIL released,
 //! results handed to numpy without a copy.
 
-use locus::{LaplacianKind, SoftmaxParams};
-use ndarray::{ArrayD, Ix2, Ix3};
-use numpy::{
-    IntoPyArray, PyArray1, PyArray2, PyArray3, PyArrayDyn, PyReadonlyArray1, PyReadonlyArray2,
-    PyReadonlyArrayDyn,
-};
+use locus::{Imputed, LaplacianKind, LocalFit, LocalPca, Neighbours, RowNormalized};
+use ndarray::{Array1, Array2, ArrayD, Ix2, Ix3};
+use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 
-use crate::convert::KernelSpec;
-
+use crate::convert::{AsView, KernelArg, dim, softmax_params};
 use crate::engine::Engine;
 use crate::errors::{compute, input};
+use crate::results::IntoPython;
 
-type Means<'py> = (Bound<'py, PyArray2<f32>>, usize);
+/// Rows as the ops take them: a C-contiguous `float32` matrix, borrowed.
+type Rows<'py> = PyReadonlyArray2<'py, f32>;
 
-/// Local means of `values` at `queries` over `keys`; the empty-row count.
-#[pyfunction]
-#[pyo3(signature = (engine, queries, keys, values, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
-pub(crate) fn local_mean<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    queries: PyReadonlyArray2<'py, f32>,
-    keys: PyReadonlyArray2<'py, f32>,
-    values: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-) -> PyResult<Means<'py>> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let (q, x, y) = (queries.as_array(), keys.as_array(), values.as_array());
-    let e = &engine.get().inner;
-    let r = compute(py, || e.local_mean(&k, q, x, y))?;
-    Ok((r.values.into_pyarray(py), r.empty_rows))
-}
+/// Per-key weights: a contiguous `float32` vector, borrowed.
+type Weights<'py> = PyReadonlyArray1<'py, f32>;
 
-/// Local polynomial regression of degree 0 or 1: fitted values, slopes
-/// (`M × q × d`, degree 1 only), empty rows, rank-deficient rows.
-#[pyfunction]
-#[pyo3(signature = (engine, queries, keys, values, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), degree = 1))]
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
-pub(crate) fn local_polynomial<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    queries: PyReadonlyArray2<'py, f32>,
-    keys: PyReadonlyArray2<'py, f32>,
-    values: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-    degree: usize,
-) -> PyResult<(
-    Bound<'py, PyArray2<f32>>,
-    Option<Bound<'py, PyArray3<f32>>>,
-    usize,
-    usize,
-)> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let (q, x, y) = (queries.as_array(), keys.as_array(), values.as_array());
-    let e = &engine.get().inner;
-    let r = compute(py, || e.local_polynomial(&k, q, x, y, degree))?;
-    Ok((
-        r.fitted.into_pyarray(py),
-        r.slopes.map(|s| s.into_pyarray(py)),
-        r.empty_rows,
-        r.rank_deficient_rows,
-    ))
-}
-
-/// Local PCA: means, variances (`M × k`), components (`M × k × d`), empty
-/// rows.
-#[pyfunction]
-#[pyo3(signature = (engine, queries, keys, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), components = 1))]
-#[allow(clippy::type_complexity)]
-pub(crate) fn local_pca<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    queries: PyReadonlyArray2<'py, f32>,
-    keys: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-    components: usize,
-) -> PyResult<(
-    Bound<'py, PyArray2<f32>>,
-    Bound<'py, PyArray2<f32>>,
-    Bound<'py, PyArray3<f32>>,
-    usize,
-)> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let (q, x) = (queries.as_array(), keys.as_array());
-    let e = &engine.get().inner;
-    let r = compute(py, || e.local_pca(&k, q, x, components))?;
-    Ok((
-        r.means.into_pyarray(py),
-        r.variances.into_pyarray(py),
-        r.components.into_pyarray(py),
-        r.empty_rows,
-    ))
-}
-
-/// The score `∇ log f̂` of the keys' kernel density at `queries`; the
-/// empty-row count.
-#[pyfunction]
-#[pyo3(signature = (engine, queries, keys, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
-pub(crate) fn score<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    queries: PyReadonlyArray2<'py, f32>,
-    keys: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-) -> PyResult<Means<'py>> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let (q, x) = (queries.as_array(), keys.as_array());
-    let e = &engine.get().inner;
-    let r = compute(py, || e.score(&k, q, x))?;
-    Ok((r.values.into_pyarray(py), r.empty_rows))
-}
-
-/// Imputation: `queries` (NaN: missing) filled from `keys` (or from
-/// themselves without keys); the filled rows, the count of imputed entries
-/// and of those that took the column mean.
-#[pyfunction]
-#[pyo3(signature = (engine, queries, keys = None, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), iterations = 1))]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn impute<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    queries: PyReadonlyArray2<'py, f32>,
-    keys: Option<PyReadonlyArray2<'py, f32>>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-    iterations: usize,
-) -> PyResult<(Bound<'py, PyArray2<f32>>, usize, usize)> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let q = queries.as_array();
-    let x = keys.as_ref().map(|k| k.as_array());
-    let e = &engine.get().inner;
-    let r = compute(py, || match x {
-        Some(x) => e.impute_from(&k, q, x, iterations),
-        None => e.impute(&k, q, iterations),
-    })?;
-    Ok((r.values.into_pyarray(py), r.imputed, r.fallback))
-}
-
-/// The self-local mean `K̃X` of `points`; the empty-row count.
-#[pyfunction]
-#[pyo3(signature = (engine, points, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into())))]
-pub(crate) fn self_local_mean<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    points: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-) -> PyResult<Means<'py>> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let x = points.as_array();
-    let e = &engine.get().inner;
-    let r = compute(py, || e.self_local_mean(&k, x))?;
-    Ok((r.values.into_pyarray(py), r.empty_rows))
-}
-
-/// `K` (or `D⁻¹K` with `normalize`) between `queries` and `keys`; the
-/// empty-row count (0 without `normalize`).
-#[pyfunction]
-#[pyo3(signature = (engine, queries, keys, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), normalize = false))]
-pub(crate) fn kernel_matrix<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    queries: PyReadonlyArray2<'py, f32>,
-    keys: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-    normalize: bool,
-) -> PyResult<Means<'py>> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let (q, x) = (queries.as_array(), keys.as_array());
-    let e = &engine.get().inner;
-    let (m, empty) = compute(py, || {
-        if normalize {
-            e.normalized_kernel_matrix(&k, q, x)
-                .map(|r| (r.values, r.empty_rows))
-        } else {
-            e.kernel_matrix(&k, q, x).map(|m| (m, 0))
+/// The kernel ops, one entry each: the doc, the name, the input arrays
+/// (positional; an optional one defaults to `None`), the options
+/// (keyword-only, with their defaults), the result the engine returns,
+/// and the call that computes it on the engine `e` with the kernel `k`.
+/// Every op takes the engine first and the kernel as the keyword `kernel`
+/// (a `KernelArg`, checked while the arguments are read); the inputs
+/// reach the call as views, and the call runs with the GIL released.
+macro_rules! kernel_ops {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident(
+            $($input:ident: $array:ty $(= $none:tt)?),+
+            $(; $($opt:ident: $opt_ty:ty = $default:tt),+)?
+        ) -> $result:ty = |$e:ident, $k:ident| $call:expr;
+    )+) => {$(
+        $(#[$doc])*
+        #[pyfunction]
+        #[pyo3(signature = (engine, $($input $(= $none)?),+, *, kernel $($(, $opt = $default)+)?))]
+        pub(crate) fn $name<'py>(
+            py: Python<'py>,
+            engine: &Bound<'py, Engine>,
+            $($input: $array,)+
+            kernel: KernelArg,
+            $($($opt: $opt_ty,)+)?
+        ) -> PyResult<<$result as IntoPython<'py>>::Output> {
+            $(let $input = AsView::view(&$input);)+
+            let ($e, $k) = (&engine.get().inner, &*kernel);
+            compute(py, || $call).map(|r: $result| r.into_python(py))
         }
-    })?;
-    Ok((m.into_pyarray(py), empty))
+    )+};
 }
 
-/// The graph Laplacian `D − K` (or `I − D⁻¹K` with `normalized`) of `points`.
-#[pyfunction]
-#[pyo3(signature = (engine, points, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), normalized = false))]
-pub(crate) fn laplacian<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    points: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-    normalized: bool,
-) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let x = points.as_array();
-    let kind = if normalized {
-        LaplacianKind::RandomWalk
-    } else {
-        LaplacianKind::Unnormalized
-    };
-    let e = &engine.get().inner;
-    Ok(compute(py, || e.laplacian(&k, x, kind))?.into_pyarray(py))
-}
+kernel_ops! {
+    /// Local means of `values` at `queries` over `keys`; the empty-row count.
+    fn local_mean(queries: Rows<'py>, keys: Rows<'py>, values: Rows<'py>)
+        -> RowNormalized = |e, k| e.local_mean(k, queries, keys, values);
 
-/// `ln p̂` at `queries` of the KDE on `keys` (optionally weighted).
-#[pyfunction]
-#[pyo3(signature = (engine, queries, keys, *, bandwidth = None, kernel = KernelSpec::Name("gaussian".into()), weights = None))]
-pub(crate) fn log_density<'py>(
-    py: Python<'py>,
-    engine: &Bound<'py, Engine>,
-    queries: PyReadonlyArray2<'py, f32>,
-    keys: PyReadonlyArray2<'py, f32>,
-    bandwidth: Option<f64>,
-    kernel: KernelSpec,
-    weights: Option<PyReadonlyArray1<'py, f32>>,
-) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    let k = crate::convert::kernel(py, &kernel, bandwidth)?;
-    let (q, x) = (queries.as_array(), keys.as_array());
-    let w = weights.as_ref().map(|w| w.as_array());
-    let e = &engine.get().inner;
-    Ok(compute(py, || e.log_density(&k, q, x, w))?.into_pyarray(py))
+    /// The self-local mean `K̃X` of `points`; the empty-row count.
+    fn self_local_mean(points: Rows<'py>)
+        -> RowNormalized = |e, k| e.self_local_mean(k, points);
+
+    /// Local polynomial regression of degree 0 or 1: fitted values, slopes
+    /// (`M × q × d`, degree 1 only), empty rows, rank-deficient rows.
+    fn local_polynomial(queries: Rows<'py>, keys: Rows<'py>, values: Rows<'py>; degree: usize = 1)
+        -> LocalFit = |e, k| e.local_polynomial(k, queries, keys, values, degree);
+
+    /// Local PCA: means, variances (`M × k`), components (`M × k × d`), empty
+    /// rows.
+    fn local_pca(queries: Rows<'py>, keys: Rows<'py>; components: usize = 1)
+        -> LocalPca = |e, k| e.local_pca(k, queries, keys, components);
+
+    /// The score `∇ log f̂` of the keys' kernel density at `queries`; the
+    /// empty-row count.
+    fn score(queries: Rows<'py>, keys: Rows<'py>)
+        -> RowNormalized = |e, k| e.score(k, queries, keys);
+
+    /// Imputation: `queries` (NaN: missing) filled from `keys` (or from
+    /// themselves without keys); the filled rows, the count of imputed
+    /// entries and of those that took the column mean.
+    fn impute(queries: Rows<'py>, keys: Option<Rows<'py>> = None; iterations: usize = 1)
+        -> Imputed = |e, k| match keys {
+            Some(keys) => e.impute_from(k, queries, keys, iterations),
+            None => e.impute(k, queries, iterations),
+        };
+
+    /// `K` (or `D⁻¹K` with `normalize`) between `queries` and `keys`; the
+    /// empty-row count (0 without `normalize`).
+    fn kernel_matrix(queries: Rows<'py>, keys: Rows<'py>; normalize: bool = false)
+        -> RowNormalized = |e, k| if normalize {
+            e.normalized_kernel_matrix(k, queries, keys)
+        } else {
+            let values = e.kernel_matrix(k, queries, keys);
+            values.map(|values| RowNormalized { values, empty_rows: 0 })
+        };
+
+    /// The graph Laplacian `D − K` (or `I − D⁻¹K` with `normalized`) of
+    /// `points`.
+    fn laplacian(points: Rows<'py>; normalized: bool = false)
+        -> Array2<f32> = |e, k| {
+            let kind = if normalized {
+                LaplacianKind::RandomWalk
+            } else {
+                LaplacianKind::Unnormalized
+            };
+            e.laplacian(k, points, kind)
+        };
+
+    /// `ln p̂` at `queries` of the KDE on `keys` (optionally weighted).
+    fn log_density(queries: Rows<'py>, keys: Rows<'py>, weights: Option<Weights<'py>> = None)
+        -> Array1<f64> = |e, k| e.log_density(k, queries, keys, weights);
 }
 
 /// Indices (int64) and distances of the `k` nearest `keys` of each query.
 #[pyfunction]
-#[allow(clippy::type_complexity)]
 pub(crate) fn knn<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
-    queries: PyReadonlyArray2<'py, f32>,
-    keys: PyReadonlyArray2<'py, f32>,
+    queries: Rows<'py>,
+    keys: Rows<'py>,
     k: usize,
-) -> PyResult<(Bound<'py, PyArray2<i64>>, Bound<'py, PyArray2<f32>>)> {
+) -> PyResult<<Neighbours as IntoPython<'py>>::Output> {
     let (q, x) = (queries.as_array(), keys.as_array());
     let e = &engine.get().inner;
-    let nb = compute(py, || e.knn(q, x, k))?;
-    Ok((nb.indices.into_pyarray(py), nb.distances.into_pyarray(py)))
+    compute(py, || e.knn(q, x, k)).map(|nb| nb.into_python(py))
 }
 
 /// `softmax(s·ΦΨᵀ)V` for 2-D `(M, d)` or batched 3-D `(B, M, d)` inputs.
@@ -296,15 +175,6 @@ pub(crate) fn feature_local_mean<'py>(
     Ok((out.into_pyarray(py), empty))
 }
 
-/// Softmax parameters from Python's `scale` (None: 1/√d) and `causal`.
-pub(crate) fn softmax_params(scale: Option<f64>, causal: bool) -> SoftmaxParams {
-    let params = SoftmaxParams::new().with_causal(causal);
-    match scale {
-        Some(s) => params.with_scale(s as f32),
-        None => params,
-    }
-}
-
 /// Checks that phi, psi and values are all 2-D or all 3-D.
 fn same_rank(py: Python<'_>, ranks: &[usize]) -> PyResult<()> {
     if !(ranks.iter().all(|&r| r == 2) || ranks.iter().all(|&r| r == 3)) {
@@ -321,14 +191,4 @@ fn same_rank(py: Python<'_>, ranks: &[usize]) -> PyResult<()> {
         ));
     }
     Ok(())
-}
-
-/// A view of rank `D`; the rank was checked (by [`same_rank`] or a match
-/// on `ndim`).
-pub(crate) fn dim<'a, D: ndarray::Dimension>(
-    a: &ndarray::ArrayViewD<'a, f32>,
-) -> ndarray::ArrayView<'a, f32, D> {
-    a.clone()
-        .into_dimensionality::<D>()
-        .expect("rank checked by the caller") // ok: same_rank or a match on ndim ran first
 }

@@ -16,12 +16,13 @@ MODULES = [
     "locus._classification",
     "locus._neighbors",
     "locus.distributed",
+    "locus.distributed._merge",
 ]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    if name == "locus.distributed":
+    if name.startswith("locus.distributed"):
         pytest.importorskip("distributed")
     elif name not in ("locus", "locus._errors", "locus._engine", "locus._functions"):
         pytest.importorskip("sklearn")

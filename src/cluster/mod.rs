@@ -9,6 +9,7 @@ mod mean_shift;
 mod medoid_shift;
 mod params;
 mod postprocess;
+mod shard;
 
 use ndarray::ArrayViewMut2;
 
@@ -21,6 +22,7 @@ pub use params::{
     Bandwidth, MeanShiftParams, MeanShiftValidParams, MedoidShiftParams, MedoidShiftValidParams,
     Seeds,
 };
+pub use shard::{neighbour_sq_dists, rank_modes, shift_step};
 
 /// Joint MeanShift and MedoidShift run in units of a product kernel's
 /// blocks: each column of `rows` divided by its coordinate's bandwidth `h`

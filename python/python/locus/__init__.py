@@ -20,12 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._engine import AttentionSet, Engine, KeySet, RowStates
+from ._engine import AttentionSet, Engine, KeySet
 from ._errors import DeviceError, InputError, LocusError, LocusMemoryError
 from ._functions import (
-    LocalPCAResult,
-    MeanShiftResult,
-    MedoidShiftResult,
     density,
     estimate_bandwidth,
     feature_local_mean,
@@ -44,6 +41,7 @@ from ._functions import (
 )
 from ._kernels import ProductKernel
 from ._locus import __version__
+from ._results import LocalPCAResult, MeanShiftResult, MedoidShiftResult, RowStates
 
 _ESTIMATORS = {
     "MeanShift": "_cluster",

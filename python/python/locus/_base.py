@@ -1,5 +1,7 @@
-"""What the scikit-learn estimators share: input validation in
-scikit-learn's terms, converted once to C-contiguous float32."""
+"""What the scikit-learn estimators share: their parameters kept as given,
+input validation in scikit-learn's terms (converted once to C-contiguous
+float32), the checks of common parameters, and the kernel estimators'
+``bandwidth``, ``kernel`` and ``backend``."""
 
 from __future__ import annotations
 
@@ -7,11 +9,20 @@ from numbers import Real
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 from sklearn.utils.validation import validate_data
 
+from ._engine import check_backend
 from ._kernels import PROFILES, ProductKernel
 
-_BACKENDS = ("auto", "gpu", "cpu")
+
+def keep_params(est: BaseEstimator, params: dict[str, Any]) -> None:
+    """Stores the arguments of an estimator's ``__init__`` (its
+    ``locals()``) as its attributes, as given: scikit-learn's
+    ``get_params`` reads them back, and ``fit`` checks them."""
+    for name, value in params.items():
+        if name != "self":
+            setattr(est, name, value)
 
 
 def check_X(est: Any, X: Any, *, reset: bool) -> np.ndarray:
@@ -23,6 +34,13 @@ def check_X(est: Any, X: Any, *, reset: bool) -> np.ndarray:
 def check_Xy(est: Any, X: Any, y: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
     """``X`` and ``y`` validated together; ``X`` converted to float32."""
     return validate_data(est, X, y, dtype=np.float32, order="C", **kw)
+
+
+def check_positive_int(k: Any, name: str) -> int:
+    """An integer ≥ 1."""
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"{name} must be a positive integer, got {k!r}")
+    return int(k)
 
 
 def check_bandwidth(h: Any, name: str = "bandwidth") -> float:
@@ -62,7 +80,16 @@ def kernel_params(bandwidth: Any, kernel: Any) -> dict[str, Any]:
     return {"bandwidth": check_bandwidth(bandwidth), "kernel": kernel}
 
 
-def check_backend(backend: Any) -> None:
-    """A backend name (estimators keep names, so that they pickle)."""
-    if backend not in _BACKENDS:
-        raise ValueError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
+class KernelEstimator(BaseEstimator):
+    """An estimator of local means: its ``bandwidth`` (positive; None with a
+    :class:`~locus.ProductKernel`), ``kernel`` and ``backend``."""
+
+    bandwidth: Any
+    kernel: Any
+    backend: str
+
+    def _kernel_args(self) -> dict[str, Any]:
+        """``bandwidth``, ``kernel`` and ``backend``, checked, as the
+        functions take them."""
+        check_backend(self.backend)
+        return {**kernel_params(self.bandwidth, self.kernel), "backend": self.backend}

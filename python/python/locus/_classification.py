@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import check_backend, check_X, check_Xy, kernel_params
+from ._base import KernelEstimator, check_X, check_Xy, keep_params
 from ._functions import knn, local_mean
 
 __all__ = ["LocalModeClassifier"]
 
 
-class LocalModeClassifier(ClassifierMixin, BaseEstimator):
+class LocalModeClassifier(ClassifierMixin, KernelEstimator):
     """Local-mode classification: class probabilities are the
     Nadaraya–Watson local mean of one-hot labels,
     ``P(c | x) = Σ_{j: y_j = c} K(x, x_j) / Σ_j K(x, x_j)``, and the
@@ -37,14 +37,11 @@ class LocalModeClassifier(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, *, bandwidth: float = 1.0, kernel: str = "gaussian", backend: str = "auto") -> None:
-        self.bandwidth = bandwidth
-        self.kernel = kernel
-        self.backend = backend
+        keep_params(self, locals())
 
     def fit(self, X: Any, y: Any) -> LocalModeClassifier:
         """Stores the training points and their classes."""
-        check_backend(self.backend)
-        kernel_params(self.bandwidth, self.kernel)
+        self._kernel_args()
         X, y = check_Xy(self, X, y)
         check_classification_targets(y)
         self.classes_, index = np.unique(y, return_inverse=True)
@@ -59,13 +56,7 @@ class LocalModeClassifier(ClassifierMixin, BaseEstimator):
         X = check_X(self, X, reset=False)
         one_hot = np.zeros((self.X_.shape[0], len(self.classes_)), dtype=np.float32)
         one_hot[np.arange(self.X_.shape[0]), self.y_] = 1.0
-        proba = local_mean(
-            X,
-            self.X_,
-            one_hot,
-            **kernel_params(self.bandwidth, self.kernel),
-            backend=self.backend,
-        )
+        proba = local_mean(X, self.X_, one_hot, **self._kernel_args())
         empty = np.isnan(proba[:, 0])
         if empty.any():
             idx, _ = knn(X[empty], self.X_, 1, backend=self.backend)

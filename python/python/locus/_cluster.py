@@ -9,7 +9,8 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import check_backend, check_bandwidth, check_X
+from ._base import check_bandwidth, check_X, keep_params
+from ._engine import check_backend
 from ._functions import knn, mean_shift
 from ._kernels import ProductKernel
 
@@ -54,15 +55,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
         kernel: str = "flat",
         backend: str = "auto",
     ) -> None:
-        self.bandwidth = bandwidth
-        self.seeds = seeds
-        self.bin_seeding = bin_seeding
-        self.min_bin_freq = min_bin_freq
-        self.cluster_all = cluster_all
-        self.n_jobs = n_jobs
-        self.max_iter = max_iter
-        self.kernel = kernel
-        self.backend = backend
+        keep_params(self, locals())
 
     def fit(self, X: Any, y: Any = None) -> MeanShift:
         """Clusters ``X`` (n_samples × n_features); ``y`` is ignored."""

@@ -9,7 +9,8 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
-from ._base import check_backend, check_bandwidth, check_X, kernel_params
+from ._base import check_bandwidth, check_X, keep_params, kernel_params
+from ._engine import check_backend
 from ._functions import log_density
 from ._kernels import ProductKernel
 
@@ -61,10 +62,7 @@ class KernelDensity(BaseEstimator):
         metric: str = "euclidean",
         backend: str = "auto",
     ) -> None:
-        self.bandwidth = bandwidth
-        self.kernel = kernel
-        self.metric = metric
-        self.backend = backend
+        keep_params(self, locals())
 
     def _profile(self) -> Any:
         if isinstance(self.kernel, ProductKernel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, NamedTuple, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -18,16 +18,19 @@ from ._arrays import (
     fit_result,
 )
 from ._errors import InputError
-from ._kernels import ProductKernel, kernel_args
+from ._kernels import ProductKernel, kernel_arg
+from ._results import LocalPCAResult, RowStates
 
-__all__ = ["AttentionSet", "Engine", "KeySet", "RowStates", "engine_for"]
+__all__ = ["AttentionSet", "Engine", "KeySet", "check_backend", "engine_for"]
 
-_BACKENDS = ("auto", "gpu", "cpu")
+# The backends an engine is opened on, by name.
+BACKENDS = ("auto", "gpu", "cpu")
 
 
-def _check_backend(backend: Any) -> None:
-    """Refuses a backend name that is not one of :data:`_BACKENDS`."""
-    if backend not in _BACKENDS:
+def check_backend(backend: Any) -> None:
+    """Refuses a backend name that is not one of :data:`BACKENDS`
+    (estimators keep names, so that they pickle)."""
+    if backend not in BACKENDS:
         raise InputError(f'backend must be "auto", "gpu" or "cpu", got {backend!r}')
 
 
@@ -59,7 +62,7 @@ class Engine:
     """
 
     def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None:
-        _check_backend(backend)
+        check_backend(backend)
         if memory_limit is not None:
             memory_limit = as_count(memory_limit, "memory_limit")
         self._inner = _locus.Engine(backend, memory_limit=memory_limit)
@@ -134,7 +137,7 @@ def engine_for(backend: BackendLike) -> Engine:
     engine of that name (created on first use)."""
     if isinstance(backend, Engine):
         return backend
-    if backend not in _BACKENDS:
+    if backend not in BACKENDS:
         raise InputError(
             f'backend must be "auto", "gpu", "cpu" or a locus.Engine, got {backend!r}'
         )
@@ -203,15 +206,6 @@ class AttentionSet:
         return repr(self._inner)
 
 
-class RowStates(NamedTuple):
-    """Mergeable partial sums of a local mean, per query row: the largest
-    log-weight ``m``, ``s = Σ e^{w−m}`` and ``u = Σ e^{w−m}·y``."""
-
-    max_log_weight: np.ndarray
-    sum: np.ndarray
-    weighted: np.ndarray
-
-
 class KeySet:
     """Keys (and values, labels) resident on an engine's backend, queried
     many times from many threads with any kernel and bandwidth.
@@ -268,7 +262,7 @@ class KeySet:
         :func:`locus.local_mean` with these keys and values; NaN rows for
         empty neighbourhoods."""
         out, _ = self._inner.local_mean(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
         return out[:, 0] if self._vector else out
 
@@ -286,7 +280,7 @@ class KeySet:
         values are used as stored, not centred)."""
         degree = as_degree(degree, return_slopes)
         fit, slopes, _, _ = self._inner.local_polynomial(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth), degree=degree
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth), degree=degree
         )
         return fit_result(fit, slopes, self._vector, return_slopes)
 
@@ -299,11 +293,9 @@ class KeySet:
         kernel: str | ProductKernel = "gaussian",
     ) -> Any:
         """Local PCA at ``queries`` over these keys, as :func:`locus.local_pca`."""
-        from ._functions import LocalPCAResult
-
         k = as_count(n_components, "n_components")
         means, variances, components, _ = self._inner.local_pca(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth), components=k
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth), components=k
         )
         return LocalPCAResult(means, variances, components)
 
@@ -312,20 +304,20 @@ class KeySet:
         no columns when the key set has no values); states of several key
         sets merge associatively."""
         m, s, u = self._inner.row_states(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
         return RowStates(m, s, u)
 
     def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`."""
         return self._inner.log_density(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
 
     def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`."""
         return self._inner.density(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
 
     def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
@@ -333,7 +325,7 @@ class KeySet:
         :attr:`classes`): the local mean of one-hot labels; NaN rows for
         empty neighbourhoods."""
         out, _ = self._inner.predict_proba(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
         return out
 
@@ -343,7 +335,7 @@ class KeySet:
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
         index, _, _ = self._inner.classify(
-            as_matrix(queries, "queries"), **kernel_args(kernel, bandwidth)
+            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
         return self._classes[index]
 

@@ -11,7 +11,7 @@ copy). Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +19,8 @@ from . import _locus
 from ._arrays import as_count, as_degree, as_float32, as_matrix, as_values, fit_result
 from ._engine import BackendLike, engine_for
 from ._errors import InputError
-from ._kernels import ProductKernel, kernel_args, kernel_spec
+from ._kernels import ProductKernel, kernel_arg, kernel_spec
+from ._results import LocalPCAResult, MeanShiftResult, MedoidShiftResult
 
 __all__ = [
     "local_mean",
@@ -37,9 +38,6 @@ __all__ = [
     "mean_shift",
     "medoid_shift",
     "estimate_bandwidth",
-    "MeanShiftResult",
-    "MedoidShiftResult",
-    "LocalPCAResult",
 ]
 
 
@@ -74,7 +72,7 @@ def local_mean(
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     y, vector = (x, False) if values is None else as_values(values, "values")
-    out, _ = _locus.local_mean(_engine(backend), q, x, y, **kernel_args(kernel, bandwidth))
+    out, _ = _locus.local_mean(_engine(backend), q, x, y, kernel=kernel_arg(kernel, bandwidth))
     return out[:, 0] if vector else out
 
 
@@ -112,20 +110,9 @@ def local_polynomial(
     y, vector = as_values(values, "values")
     degree = as_degree(degree, return_slopes)
     fit, slopes, _, _ = _locus.local_polynomial(
-        _engine(backend), q, x, y, **kernel_args(kernel, bandwidth), degree=degree
+        _engine(backend), q, x, y, kernel=kernel_arg(kernel, bandwidth), degree=degree
     )
     return fit_result(fit, slopes, vector, return_slopes)
-
-
-class LocalPCAResult(NamedTuple):
-    """Result of :func:`local_pca`."""
-
-    means: np.ndarray
-    """Kernel-weighted mean of the keys around each query (M × d)."""
-    variances: np.ndarray
-    """Leading eigenvalues of the local covariance, descending (M × k)."""
-    components: np.ndarray
-    """Their unit eigenvectors (M × k × d), largest entry positive."""
 
 
 def local_pca(
@@ -153,7 +140,7 @@ def local_pca(
     x = as_matrix(keys, "keys")
     k = as_count(n_components, "n_components")
     means, variances, components, _ = _locus.local_pca(
-        _engine(backend), q, x, **kernel_args(kernel, bandwidth), components=k
+        _engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), components=k
     )
     return LocalPCAResult(means, variances, components)
 
@@ -183,7 +170,7 @@ def impute(
     q = as_float32(X, "X", (2,))
     x = None if keys is None else as_float32(keys, "keys", (2,))
     it = as_count(iterations, "iterations")
-    out, _, _ = _locus.impute(_engine(backend), q, x, **kernel_args(kernel, bandwidth), iterations=it)
+    out, _, _ = _locus.impute(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), iterations=it)
     return out
 
 
@@ -208,7 +195,7 @@ def score(
     """
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
-    out, _ = _locus.score(_engine(backend), q, x, **kernel_args(kernel, bandwidth))
+    out, _ = _locus.score(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth))
     return out
 
 
@@ -226,7 +213,7 @@ def self_local_mean(
            [9. ]], dtype=float32)
     """
     x = as_matrix(points, "points")
-    out, _ = _locus.self_local_mean(_engine(backend), x, **kernel_args(kernel, bandwidth))
+    out, _ = _locus.self_local_mean(_engine(backend), x, kernel=kernel_arg(kernel, bandwidth))
     return out
 
 
@@ -264,11 +251,11 @@ def kernel_matrix(
         if keys is not None:
             raise InputError("laplacian=True is the Laplacian of the queries' graph; omit keys")
         return _locus.laplacian(
-            e, q, **kernel_args(kernel, bandwidth), normalized=normalize == "rows"
+            e, q, kernel=kernel_arg(kernel, bandwidth), normalized=normalize == "rows"
         )
     x = q if keys is None else as_matrix(keys, "keys")
     out, _ = _locus.kernel_matrix(
-        e, q, x, **kernel_args(kernel, bandwidth), normalize=normalize == "rows"
+        e, q, x, kernel=kernel_arg(kernel, bandwidth), normalize=normalize == "rows"
     )
     return out
 
@@ -296,7 +283,7 @@ def log_density(
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     w = None if weights is None else as_float32(weights, "weights", (1,))
-    return _locus.log_density(_engine(backend), q, x, **kernel_args(kernel, bandwidth), weights=w)
+    return _locus.log_density(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), weights=w)
 
 
 def density(
@@ -382,33 +369,26 @@ def feature_local_mean(
     return out
 
 
-class MeanShiftResult(NamedTuple):
-    """What :func:`mean_shift` found."""
-
-    cluster_centers: np.ndarray
-    """The modes (C × d, float32), most populated first."""
-    labels: np.ndarray
-    """One label per point (int64): its mode's index, or −1 (``cluster_all=False``)."""
-    populations: np.ndarray
-    """Points within one bandwidth of each mode (what modes are ranked by)."""
-    n_iter: int
-    """Iterations run (the most shifts any seed took)."""
-    converged: bool
-    """Whether every seed stopped within ``max_iter``."""
-    bandwidth: float
-    """The bandwidth used (given or estimated)."""
-
-
-def _bandwidth_rule(bandwidth: Any) -> dict[str, Any]:
+def _shift_kernel(kernel: Any, bandwidth: Any, quantile: Any, n_samples: Any) -> Any:
+    """MeanShift's and MedoidShift's ``kernel`` and ``bandwidth`` as the
+    engine takes them, one value: ``(profile, rule)``, the rule a number,
+    ``"scott"``, ``"silverman"`` or, for ``bandwidth=None``, ``(quantile,
+    n_samples)``; or a product kernel's blocks."""
+    spec = kernel_spec(kernel, bandwidth)
+    quantile = float(quantile)
+    if n_samples is not None:
+        n_samples = as_count(n_samples, "n_samples")
+    if isinstance(kernel, ProductKernel):
+        return spec
     if bandwidth is None:
-        return {"bandwidth": None, "bandwidth_rule": "quantile"}
+        return (spec, (quantile, n_samples))
     if isinstance(bandwidth, str):
         if bandwidth not in ("scott", "silverman"):
             raise InputError(
                 f'bandwidth must be a number, None, "scott" or "silverman", got {bandwidth!r}'
             )
-        return {"bandwidth": None, "bandwidth_rule": bandwidth}
-    return {"bandwidth": float(bandwidth), "bandwidth_rule": "quantile"}
+        return (spec, bandwidth)
+    return (spec, float(bandwidth))
 
 
 def mean_shift(
@@ -449,48 +429,22 @@ def mean_shift(
     >>> r.labels, len(r.cluster_centers)
     (array([0, 0, 0, 1, 1]), 2)
     """
-    spec = kernel_spec(kernel, bandwidth)
+    spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
     x = as_matrix(X, "X")
-    s = None if seeds is None else as_matrix(seeds, "seeds")
-    if n_samples is not None:
-        n_samples = as_count(n_samples, "n_samples")
-    d = _locus.mean_shift(
-        _engine(backend),
-        x,
-        quantile=float(quantile),
-        n_samples=n_samples,
-        kernel=spec,
-        seeds=s,
-        bin_seeding=bool(bin_seeding),
-        min_bin_freq=as_count(min_bin_freq, "min_bin_freq"),
+    min_bin_freq = as_count(min_bin_freq, "min_bin_freq")
+    if seeds is not None:
+        start = as_matrix(seeds, "seeds")
+    else:
+        start = min_bin_freq if bin_seeding else None
+    params = _locus.MeanShiftParams(
+        spec,
+        seeds=start,
         max_iter=as_count(max_iter, "max_iter"),
         tol=float(tol),
         blurring=bool(blurring),
         cluster_all=bool(cluster_all),
-        **_bandwidth_rule(bandwidth),
     )
-    return MeanShiftResult(
-        d["modes"], d["labels"], d["populations"], d["iterations"], d["converged"], d["bandwidth"]
-    )
-
-
-class MedoidShiftResult(NamedTuple):
-    """What :func:`medoid_shift` found."""
-
-    medoids: np.ndarray
-    """Indices of the medoids among the points, most populated first."""
-    cluster_centers: np.ndarray
-    """The medoids' coordinates (C × d; C × 0 for a distance matrix)."""
-    labels: np.ndarray
-    """One label per point (int64): the index of its medoid."""
-    populations: np.ndarray
-    """Points in each cluster."""
-    n_iter: int
-    """Rounds of jumps in which some point still moved."""
-    converged: bool
-    """Whether every point reached a fixed medoid within ``max_iter``."""
-    bandwidth: float
-    """The bandwidth used."""
+    return MeanShiftResult(*_locus.mean_shift(_engine(backend), x, params))
 
 
 def medoid_shift(
@@ -518,29 +472,16 @@ def medoid_shift(
     """
     if metric not in ("euclidean", "precomputed"):
         raise InputError(f'metric must be "euclidean" or "precomputed", got {metric!r}')
-    spec = kernel_spec(kernel, bandwidth)
+    spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
     x = as_matrix(X, "X")
-    if n_samples is not None:
-        n_samples = as_count(n_samples, "n_samples")
-    d = _locus.medoid_shift(
+    medoids, clustering = _locus.medoid_shift(
         _engine(backend),
         x,
-        quantile=float(quantile),
-        n_samples=n_samples,
         kernel=spec,
         max_iter=as_count(max_iter, "max_iter"),
         distances=metric == "precomputed",
-        **_bandwidth_rule(bandwidth),
     )
-    return MedoidShiftResult(
-        d["medoids"],
-        d["modes"],
-        d["labels"],
-        d["populations"],
-        d["iterations"],
-        d["converged"],
-        d["bandwidth"],
-    )
+    return MedoidShiftResult(medoids, *clustering)
 
 
 def estimate_bandwidth(

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._base import check_backend, check_kernel, kernel_params
+from ._base import KernelEstimator, check_kernel, check_positive_int, keep_params
 from ._functions import impute
 
 __all__ = ["LocalMeanImputer"]
 
 
-class LocalMeanImputer(TransformerMixin, BaseEstimator):
+class LocalMeanImputer(TransformerMixin, KernelEstimator):
     """Missing-value imputation by local means, a kernel-weighted
     counterpart of :class:`sklearn.impute.KNNImputer`.
 
@@ -38,26 +38,13 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
     array([1.1, 2.1], dtype=float32)
     """
 
-    def __init__(
-        self,
-        *,
-        bandwidth: float = 1.0,
-        kernel: str = "gaussian",
-        iterations: int = 1,
-        backend: str = "auto",
-    ) -> None:
-        self.bandwidth = bandwidth
-        self.kernel = kernel
-        self.iterations = iterations
-        self.backend = backend
+    def __init__(self, *, bandwidth: float = 1.0, kernel: str = "gaussian", iterations: int = 1, backend: str = "auto") -> None:
+        keep_params(self, locals())
 
     def _check_params(self) -> None:
-        check_backend(self.backend)
-        kernel_params(self.bandwidth, self.kernel)
+        self._kernel_args()
         check_kernel(self.kernel)
-        it = self.iterations
-        if isinstance(it, (bool, np.bool_)) or not isinstance(it, (int, np.integer)) or it < 1:
-            raise ValueError(f"iterations must be an integer ≥ 1, got {it!r}")
+        check_positive_int(self.iterations, "iterations")
 
     def fit(self, X: Any, y: Any = None) -> LocalMeanImputer:
         """Stores the training rows (NaN marks a missing entry)."""
@@ -85,13 +72,7 @@ class LocalMeanImputer(TransformerMixin, BaseEstimator):
     def _fill(self, X: np.ndarray, keys: np.ndarray | None) -> np.ndarray:
         if not np.isnan(X).any():
             return X.copy()
-        return impute(
-            X,
-            keys,
-            **kernel_params(self.bandwidth, self.kernel),
-            iterations=int(self.iterations),
-            backend=self.backend,
-        )
+        return impute(X, keys, **self._kernel_args(), iterations=int(self.iterations))
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

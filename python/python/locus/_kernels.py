@@ -1,4 +1,4 @@
-"""Product (joint, bilateral) kernels, and the kernel arguments the ops
+"""Product (joint, bilateral) kernels, and the kernel argument the ops
 hand to the engine."""
 
 from __future__ import annotations
@@ -94,15 +94,16 @@ def kernel_spec(kernel: Any, bandwidth: Any) -> Any:
     return list(kernel.blocks)
 
 
-def kernel_args(kernel: Any, bandwidth: Any) -> dict[str, Any]:
-    """``kernel`` and ``bandwidth`` as the engine takes them: a profile name
-    with its bandwidth, or a product kernel's blocks and no bandwidth."""
+def kernel_arg(kernel: Any, bandwidth: Any) -> Any:
+    """``kernel`` and ``bandwidth`` as the ops of the engine take them, one
+    value: a profile name with its bandwidth, ``(name, bandwidth)``, or a
+    product kernel's blocks (they carry their bandwidths)."""
     if isinstance(kernel, ProductKernel):
-        return {"kernel": kernel_spec(kernel, bandwidth), "bandwidth": None}
+        return kernel_spec(kernel, bandwidth)
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a profile name or a ProductKernel, got {kernel!r}")
     if bandwidth is None:
         raise TypeError(
             f"bandwidth must be a number for the kernel {kernel!r} (only a ProductKernel goes without)"
         )
-    return {"kernel": kernel, "bandwidth": bandwidth}
+    return (kernel, bandwidth)

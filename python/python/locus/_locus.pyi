@@ -2,41 +2,67 @@
 
 The public API is the Python layer (``locus``); these functions take
 C-contiguous ``float32`` arrays exactly (the Python layer converts) and an
-``Engine`` first.
+``Engine`` first. The package's tests check every signature here against
+the compiled module (mypy's stubtest).
 """
 
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self
+
+__all__ = [
+    "Engine", "KeySet", "AttentionSet", "MeanShiftParams",
+    "local_mean", "self_local_mean", "local_polynomial", "local_pca", "score", "impute",
+    "kernel_matrix", "laplacian", "log_density", "knn", "kernel_softmax", "feature_local_mean",
+    "mean_shift", "medoid_shift", "estimate_bandwidth",
+    "merge_states", "shift_step", "rank_modes", "neighbour_sq_dists", "check_kernel",
+    "__version__",
+]
 
 __version__: str
 
-F32 = npt.NDArray[np.float32]
-F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
-# A profile name, or a product kernel's blocks [(dims, profile, bandwidth), …].
-KernelSpec = str | list[tuple[int, str, float]]
+_F32 = npt.NDArray[np.float32]
+_F64 = npt.NDArray[np.float64]
+_I64 = npt.NDArray[np.int64]
+_U64 = npt.NDArray[np.uint64]
+# A product kernel's blocks, [(dims, profile, bandwidth), …].
+_Blocks = list[tuple[int, str, float]]
+# A kernel as the ops take it: (profile, bandwidth), or a product kernel's blocks.
+_Kernel = tuple[str, float] | _Blocks
+# A kernel as MeanShift and MedoidShift take it: (profile, bandwidth rule),
+# the rule a number, "scott", "silverman" or (quantile, n_samples); or blocks.
+_ShiftKernel = tuple[str, float | str | tuple[float, int | None]] | _Blocks
+_Means = tuple[_F32, int]
+# Row states: max_log_weight, sum, weighted.
+_States = tuple[_F32, _F64, _F64]
+_Fit = tuple[_F32, _F32 | None, int, int]
+_Pca = tuple[_F32, _F32, _F32, int]
+# modes, labels, populations, iterations, converged, bandwidth.
+_Clustering = tuple[_F32, _I64, _U64, int, bool, float]
 
+@final
 class Engine:
-    def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None: ...
+    def __new__(cls, backend: str = "auto", *, memory_limit: int | None = None) -> Self: ...
     @property
     def backend(self) -> str: ...
     def info(self) -> dict[str, Any]: ...
     def prepare(
         self,
-        keys: F32,
-        values: F32 | None = None,
-        labels: I64 | None = None,
+        keys: _F32,
+        values: _F32 | None = None,
+        labels: _I64 | None = None,
         *,
         batching: bool = True,
         max_request_rows: int | None = None,
         nearest_fallback: bool = False,
     ) -> KeySet: ...
-    def prepare_attention(self, psi: F32, values: F32) -> AttentionSet: ...
+    def prepare_attention(self, psi: _F32, values: _F32) -> AttentionSet: ...
 
+@final
 class AttentionSet:
-    def attend(self, phi: F32, *, scale: float | None = None, causal: bool = False) -> F32: ...
+    def attend(self, phi: _F32, *, scale: float | None = None, causal: bool = False) -> _F32: ...
     @property
     def batches(self) -> int: ...
     @property
@@ -48,7 +74,17 @@ class AttentionSet:
     @property
     def resident_bytes(self) -> int: ...
 
+@final
 class KeySet:
+    def local_mean(self, queries: _F32, *, kernel: _Kernel) -> _Means: ...
+    def local_polynomial(self, queries: _F32, *, kernel: _Kernel, degree: int = 1) -> _Fit: ...
+    def local_pca(self, queries: _F32, *, kernel: _Kernel, components: int = 1) -> _Pca: ...
+    def row_states(self, queries: _F32, *, kernel: _Kernel) -> _States: ...
+    def log_density(self, queries: _F32, *, kernel: _Kernel) -> _F64: ...
+    def density(self, queries: _F32, *, kernel: _Kernel) -> _F64: ...
+    def predict_proba(self, queries: _F32, *, kernel: _Kernel) -> _Means: ...
+    def classify(self, queries: _F32, *, kernel: _Kernel) -> tuple[_I64, _F32, int]: ...
+    def knn(self, queries: _F32, k: int) -> tuple[_I64, _F32]: ...
     @property
     def rows(self) -> int: ...
     @property
@@ -57,111 +93,48 @@ class KeySet:
     def value_cols(self) -> int | None: ...
     @property
     def resident_bytes(self) -> int: ...
-    def local_mean(self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> tuple[F32, int]: ...
-    def local_polynomial(
-        self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian", degree: int = 1
-    ) -> tuple[F32, F32 | None, int, int]: ...
-    def local_pca(
-        self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian", components: int = 1
-    ) -> tuple[F32, F32, F32, int]: ...
-    def row_states(
-        self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian"
-    ) -> tuple[F32, F64, F64]: ...
-    def log_density(self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> F64: ...
-    def density(self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> F64: ...
-    def predict_proba(self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> tuple[F32, int]: ...
-    def classify(
-        self, queries: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian"
-    ) -> tuple[I64, F32, int]: ...
-    def knn(self, queries: F32, k: int) -> tuple[I64, F32]: ...
     def stats(self) -> dict[str, int]: ...
 
-def local_mean(
-    engine: Engine, queries: F32, keys: F32, values: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian"
-) -> tuple[F32, int]: ...
-def self_local_mean(
-    engine: Engine, points: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian"
-) -> tuple[F32, int]: ...
+@final
+class MeanShiftParams:
+    def __new__(
+        cls,
+        kernel: _ShiftKernel,
+        *,
+        seeds: _F32 | int | None = None,
+        max_iter: int = 300,
+        tol: float = 1e-3,
+        blurring: bool = False,
+        cluster_all: bool = True,
+    ) -> Self: ...
+
+def local_mean(engine: Engine, queries: _F32, keys: _F32, values: _F32, *, kernel: _Kernel) -> _Means: ...
+def self_local_mean(engine: Engine, points: _F32, *, kernel: _Kernel) -> _Means: ...
 def local_polynomial(
-    engine: Engine,
-    queries: F32,
-    keys: F32,
-    values: F32,
-    *,
-    bandwidth: float | None = None,
-    kernel: KernelSpec = "gaussian",
-    degree: int = 1,
-) -> tuple[F32, F32 | None, int, int]: ...
-def local_pca(
-    engine: Engine, queries: F32, keys: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian", components: int = 1
-) -> tuple[F32, F32, F32, int]: ...
+    engine: Engine, queries: _F32, keys: _F32, values: _F32, *, kernel: _Kernel, degree: int = 1
+) -> _Fit: ...
+def local_pca(engine: Engine, queries: _F32, keys: _F32, *, kernel: _Kernel, components: int = 1) -> _Pca: ...
+def score(engine: Engine, queries: _F32, keys: _F32, *, kernel: _Kernel) -> _Means: ...
 def impute(
-    engine: Engine,
-    queries: F32,
-    keys: F32 | None = None,
-    *,
-    bandwidth: float | None = None,
-    kernel: KernelSpec = "gaussian",
-    iterations: int = 1,
-) -> tuple[F32, int, int]: ...
-def score(engine: Engine, queries: F32, keys: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian") -> tuple[F32, int]: ...
-def kernel_matrix(
-    engine: Engine,
-    queries: F32,
-    keys: F32,
-    *,
-    bandwidth: float | None = None,
-    kernel: KernelSpec = "gaussian",
-    normalize: bool = False,
-) -> tuple[F32, int]: ...
-def laplacian(
-    engine: Engine, points: F32, *, bandwidth: float | None = None, kernel: KernelSpec = "gaussian", normalized: bool = False
-) -> F32: ...
-def log_density(
-    engine: Engine,
-    queries: F32,
-    keys: F32,
-    *,
-    bandwidth: float | None = None,
-    kernel: KernelSpec = "gaussian",
-    weights: F32 | None = None,
-) -> F64: ...
-def knn(engine: Engine, queries: F32, keys: F32, k: int) -> tuple[I64, F32]: ...
+    engine: Engine, queries: _F32, keys: _F32 | None = None, *, kernel: _Kernel, iterations: int = 1
+) -> tuple[_F32, int, int]: ...
+def kernel_matrix(engine: Engine, queries: _F32, keys: _F32, *, kernel: _Kernel, normalize: bool = False) -> _Means: ...
+def laplacian(engine: Engine, points: _F32, *, kernel: _Kernel, normalized: bool = False) -> _F32: ...
+def log_density(engine: Engine, queries: _F32, keys: _F32, weights: _F32 | None = None, *, kernel: _Kernel) -> _F64: ...
+def knn(engine: Engine, queries: _F32, keys: _F32, k: int) -> tuple[_I64, _F32]: ...
 def kernel_softmax(
-    engine: Engine, phi: F32, psi: F32, values: F32, *, scale: float | None = None, causal: bool = False
-) -> F32: ...
-def feature_local_mean(
-    engine: Engine, phi: F32, psi: F32, values: F32, *, causal: bool = False
-) -> tuple[F32, int]: ...
-def mean_shift(
-    engine: Engine,
-    points: F32,
-    *,
-    bandwidth: float | None = None,
-    bandwidth_rule: str = "quantile",
-    quantile: float = 0.3,
-    n_samples: int | None = None,
-    kernel: KernelSpec = "uniform",
-    seeds: F32 | None = None,
-    bin_seeding: bool = False,
-    min_bin_freq: int = 1,
-    max_iter: int = 300,
-    tol: float = 1e-3,
-    blurring: bool = False,
-    cluster_all: bool = True,
-) -> dict[str, Any]: ...
+    engine: Engine, phi: _F32, psi: _F32, values: _F32, *, scale: float | None = None, causal: bool = False
+) -> _F32: ...
+def feature_local_mean(engine: Engine, phi: _F32, psi: _F32, values: _F32, *, causal: bool = False) -> _Means: ...
+def mean_shift(engine: Engine, points: _F32, params: MeanShiftParams) -> _Clustering: ...
 def medoid_shift(
-    engine: Engine,
-    points: F32,
-    *,
-    bandwidth: float | None = None,
-    bandwidth_rule: str = "quantile",
-    quantile: float = 0.3,
-    n_samples: int | None = None,
-    kernel: KernelSpec = "gaussian",
-    max_iter: int = 300,
-    distances: bool = False,
-) -> dict[str, Any]: ...
-def estimate_bandwidth(
-    engine: Engine, points: F32, *, quantile: float = 0.3, n_samples: int | None = None
-) -> float: ...
+    engine: Engine, points: _F32, *, kernel: _ShiftKernel, max_iter: int = 300, distances: bool = False
+) -> tuple[_I64, _Clustering]: ...
+def estimate_bandwidth(engine: Engine, points: _F32, *, quantile: float = 0.3, n_samples: int | None = None) -> float: ...
+
+# What locus.distributed computes on the driver.
+def merge_states(a: _States, b: _States) -> _States: ...
+def shift_step(positions: _F32, means: _F32, thr_sq: float) -> npt.NDArray[np.bool_]: ...
+def rank_modes(candidates: _F32, populations: _F64, h: float, seeds: int) -> tuple[_F32, _U64]: ...
+def neighbour_sq_dists(queries: _F32, keys: _F32, indices: _I64) -> _F32: ...
+def check_kernel(kernel: _Kernel) -> None: ...

@@ -10,7 +10,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import check_backend, check_X, check_Xy
+from ._base import check_positive_int, check_X, check_Xy, keep_params
+from ._engine import check_backend
 from ._functions import knn
 
 __all__ = ["KNeighborsClassifier", "KNeighborsRegressor"]
@@ -28,17 +29,11 @@ class _KNeighbors(BaseEstimator):
         p: float = 2,
         backend: str = "auto",
     ) -> None:
-        self.n_neighbors = n_neighbors
-        self.weights = weights
-        self.metric = metric
-        self.p = p
-        self.backend = backend
+        keep_params(self, locals())
 
     def _check_params(self) -> None:
         check_backend(self.backend)
-        k = self.n_neighbors
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"n_neighbors must be a positive integer, got {k!r}")
+        check_positive_int(self.n_neighbors, "n_neighbors")
         if not (self.weights in ("uniform", "distance") or callable(self.weights)):
             raise ValueError(f'weights must be "uniform", "distance" or a callable, got {self.weights!r}')
         if not (self.metric == "euclidean" or (self.metric == "minkowski" and self.p == 2)):
@@ -54,10 +49,8 @@ class _KNeighbors(BaseEstimator):
         distances (float32) and indices, nearest first. With ``X=None``,
         of each training point, itself excluded."""
         check_is_fitted(self)
-        k = self.n_neighbors if n_neighbors is None else n_neighbors
+        k = check_positive_int(self.n_neighbors if n_neighbors is None else n_neighbors, "n_neighbors")
         n_fit = self.X_.shape[0]
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"n_neighbors must be a positive integer, got {k!r}")
         query_is_train = X is None
         if query_is_train:
             X, k_query = self.X_, k + 1

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import check_backend, check_X, check_Xy, kernel_params
+from ._base import KernelEstimator, check_X, check_Xy, keep_params
 from ._functions import local_mean, local_polynomial
 
 __all__ = ["KernelRegression"]
 
 
-class KernelRegression(RegressorMixin, BaseEstimator):
+class KernelRegression(RegressorMixin, KernelEstimator):
     """Kernel regression: Nadaraya–Watson (local constant, ``degree=0``):
     ``ŷ(x) = Σ_j K(x, x_j) y_j / Σ_j K(x, x_j)``, or local linear
     (``degree=1``: the kernel-weighted least-squares line at each sample,
@@ -38,23 +38,12 @@ class KernelRegression(RegressorMixin, BaseEstimator):
     array([0.98], dtype=float32)
     """
 
-    def __init__(
-        self,
-        *,
-        bandwidth: float = 1.0,
-        kernel: str = "gaussian",
-        degree: int = 0,
-        backend: str = "auto",
-    ) -> None:
-        self.bandwidth = bandwidth
-        self.kernel = kernel
-        self.degree = degree
-        self.backend = backend
+    def __init__(self, *, bandwidth: float = 1.0, kernel: str = "gaussian", degree: int = 0, backend: str = "auto") -> None:
+        keep_params(self, locals())
 
     def fit(self, X: Any, y: Any) -> KernelRegression:
         """Stores the training points and targets."""
-        check_backend(self.backend)
-        kernel_params(self.bandwidth, self.kernel)
+        self._kernel_args()
         if isinstance(self.degree, bool) or self.degree not in (0, 1):
             raise ValueError(f"degree must be 0 (local constant) or 1 (local linear), got {self.degree!r}")
         X, y = check_Xy(self, X, y, multi_output=True, y_numeric=True)
@@ -68,21 +57,8 @@ class KernelRegression(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         X = check_X(self, X, reset=False)
         if self.degree == 1:
-            return local_polynomial(
-                X,
-                self.X_,
-                self.y_,
-                **kernel_params(self.bandwidth, self.kernel),
-                degree=1,
-                backend=self.backend,
-            )
-        return local_mean(
-            X,
-            self.X_,
-            self.y_,
-            **kernel_params(self.bandwidth, self.kernel),
-            backend=self.backend,
-        )
+            return local_polynomial(X, self.X_, self.y_, **self._kernel_args(), degree=1)
+        return local_mean(X, self.X_, self.y_, **self._kernel_args())
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

@@ -1,0 +1,277 @@
+"""A key set split into shards: each shard answers for its keys on its
+worker, and the answers merge into the single-node key set's."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from functools import partial
+from typing import Any
+
+import distributed
+import numpy as np
+
+from .. import _locus
+from .._arrays import as_count, as_labels, as_matrix, as_values
+from .._engine import check_backend
+from .._errors import InputError
+from .._kernels import ProductKernel, kernel_arg
+from .._results import RowStates
+from ._merge import _merge_knn, _ratio, merge_states
+from ._placement import (
+    _check_dask,
+    _check_finite,
+    _check_nonempty,
+    _check_shards,
+    _is_dask,
+    _known_rows,
+    _Shard,
+    _Sharded,
+    _workers,
+)
+
+
+def _states(shard: _Shard, queries: np.ndarray, bandwidth: float, kernel: str, cols: str) -> tuple:
+    m, s, u = shard.keyset.row_states(queries, bandwidth=bandwidth, kernel=kernel)
+    if cols == "values":
+        u = u[:, : shard.q]
+    elif cols == "labels":
+        u = u[:, shard.q :]
+    else:
+        u = u[:, :0]
+    return m, s, np.ascontiguousarray(u)
+
+
+def _log_mass(shard: _Shard, queries: np.ndarray, bandwidth: float, kernel: str) -> np.ndarray:
+    # ln p̂ of this shard's KDE, weighted by its share of keys: ln(n_i·p̂_i).
+    lp = shard.keyset.log_density(queries, bandwidth=bandwidth, kernel=kernel)
+    return lp + math.log(shard.n)
+
+
+def _knn_task(shard: _Shard, offset: int, queries: np.ndarray, k: int) -> tuple:
+    k = min(k, shard.n)
+    idx, dist = shard.keyset.knn(queries, k)
+    d2 = _locus.neighbour_sq_dists(queries, shard.keys, idx)
+    lab = None if shard.label_index is None else shard.label_index[idx]
+    return dist, d2, idx + offset, lab
+
+
+def _check_kernel(bandwidth: Any, kernel: Any) -> float | None:
+    """``bandwidth`` as a float, after the driver checked it and ``kernel``
+    by the engine's own rules (nothing is computed), so a bad parameter is
+    refused before any task is sent, with the single-node error; ``None``
+    for a :class:`~locus.ProductKernel`, which takes no bandwidth."""
+    product = isinstance(kernel, ProductKernel)
+    if not product and (isinstance(bandwidth, str) or not isinstance(bandwidth, numbers.Real)):
+        raise TypeError(f"bandwidth must be a number, got {type(bandwidth).__name__}")
+    _locus.check_kernel(kernel_arg(kernel, bandwidth))
+    return None if product else float(bandwidth)
+
+
+class ShardedKeySet(_Sharded):
+    """Keys (and values, labels) split into shards, one resident
+    :class:`locus.KeySet` per shard on the Dask worker that holds it.
+
+    ``keys``: a NumPy array (split into ``shards`` row blocks, default one
+    per worker, each scattered to one worker) or a Dask array (its row
+    chunks are the shards, or ``shards`` blocks after a rechunk; the blocks
+    are computed on the workers and never gathered). ``values`` (N or
+    N × q) and ``labels`` (N) likewise, NumPy or Dask. The class list is
+    the union of the labels across all shards, so every shard's
+    probabilities have the same columns. ``backend`` is the engine name
+    each worker opens (``"auto"``, ``"gpu"``, ``"cpu"``).
+
+    The methods are those of :class:`locus.KeySet`, with the same results
+    (up to float rounding of the merged sums, ~1e-7 relative): each shard
+    answers for its keys, and the answers are merged associatively.
+    Indices returned by :meth:`knn` are global (row order of ``keys``).
+    """
+
+    def __init__(
+        self,
+        client: distributed.Client,
+        keys: Any,
+        values: Any = None,
+        labels: Any = None,
+        *,
+        backend: str = "auto",
+        shards: int | None = None,
+    ) -> None:
+        super().__init__(client)
+        # Everything the driver can check is checked before any task is sent.
+        check_backend(backend)
+        shards = _check_shards(shards)
+        workers = _workers(client)
+        n = None  # rows of the keys, where known on the driver
+        if _is_dask(keys):
+            _check_dask(keys, "keys", (2,))
+            n = _known_rows(keys)
+        else:
+            keys = as_matrix(keys, "keys")
+            _check_nonempty(keys.shape, "keys")
+            _check_finite(keys, "keys")
+            n = keys.shape[0]
+        if n == 0:
+            _check_nonempty(keys.shape, "keys")
+        self._vector = False
+        self._q = None
+        if values is not None:
+            if _is_dask(values):
+                _check_dask(values, "values", (1, 2))
+                ndim = values.ndim
+            else:
+                values, vector = as_values(values, "values")
+                ndim = 1 if vector else 2
+                _check_finite(values, "values")
+            m = _known_rows(values) if _is_dask(values) else values.shape[0]
+            if n is not None and m is not None and m != n:
+                raise InputError(f"values has {m} rows but there are {n} keys")
+            self._vector = ndim == 1
+            self._q = 1 if ndim == 1 else int(values.shape[1])
+        self._classes = None
+        if labels is not None:
+            if _is_dask(labels):
+                import dask.array as da
+
+                _check_dask(labels, "labels", (1,))
+                m = _known_rows(labels)
+                if n is not None and m is not None and m != n:
+                    raise InputError(f"labels has {m} entries but there are {n} keys")
+                self._classes = client.compute(da.unique(labels)).result()
+                if self._classes.dtype.kind == "f" and not np.all(np.isfinite(self._classes)):
+                    raise InputError("labels must be finite")
+            else:
+                lab = np.asarray(labels)
+                # Keys of unknown length (Dask, unknown chunks): the count
+                # is checked on the workers.
+                rows = n if n is not None else (lab.shape[0] if lab.ndim else 0)
+                self._classes = as_labels(lab, rows)[0]
+        self._place(keys, values, labels, self._classes, backend, shards, workers=workers)
+        self._dim = int(keys.shape[1])  # known on the driver: checked above
+        self.backend = backend
+
+    # -- properties -----------------------------------------------------------
+
+    @property
+    def n_keys(self) -> int:
+        """Number of keys N, over all shards."""
+        return int(sum(self.rows))
+
+    @property
+    def dim(self) -> int:
+        """Dimension d of keys and queries."""
+        return self._dim
+
+    @property
+    def classes(self) -> np.ndarray | None:
+        """The distinct labels over all shards (sorted)."""
+        return self._classes
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.shards)
+
+    @property
+    def shard_rows(self) -> list[int]:
+        """Keys per shard, in row order."""
+        return list(self.rows)
+
+    def where(self) -> list[str]:
+        """The worker holding each shard."""
+        who = self.client.who_has(self.shards)
+        return [",".join(who.get(s.key, ())) for s in self.shards]
+
+    # -- ops -------------------------------------------------------------------
+
+    def _queries(self, queries: Any) -> np.ndarray:
+        self._check()
+        q = as_matrix(queries, "queries")
+        _check_nonempty(q.shape, "queries")
+        if q.shape[1] != self._dim:
+            raise InputError(
+                f"queries have dimension {q.shape[1]} but the keys have dimension {self._dim}"
+            )
+        _check_finite(q, "queries")
+        return q
+
+    def _merged_states(self, q: np.ndarray, bandwidth: float, kernel: str, cols: str) -> tuple:
+        bandwidth = _check_kernel(bandwidth, kernel)
+        qf = self.client.scatter(q, broadcast=True, hash=False)
+        return self._map_reduce(_states, merge_states, lambda i: (), qf, bandwidth, kernel, cols)
+
+    def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
+        """The merged row states ``(m, s, u)`` over every shard (``u`` has
+        the value columns, none without values)."""
+        q = self._queries(queries)
+        m, s, u = self._merged_states(q, bandwidth, kernel, "values")
+        return RowStates(m, s, u)
+
+    def local_mean(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
+        """Local means of the values over every shard's keys; NaN rows for
+        empty neighbourhoods."""
+        if self._q is None:
+            raise InputError("this key set was prepared without values")
+        m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "values")
+        out = _ratio(s, u)
+        return out[:, 0] if self._vector else out
+
+    def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
+        """``ln p̂(q)`` of the KDE on all keys (float64)."""
+        q = self._queries(queries)
+        bandwidth = _check_kernel(bandwidth, kernel)
+        qf = self.client.scatter(q, broadcast=True, hash=False)
+        lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), qf, bandwidth, kernel)
+        return lm - math.log(self.n_keys)
+
+    def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
+        """``p̂(q)`` of the KDE on all keys (float64)."""
+        return np.exp(self.log_density(queries, bandwidth=bandwidth, kernel=kernel))
+
+    def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
+        """Class probabilities (M × C, columns in the order of
+        :attr:`classes`); NaN rows for empty neighbourhoods."""
+        if self._classes is None:
+            raise InputError("this key set was prepared without labels")
+        m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "labels")
+        return _ratio(s, u)
+
+    def classify(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
+        """The most probable label per query (ties to the smaller label); a
+        query with an empty neighbourhood gets its nearest key's label (the
+        lowest global index among equally near keys)."""
+        if self._classes is None:
+            raise InputError("this key set was prepared without labels")
+        q = self._queries(queries)
+        m, s, u = self._merged_states(q, bandwidth, kernel, "labels")
+        proba = _ratio(s, u)
+        empty = np.isnan(proba[:, 0]) if proba.shape[1] else np.ones(len(q), dtype=bool)
+        index = np.zeros(len(q), dtype=np.int64)
+        index[~empty] = np.argmax(proba[~empty], axis=1)
+        if empty.any():
+            lab = self._knn(q[empty], 1)[3]
+            index[empty] = lab[:, 0]
+        return self._classes[index]
+
+    def _knn(self, q: np.ndarray, k: int) -> tuple:
+        qf = self.client.scatter(q, broadcast=True, hash=False)
+        return self._map_reduce(
+            _knn_task, partial(_merge_knn, k=k), lambda i: (self.offsets[i],), qf, k
+        )
+
+    def knn(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Global indices (M × k, int64) and distances (M × k, float32) of
+        the ``k`` nearest keys over every shard, nearest first, equal
+        distances in global index order."""
+        q = self._queries(queries)
+        k = as_count(k, "k")
+        if k == 0 or k > self.n_keys:
+            raise InputError(f"k must be in 1..={self.n_keys} (the number of keys), got {k}")
+        dist, _, idx, _ = self._knn(q, k)
+        return idx, dist
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedKeySet(rows={self.n_keys}, dim={self._dim}, shards={len(self.shards)}, "
+            f"value_cols={self._q}, classes={None if self._classes is None else len(self._classes)}, "
+            f"backend={self.backend!r})"
+        )

@@ -1,0 +1,256 @@
+"""MeanShift sharded over the workers: the points stay on them, one key set
+per shard; each iteration merges the shards' row states and moves the
+seeds on the driver, by the engine's step and stop rule; the modes are
+ranked by the engine's rule from populations counted on the shards."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable
+
+import distributed
+import numpy as np
+
+from .. import _locus
+from .._arrays import as_count, as_matrix
+from .._engine import check_backend, engine_for
+from .._errors import InputError
+from .._functions import knn
+from .._kernels import ProductKernel, kernel_arg
+from .._results import MeanShiftResult
+from ._keyset import _check_kernel, _states
+from ._merge import _merge_bins, _merge_extent, _ratio, _tree, merge_states
+from ._placement import (
+    _check_dask,
+    _check_finite,
+    _check_nonempty,
+    _check_shards,
+    _dask_parts,
+    _first_nonfinite,
+    _is_dask,
+    _scatter_blocks,
+    _Shard,
+    _Sharded,
+    _workers,
+)
+
+
+def _shard_extent(x: Any) -> tuple:
+    x = np.asarray(x, dtype=np.float32)
+    if x.shape[0] == 0:
+        d = x.shape[1]
+        return np.full(d, np.inf), np.full(d, -np.inf)
+    return x.min(axis=0).astype(np.float64), x.max(axis=0).astype(np.float64)
+
+
+def _bins(x: Any, h: float) -> tuple:
+    """scikit-learn's bins ``round(x/h)`` (half to even, in f64) of a shard,
+    with their counts."""
+    x = np.asarray(x, dtype=np.float32)
+    b = np.round(x.astype(np.float64) / h) + 0.0
+    if len(b) == 0:
+        return b, np.zeros(0, dtype=np.int64)
+    u, counts = np.unique(b, axis=0, return_counts=True)
+    return u, counts.astype(np.int64)
+
+
+def _points(shard: _Shard) -> np.ndarray:
+    return shard.keys
+
+
+def _label_points(shard: _Shard, modes: np.ndarray, h: float, cluster_all: bool) -> np.ndarray:
+    idx, dist = knn(shard.keys, modes, 1, backend=engine_for(shard.backend))
+    labels = idx[:, 0].astype(np.int64)
+    if not cluster_all:
+        labels[dist[:, 0] > h] = -1
+    return labels
+
+
+def mean_shift(
+    client: distributed.Client,
+    X: Any,
+    *,
+    bandwidth: float | None = None,
+    kernel: str | ProductKernel = "uniform",
+    seeds: Any = "binned",
+    min_bin_freq: int = 1,
+    cluster_all: bool = True,
+    max_iter: int = 300,
+    tol: float = 1e-3,
+    backend: str = "auto",
+    shards: int | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> MeanShiftResult:
+    """MeanShift of ``X`` (N × d, NumPy or Dask array) sharded over the
+    cluster, with the results of :func:`locus.mean_shift` on the same data
+    (same partition, modes equal up to float rounding).
+
+    The points are centred on the middle of their bounding box and kept
+    resident, one key set per shard. ``seeds``: ``"binned"`` (scikit-learn's
+    bins of side ``bandwidth`` holding at least ``min_bin_freq`` points,
+    counted per shard and summed), ``"all"`` (every point: they are brought
+    to the driver) or an array of seeds. Each iteration sends the moving
+    seeds to every shard, merges the shards' row states in a tree, moves
+    the seeds on the driver and drops the converged ones. Modes are then
+    ranked by the points within one bandwidth (counted per shard), merged
+    when within one bandwidth, and every point is labelled by its nearest
+    mode on its own worker. ``bandwidth`` must be given (a number), unless
+    ``kernel`` is a :class:`~locus.ProductKernel` (joint MeanShift, as
+    :func:`locus.mean_shift`: no bandwidth, each block in units of its own).
+    ``progress(iteration, queried, moving)`` is called after each
+    iteration with the seeds sent out and those still moving.
+    """
+    # Every parameter, and X and seeds where on the driver, are checked
+    # before any task is sent.
+    check_backend(backend)
+    scale = None
+    if isinstance(kernel, ProductKernel):
+        # Joint MeanShift, as locus.mean_shift: every block in units of its
+        # bandwidth, unit bandwidths, the modes scaled back at the end.
+        kernel_arg(kernel, bandwidth)
+        scale = np.array([h for d, _, h in kernel.blocks for _ in range(d)], dtype=np.float32)
+        kernel = ProductKernel([(d, p, 1.0) for d, p, _ in kernel.blocks])
+        bandwidth = 1.0
+        if not _is_dask(X):
+            X = as_matrix(X, "X")
+        if len(X.shape) != 2 or int(X.shape[1]) != len(scale):
+            raise InputError(
+                f"mean_shift: the product kernel's blocks cover {len(scale)} coordinates "
+                f"but the data has {int(X.shape[1])} columns"
+            )
+        X = X / scale
+        if not isinstance(seeds, str):
+            seeds = as_matrix(seeds, "seeds")
+            if seeds.shape[1] == len(scale):
+                seeds = seeds / scale
+    if isinstance(bandwidth, str) or bandwidth is None:
+        raise InputError(
+            "bandwidth must be a number (the bandwidth rules of locus.mean_shift are not "
+            f"available here), got {bandwidth!r}"
+        )
+    _check_kernel(None if scale is not None else bandwidth, kernel)
+    h = float(np.float32(bandwidth))
+    # What the shards' key sets take: a product kernel has no bandwidth.
+    h_kernel = None if scale is not None else h
+    max_iter = as_count(max_iter, "max_iter")
+    if max_iter == 0:
+        raise InputError("max_iter must be at least 1, got 0")
+    min_bin_freq = as_count(min_bin_freq, "min_bin_freq")
+    if isinstance(tol, str) or not isinstance(tol, numbers.Real):
+        raise TypeError(f"tol must be a number, got {type(tol).__name__}")
+    tol = float(tol)
+    if not (math.isfinite(tol) and tol > 0):
+        raise InputError(f"tol must be finite and > 0, got {tol}")
+    shards = _check_shards(shards)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable, got {type(progress).__name__}")
+    if isinstance(seeds, str) and seeds not in ("binned", "all"):
+        raise InputError(f'seeds must be "binned", "all" or an array, got {seeds!r}')
+    workers = _workers(client)
+    if _is_dask(X):
+        _check_dask(X, "X", (2,))
+        d = int(X.shape[1])
+    else:
+        x = as_matrix(X, "X")
+        _check_nonempty(x.shape, "X")
+        _check_finite(x, "X")
+        d = x.shape[1]
+    seeds_given = None
+    if not isinstance(seeds, str):
+        seeds_given = as_matrix(seeds, "seeds")
+        _check_nonempty(seeds_given.shape, "seeds")
+        if seeds_given.shape[1] != d:
+            raise InputError(
+                f"seeds have dimension {seeds_given.shape[1]} but the points have dimension {d}"
+            )
+        _check_finite(seeds_given, "seeds")
+
+    if _is_dask(X):
+        xf, sizes = _dask_parts(client, X, "X", None, shards)
+    else:
+        xf, sizes = _scatter_blocks(client, workers, x, shards, "X")
+    n_total = sum(sizes)
+    if n_total == 0:
+        _check_nonempty((0, d), "X")
+    # The centre: the middle of the bounding box, rounded to f32 (as the engine).
+    parts = [client.submit(_shard_extent, f, pure=False) for f in xf]
+    lo, hi = _tree(client, parts, _merge_extent).result()
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        # A Dask X: find the first non-finite entry, by its row in X.
+        bad = client.gather([client.submit(_first_nonfinite, f, pure=False) for f in xf])
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        for off, b in zip(offsets, bad):
+            if b is not None:
+                raise InputError(f"X has a non-finite value ({b[2]}) at row {off + b[0]}, column {b[1]}")
+        raise InputError("X must be finite")
+    center = ((lo + hi) * 0.5).astype(np.float32).astype(np.float64)
+
+    # Seeds, centred.
+    if seeds_given is not None:
+        seeds_xy = seeds_given
+    elif seeds == "binned":
+        parts = [client.submit(_bins, f, h, pure=False) for f in xf]
+        bins, counts = _tree(client, parts, _merge_bins).result()
+        kept = bins[counts >= min_bin_freq]
+        if len(kept) == n_total:
+            seeds_xy = None  # every point its own bin: the points are the seeds
+        else:
+            seeds_xy = (kept * h).astype(np.float32)
+    else:
+        seeds_xy = None
+
+    sh = _Sharded(client)  # the points, centred; values = the points
+    sh._place(
+        None, None, None, None, backend, None,
+        center=center, values_are_keys=True, key_futures=(xf, sizes),
+    )
+    del xf
+    try:
+        if seeds_xy is None:
+            # Every point a seed: the shards' centred points, gathered once
+            # (a new array, in row order).
+            parts = [client.submit(_points, s, pure=False) for s in sh.shards]
+            pos = np.concatenate(client.gather(parts))
+        else:
+            pos = (seeds_xy.astype(np.float64) - center).astype(np.float32)
+        if len(pos) == 0:
+            raise InputError(
+                f"mean_shift: no seeds (no bin holds min_bin_freq={min_bin_freq} points)"
+            )
+        tol_h = tol * h
+        thr_sq = np.float32(tol_h * tol_h)
+        active = np.arange(len(pos))
+        iterations, converged = 0, False
+        for it in range(1, max_iter + 1):
+            qf = client.scatter(pos[active], broadcast=True, hash=False)
+            m, s, u = sh._map_reduce(_states, merge_states, lambda i: (), qf, h_kernel, kernel, "values")
+            mean = _ratio(s, u)
+            sub = pos[active]
+            stop = _locus.shift_step(sub, mean, thr_sq)
+            pos[active] = sub
+            active = active[~stop]
+            iterations = it
+            if progress is not None:
+                progress(it, len(sub), len(active))
+            if len(active) == 0:
+                converged = True
+                break
+
+        # Post-processing: distinct final positions, their populations.
+        bits = np.unique(pos.view(np.uint32), axis=0)
+        cand = np.ascontiguousarray(bits).view(np.float32)
+        qf = client.scatter(cand, broadcast=True, hash=False)
+        _, counts, _ = sh._map_reduce(_states, merge_states, lambda i: (), qf, h, "uniform", "none")
+        modes_c, populations = _locus.rank_modes(cand, counts, h, len(pos))
+        mf = client.scatter(modes_c, broadcast=True, hash=False)
+        label_parts = [
+            client.submit(_label_points, s, mf, h, bool(cluster_all), pure=False) for s in sh.shards
+        ]
+        labels = np.concatenate(client.gather(label_parts))
+    finally:
+        sh.close()
+    modes = (modes_c.astype(np.float64) + center).astype(np.float32)
+    if scale is not None:
+        modes = (modes.astype(np.float64) * scale).astype(np.float32)
+    return MeanShiftResult(modes, labels, populations, iterations, converged, h)

@@ -1,0 +1,86 @@
+"""Merges of the shards' answers: row states (by the engine's rule), top-k
+lists, bin counts, extents; run on the workers and on the driver, pairwise
+in a tree of tasks."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Sequence
+
+import distributed
+import numpy as np
+
+from .. import _locus
+
+
+def merge_states(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Merges two row states ``(m, s, u)`` of the same queries over disjoint
+    keys into the states over both (associative and commutative; rows with
+    ``m = −∞``, i.e. no weight, merge as zeros), by the engine's rule.
+
+    >>> import numpy as np
+    >>> m, s, u = merge_states((np.float32([0.0]), np.array([1.0]), np.array([[2.0]])),
+    ...                        (np.float32([-np.inf]), np.array([0.0]), np.array([[0.0]])))
+    >>> float(m[0]), float(s[0]), float(u[0, 0])
+    (0.0, 1.0, 2.0)
+    """
+    return _locus.merge_states(_as_states(a), _as_states(b))
+
+
+def _as_states(states: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row states as the engine takes them: ``m`` float32, ``s`` and ``u``
+    float64, C-contiguous."""
+    m, s, u = states
+    return (
+        np.ascontiguousarray(m, dtype=np.float32),
+        np.ascontiguousarray(s, dtype=np.float64),
+        np.ascontiguousarray(u, dtype=np.float64),
+    )
+
+
+def _merge_knn(a: tuple, b: tuple, k: int) -> tuple:
+    """The k nearest of two neighbour lists ``(dist, d2, index, labels)``:
+    by distance, then the squared distance it was rounded from, then
+    global index (the single-node order)."""
+    dist = np.concatenate([a[0], b[0]], axis=1)
+    d2 = np.concatenate([a[1], b[1]], axis=1)
+    idx = np.concatenate([a[2], b[2]], axis=1)
+    order = np.lexsort((idx, d2, dist), axis=-1)[:, :k]
+    lab = None
+    if a[3] is not None:
+        lab = np.take_along_axis(np.concatenate([a[3], b[3]], axis=1), order, axis=1)
+    take = partial(np.take_along_axis, indices=order, axis=1)
+    return take(dist), take(d2), take(idx), lab
+
+
+def _merge_bins(a: tuple, b: tuple) -> tuple:
+    """Bin counts of two shards: (bins, counts) with bins unique rows."""
+    bins = np.concatenate([a[0], b[0]])
+    counts = np.concatenate([a[1], b[1]])
+    if len(bins) == 0:
+        return bins, counts
+    u, inv = np.unique(bins, axis=0, return_inverse=True)
+    return u, np.bincount(inv.reshape(-1), weights=counts, minlength=len(u)).astype(np.int64)
+
+
+def _merge_extent(a: tuple, b: tuple) -> tuple:
+    return np.minimum(a[0], b[0]), np.maximum(a[1], b[1])
+
+
+def _ratio(s: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``u/s`` per row as float32; NaN rows where ``s = 0``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (u / s[:, None]).astype(np.float32)
+    out[s <= 0] = np.nan
+    return out
+
+
+def _tree(client: distributed.Client, parts: list, merge: Callable) -> distributed.Future:
+    """The pairwise tree of ``merge`` over futures ``parts``: its root."""
+    level = list(parts)
+    while len(level) > 1:
+        nxt = [client.submit(merge, level[i], level[i + 1], pure=False) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
