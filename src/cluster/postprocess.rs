@@ -3,14 +3,11 @@
 //! bandwidth of a stronger one dropped, each point labelled by its nearest
 //! remaining mode.
 
-use std::cmp::Ordering;
-
 use ndarray::ArrayView2;
 
+use super::shard::{cmp_rows, rank_modes};
 use crate::backend::Backend;
-use crate::error::ClusterError;
 use crate::error::Result;
-use crate::grid::Grid;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::ops::call;
@@ -24,15 +21,6 @@ pub(crate) struct Modes {
     pub populations: Vec<usize>,
 }
 
-/// Lexicographic order of two rows (`total_cmp` per coordinate).
-fn cmp_rows(a: &[f32], b: &[f32]) -> Ordering {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| x.total_cmp(y))
-        .find(|o| o.is_ne())
-        .unwrap_or(Ordering::Equal)
-}
-
 /// Ranks the final seed positions and removes near duplicates.
 ///
 /// 1. Seeds at exactly the same position are one candidate.
@@ -41,10 +29,11 @@ fn cmp_rows(a: &[f32], b: &[f32]) -> Ordering {
 /// 3. Candidates are sorted by population, then by coordinates, both
 ///    descending (scikit-learn sorts `(intensity, centre)` the same way).
 /// 4. In that order, each candidate still standing removes every other
-///    candidate at distance ≤ `h`.
+///    candidate at distance ≤ `h` (steps 2–4: [`rank_modes`], which a
+///    sharded run calls with its shards' populations).
 ///
 /// # Errors
-/// [`ClusterError::NoModes`] when no candidate has a point within `h`.
+/// [`ClusterError::NoModes`](crate::ClusterError::NoModes) when no candidate has a point within `h`.
 pub(crate) fn select_modes(
     backend: &dyn Backend,
     h: f32,
@@ -63,75 +52,11 @@ pub(crate) fn select_modes(
     let unit = Kernel::new(Profile::Uniform, h)?;
     let cm = Matrix::check("mean_shift", "modes", view)?;
     let counts = call::row_states(backend, &unit, &cm, (points, None), false)?.sum;
-    let mut ranked: Vec<(usize, &[f32])> = counts
-        .iter()
-        .zip(cand.chunks_exact(d))
-        .map(|(&n, row)| (n.round() as usize, row))
-        .filter(|(n, _)| *n > 0)
-        .collect();
-    if ranked.is_empty() {
-        return Err(ClusterError::NoModes {
-            seeds,
-            bandwidth: h,
-        }
-        .into());
-    }
-    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| cmp_rows(b.1, a.1)));
-    let sorted: Vec<f32> = ranked.iter().flat_map(|r| r.1.iter().copied()).collect();
-    let keep = suppress(&sorted, d, h);
-    let mut modes = Vec::new();
-    let mut populations = Vec::new();
-    for (i, (n, row)) in ranked.iter().enumerate() {
-        if keep[i] {
-            modes.extend_from_slice(row);
-            populations.push(*n);
-        }
-    }
-    Ok(Modes { modes, populations })
-}
-
-/// Greedy suppression over `sorted` candidates (strongest first): each one
-/// still kept removes every other within distance ≤ `h` (in `f64`).
-/// A grid keeps it near linear when there are many candidates.
-fn suppress(sorted: &[f32], d: usize, h: f32) -> Vec<bool> {
-    let c = sorted.len() / d;
-    let h = f64::from(h);
-    let h2 = h * h;
-    let grid = Grid::new(sorted, d, h, None);
-    let reach = h * (1.0 + 1e-4);
-    let mut keep = vec![true; c];
-    let mut ranges = Vec::new();
-    let (mut lo, mut hi) = (vec![0.0; d], vec![0.0; d]);
-    for i in 0..c {
-        if !keep[i] {
-            continue;
-        }
-        let ci = &sorted[i * d..(i + 1) * d];
-        for k in 0..d {
-            lo[k] = f64::from(ci[k]) - reach;
-            hi[k] = f64::from(ci[k]) + reach;
-        }
-        ranges.clear();
-        grid.ranges(&lo, &hi, &mut ranges);
-        for &(a, b) in &ranges {
-            for &j in &grid.order[a..b] {
-                let j = j as usize;
-                if j == i || !keep[j] {
-                    continue;
-                }
-                let cj = &sorted[j * d..(j + 1) * d];
-                let dist2: f64 = ci
-                    .iter()
-                    .zip(cj)
-                    .map(|(&p, &q)| (f64::from(p) - f64::from(q)).powi(2))
-                    .sum();
-                if dist2 <= h2 {
-                    keep[j] = false;
-                }
-            }
-        }
-    }
-    keep
+    let (modes, populations) = rank_modes(view, counts.view(), h, seeds)?;
+    Ok(Modes {
+        modes: modes.into_iter().collect(),
+        populations,
+    })
 }
 
 /// Points labelled per backend call: the neighbour lists of a block are

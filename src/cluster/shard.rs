@@ -153,7 +153,7 @@ fn same_shape(name: &'static str, want: (usize, usize), got: (usize, usize)) -> 
 }
 
 /// Lexicographic order of two rows (`total_cmp` per coordinate).
-fn cmp_rows(a: &[f32], b: &[f32]) -> Ordering {
+pub(crate) fn cmp_rows(a: &[f32], b: &[f32]) -> Ordering {
     a.iter()
         .zip(b)
         .map(|(x, y)| x.total_cmp(y))
