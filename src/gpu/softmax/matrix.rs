@@ -8,7 +8,7 @@ use crate::gpu::plan::{batch_bytes, plan_softmax_matrix, tiles};
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
 
-use super::attention::{QueryTile, record_attend};
+use super::attention::{AttendJob, QueryTile, record_attend};
 use super::{stacked, upload_keys};
 use crate::gpu::buffers::upload;
 use crate::gpu::context::GpuContext;
@@ -56,6 +56,16 @@ pub(crate) fn softmax_matrix(
     let off = n - m.min(n);
     let storage = wgpu::BufferUsages::STORAGE;
     let batch_bytes = batch_bytes(&ctx.limits, &ctx.caps);
+    // The row pass: statistics only.
+    let job = AttendJob {
+        op: OP,
+        plan: &plan,
+        attn,
+        keys: n,
+        d,
+        q: 0,
+        off,
+    };
     let pipeline = ctx.pipelines.get(
         ctx,
         OP,
@@ -86,16 +96,7 @@ pub(crate) fn softmax_matrix(
                 state: &state,
                 out: &dummy_out,
             };
-            record_attend(
-                ctx,
-                OP,
-                &mut sub,
-                &plan,
-                attn,
-                (n, d, 0, off),
-                &tile,
-                &key_tiles,
-            )?;
+            record_attend(ctx, &mut sub, &job, &tile, &key_tiles)?;
             let mut blocks = Blocks::new(batch_bytes);
             // Key tiles no row of this query tile sees stay 0 (as allocated).
             for kt in key_tiles
