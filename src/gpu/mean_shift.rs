@@ -113,27 +113,19 @@ pub(crate) fn mean_shift(
             },
             lists: [
                 upload(ctx, OP, &local, storage)?,
-                ctx.pool.get(ctx, OP, (listed * 4) as u64, storage)?,
+                ctx.buffer(OP, (listed * 4) as u64, storage)?,
             ],
             cur: 0,
-            queries: ctx.pool.get(ctx, OP, (gathered * 4) as u64, storage)?,
-            means: ctx.pool.get(ctx, OP, (len * d * 4) as u64, storage)?,
-            state: ctx
-                .pool
-                .get(ctx, OP, (len * state_cols * 4) as u64, storage)?,
-            empty: ctx.pool.get(ctx, OP, 4, storage)?,
-            counters: ctx.pool.get(
-                ctx,
-                OP,
-                8,
-                storage | copy_src | wgpu::BufferUsages::COPY_DST,
-            )?,
+            queries: ctx.buffer(OP, (gathered * 4) as u64, storage)?,
+            means: ctx.buffer(OP, (len * d * 4) as u64, storage)?,
+            state: ctx.buffer(OP, (len * state_cols * 4) as u64, storage)?,
+            empty: ctx.buffer(OP, 4, storage)?,
+            counters: ctx.buffer(OP, 8, storage | copy_src | wgpu::BufferUsages::COPY_DST)?,
             moving: len,
         });
     }
     drop(seeds);
-    let pipeline = ctx.pipelines.get(
-        ctx,
+    let pipeline = ctx.pipeline(
         OP,
         &PipelineKey {
             shader: ShaderId::MeanShift,

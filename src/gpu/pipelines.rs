@@ -6,15 +6,17 @@
 //! requests for one cold key compile it once (the others wait for it),
 //! different keys compile in parallel, and a failed compilation leaves the
 //! entry empty for the next request to retry.
+//!
+//! Nothing here sees the context that owns the cache: the device is
+//! passed in, and the error scope around a compilation is the caller's
+//! (`GpuContext::pipeline`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::error::{Error, Result};
-
-use super::context::GpuContext;
 use super::shaders::{ProductCode, ShaderId};
+use crate::error::{Error, Result};
 
 /// How a binding is used by a shader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,18 +149,19 @@ impl Pipelines {
         self.compilations.load(Ordering::SeqCst)
     }
 
-    /// The pipeline for `key`, compiled on first use, once: concurrent
-    /// requests for a key being compiled wait for that compilation.
+    /// The pipeline for `key`, compiled by `compile` on first use, once:
+    /// concurrent requests for a key being compiled wait for that
+    /// compilation.
     ///
     /// # Errors
-    /// [`Error::Gpu`] when the shader does not render or compile (nothing
-    /// is cached: the next request tries again), or when a cache lock was
-    /// poisoned by a panic in another thread.
+    /// `compile`'s error (nothing is cached: the next request tries
+    /// again), or [`Error::Gpu`] when a cache lock was poisoned by a panic
+    /// in another thread.
     pub(crate) fn get(
         &self,
-        ctx: &GpuContext,
         op: &'static str,
         key: &PipelineKey,
+        compile: impl FnOnce() -> Result<wgpu::ComputePipeline>,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
         let entry = {
             let mut map = self.cache.lock().map_err(|_| poisoned(op, key))?;
@@ -172,15 +175,20 @@ impl Pipelines {
         if let Some(p) = slot.as_ref() {
             return Ok(Arc::clone(p));
         }
-        let pipeline = Arc::new(self.compile(ctx, op, key)?);
+        let pipeline = Arc::new(compile()?);
         *slot = Some(Arc::clone(&pipeline));
         Ok(pipeline)
     }
 
-    /// Renders and compiles the pipeline of `key`.
-    fn compile(
+    /// Renders and compiles the pipeline of `key` on `device`, for
+    /// [`get`](Self::get). Device errors (an invalid shader) surface in
+    /// the caller's error scope.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the shader does not render.
+    pub(crate) fn compile(
         &self,
-        ctx: &GpuContext,
+        device: &wgpu::Device,
         op: &'static str,
         key: &PipelineKey,
     ) -> Result<wgpu::ComputePipeline> {
@@ -192,11 +200,6 @@ impl Pipelines {
                 sizes: format!("{:?}", key.template),
                 message,
             })?;
-        let device = &ctx.device;
-        let scope = ctx.scope(
-            op,
-            format!("compiling {} {:?}", key.shader.file(), key.template),
-        )?;
         self.compilations.fetch_add(1, Ordering::SeqCst);
         let mut checks = wgpu::ShaderRuntimeChecks::checked();
         // Every loop in our shaders has a bound fixed by its uniforms; the
@@ -218,31 +221,28 @@ impl Pipelines {
             .map(|p| ("PROFILE", f64::from(p)))
             .into_iter()
             .collect();
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(key.shader.file()),
-            layout: Some(&self.layouts[&key.shader.base()].1),
-            module: &module,
-            entry_point: Some(key.shader.entry()),
-            compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &constants,
-                // Every shader writes its workgroup arrays before reading them.
-                zero_initialize_workgroup_memory: false,
-            },
-            cache: None,
-        });
-        scope.finish(ctx)?;
-        Ok(pipeline)
+        Ok(
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(key.shader.file()),
+                layout: Some(&self.layouts[&key.shader.base()].1),
+                module: &module,
+                entry_point: Some(key.shader.entry()),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    // Every shader writes its workgroup arrays before reading them.
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            }),
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
-    use std::sync::Barrier;
 
     use super::*;
-    use crate::gpu::adapter::{self, AdapterPolicy};
-    use crate::gpu::plan::TileLimits;
     use crate::gpu::shaders::{ConstValue, profile_const_name, samples};
     use crate::kernel::Profile;
 
@@ -400,118 +400,5 @@ mod tests {
                 id.file()
             );
         }
-    }
-
-    /// A context on any adapter (lavapipe included); `None` (skipped) when
-    /// there is none, except under `CI=true`, where that fails.
-    fn context() -> Option<GpuContext> {
-        let policy = AdapterPolicy {
-            choice: None,
-            require_hardware: false,
-            accept_software: true,
-            required: true,
-        };
-        let adapter = match adapter::choose(&policy) {
-            Ok(a) => a.expect("required"),
-            Err(Error::NoAdapter { .. }) if std::env::var("CI").as_deref() != Ok("true") => {
-                eprintln!("SKIPPED: no GPU adapter; pipeline cache not tested");
-                return None;
-            }
-            Err(e) => panic!("GPU adapter required (CI=true) but unavailable: {e}"),
-        };
-        Some(
-            GpuContext::open(&adapter, TileLimits::default(), None, 16 << 20, false)
-                .expect("device opens"),
-        )
-    }
-
-    #[test]
-    fn concurrent_cold_requests_compile_once() {
-        let Some(ctx) = context() else { return };
-        // A cache of its own: cold whatever other tests compiled.
-        let pipelines = Pipelines::new(&ctx.device);
-        let key = PipelineKey {
-            shader: ShaderId::KernelMatrix,
-            template: vec![("D", 5)],
-            profile: Some(Profile::Cauchy.shader_code()),
-            product: None,
-        };
-        const THREADS: usize = 8;
-        let barrier = Barrier::new(THREADS);
-        let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..THREADS)
-                .map(|_| {
-                    s.spawn(|| {
-                        barrier.wait();
-                        pipelines.get(&ctx, "test", &key).expect("compiles")
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert_eq!(pipelines.compilations(), 1);
-        assert!(got.iter().all(|p| Arc::ptr_eq(p, &got[0])));
-        // Cached: no more compilations; another key is another one.
-        let again = pipelines.get(&ctx, "test", &key).unwrap();
-        assert!(Arc::ptr_eq(&again, &got[0]));
-        assert_eq!(pipelines.compilations(), 1);
-        let other = PipelineKey {
-            profile: Some(Profile::Gaussian.shader_code()),
-            product: None,
-            ..key.clone()
-        };
-        let p = pipelines.get(&ctx, "test", &other).unwrap();
-        assert!(!Arc::ptr_eq(&p, &got[0]));
-        assert_eq!(pipelines.compilations(), 2);
-    }
-
-    #[test]
-    fn failed_compilations_are_not_cached() {
-        let Some(ctx) = context() else { return };
-        let pipelines = Pipelines::new(&ctx.device);
-        // D = 0: zero-sized private arrays, which WGSL rejects.
-        let bad = PipelineKey {
-            shader: ShaderId::LocalMean,
-            template: vec![
-                ("D", 0),
-                ("QT", 1),
-                ("QA", 1),
-                ("STAGE", 64),
-                ("MASKED", 0),
-                ("R", 1),
-            ],
-            profile: Some(Profile::Gaussian.shader_code()),
-            product: None,
-        };
-        for attempt in 1..=2 {
-            let e = pipelines.get(&ctx, "test", &bad).err();
-            assert!(matches!(e, Some(Error::Gpu { .. })), "{e:?}");
-            assert_eq!(pipelines.compilations(), attempt);
-        }
-    }
-
-    #[test]
-    fn a_poisoned_cache_is_an_error() {
-        let Some(ctx) = context() else { return };
-        let pipelines = Pipelines::new(&ctx.device);
-        let key = PipelineKey {
-            shader: ShaderId::Fill,
-            template: vec![],
-            profile: None,
-            product: None,
-        };
-        let _ = std::thread::scope(|s| {
-            s.spawn(|| {
-                let _guard = pipelines.cache.lock().unwrap();
-                panic!("poisoning the cache lock on purpose");
-            })
-            .join()
-        });
-        let e = pipelines.get(&ctx, "test", &key).err();
-        assert!(
-            matches!(&e, Some(Error::Gpu { message, .. }) if message.contains("poisoned")),
-            "{e:?}"
-        );
-        assert_eq!(pipelines.compilations(), 0);
     }
 }

@@ -185,7 +185,7 @@ pub(super) fn record_attend<'p>(
             profile: None,
             product: None,
         };
-        let pipeline = ctx.pipelines.get(ctx, op, &key)?;
+        let pipeline = ctx.pipeline(op, &key)?;
         let merge = merge_pipeline(ctx, op, &key, splits)?;
         let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some(op),
@@ -307,14 +307,8 @@ impl AttendCall<'_> {
             let qbuf = upload(ctx, op, phi.data.row_range(p0, p1), storage)?;
             // Row states pass between key tiles; one tile needs none.
             let state_rows = if key_tiles.len() > 1 { p1 - p0 } else { 0 };
-            let state = ctx.pool.get(
-                ctx,
-                op,
-                (state_rows * plan.state_cols() * 4) as u64,
-                storage,
-            )?;
-            let obuf = ctx.pool.get(
-                ctx,
+            let state = ctx.buffer(op, (state_rows * plan.state_cols() * 4) as u64, storage)?;
+            let obuf = ctx.buffer(
                 op,
                 ((p1 - p0) * q * 4) as u64,
                 storage | wgpu::BufferUsages::COPY_SRC,

@@ -66,8 +66,7 @@ pub(crate) fn softmax_matrix(
         q: 0,
         off,
     };
-    let pipeline = ctx.pipelines.get(
-        ctx,
+    let pipeline = ctx.pipeline(
         OP,
         &PipelineKey {
             shader: ShaderId::SoftmaxMatrix,
@@ -82,10 +81,8 @@ pub(crate) fn softmax_matrix(
             let rows = r1 - r0;
             let (p0, p1) = stacked(b, b + 1, r0, r1, m);
             let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
-            let state = ctx
-                .pool
-                .get(ctx, OP, (rows * plan.state_cols() * 4) as u64, storage)?;
-            let dummy_out = ctx.pool.get(ctx, OP, 4, storage)?;
+            let state = ctx.buffer(OP, (rows * plan.state_cols() * 4) as u64, storage)?;
+            let dummy_out = ctx.buffer(OP, 4, storage)?;
             let mut sub = Submission::new(ctx);
             let tile = QueryTile {
                 row_start: r0,
@@ -108,9 +105,7 @@ pub(crate) fn softmax_matrix(
                     let brows = a1 - a0;
                     let bytes = (brows * kt.len * 4) as u64;
                     blocks.make_room(ctx, &scope, &mut sub, bytes, &mut out, n)?;
-                    let obuf =
-                        ctx.pool
-                            .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
+                    let obuf = ctx.buffer(OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
                     let params = ParamBlock::new(
                         ctx,
                         OP,
