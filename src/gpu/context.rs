@@ -169,7 +169,7 @@ impl GpuContext {
                 .map(|(name, _)| name.to_string())
                 .collect(),
         };
-        let pipelines = Pipelines::new(&device);
+        let pipelines = Pipelines::new(&device)?;
         let timer = timing.then(|| Timing::new(queue.get_timestamp_period()));
         Ok(GpuContext {
             pool: BufferPool::new(pool_bytes, lim.max_buffer_size),

@@ -17,11 +17,17 @@
 //! of the importing shader's entry, [`ShaderSpec::consts`]) or
 //! `profile_consts` (those of `profiles.wgsl`); `product` holds a product
 //! kernel's block functions ([`ProductCode`]).
+//!
+//! Bind-group layouts are reflected from the rendered shaders by naga
+//! ([`ShaderId::bindings`]), not written by hand.
 
 mod imports;
 mod product;
+mod reflect;
 
 pub(crate) use product::{ProductCode, block_scales};
+#[cfg(test)]
+pub(crate) use reflect::Access;
 
 use std::borrow::Cow;
 use std::f32::consts::LOG2_E;
@@ -297,7 +303,8 @@ pub(crate) struct ShaderSpec {
     /// does not split keys).
     pub merge: Option<(ShaderId, &'static str)>,
     /// The `{{NAME}}` placeholders, each with a value the shader renders
-    /// and validates with.
+    /// and validates with: its bind-group layout is reflected from that
+    /// rendering ([`ShaderId::bindings`]).
     pub placeholders: &'static [(&'static str, u32)],
     /// The constants of its module `consts`.
     pub consts: &'static [Consts],
@@ -630,31 +637,6 @@ impl ShaderId {
         out
     }
 
-    /// The workgroup size of the entry point: the constants its dispatches
-    /// divide by (checked against the shader by the tests).
-    #[cfg(test)]
-    pub(crate) fn workgroup_size(self) -> [usize; 3] {
-        match self {
-            ShaderId::LocalMean
-            | ShaderId::LocalMoments
-            | ShaderId::LocalMeanIp
-            | ShaderId::LocalMeanIpMerge
-            | ShaderId::LocalMeanMerge
-            | ShaderId::LocalMomentsMerge
-            | ShaderId::Knn
-            | ShaderId::MeanShift => [LOCAL_MEAN_WG, 1, 1],
-            ShaderId::KernelMatrix => [MATRIX_WG, MATRIX_WG, 1],
-            ShaderId::Fill => [FILL_WG, 1, 1],
-            ShaderId::Softmax
-            | ShaderId::SoftmaxMerge
-            | ShaderId::SoftmaxTiled
-            | ShaderId::SoftmaxTiledMerge => [ATTEND_WG, 1, 1],
-            ShaderId::SoftmaxMatrix => [SOFTMAX_MATRIX_WG, SOFTMAX_MATRIX_WG, 1],
-            ShaderId::FeatureSums | ShaderId::FeaturePrefix => [SUM_WG, 1, 1],
-            ShaderId::FeatureFinish => [FINISH_WG, 1, 1],
-        }
-    }
-
     /// The full WGSL source: the shader file with its imports resolved
     /// and the placeholders replaced.
     #[cfg(test)]
@@ -692,7 +674,6 @@ impl ShaderId {
 
     /// The source rendered with the placeholder values of its entry in
     /// [`SHADERS`].
-    #[cfg(test)]
     fn render_example(self) -> Result<String, String> {
         self.render_for(self.spec().placeholders, None)
     }
