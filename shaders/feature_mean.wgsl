@@ -23,6 +23,8 @@
 // of two; the pass computes the first `cols` ≤ QA of them). Generated:
 // SUM_WG (workgroup size of chunk_sums and prefix), FINISH_WG (of finish).
 
+#import consts
+
 const QA: u32 = {{QA}}u;
 
 struct FeatParams {

@@ -1,6 +1,8 @@
 // Fills a buffer with one value: output sentinels for verification runs.
 // Generated: WG (shaders::FILL_WG).
 
+#import consts
+
 struct FillParams {
     len: u32,
     value: f32,

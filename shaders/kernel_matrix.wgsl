@@ -10,6 +10,10 @@
 // Template constant: D dimension. Generated: WG (workgroup side), the
 // mode codes MODE_* (shaders::matrix_mode_code).
 
+#import consts
+#import profiles
+#import product
+
 const D: u32 = {{D}}u;
 
 struct MatParams {

@@ -14,6 +14,8 @@
 // Template constants: D dimension, K neighbours, STAGE staged keys.
 // Generated: WG, the flag bits FIRST_TILE, LAST_TILE.
 
+#import consts
+
 const D: u32 = {{D}}u;
 const K: u32 = {{K}}u;
 const STAGE: u32 = {{STAGE}}u;

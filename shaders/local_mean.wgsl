@@ -36,6 +36,11 @@
 // WG, C (keys per chunk sharing one update of the running maximum), the
 // flag bits FIRST_TILE, LAST_TILE, EXCLUDE_SELF, and MISSING.
 
+#import consts
+#import profiles
+#import product
+#import row_state
+
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
 const QA: u32 = {{QA}}u;
@@ -45,8 +50,8 @@ const R: u32 = {{R}}u;
 const STATE: u32 = 2u + QA;
 const D4: u32 = (D + 3u) / 4u;
 const QA4: u32 = (QA + 3u) / 4u;
-// LOG2E, M_START and NEG_BIG (a key without weight): row_state.wgsl and
-// profiles.wgsl.
+// LOG2E, M_START (consts) and NEG_BIG (a key without weight;
+// profile_consts, through profiles): see row_state.wgsl.
 
 // Params, the bindings and block_inv_h: row_state.wgsl.
 

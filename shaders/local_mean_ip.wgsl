@@ -27,6 +27,12 @@
 // counts), C (keys per chunk of the weights), the flag bits FIRST_TILE,
 // LAST_TILE, EXCLUDE_SELF.
 
+#import consts
+#import profiles
+#import row_state
+// Radial kernels only: the product's stand-ins, folded away.
+#import product
+
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
 const QA: u32 = {{QA}}u;

@@ -21,6 +21,11 @@
 // YWA = max(YW, 1), STAGE staged keys, SECOND (1: the second moments'
 // layout). Generated: WG, the flag bits FIRST_TILE, LAST_TILE.
 
+#import consts
+#import profiles
+#import product
+#import row_state
+
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
 const QA: u32 = {{QA}}u;

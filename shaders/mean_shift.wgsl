@@ -13,6 +13,8 @@
 // FINISH_BLURRING, and SHIFT_FLOOR (types::SHIFT_FLOOR, as on the CPU): a
 // shift within f32 rounding of the seed's coordinates also converges.
 
+#import consts
+
 const D: u32 = {{D}}u;
 
 struct ShiftParams {

@@ -1,12 +1,15 @@
-// Kernel profiles shared by every distance-kernel op (docs/numerics.md).
-// Prepended to each op's shader by the registry (src/gpu/shaders/).
+// Kernel profiles shared by every distance-kernel op (docs/numerics.md),
+// the module `profiles`: each op's shader imports it.
 //
 // PROFILE: one of the generated codes PROFILE_GAUSSIAN, …, PROFILE_CAUCHY
 // (Profile::shader_code); T_FAR is generated too (kernel::T_FAR): t at or
 // beyond it is infinitely far, weight exactly 0 (as on the CPU); NEG_BIG
 // is generated too (shaders::NEG_BIG): a finite stand-in for −inf, the
-// log-weight of a key without weight.
+// log-weight of a key without weight. All three are in the generated
+// module `profile_consts`.
 // The argument t is the scaled squared distance r²/h².
+
+#import profile_consts
 
 override PROFILE: u32 = PROFILE_GAUSSIAN;
 

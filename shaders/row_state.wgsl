@@ -1,15 +1,18 @@
 // The row state of the local-mean family (local_mean.wgsl,
 // local_mean_ip.wgsl, local_moments.wgsl): their parameter block and
 // bindings, the state's merge across key tiles and how a key tile ends
-// (docs/numerics.md, "Row states and their merge"). Prepended by the
-// registry (src/gpu/shaders/); it uses the including shader's QT, QA
-// and STATE.
+// (docs/numerics.md, "Row states and their merge"). The module
+// `row_state`, imported by those three; it uses the importing shader's
+// QT, QA and STATE.
 //
 // Key splits: when a dispatch's keys are shared by `p.splits` workgroups
 // per query block (workgroup_id.y picks the slice), each writes its row
 // states into `partial` (slice-major) and the entry `merge_splits`, a
 // second small dispatch, merges the slices and ends the key tile as
 // finish_row does.
+
+#import consts
+#import profiles
 
 struct Params {
     rows: u32,       // query rows in this tile

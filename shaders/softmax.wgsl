@@ -32,7 +32,7 @@
 // an unsplit dispatch does (finish_row).
 //
 // The parameter block, bindings, row state, its merge, finish_row and the
-// merge_splits entry are in softmax_state.wgsl (prepended). With value
+// merge_splits entry are in softmax_state.wgsl (imported). With value
 // columns, softmax_tiled.wgsl runs instead where its tiles fit
 // (plan::softmax::tiled_keys).
 //
@@ -40,6 +40,9 @@
 // (vec4 groups of value columns a pass holds), BK staged keys.
 // Generated: WG, C (keys per chunk sharing one update of the maximum), the
 // flag bits FIRST_TILE, LAST_TILE, CAUSAL.
+
+#import consts
+#import softmax_state
 
 const D4: u32 = {{D4}}u;
 const QA4: u32 = {{QA4}}u;

@@ -12,6 +12,8 @@
 //
 // Generated: WG (workgroup side), LOG2E.
 
+#import consts
+
 struct MatParams {
     rows: u32,         // rows of this block
     cols: u32,         // columns: keys in the key tile

@@ -1,11 +1,13 @@
 // The attention row state (softmax.wgsl, softmax_tiled.wgsl): the
 // parameter block and bindings, the state's merge across key tiles, how a
 // key tile ends, and the second pass of a key split (docs/numerics.md,
-// "Attention"). Prepended by the registry (src/gpu/shaders/); it uses the
-// including shader's QA4 (vec4 groups of value columns a pass holds).
+// "Attention"). The module `softmax_state`, imported by those two; it uses
+// the importing shader's QA4 (vec4 groups of value columns a pass holds).
 //
 // A row state, in log₂ units: m = largest logit seen, l = Σ 2^{s−m},
 // acc = Σ 2^{s−m}·v, stored as STATE floats (m, l, acc).
+
+#import consts
 
 const STATE: u32 = 2u + 4u * QA4;
 // Generated: LOG2E, M_START (the running maximum before any key) and

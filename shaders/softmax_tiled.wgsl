@@ -25,6 +25,9 @@
 // (cols ≥ 1), BK keys per block (a multiple of 4). Generated: WG (= 64
 // rows, 16 groups of 4), FIRST_TILE, LAST_TILE, CAUSAL.
 
+#import consts
+#import softmax_state
+
 const D4: u32 = {{D4}}u;
 const QA4: u32 = {{QA4}}u;
 const BK: u32 = {{BK}}u;

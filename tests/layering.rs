@@ -132,3 +132,36 @@ fn the_checker_sees_imports_in_every_form() {
     let names: Vec<String> = crate_paths(text).into_iter().map(|(_, n)| n).collect();
     assert_eq!(names, vec!["ops", "engine", "gpu"]);
 }
+
+/// The parts a `GpuContext` owns (the buffer pool, the pipeline cache
+/// with the shader registry, the pass timing) take the device, queue or
+/// limits they need, never the context: the imports run one way,
+/// context → parts, tests included.
+#[test]
+fn the_gpu_context_parts_do_not_import_the_context() {
+    let gpu = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
+    let mut files = vec![
+        gpu.join("pool.rs"),
+        gpu.join("pipelines.rs"),
+        gpu.join("timing.rs"),
+    ];
+    rust_files(&gpu.join("shaders"), &mut files);
+    let mut violations = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).expect("readable source file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if ["context", "GpuContext", "ErrorScope"]
+                .iter()
+                .any(|name| code.contains(name))
+            {
+                violations.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "a part of the GPU context names the context:\n{}",
+        violations.join("\n")
+    );
+}

@@ -1,4 +1,8 @@
 //! The wgpu device: adapter choice, creation, error capture.
+//!
+//! [`GpuContext`] owns its parts (the buffer pool, the pipeline cache, the
+//! pass timing), which take the device, the queue or the limits they need
+//! and never the context: the imports run one way, context → parts.
 
 use std::sync::{Arc, Mutex};
 
@@ -6,8 +10,8 @@ use crate::backend::{BackendInfo, GpuLimits};
 use crate::error::{Error, Result};
 use crate::gpu::plan::{DeviceLimits, TileLimits};
 
-use super::buffers::BufferPool;
-use super::pipelines::Pipelines;
+use super::pipelines::{PipelineKey, Pipelines};
+use super::pool::{BufferPool, Pooled};
 use super::timing::Timing;
 
 /// The native GPU APIs searched. GL is left out on purpose: wgpu would fall
@@ -165,7 +169,7 @@ impl GpuContext {
                 .map(|(name, _)| name.to_string())
                 .collect(),
         };
-        let pipelines = Pipelines::new(&device);
+        let pipelines = Pipelines::new(&device)?;
         let timer = timing.then(|| Timing::new(queue.get_timestamp_period()));
         Ok(GpuContext {
             pool: BufferPool::new(pool_bytes, lim.max_buffer_size),
@@ -181,6 +185,42 @@ impl GpuContext {
             timing: timer,
             lost,
             uncaptured,
+        })
+    }
+
+    /// A buffer of at least `size` bytes with `usage`, from the pool.
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] past the device's buffer size,
+    /// [`Error::MemoryLimit`] past the pool's cap.
+    pub(crate) fn buffer(
+        &self,
+        op: &'static str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<Pooled<'_>> {
+        self.pool.get(&self.device, op, size, usage)
+    }
+
+    /// The pipeline of `key` from the cache, compiled on first use inside
+    /// an error scope of `op`.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the shader does not render or compile, or the
+    /// cache's lock is poisoned; a lost device.
+    pub(crate) fn pipeline(
+        &self,
+        op: &'static str,
+        key: &PipelineKey,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.pipelines.get(op, key, || {
+            let scope = self.scope(
+                op,
+                format!("compiling {} {:?}", key.shader.file(), key.template),
+            )?;
+            let pipeline = self.pipelines.compile(&self.device, op, key)?;
+            scope.finish(self)?;
+            Ok(pipeline)
         })
     }
 
@@ -263,5 +303,131 @@ impl ErrorScope {
             sizes: self.sizes.clone(),
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+
+    use super::*;
+    use crate::gpu::adapter::{self, AdapterPolicy};
+    use crate::gpu::shaders::ShaderId;
+    use crate::kernel::Profile;
+
+    /// A context on any adapter (lavapipe included); `None` (skipped) when
+    /// there is none, except under `CI=true`, where that fails. Its
+    /// pipeline cache is its own: cold whatever other tests compiled.
+    fn context() -> Option<GpuContext> {
+        let policy = AdapterPolicy {
+            choice: None,
+            require_hardware: false,
+            accept_software: true,
+            required: true,
+        };
+        let adapter = match adapter::choose(&policy) {
+            Ok(a) => a.expect("required"),
+            Err(Error::NoAdapter { .. }) if std::env::var("CI").as_deref() != Ok("true") => {
+                eprintln!("SKIPPED: no GPU adapter; pipeline cache not tested");
+                return None;
+            }
+            Err(e) => panic!("GPU adapter required (CI=true) but unavailable: {e}"),
+        };
+        Some(
+            GpuContext::open(&adapter, TileLimits::default(), None, 16 << 20, false)
+                .expect("device opens"),
+        )
+    }
+
+    #[test]
+    fn concurrent_cold_requests_compile_once() {
+        let Some(ctx) = context() else { return };
+        let pipelines = &ctx.pipelines;
+        let key = PipelineKey {
+            shader: ShaderId::KernelMatrix,
+            template: vec![("D", 5)],
+            profile: Some(Profile::Cauchy.shader_code()),
+            product: None,
+        };
+        const THREADS: usize = 8;
+        let barrier = Barrier::new(THREADS);
+        let got: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        ctx.pipeline("test", &key).expect("compiles")
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(pipelines.compilations(), 1);
+        assert!(got.iter().all(|p| Arc::ptr_eq(p, &got[0])));
+        // Cached: no more compilations; another key is another one.
+        let again = ctx.pipeline("test", &key).unwrap();
+        assert!(Arc::ptr_eq(&again, &got[0]));
+        assert_eq!(pipelines.compilations(), 1);
+        let other = PipelineKey {
+            profile: Some(Profile::Gaussian.shader_code()),
+            product: None,
+            ..key.clone()
+        };
+        let p = ctx.pipeline("test", &other).unwrap();
+        assert!(!Arc::ptr_eq(&p, &got[0]));
+        assert_eq!(pipelines.compilations(), 2);
+    }
+
+    #[test]
+    fn failed_compilations_are_not_cached() {
+        let Some(ctx) = context() else { return };
+        let pipelines = &ctx.pipelines;
+        // D = 0: zero-sized private arrays, which WGSL rejects.
+        let bad = PipelineKey {
+            shader: ShaderId::LocalMean,
+            template: vec![
+                ("D", 0),
+                ("QT", 1),
+                ("QA", 1),
+                ("STAGE", 64),
+                ("MASKED", 0),
+                ("R", 1),
+            ],
+            profile: Some(Profile::Gaussian.shader_code()),
+            product: None,
+        };
+        for attempt in 1..=2 {
+            let e = ctx.pipeline("test", &bad).err();
+            assert!(matches!(e, Some(Error::Gpu { .. })), "{e:?}");
+            assert_eq!(pipelines.compilations(), attempt);
+        }
+    }
+
+    #[test]
+    fn a_poisoned_cache_is_an_error() {
+        let Some(ctx) = context() else { return };
+        let pipelines = &ctx.pipelines;
+        let key = PipelineKey {
+            shader: ShaderId::Fill,
+            template: vec![],
+            profile: None,
+            product: None,
+        };
+        // A thread that panics while it compiles the key poisons the lock
+        // the cache holds over it.
+        let _ = std::thread::scope(|s| {
+            s.spawn(|| {
+                pipelines.get("test", &key, || {
+                    panic!("poisoning the cache lock on purpose")
+                })
+            })
+            .join()
+        });
+        let e = ctx.pipeline("test", &key).err();
+        assert!(
+            matches!(&e, Some(Error::Gpu { message, .. }) if message.contains("poisoned")),
+            "{e:?}"
+        );
+        assert_eq!(pipelines.compilations(), 0);
     }
 }

@@ -57,15 +57,13 @@ pub(crate) fn matrix_on_tiles(
     for (r0, r1) in tiles(m, mplan.query_tile) {
         let rows = r1 - r0;
         let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
-        let state = ctx
-            .pool
-            .get(ctx, OP, (rows * state_stride as usize * 4) as u64, storage)?;
+        let state = ctx.buffer(OP, (rows * state_stride as usize * 4) as u64, storage)?;
         // The row sums go first, on their own; their buffers are kept by
         // the blocks' first submission.
         let mut sub = Submission::new(ctx);
         if needs_sums {
-            let dummy = ctx.pool.get(ctx, OP, 4, storage)?;
-            let counter = ctx.pool.get(ctx, OP, 4, storage)?;
+            let dummy = ctx.buffer(OP, 4, storage)?;
+            let counter = ctx.buffer(OP, 4, storage)?;
             let job = TileJob {
                 kernel,
                 plan: lplan,
@@ -88,8 +86,7 @@ pub(crate) fn matrix_on_tiles(
             sub.keep(counter);
             sub = sub.submit_then(ctx);
         }
-        let pipeline = ctx.pipelines.get(
-            ctx,
+        let pipeline = ctx.pipeline(
             OP,
             &PipelineKey {
                 shader: ShaderId::KernelMatrix,
@@ -107,9 +104,7 @@ pub(crate) fn matrix_on_tiles(
                 let brows = b1 - b0;
                 let bytes = (brows * kt.len * 4) as u64;
                 blocks.make_room(ctx, scope, &mut sub, bytes, &mut out, n)?;
-                let obuf = ctx
-                    .pool
-                    .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
+                let obuf = ctx.buffer(OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
                 let params = ParamBlock::new(
                     ctx,
                     OP,

@@ -54,8 +54,7 @@ pub(crate) fn knn_on_tiles(
 ) -> Result<Neighbours> {
     let (m, d) = (queries.rows(), keys.d);
     let key_tiles = keys.tiles;
-    let pipeline = ctx.pipelines.get(
-        ctx,
+    let pipeline = ctx.pipeline(
         OP,
         &PipelineKey {
             shader: ShaderId::Knn,
@@ -75,9 +74,9 @@ pub(crate) fn knn_on_tiles(
     for (r0, r1) in tiles(m, plan.query_tile) {
         let rows = r1 - r0;
         let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
-        let best = ctx.pool.get(ctx, OP, (rows * k * 8) as u64, storage)?;
-        let out_d = ctx.pool.get(ctx, OP, (rows * k * 4) as u64, readable)?;
-        let out_i = ctx.pool.get(ctx, OP, (rows * k * 4) as u64, readable)?;
+        let best = ctx.buffer(OP, (rows * k * 8) as u64, storage)?;
+        let out_d = ctx.buffer(OP, (rows * k * 4) as u64, readable)?;
+        let out_i = ctx.buffer(OP, (rows * k * 4) as u64, readable)?;
         let last = key_tiles.len() - 1;
         let records = key_tiles
             .iter()

@@ -186,7 +186,7 @@ pub(crate) fn record_pass<'p>(
         profile: Some(job.kernel.profile().shader_code()),
         product: ProductCode::of(job.kernel),
     };
-    let pipeline = ctx.pipelines.get(ctx, op, &key)?;
+    let pipeline = ctx.pipeline(op, &key)?;
     let merge = merge_pipeline(ctx, op, &key, splits)?;
     let partial = partial_states(ctx, op, splits, splits * job.rows * job.plan.state_cols())?;
     // Rows per workgroup: R per invocation in local_mean.wgsl; every plan
@@ -257,15 +257,9 @@ fn tile_buffers<'p>(
     let readable = storage | wgpu::BufferUsages::COPY_SRC;
     Ok(TileBuffers {
         queries: upload(ctx, op, queries.row_range(r0, r1), storage)?,
-        state: ctx
-            .pool
-            .get(ctx, op, (rows * state_cols * 4) as u64, readable)?,
-        out: ctx
-            .pool
-            .get(ctx, op, (rows * out_cols * 4) as u64, readable)?,
-        counter: ctx
-            .pool
-            .get(ctx, op, 4, readable | wgpu::BufferUsages::COPY_DST)?,
+        state: ctx.buffer(op, (rows * state_cols * 4) as u64, readable)?,
+        out: ctx.buffer(op, (rows * out_cols * 4) as u64, readable)?,
+        counter: ctx.buffer(op, 4, readable | wgpu::BufferUsages::COPY_DST)?,
     })
 }
 

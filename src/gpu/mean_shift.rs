@@ -113,27 +113,19 @@ pub(crate) fn mean_shift(
             },
             lists: [
                 upload(ctx, OP, &local, storage)?,
-                ctx.pool.get(ctx, OP, (listed * 4) as u64, storage)?,
+                ctx.buffer(OP, (listed * 4) as u64, storage)?,
             ],
             cur: 0,
-            queries: ctx.pool.get(ctx, OP, (gathered * 4) as u64, storage)?,
-            means: ctx.pool.get(ctx, OP, (len * d * 4) as u64, storage)?,
-            state: ctx
-                .pool
-                .get(ctx, OP, (len * state_cols * 4) as u64, storage)?,
-            empty: ctx.pool.get(ctx, OP, 4, storage)?,
-            counters: ctx.pool.get(
-                ctx,
-                OP,
-                8,
-                storage | copy_src | wgpu::BufferUsages::COPY_DST,
-            )?,
+            queries: ctx.buffer(OP, (gathered * 4) as u64, storage)?,
+            means: ctx.buffer(OP, (len * d * 4) as u64, storage)?,
+            state: ctx.buffer(OP, (len * state_cols * 4) as u64, storage)?,
+            empty: ctx.buffer(OP, 4, storage)?,
+            counters: ctx.buffer(OP, 8, storage | copy_src | wgpu::BufferUsages::COPY_DST)?,
             moving: len,
         });
     }
     drop(seeds);
-    let pipeline = ctx.pipelines.get(
-        ctx,
+    let pipeline = ctx.pipeline(
         OP,
         &PipelineKey {
             shader: ShaderId::MeanShift,
@@ -142,6 +134,12 @@ pub(crate) fn mean_shift(
             product: None,
         },
     )?;
+    let means = Means {
+        kernel,
+        plan: &plan,
+        d,
+        key_tiles: &key_tiles,
+    };
     let sizes = format!("M={m} N={n} d={d} blurring={}", run.blurring);
     let mut iterations = 0;
     let mut converged = false;
@@ -158,17 +156,7 @@ pub(crate) fn mean_shift(
             for &c in &live {
                 let ch = &chunks[c];
                 sub.fill_sentinel(ctx, OP, &ch.means)?;
-                record_means(
-                    ctx,
-                    &mut sub,
-                    kernel,
-                    &plan,
-                    d,
-                    ch.len,
-                    &key_tiles,
-                    &key_tiles[c].keys,
-                    ch,
-                )?;
+                means.record(ctx, &mut sub, ch.len, &key_tiles[c].keys, ch)?;
             }
             // Every local mean above read the old positions; now move.
             for &c in &live {
@@ -195,17 +183,7 @@ pub(crate) fn mean_shift(
                 let params = step_params(ctx, ch.moving, &[GATHER, FINISH], run)?;
                 dispatch(ctx, &mut sub, &pipeline, ch, pos, &params, 0)?;
                 sub.fill_sentinel(ctx, OP, &ch.means)?;
-                record_means(
-                    ctx,
-                    &mut sub,
-                    kernel,
-                    &plan,
-                    d,
-                    ch.moving,
-                    &key_tiles,
-                    &ch.queries,
-                    ch,
-                )?;
+                means.record(ctx, &mut sub, ch.moving, &ch.queries, ch)?;
                 dispatch(ctx, &mut sub, &pipeline, ch, pos, &params, 1)?;
                 sub.keep(params);
             }
@@ -331,38 +309,45 @@ fn dispatch(
     Ok(())
 }
 
-/// Records the local means of the first `rows` queries in `queries` over
-/// every key tile into the chunk's `means` (the keys are their own values).
-#[allow(clippy::too_many_arguments)]
-fn record_means<'p>(
-    ctx: &'p GpuContext,
-    sub: &mut Submission<'p>,
-    kernel: &Kernel,
-    plan: &LocalMeanPlan,
+/// What every local-mean pass of one run shares: the kernel, its plan,
+/// the dimension and the key tiles (the points, their own values).
+struct Means<'a, 'p> {
+    kernel: &'a Kernel,
+    plan: &'a LocalMeanPlan,
     d: usize,
-    rows: usize,
-    key_tiles: &[KeyTile<'p>],
-    queries: &Pooled<'p>,
-    ch: &Chunk<'p>,
-) -> Result<()> {
-    let job = TileJob {
-        kernel,
-        plan,
-        d,
-        q: d,
-        rows,
-        row0: 0,
-        key_tiles,
-        queries,
-        state: &ch.state,
-        out: &ch.means,
-        counter: &ch.empty,
-        exclude_self: false,
-        kind: PassKind::Mean,
-        differences: false,
-    };
-    for cols in passes(plan, d) {
-        record_pass(ctx, OP, sub, &job, cols, true)?;
+    key_tiles: &'a [KeyTile<'p>],
+}
+
+impl<'p> Means<'_, 'p> {
+    /// Records the local means of the first `rows` queries in `queries`
+    /// over every key tile into the chunk's `means`.
+    fn record(
+        &self,
+        ctx: &'p GpuContext,
+        sub: &mut Submission<'p>,
+        rows: usize,
+        queries: &Pooled<'p>,
+        ch: &Chunk<'p>,
+    ) -> Result<()> {
+        let job = TileJob {
+            kernel: self.kernel,
+            plan: self.plan,
+            d: self.d,
+            q: self.d,
+            rows,
+            row0: 0,
+            key_tiles: self.key_tiles,
+            queries,
+            state: &ch.state,
+            out: &ch.means,
+            counter: &ch.empty,
+            exclude_self: false,
+            kind: PassKind::Mean,
+            differences: false,
+        };
+        for cols in passes(self.plan, self.d) {
+            record_pass(ctx, OP, sub, &job, cols, true)?;
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -11,6 +11,7 @@ mod local_mean;
 mod mean_shift;
 mod pipelines;
 pub(crate) mod plan;
+mod pool;
 mod prepared;
 pub(crate) mod shaders;
 mod softmax;
@@ -55,7 +56,7 @@ impl Backend for GpuBackend {
         self.ctx
             .timing
             .as_ref()
-            .map(|t| t.take(&self.ctx))
+            .map(|t| t.take(&self.ctx.device))
             .transpose()
     }
 
@@ -207,7 +208,7 @@ pub(crate) fn merge_pipeline(
         shader: merge,
         ..key.clone()
     };
-    ctx.pipelines.get(ctx, op, &key).map(Some)
+    ctx.pipeline(op, &key).map(Some)
 }
 
 /// The buffer of a key split's partial row states, `floats` of them split
@@ -219,8 +220,7 @@ pub(crate) fn partial_states<'p>(
     floats: usize,
 ) -> Result<Pooled<'p>> {
     let bytes = if splits > 1 { floats * 4 } else { 16 };
-    ctx.pool
-        .get(ctx, op, bytes as u64, wgpu::BufferUsages::STORAGE)
+    ctx.buffer(op, bytes as u64, wgpu::BufferUsages::STORAGE)
 }
 
 /// Bind group for `shader` over `resources` in binding order.

@@ -1,4 +1,5 @@
-//! Bind-group layouts (built once) and the pipeline cache.
+//! Bind-group layouts (reflected from the shaders, built once) and the
+//! pipeline cache.
 //!
 //! The cache maps each [`PipelineKey`] to an entry of its own, a mutex over
 //! the pipeline once compiled. The map's lock is held only to find or add
@@ -6,6 +7,10 @@
 //! requests for one cold key compile it once (the others wait for it),
 //! different keys compile in parallel, and a failed compilation leaves the
 //! entry empty for the next request to retry.
+//!
+//! Nothing here sees the context that owns the cache: the device is
+//! passed in, and the error scope around a compilation is the caller's
+//! (`GpuContext::pipeline`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,47 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
-use super::context::GpuContext;
 use super::shaders::{ProductCode, ShaderId};
-
-/// How a binding is used by a shader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Slot {
-    /// Uniform parameters, bound with a dynamic offset.
-    Params,
-    ReadOnly,
-    ReadWrite,
-}
-
-fn slots(id: ShaderId) -> &'static [Slot] {
-    use Slot::*;
-    match id {
-        ShaderId::LocalMean
-        | ShaderId::LocalMoments
-        | ShaderId::LocalMeanMerge
-        | ShaderId::LocalMomentsMerge
-        | ShaderId::LocalMeanIp
-        | ShaderId::LocalMeanIpMerge => &[
-            Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite, ReadWrite,
-        ],
-        ShaderId::KernelMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],
-        ShaderId::Fill => &[Params, ReadWrite],
-        ShaderId::Knn => &[Params, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite],
-        ShaderId::MeanShift => &[
-            Params, ReadWrite, ReadOnly, ReadWrite, ReadWrite, ReadOnly, ReadWrite,
-        ],
-        ShaderId::Softmax
-        | ShaderId::SoftmaxMerge
-        | ShaderId::SoftmaxTiled
-        | ShaderId::SoftmaxTiledMerge => &[
-            Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite,
-        ],
-        ShaderId::SoftmaxMatrix => &[Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite],
-        ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &[
-            Params, ReadOnly, ReadOnly, ReadOnly, ReadWrite, ReadWrite, ReadWrite,
-        ],
-    }
-}
 
 /// What identifies a compiled pipeline.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -88,52 +53,50 @@ fn poisoned(op: &'static str, key: &PipelineKey) -> Error {
 }
 
 impl Pipelines {
-    pub(crate) fn new(device: &wgpu::Device) -> Self {
+    /// The bind-group and pipeline layouts of every shader on `device`,
+    /// from the bindings naga reflects ([`ShaderId::bindings`]): binding
+    /// index, uniform (with a dynamic offset) or storage, read-only or
+    /// read-write.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when a shader does not render, parse or reflect
+    /// (a registry bug the tests catch).
+    pub(crate) fn new(device: &wgpu::Device) -> Result<Self> {
+        let mut layouts = HashMap::new();
         // One layout per bind-group shape: entries that share their base's
         // bind groups (the merge passes) use its layout.
-        let layouts = ShaderId::ALL
-            .into_iter()
-            .filter(|id| id.base() == *id)
-            .map(|id| {
-                let entries: Vec<_> = slots(id)
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| wgpu::BindGroupLayoutEntry {
-                        binding: i as u32,
-                        visibility: wgpu::ShaderStages::COMPUTE,
-                        ty: wgpu::BindingType::Buffer {
-                            ty: match s {
-                                Slot::Params => wgpu::BufferBindingType::Uniform,
-                                Slot::ReadOnly => {
-                                    wgpu::BufferBindingType::Storage { read_only: true }
-                                }
-                                Slot::ReadWrite => {
-                                    wgpu::BufferBindingType::Storage { read_only: false }
-                                }
-                            },
-                            has_dynamic_offset: matches!(s, Slot::Params),
-                            min_binding_size: None,
-                        },
-                        count: None,
-                    })
-                    .collect();
-                let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                    label: Some(id.file()),
-                    entries: &entries,
-                });
-                let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                    label: Some(id.file()),
-                    bind_group_layouts: &[Some(&bgl)],
-                    immediate_size: 0,
-                });
-                (id, (bgl, pl))
-            })
-            .collect();
-        Pipelines {
+        for id in ShaderId::ALL.into_iter().filter(|id| id.base() == *id) {
+            let bindings = id.bindings().map_err(|message| Error::Gpu {
+                op: "opening the GPU",
+                sizes: format!("{} (entry {})", id.file(), id.entry()),
+                message,
+            })?;
+            let entries: Vec<_> = bindings
+                .iter()
+                .enumerate()
+                .map(|(i, access)| wgpu::BindGroupLayoutEntry {
+                    binding: i as u32,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: access.binding_type(),
+                    count: None,
+                })
+                .collect();
+            let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(id.file()),
+                entries: &entries,
+            });
+            let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(id.file()),
+                bind_group_layouts: &[Some(&bgl)],
+                immediate_size: 0,
+            });
+            layouts.insert(id, (bgl, pl));
+        }
+        Ok(Pipelines {
             layouts,
             cache: Mutex::new(HashMap::new()),
             compilations: AtomicUsize::new(0),
-        }
+        })
     }
 
     /// The bind-group layout of a shader.
@@ -147,18 +110,19 @@ impl Pipelines {
         self.compilations.load(Ordering::SeqCst)
     }
 
-    /// The pipeline for `key`, compiled on first use, once: concurrent
-    /// requests for a key being compiled wait for that compilation.
+    /// The pipeline for `key`, compiled by `compile` on first use, once:
+    /// concurrent requests for a key being compiled wait for that
+    /// compilation.
     ///
     /// # Errors
-    /// [`Error::Gpu`] when the shader does not render or compile (nothing
-    /// is cached: the next request tries again), or when a cache lock was
-    /// poisoned by a panic in another thread.
+    /// `compile`'s error (nothing is cached: the next request tries
+    /// again), or [`Error::Gpu`] when a cache lock was poisoned by a panic
+    /// in another thread.
     pub(crate) fn get(
         &self,
-        ctx: &GpuContext,
         op: &'static str,
         key: &PipelineKey,
+        compile: impl FnOnce() -> Result<wgpu::ComputePipeline>,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
         let entry = {
             let mut map = self.cache.lock().map_err(|_| poisoned(op, key))?;
@@ -172,15 +136,20 @@ impl Pipelines {
         if let Some(p) = slot.as_ref() {
             return Ok(Arc::clone(p));
         }
-        let pipeline = Arc::new(self.compile(ctx, op, key)?);
+        let pipeline = Arc::new(compile()?);
         *slot = Some(Arc::clone(&pipeline));
         Ok(pipeline)
     }
 
-    /// Renders and compiles the pipeline of `key`.
-    fn compile(
+    /// Renders and compiles the pipeline of `key` on `device`, for
+    /// [`get`](Self::get). Device errors (an invalid shader) surface in
+    /// the caller's error scope.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] when the shader does not render.
+    pub(crate) fn compile(
         &self,
-        ctx: &GpuContext,
+        device: &wgpu::Device,
         op: &'static str,
         key: &PipelineKey,
     ) -> Result<wgpu::ComputePipeline> {
@@ -192,11 +161,6 @@ impl Pipelines {
                 sizes: format!("{:?}", key.template),
                 message,
             })?;
-        let device = &ctx.device;
-        let scope = ctx.scope(
-            op,
-            format!("compiling {} {:?}", key.shader.file(), key.template),
-        )?;
         self.compilations.fetch_add(1, Ordering::SeqCst);
         let mut checks = wgpu::ShaderRuntimeChecks::checked();
         // Every loop in our shaders has a bound fixed by its uniforms; the
@@ -218,45 +182,78 @@ impl Pipelines {
             .map(|p| ("PROFILE", f64::from(p)))
             .into_iter()
             .collect();
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(key.shader.file()),
-            layout: Some(&self.layouts[&key.shader.base()].1),
-            module: &module,
-            entry_point: Some(key.shader.entry()),
-            compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &constants,
-                // Every shader writes its workgroup arrays before reading them.
-                zero_initialize_workgroup_memory: false,
-            },
-            cache: None,
-        });
-        scope.finish(ctx)?;
-        Ok(pipeline)
+        Ok(
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(key.shader.file()),
+                layout: Some(&self.layouts[&key.shader.base()].1),
+                module: &module,
+                entry_point: Some(key.shader.entry()),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    // Every shader writes its workgroup arrays before reading them.
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            }),
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
-    use std::sync::Barrier;
 
     use super::*;
-    use crate::gpu::adapter::{self, AdapterPolicy};
-    use crate::gpu::plan::TileLimits;
-    use crate::gpu::shaders::{ConstValue, profile_const_name, samples};
+    use crate::gpu::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
+    use crate::gpu::plan::{FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
+    use crate::gpu::shaders::{Access, ConstValue, profile_const_name, samples};
     use crate::kernel::Profile;
 
-    /// The slot a global variable's address space declares, if it is a
+    /// The workgroup size each entry point's dispatches divide by (the
+    /// `plan/` constants its `WG` is generated from): what naga must read
+    /// from the shader.
+    fn dispatched(id: ShaderId) -> [usize; 3] {
+        const TABLE: [(ShaderId, [usize; 3]); 18] = [
+            (ShaderId::LocalMean, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::LocalMeanMerge, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::LocalMeanIp, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::LocalMeanIpMerge, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::LocalMoments, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::LocalMomentsMerge, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::Knn, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::MeanShift, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::KernelMatrix, [MATRIX_WG, MATRIX_WG, 1]),
+            (ShaderId::Fill, [FILL_WG, 1, 1]),
+            (ShaderId::Softmax, [ATTEND_WG, 1, 1]),
+            (ShaderId::SoftmaxMerge, [ATTEND_WG, 1, 1]),
+            (ShaderId::SoftmaxTiled, [ATTEND_WG, 1, 1]),
+            (ShaderId::SoftmaxTiledMerge, [ATTEND_WG, 1, 1]),
+            (
+                ShaderId::SoftmaxMatrix,
+                [SOFTMAX_MATRIX_WG, SOFTMAX_MATRIX_WG, 1],
+            ),
+            (ShaderId::FeatureSums, [SUM_WG, 1, 1]),
+            (ShaderId::FeaturePrefix, [SUM_WG, 1, 1]),
+            (ShaderId::FeatureFinish, [FINISH_WG, 1, 1]),
+        ];
+        TABLE
+            .iter()
+            .find(|(t, _)| *t == id)
+            .map(|&(_, wg)| wg)
+            .unwrap_or_else(|| panic!("{id:?}: no dispatch workgroup size in the table"))
+    }
+
+    /// The access a global variable's address space declares, if it is a
     /// buffer binding.
-    fn slot_of(space: naga::AddressSpace) -> Option<Slot> {
+    fn access_of(space: naga::AddressSpace) -> Option<Access> {
         match space {
-            naga::AddressSpace::Uniform => Some(Slot::Params),
+            naga::AddressSpace::Uniform => Some(Access::Uniform),
             naga::AddressSpace::Storage { access }
                 if access.contains(naga::StorageAccess::STORE) =>
             {
-                Some(Slot::ReadWrite)
+                Some(Access::ReadWrite)
             }
-            naga::AddressSpace::Storage { .. } => Some(Slot::ReadOnly),
+            naga::AddressSpace::Storage { .. } => Some(Access::ReadOnly),
             _ => None,
         }
     }
@@ -277,8 +274,9 @@ mod tests {
     }
 
     /// What the shaders declare and use, checked against the Rust side:
-    /// entry points, bindings against `slots`, generated constants against
-    /// their Rust values, workgroup sizes against the dispatch constants.
+    /// entry points, bindings against the layouts reflected at run time
+    /// (for every placeholder sample), generated constants against their
+    /// Rust values, workgroup sizes against the dispatch constants.
     #[test]
     fn shaders_match_their_rust_interface() {
         // Bindings each file's entry points use, over all its shader ids.
@@ -305,7 +303,7 @@ mod tests {
                     let Some(rb) = &var.binding else { continue };
                     let name = var.name.as_deref().unwrap_or("?");
                     assert_eq!(rb.group, 0, "{what}: {name} is not in group 0");
-                    let slot = slot_of(var.space).unwrap_or_else(|| {
+                    let slot = access_of(var.space).unwrap_or_else(|| {
                         panic!("{what}: {name} is not a buffer binding ({:?})", var.space)
                     });
                     assert!(
@@ -317,14 +315,23 @@ mod tests {
                         used.insert(rb.binding);
                     }
                 }
-                let expected: BTreeMap<u32, Slot> = slots(id)
+                let layout = id.bindings().expect("reflects").to_vec();
+                let expected: BTreeMap<u32, Access> = layout
                     .iter()
                     .enumerate()
                     .map(|(i, &s)| (i as u32, s))
                     .collect();
                 assert_eq!(
                     declared, expected,
-                    "{what}: shader bindings (left) differ from pipelines::slots (right)"
+                    "{what}: shader bindings (left) differ from the reflected layout (right)"
+                );
+                // The parameter records: one uniform block, binding 0,
+                // bound with the one dynamic offset of every dispatch.
+                assert_eq!(layout.first(), Some(&Access::Uniform), "{what}");
+                assert_eq!(
+                    layout.iter().filter(|&&a| a == Access::Uniform).count(),
+                    1,
+                    "{what}: uniform blocks"
                 );
                 used_by_file.entry(id.file()).or_default().extend(used);
 
@@ -384,7 +391,7 @@ mod tests {
                 }
 
                 // (d) The workgroup size is the one the dispatches divide by.
-                let wg = id.workgroup_size().map(|n| n as u32);
+                let wg = dispatched(id).map(|n| n as u32);
                 assert_eq!(ep.workgroup_size, wg, "{what}: workgroup size");
                 assert!(ep.workgroup_size_overrides.is_none(), "{what}");
             }
@@ -392,7 +399,7 @@ mod tests {
         // Every declared binding is used by some entry point of its file
         // (one-entry files: by that entry).
         for id in ShaderId::ALL {
-            let all: BTreeSet<u32> = (0..slots(id).len() as u32).collect();
+            let all: BTreeSet<u32> = (0..id.bindings().expect("reflects").len() as u32).collect();
             assert_eq!(
                 used_by_file[id.file()],
                 all,
@@ -400,118 +407,5 @@ mod tests {
                 id.file()
             );
         }
-    }
-
-    /// A context on any adapter (lavapipe included); `None` (skipped) when
-    /// there is none, except under `CI=true`, where that fails.
-    fn context() -> Option<GpuContext> {
-        let policy = AdapterPolicy {
-            choice: None,
-            require_hardware: false,
-            accept_software: true,
-            required: true,
-        };
-        let adapter = match adapter::choose(&policy) {
-            Ok(a) => a.expect("required"),
-            Err(Error::NoAdapter { .. }) if std::env::var("CI").as_deref() != Ok("true") => {
-                eprintln!("SKIPPED: no GPU adapter; pipeline cache not tested");
-                return None;
-            }
-            Err(e) => panic!("GPU adapter required (CI=true) but unavailable: {e}"),
-        };
-        Some(
-            GpuContext::open(&adapter, TileLimits::default(), None, 16 << 20, false)
-                .expect("device opens"),
-        )
-    }
-
-    #[test]
-    fn concurrent_cold_requests_compile_once() {
-        let Some(ctx) = context() else { return };
-        // A cache of its own: cold whatever other tests compiled.
-        let pipelines = Pipelines::new(&ctx.device);
-        let key = PipelineKey {
-            shader: ShaderId::KernelMatrix,
-            template: vec![("D", 5)],
-            profile: Some(Profile::Cauchy.shader_code()),
-            product: None,
-        };
-        const THREADS: usize = 8;
-        let barrier = Barrier::new(THREADS);
-        let got: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..THREADS)
-                .map(|_| {
-                    s.spawn(|| {
-                        barrier.wait();
-                        pipelines.get(&ctx, "test", &key).expect("compiles")
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert_eq!(pipelines.compilations(), 1);
-        assert!(got.iter().all(|p| Arc::ptr_eq(p, &got[0])));
-        // Cached: no more compilations; another key is another one.
-        let again = pipelines.get(&ctx, "test", &key).unwrap();
-        assert!(Arc::ptr_eq(&again, &got[0]));
-        assert_eq!(pipelines.compilations(), 1);
-        let other = PipelineKey {
-            profile: Some(Profile::Gaussian.shader_code()),
-            product: None,
-            ..key.clone()
-        };
-        let p = pipelines.get(&ctx, "test", &other).unwrap();
-        assert!(!Arc::ptr_eq(&p, &got[0]));
-        assert_eq!(pipelines.compilations(), 2);
-    }
-
-    #[test]
-    fn failed_compilations_are_not_cached() {
-        let Some(ctx) = context() else { return };
-        let pipelines = Pipelines::new(&ctx.device);
-        // D = 0: zero-sized private arrays, which WGSL rejects.
-        let bad = PipelineKey {
-            shader: ShaderId::LocalMean,
-            template: vec![
-                ("D", 0),
-                ("QT", 1),
-                ("QA", 1),
-                ("STAGE", 64),
-                ("MASKED", 0),
-                ("R", 1),
-            ],
-            profile: Some(Profile::Gaussian.shader_code()),
-            product: None,
-        };
-        for attempt in 1..=2 {
-            let e = pipelines.get(&ctx, "test", &bad).err();
-            assert!(matches!(e, Some(Error::Gpu { .. })), "{e:?}");
-            assert_eq!(pipelines.compilations(), attempt);
-        }
-    }
-
-    #[test]
-    fn a_poisoned_cache_is_an_error() {
-        let Some(ctx) = context() else { return };
-        let pipelines = Pipelines::new(&ctx.device);
-        let key = PipelineKey {
-            shader: ShaderId::Fill,
-            template: vec![],
-            profile: None,
-            product: None,
-        };
-        let _ = std::thread::scope(|s| {
-            s.spawn(|| {
-                let _guard = pipelines.cache.lock().unwrap();
-                panic!("poisoning the cache lock on purpose");
-            })
-            .join()
-        });
-        let e = pipelines.get(&ctx, "test", &key).err();
-        assert!(
-            matches!(&e, Some(Error::Gpu { message, .. }) if message.contains("poisoned")),
-            "{e:?}"
-        );
-        assert_eq!(pipelines.compilations(), 0);
     }
 }

@@ -33,6 +33,16 @@ use super::shaders::ShaderId;
 use super::timing::{self, Encoder};
 use super::{ParamBlock, bind_group, check_u32};
 
+/// A new timed encoder on `ctx`'s device.
+fn encoder(ctx: &GpuContext) -> Encoder {
+    Encoder::new(&ctx.device, ctx.timing.as_ref())
+}
+
+/// Submits `encoder` on `ctx`'s queue, keeping its pass timestamps.
+fn submit(ctx: &GpuContext, encoder: Encoder) -> wgpu::SubmissionIndex {
+    timing::submit(&ctx.queue, ctx.timing.as_ref(), encoder)
+}
+
 /// Recorded GPU work and the buffers it holds until it is done. Derefs to
 /// the timed [`Encoder`] for recording passes and copies.
 pub(crate) struct Submission<'p> {
@@ -44,7 +54,7 @@ impl<'p> Submission<'p> {
     /// An empty submission on `ctx`'s device.
     pub(crate) fn new(ctx: &GpuContext) -> Self {
         Submission {
-            encoder: Encoder::new(ctx),
+            encoder: encoder(ctx),
             kept: Vec::new(),
         }
     }
@@ -76,8 +86,7 @@ impl<'p> Submission<'p> {
                 _pad: [0; 2],
             }],
         )?;
-        let pipeline = ctx.pipelines.get(
-            ctx,
+        let pipeline = ctx.pipeline(
             op,
             &PipelineKey {
                 shader: ShaderId::Fill,
@@ -99,9 +108,9 @@ impl<'p> Submission<'p> {
     /// Submits the work without waiting; the returned (empty) submission
     /// keeps this one's buffers until it is itself done.
     pub(crate) fn submit_then(self, ctx: &GpuContext) -> Submission<'p> {
-        timing::submit(ctx, self.encoder);
+        submit(ctx, self.encoder);
         Submission {
-            encoder: Encoder::new(ctx),
+            encoder: encoder(ctx),
             kept: self.kept,
         }
     }
@@ -110,7 +119,7 @@ impl<'p> Submission<'p> {
     /// the buffers and bind groups it used can be released or reused: what
     /// keeps a long sequence of passes in bounded memory.
     pub(crate) fn submit_and_wait(self, ctx: &GpuContext, scope: &ErrorScope) -> Result<()> {
-        let index = timing::submit(ctx, self.encoder);
+        let index = submit(ctx, self.encoder);
         ctx.device
             .poll(wgpu::PollType::Wait {
                 submission_index: Some(index),
@@ -156,8 +165,7 @@ impl<'p> Submission<'p> {
     ) -> Result<PendingRead<'p>> {
         let Submission { mut encoder, kept } = self;
         let total: u64 = sources.iter().map(|s| s.1).sum();
-        let staging = ctx.pool.get(
-            ctx,
+        let staging = ctx.buffer(
             scope.op,
             total,
             wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
@@ -167,7 +175,7 @@ impl<'p> Submission<'p> {
             encoder.copy_buffer_to_buffer(src, 0, staging.buffer(), off, len);
             off += len;
         }
-        let index = timing::submit(ctx, encoder);
+        let index = submit(ctx, encoder);
         let (tx, rx) = std::sync::mpsc::channel();
         staging
             .buffer()

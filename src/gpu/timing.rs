@@ -5,15 +5,14 @@
 //! [`Timing::take`] adds up the pass durations once the work is done.
 //!
 //! Without timing an [`Encoder`] is a plain `wgpu::CommandEncoder`: the op
-//! code is the same either way.
+//! code is the same either way. [`Timing`] is a part of the context; what
+//! it and the encoder need (the device, the queue) is passed in.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-
-use super::context::GpuContext;
 
 /// Passes timed per query set (two timestamps each). A resolve must start
 /// at a multiple of 256 bytes: 256 pairs of 8-byte stamps keep every
@@ -39,9 +38,9 @@ impl Timing {
         }
     }
 
-    /// Waits for every submission timed so far and returns the sum of its
-    /// compute passes' durations, forgetting them.
-    pub(crate) fn take(&self, ctx: &GpuContext) -> Result<Duration> {
+    /// Waits (on `device`) for every submission timed so far and returns
+    /// the sum of its compute passes' durations, forgetting them.
+    pub(crate) fn take(&self, device: &wgpu::Device) -> Result<Duration> {
         let pending = std::mem::take(&mut *self.pending.lock().map_err(|_| poisoned())?);
         let mut ticks: u128 = 0;
         for (buffer, used) in pending {
@@ -49,7 +48,7 @@ impl Timing {
             buffer.slice(..).map_async(wgpu::MapMode::Read, move |r| {
                 let _ = tx.send(r);
             });
-            ctx.device
+            device
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| timing_error(format!("waiting for the device: {e}")))?;
             match rx.recv() {
@@ -106,11 +105,12 @@ pub(crate) struct Encoder {
 }
 
 impl Encoder {
-    /// A new encoder on `ctx`'s device.
-    pub(crate) fn new(ctx: &GpuContext) -> Encoder {
+    /// A new encoder on `device`, timing its passes when there is a
+    /// `timing`.
+    pub(crate) fn new(device: &wgpu::Device, timing: Option<&Timing>) -> Encoder {
         Encoder {
-            inner: ctx.device.create_command_encoder(&Default::default()),
-            device: ctx.timing.as_ref().map(|_| ctx.device.clone()),
+            inner: device.create_command_encoder(&Default::default()),
+            device: timing.map(|_| device.clone()),
             sets: Vec::new(),
             passes: 0,
         }
@@ -192,12 +192,16 @@ impl DerefMut for Encoder {
     }
 }
 
-/// Finishes and submits `encoder`; its pass timestamps, if any, are kept
-/// for [`Timing::take`].
-pub(crate) fn submit(ctx: &GpuContext, mut encoder: Encoder) -> wgpu::SubmissionIndex {
+/// Finishes and submits `encoder` on `queue`; its pass timestamps, if
+/// any, are kept in `timing` for [`Timing::take`].
+pub(crate) fn submit(
+    queue: &wgpu::Queue,
+    timing: Option<&Timing>,
+    mut encoder: Encoder,
+) -> wgpu::SubmissionIndex {
     let stamps = encoder.resolve();
-    let index = ctx.queue.submit([encoder.inner.finish()]);
-    if let (Some(timing), Some(s)) = (&ctx.timing, stamps)
+    let index = queue.submit([encoder.inner.finish()]);
+    if let (Some(timing), Some(s)) = (timing, stamps)
         && let Ok(mut pending) = timing.pending.lock()
     {
         pending.push(s);

@@ -1,20 +1,35 @@
 //! The shader registry: every `shaders/*.wgsl` file, listed once, and the
 //! constants the shaders share with the Rust side.
 //!
-//! Shaders are specialized two ways: pipeline `override` constants for
-//! scalars (the kernel profile), and `{{NAME}}` placeholders for what
-//! overrides cannot express (sizes of private and workgroup arrays).
+//! [`SHADERS`] has one entry per entry point ([`ShaderSpec`]): its file,
+//! entry, merge entry, placeholders and generated constants. Shaders are
+//! specialized two ways: pipeline `override` constants for scalars (the
+//! kernel profile), and `{{NAME}}` placeholders for what overrides cannot
+//! express (sizes of private and workgroup arrays).
 //!
-//! Constants that have a Rust twin (workgroup sizes the dispatches divide
-//! by, flag bits and mode codes of the parameter blocks, profile codes,
-//! `T_FAR`, `SHIFT_FLOOR`) are not written in the shader files: each is
-//! printed from its Rust value into a generated prelude
-//! ([`ShaderId::consts`]) prepended to the shaders that use it.
+//! Each WGSL file names the modules it uses with `#import` lines at its
+//! top ([`imports`]): the shared files ([`LIBRARY`]: `profiles`,
+//! `row_state`, `softmax_state`) and three modules generated from Rust
+//! values. Constants that have a Rust twin (workgroup sizes the dispatches
+//! divide by, flag bits and mode codes of the parameter blocks, profile
+//! codes, `T_FAR`, `SHIFT_FLOOR`) are not written in the shader files:
+//! each is printed from its Rust value into `consts` (the constant groups
+//! of the importing shader's entry, [`ShaderSpec::consts`]) or
+//! `profile_consts` (those of `profiles.wgsl`); `product` holds a product
+//! kernel's block functions ([`ProductCode`]).
+//!
+//! Bind-group layouts are reflected from the rendered shaders by naga
+//! ([`ShaderId::bindings`]), not written by hand.
 
+mod imports;
 mod product;
+mod reflect;
 
 pub(crate) use product::{ProductCode, block_scales};
+#[cfg(test)]
+pub(crate) use reflect::Access;
 
+use std::borrow::Cow;
 use std::f32::consts::LOG2_E;
 use std::fmt::Write as _;
 
@@ -26,14 +41,32 @@ use crate::gpu::plan::local_mean::{IP_CHUNK_DIMS, IP_STEP_KEYS, IP_TILE_ROWS};
 use crate::gpu::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
 use crate::gpu::plan::{CHUNK_KEYS, FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
 
-/// Shared kernel-profile functions, prepended to the distance-kernel shaders.
-const PROFILES: &str = include_str!("../../../shaders/profiles.wgsl");
-/// The row state, its merge and a key tile's end, shared by the
-/// local-mean family (prepended like the profiles).
-const ROW_STATE: &str = include_str!("../../../shaders/row_state.wgsl");
-/// The attention row state, its merge, a key tile's end and the split
-/// merge pass, shared by the two attention shaders.
-const SOFTMAX_STATE: &str = include_str!("../../../shaders/softmax_state.wgsl");
+/// A WGSL file under `shaders/`: its name and text.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WgslFile {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+/// The [`WgslFile`] of `shaders/<name>`.
+macro_rules! wgsl {
+    ($name:literal) => {
+        WgslFile {
+            name: $name,
+            text: include_str!(concat!("../../../shaders/", $name)),
+        }
+    };
+}
+
+/// The shared files shaders import by name (the file's stem): the kernel
+/// profiles; the local-mean family's row state, its merge and a key
+/// tile's end; the attention row state, its merge, a key tile's end and
+/// the split merge pass.
+pub(crate) const LIBRARY: [(&str, WgslFile); 3] = [
+    ("profiles", wgsl!("profiles.wgsl")),
+    ("row_state", wgsl!("row_state.wgsl")),
+    ("softmax_state", wgsl!("softmax_state.wgsl")),
+];
 
 /// Bit of `flags` (`local_mean.wgsl`, `knn.wgsl`, `softmax.wgsl`): the
 /// first key tile (no state to merge with).
@@ -162,7 +195,7 @@ fn neg_big_const() -> GeneratedConst {
     GeneratedConst::new("NEG_BIG", ConstValue::F32(NEG_BIG), "shaders::NEG_BIG")
 }
 
-/// The generated prelude of constants `consts`.
+/// The generated module of constants `consts`.
 fn prelude(consts: &[GeneratedConst]) -> String {
     let mut src = String::from("// Generated from the Rust constants (src/gpu/shaders/).\n");
     for c in consts {
@@ -171,7 +204,300 @@ fn prelude(consts: &[GeneratedConst]) -> String {
     src
 }
 
-/// One compute shader of the engine.
+/// A group of generated constants, as an entry of [`SHADERS`] lists them
+/// for its module `consts`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Consts {
+    /// A size from `plan/` (a workgroup size or side, keys per chunk, a
+    /// tile side): WGSL name, value, the Rust item.
+    Size(&'static str, usize, &'static str),
+    /// `FIRST_TILE`, `LAST_TILE`: the key-tile bits of `flags`.
+    TileFlags,
+    /// `EXCLUDE_SELF`.
+    ExcludeSelf,
+    /// `LOG2E`.
+    Log2e,
+    /// `M_START`.
+    MStart,
+    /// `NEG_BIG`.
+    NegBig,
+    /// `MISSING` (masked distances).
+    Missing,
+    /// `MODE_*`, the matrix-mode codes.
+    MatrixModes,
+    /// `SHIFT_FLOOR` and the `mode` codes `GATHER`, `FINISH`,
+    /// `FINISH_BLURRING`.
+    MeanShift,
+    /// `CAUSAL`.
+    Causal,
+}
+
+impl Consts {
+    /// The group's constants.
+    fn generate(self, out: &mut Vec<GeneratedConst>) {
+        use GeneratedConst as C;
+        match self {
+            Consts::Size(name, value, source) => out.push(C::wg(name, value, source)),
+            Consts::TileFlags => out.extend([
+                C::u32("FIRST_TILE", FIRST_TILE, "shaders::FIRST_TILE"),
+                C::u32("LAST_TILE", LAST_TILE, "shaders::LAST_TILE"),
+            ]),
+            Consts::ExcludeSelf => out.push(C::u32(
+                "EXCLUDE_SELF",
+                EXCLUDE_SELF,
+                "shaders::EXCLUDE_SELF",
+            )),
+            Consts::Log2e => out.push(C::new(
+                "LOG2E",
+                ConstValue::F32(LOG2_E),
+                "f32::consts::LOG2_E",
+            )),
+            Consts::MStart => out.push(C::new(
+                "M_START",
+                ConstValue::F32(M_START),
+                "shaders::M_START",
+            )),
+            Consts::NegBig => out.push(neg_big_const()),
+            Consts::Missing => out.push(C::new(
+                "MISSING",
+                ConstValue::F32(MISSING_FROM),
+                "shaders::MISSING_FROM",
+            )),
+            Consts::MatrixModes => out.extend(MATRIX_MODES.iter().map(|&(mode, name)| {
+                C::new(
+                    name,
+                    ConstValue::U32(matrix_mode_code(mode)),
+                    "shaders::matrix_mode_code",
+                )
+            })),
+            Consts::MeanShift => out.extend([
+                C::new(
+                    "SHIFT_FLOOR",
+                    ConstValue::F32(SHIFT_FLOOR),
+                    "types::SHIFT_FLOOR",
+                ),
+                C::u32("GATHER", GATHER, "shaders::GATHER"),
+                C::u32("FINISH", FINISH, "shaders::FINISH"),
+                C::u32(
+                    "FINISH_BLURRING",
+                    FINISH_BLURRING,
+                    "shaders::FINISH_BLURRING",
+                ),
+            ]),
+            Consts::Causal => out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL")),
+        }
+    }
+}
+
+/// One entry point of a shader file: everything the registry knows of it.
+#[derive(Debug)]
+pub(crate) struct ShaderSpec {
+    /// Its key.
+    pub id: ShaderId,
+    /// The file under `shaders/`.
+    pub file: WgslFile,
+    /// Entry point.
+    pub entry: &'static str,
+    /// The entry that merges a key split's slices, with its key: same
+    /// file, placeholders, constants and bind groups (`None`: the shader
+    /// does not split keys).
+    pub merge: Option<(ShaderId, &'static str)>,
+    /// The `{{NAME}}` placeholders, each with a value the shader renders
+    /// and validates with: its bind-group layout is reflected from that
+    /// rendering ([`ShaderId::bindings`]).
+    pub placeholders: &'static [(&'static str, u32)],
+    /// The constants of its module `consts`.
+    pub consts: &'static [Consts],
+}
+
+impl ShaderSpec {
+    /// The constants of the module `consts`.
+    fn generated(&self) -> Vec<GeneratedConst> {
+        let mut out = Vec::new();
+        for group in self.consts {
+            group.generate(&mut out);
+        }
+        out
+    }
+}
+
+/// `WG` from a plan constant.
+const fn wg(value: usize, source: &'static str) -> Consts {
+    Consts::Size("WG", value, source)
+}
+
+const LOCAL_WG: Consts = wg(LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG");
+const CHUNK: Consts = Consts::Size("C", CHUNK_KEYS, "plan::CHUNK_KEYS");
+const ATTEND: Consts = wg(ATTEND_WG, "plan::softmax::ATTEND_WG");
+/// The three entries of `feature_mean.wgsl` share its constants.
+const FEATURE_CONSTS: &[Consts] = &[
+    Consts::Size("SUM_WG", SUM_WG, "plan::softmax::SUM_WG"),
+    Consts::Size("FINISH_WG", FINISH_WG, "plan::softmax::FINISH_WG"),
+];
+const MERGE: &str = "merge_splits";
+
+/// Every shader entry point (merge entries with their shader).
+pub(crate) const SHADERS: [ShaderSpec; 13] = [
+    ShaderSpec {
+        id: ShaderId::LocalMean,
+        file: wgsl!("local_mean.wgsl"),
+        entry: "accumulate",
+        merge: Some((ShaderId::LocalMeanMerge, MERGE)),
+        placeholders: &[
+            ("D", 1),
+            ("QT", 0),
+            ("QA", 1),
+            ("STAGE", 256),
+            ("MASKED", 0),
+            ("R", 4),
+        ],
+        consts: &[
+            LOCAL_WG,
+            CHUNK,
+            Consts::Log2e,
+            Consts::MStart,
+            Consts::TileFlags,
+            Consts::ExcludeSelf,
+            Consts::Missing,
+        ],
+    },
+    ShaderSpec {
+        id: ShaderId::LocalMeanIp,
+        file: wgsl!("local_mean_ip.wgsl"),
+        entry: "accumulate",
+        merge: Some((ShaderId::LocalMeanIpMerge, MERGE)),
+        placeholders: &[("D", 32), ("QT", 0), ("QA", 1)],
+        consts: &[
+            LOCAL_WG,
+            CHUNK,
+            Consts::Log2e,
+            Consts::MStart,
+            Consts::TileFlags,
+            Consts::ExcludeSelf,
+            Consts::Size("TQ", IP_TILE_ROWS, "plan::local_mean::IP_TILE_ROWS"),
+            Consts::Size("TK", IP_STEP_KEYS, "plan::local_mean::IP_STEP_KEYS"),
+            Consts::Size("KC", IP_CHUNK_DIMS, "plan::local_mean::IP_CHUNK_DIMS"),
+        ],
+    },
+    ShaderSpec {
+        id: ShaderId::LocalMoments,
+        file: wgsl!("local_moments.wgsl"),
+        entry: "accumulate",
+        merge: Some((ShaderId::LocalMomentsMerge, MERGE)),
+        placeholders: &[
+            ("D", 1),
+            ("QT", 2),
+            ("QA", 2),
+            ("QY", 0),
+            ("YW", 0),
+            ("YWA", 1),
+            ("STAGE", 256),
+            ("SECOND", 0),
+        ],
+        consts: &[LOCAL_WG, Consts::TileFlags],
+    },
+    ShaderSpec {
+        id: ShaderId::KernelMatrix,
+        file: wgsl!("kernel_matrix.wgsl"),
+        entry: "entries",
+        merge: None,
+        placeholders: &[("D", 1)],
+        consts: &[wg(MATRIX_WG, "plan::MATRIX_WG"), Consts::MatrixModes],
+    },
+    ShaderSpec {
+        id: ShaderId::Fill,
+        file: wgsl!("fill.wgsl"),
+        entry: "fill",
+        merge: None,
+        placeholders: &[],
+        consts: &[wg(FILL_WG, "plan::FILL_WG")],
+    },
+    ShaderSpec {
+        id: ShaderId::Knn,
+        file: wgsl!("knn.wgsl"),
+        entry: "nearest",
+        merge: None,
+        placeholders: &[("D", 1), ("K", 1), ("STAGE", 256)],
+        consts: &[LOCAL_WG, Consts::TileFlags],
+    },
+    ShaderSpec {
+        id: ShaderId::MeanShift,
+        file: wgsl!("mean_shift.wgsl"),
+        entry: "step",
+        merge: None,
+        placeholders: &[("D", 1)],
+        consts: &[LOCAL_WG, Consts::MeanShift],
+    },
+    ShaderSpec {
+        id: ShaderId::Softmax,
+        file: wgsl!("softmax.wgsl"),
+        entry: "attend",
+        merge: Some((ShaderId::SoftmaxMerge, MERGE)),
+        placeholders: &[("D4", 1), ("QA4", 1), ("BK", 32)],
+        consts: &[
+            ATTEND,
+            CHUNK,
+            Consts::Log2e,
+            Consts::MStart,
+            Consts::NegBig,
+            Consts::TileFlags,
+            Consts::Causal,
+        ],
+    },
+    ShaderSpec {
+        id: ShaderId::SoftmaxTiled,
+        file: wgsl!("softmax_tiled.wgsl"),
+        entry: "attend_tiled",
+        merge: Some((ShaderId::SoftmaxTiledMerge, MERGE)),
+        placeholders: &[("D4", 1), ("QA4", 1), ("BK", 32)],
+        consts: &[
+            ATTEND,
+            Consts::Log2e,
+            Consts::MStart,
+            Consts::NegBig,
+            Consts::TileFlags,
+            Consts::Causal,
+        ],
+    },
+    ShaderSpec {
+        id: ShaderId::SoftmaxMatrix,
+        file: wgsl!("softmax_matrix.wgsl"),
+        entry: "entries",
+        merge: None,
+        placeholders: &[],
+        consts: &[
+            wg(SOFTMAX_MATRIX_WG, "plan::softmax::MATRIX_WG"),
+            Consts::Log2e,
+        ],
+    },
+    ShaderSpec {
+        id: ShaderId::FeatureSums,
+        file: wgsl!("feature_mean.wgsl"),
+        entry: "chunk_sums",
+        merge: None,
+        placeholders: &[("QA", 1)],
+        consts: FEATURE_CONSTS,
+    },
+    ShaderSpec {
+        id: ShaderId::FeaturePrefix,
+        file: wgsl!("feature_mean.wgsl"),
+        entry: "prefix",
+        merge: None,
+        placeholders: &[("QA", 1)],
+        consts: FEATURE_CONSTS,
+    },
+    ShaderSpec {
+        id: ShaderId::FeatureFinish,
+        file: wgsl!("feature_mean.wgsl"),
+        entry: "finish",
+        merge: None,
+        placeholders: &[("QA", 1)],
+        consts: FEATURE_CONSTS,
+    },
+];
+
+/// One compute shader entry point of the engine: the key of
+/// [`SHADERS`] and of the pipeline cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ShaderId {
     /// `shaders/local_mean.wgsl`: fused local mean / row sums.
@@ -239,319 +565,123 @@ impl ShaderId {
         ShaderId::SoftmaxTiledMerge,
     ];
 
+    /// The entry of [`SHADERS`] that declares this shader (a merge
+    /// entry's: its accumulate pass's).
+    pub(crate) fn spec(self) -> &'static ShaderSpec {
+        SHADERS
+            .iter()
+            .find(|s| s.id == self || s.merge.is_some_and(|(m, _)| m == self))
+            .expect("every ShaderId is in SHADERS") // ok: checked by the registry's tests
+    }
+
     /// The shader whose file, placeholders, constants and bindings an
     /// entry point shares (itself but for the merge entries, whose bind
     /// groups are their accumulate pass's).
     pub(crate) fn base(self) -> ShaderId {
-        match self {
-            ShaderId::LocalMeanMerge => ShaderId::LocalMean,
-            ShaderId::LocalMomentsMerge => ShaderId::LocalMoments,
-            ShaderId::SoftmaxMerge => ShaderId::Softmax,
-            ShaderId::LocalMeanIpMerge => ShaderId::LocalMeanIp,
-            ShaderId::SoftmaxTiledMerge => ShaderId::SoftmaxTiled,
-            other => other,
-        }
+        self.spec().id
     }
 
     /// The merge entry of a shader with key splits.
     pub(crate) fn merge(self) -> Option<ShaderId> {
-        match self {
-            ShaderId::LocalMean => Some(ShaderId::LocalMeanMerge),
-            ShaderId::LocalMoments => Some(ShaderId::LocalMomentsMerge),
-            ShaderId::Softmax => Some(ShaderId::SoftmaxMerge),
-            ShaderId::LocalMeanIp => Some(ShaderId::LocalMeanIpMerge),
-            ShaderId::SoftmaxTiled => Some(ShaderId::SoftmaxTiledMerge),
-            _ => None,
-        }
+        let spec = self.spec();
+        spec.merge.filter(|_| spec.id == self).map(|(m, _)| m)
     }
 
     /// File name under `shaders/`.
     pub(crate) fn file(self) -> &'static str {
-        match self {
-            ShaderId::LocalMean | ShaderId::LocalMeanMerge => "local_mean.wgsl",
-            ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => "local_mean_ip.wgsl",
-            ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => "local_moments.wgsl",
-            ShaderId::KernelMatrix => "kernel_matrix.wgsl",
-            ShaderId::Fill => "fill.wgsl",
-            ShaderId::Knn => "knn.wgsl",
-            ShaderId::MeanShift => "mean_shift.wgsl",
-            ShaderId::Softmax | ShaderId::SoftmaxMerge => "softmax.wgsl",
-            ShaderId::SoftmaxTiled | ShaderId::SoftmaxTiledMerge => "softmax_tiled.wgsl",
-            ShaderId::SoftmaxMatrix => "softmax_matrix.wgsl",
-            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
-                "feature_mean.wgsl"
-            }
-        }
-    }
-
-    fn body(self) -> &'static str {
-        match self {
-            ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
-                include_str!("../../../shaders/local_mean.wgsl")
-            }
-            ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => {
-                include_str!("../../../shaders/local_mean_ip.wgsl")
-            }
-            ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
-                include_str!("../../../shaders/local_moments.wgsl")
-            }
-            ShaderId::KernelMatrix => include_str!("../../../shaders/kernel_matrix.wgsl"),
-            ShaderId::Fill => include_str!("../../../shaders/fill.wgsl"),
-            ShaderId::Knn => include_str!("../../../shaders/knn.wgsl"),
-            ShaderId::MeanShift => include_str!("../../../shaders/mean_shift.wgsl"),
-            ShaderId::Softmax | ShaderId::SoftmaxMerge => {
-                include_str!("../../../shaders/softmax.wgsl")
-            }
-            ShaderId::SoftmaxTiled | ShaderId::SoftmaxTiledMerge => {
-                include_str!("../../../shaders/softmax_tiled.wgsl")
-            }
-            ShaderId::SoftmaxMatrix => include_str!("../../../shaders/softmax_matrix.wgsl"),
-            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
-                include_str!("../../../shaders/feature_mean.wgsl")
-            }
-        }
+        self.spec().file.name
     }
 
     /// Entry point.
     pub(crate) fn entry(self) -> &'static str {
-        match self {
-            ShaderId::LocalMean | ShaderId::LocalMoments => "accumulate",
-            ShaderId::LocalMeanMerge
-            | ShaderId::LocalMomentsMerge
-            | ShaderId::SoftmaxMerge
-            | ShaderId::SoftmaxTiledMerge
-            | ShaderId::LocalMeanIpMerge => "merge_splits",
-            ShaderId::LocalMeanIp => "accumulate",
-            ShaderId::KernelMatrix => "entries",
-            ShaderId::Fill => "fill",
-            ShaderId::Knn => "nearest",
-            ShaderId::MeanShift => "step",
-            ShaderId::Softmax => "attend",
-            ShaderId::SoftmaxTiled => "attend_tiled",
-            ShaderId::SoftmaxMatrix => "entries",
-            ShaderId::FeatureSums => "chunk_sums",
-            ShaderId::FeaturePrefix => "prefix",
-            ShaderId::FeatureFinish => "finish",
+        let spec = self.spec();
+        match spec.merge {
+            Some((m, entry)) if m == self => entry,
+            _ => spec.entry,
         }
     }
 
-    /// Whether the shader uses `profiles.wgsl` (and its `PROFILE` override).
+    /// The shader's modules, its imports resolved (for `product`, a
+    /// product kernel's blocks; `None`: radial).
+    fn resolve(self, product: Option<&ProductCode>) -> Result<imports::Resolved, String> {
+        let spec = self.spec();
+        imports::resolve(spec.file.name, spec.file.text, |name| match name {
+            "consts" => Some(Cow::Owned(prelude(&spec.generated()))),
+            "profile_consts" => Some(Cow::Owned(prelude(&profile_consts()))),
+            "product" => Some(Cow::Owned(ProductCode::wgsl(product))),
+            _ => library(name).map(|f| Cow::Borrowed(f.text)),
+        })
+    }
+
+    /// Whether the shader imports `profiles.wgsl` (and so has its
+    /// `PROFILE` override).
+    #[cfg(test)]
     pub(crate) fn uses_profiles(self) -> bool {
-        matches!(
-            self.base(),
-            ShaderId::LocalMean
-                | ShaderId::LocalMoments
-                | ShaderId::LocalMeanIp
-                | ShaderId::KernelMatrix
-        )
+        let resolved = self.resolve(None).expect("registered shaders resolve");
+        resolved.modules.iter().any(|m| m == "profiles")
     }
 
-    /// The placeholders the shader needs.
-    pub(crate) fn placeholders(self) -> &'static [&'static str] {
-        match self {
-            ShaderId::LocalMean | ShaderId::LocalMeanMerge => {
-                &["D", "QT", "QA", "STAGE", "MASKED", "R"]
-            }
-            ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => &["D", "QT", "QA"],
-            ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
-                &["D", "QT", "QA", "QY", "YW", "YWA", "STAGE", "SECOND"]
-            }
-            ShaderId::KernelMatrix => &["D"],
-            ShaderId::Fill | ShaderId::SoftmaxMatrix => &[],
-            ShaderId::Knn => &["D", "K", "STAGE"],
-            ShaderId::MeanShift => &["D"],
-            ShaderId::Softmax
-            | ShaderId::SoftmaxMerge
-            | ShaderId::SoftmaxTiled
-            | ShaderId::SoftmaxTiledMerge => &["D4", "QA4", "BK"],
-            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => &["QA"],
-        }
-    }
-
-    /// The constants generated into this shader's prelude (with those of
-    /// `profiles.wgsl` when it uses the profiles).
+    /// Every constant generated into the shader: its `consts`, and
+    /// `profile_consts` when it imports the profiles.
+    #[cfg(test)]
     pub(crate) fn consts(self) -> Vec<GeneratedConst> {
-        use GeneratedConst as C;
-        let tiles = || {
-            [
-                C::u32("FIRST_TILE", FIRST_TILE, "shaders::FIRST_TILE"),
-                C::u32("LAST_TILE", LAST_TILE, "shaders::LAST_TILE"),
-            ]
-        };
-        let log2e = || C::new("LOG2E", ConstValue::F32(LOG2_E), "f32::consts::LOG2_E");
-        let m_start = || C::new("M_START", ConstValue::F32(M_START), "shaders::M_START");
-        let mut out = if self.uses_profiles() {
-            profile_consts()
-        } else {
-            Vec::new()
-        };
-        match self {
-            ShaderId::LocalMean
-            | ShaderId::LocalMeanMerge
-            | ShaderId::LocalMeanIp
-            | ShaderId::LocalMeanIpMerge => {
-                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
-                out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
-                out.extend([log2e(), m_start()]);
-                out.extend(tiles());
-                out.push(C::u32(
-                    "EXCLUDE_SELF",
-                    EXCLUDE_SELF,
-                    "shaders::EXCLUDE_SELF",
-                ));
-                if self.base() == ShaderId::LocalMeanIp {
-                    out.push(C::wg("TQ", IP_TILE_ROWS, "plan::local_mean::IP_TILE_ROWS"));
-                    out.push(C::wg("TK", IP_STEP_KEYS, "plan::local_mean::IP_STEP_KEYS"));
-                    out.push(C::wg(
-                        "KC",
-                        IP_CHUNK_DIMS,
-                        "plan::local_mean::IP_CHUNK_DIMS",
-                    ));
-                }
-                // Masked distances: local_mean.wgsl only.
-                if self.base() == ShaderId::LocalMean {
-                    out.push(C::new(
-                        "MISSING",
-                        ConstValue::F32(MISSING_FROM),
-                        "shaders::MISSING_FROM",
-                    ));
-                }
-            }
-            ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => {
-                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
-                out.extend(tiles());
-            }
-            ShaderId::KernelMatrix => {
-                out.push(C::wg("WG", MATRIX_WG, "plan::MATRIX_WG"));
-                out.extend(MATRIX_MODES.iter().map(|&(mode, name)| {
-                    C::new(
-                        name,
-                        ConstValue::U32(matrix_mode_code(mode)),
-                        "shaders::matrix_mode_code",
-                    )
-                }));
-            }
-            ShaderId::Fill => out.push(C::wg("WG", FILL_WG, "plan::FILL_WG")),
-            ShaderId::Knn => {
-                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
-                out.extend(tiles());
-            }
-            ShaderId::MeanShift => {
-                out.push(C::wg("WG", LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG"));
-                out.push(C::new(
-                    "SHIFT_FLOOR",
-                    ConstValue::F32(SHIFT_FLOOR),
-                    "types::SHIFT_FLOOR",
-                ));
-                out.push(C::u32("GATHER", GATHER, "shaders::GATHER"));
-                out.push(C::u32("FINISH", FINISH, "shaders::FINISH"));
-                out.push(C::u32(
-                    "FINISH_BLURRING",
-                    FINISH_BLURRING,
-                    "shaders::FINISH_BLURRING",
-                ));
-            }
-            ShaderId::Softmax
-            | ShaderId::SoftmaxMerge
-            | ShaderId::SoftmaxTiled
-            | ShaderId::SoftmaxTiledMerge => {
-                out.push(C::wg("WG", ATTEND_WG, "plan::softmax::ATTEND_WG"));
-                if self.base() == ShaderId::Softmax {
-                    out.push(C::wg("C", CHUNK_KEYS, "plan::CHUNK_KEYS"));
-                }
-                out.extend([log2e(), m_start(), neg_big_const()]);
-                out.extend(tiles());
-                out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL"));
-            }
-            ShaderId::SoftmaxMatrix => {
-                out.push(C::wg("WG", SOFTMAX_MATRIX_WG, "plan::softmax::MATRIX_WG"));
-                out.push(log2e());
-            }
-            ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
-                out.push(C::wg("SUM_WG", SUM_WG, "plan::softmax::SUM_WG"));
-                out.push(C::wg("FINISH_WG", FINISH_WG, "plan::softmax::FINISH_WG"));
-            }
+        let resolved = self.resolve(None).expect("registered shaders resolve");
+        let has = |m: &str| resolved.modules.iter().any(|n| n == m);
+        let mut out = Vec::new();
+        if has("profile_consts") {
+            out.extend(profile_consts());
+        }
+        if has("consts") {
+            out.extend(self.spec().generated());
         }
         out
     }
 
-    /// The workgroup size of the entry point: the constants its dispatches
-    /// divide by (checked against the shader by the tests).
-    #[cfg(test)]
-    pub(crate) fn workgroup_size(self) -> [usize; 3] {
-        match self {
-            ShaderId::LocalMean
-            | ShaderId::LocalMoments
-            | ShaderId::LocalMeanIp
-            | ShaderId::LocalMeanIpMerge
-            | ShaderId::LocalMeanMerge
-            | ShaderId::LocalMomentsMerge
-            | ShaderId::Knn
-            | ShaderId::MeanShift => [LOCAL_MEAN_WG, 1, 1],
-            ShaderId::KernelMatrix => [MATRIX_WG, MATRIX_WG, 1],
-            ShaderId::Fill => [FILL_WG, 1, 1],
-            ShaderId::Softmax
-            | ShaderId::SoftmaxMerge
-            | ShaderId::SoftmaxTiled
-            | ShaderId::SoftmaxTiledMerge => [ATTEND_WG, 1, 1],
-            ShaderId::SoftmaxMatrix => [SOFTMAX_MATRIX_WG, SOFTMAX_MATRIX_WG, 1],
-            ShaderId::FeatureSums | ShaderId::FeaturePrefix => [SUM_WG, 1, 1],
-            ShaderId::FeatureFinish => [FINISH_WG, 1, 1],
-        }
-    }
-
-    /// The full WGSL source: the generated constants, the profiles when
-    /// used, the shader file, with the placeholders replaced.
+    /// The full WGSL source: the shader file with its imports resolved
+    /// and the placeholders replaced.
     #[cfg(test)]
     pub(crate) fn render(self, values: &[(&str, u32)]) -> Result<String, String> {
         self.render_for(values, None)
     }
 
     /// [`render`](Self::render) for a product kernel's blocks (`None`:
-    /// radial), which the profile-using shaders evaluate by generated
-    /// functions.
+    /// radial), which the shaders importing `product` evaluate by
+    /// generated functions.
     pub(crate) fn render_for(
         self,
         values: &[(&str, u32)],
         product: Option<&ProductCode>,
     ) -> Result<String, String> {
-        let mut src = prelude(&self.consts());
-        src.push('\n');
-        if self.uses_profiles() {
-            src.push_str(PROFILES);
-            src.push('\n');
-            src.push_str(&ProductCode::wgsl(product));
-            src.push('\n');
-        }
-        if matches!(
-            self.base(),
-            ShaderId::LocalMean | ShaderId::LocalMoments | ShaderId::LocalMeanIp
-        ) {
-            src.push_str(ROW_STATE);
-            src.push('\n');
-        }
-        if matches!(self.base(), ShaderId::Softmax | ShaderId::SoftmaxTiled) {
-            src.push_str(SOFTMAX_STATE);
-            src.push('\n');
-        }
-        src.push_str(self.body());
-        for &name in self.placeholders() {
+        let spec = self.spec();
+        let mut src = self.resolve(product)?.source;
+        for &(name, _) in spec.placeholders {
             let v = values
                 .iter()
                 .find(|(n, _)| *n == name)
-                .ok_or_else(|| format!("{}: no value for {{{{{name}}}}}", self.file()))?;
+                .ok_or_else(|| format!("{}: no value for {{{{{name}}}}}", spec.file.name))?;
             src = src.replace(&format!("{{{{{name}}}}}", name = name), &v.1.to_string());
         }
         if let Some(pos) = src.find("{{") {
             let end = src[pos..].find("}}").map_or(src.len(), |e| pos + e + 2);
             return Err(format!(
                 "{}: unknown placeholder {}",
-                self.file(),
+                spec.file.name,
                 &src[pos..end]
             ));
         }
         Ok(src)
     }
+
+    /// The source rendered with the placeholder values of its entry in
+    /// [`SHADERS`].
+    fn render_example(self) -> Result<String, String> {
+        self.render_for(self.spec().placeholders, None)
+    }
+}
+
+/// The shared file imported as `name`.
+fn library(name: &str) -> Option<WgslFile> {
+    LIBRARY.iter().find(|(n, _)| *n == name).map(|&(_, f)| f)
 }
 
 #[cfg(test)]

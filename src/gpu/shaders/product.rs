@@ -45,13 +45,14 @@ impl ProductCode {
         ))
     }
 
-    /// The WGSL of the product's block functions (`PRODUCT`, `block_last`,
-    /// `block_t`, `block_dims`, `coord_inv_h`; they read the shader's
-    /// `block_inv_h(b)`); for `None`, their radial stand-ins, which the
-    /// compiler folds away.
+    /// The module `product`: the WGSL of the product's block functions
+    /// (`PRODUCT`, `block_last`, `block_t`, `block_dims`, `coord_inv_h`;
+    /// they read the importing shader's `block_inv_h(b)`); for `None`,
+    /// their radial stand-ins, which the compiler folds away.
     pub(super) fn wgsl(code: Option<&ProductCode>) -> String {
         let Some(ProductCode(blocks)) = code else {
-            return "const PRODUCT: bool = false;\n\
+            return "#import profiles\n\
+                    const PRODUCT: bool = false;\n\
                     fn block_last(k: u32) -> bool { return false; }\n\
                     fn block_t(k: u32, s: f32) -> f32 { return s; }\n\
                     fn block_dims(k: u32) -> u32 { return 1u; }\n\
@@ -60,7 +61,8 @@ impl ProductCode {
         };
         let last = |b: &[u32; 3]| b[1] - 1;
         let mut s = String::from(
-            "// Generated: the product kernel's blocks (docs/numerics.md, \"Product kernels\").\n\
+            "#import profiles\n\
+             // Generated: the product kernel's blocks (docs/numerics.md, \"Product kernels\").\n\
              const PRODUCT: bool = true;\n",
         );
         let ends: Vec<String> = blocks

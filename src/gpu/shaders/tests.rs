@@ -123,13 +123,22 @@ fn every_shader_file_is_registered_and_validates() {
     files.sort();
     assert!(!files.is_empty());
     for file in &files {
-        if file == "profiles.wgsl" {
-            validate(file, &format!("{}\n{PROFILES}", prelude(&profile_consts())));
-            continue;
-        }
-        if file == "row_state.wgsl" || file == "softmax_state.wgsl" {
-            // Parts of the local-mean family and of the two attention
-            // shaders, checked with them.
+        if let Some(&(name, lib)) = LIBRARY.iter().find(|(_, f)| f.name == file) {
+            assert_eq!(
+                format!("{name}.wgsl"),
+                *file,
+                "a module is named by its file"
+            );
+            if name == "profiles" {
+                let resolved = imports::resolve(name, lib.text, |m| {
+                    (m == "profile_consts").then(|| prelude(&profile_consts()).into())
+                })
+                .expect("profiles.wgsl imports only its constants");
+                validate(file, &resolved.source);
+            }
+            // row_state.wgsl and softmax_state.wgsl: parts of the
+            // local-mean family and of the two attention shaders (they use
+            // the importing shader's sizes), checked with them.
             continue;
         }
         let id = ShaderId::ALL
@@ -292,6 +301,84 @@ fn matrix_modes_and_profiles_have_distinct_codes_and_names() {
     codes.sort_unstable();
     codes.dedup();
     assert_eq!(codes.len(), Profile::ALL.len());
+}
+
+/// The table names each shader once (a merge entry with its shader),
+/// each library module is imported by some shader, and every shader
+/// renders and validates with its placeholder values in the table (those
+/// its layout is reflected with).
+#[test]
+fn the_table_is_complete() {
+    for id in ShaderId::ALL {
+        let declaring = SHADERS
+            .iter()
+            .filter(|s| s.id == id || s.merge.is_some_and(|(m, _)| m == id))
+            .count();
+        assert_eq!(declaring, 1, "{id:?} is declared {declaring} times");
+        assert_eq!(id.merge().map(ShaderId::base), id.merge().map(|_| id));
+        let src = id.render_example().expect("renders");
+        validate(&format!("{} (table values)", id.file()), &src);
+        let names: Vec<_> = id.spec().placeholders.iter().map(|p| p.0).collect();
+        for values in samples(id) {
+            let mut given: Vec<_> = values.iter().map(|v| v.0).collect();
+            given.sort_unstable();
+            let mut want = names.clone();
+            want.sort_unstable();
+            assert_eq!(
+                given, want,
+                "{id:?}: samples and table name the same placeholders"
+            );
+        }
+    }
+    assert_eq!(
+        SHADERS.len() + SHADERS.iter().filter(|s| s.merge.is_some()).count(),
+        ShaderId::ALL.len()
+    );
+    for (name, _) in LIBRARY {
+        assert!(
+            ShaderId::ALL.into_iter().any(|id| id
+                .resolve(None)
+                .expect("resolves")
+                .modules
+                .iter()
+                .any(|m| m == name)),
+            "no shader imports {name}"
+        );
+    }
+}
+
+/// What each shader imports, in the order the resolver emits it: the
+/// shared files and the generated modules.
+#[test]
+fn shaders_name_their_imports() {
+    let modules = |id: ShaderId| id.resolve(None).expect("resolves").modules;
+    assert_eq!(
+        modules(ShaderId::LocalMean),
+        [
+            "consts",
+            "profile_consts",
+            "profiles",
+            "product",
+            "row_state",
+            "local_mean.wgsl"
+        ]
+    );
+    assert_eq!(
+        modules(ShaderId::SoftmaxTiledMerge),
+        ["consts", "softmax_state", "softmax_tiled.wgsl"]
+    );
+    assert_eq!(modules(ShaderId::Fill), ["consts", "fill.wgsl"]);
+    // Generated source has no directive left; nothing is prepended that
+    // a file does not import.
+    for id in ShaderId::ALL {
+        let src = id.render_example().expect("renders");
+        assert!(!src.contains("#import"), "{id:?}");
+        assert_eq!(
+            src.contains("override PROFILE"),
+            id.uses_profiles(),
+            "{id:?}"
+        );
+    }
 }
 
 #[test]

@@ -37,6 +37,22 @@ struct AttendParams {
     _pad: u32,
 }
 
+/// What the passes of one group of batches share, as `record_attend`
+/// needs it.
+pub(super) struct AttendJob<'a> {
+    pub(super) op: &'static str,
+    pub(super) plan: &'a AttendPlan,
+    pub(super) attn: &'a Attention,
+    /// Keys per batch.
+    pub(super) keys: usize,
+    /// Feature dimension.
+    pub(super) d: usize,
+    /// Value columns (0: the row statistics only).
+    pub(super) q: usize,
+    /// N − M: query i sees the keys j ≤ i + off (causal mask).
+    pub(super) off: usize,
+}
+
 /// One query tile of an attention call, as `record_attend` needs it.
 pub(super) struct QueryTile<'a, 'p> {
     /// Index within the batch of the first row, and rows per batch.
@@ -58,17 +74,22 @@ pub(super) struct QueryTile<'a, 'p> {
 /// rows give the device too few workgroups, each key tile is split across
 /// workgroups and a merge dispatch follows (docs/tiling.md).
 /// The shader keeps the logits in log₂ units (log₂e folded into the query).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn record_attend<'p>(
     ctx: &'p GpuContext,
-    op: &'static str,
     sub: &mut Submission<'p>,
-    plan: &AttendPlan,
-    attn: &Attention,
-    (n, d, q, off): (usize, usize, usize, usize),
+    job: &AttendJob<'_>,
     tile: &QueryTile<'_, '_>,
     key_tiles: &[KeyTile<'_>],
 ) -> Result<()> {
+    let AttendJob {
+        op,
+        plan,
+        attn,
+        keys: n,
+        d,
+        q,
+        off,
+    } = *job;
     // Key tiles past the tile's last limit are hidden from every row.
     let seen: Vec<&KeyTile<'_>> = key_tiles
         .iter()
@@ -164,7 +185,7 @@ pub(super) fn record_attend<'p>(
             profile: None,
             product: None,
         };
-        let pipeline = ctx.pipelines.get(ctx, op, &key)?;
+        let pipeline = ctx.pipeline(op, &key)?;
         let merge = merge_pipeline(ctx, op, &key, splits)?;
         let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some(op),
@@ -249,21 +270,23 @@ impl AttendCall<'_> {
         let (op, plan) = (self.op, self.plan);
         let (m, d) = (phi.rows, phi.cols());
         let (n, q) = self.shape;
-        let off = n - m.min(n);
+        let job = AttendJob {
+            op,
+            plan,
+            attn: self.attn,
+            keys: n,
+            d,
+            q,
+            off: n - m.min(n),
+        };
         let storage = wgpu::BufferUsages::STORAGE;
         for (r0, r1) in tiles(m, plan.query_tile) {
             let (p0, p1) = stacked(b0, b1, r0, r1, m);
             let qbuf = upload(ctx, op, phi.data.row_range(p0, p1), storage)?;
             // Row states pass between key tiles; one tile needs none.
             let state_rows = if key_tiles.len() > 1 { p1 - p0 } else { 0 };
-            let state = ctx.pool.get(
-                ctx,
-                op,
-                (state_rows * plan.state_cols() * 4) as u64,
-                storage,
-            )?;
-            let obuf = ctx.pool.get(
-                ctx,
+            let state = ctx.buffer(op, (state_rows * plan.state_cols() * 4) as u64, storage)?;
+            let obuf = ctx.buffer(
                 op,
                 ((p1 - p0) * q * 4) as u64,
                 storage | wgpu::BufferUsages::COPY_SRC,
@@ -279,16 +302,7 @@ impl AttendCall<'_> {
                 state: &state,
                 out: &obuf,
             };
-            record_attend(
-                ctx,
-                op,
-                &mut sub,
-                plan,
-                self.attn,
-                (n, d, q, off),
-                &tile,
-                key_tiles,
-            )?;
+            record_attend(ctx, &mut sub, &job, &tile, key_tiles)?;
             // One copy, from the mapped staging buffer into the output.
             let dst = &mut out[p0 * q..p1 * q];
             sub.submit_with_readback(ctx, self.scope, &[(obuf.buffer(), obuf.len())])?

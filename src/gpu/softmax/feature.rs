@@ -78,16 +78,14 @@ pub(crate) fn feature_local_mean(
         profile: None,
         product: None,
     };
-    let sums_pipeline = ctx.pipelines.get(
-        ctx,
+    let sums_pipeline = ctx.pipeline(
         OP,
         &PipelineKey {
             shader: ShaderId::FeatureSums,
             ..template(1)
         },
     )?;
-    let prefix_pipeline = ctx.pipelines.get(
-        ctx,
+    let prefix_pipeline = ctx.pipeline(
         OP,
         &PipelineKey {
             shader: ShaderId::FeaturePrefix,
@@ -97,17 +95,14 @@ pub(crate) fn feature_local_mean(
     for b in 0..nb {
         let psi_scale = power_of_two_scale(psi.batch_slice(b));
         let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b, b + 1), plan.key_tile)?;
-        let sums = ctx
-            .pool
-            .get(ctx, OP, ((chunks + 1) * e * 4) as u64, storage)?;
-        let counter = ctx.pool.get(
-            ctx,
+        let sums = ctx.buffer(OP, ((chunks + 1) * e * 4) as u64, storage)?;
+        let counter = ctx.buffer(
             OP,
             4,
             storage | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         )?;
-        let dummy = ctx.pool.get(ctx, OP, 4, storage)?;
-        let dummy_out = ctx.pool.get(ctx, OP, 4, storage)?;
+        let dummy = ctx.buffer(OP, 4, storage)?;
+        let dummy_out = ctx.buffer(OP, 4, storage)?;
         let base = FeatParams {
             d: check_u32(OP, "dimension", d)?,
             q: check_u32(OP, "value columns", q)?,
@@ -205,8 +200,7 @@ pub(crate) fn feature_local_mean(
         for &(r0, r1, t) in &qtiles {
             let (p0, p1) = stacked(b, b + 1, r0, r1, m);
             let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
-            let obuf = ctx.pool.get(
-                ctx,
+            let obuf = ctx.buffer(
                 OP,
                 ((r1 - r0) * q * 4) as u64,
                 storage | wgpu::BufferUsages::COPY_SRC,
@@ -214,7 +208,7 @@ pub(crate) fn feature_local_mean(
             sub.fill_sentinel(ctx, OP, &obuf)?;
             let bg = group(&key_tiles[t], &qbuf, &obuf);
             for &(c0, c1) in &passes {
-                let pipeline = ctx.pipelines.get(ctx, OP, &template(c1 - c0))?;
+                let pipeline = ctx.pipeline(OP, &template(c1 - c0))?;
                 let mut pass = sub.begin_compute_pass(&Default::default());
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bg, &[params.offset(rec)]);

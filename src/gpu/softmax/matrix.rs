@@ -8,7 +8,7 @@ use crate::gpu::plan::{batch_bytes, plan_softmax_matrix, tiles};
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
 
-use super::attention::{QueryTile, record_attend};
+use super::attention::{AttendJob, QueryTile, record_attend};
 use super::{stacked, upload_keys};
 use crate::gpu::buffers::upload;
 use crate::gpu::context::GpuContext;
@@ -56,8 +56,17 @@ pub(crate) fn softmax_matrix(
     let off = n - m.min(n);
     let storage = wgpu::BufferUsages::STORAGE;
     let batch_bytes = batch_bytes(&ctx.limits, &ctx.caps);
-    let pipeline = ctx.pipelines.get(
-        ctx,
+    // The row pass: statistics only.
+    let job = AttendJob {
+        op: OP,
+        plan: &plan,
+        attn,
+        keys: n,
+        d,
+        q: 0,
+        off,
+    };
+    let pipeline = ctx.pipeline(
         OP,
         &PipelineKey {
             shader: ShaderId::SoftmaxMatrix,
@@ -72,10 +81,8 @@ pub(crate) fn softmax_matrix(
             let rows = r1 - r0;
             let (p0, p1) = stacked(b, b + 1, r0, r1, m);
             let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
-            let state = ctx
-                .pool
-                .get(ctx, OP, (rows * plan.state_cols() * 4) as u64, storage)?;
-            let dummy_out = ctx.pool.get(ctx, OP, 4, storage)?;
+            let state = ctx.buffer(OP, (rows * plan.state_cols() * 4) as u64, storage)?;
+            let dummy_out = ctx.buffer(OP, 4, storage)?;
             let mut sub = Submission::new(ctx);
             let tile = QueryTile {
                 row_start: r0,
@@ -86,16 +93,7 @@ pub(crate) fn softmax_matrix(
                 state: &state,
                 out: &dummy_out,
             };
-            record_attend(
-                ctx,
-                OP,
-                &mut sub,
-                &plan,
-                attn,
-                (n, d, 0, off),
-                &tile,
-                &key_tiles,
-            )?;
+            record_attend(ctx, &mut sub, &job, &tile, &key_tiles)?;
             let mut blocks = Blocks::new(batch_bytes);
             // Key tiles no row of this query tile sees stay 0 (as allocated).
             for kt in key_tiles
@@ -107,9 +105,7 @@ pub(crate) fn softmax_matrix(
                     let brows = a1 - a0;
                     let bytes = (brows * kt.len * 4) as u64;
                     blocks.make_room(ctx, &scope, &mut sub, bytes, &mut out, n)?;
-                    let obuf =
-                        ctx.pool
-                            .get(ctx, OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
+                    let obuf = ctx.buffer(OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
                     let params = ParamBlock::new(
                         ctx,
                         OP,
