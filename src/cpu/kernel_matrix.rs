@@ -246,21 +246,10 @@ fn fill_row_impl<S: Isa>(
 #[cfg(test)]
 mod tests {
     use super::super::keys::{KeyColumns, Pack};
+    use super::super::test_data as data;
     use super::*;
     use crate::kernel::Profile;
     use crate::matrix::Matrix;
-
-    fn data(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     /// Rows by inner products (keys with panels) against the `f64`
     /// definition (raw) and the rows by differences (every mode), on

@@ -209,21 +209,9 @@ fn chunk_impl<S: Isa>(
 mod tests {
     use super::super::keys::{KeyColumns, Pack};
     use super::super::knn::direct;
+    use super::super::test_data as data;
     use super::*;
     use crate::matrix::Matrix;
-
-    /// A small deterministic generator (xorshift), values in `[-1, 1)`.
-    fn data(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     /// Blocked and direct lists of `q` (m × d) against `x` (n × d), on the
     /// portable build and (where the CPU has it) the AVX2 + FMA build.

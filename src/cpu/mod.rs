@@ -156,3 +156,18 @@ impl Backend for CpuBackend {
         ))
     }
 }
+
+/// Test inputs of the CPU kernels: `len` values in `[-1, 1)` from a small
+/// deterministic generator (xorshift), a different stream per `seed`.
+#[cfg(test)]
+pub(crate) fn test_data(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}

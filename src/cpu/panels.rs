@@ -568,19 +568,8 @@ impl<'a> SqDists<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_data as data;
     use super::*;
-
-    fn data(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     #[test]
     fn tiles_equal_f64_dot_products_on_every_build() {
