@@ -75,6 +75,74 @@ fn kernel_settings(kernel: Kernel, profile: Profile) -> (Profile, Bandwidth, Opt
     }
 }
 
+/// The kernel and iteration setters of [`MeanShiftParams`] and
+/// [`MedoidShiftParams`], written once (`$default`: the default profile;
+/// `$product`: what a product kernel gives; `$step`: what one iteration
+/// moves).
+macro_rules! kernel_setters {
+    ($default:literal, $product:literal, $step:literal) => {
+        #[doc = concat!("The kernel profile (default ", $default, ").")]
+        pub fn profile(mut self, profile: Profile) -> Self {
+            self.profile = profile;
+            self
+        }
+
+        /// A fixed bandwidth `h`.
+        pub fn bandwidth(mut self, h: f32) -> Self {
+            self.bandwidth = Bandwidth::Fixed(h);
+            self.product = None;
+            self
+        }
+
+        /// The kernel itself: a radial kernel sets the profile and a fixed
+        /// bandwidth; a product kernel ([`Kernel::product`]) gives
+        #[doc = $product]
+        pub fn kernel(mut self, kernel: Kernel) -> Self {
+            (self.profile, self.bandwidth, self.product) = kernel_settings(kernel, self.profile);
+            self
+        }
+
+        /// How the bandwidth is chosen.
+        pub fn bandwidth_rule(mut self, rule: Bandwidth) -> Self {
+            self.bandwidth = rule;
+            self.product = None;
+            self
+        }
+
+        #[doc = concat!("Most ", $step, " (default 300).")]
+        pub fn max_iter(mut self, max_iter: usize) -> Self {
+            self.max_iter = max_iter;
+            self
+        }
+    };
+}
+
+/// The kernel and iteration getters of [`MeanShiftValidParams`] and
+/// [`MedoidShiftValidParams`] (`$step`: what one iteration moves).
+macro_rules! kernel_getters {
+    ($step:literal) => {
+        /// The kernel profile.
+        pub fn profile(&self) -> Profile {
+            self.0.profile
+        }
+
+        /// The product kernel, when one was given.
+        pub fn product_kernel(&self) -> Option<&Kernel> {
+            self.0.product.as_ref()
+        }
+
+        /// The bandwidth rule.
+        pub fn bandwidth(&self) -> Bandwidth {
+            self.0.bandwidth
+        }
+
+        #[doc = concat!("Most ", $step, ".")]
+        pub fn max_iter(&self) -> usize {
+            self.0.max_iter
+        }
+    };
+}
+
 /// Where MeanShift starts its seeds.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Seeds {
@@ -144,49 +212,20 @@ impl MeanShiftParams {
         }
     }
 
-    /// The kernel profile (default uniform, scikit-learn's flat kernel).
-    pub fn profile(mut self, profile: Profile) -> Self {
-        self.profile = profile;
-        self
-    }
-
-    /// A fixed bandwidth `h`.
-    pub fn bandwidth(mut self, h: f32) -> Self {
-        self.bandwidth = Bandwidth::Fixed(h);
-        self.product = None;
-        self
-    }
-
-    /// The kernel itself: a radial kernel sets the profile and a fixed
-    /// bandwidth; a product kernel ([`Kernel::product`]) gives joint
-    /// MeanShift over its blocks (Comaniciu–Meer's joint spatial–range
-    /// domain): each block's coordinates are divided by its bandwidth, the
-    /// seeds move with unit bandwidths, so `tol`, bin seeding and the
-    /// `cluster_all = false` reach are in those units, and the modes come
-    /// back in the data's units ([`MeanShiftFit::bandwidth`] is then 1).
-    ///
-    /// [`MeanShiftFit::bandwidth`]: crate::MeanShiftFit::bandwidth
-    pub fn kernel(mut self, kernel: Kernel) -> Self {
-        (self.profile, self.bandwidth, self.product) = kernel_settings(kernel, self.profile);
-        self
-    }
-
-    /// How the bandwidth is chosen.
-    pub fn bandwidth_rule(mut self, rule: Bandwidth) -> Self {
-        self.bandwidth = rule;
-        self.product = None;
-        self
-    }
+    kernel_setters!(
+        "uniform, scikit-learn's flat kernel",
+        "joint MeanShift over its blocks (Comaniciu–Meer's joint spatial–range \
+         domain): each block's coordinates are divided by its bandwidth, the seeds \
+         move with unit bandwidths, so `tol`, bin seeding and the \
+         `cluster_all = false` reach are in those units, and the modes come back \
+         in the data's units ([`MeanShiftFit::bandwidth`](crate::MeanShiftFit::bandwidth) \
+         is then 1).",
+        "shifts of a seed"
+    );
 
     /// Where the seeds start.
     pub fn seeds(mut self, seeds: Seeds) -> Self {
         self.seeds = seeds;
-        self
-    }
-
-    /// Most shifts of a seed (default 300).
-    pub fn max_iter(mut self, max_iter: usize) -> Self {
-        self.max_iter = max_iter;
         self
     }
 
@@ -258,14 +297,8 @@ impl MeanShiftParams {
 pub struct MeanShiftValidParams(MeanShiftParams);
 
 impl MeanShiftValidParams {
-    /// The kernel profile.
-    pub fn profile(&self) -> Profile {
-        self.0.profile
-    }
-    /// The product kernel, when one was given.
-    pub fn product_kernel(&self) -> Option<&Kernel> {
-        self.0.product.as_ref()
-    }
+    kernel_getters!("shifts per seed");
+
     /// For a product kernel with coordinate bandwidths `h`: the same
     /// parameters with unit bandwidths and the given seeds divided by `h`
     /// (what the shift runs with on the scaled points).
@@ -280,17 +313,9 @@ impl MeanShiftValidParams {
         }
         Ok(MeanShiftValidParams(p))
     }
-    /// The bandwidth rule.
-    pub fn bandwidth(&self) -> Bandwidth {
-        self.0.bandwidth
-    }
     /// The seeding.
     pub fn seeds(&self) -> &Seeds {
         &self.0.seeds
-    }
-    /// Most shifts per seed.
-    pub fn max_iter(&self) -> usize {
-        self.0.max_iter
     }
     /// Convergence tolerance, relative to the bandwidth.
     pub fn tol(&self) -> f64 {
@@ -340,41 +365,13 @@ impl MedoidShiftParams {
         }
     }
 
-    /// The kernel profile (default gaussian).
-    pub fn profile(mut self, profile: Profile) -> Self {
-        self.profile = profile;
-        self
-    }
-
-    /// A fixed bandwidth `h`.
-    pub fn bandwidth(mut self, h: f32) -> Self {
-        self.bandwidth = Bandwidth::Fixed(h);
-        self.product = None;
-        self
-    }
-
-    /// The kernel itself: a radial kernel sets the profile and a fixed
-    /// bandwidth; a product kernel ([`Kernel::product`]) gives joint
-    /// MedoidShift on points: each block's coordinates divided by its
-    /// bandwidth, local means with unit bandwidths, the nearest point in
-    /// those units (not for a given distance matrix).
-    pub fn kernel(mut self, kernel: Kernel) -> Self {
-        (self.profile, self.bandwidth, self.product) = kernel_settings(kernel, self.profile);
-        self
-    }
-
-    /// How the bandwidth is chosen.
-    pub fn bandwidth_rule(mut self, rule: Bandwidth) -> Self {
-        self.bandwidth = rule;
-        self.product = None;
-        self
-    }
-
-    /// Most jumps of a point (default 300).
-    pub fn max_iter(mut self, max_iter: usize) -> Self {
-        self.max_iter = max_iter;
-        self
-    }
+    kernel_setters!(
+        "gaussian",
+        "joint MedoidShift on points: each block's coordinates divided by its \
+         bandwidth, local means with unit bandwidths, the nearest point in those \
+         units (not for a given distance matrix).",
+        "jumps of a point"
+    );
 
     /// Checks every parameter.
     ///
@@ -394,22 +391,7 @@ impl MedoidShiftParams {
 pub struct MedoidShiftValidParams(MedoidShiftParams);
 
 impl MedoidShiftValidParams {
-    /// The product kernel, when one was given.
-    pub fn product_kernel(&self) -> Option<&Kernel> {
-        self.0.product.as_ref()
-    }
-    /// The kernel profile.
-    pub fn profile(&self) -> Profile {
-        self.0.profile
-    }
-    /// The bandwidth rule.
-    pub fn bandwidth(&self) -> Bandwidth {
-        self.0.bandwidth
-    }
-    /// Most jumps per point.
-    pub fn max_iter(&self) -> usize {
-        self.0.max_iter
-    }
+    kernel_getters!("jumps per point");
 }
 
 #[cfg(test)]

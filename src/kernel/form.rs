@@ -5,11 +5,36 @@
 //! a register, `cpu/local_mean/avx2.rs`) all evaluate the same [`Form`].
 //! `shaders/profiles.wgsl` is the one other writing of them.
 //!
-//! Imports: `super` (the [`Profile`] enum and [`T_FAR`]) only.
+//! Imports: `super::profile` (the [`Profile`] enum) only.
 
-#[cfg(doc)]
-use super::Profile;
-use super::T_FAR;
+use super::profile::Profile;
+
+/// A key's scaled squared distance `t = r²/h²` at or beyond this counts as
+/// infinitely far: its weight is zero for every profile, on both backends
+/// (docs/numerics.md, "Far rows").
+pub(crate) const T_FAR: f32 = 1.0e37;
+
+impl Profile {
+    /// Whether the weights are exponentials, accumulated in the log domain
+    /// with a running maximum (docs/numerics.md).
+    pub fn is_exponential(self) -> bool {
+        with_form!(self, P => P::LOG)
+    }
+
+    /// `k(r)` in `f64`, from the scaled squared distance `t = r²`.
+    ///
+    /// This is the plain definition; the engines use the log-domain form for
+    /// exponential profiles.
+    pub fn eval_sq(self, t: f64) -> f64 {
+        with_form!(self, P => P::eval(t))
+    }
+
+    /// `ln k(r)` from `t = r²` for the exponential profiles (`−t/2`, `−√t`);
+    /// `None` for the others.
+    pub fn log_eval_sq(self, t: f64) -> Option<f64> {
+        with_form!(self, P => P::LOG.then(|| P::lane(t)))
+    }
+}
 
 /// The arithmetic the profiles need, on one value or a group of lanes.
 ///
@@ -236,8 +261,8 @@ impl Form for Cauchy {
 /// No block is cut at [`T_FAR`]: only the sum is (by the gaussian carrier),
 /// since a key far in one block may still outweigh keys far in another.
 #[inline(always)]
-pub(crate) fn add_carrier_ts(profile: super::Profile, t_b: &[f32], t: &mut [f32]) {
-    use super::Profile as P;
+pub(crate) fn add_carrier_ts(profile: Profile, t_b: &[f32], t: &mut [f32]) {
+    use Profile as P;
     match profile {
         P::Gaussian => {
             for (tj, &x) in t.iter_mut().zip(t_b) {
