@@ -9,12 +9,12 @@ use crate::matrix::{Matrix, alloc_output};
 
 use super::buffers::upload;
 use super::context::{ErrorScope, GpuContext};
+use super::dispatch::{Program, Workgroups};
 use super::keys::DeviceKeys;
 use super::local_mean::{PassKind, TileJob, record_pass};
 use super::pipelines::PipelineKey;
-use super::shaders::{ProductCode, ShaderId, block_scales, matrix_mode_code};
-use super::submission::{Block, Blocks, Submission};
-use super::{ParamBlock, bind_group, check_u32};
+use super::shaders::{ShaderId, block_scales, matrix_mode_code};
+use super::submission::{Blocks, Place, Submission};
 
 const OP: &str = "kernel_matrix";
 
@@ -53,7 +53,9 @@ pub(crate) fn matrix_on_tiles(
     let storage = wgpu::BufferUsages::STORAGE;
     let needs_sums = !matches!(mode, MatrixMode::Raw | MatrixMode::SqDistance);
     let state_stride = 3u32; // 2 + QA with QA = 1 for the row-sum pass
-    let workgroups_x = |cols: usize| cols.div_ceil(MATRIX_WG) as u32;
+    let key = PipelineKey::for_kernel(ShaderId::KernelMatrix, vec![("D", d as u32)], kernel);
+    let program = Program::new(ctx, OP, &key)?;
+    let batch = batch_bytes(&ctx.limits, &ctx.caps);
     for (r0, r1) in tiles(m, mplan.query_tile) {
         let rows = r1 - r0;
         let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
@@ -86,76 +88,44 @@ pub(crate) fn matrix_on_tiles(
             sub.keep(counter);
             sub = sub.submit_then(ctx);
         }
-        let pipeline = ctx.pipeline(
-            OP,
-            &PipelineKey {
-                shader: ShaderId::KernelMatrix,
-                template: vec![("D", d as u32)],
-                profile: Some(kernel.profile().shader_code()),
-                product: ProductCode::of(kernel),
-            },
-        )?;
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
-        let mut blocks = Blocks::new(batch_bytes(&ctx.limits, &ctx.caps));
+        let mut blocks = Blocks::new(ctx, scope, batch, &mut out, n);
         for kt in key_tiles {
-            let block_rows = mplan.block_rows_for(kt.len, rows);
-            for (b0, b1) in tiles(rows, block_rows) {
-                let brows = b1 - b0;
-                let bytes = (brows * kt.len * 4) as u64;
-                blocks.make_room(ctx, scope, &mut sub, bytes, &mut out, n)?;
-                let obuf = ctx.buffer(OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
-                let params = ParamBlock::new(
-                    ctx,
-                    OP,
-                    &[MatParams {
-                        rows: brows as u32,
-                        cols: kt.len as u32,
-                        row_off: b0 as u32,
-                        mode: matrix_mode_code(mode),
-                        inv_h2: kernel.inv_h2(),
-                        row_global: (r0 + b0) as u32,
-                        col_global: kt.start as u32,
-                        state_stride,
-                        block_inv_h: block_scales(kernel),
-                    }],
-                )?;
-                let bg = bind_group(
-                    ctx,
-                    ShaderId::KernelMatrix,
-                    &[
-                        params.binding(),
-                        qbuf.binding(),
-                        kt.keys.binding(),
-                        state.binding(),
-                        obuf.binding(),
-                    ],
-                );
-                sub.fill_sentinel(ctx, OP, &obuf)?;
-                {
-                    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some(OP),
-                        timestamp_writes: None,
-                    });
-                    pass.set_pipeline(&pipeline);
-                    pass.set_bind_group(0, &bg, &[params.offset(0)]);
-                    pass.dispatch_workgroups(
-                        workgroups_x(kt.len),
-                        check_u32(OP, "workgroups", brows.div_ceil(MATRIX_WG))?,
-                        1,
-                    );
-                }
-                sub.keep(params);
-                blocks.push(Block {
-                    out: obuf,
-                    row: r0 + b0,
-                    rows: brows,
-                    col: kt.start,
-                    cols: kt.len,
-                });
+            let tile = Place {
+                row: r0,
+                rows,
+                col: kt.start,
+                cols: kt.len,
+            };
+            for place in tile.blocks(mplan.block_rows_for(kt.len, rows)) {
+                let obuf = blocks.open(&mut sub, place)?;
+                let record = MatParams {
+                    rows: place.rows as u32,
+                    cols: kt.len as u32,
+                    row_off: (place.row - r0) as u32,
+                    mode: matrix_mode_code(mode),
+                    inv_h2: kernel.inv_h2(),
+                    row_global: place.row as u32,
+                    col_global: kt.start as u32,
+                    state_stride,
+                    block_inv_h: block_scales(kernel),
+                };
+                let bindings = [
+                    qbuf.binding(),
+                    kt.keys.binding(),
+                    state.binding(),
+                    obuf.binding(),
+                ];
+                let workgroups = Workgroups {
+                    x: Workgroups::cover(OP, kt.len, MATRIX_WG)?,
+                    y: Workgroups::cover(OP, place.rows, MATRIX_WG)?,
+                    z: 1,
+                };
+                sub.dispatch(ctx, &program, &record, &bindings, workgroups)?;
             }
         }
-        blocks.finish(ctx, scope, sub, &mut out, n)?;
+        blocks.finish(sub)?;
     }
     Ok(out)
 }

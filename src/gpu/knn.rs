@@ -9,12 +9,13 @@ use crate::matrix::Matrix;
 use crate::types::Neighbours;
 
 use super::buffers::upload;
+use super::check_u32;
 use super::context::{ErrorScope, GpuContext};
+use super::dispatch::{Bindings, Dispatch, Program, Workgroups};
 use super::keys::DeviceKeys;
 use super::pipelines::PipelineKey;
 use super::shaders::{FIRST_TILE, LAST_TILE, ShaderId};
 use super::submission::Submission;
-use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "knn";
 
@@ -54,19 +55,12 @@ pub(crate) fn knn_on_tiles(
 ) -> Result<Neighbours> {
     let (m, d) = (queries.rows(), keys.d);
     let key_tiles = keys.tiles;
-    let pipeline = ctx.pipeline(
-        OP,
-        &PipelineKey {
-            shader: ShaderId::Knn,
-            template: vec![
-                ("D", d as u32),
-                ("K", k as u32),
-                ("STAGE", plan.staged_keys as u32),
-            ],
-            profile: None,
-            product: None,
-        },
-    )?;
+    let template = vec![
+        ("D", d as u32),
+        ("K", k as u32),
+        ("STAGE", plan.staged_keys as u32),
+    ];
+    let program = Program::new(ctx, OP, &PipelineKey::new(ShaderId::Knn, template))?;
     let mut distances = Array2::<f32>::zeros((m, k));
     let mut indices = Array2::<i64>::zeros((m, k));
     let storage = wgpu::BufferUsages::STORAGE;
@@ -90,40 +84,28 @@ pub(crate) fn knn_on_tiles(
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let params = ParamBlock::new(ctx, OP, &records)?;
-        let groups: Vec<_> = key_tiles
+        let mut bindings = Bindings::new(ctx, OP, ShaderId::Knn, &records)?;
+        let workgroups = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
+        let dispatches: Vec<Dispatch> = key_tiles
             .iter()
-            .map(|kt| {
-                bind_group(
-                    ctx,
-                    ShaderId::Knn,
-                    &[
-                        params.binding(),
-                        qbuf.binding(),
-                        kt.keys.binding(),
-                        best.binding(),
-                        out_d.binding(),
-                        out_i.binding(),
-                    ],
-                )
+            .enumerate()
+            .map(|(t, kt)| Dispatch {
+                group: bindings.group(&[
+                    qbuf.binding(),
+                    kt.keys.binding(),
+                    best.binding(),
+                    out_d.binding(),
+                    out_i.binding(),
+                ]),
+                record: t,
+                workgroups,
             })
             .collect();
         let mut sub = Submission::new(ctx);
         sub.fill_sentinel(ctx, OP, &out_d)?;
         sub.fill_sentinel(ctx, OP, &out_i)?;
-        {
-            let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(OP),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&pipeline);
-            let wg = check_u32(OP, "workgroups", rows.div_ceil(LOCAL_MEAN_WG))?;
-            for (t, bg) in groups.iter().enumerate() {
-                pass.set_bind_group(0, bg, &[params.offset(t)]);
-                pass.dispatch_workgroups(wg, 1, 1);
-            }
-        }
-        sub.keep(params);
+        sub.record(&program, &bindings, &dispatches);
+        sub.keep(bindings);
         let read = sub.submit_and_read(
             ctx,
             scope,

@@ -9,12 +9,13 @@ use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized, RowStates};
 
 use super::buffers::{Pooled, upload};
+use super::check_u32;
 use super::context::{ErrorScope, GpuContext};
+use super::dispatch::{Bindings, Dispatch, Group, Program, Workgroups, partial_states};
 use super::keys::{DeviceKeys, KeyTile, upload_key_tiles};
 use super::pipelines::PipelineKey;
-use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ProductCode, ShaderId, block_scales};
+use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ShaderId, block_scales};
 use super::submission::Submission;
-use super::{ParamBlock, bind_group, check_u32, merge_pipeline, partial_states};
 
 /// Value-column passes recorded into one submission: bounds the memory of
 /// their parameters and bind groups however many value columns there are.
@@ -87,6 +88,14 @@ pub(crate) fn passes(plan: &LocalMeanPlan, q: usize) -> Vec<(usize, usize)> {
     }
 }
 
+/// The keys `a..b` of key tile `tile` that one dispatch sweeps.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    tile: usize,
+    a: usize,
+    b: usize,
+}
+
 /// Records one value-column pass `c0..c1` over every key tile: each row's
 /// state ends in `state` (`finalize = false`) or its local means in `out`
 /// (`finalize = true`). Each key tile is swept in windows of
@@ -107,18 +116,19 @@ pub(crate) fn record_pass<'p>(
     let inv_h2 = job.kernel.inv_h2();
     let block_inv_h = block_scales(job.kernel);
     let splits = job.plan.key_splits(&ctx.limits, &ctx.caps, job.rows);
-    // Every dispatch: (key tile, window start, window end).
-    let windows: Vec<(usize, usize, usize)> = job
+    let windows: Vec<Window> = job
         .key_tiles
         .iter()
         .enumerate()
-        .flat_map(|(t, kt)| tiles(kt.len, job.plan.dispatch_keys).map(move |(a, b)| (t, a, b)))
+        .flat_map(|(tile, kt)| {
+            tiles(kt.len, job.plan.dispatch_keys).map(move |(a, b)| Window { tile, a, b })
+        })
         .collect();
     let windows_n = windows.len();
     let records = windows
         .iter()
         .enumerate()
-        .map(|(w, &(t, a, b))| {
+        .map(|(w, &Window { tile, a, b })| {
             let mut flags = 0;
             if w == 0 {
                 flags |= FIRST_TILE;
@@ -137,7 +147,7 @@ pub(crate) fn record_pass<'p>(
                 inv_h2,
                 flags,
                 row0,
-                key0: check_u32(op, "key rows", job.key_tiles[t].start + a)?,
+                key0: check_u32(op, "key rows", job.key_tiles[tile].start + a)?,
                 kbase: check_u32(op, "key rows", a)?,
                 split_keys: check_u32(op, "key rows", (b - a).div_ceil(splits).max(1))?,
                 splits: check_u32(op, "key splits", splits)?,
@@ -146,7 +156,6 @@ pub(crate) fn record_pass<'p>(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let params = ParamBlock::new(ctx, op, &records)?;
     let qt = (c1 - c0) as u32;
     // From d = 32 a radial kernel's distances come from inner-product
     // tiles (docs/numerics.md, "Inner products (larger `d`, GPU)").
@@ -180,58 +189,46 @@ pub(crate) fn record_pass<'p>(
         }
     };
     template.extend([("D", job.d as u32), ("QT", qt), ("QA", qt.max(1))]);
-    let key = PipelineKey {
-        shader,
-        template,
-        profile: Some(job.kernel.profile().shader_code()),
-        product: ProductCode::of(job.kernel),
-    };
-    let pipeline = ctx.pipeline(op, &key)?;
-    let merge = merge_pipeline(ctx, op, &key, splits)?;
-    let partial = partial_states(ctx, op, splits, splits * job.rows * job.plan.state_cols())?;
+    let key = PipelineKey::for_kernel(shader, template, job.kernel);
     // Rows per workgroup: R per invocation in local_mean.wgsl; every plan
-    // that may take another shader has R = 1.
+    // that may take another shader has R = 1. The merge has one row per
+    // invocation.
     let rows_per_group = LOCAL_MEAN_WG * job.plan.rows_per_thread;
-    let workgroups = check_u32(op, "workgroups", job.rows.div_ceil(rows_per_group))?;
-    let merge_groups = check_u32(op, "workgroups", job.rows.div_ceil(LOCAL_MEAN_WG))?;
-    let splits32 = check_u32(op, "key splits", splits)?;
-    let groups: Vec<wgpu::BindGroup> = job
+    let workgroups = Workgroups {
+        x: Workgroups::cover(op, job.rows, rows_per_group)?,
+        y: check_u32(op, "key splits", splits)?,
+        z: 1,
+    };
+    let merge = Workgroups::x(Workgroups::cover(op, job.rows, LOCAL_MEAN_WG)?);
+    let program = Program::split(ctx, op, &key, splits, merge)?;
+    let partial = partial_states(ctx, op, splits, splits * job.rows * job.plan.state_cols())?;
+    let mut bindings = Bindings::new(ctx, op, shader, &records)?;
+    let groups: Vec<Group> = job
         .key_tiles
         .iter()
         .map(|kt| {
-            bind_group(
-                ctx,
-                shader,
-                &[
-                    params.binding(),
-                    job.queries.binding(),
-                    kt.keys.binding(),
-                    kt.values.binding(),
-                    job.state.binding(),
-                    job.out.binding(),
-                    job.counter.binding(),
-                    partial.binding(),
-                ],
-            )
+            bindings.group(&[
+                job.queries.binding(),
+                kt.keys.binding(),
+                kt.values.binding(),
+                job.state.binding(),
+                job.out.binding(),
+                job.counter.binding(),
+                partial.binding(),
+            ])
         })
         .collect();
-    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(op),
-        timestamp_writes: None,
-    });
-    pass.set_pipeline(&pipeline);
-    for (w, &(t, _, _)) in windows.iter().enumerate() {
-        pass.set_bind_group(0, &groups[t], &[params.offset(w)]);
-        pass.dispatch_workgroups(workgroups, splits32, 1);
-        if let Some(merge) = &merge {
-            // Same bind group; back to the accumulation after.
-            pass.set_pipeline(merge);
-            pass.dispatch_workgroups(merge_groups, 1, 1);
-            pass.set_pipeline(&pipeline);
-        }
-    }
-    drop(pass);
-    sub.keep(params);
+    let dispatches: Vec<Dispatch> = windows
+        .iter()
+        .enumerate()
+        .map(|(w, window)| Dispatch {
+            group: groups[window.tile],
+            record: w,
+            workgroups,
+        })
+        .collect();
+    sub.record(&program, &bindings, &dispatches);
+    sub.keep(bindings);
     sub.keep(partial);
     Ok(())
 }

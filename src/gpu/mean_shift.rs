@@ -18,13 +18,14 @@ use crate::matrix::Matrix;
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use super::buffers::{Pooled, upload};
+use super::check_u32;
 use super::context::GpuContext;
+use super::dispatch::{Bindings, Dispatch, Group, Program, Workgroups};
 use super::keys::{KeyTile, upload_call_tiles, upload_key_tiles};
 use super::local_mean::{PassKind, TileJob, passes, record_pass};
 use super::pipelines::PipelineKey;
 use super::shaders::{FINISH, FINISH_BLURRING, GATHER, ShaderId};
 use super::submission::Submission;
-use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "mean_shift";
 
@@ -125,15 +126,8 @@ pub(crate) fn mean_shift(
         });
     }
     drop(seeds);
-    let pipeline = ctx.pipeline(
-        OP,
-        &PipelineKey {
-            shader: ShaderId::MeanShift,
-            template: vec![("D", d as u32)],
-            profile: None,
-            product: None,
-        },
-    )?;
+    let key = PipelineKey::new(ShaderId::MeanShift, vec![("D", d as u32)]);
+    let program = Program::new(ctx, OP, &key)?;
     let means = Means {
         kernel,
         plan: &plan,
@@ -162,9 +156,9 @@ pub(crate) fn mean_shift(
             for &c in &live {
                 let ch = &chunks[c];
                 let kt = &key_tiles[c];
-                let params = step_params(ctx, ch.len, &[FINISH_BLURRING], run)?;
-                dispatch(ctx, &mut sub, &pipeline, ch, &kt.keys, &params, 0)?;
-                sub.keep(params);
+                let step = Step::new(ctx, ch, &kt.keys, &[FINISH_BLURRING], run)?;
+                step.record(&mut sub, &program, 0);
+                sub.keep(step.bindings);
                 sub.copy_buffer_to_buffer(
                     kt.keys.buffer(),
                     0,
@@ -180,12 +174,12 @@ pub(crate) fn mean_shift(
                     .positions
                     .as_ref()
                     .expect("non-blurring chunks own positions"); // ok: set above
-                let params = step_params(ctx, ch.moving, &[GATHER, FINISH], run)?;
-                dispatch(ctx, &mut sub, &pipeline, ch, pos, &params, 0)?;
+                let step = Step::new(ctx, ch, pos, &[GATHER, FINISH], run)?;
+                step.record(&mut sub, &program, 0);
                 sub.fill_sentinel(ctx, OP, &ch.means)?;
                 means.record(ctx, &mut sub, ch.moving, &ch.queries, ch)?;
-                dispatch(ctx, &mut sub, &pipeline, ch, pos, &params, 1)?;
-                sub.keep(params);
+                step.record(&mut sub, &program, 1);
+                sub.keep(step.bindings);
             }
         }
         let sources: Vec<_> = live
@@ -246,67 +240,65 @@ pub(crate) fn mean_shift(
     })
 }
 
-/// One uniform record per mode, all for `rows` rows.
-fn step_params<'p>(
-    ctx: &'p GpuContext,
-    rows: usize,
-    modes: &[u32],
-    run: &ShiftRun,
-) -> Result<ParamBlock<'p>> {
-    let rows = check_u32(OP, "seeds", rows)?;
-    let records: Vec<ShiftParams> = modes
-        .iter()
-        .map(|&mode| ShiftParams {
-            rows,
-            mode,
-            thr_sq: run.thr_sq,
-            _pad: 0,
-        })
-        .collect();
-    ParamBlock::new(ctx, OP, &records)
+/// The `mean_shift.wgsl` dispatches of one chunk in one iteration: one
+/// uniform record per mode, all over the chunk's rows (its moving seeds;
+/// blurring, all its points) and buffers, with `positions`.
+struct Step<'p> {
+    bindings: Bindings<'p>,
+    group: Group,
+    workgroups: Workgroups,
 }
 
-/// Records one `mean_shift.wgsl` dispatch over a chunk, with uniform
-/// record `rec` of `params`.
-fn dispatch(
-    ctx: &GpuContext,
-    sub: &mut Submission<'_>,
-    pipeline: &wgpu::ComputePipeline,
-    ch: &Chunk<'_>,
-    positions: &Pooled<'_>,
-    params: &ParamBlock<'_>,
-    rec: usize,
-) -> Result<()> {
-    let rows = if ch.positions.is_some() {
-        ch.moving
-    } else {
-        ch.len
-    };
-    let bg = bind_group(
-        ctx,
-        ShaderId::MeanShift,
-        &[
-            params.binding(),
+impl<'p> Step<'p> {
+    fn new(
+        ctx: &'p GpuContext,
+        ch: &Chunk<'_>,
+        positions: &Pooled<'_>,
+        modes: &[u32],
+        run: &ShiftRun,
+    ) -> Result<Self> {
+        let rows = if ch.positions.is_some() {
+            ch.moving
+        } else {
+            ch.len
+        };
+        let rows32 = check_u32(OP, "seeds", rows)?;
+        let records: Vec<ShiftParams> = modes
+            .iter()
+            .map(|&mode| ShiftParams {
+                rows: rows32,
+                mode,
+                thr_sq: run.thr_sq,
+                _pad: 0,
+            })
+            .collect();
+        let mut bindings = Bindings::new(ctx, OP, ShaderId::MeanShift, &records)?;
+        let group = bindings.group(&[
             positions.binding(),
             ch.lists[ch.cur].binding(),
             ch.lists[ch.cur ^ 1].binding(),
             ch.queries.binding(),
             ch.means.binding(),
             ch.counters.binding(),
-        ],
-    );
-    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(OP),
-        timestamp_writes: None,
-    });
-    pass.set_pipeline(pipeline);
-    pass.set_bind_group(0, &bg, &[params.offset(rec)]);
-    pass.dispatch_workgroups(
-        check_u32(OP, "workgroups", rows.div_ceil(LOCAL_MEAN_WG))?,
-        1,
-        1,
-    );
-    Ok(())
+        ]);
+        let workgroups = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
+        Ok(Step {
+            bindings,
+            group,
+            workgroups,
+        })
+    }
+
+    /// Records the dispatch of mode `i` (of those `new` was given), in a
+    /// compute pass of its own.
+    fn record(&self, sub: &mut Submission<'p>, program: &Program, i: usize) {
+        let dispatch = Dispatch {
+            group: self.group,
+            record: i,
+            workgroups: self.workgroups,
+        };
+        sub.record(program, &self.bindings, &[dispatch]);
+    }
 }
 
 /// What every local-mean pass of one run shares: the kernel, its plan,

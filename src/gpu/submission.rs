@@ -1,8 +1,8 @@
 //! One submission of GPU work and the buffers it needs.
 //!
 //! A [`Submission`] wraps the timed [`Encoder`] and owns every pooled
-//! buffer recorded into it that nothing else holds: uniform blocks
-//! ([`ParamBlock`]), the parameters of sentinel fills, temporary inputs.
+//! buffer recorded into it that nothing else holds: uniform records
+//! ([`Bindings`](super::dispatch::Bindings)), the parameters of sentinel fills, temporary inputs.
 //! The pool matters here, not wgpu: wgpu keeps a buffer alive until the
 //! submissions that use it complete, but a [`Pooled`] buffer dropped
 //! goes back to the pool at once, where another call may take it and
@@ -26,12 +26,13 @@ use std::ops::{Deref, DerefMut};
 use crate::error::Result;
 
 use super::buffers::Pooled;
+use super::check_u32;
 use super::context::{ErrorScope, GpuContext};
+use super::dispatch::{Program, Workgroups};
 use super::pipelines::PipelineKey;
-use super::plan::FILL_WG;
+use super::plan::{FILL_WG, tiles};
 use super::shaders::ShaderId;
 use super::timing::{self, Encoder};
-use super::{ParamBlock, bind_group, check_u32};
 
 /// A new timed encoder on `ctx`'s device.
 fn encoder(ctx: &GpuContext) -> Encoder {
@@ -77,32 +78,20 @@ impl<'p> Submission<'p> {
             return Ok(());
         };
         let len = check_u32(op, "sentinel fill", (buf.len() / 4) as usize)?;
-        let params = ParamBlock::new(
+        let fill = Program::new(ctx, op, &PipelineKey::new(ShaderId::Fill, vec![]))?;
+        let record = FillParams {
+            len,
+            value,
+            _pad: [0; 2],
+        };
+        let workgroups = len.div_ceil(FILL_WG as u32).clamp(1, 4096);
+        self.dispatch(
             ctx,
-            op,
-            &[FillParams {
-                len,
-                value,
-                _pad: [0; 2],
-            }],
-        )?;
-        let pipeline = ctx.pipeline(
-            op,
-            &PipelineKey {
-                shader: ShaderId::Fill,
-                template: vec![],
-                profile: None,
-                product: None,
-            },
-        )?;
-        let bg = bind_group(ctx, ShaderId::Fill, &[params.binding(), buf.binding()]);
-        let mut pass = self.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bg, &[params.offset(0)]);
-        pass.dispatch_workgroups(len.div_ceil(FILL_WG as u32).clamp(1, 4096), 1, 1);
-        drop(pass);
-        self.keep(params);
-        Ok(())
+            &fill,
+            &record,
+            &[buf.binding()],
+            Workgroups::x(workgroups),
+        )
     }
 
     /// Submits the work without waiting; the returned (empty) submission
@@ -279,14 +268,42 @@ struct FillParams {
     _pad: [u32; 2],
 }
 
-/// An output block of a matrix recorded into a submission but not yet
-/// read back: rows `row..row + rows`, columns `col..col + cols`.
-pub(crate) struct Block<'p> {
-    pub out: Pooled<'p>,
+/// Where an output block of a matrix lands: rows `row..row + rows`,
+/// columns `col..col + cols`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
     pub row: usize,
     pub rows: usize,
     pub col: usize,
     pub cols: usize,
+}
+
+impl Place {
+    /// The blocks of at most `block_rows` rows that cover rows
+    /// `row..row + rows` of columns `col..col + cols`, top to bottom.
+    pub(crate) fn blocks(self, block_rows: usize) -> impl Iterator<Item = Place> {
+        tiles(self.rows, block_rows).map(move |(a, b)| Place {
+            row: self.row + a,
+            rows: b - a,
+            ..self
+        })
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.rows * self.cols * 4) as u64
+    }
+}
+
+/// An output block recorded into a submission but not yet read back.
+struct Block<'p> {
+    out: Pooled<'p>,
+    place: Place,
+}
+
+/// A submitted batch whose readback is under way, and its blocks.
+struct InFlight<'p> {
+    read: PendingRead<'p>,
+    blocks: Vec<Block<'p>>,
 }
 
 /// Output blocks recorded into one submission and read back together
@@ -298,18 +315,33 @@ pub(crate) struct Block<'p> {
 /// staging buffer straight into `out` while the device runs the new one,
 /// so the device does not wait for the host's copy (nor the host for the
 /// device, beyond one batch). At most two batches are in flight.
-pub(crate) struct Blocks<'p> {
+pub(crate) struct Blocks<'p, 'o> {
+    ctx: &'p GpuContext,
+    scope: &'o ErrorScope,
+    out: &'o mut [f32],
+    n: usize,
     pending: Vec<Block<'p>>,
     bytes: u64,
     batch: u64,
     /// The previous batch: submitted, its readback under way.
-    in_flight: Option<(PendingRead<'p>, Vec<Block<'p>>)>,
+    in_flight: Option<InFlight<'p>>,
 }
 
-impl<'p> Blocks<'p> {
-    /// No block yet; read back every `batch` bytes.
-    pub(crate) fn new(batch: u64) -> Self {
+impl<'p, 'o> Blocks<'p, 'o> {
+    /// No block yet; read back every `batch` bytes into `out` (row stride
+    /// `n`), under `scope`.
+    pub(crate) fn new(
+        ctx: &'p GpuContext,
+        scope: &'o ErrorScope,
+        batch: u64,
+        out: &'o mut [f32],
+        n: usize,
+    ) -> Self {
         Blocks {
+            ctx,
+            scope,
+            out,
+            n,
             pending: Vec::new(),
             bytes: 0,
             batch,
@@ -317,43 +349,31 @@ impl<'p> Blocks<'p> {
         }
     }
 
-    /// Before recording a block of `bytes`: when the pending blocks would
-    /// pass the batch with it, submits `sub` (leaving a fresh submission in
-    /// its place) and completes the batch before it.
-    pub(crate) fn make_room(
-        &mut self,
-        ctx: &'p GpuContext,
-        scope: &ErrorScope,
-        sub: &mut Submission<'p>,
-        bytes: u64,
-        out: &mut [f32],
-        n: usize,
-    ) -> Result<()> {
+    /// Opens the output block at `place`, to be written by work recorded
+    /// into `sub` next: when the pending blocks would pass the batch with
+    /// it, first submits `sub` (leaving a fresh submission in its place)
+    /// and completes the batch before it; then takes the block's buffer
+    /// and records its sentinel fill. Returns the buffer to bind.
+    pub(crate) fn open(&mut self, sub: &mut Submission<'p>, place: Place) -> Result<&Pooled<'p>> {
+        let (ctx, op) = (self.ctx, self.scope.op);
+        let bytes = place.bytes();
         if !self.pending.is_empty() && self.bytes + bytes > self.batch {
             let full = std::mem::replace(sub, Submission::new(ctx));
-            self.flush(ctx, scope, full, out, n)?;
+            self.flush(full)?;
         }
-        Ok(())
-    }
-
-    /// A block recorded into the current submission.
-    pub(crate) fn push(&mut self, b: Block<'p>) {
-        self.bytes += (b.rows * b.cols * 4) as u64;
-        self.pending.push(b);
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+        let out = ctx.buffer(op, bytes, usage)?;
+        sub.fill_sentinel(ctx, op, &out)?;
+        self.bytes += bytes;
+        self.pending.push(Block { out, place });
+        Ok(&self.pending.last().expect("just pushed").out) // ok: pushed above
     }
 
     /// Submits `sub` and reads back every block still pending or in flight.
-    pub(crate) fn finish(
-        mut self,
-        ctx: &'p GpuContext,
-        scope: &ErrorScope,
-        sub: Submission<'p>,
-        out: &mut [f32],
-        n: usize,
-    ) -> Result<()> {
-        self.flush(ctx, scope, sub, out, n)?;
+    pub(crate) fn finish(mut self, sub: Submission<'p>) -> Result<()> {
+        self.flush(sub)?;
         match self.in_flight.take() {
-            Some(last) => complete(ctx, scope, last, out, n),
+            Some(last) => self.complete(last),
             None => Ok(()),
         }
     }
@@ -362,14 +382,8 @@ impl<'p> Blocks<'p> {
     /// with the pending blocks' readback, then completes the batch
     /// submitted before it, whose results land in `out` while the device
     /// runs this one.
-    fn flush(
-        &mut self,
-        ctx: &'p GpuContext,
-        scope: &ErrorScope,
-        sub: Submission<'p>,
-        out: &mut [f32],
-        n: usize,
-    ) -> Result<()> {
+    fn flush(&mut self, sub: Submission<'p>) -> Result<()> {
+        let (ctx, scope) = (self.ctx, self.scope);
         let next = if self.pending.is_empty() {
             sub.submit_and_wait(ctx, scope)?;
             None
@@ -380,38 +394,38 @@ impl<'p> Blocks<'p> {
                 .map(|b| (b.out.buffer(), b.out.len()))
                 .collect();
             let read = sub.submit_with_readback(ctx, scope, &sources)?;
-            Some((read, std::mem::take(&mut self.pending)))
+            Some(InFlight {
+                read,
+                blocks: std::mem::take(&mut self.pending),
+            })
         };
         self.bytes = 0;
         match std::mem::replace(&mut self.in_flight, next) {
-            Some(prev) => complete(ctx, scope, prev, out, n),
+            Some(prev) => self.complete(prev),
             None => Ok(()),
         }
     }
-}
 
-/// Waits for a submitted batch and copies its blocks from the mapped
-/// staging buffer into `out` (row stride `n`).
-fn complete(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    (read, blocks): (PendingRead<'_>, Vec<Block<'_>>),
-    out: &mut [f32],
-    n: usize,
-) -> Result<()> {
-    read.wait(ctx, scope, |all| {
-        let mut o = 0usize;
-        for b in &blocks {
-            let len = (b.out.len() / 4) as usize;
-            for (r, src) in all[o..o + len]
-                .chunks_exact(b.cols)
-                .take(b.rows)
-                .enumerate()
-            {
-                let at = (b.row + r) * n + b.col;
-                out[at..at + b.cols].copy_from_slice(src);
+    /// Waits for a submitted batch and copies its blocks from the mapped
+    /// staging buffer into `out`.
+    fn complete(&mut self, InFlight { read, blocks }: InFlight<'p>) -> Result<()> {
+        let (out, n) = (&mut *self.out, self.n);
+        read.wait(self.ctx, self.scope, |all| {
+            let mut o = 0usize;
+            for b in &blocks {
+                let len = (b.out.len() / 4) as usize;
+                let Place {
+                    row,
+                    rows,
+                    col,
+                    cols,
+                } = b.place;
+                for (r, src) in all[o..o + len].chunks_exact(cols).take(rows).enumerate() {
+                    let at = (row + r) * n + col;
+                    out[at..at + cols].copy_from_slice(src);
+                }
+                o += len;
             }
-            o += len;
-        }
-    })
+        })
+    }
 }
