@@ -24,6 +24,7 @@ use crate::error::Result;
 use super::buffers::{Pooled, upload};
 use super::check_u32;
 use super::context::GpuContext;
+use super::keys::KeyTile;
 use super::pipelines::PipelineKey;
 use super::shaders::ShaderId;
 use super::submission::Submission;
@@ -123,6 +124,26 @@ pub(crate) struct Dispatch {
     pub workgroups: Workgroups,
 }
 
+impl Dispatch {
+    /// Dispatches of `workgroups` each over consecutive records from
+    /// `first`, the i-th bound with the i-th of `groups`.
+    pub(crate) fn in_order(
+        groups: impl IntoIterator<Item = Group>,
+        first: usize,
+        workgroups: Workgroups,
+    ) -> Vec<Dispatch> {
+        groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, group)| Dispatch {
+                group,
+                record: first + i,
+                workgroups,
+            })
+            .collect()
+    }
+}
+
 /// The uniform records of a shader's dispatches and the bind groups over
 /// them. Once recorded, they must stay on loan until the submission is
 /// done: hand them to the [`Submission`] with `keep`.
@@ -153,11 +174,11 @@ impl<'p> Bindings<'p> {
         })
     }
 
-    /// A bind group of the records (binding 0) and `resources` (bindings
+    /// A bind group of the records (binding 0) and `buffers` (bindings
     /// 1, 2, … in order).
-    pub(crate) fn group(&mut self, resources: &[wgpu::BindingResource<'_>]) -> Group {
+    pub(crate) fn group(&mut self, buffers: &[&Pooled<'_>]) -> Group {
         let entries: Vec<_> = std::iter::once(self.params.binding())
-            .chain(resources.iter().cloned())
+            .chain(buffers.iter().map(|b| b.binding()))
             .enumerate()
             .map(|(i, resource)| wgpu::BindGroupEntry {
                 binding: i as u32,
@@ -174,6 +195,26 @@ impl<'p> Bindings<'p> {
             });
         self.groups.push(group);
         Group(self.groups.len() - 1)
+    }
+
+    /// One bind group per key tile, over `queries`, the tile's keys and
+    /// values, then `rest` in order: the bindings of the shaders that sweep
+    /// key tiles with their values (local means, row states and moments,
+    /// attention, the feature local mean).
+    pub(crate) fn per_key_tile<'k>(
+        &mut self,
+        key_tiles: impl IntoIterator<Item = &'k KeyTile<'k>>,
+        queries: &Pooled<'_>,
+        rest: &[&Pooled<'_>],
+    ) -> Vec<Group> {
+        key_tiles
+            .into_iter()
+            .map(|kt| {
+                let mut buffers = vec![queries, &kt.keys, &kt.values];
+                buffers.extend_from_slice(rest);
+                self.group(&buffers)
+            })
+            .collect()
     }
 }
 
@@ -214,7 +255,7 @@ impl<'p> Submission<'p> {
         }
     }
 
-    /// Records one dispatch of `program` over `record` and `resources`
+    /// Records one dispatch of `program` over `record` and `buffers`
     /// (bindings 1, 2, … in order), in a compute pass of its own; the
     /// record is kept until the submission is done.
     ///
@@ -225,7 +266,7 @@ impl<'p> Submission<'p> {
         ctx: &'p GpuContext,
         program: &Program,
         record: &T,
-        resources: &[wgpu::BindingResource<'_>],
+        buffers: &[&Pooled<'_>],
         workgroups: Workgroups,
     ) -> Result<()> {
         let mut bindings = Bindings::new(
@@ -234,7 +275,7 @@ impl<'p> Submission<'p> {
             program.shader,
             std::slice::from_ref(record),
         )?;
-        let group = bindings.group(resources);
+        let group = bindings.group(buffers);
         self.record(
             program,
             &bindings,

@@ -5,16 +5,17 @@ use crate::backend::MatrixMode;
 use crate::error::Result;
 use crate::gpu::plan::{LocalMeanPlan, MATRIX_WG, MatrixPlan, batch_bytes, tiles};
 use crate::kernel::Kernel;
-use crate::matrix::{Matrix, alloc_output};
+use crate::matrix::alloc_output;
 
+use super::blocks::{BlockInputs, Blocks};
 use super::buffers::upload;
-use super::context::{ErrorScope, GpuContext};
-use super::dispatch::{Program, Workgroups};
-use super::keys::DeviceKeys;
-use super::local_mean::{PassKind, TileJob, record_pass};
+
+use super::dispatch::Program;
+use super::keys::OnTiles;
+use super::local_mean::{QueryTile, Sweep};
 use super::pipelines::PipelineKey;
 use super::shaders::{ShaderId, block_scales, matrix_mode_code};
-use super::submission::{Blocks, Place, Submission};
+use super::submission::Submission;
 
 const OP: &str = "kernel_matrix";
 
@@ -38,14 +39,12 @@ struct MatParams {
 /// output block at a time (`mplan`). Row-major `M × N`; rows of `D⁻¹K`
 /// without mass in `f32` are left NaN for the host (far rows).
 pub(crate) fn matrix_on_tiles(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
+    call: &OnTiles<'_, '_>,
     kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &DeviceKeys<'_, '_>,
     mode: MatrixMode,
     (mplan, lplan): (&MatrixPlan, &LocalMeanPlan),
 ) -> Result<Vec<f32>> {
+    let (ctx, queries, keys) = (call.ctx, call.queries, &call.keys);
     let (m, d) = (queries.rows(), keys.d);
     let key_tiles = keys.tiles;
     let n = key_tiles.last().map_or(0, |t| t.start + t.len);
@@ -56,6 +55,13 @@ pub(crate) fn matrix_on_tiles(
     let key = PipelineKey::for_kernel(ShaderId::KernelMatrix, vec![("D", d as u32)], kernel);
     let program = Program::new(ctx, OP, &key)?;
     let batch = batch_bytes(&ctx.limits, &ctx.caps);
+    // The row sums, a pass without values.
+    let sums = Sweep {
+        q: 0,
+        // Entries weigh keys by differences against this m.
+        differences: true,
+        ..Sweep::new(OP, kernel, lplan, keys)
+    };
     for (r0, r1) in tiles(m, mplan.query_tile) {
         let rows = r1 - r0;
         let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
@@ -66,41 +72,33 @@ pub(crate) fn matrix_on_tiles(
         if needs_sums {
             let dummy = ctx.buffer(OP, 4, storage)?;
             let counter = ctx.buffer(OP, 4, storage)?;
-            let job = TileJob {
-                kernel,
-                plan: lplan,
-                d,
-                q: 0,
+            let tile = QueryTile {
                 rows,
                 row0: r0,
-                key_tiles,
                 queries: &qbuf,
                 state: &state,
                 out: &dummy,
                 counter: &counter,
-                exclude_self: false,
-                kind: PassKind::Mean,
-                // Entries weigh keys by differences against this m.
-                differences: true,
             };
-            record_pass(ctx, OP, &mut sub, &job, (0, 0), false)?;
+            sums.record(ctx, &mut sub, &tile, (0, 0), false)?;
             sub.keep(dummy);
             sub.keep(counter);
             sub = sub.submit_then(ctx);
         }
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
-        let mut blocks = Blocks::new(ctx, scope, batch, &mut out, n);
+        let mut blocks = Blocks::new(ctx, call.scope, batch, &mut out, n);
+        let inputs = BlockInputs {
+            queries: &qbuf,
+            state: &state,
+            row: r0,
+            rows,
+            side: MATRIX_WG,
+        };
         for kt in key_tiles {
-            let tile = Place {
-                row: r0,
-                rows,
-                col: kt.start,
-                cols: kt.len,
-            };
-            for place in tile.blocks(mplan.block_rows_for(kt.len, rows)) {
-                let obuf = blocks.open(&mut sub, place)?;
-                let record = MatParams {
+            let block_rows = mplan.block_rows_for(kt.len, rows);
+            blocks.record(&mut sub, &program, &inputs, kt, block_rows, |place| {
+                Ok(MatParams {
                     rows: place.rows as u32,
                     cols: kt.len as u32,
                     row_off: (place.row - r0) as u32,
@@ -110,20 +108,8 @@ pub(crate) fn matrix_on_tiles(
                     col_global: kt.start as u32,
                     state_stride,
                     block_inv_h: block_scales(kernel),
-                };
-                let bindings = [
-                    qbuf.binding(),
-                    kt.keys.binding(),
-                    state.binding(),
-                    obuf.binding(),
-                ];
-                let workgroups = Workgroups {
-                    x: Workgroups::cover(OP, kt.len, MATRIX_WG)?,
-                    y: Workgroups::cover(OP, place.rows, MATRIX_WG)?,
-                    z: 1,
-                };
-                sub.dispatch(ctx, &program, &record, &bindings, workgroups)?;
-            }
+                })
+            })?;
         }
         blocks.finish(sub)?;
     }

@@ -5,14 +5,14 @@ use ndarray::Array2;
 
 use crate::error::{Error, Result};
 use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, tiles};
-use crate::matrix::Matrix;
+
 use crate::types::Neighbours;
 
 use super::buffers::upload;
 use super::check_u32;
-use super::context::{ErrorScope, GpuContext};
+
 use super::dispatch::{Bindings, Dispatch, Program, Workgroups};
-use super::keys::DeviceKeys;
+use super::keys::OnTiles;
 use super::pipelines::PipelineKey;
 use super::shaders::{FIRST_TILE, LAST_TILE, ShaderId};
 use super::submission::Submission;
@@ -42,17 +42,15 @@ pub(crate) fn check_gpu_k(k: usize) -> Result<()> {
     Ok(())
 }
 
-/// The `k` nearest of `n` keys already on the device, under the caller's
-/// error scope (which the caller finishes).
+/// The `k` nearest of the `n` keys of a call against key tiles on the
+/// device.
 pub(crate) fn knn_on_tiles(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    queries: &Matrix<'_>,
-    keys: &DeviceKeys<'_, '_>,
+    call: &OnTiles<'_, '_>,
     n: usize,
     k: usize,
     plan: &KnnPlan,
 ) -> Result<Neighbours> {
+    let (ctx, queries, keys) = (call.ctx, call.queries, &call.keys);
     let (m, d) = (queries.rows(), keys.d);
     let key_tiles = keys.tiles;
     let template = vec![
@@ -86,21 +84,10 @@ pub(crate) fn knn_on_tiles(
             .collect::<Result<Vec<_>>>()?;
         let mut bindings = Bindings::new(ctx, OP, ShaderId::Knn, &records)?;
         let workgroups = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
-        let dispatches: Vec<Dispatch> = key_tiles
+        let groups = key_tiles
             .iter()
-            .enumerate()
-            .map(|(t, kt)| Dispatch {
-                group: bindings.group(&[
-                    qbuf.binding(),
-                    kt.keys.binding(),
-                    best.binding(),
-                    out_d.binding(),
-                    out_i.binding(),
-                ]),
-                record: t,
-                workgroups,
-            })
-            .collect();
+            .map(|kt| bindings.group(&[&qbuf, &kt.keys, &best, &out_d, &out_i]));
+        let dispatches = Dispatch::in_order(groups, 0, workgroups);
         let mut sub = Submission::new(ctx);
         sub.fill_sentinel(ctx, OP, &out_d)?;
         sub.fill_sentinel(ctx, OP, &out_i)?;
@@ -108,7 +95,7 @@ pub(crate) fn knn_on_tiles(
         sub.keep(bindings);
         let read = sub.submit_and_read(
             ctx,
-            scope,
+            call.scope,
             &[(out_d.buffer(), out_d.len()), (out_i.buffer(), out_i.len())],
         )?;
         for r in 0..rows {

@@ -12,7 +12,7 @@
 //! tiles themselves and every point moves each iteration.
 
 use crate::error::Result;
-use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_mean_shift, tiles};
+use crate::gpu::plan::{LOCAL_MEAN_WG, plan_mean_shift, tiles};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
@@ -21,8 +21,8 @@ use super::buffers::{Pooled, upload};
 use super::check_u32;
 use super::context::GpuContext;
 use super::dispatch::{Bindings, Dispatch, Group, Program, Workgroups};
-use super::keys::{KeyTile, upload_call_tiles, upload_key_tiles};
-use super::local_mean::{PassKind, TileJob, passes, record_pass};
+use super::keys::{DeviceKeys, KeyTile, upload_call_tiles, upload_key_tiles};
+use super::local_mean::{QueryTile, Sweep};
 use super::pipelines::PipelineKey;
 use super::shaders::{FINISH, FINISH_BLURRING, GATHER, ShaderId};
 use super::submission::Submission;
@@ -128,12 +128,13 @@ pub(crate) fn mean_shift(
     drop(seeds);
     let key = PipelineKey::new(ShaderId::MeanShift, vec![("D", d as u32)]);
     let program = Program::new(ctx, OP, &key)?;
-    let means = Means {
-        kernel,
-        plan: &plan,
+    // The points are their own values.
+    let keys = DeviceKeys {
+        tiles: &key_tiles,
         d,
-        key_tiles: &key_tiles,
+        q: d,
     };
+    let means = Sweep::new(OP, kernel, &plan, &keys);
     let sizes = format!("M={m} N={n} d={d} blurring={}", run.blurring);
     let mut iterations = 0;
     let mut converged = false;
@@ -150,7 +151,7 @@ pub(crate) fn mean_shift(
             for &c in &live {
                 let ch = &chunks[c];
                 sub.fill_sentinel(ctx, OP, &ch.means)?;
-                means.record(ctx, &mut sub, ch.len, &key_tiles[c].keys, ch)?;
+                ch.record_means(ctx, &mut sub, &means, ch.len, &key_tiles[c].keys)?;
             }
             // Every local mean above read the old positions; now move.
             for &c in &live {
@@ -177,7 +178,7 @@ pub(crate) fn mean_shift(
                 let step = Step::new(ctx, ch, pos, &[GATHER, FINISH], run)?;
                 step.record(&mut sub, &program, 0);
                 sub.fill_sentinel(ctx, OP, &ch.means)?;
-                means.record(ctx, &mut sub, ch.moving, &ch.queries, ch)?;
+                ch.record_means(ctx, &mut sub, &means, ch.moving, &ch.queries)?;
                 step.record(&mut sub, &program, 1);
                 sub.keep(step.bindings);
             }
@@ -274,12 +275,12 @@ impl<'p> Step<'p> {
             .collect();
         let mut bindings = Bindings::new(ctx, OP, ShaderId::MeanShift, &records)?;
         let group = bindings.group(&[
-            positions.binding(),
-            ch.lists[ch.cur].binding(),
-            ch.lists[ch.cur ^ 1].binding(),
-            ch.queries.binding(),
-            ch.means.binding(),
-            ch.counters.binding(),
+            positions,
+            &ch.lists[ch.cur],
+            &ch.lists[ch.cur ^ 1],
+            &ch.queries,
+            &ch.means,
+            &ch.counters,
         ]);
         let workgroups = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
         Ok(Step {
@@ -301,44 +302,27 @@ impl<'p> Step<'p> {
     }
 }
 
-/// What every local-mean pass of one run shares: the kernel, its plan,
-/// the dimension and the key tiles (the points, their own values).
-struct Means<'a, 'p> {
-    kernel: &'a Kernel,
-    plan: &'a LocalMeanPlan,
-    d: usize,
-    key_tiles: &'a [KeyTile<'p>],
-}
-
-impl<'p> Means<'_, 'p> {
-    /// Records the local means of the first `rows` queries in `queries`
-    /// over every key tile into the chunk's `means`.
-    fn record(
+impl<'p> Chunk<'p> {
+    /// Records the local means (`sweep`) of the first `rows` queries in
+    /// `queries` over every key tile into the chunk's `means`.
+    fn record_means(
         &self,
         ctx: &'p GpuContext,
         sub: &mut Submission<'p>,
+        sweep: &Sweep<'_, '_>,
         rows: usize,
         queries: &Pooled<'p>,
-        ch: &Chunk<'p>,
     ) -> Result<()> {
-        let job = TileJob {
-            kernel: self.kernel,
-            plan: self.plan,
-            d: self.d,
-            q: self.d,
+        let tile = QueryTile {
             rows,
             row0: 0,
-            key_tiles: self.key_tiles,
             queries,
-            state: &ch.state,
-            out: &ch.means,
-            counter: &ch.empty,
-            exclude_self: false,
-            kind: PassKind::Mean,
-            differences: false,
+            state: &self.state,
+            out: &self.means,
+            counter: &self.empty,
         };
-        for cols in passes(self.plan, self.d) {
-            record_pass(ctx, OP, sub, &job, cols, true)?;
+        for cols in sweep.passes() {
+            sweep.record(ctx, sub, &tile, cols, true)?;
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The wgpu backend: WGSL shaders driven by the tiling plans of `plan/`.
 
 pub(crate) mod adapter;
+mod blocks;
 mod buffers;
 pub(crate) mod context;
 mod dispatch;

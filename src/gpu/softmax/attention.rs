@@ -12,7 +12,7 @@ use super::{KeyTile, stacked};
 use crate::gpu::buffers::{Pooled, upload};
 use crate::gpu::check_u32;
 use crate::gpu::context::{ErrorScope, GpuContext};
-use crate::gpu::dispatch::{Bindings, Dispatch, Group, Program, Workgroups, partial_states};
+use crate::gpu::dispatch::{Bindings, Dispatch, Program, Workgroups, partial_states};
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::{CAUSAL, FIRST_TILE, LAST_TILE, ShaderId};
 use crate::gpu::submission::Submission;
@@ -152,19 +152,7 @@ pub(super) fn record_attend<'p>(
         (ShaderId::Softmax, plan.staged)
     };
     let mut bindings = Bindings::new(ctx, op, shader, &records)?;
-    let groups: Vec<Group> = seen
-        .iter()
-        .map(|kt| {
-            bindings.group(&[
-                tile.queries.binding(),
-                kt.keys.binding(),
-                kt.values.binding(),
-                tile.state.binding(),
-                tile.out.binding(),
-                partial.binding(),
-            ])
-        })
-        .collect();
+    let groups = bindings.per_key_tile(seen, tile.queries, &[tile.state, tile.out, &partial]);
     let workgroups = Workgroups {
         x: Workgroups::cover(op, tile.rows, ATTEND_WG)?,
         y: check_u32(op, "batches", tile.batches)?,
@@ -181,15 +169,9 @@ pub(super) fn record_attend<'p>(
         ];
         let key = PipelineKey::new(shader, template);
         let program = Program::split(ctx, op, &key, splits, merge)?;
-        let dispatches: Vec<Dispatch> = groups
-            .iter()
-            .enumerate()
-            .map(|(t, &group)| Dispatch {
-                group,
-                record: p * groups.len() + t,
-                workgroups,
-            })
-            .collect();
+        // The pass's records: one per key tile seen.
+        let first = p * groups.len();
+        let dispatches = Dispatch::in_order(groups.iter().copied(), first, workgroups);
         sub.record(&program, &bindings, &dispatches);
     }
     sub.keep(bindings);

@@ -8,7 +8,7 @@ use crate::gpu::plan::{plan_feature, tiles};
 use crate::matrix::alloc_output;
 use crate::types::Heads;
 
-use super::{KeyTile, stacked, upload_keys};
+use super::{stacked, upload_keys};
 use crate::gpu::buffers::{Pooled, upload};
 use crate::gpu::check_u32;
 use crate::gpu::context::GpuContext;
@@ -167,26 +167,15 @@ pub(crate) fn feature_local_mean(
             }
         }
         let mut bindings = Bindings::new(ctx, OP, ShaderId::FeatureSums, &records)?;
-        let group = |bindings: &mut Bindings<'_>,
-                     kt: &KeyTile<'_>,
-                     queries: &Pooled<'_>,
-                     out: &Pooled<'_>| {
-            bindings.group(&[
-                queries.binding(),
-                kt.keys.binding(),
-                kt.values.binding(),
-                sums.binding(),
-                out.binding(),
-                counter.binding(),
-            ])
-        };
         let mut sub = Submission::new(ctx);
         sub.clear_buffer(counter.buffer(), 0, Some(4));
+        let sum_groups = bindings.per_key_tile(&key_tiles, &dummy, &[&sums, &dummy_out, &counter]);
         let sum_dispatches: Vec<Dispatch> = key_tiles
             .iter()
+            .zip(sum_groups)
             .enumerate()
-            .map(|(t, kt)| Dispatch {
-                group: group(&mut bindings, kt, &dummy, &dummy_out),
+            .map(|(t, (kt, group))| Dispatch {
+                group,
                 record: t,
                 workgroups: Workgroups::x(kt.len.div_ceil(plan.chunk) as u32),
             })
@@ -210,7 +199,8 @@ pub(crate) fn feature_local_mean(
                 storage | wgpu::BufferUsages::COPY_SRC,
             )?;
             sub.fill_sentinel(ctx, OP, &obuf)?;
-            let group = group(&mut bindings, &key_tiles[qt.key_tile], &qbuf, &obuf);
+            let kt = &key_tiles[qt.key_tile];
+            let group = bindings.per_key_tile([kt], &qbuf, &[&sums, &obuf, &counter])[0];
             let workgroups = Workgroups::x(Workgroups::cover(OP, qt.r1 - qt.r0, FINISH_WG)?);
             for &(c0, c1) in &passes {
                 let program = Program::new(ctx, OP, &finish_key(c1 - c0))?;

@@ -10,13 +10,14 @@ use crate::types::{Attention, Heads};
 
 use super::attention::{AttendJob, QueryTile, record_attend};
 use super::{stacked, upload_keys};
+use crate::gpu::blocks::{BlockInputs, Blocks};
 use crate::gpu::buffers::upload;
 use crate::gpu::check_u32;
 use crate::gpu::context::GpuContext;
-use crate::gpu::dispatch::{Program, Workgroups};
+use crate::gpu::dispatch::Program;
 use crate::gpu::pipelines::PipelineKey;
 use crate::gpu::shaders::ShaderId;
-use crate::gpu::submission::{Blocks, Place, Submission};
+use crate::gpu::submission::Submission;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -88,20 +89,21 @@ pub(crate) fn softmax_matrix(
             };
             record_attend(ctx, &mut sub, &job, &tile, &key_tiles)?;
             let mut blocks = Blocks::new(ctx, &scope, batch_bytes, &mut out, n);
+            let inputs = BlockInputs {
+                queries: &qbuf,
+                state: &state,
+                row: p0,
+                rows,
+                side: MATRIX_WG,
+            };
             // Key tiles no row of this query tile sees stay 0 (as allocated).
             for kt in key_tiles
                 .iter()
                 .filter(|kt| !attn.causal || kt.start < r1 + off)
             {
-                let tile = Place {
-                    row: p0,
-                    rows,
-                    col: kt.start,
-                    cols: kt.len,
-                };
-                for place in tile.blocks(mplan.block_rows_for(kt.len, rows)) {
-                    let obuf = blocks.open(&mut sub, place)?;
-                    let record = MatParams {
+                let block_rows = mplan.block_rows_for(kt.len, rows);
+                blocks.record(&mut sub, &program, &inputs, kt, block_rows, |place| {
+                    Ok(MatParams {
                         rows: place.rows as u32,
                         cols: check_u32(OP, "key rows", kt.len)?,
                         d: check_u32(OP, "dimension", d)?,
@@ -113,20 +115,8 @@ pub(crate) fn softmax_matrix(
                         scale: attn.scale,
                         state_stride: plan.state_cols() as u32,
                         _pad: [0; 2],
-                    };
-                    let bindings = [
-                        qbuf.binding(),
-                        kt.keys.binding(),
-                        state.binding(),
-                        obuf.binding(),
-                    ];
-                    let workgroups = Workgroups {
-                        x: Workgroups::cover(OP, kt.len, MATRIX_WG)?,
-                        y: Workgroups::cover(OP, place.rows, MATRIX_WG)?,
-                        z: 1,
-                    };
-                    sub.dispatch(ctx, &program, &record, &bindings, workgroups)?;
-                }
+                    })
+                })?;
             }
             // The row pass went with the first submission, which keeps its
             // uniforms; its other buffers live until this query tile is
