@@ -9,7 +9,6 @@ use crate::matrix::alloc_output;
 
 use super::blocks::{BlockInputs, Blocks};
 use super::buffers::upload;
-
 use super::dispatch::Program;
 use super::keys::OnTiles;
 use super::local_mean::{QueryTile, Sweep};

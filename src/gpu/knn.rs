@@ -5,12 +5,10 @@ use ndarray::Array2;
 
 use crate::error::{Error, Result};
 use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, tiles};
-
 use crate::types::Neighbours;
 
 use super::buffers::upload;
 use super::check_u32;
-
 use super::dispatch::{Bindings, Dispatch, Program, Workgroups};
 use super::keys::OnTiles;
 use super::pipelines::PipelineKey;

@@ -275,6 +275,26 @@ pub(crate) const LAVAPIPE: DeviceLimits = DeviceLimits {
     fill_workgroups: 0,
 };
 
+/// [`LAVAPIPE`] with llvmpipe's loop cap, for the loop-budget tests.
+#[cfg(test)]
+pub(crate) const LOOP_CAPPED: DeviceLimits = DeviceLimits {
+    loop_budget: Some(65535),
+    ..LAVAPIPE
+};
+
+/// Caps of 5 query rows, 7 key rows and `value_cols` value columns a
+/// pass, for the planners' tests.
+#[cfg(test)]
+pub(crate) fn small_caps(value_cols: usize) -> TileLimits {
+    TileLimits {
+        query_rows: Some(5),
+        key_rows: Some(7),
+        value_cols: Some(value_cols),
+        buffer_bytes: None,
+        ..TileLimits::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
