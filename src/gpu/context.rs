@@ -407,12 +407,7 @@ mod tests {
     fn a_poisoned_cache_is_an_error() {
         let Some(ctx) = context() else { return };
         let pipelines = &ctx.pipelines;
-        let key = PipelineKey {
-            shader: ShaderId::Fill,
-            template: vec![],
-            profile: None,
-            product: None,
-        };
+        let key = PipelineKey::new(ShaderId::Fill, vec![]);
         // A thread that panics while it compiles the key poisons the lock
         // the cache holds over it.
         let _ = std::thread::scope(|s| {

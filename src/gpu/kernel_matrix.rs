@@ -5,16 +5,16 @@ use crate::backend::MatrixMode;
 use crate::error::Result;
 use crate::gpu::plan::{LocalMeanPlan, MATRIX_WG, MatrixPlan, batch_bytes, tiles};
 use crate::kernel::Kernel;
-use crate::matrix::{Matrix, alloc_output};
+use crate::matrix::alloc_output;
 
+use super::blocks::{BlockInputs, Blocks};
 use super::buffers::upload;
-use super::context::{ErrorScope, GpuContext};
-use super::keys::DeviceKeys;
-use super::local_mean::{PassKind, TileJob, record_pass};
+use super::dispatch::Program;
+use super::keys::OnTiles;
+use super::local_mean::{QueryTile, Sweep};
 use super::pipelines::PipelineKey;
-use super::shaders::{ProductCode, ShaderId, block_scales, matrix_mode_code};
-use super::submission::{Block, Blocks, Submission};
-use super::{ParamBlock, bind_group, check_u32};
+use super::shaders::{ShaderId, block_scales, matrix_mode_code};
+use super::submission::Submission;
 
 const OP: &str = "kernel_matrix";
 
@@ -38,14 +38,12 @@ struct MatParams {
 /// output block at a time (`mplan`). Row-major `M × N`; rows of `D⁻¹K`
 /// without mass in `f32` are left NaN for the host (far rows).
 pub(crate) fn matrix_on_tiles(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
+    call: &OnTiles<'_, '_>,
     kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &DeviceKeys<'_, '_>,
     mode: MatrixMode,
     (mplan, lplan): (&MatrixPlan, &LocalMeanPlan),
 ) -> Result<Vec<f32>> {
+    let (ctx, queries, keys) = (call.ctx, call.queries, &call.keys);
     let (m, d) = (queries.rows(), keys.d);
     let key_tiles = keys.tiles;
     let n = key_tiles.last().map_or(0, |t| t.start + t.len);
@@ -53,7 +51,16 @@ pub(crate) fn matrix_on_tiles(
     let storage = wgpu::BufferUsages::STORAGE;
     let needs_sums = !matches!(mode, MatrixMode::Raw | MatrixMode::SqDistance);
     let state_stride = 3u32; // 2 + QA with QA = 1 for the row-sum pass
-    let workgroups_x = |cols: usize| cols.div_ceil(MATRIX_WG) as u32;
+    let key = PipelineKey::for_kernel(ShaderId::KernelMatrix, vec![("D", d as u32)], kernel);
+    let program = Program::new(ctx, OP, &key)?;
+    let batch = batch_bytes(&ctx.limits, &ctx.caps);
+    // The row sums, a pass without values.
+    let sums = Sweep {
+        q: 0,
+        // Entries weigh keys by differences against this m.
+        differences: true,
+        ..Sweep::new(OP, kernel, lplan, keys)
+    };
     for (r0, r1) in tiles(m, mplan.query_tile) {
         let rows = r1 - r0;
         let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
@@ -64,98 +71,46 @@ pub(crate) fn matrix_on_tiles(
         if needs_sums {
             let dummy = ctx.buffer(OP, 4, storage)?;
             let counter = ctx.buffer(OP, 4, storage)?;
-            let job = TileJob {
-                kernel,
-                plan: lplan,
-                d,
-                q: 0,
+            let tile = QueryTile {
                 rows,
                 row0: r0,
-                key_tiles,
                 queries: &qbuf,
                 state: &state,
                 out: &dummy,
                 counter: &counter,
-                exclude_self: false,
-                kind: PassKind::Mean,
-                // Entries weigh keys by differences against this m.
-                differences: true,
             };
-            record_pass(ctx, OP, &mut sub, &job, (0, 0), false)?;
+            sums.record(ctx, &mut sub, &tile, (0, 0), false)?;
             sub.keep(dummy);
             sub.keep(counter);
             sub = sub.submit_then(ctx);
         }
-        let pipeline = ctx.pipeline(
-            OP,
-            &PipelineKey {
-                shader: ShaderId::KernelMatrix,
-                template: vec![("D", d as u32)],
-                profile: Some(kernel.profile().shader_code()),
-                product: ProductCode::of(kernel),
-            },
-        )?;
         // Blocks are recorded into one submission until their outputs
         // reach `batch` bytes, then read back together.
-        let mut blocks = Blocks::new(batch_bytes(&ctx.limits, &ctx.caps));
+        let mut blocks = Blocks::new(ctx, call.scope, batch, &mut out, n);
+        let inputs = BlockInputs {
+            queries: &qbuf,
+            state: &state,
+            row: r0,
+            rows,
+            side: MATRIX_WG,
+        };
         for kt in key_tiles {
             let block_rows = mplan.block_rows_for(kt.len, rows);
-            for (b0, b1) in tiles(rows, block_rows) {
-                let brows = b1 - b0;
-                let bytes = (brows * kt.len * 4) as u64;
-                blocks.make_room(ctx, scope, &mut sub, bytes, &mut out, n)?;
-                let obuf = ctx.buffer(OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
-                let params = ParamBlock::new(
-                    ctx,
-                    OP,
-                    &[MatParams {
-                        rows: brows as u32,
-                        cols: kt.len as u32,
-                        row_off: b0 as u32,
-                        mode: matrix_mode_code(mode),
-                        inv_h2: kernel.inv_h2(),
-                        row_global: (r0 + b0) as u32,
-                        col_global: kt.start as u32,
-                        state_stride,
-                        block_inv_h: block_scales(kernel),
-                    }],
-                )?;
-                let bg = bind_group(
-                    ctx,
-                    ShaderId::KernelMatrix,
-                    &[
-                        params.binding(),
-                        qbuf.binding(),
-                        kt.keys.binding(),
-                        state.binding(),
-                        obuf.binding(),
-                    ],
-                );
-                sub.fill_sentinel(ctx, OP, &obuf)?;
-                {
-                    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some(OP),
-                        timestamp_writes: None,
-                    });
-                    pass.set_pipeline(&pipeline);
-                    pass.set_bind_group(0, &bg, &[params.offset(0)]);
-                    pass.dispatch_workgroups(
-                        workgroups_x(kt.len),
-                        check_u32(OP, "workgroups", brows.div_ceil(MATRIX_WG))?,
-                        1,
-                    );
-                }
-                sub.keep(params);
-                blocks.push(Block {
-                    out: obuf,
-                    row: r0 + b0,
-                    rows: brows,
-                    col: kt.start,
-                    cols: kt.len,
-                });
-            }
+            blocks.record(&mut sub, &program, &inputs, kt, block_rows, |place| {
+                Ok(MatParams {
+                    rows: place.rows as u32,
+                    cols: kt.len as u32,
+                    row_off: (place.row - r0) as u32,
+                    mode: matrix_mode_code(mode),
+                    inv_h2: kernel.inv_h2(),
+                    row_global: place.row as u32,
+                    col_global: kt.start as u32,
+                    state_stride,
+                    block_inv_h: block_scales(kernel),
+                })
+            })?;
         }
-        blocks.finish(ctx, scope, sub, &mut out, n)?;
+        blocks.finish(sub)?;
     }
     Ok(out)
 }

@@ -7,7 +7,7 @@ use crate::gpu::plan::tiles;
 use crate::matrix::Matrix;
 
 use super::buffers::{Pooled, upload};
-use super::context::GpuContext;
+use super::context::{ErrorScope, GpuContext};
 
 /// Rows `a..b` of a host matrix, row-major.
 pub(crate) type Rows<'d> = dyn Fn(usize, usize) -> &'d [f32] + 'd;
@@ -39,6 +39,15 @@ pub(crate) struct DeviceKeys<'a, 'p> {
     pub d: usize,
     /// Value columns of the tiles' values buffers (0: row sums only).
     pub q: usize,
+}
+
+/// A call against key tiles on the device: its context, the error scope
+/// it runs under (which its caller finishes), its queries and the keys.
+pub(crate) struct OnTiles<'a, 'p> {
+    pub ctx: &'p GpuContext,
+    pub scope: &'a ErrorScope,
+    pub queries: &'a Matrix<'a>,
+    pub keys: DeviceKeys<'a, 'p>,
 }
 
 /// Uploads rows `0..n` of the keys and of every value matrix in `sets`,

@@ -5,16 +5,15 @@ use ndarray::Array2;
 
 use crate::error::{Error, Result};
 use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, tiles};
-use crate::matrix::Matrix;
 use crate::types::Neighbours;
 
 use super::buffers::upload;
-use super::context::{ErrorScope, GpuContext};
-use super::keys::DeviceKeys;
+use super::dispatch::{Bindings, Dispatch, Program, Workgroups};
+use super::keys::OnTiles;
 use super::pipelines::PipelineKey;
+use super::plan::check_u32;
 use super::shaders::{FIRST_TILE, LAST_TILE, ShaderId};
 use super::submission::Submission;
-use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "knn";
 
@@ -41,32 +40,23 @@ pub(crate) fn check_gpu_k(k: usize) -> Result<()> {
     Ok(())
 }
 
-/// The `k` nearest of `n` keys already on the device, under the caller's
-/// error scope (which the caller finishes).
+/// The `k` nearest of the `n` keys of a call against key tiles on the
+/// device.
 pub(crate) fn knn_on_tiles(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    queries: &Matrix<'_>,
-    keys: &DeviceKeys<'_, '_>,
+    call: &OnTiles<'_, '_>,
     n: usize,
     k: usize,
     plan: &KnnPlan,
 ) -> Result<Neighbours> {
+    let (ctx, queries, keys) = (call.ctx, call.queries, &call.keys);
     let (m, d) = (queries.rows(), keys.d);
     let key_tiles = keys.tiles;
-    let pipeline = ctx.pipeline(
-        OP,
-        &PipelineKey {
-            shader: ShaderId::Knn,
-            template: vec![
-                ("D", d as u32),
-                ("K", k as u32),
-                ("STAGE", plan.staged_keys as u32),
-            ],
-            profile: None,
-            product: None,
-        },
-    )?;
+    let template = vec![
+        ("D", d as u32),
+        ("K", k as u32),
+        ("STAGE", plan.staged_keys as u32),
+    ];
+    let program = Program::new(ctx, OP, &PipelineKey::new(ShaderId::Knn, template))?;
     let mut distances = Array2::<f32>::zeros((m, k));
     let mut indices = Array2::<i64>::zeros((m, k));
     let storage = wgpu::BufferUsages::STORAGE;
@@ -90,43 +80,20 @@ pub(crate) fn knn_on_tiles(
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let params = ParamBlock::new(ctx, OP, &records)?;
-        let groups: Vec<_> = key_tiles
+        let mut bindings = Bindings::new(ctx, OP, ShaderId::Knn, &records)?;
+        let workgroups = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
+        let groups = key_tiles
             .iter()
-            .map(|kt| {
-                bind_group(
-                    ctx,
-                    ShaderId::Knn,
-                    &[
-                        params.binding(),
-                        qbuf.binding(),
-                        kt.keys.binding(),
-                        best.binding(),
-                        out_d.binding(),
-                        out_i.binding(),
-                    ],
-                )
-            })
-            .collect();
+            .map(|kt| bindings.group(&[&qbuf, &kt.keys, &best, &out_d, &out_i]));
+        let dispatches = Dispatch::in_order(groups, 0, workgroups);
         let mut sub = Submission::new(ctx);
         sub.fill_sentinel(ctx, OP, &out_d)?;
         sub.fill_sentinel(ctx, OP, &out_i)?;
-        {
-            let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(OP),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&pipeline);
-            let wg = check_u32(OP, "workgroups", rows.div_ceil(LOCAL_MEAN_WG))?;
-            for (t, bg) in groups.iter().enumerate() {
-                pass.set_bind_group(0, bg, &[params.offset(t)]);
-                pass.dispatch_workgroups(wg, 1, 1);
-            }
-        }
-        sub.keep(params);
+        sub.record(&program, &bindings, &dispatches);
+        sub.keep(bindings);
         let read = sub.submit_and_read(
             ctx,
-            scope,
+            call.scope,
             &[(out_d.buffer(), out_d.len()), (out_i.buffer(), out_i.len())],
         )?;
         for r in 0..rows {

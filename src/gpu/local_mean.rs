@@ -9,12 +9,13 @@ use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized, RowStates};
 
 use super::buffers::{Pooled, upload};
-use super::context::{ErrorScope, GpuContext};
-use super::keys::{DeviceKeys, KeyTile, upload_key_tiles};
+use super::context::GpuContext;
+use super::dispatch::{Bindings, Dispatch, Program, Workgroups, partial_states};
+use super::keys::{DeviceKeys, OnTiles, upload_key_tiles};
 use super::pipelines::PipelineKey;
-use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ProductCode, ShaderId, block_scales};
+use super::plan::check_u32;
+use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ShaderId, block_scales};
 use super::submission::Submission;
-use super::{ParamBlock, bind_group, check_u32, merge_pipeline, partial_states};
 
 /// Value-column passes recorded into one submission: bounds the memory of
 /// their parameters and bind groups however many value columns there are.
@@ -39,30 +40,37 @@ struct Params {
     block_inv_h: [[f32; 4]; 2],
 }
 
-/// One query tile of a local-mean-shader call and its buffers.
-pub(crate) struct TileJob<'a, 'p> {
+/// What every pass of one call of the local-mean shaders shares: the
+/// kernel, its plan, the key tiles, and what the passes compute.
+pub(crate) struct Sweep<'a, 'p> {
+    pub op: &'static str,
     pub kernel: &'a Kernel,
     pub plan: &'a LocalMeanPlan,
-    pub d: usize,
-    /// Value columns of the values buffers (0: row sums only).
+    pub keys: &'a DeviceKeys<'a, 'p>,
+    /// Value columns of the passes (0: row sums only): the keys' value
+    /// columns, or a moment layout's.
     pub q: usize,
-    /// Query rows in the tile, and the global index of the first.
-    pub rows: usize,
-    pub row0: usize,
-    pub key_tiles: &'a [KeyTile<'p>],
-    pub queries: &'a Pooled<'p>,
-    pub state: &'a Pooled<'p>,
-    pub out: &'a Pooled<'p>,
-    pub counter: &'a Pooled<'p>,
+    /// What the passes compute.
+    pub kind: PassKind,
     /// Leave each row's own key out (the queries are the keys).
     pub exclude_self: bool,
-    /// What the pass computes.
-    pub kind: PassKind,
     /// Measure by differences even where the inner-product tiles would
     /// serve (d ≥ 32): for a pass whose row maximum `m` another shader
     /// weighs keys against (the normalized kernel matrix computes each
     /// entry's `t` by differences, and its nearest key must get `e⁰`).
     pub differences: bool,
+}
+
+/// One query tile of a [`Sweep`]: its rows and the buffers its passes
+/// bind.
+pub(crate) struct QueryTile<'a, 'p> {
+    /// Query rows in the tile, and the global index of the first.
+    pub rows: usize,
+    pub row0: usize,
+    pub queries: &'a Pooled<'p>,
+    pub state: &'a Pooled<'p>,
+    pub out: &'a Pooled<'p>,
+    pub counter: &'a Pooled<'p>,
 }
 
 /// What a local-mean-shader pass computes.
@@ -78,165 +86,168 @@ pub(crate) enum PassKind {
     Moments(MomentLayout),
 }
 
-/// The value-column passes of a call with `q` columns.
-pub(crate) fn passes(plan: &LocalMeanPlan, q: usize) -> Vec<(usize, usize)> {
-    if q == 0 {
-        vec![(0, 0)]
-    } else {
-        tiles(q, plan.col_tile).collect()
-    }
+/// The keys `a..b` of key tile `key_tile` that one dispatch sweeps.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    key_tile: usize,
+    a: usize,
+    b: usize,
 }
 
-/// Records one value-column pass `c0..c1` over every key tile: each row's
-/// state ends in `state` (`finalize = false`) or its local means in `out`
-/// (`finalize = true`). Each key tile is swept in windows of
-/// `plan.dispatch_keys` keys, one dispatch each; when the rows alone give
-/// the device too few workgroups, each window's keys are split across
-/// workgroups and a merge dispatch follows (docs/tiling.md, "Key splits").
-pub(crate) fn record_pass<'p>(
-    ctx: &'p GpuContext,
-    op: &'static str,
-    sub: &mut Submission<'p>,
-    job: &TileJob<'_, '_>,
-    (c0, c1): (usize, usize),
-    finalize: bool,
-) -> Result<()> {
-    let rows32 = check_u32(op, "query rows", job.rows)?;
-    let q_stride = check_u32(op, "value columns", job.q)?;
-    let row0 = check_u32(op, "query rows", job.row0)?;
-    let inv_h2 = job.kernel.inv_h2();
-    let block_inv_h = block_scales(job.kernel);
-    let splits = job.plan.key_splits(&ctx.limits, &ctx.caps, job.rows);
-    // Every dispatch: (key tile, window start, window end).
-    let windows: Vec<(usize, usize, usize)> = job
-        .key_tiles
-        .iter()
-        .enumerate()
-        .flat_map(|(t, kt)| tiles(kt.len, job.plan.dispatch_keys).map(move |(a, b)| (t, a, b)))
-        .collect();
-    let windows_n = windows.len();
-    let records = windows
-        .iter()
-        .enumerate()
-        .map(|(w, &(t, a, b))| {
-            let mut flags = 0;
-            if w == 0 {
-                flags |= FIRST_TILE;
-            }
-            if finalize && w + 1 == windows_n {
-                flags |= LAST_TILE;
-            }
-            if job.exclude_self {
-                flags |= EXCLUDE_SELF;
-            }
-            Ok(Params {
-                rows: rows32,
-                keys: check_u32(op, "key rows", b - a)?,
-                q_stride,
-                c0: c0 as u32,
-                inv_h2,
-                flags,
-                row0,
-                key0: check_u32(op, "key rows", job.key_tiles[t].start + a)?,
-                kbase: check_u32(op, "key rows", a)?,
-                split_keys: check_u32(op, "key rows", (b - a).div_ceil(splits).max(1))?,
-                splits: check_u32(op, "key splits", splits)?,
-                _pad: 0,
-                block_inv_h,
+impl<'a, 'p> Sweep<'a, 'p> {
+    /// Local means (or row states) of `keys` with `kernel`, planned by
+    /// `plan`, for `op`: the keys' value columns, every key, by the
+    /// fastest distances.
+    pub(crate) fn new(
+        op: &'static str,
+        kernel: &'a Kernel,
+        plan: &'a LocalMeanPlan,
+        keys: &'a DeviceKeys<'a, 'p>,
+    ) -> Self {
+        Sweep {
+            op,
+            kernel,
+            plan,
+            keys,
+            q: keys.q,
+            kind: PassKind::Mean,
+            exclude_self: false,
+            differences: false,
+        }
+    }
+
+    /// The value-column passes.
+    pub(crate) fn passes(&self) -> Vec<(usize, usize)> {
+        if self.q == 0 {
+            vec![(0, 0)]
+        } else {
+            tiles(self.q, self.plan.col_tile).collect()
+        }
+    }
+
+    /// Records one value-column pass `c0..c1` of `tile` over every key
+    /// tile: each row's state ends in `state` (`finalize = false`) or its
+    /// local means in `out` (`finalize = true`). Each key tile is swept in
+    /// windows of `plan.dispatch_keys` keys, one dispatch each; when the
+    /// rows alone give the device too few workgroups, each window's keys
+    /// are split across workgroups and a merge dispatch follows
+    /// (docs/tiling.md, "Key splits").
+    pub(crate) fn record<'s>(
+        &self,
+        ctx: &'s GpuContext,
+        sub: &mut Submission<'s>,
+        tile: &QueryTile<'_, '_>,
+        (c0, c1): (usize, usize),
+        finalize: bool,
+    ) -> Result<()> {
+        let op = self.op;
+        let rows32 = check_u32(op, "query rows", tile.rows)?;
+        let q_stride = check_u32(op, "value columns", self.q)?;
+        let row0 = check_u32(op, "query rows", tile.row0)?;
+        let inv_h2 = self.kernel.inv_h2();
+        let block_inv_h = block_scales(self.kernel);
+        let splits = self.plan.key_splits(&ctx.limits, &ctx.caps, tile.rows);
+        let windows: Vec<Window> = self
+            .keys
+            .tiles
+            .iter()
+            .enumerate()
+            .flat_map(|(key_tile, kt)| {
+                tiles(kt.len, self.plan.dispatch_keys).map(move |(a, b)| Window { key_tile, a, b })
             })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let params = ParamBlock::new(ctx, op, &records)?;
-    let qt = (c1 - c0) as u32;
-    // From d = 32 a radial kernel's distances come from inner-product
-    // tiles (docs/numerics.md, "Inner products (larger `d`, GPU)").
-    let ip = job.kind == PassKind::Mean
-        && !job.differences
-        && !job.kernel.is_product()
-        && job.d >= IP_MIN_D
-        && ip_workgroup_bytes(qt as usize) <= ctx.limits.workgroup_bytes as usize;
-    let (shader, mut template) = match job.kind {
-        PassKind::Mean if ip => (ShaderId::LocalMeanIp, vec![]),
-        PassKind::Mean | PassKind::Masked => (
-            ShaderId::LocalMean,
-            vec![
-                ("MASKED", u32::from(job.kind == PassKind::Masked)),
-                ("STAGE", job.plan.staged_keys as u32),
-                ("R", job.plan.rows_per_thread as u32),
-            ],
-        ),
-        PassKind::Moments(l) => {
-            let window = l.value_window(job.plan.col_tile) as u32;
-            (
-                ShaderId::LocalMoments,
+            .collect();
+        let windows_n = windows.len();
+        let records = windows
+            .iter()
+            .enumerate()
+            .map(|(w, &Window { key_tile, a, b })| {
+                let mut flags = 0;
+                if w == 0 {
+                    flags |= FIRST_TILE;
+                }
+                if finalize && w + 1 == windows_n {
+                    flags |= LAST_TILE;
+                }
+                if self.exclude_self {
+                    flags |= EXCLUDE_SELF;
+                }
+                Ok(Params {
+                    rows: rows32,
+                    keys: check_u32(op, "key rows", b - a)?,
+                    q_stride,
+                    c0: c0 as u32,
+                    inv_h2,
+                    flags,
+                    row0,
+                    key0: check_u32(op, "key rows", self.keys.tiles[key_tile].start + a)?,
+                    kbase: check_u32(op, "key rows", a)?,
+                    split_keys: check_u32(op, "key rows", (b - a).div_ceil(splits).max(1))?,
+                    splits: check_u32(op, "key splits", splits)?,
+                    _pad: 0,
+                    block_inv_h,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let qt = (c1 - c0) as u32;
+        // From d = 32 a radial kernel's distances come from inner-product
+        // tiles (docs/numerics.md, "Inner products (larger `d`, GPU)").
+        let ip = self.kind == PassKind::Mean
+            && !self.differences
+            && !self.kernel.is_product()
+            && self.keys.d >= IP_MIN_D
+            && ip_workgroup_bytes(qt as usize) <= ctx.limits.workgroup_bytes as usize;
+        let (shader, mut template) = match self.kind {
+            PassKind::Mean if ip => (ShaderId::LocalMeanIp, vec![]),
+            PassKind::Mean | PassKind::Masked => (
+                ShaderId::LocalMean,
                 vec![
-                    ("QY", l.qy as u32),
-                    ("YW", window),
-                    ("YWA", window.max(1)),
-                    ("SECOND", u32::from(l.second)),
-                    ("STAGE", job.plan.staged_keys as u32),
+                    ("MASKED", u32::from(self.kind == PassKind::Masked)),
+                    ("STAGE", self.plan.staged_keys as u32),
+                    ("R", self.plan.rows_per_thread as u32),
                 ],
-            )
-        }
-    };
-    template.extend([("D", job.d as u32), ("QT", qt), ("QA", qt.max(1))]);
-    let key = PipelineKey {
-        shader,
-        template,
-        profile: Some(job.kernel.profile().shader_code()),
-        product: ProductCode::of(job.kernel),
-    };
-    let pipeline = ctx.pipeline(op, &key)?;
-    let merge = merge_pipeline(ctx, op, &key, splits)?;
-    let partial = partial_states(ctx, op, splits, splits * job.rows * job.plan.state_cols())?;
-    // Rows per workgroup: R per invocation in local_mean.wgsl; every plan
-    // that may take another shader has R = 1.
-    let rows_per_group = LOCAL_MEAN_WG * job.plan.rows_per_thread;
-    let workgroups = check_u32(op, "workgroups", job.rows.div_ceil(rows_per_group))?;
-    let merge_groups = check_u32(op, "workgroups", job.rows.div_ceil(LOCAL_MEAN_WG))?;
-    let splits32 = check_u32(op, "key splits", splits)?;
-    let groups: Vec<wgpu::BindGroup> = job
-        .key_tiles
-        .iter()
-        .map(|kt| {
-            bind_group(
-                ctx,
-                shader,
-                &[
-                    params.binding(),
-                    job.queries.binding(),
-                    kt.keys.binding(),
-                    kt.values.binding(),
-                    job.state.binding(),
-                    job.out.binding(),
-                    job.counter.binding(),
-                    partial.binding(),
-                ],
-            )
-        })
-        .collect();
-    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(op),
-        timestamp_writes: None,
-    });
-    pass.set_pipeline(&pipeline);
-    for (w, &(t, _, _)) in windows.iter().enumerate() {
-        pass.set_bind_group(0, &groups[t], &[params.offset(w)]);
-        pass.dispatch_workgroups(workgroups, splits32, 1);
-        if let Some(merge) = &merge {
-            // Same bind group; back to the accumulation after.
-            pass.set_pipeline(merge);
-            pass.dispatch_workgroups(merge_groups, 1, 1);
-            pass.set_pipeline(&pipeline);
-        }
+            ),
+            PassKind::Moments(l) => {
+                let window = l.value_window(self.plan.col_tile) as u32;
+                (
+                    ShaderId::LocalMoments,
+                    vec![
+                        ("QY", l.qy as u32),
+                        ("YW", window),
+                        ("YWA", window.max(1)),
+                        ("SECOND", u32::from(l.second)),
+                        ("STAGE", self.plan.staged_keys as u32),
+                    ],
+                )
+            }
+        };
+        template.extend([("D", self.keys.d as u32), ("QT", qt), ("QA", qt.max(1))]);
+        let key = PipelineKey::for_kernel(shader, template, self.kernel);
+        // Rows per workgroup: R per invocation in local_mean.wgsl; every plan
+        // that may take another shader has R = 1. The merge has one row per
+        // invocation.
+        let rows_per_group = LOCAL_MEAN_WG * self.plan.rows_per_thread;
+        let workgroups = Workgroups {
+            x: Workgroups::cover(op, tile.rows, rows_per_group)?,
+            y: check_u32(op, "key splits", splits)?,
+            z: 1,
+        };
+        let merge = Workgroups::x(Workgroups::cover(op, tile.rows, LOCAL_MEAN_WG)?);
+        let program = Program::split(ctx, op, &key, splits, merge)?;
+        let partial = partial_states(ctx, op, splits, splits * tile.rows * self.plan.state_cols())?;
+        let mut bindings = Bindings::new(ctx, op, shader, &records)?;
+        let rest = [tile.state, tile.out, tile.counter, &partial];
+        let groups = bindings.per_key_tile(self.keys.tiles, tile.queries, &rest);
+        let in_windows = windows.iter().map(|w| groups[w.key_tile]);
+        let dispatches = Dispatch::in_order(in_windows, 0, workgroups);
+        sub.record(&program, &bindings, &dispatches);
+        sub.keep(bindings);
+        sub.keep(partial);
+        Ok(())
     }
-    drop(pass);
-    sub.keep(params);
-    sub.keep(partial);
-    Ok(())
 }
 
-/// Buffers of one query tile.
+/// Buffers of one query tile: its queries uploaded, its row states,
+/// outputs and empty-row counter.
 struct TileBuffers<'p> {
     queries: Pooled<'p>,
     state: Pooled<'p>,
@@ -244,87 +255,87 @@ struct TileBuffers<'p> {
     counter: Pooled<'p>,
 }
 
-fn tile_buffers<'p>(
-    ctx: &'p GpuContext,
-    op: &'static str,
-    queries: &Matrix<'_>,
-    (r0, r1): (usize, usize),
-    state_cols: usize,
-    out_cols: usize,
-) -> Result<TileBuffers<'p>> {
-    let rows = r1 - r0;
-    let storage = wgpu::BufferUsages::STORAGE;
-    let readable = storage | wgpu::BufferUsages::COPY_SRC;
-    Ok(TileBuffers {
-        queries: upload(ctx, op, queries.row_range(r0, r1), storage)?,
-        state: ctx.buffer(op, (rows * state_cols * 4) as u64, readable)?,
-        out: ctx.buffer(op, (rows * out_cols * 4) as u64, readable)?,
-        counter: ctx.buffer(op, 4, readable | wgpu::BufferUsages::COPY_DST)?,
-    })
-}
+impl<'p> TileBuffers<'p> {
+    /// The buffers of the query rows `r0..r1` of `call` for `sweep`,
+    /// with `out_cols` output columns, and the tile that binds them.
+    fn new(
+        call: &OnTiles<'_, 'p>,
+        sweep: &Sweep<'_, '_>,
+        (r0, r1): (usize, usize),
+        out_cols: usize,
+    ) -> Result<Self> {
+        let (ctx, op, rows) = (call.ctx, call.scope.op, r1 - r0);
+        let storage = wgpu::BufferUsages::STORAGE;
+        let readable = storage | wgpu::BufferUsages::COPY_SRC;
+        let state_cols = sweep.plan.state_cols();
+        Ok(TileBuffers {
+            queries: upload(ctx, op, call.queries.row_range(r0, r1), storage)?,
+            state: ctx.buffer(op, (rows * state_cols * 4) as u64, readable)?,
+            out: ctx.buffer(op, (rows * out_cols * 4) as u64, readable)?,
+            counter: ctx.buffer(op, 4, readable | wgpu::BufferUsages::COPY_DST)?,
+        })
+    }
 
-/// Local means of `queries` against key tiles already on the device, under
-/// the caller's error scope (which the caller finishes).
-pub(crate) fn means_on_tiles(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &DeviceKeys<'_, '_>,
-    plan: &LocalMeanPlan,
-) -> Result<RowNormalized> {
-    normalized_on_tiles(ctx, scope, kernel, queries, keys, plan, PassKind::Mean)
-}
-
-/// Local means (plain or masked) or local moments of `queries` against
-/// key tiles on the device.
-fn normalized_on_tiles(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &DeviceKeys<'_, '_>,
-    plan: &LocalMeanPlan,
-    kind: PassKind,
-) -> Result<RowNormalized> {
-    let op = scope.op;
-    let (m, d) = (queries.rows(), keys.d);
-    let q = match kind {
-        PassKind::Moments(l) => l.cols(),
-        PassKind::Mean | PassKind::Masked => keys.q,
-    };
-    let mut out = alloc_output(op, "output", m, q)?;
-    let state_cols = plan.state_cols();
-    let mut empty = 0usize;
-    for (r0, r1) in tiles(m, plan.query_tile) {
-        let b = tile_buffers(ctx, op, queries, (r0, r1), state_cols, q)?;
-        let job = TileJob {
-            kernel,
-            plan,
-            d,
-            q,
+    /// The query tile of rows `r0..r1` over these buffers.
+    fn tile(&self, (r0, r1): (usize, usize)) -> QueryTile<'_, 'p> {
+        QueryTile {
             rows: r1 - r0,
             row0: r0,
-            key_tiles: keys.tiles,
-            queries: &b.queries,
-            state: &b.state,
-            out: &b.out,
-            counter: &b.counter,
-            exclude_self: false,
-            kind,
-            differences: false,
-        };
+            queries: &self.queries,
+            state: &self.state,
+            out: &self.out,
+            counter: &self.counter,
+        }
+    }
+}
+
+/// Local means of a call against key tiles on the device.
+pub(crate) fn means_on_tiles(
+    call: &OnTiles<'_, '_>,
+    kernel: &Kernel,
+    plan: &LocalMeanPlan,
+) -> Result<RowNormalized> {
+    normalized_on_tiles(call, &Sweep::new(call.scope.op, kernel, plan, &call.keys))
+}
+
+/// Local moments of `layout` of a call against key tiles on the device
+/// (their value matrix: the layout's `qy` columns); rows without mass in
+/// `f32` are left NaN.
+pub(crate) fn moments_on_tiles(
+    call: &OnTiles<'_, '_>,
+    kernel: &Kernel,
+    plan: &LocalMeanPlan,
+    layout: MomentLayout,
+) -> Result<RowNormalized> {
+    let sweep = Sweep {
+        q: layout.cols(),
+        kind: PassKind::Moments(layout),
+        ..Sweep::new(call.scope.op, kernel, plan, &call.keys)
+    };
+    normalized_on_tiles(call, &sweep)
+}
+
+/// Local means (plain or masked) or local moments of a call: `sweep`'s
+/// passes finalized, query tile by query tile.
+fn normalized_on_tiles(call: &OnTiles<'_, '_>, sweep: &Sweep<'_, '_>) -> Result<RowNormalized> {
+    let (ctx, scope) = (call.ctx, call.scope);
+    let (op, m, q) = (scope.op, call.queries.rows(), sweep.q);
+    let mut out = alloc_output(op, "output", m, q)?;
+    let mut empty = 0usize;
+    for (r0, r1) in tiles(m, sweep.plan.query_tile) {
+        let b = TileBuffers::new(call, sweep, (r0, r1), q)?;
+        let tile = b.tile((r0, r1));
         let mut sub = Submission::new(ctx);
         sub.clear_buffer(b.counter.buffer(), 0, Some(4));
         sub.fill_sentinel(ctx, op, &b.out)?;
         // Value columns in bounded batches of passes: each batch's
         // parameters and bind groups are released (once run) before the
         // next.
-        let all = passes(plan, q);
+        let all = sweep.passes();
         let batches = all.len().div_ceil(PASSES_PER_SUBMIT);
         for (bi, batch) in all.chunks(PASSES_PER_SUBMIT).enumerate() {
             for &cols in batch {
-                record_pass(ctx, op, &mut sub, &job, cols, true)?;
+                sweep.record(ctx, &mut sub, &tile, cols, true)?;
             }
             if bi + 1 < batches {
                 std::mem::replace(&mut sub, Submission::new(ctx)).submit_and_wait(ctx, scope)?;
@@ -339,29 +350,6 @@ fn normalized_on_tiles(
         empty += read[1][0].to_bits() as usize;
     }
     Ok(RowNormalized::from_parts(m, q, out, empty))
-}
-
-/// Local moments of `layout` for `queries` against key tiles already on
-/// the device (their value matrix: the layout's `qy` columns), under the
-/// caller's error scope; rows without mass in `f32` are left NaN.
-pub(crate) fn moments_on_tiles(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &DeviceKeys<'_, '_>,
-    plan: &LocalMeanPlan,
-    layout: MomentLayout,
-) -> Result<RowNormalized> {
-    normalized_on_tiles(
-        ctx,
-        scope,
-        kernel,
-        queries,
-        keys,
-        plan,
-        PassKind::Moments(layout),
-    )
 }
 
 /// Local means with masked distances on the GPU (`queries` and `keys` may
@@ -394,53 +382,46 @@ pub(crate) fn masked_local_mean(
     let xm = Matrix::check(OP, "keys", xa.view())?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
     let key_tiles = upload_key_tiles(ctx, OP, &xm, Some(values), plan.key_tile)?;
-    let keys = DeviceKeys {
-        tiles: &key_tiles,
-        d,
-        q,
+    let call = OnTiles {
+        ctx,
+        scope: &scope,
+        queries: &qm,
+        keys: DeviceKeys {
+            tiles: &key_tiles,
+            d,
+            q,
+        },
     };
-    let out = normalized_on_tiles(ctx, &scope, kernel, &qm, &keys, &plan, PassKind::Masked)?;
+    let sweep = Sweep {
+        kind: PassKind::Masked,
+        ..Sweep::new(OP, kernel, &plan, &call.keys)
+    };
+    let out = normalized_on_tiles(&call, &sweep)?;
     scope.finish(ctx)?;
     Ok(out)
 }
 
-/// Row states of `queries` against key tiles already on the device, under
-/// the caller's error scope (which the caller finishes).
+/// Row states of a call against key tiles on the device.
 pub(crate) fn states_on_tiles(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
+    call: &OnTiles<'_, '_>,
     kernel: &Kernel,
-    queries: &Matrix<'_>,
-    keys: &DeviceKeys<'_, '_>,
     plan: &LocalMeanPlan,
     exclude_self: bool,
 ) -> Result<RowStates> {
-    let op = scope.op;
-    let (m, d, q) = (queries.rows(), keys.d, keys.q);
-    let state_cols = plan.state_cols();
+    let (ctx, scope) = (call.ctx, call.scope);
+    let sweep = Sweep {
+        exclude_self,
+        ..Sweep::new(scope.op, kernel, plan, &call.keys)
+    };
+    let (m, q) = (call.queries.rows(), sweep.q);
     let mut states = RowStates::empty(m, q);
     for (r0, r1) in tiles(m, plan.query_tile) {
-        let b = tile_buffers(ctx, op, queries, (r0, r1), state_cols, 0)?;
-        let job = TileJob {
-            kernel,
-            plan,
-            d,
-            q,
-            rows: r1 - r0,
-            row0: r0,
-            key_tiles: keys.tiles,
-            queries: &b.queries,
-            state: &b.state,
-            out: &b.out,
-            counter: &b.counter,
-            exclude_self,
-            kind: PassKind::Mean,
-            differences: false,
-        };
-        for (c0, c1) in passes(plan, q) {
+        let b = TileBuffers::new(call, &sweep, (r0, r1), 0)?;
+        let tile = b.tile((r0, r1));
+        for (c0, c1) in sweep.passes() {
             let mut sub = Submission::new(ctx);
-            sub.fill_sentinel(ctx, op, &b.state)?;
-            record_pass(ctx, op, &mut sub, &job, (c0, c1), false)?;
+            sub.fill_sentinel(ctx, scope.op, &b.state)?;
+            sweep.record(ctx, &mut sub, &tile, (c0, c1), false)?;
             let read = sub.submit_and_read(ctx, scope, &[(b.state.buffer(), b.state.len())])?;
             // The pass's state rows are 2 + max(c1 − c0, 1) floats wide.
             let stride = 2 + (c1 - c0).max(1);

@@ -12,19 +12,20 @@
 //! tiles themselves and every point moves each iteration.
 
 use crate::error::Result;
-use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_mean_shift, tiles};
+use crate::gpu::plan::{LOCAL_MEAN_WG, plan_mean_shift, tiles};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
 use super::buffers::{Pooled, upload};
 use super::context::GpuContext;
-use super::keys::{KeyTile, upload_call_tiles, upload_key_tiles};
-use super::local_mean::{PassKind, TileJob, passes, record_pass};
+use super::dispatch::{Bindings, Dispatch, Group, Program, Workgroups};
+use super::keys::{DeviceKeys, KeyTile, upload_call_tiles, upload_key_tiles};
+use super::local_mean::{QueryTile, Sweep};
 use super::pipelines::PipelineKey;
+use super::plan::check_u32;
 use super::shaders::{FINISH, FINISH_BLURRING, GATHER, ShaderId};
 use super::submission::Submission;
-use super::{ParamBlock, bind_group, check_u32};
 
 const OP: &str = "mean_shift";
 
@@ -125,21 +126,15 @@ pub(crate) fn mean_shift(
         });
     }
     drop(seeds);
-    let pipeline = ctx.pipeline(
-        OP,
-        &PipelineKey {
-            shader: ShaderId::MeanShift,
-            template: vec![("D", d as u32)],
-            profile: None,
-            product: None,
-        },
-    )?;
-    let means = Means {
-        kernel,
-        plan: &plan,
+    let key = PipelineKey::new(ShaderId::MeanShift, vec![("D", d as u32)]);
+    let program = Program::new(ctx, OP, &key)?;
+    // The points are their own values.
+    let keys = DeviceKeys {
+        tiles: &key_tiles,
         d,
-        key_tiles: &key_tiles,
+        q: d,
     };
+    let means = Sweep::new(OP, kernel, &plan, &keys);
     let sizes = format!("M={m} N={n} d={d} blurring={}", run.blurring);
     let mut iterations = 0;
     let mut converged = false;
@@ -156,15 +151,15 @@ pub(crate) fn mean_shift(
             for &c in &live {
                 let ch = &chunks[c];
                 sub.fill_sentinel(ctx, OP, &ch.means)?;
-                means.record(ctx, &mut sub, ch.len, &key_tiles[c].keys, ch)?;
+                ch.record_means(ctx, &mut sub, &means, ch.len, &key_tiles[c].keys)?;
             }
             // Every local mean above read the old positions; now move.
             for &c in &live {
                 let ch = &chunks[c];
                 let kt = &key_tiles[c];
-                let params = step_params(ctx, ch.len, &[FINISH_BLURRING], run)?;
-                dispatch(ctx, &mut sub, &pipeline, ch, &kt.keys, &params, 0)?;
-                sub.keep(params);
+                let step = Step::new(ctx, ch, &kt.keys, &[FINISH_BLURRING], run)?;
+                step.record(&mut sub, &program, 0);
+                sub.keep(step.bindings);
                 sub.copy_buffer_to_buffer(
                     kt.keys.buffer(),
                     0,
@@ -180,12 +175,12 @@ pub(crate) fn mean_shift(
                     .positions
                     .as_ref()
                     .expect("non-blurring chunks own positions"); // ok: set above
-                let params = step_params(ctx, ch.moving, &[GATHER, FINISH], run)?;
-                dispatch(ctx, &mut sub, &pipeline, ch, pos, &params, 0)?;
+                let step = Step::new(ctx, ch, pos, &[GATHER, FINISH], run)?;
+                step.record(&mut sub, &program, 0);
                 sub.fill_sentinel(ctx, OP, &ch.means)?;
-                means.record(ctx, &mut sub, ch.moving, &ch.queries, ch)?;
-                dispatch(ctx, &mut sub, &pipeline, ch, pos, &params, 1)?;
-                sub.keep(params);
+                ch.record_means(ctx, &mut sub, &means, ch.moving, &ch.queries)?;
+                step.record(&mut sub, &program, 1);
+                sub.keep(step.bindings);
             }
         }
         let sources: Vec<_> = live
@@ -246,107 +241,88 @@ pub(crate) fn mean_shift(
     })
 }
 
-/// One uniform record per mode, all for `rows` rows.
-fn step_params<'p>(
-    ctx: &'p GpuContext,
-    rows: usize,
-    modes: &[u32],
-    run: &ShiftRun,
-) -> Result<ParamBlock<'p>> {
-    let rows = check_u32(OP, "seeds", rows)?;
-    let records: Vec<ShiftParams> = modes
-        .iter()
-        .map(|&mode| ShiftParams {
-            rows,
-            mode,
-            thr_sq: run.thr_sq,
-            _pad: 0,
+/// The `mean_shift.wgsl` dispatches of one chunk in one iteration: one
+/// uniform record per mode, all over the chunk's rows (its moving seeds;
+/// blurring, all its points) and buffers, with `positions`.
+struct Step<'p> {
+    bindings: Bindings<'p>,
+    group: Group,
+    workgroups: Workgroups,
+}
+
+impl<'p> Step<'p> {
+    fn new(
+        ctx: &'p GpuContext,
+        ch: &Chunk<'_>,
+        positions: &Pooled<'_>,
+        modes: &[u32],
+        run: &ShiftRun,
+    ) -> Result<Self> {
+        let rows = if ch.positions.is_some() {
+            ch.moving
+        } else {
+            ch.len
+        };
+        let rows32 = check_u32(OP, "seeds", rows)?;
+        let records: Vec<ShiftParams> = modes
+            .iter()
+            .map(|&mode| ShiftParams {
+                rows: rows32,
+                mode,
+                thr_sq: run.thr_sq,
+                _pad: 0,
+            })
+            .collect();
+        let mut bindings = Bindings::new(ctx, OP, ShaderId::MeanShift, &records)?;
+        let group = bindings.group(&[
+            positions,
+            &ch.lists[ch.cur],
+            &ch.lists[ch.cur ^ 1],
+            &ch.queries,
+            &ch.means,
+            &ch.counters,
+        ]);
+        let workgroups = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
+        Ok(Step {
+            bindings,
+            group,
+            workgroups,
         })
-        .collect();
-    ParamBlock::new(ctx, OP, &records)
+    }
+
+    /// Records the dispatch of mode `i` (of those `new` was given), in a
+    /// compute pass of its own.
+    fn record(&self, sub: &mut Submission<'p>, program: &Program, i: usize) {
+        let dispatch = Dispatch {
+            group: self.group,
+            record: i,
+            workgroups: self.workgroups,
+        };
+        sub.record(program, &self.bindings, &[dispatch]);
+    }
 }
 
-/// Records one `mean_shift.wgsl` dispatch over a chunk, with uniform
-/// record `rec` of `params`.
-fn dispatch(
-    ctx: &GpuContext,
-    sub: &mut Submission<'_>,
-    pipeline: &wgpu::ComputePipeline,
-    ch: &Chunk<'_>,
-    positions: &Pooled<'_>,
-    params: &ParamBlock<'_>,
-    rec: usize,
-) -> Result<()> {
-    let rows = if ch.positions.is_some() {
-        ch.moving
-    } else {
-        ch.len
-    };
-    let bg = bind_group(
-        ctx,
-        ShaderId::MeanShift,
-        &[
-            params.binding(),
-            positions.binding(),
-            ch.lists[ch.cur].binding(),
-            ch.lists[ch.cur ^ 1].binding(),
-            ch.queries.binding(),
-            ch.means.binding(),
-            ch.counters.binding(),
-        ],
-    );
-    let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(OP),
-        timestamp_writes: None,
-    });
-    pass.set_pipeline(pipeline);
-    pass.set_bind_group(0, &bg, &[params.offset(rec)]);
-    pass.dispatch_workgroups(
-        check_u32(OP, "workgroups", rows.div_ceil(LOCAL_MEAN_WG))?,
-        1,
-        1,
-    );
-    Ok(())
-}
-
-/// What every local-mean pass of one run shares: the kernel, its plan,
-/// the dimension and the key tiles (the points, their own values).
-struct Means<'a, 'p> {
-    kernel: &'a Kernel,
-    plan: &'a LocalMeanPlan,
-    d: usize,
-    key_tiles: &'a [KeyTile<'p>],
-}
-
-impl<'p> Means<'_, 'p> {
-    /// Records the local means of the first `rows` queries in `queries`
-    /// over every key tile into the chunk's `means`.
-    fn record(
+impl<'p> Chunk<'p> {
+    /// Records the local means (`sweep`) of the first `rows` queries in
+    /// `queries` over every key tile into the chunk's `means`.
+    fn record_means(
         &self,
         ctx: &'p GpuContext,
         sub: &mut Submission<'p>,
+        sweep: &Sweep<'_, '_>,
         rows: usize,
         queries: &Pooled<'p>,
-        ch: &Chunk<'p>,
     ) -> Result<()> {
-        let job = TileJob {
-            kernel: self.kernel,
-            plan: self.plan,
-            d: self.d,
-            q: self.d,
+        let tile = QueryTile {
             rows,
             row0: 0,
-            key_tiles: self.key_tiles,
             queries,
-            state: &ch.state,
-            out: &ch.means,
-            counter: &ch.empty,
-            exclude_self: false,
-            kind: PassKind::Mean,
-            differences: false,
+            state: &self.state,
+            out: &self.means,
+            counter: &self.empty,
         };
-        for cols in passes(self.plan, self.d) {
-            record_pass(ctx, OP, sub, &job, cols, true)?;
+        for cols in sweep.passes() {
+            sweep.record(ctx, sub, &tile, cols, true)?;
         }
         Ok(())
     }

@@ -1,8 +1,10 @@
 //! The wgpu backend: WGSL shaders driven by the tiling plans of `plan/`.
 
 pub(crate) mod adapter;
+mod blocks;
 mod buffers;
 pub(crate) mod context;
+mod dispatch;
 mod far;
 mod kernel_matrix;
 mod keys;
@@ -21,17 +23,15 @@ mod timing;
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendInfo, Call, GpuLimits, PreparedAttention, PreparedKeys};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{Attention, Heads, RowNormalized};
 use crate::types::{Progress, ShiftOutcome, ShiftRun};
 
-use buffers::Pooled;
 use context::GpuContext;
 use prepared::GpuKeys;
-use shaders::ShaderId;
 use softmax::GpuAttention;
 
 /// The GPU backend: one device, shared by every call (and by the key sets
@@ -136,110 +136,4 @@ impl Backend for GpuBackend {
     fn memory(&self) -> MemoryUsage {
         self.ctx.pool.usage()
     }
-}
-
-/// Sizes as the shaders index them: every count must fit a `u32`.
-pub(crate) fn check_u32(op: &'static str, what: &'static str, n: usize) -> Result<u32> {
-    u32::try_from(n).map_err(|_| Error::TooLarge {
-        op,
-        what,
-        bytes: (n as u64).saturating_mul(4),
-    })
-}
-
-/// Uniform parameter records of one submission, one per dispatch, at the
-/// device's dynamic-offset alignment. Once recorded, it must stay on loan
-/// until its submission is done: hand it to the
-/// [`Submission`](submission::Submission) with `keep`.
-pub(crate) struct ParamBlock<'p> {
-    buf: Pooled<'p>,
-    stride: u64,
-    size: u64,
-}
-
-impl<'p> ParamBlock<'p> {
-    pub(crate) fn new<T: bytemuck::Pod>(
-        ctx: &'p GpuContext,
-        op: &'static str,
-        records: &[T],
-    ) -> Result<Self> {
-        let size = std::mem::size_of::<T>() as u64;
-        let stride = size.next_multiple_of(ctx.uniform_align);
-        let mut bytes = vec![0u8; (stride * records.len().max(1) as u64) as usize];
-        for (i, r) in records.iter().enumerate() {
-            let o = i * stride as usize;
-            bytes[o..o + size as usize].copy_from_slice(bytemuck::bytes_of(r));
-        }
-        let buf = buffers::upload(ctx, op, &bytes, wgpu::BufferUsages::UNIFORM)?;
-        Ok(ParamBlock { buf, stride, size })
-    }
-
-    /// Binding resource (bound with a dynamic offset per dispatch).
-    pub(crate) fn binding(&self) -> wgpu::BindingResource<'_> {
-        self.buf.binding_sized(self.size)
-    }
-
-    /// Dynamic offset of record `i`.
-    pub(crate) fn offset(&self, i: usize) -> u32 {
-        (i as u64 * self.stride) as u32
-    }
-}
-
-impl<'p> From<ParamBlock<'p>> for Pooled<'p> {
-    fn from(p: ParamBlock<'p>) -> Pooled<'p> {
-        p.buf
-    }
-}
-
-/// The merge pipeline of a dispatch whose keys are split `splits` ways:
-/// `key` with its shader's `merge_splits` entry (same template, same bind
-/// groups); `None` without a split.
-pub(crate) fn merge_pipeline(
-    ctx: &GpuContext,
-    op: &'static str,
-    key: &pipelines::PipelineKey,
-    splits: usize,
-) -> Result<Option<Arc<wgpu::ComputePipeline>>> {
-    let merge = match key.shader.merge() {
-        Some(m) if splits > 1 => m,
-        _ => return Ok(None),
-    };
-    let key = pipelines::PipelineKey {
-        shader: merge,
-        ..key.clone()
-    };
-    ctx.pipeline(op, &key).map(Some)
-}
-
-/// The buffer of a key split's partial row states, `floats` of them split
-/// `splits` ways; without a split, a 16-byte stand-in for the binding.
-pub(crate) fn partial_states<'p>(
-    ctx: &'p GpuContext,
-    op: &'static str,
-    splits: usize,
-    floats: usize,
-) -> Result<Pooled<'p>> {
-    let bytes = if splits > 1 { floats * 4 } else { 16 };
-    ctx.buffer(op, bytes as u64, wgpu::BufferUsages::STORAGE)
-}
-
-/// Bind group for `shader` over `resources` in binding order.
-pub(crate) fn bind_group(
-    ctx: &GpuContext,
-    shader: ShaderId,
-    resources: &[wgpu::BindingResource<'_>],
-) -> wgpu::BindGroup {
-    let entries: Vec<_> = resources
-        .iter()
-        .enumerate()
-        .map(|(i, r)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource: r.clone(),
-        })
-        .collect();
-    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(shader.file()),
-        layout: ctx.pipelines.layout(shader),
-        entries: &entries,
-    })
 }

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::kernel::Kernel;
 
 use super::shaders::{ProductCode, ShaderId};
 
@@ -30,6 +31,33 @@ pub(crate) struct PipelineKey {
     pub profile: Option<u32>,
     /// A product kernel's blocks, for shaders that use profiles.
     pub product: Option<ProductCode>,
+}
+
+impl PipelineKey {
+    /// `shader` with its placeholder values, for a shader without profiles.
+    pub(crate) fn new(shader: ShaderId, template: Vec<(&'static str, u32)>) -> Self {
+        PipelineKey {
+            shader,
+            template,
+            profile: None,
+            product: None,
+        }
+    }
+
+    /// `shader` with its placeholder values, specialized for `kernel`'s
+    /// profile (and a product kernel's blocks).
+    pub(crate) fn for_kernel(
+        shader: ShaderId,
+        template: Vec<(&'static str, u32)>,
+        kernel: &Kernel,
+    ) -> Self {
+        PipelineKey {
+            shader,
+            template,
+            profile: Some(kernel.profile().shader_code()),
+            product: ProductCode::of(kernel),
+        }
+    }
 }
 
 /// A cache entry: empty until its pipeline compiles; locked while it does.

@@ -13,16 +13,16 @@ use std::sync::Arc;
 use ndarray::Array2;
 
 use super::buffers::{Pooled, upload};
-use super::check_u32;
 use super::context::{ErrorScope, GpuContext};
 use super::far::{
     HostKeys, far_matrix_rows, far_means, far_states, matrix_needs_host, means_need_host,
     states_need_host, tiny_cauchy_row,
 };
 use super::kernel_matrix::matrix_on_tiles;
-use super::keys::{DeviceKeys, KeyTile, Rows, StoredTile, upload_tiles};
+use super::keys::{DeviceKeys, KeyTile, OnTiles, Rows, StoredTile, upload_tiles};
 use super::knn::{check_gpu_k, knn_on_tiles};
 use super::local_mean::{means_on_tiles, moments_on_tiles, states_on_tiles};
+use super::plan::check_u32;
 use super::submission::Submission;
 use crate::backend::{Call, CallKind, MatrixMode, PreparedKeys};
 use crate::error::{Error, Result};
@@ -226,12 +226,24 @@ impl<'a> GpuKeys<'a> {
         self.tiles.iter().map(|t| t.view(set)).collect()
     }
 
-    /// The tiles as an op binds them, with value matrix `set` (`q` columns).
-    fn device_keys<'t>(&self, tiles: &'t [KeyTile<'static>], q: usize) -> DeviceKeys<'t, 'static> {
-        DeviceKeys {
-            tiles,
-            d: self.d,
-            q,
+    /// A call of `queries` under `scope` against `tiles` as an op binds
+    /// them, with a value matrix of `q` columns.
+    fn call<'t>(
+        &'t self,
+        scope: &'t ErrorScope,
+        queries: &'t Matrix<'t>,
+        tiles: &'t [KeyTile<'static>],
+        q: usize,
+    ) -> OnTiles<'t, 't> {
+        OnTiles {
+            ctx: &self.ctx,
+            scope,
+            queries,
+            keys: DeviceKeys {
+                tiles,
+                d: self.d,
+                q,
+            },
         }
     }
 
@@ -316,8 +328,8 @@ impl PreparedKeys for GpuKeys<'_> {
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
         let tiles = self.key_tiles(Some(set));
-        let keys = self.device_keys(&tiles, q);
-        let mut out = means_on_tiles(ctx, &scope, kernel, queries, &keys, &plan)?;
+        let call = self.call(&scope, queries, &tiles, q);
+        let mut out = means_on_tiles(&call, kernel, &plan)?;
         if means_need_host(kernel, &out) {
             let (kh, vh) = self.host_rows(&scope, Some(set))?;
             far_means(kernel, queries, &self.host(&kh, &vh, q), &mut out);
@@ -341,8 +353,8 @@ impl PreparedKeys for GpuKeys<'_> {
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
         let tiles = self.key_tiles(set);
-        let keys = self.device_keys(&tiles, q);
-        let mut out = states_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, exclude_self)?;
+        let call = self.call(&scope, queries, &tiles, q);
+        let mut out = states_on_tiles(&call, kernel, &plan, exclude_self)?;
         if states_need_host(kernel, &out) {
             let (kh, vh) = self.host_rows(&scope, set)?;
             far_states(
@@ -372,8 +384,8 @@ impl PreparedKeys for GpuKeys<'_> {
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={}", layout.qy)))?;
         let tiles = self.key_tiles(set);
-        let keys = self.device_keys(&tiles, layout.qy);
-        let mut out = moments_on_tiles(ctx, &scope, kernel, queries, &keys, &plan, layout)?;
+        let call = self.call(&scope, queries, &tiles, layout.qy);
+        let mut out = moments_on_tiles(&call, kernel, &plan, layout)?;
         if means_need_host(kernel, &out) {
             let (kh, vh) = self.host_rows(&scope, set)?;
             let (d, qy) = (self.d, layout.qy);
@@ -393,15 +405,7 @@ impl PreparedKeys for GpuKeys<'_> {
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("k={k}")))?;
         let tiles = self.key_tiles(None);
-        let out = knn_on_tiles(
-            ctx,
-            &scope,
-            queries,
-            &self.device_keys(&tiles, 0),
-            self.n,
-            k,
-            &plan,
-        )?;
+        let out = knn_on_tiles(&self.call(&scope, queries, &tiles, 0), self.n, k, &plan)?;
         scope.finish(ctx)?;
         Ok(out)
     }
@@ -421,8 +425,8 @@ impl PreparedKeys for GpuKeys<'_> {
         lplan.key_tile = self.check_tile(OP, lplan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("mode={mode:?}")))?;
         let tiles = self.key_tiles(None);
-        let keys = self.device_keys(&tiles, 0);
-        let mut out = matrix_on_tiles(ctx, &scope, kernel, queries, &keys, mode, (&mplan, &lplan))?;
+        let call = self.call(&scope, queries, &tiles, 0);
+        let mut out = matrix_on_tiles(&call, kernel, mode, (&mplan, &lplan))?;
         scope.finish(ctx)?;
         // Rows of D⁻¹K left without mass because every key lies beyond the
         // f32 distance range are finished on the host (docs/numerics.md,

@@ -1,8 +1,8 @@
 //! One submission of GPU work and the buffers it needs.
 //!
 //! A [`Submission`] wraps the timed [`Encoder`] and owns every pooled
-//! buffer recorded into it that nothing else holds: uniform blocks
-//! ([`ParamBlock`]), the parameters of sentinel fills, temporary inputs.
+//! buffer recorded into it that nothing else holds: uniform records
+//! (`dispatch.rs`'s `Bindings`), the parameters of sentinel fills, temporary inputs.
 //! The pool matters here, not wgpu: wgpu keeps a buffer alive until the
 //! submissions that use it complete, but a [`Pooled`] buffer dropped
 //! goes back to the pool at once, where another call may take it and
@@ -27,11 +27,7 @@ use crate::error::Result;
 
 use super::buffers::Pooled;
 use super::context::{ErrorScope, GpuContext};
-use super::pipelines::PipelineKey;
-use super::plan::FILL_WG;
-use super::shaders::ShaderId;
 use super::timing::{self, Encoder};
-use super::{ParamBlock, bind_group, check_u32};
 
 /// A new timed encoder on `ctx`'s device.
 fn encoder(ctx: &GpuContext) -> Encoder {
@@ -63,46 +59,6 @@ impl<'p> Submission<'p> {
     /// loan until the submission is done.
     pub(crate) fn keep(&mut self, resource: impl Into<Pooled<'p>>) {
         self.kept.push(resource.into());
-    }
-
-    /// Records a fill of `buf` with the engine's sentinel, if one is set
-    /// (its parameters are kept).
-    pub(crate) fn fill_sentinel(
-        &mut self,
-        ctx: &'p GpuContext,
-        op: &'static str,
-        buf: &Pooled<'_>,
-    ) -> Result<()> {
-        let Some(value) = ctx.sentinel else {
-            return Ok(());
-        };
-        let len = check_u32(op, "sentinel fill", (buf.len() / 4) as usize)?;
-        let params = ParamBlock::new(
-            ctx,
-            op,
-            &[FillParams {
-                len,
-                value,
-                _pad: [0; 2],
-            }],
-        )?;
-        let pipeline = ctx.pipeline(
-            op,
-            &PipelineKey {
-                shader: ShaderId::Fill,
-                template: vec![],
-                profile: None,
-                product: None,
-            },
-        )?;
-        let bg = bind_group(ctx, ShaderId::Fill, &[params.binding(), buf.binding()]);
-        let mut pass = self.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bg, &[params.offset(0)]);
-        pass.dispatch_workgroups(len.div_ceil(FILL_WG as u32).clamp(1, 4096), 1, 1);
-        drop(pass);
-        self.keep(params);
-        Ok(())
     }
 
     /// Submits the work without waiting; the returned (empty) submission
@@ -269,149 +225,4 @@ impl DerefMut for Submission<'_> {
     fn deref_mut(&mut self) -> &mut Encoder {
         &mut self.encoder
     }
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct FillParams {
-    len: u32,
-    value: f32,
-    _pad: [u32; 2],
-}
-
-/// An output block of a matrix recorded into a submission but not yet
-/// read back: rows `row..row + rows`, columns `col..col + cols`.
-pub(crate) struct Block<'p> {
-    pub out: Pooled<'p>,
-    pub row: usize,
-    pub rows: usize,
-    pub col: usize,
-    pub cols: usize,
-}
-
-/// Output blocks recorded into one submission and read back together
-/// once they reach `batch` bytes, into `out` (row stride `n`): the batched
-/// readback of the kernel matrix and of the softmax weight matrix.
-///
-/// Double-buffered: a full batch is submitted with its copy into a staging
-/// buffer, and the *previous* batch's results are copied from their mapped
-/// staging buffer straight into `out` while the device runs the new one,
-/// so the device does not wait for the host's copy (nor the host for the
-/// device, beyond one batch). At most two batches are in flight.
-pub(crate) struct Blocks<'p> {
-    pending: Vec<Block<'p>>,
-    bytes: u64,
-    batch: u64,
-    /// The previous batch: submitted, its readback under way.
-    in_flight: Option<(PendingRead<'p>, Vec<Block<'p>>)>,
-}
-
-impl<'p> Blocks<'p> {
-    /// No block yet; read back every `batch` bytes.
-    pub(crate) fn new(batch: u64) -> Self {
-        Blocks {
-            pending: Vec::new(),
-            bytes: 0,
-            batch,
-            in_flight: None,
-        }
-    }
-
-    /// Before recording a block of `bytes`: when the pending blocks would
-    /// pass the batch with it, submits `sub` (leaving a fresh submission in
-    /// its place) and completes the batch before it.
-    pub(crate) fn make_room(
-        &mut self,
-        ctx: &'p GpuContext,
-        scope: &ErrorScope,
-        sub: &mut Submission<'p>,
-        bytes: u64,
-        out: &mut [f32],
-        n: usize,
-    ) -> Result<()> {
-        if !self.pending.is_empty() && self.bytes + bytes > self.batch {
-            let full = std::mem::replace(sub, Submission::new(ctx));
-            self.flush(ctx, scope, full, out, n)?;
-        }
-        Ok(())
-    }
-
-    /// A block recorded into the current submission.
-    pub(crate) fn push(&mut self, b: Block<'p>) {
-        self.bytes += (b.rows * b.cols * 4) as u64;
-        self.pending.push(b);
-    }
-
-    /// Submits `sub` and reads back every block still pending or in flight.
-    pub(crate) fn finish(
-        mut self,
-        ctx: &'p GpuContext,
-        scope: &ErrorScope,
-        sub: Submission<'p>,
-        out: &mut [f32],
-        n: usize,
-    ) -> Result<()> {
-        self.flush(ctx, scope, sub, out, n)?;
-        match self.in_flight.take() {
-            Some(last) => complete(ctx, scope, last, out, n),
-            None => Ok(()),
-        }
-    }
-
-    /// Submits `sub` (the pending blocks and whatever else it recorded)
-    /// with the pending blocks' readback, then completes the batch
-    /// submitted before it, whose results land in `out` while the device
-    /// runs this one.
-    fn flush(
-        &mut self,
-        ctx: &'p GpuContext,
-        scope: &ErrorScope,
-        sub: Submission<'p>,
-        out: &mut [f32],
-        n: usize,
-    ) -> Result<()> {
-        let next = if self.pending.is_empty() {
-            sub.submit_and_wait(ctx, scope)?;
-            None
-        } else {
-            let sources: Vec<_> = self
-                .pending
-                .iter()
-                .map(|b| (b.out.buffer(), b.out.len()))
-                .collect();
-            let read = sub.submit_with_readback(ctx, scope, &sources)?;
-            Some((read, std::mem::take(&mut self.pending)))
-        };
-        self.bytes = 0;
-        match std::mem::replace(&mut self.in_flight, next) {
-            Some(prev) => complete(ctx, scope, prev, out, n),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Waits for a submitted batch and copies its blocks from the mapped
-/// staging buffer into `out` (row stride `n`).
-fn complete(
-    ctx: &GpuContext,
-    scope: &ErrorScope,
-    (read, blocks): (PendingRead<'_>, Vec<Block<'_>>),
-    out: &mut [f32],
-    n: usize,
-) -> Result<()> {
-    read.wait(ctx, scope, |all| {
-        let mut o = 0usize;
-        for b in &blocks {
-            let len = (b.out.len() / 4) as usize;
-            for (r, src) in all[o..o + len]
-                .chunks_exact(b.cols)
-                .take(b.rows)
-                .enumerate()
-            {
-                let at = (b.row + r) * n + b.col;
-                out[at..at + b.cols].copy_from_slice(src);
-            }
-            o += len;
-        }
-    })
 }

@@ -59,15 +59,12 @@ pub(crate) fn plan_knn(
 
 #[cfg(test)]
 mod tests {
-    use super::super::LAVAPIPE;
+    use super::super::LOOP_CAPPED;
     use super::*;
 
     #[test]
     fn a_loop_budget_bounds_key_tiles() {
-        let dev = DeviceLimits {
-            loop_budget: Some(65535),
-            ..LAVAPIPE
-        };
+        let dev = LOOP_CAPPED;
         let p = plan_knn(&dev, &TileLimits::default(), 10, 1_000_000, 16, 16).unwrap();
         assert!(p.key_tile * (2 + 16 + 16) < 65535);
     }

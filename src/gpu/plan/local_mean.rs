@@ -265,7 +265,7 @@ pub(crate) fn plan_mean_shift(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DISPATCH_WORK, LAVAPIPE};
+    use super::super::{DISPATCH_WORK, LAVAPIPE, LOOP_CAPPED, small_caps};
     use super::*;
     use crate::error::Error;
 
@@ -275,13 +275,7 @@ mod tests {
         assert_eq!((p.query_tile, p.key_tile, p.col_tile), (1000, 5000, 8));
         // Keys and values staged as vec4 groups: 1 + 2 per key.
         assert!(p.staged_keys * 16 * (1 + 2) <= 32 << 10);
-        let caps = TileLimits {
-            query_rows: Some(5),
-            key_rows: Some(7),
-            value_cols: Some(2),
-            buffer_bytes: None,
-            ..TileLimits::default()
-        };
+        let caps = small_caps(2);
         let p = plan_local_mean(&LAVAPIPE, &caps, 1000, 5000, 3, 20).unwrap();
         assert_eq!((p.query_tile, p.key_tile, p.col_tile), (5, 7, 2));
         // Key tiles shrink with the binding size.
@@ -295,10 +289,7 @@ mod tests {
 
     #[test]
     fn a_loop_budget_bounds_key_tiles() {
-        let dev = DeviceLimits {
-            loop_budget: Some(65535),
-            ..LAVAPIPE
-        };
+        let dev = LOOP_CAPPED;
         let p = plan_local_mean(&dev, &TileLimits::default(), 10, 1_000_000, 3, 3).unwrap();
         let r = p.rows_per_thread;
         assert_eq!(r, 4);
@@ -308,10 +299,7 @@ mod tests {
 
     #[test]
     fn moment_plans_stage_values_and_respect_the_loop_budget() {
-        let dev = DeviceLimits {
-            loop_budget: Some(65535),
-            ..LAVAPIPE
-        };
+        let dev = LOOP_CAPPED;
         let layout = MomentLayout {
             d: 3,
             qy: 200,

@@ -266,6 +266,15 @@ pub(crate) fn tiles(len: usize, tile: usize) -> impl Iterator<Item = (usize, usi
 }
 
 /// The device limits of lavapipe, for the planners' tests.
+/// Sizes as the shaders index them: every count must fit a `u32`.
+pub(crate) fn check_u32(op: &'static str, what: &'static str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::TooLarge {
+        op,
+        what,
+        bytes: (n as u64).saturating_mul(4),
+    })
+}
+
 #[cfg(test)]
 pub(crate) const LAVAPIPE: DeviceLimits = DeviceLimits {
     binding_bytes: 128 << 20,
@@ -274,6 +283,26 @@ pub(crate) const LAVAPIPE: DeviceLimits = DeviceLimits {
     loop_budget: None,
     fill_workgroups: 0,
 };
+
+/// [`LAVAPIPE`] with llvmpipe's loop cap, for the loop-budget tests.
+#[cfg(test)]
+pub(crate) const LOOP_CAPPED: DeviceLimits = DeviceLimits {
+    loop_budget: Some(65535),
+    ..LAVAPIPE
+};
+
+/// Caps of 5 query rows, 7 key rows and `value_cols` value columns a
+/// pass, for the planners' tests.
+#[cfg(test)]
+pub(crate) fn small_caps(value_cols: usize) -> TileLimits {
+    TileLimits {
+        query_rows: Some(5),
+        key_rows: Some(7),
+        value_cols: Some(value_cols),
+        buffer_bytes: None,
+        ..TileLimits::default()
+    }
+}
 
 #[cfg(test)]
 mod tests {

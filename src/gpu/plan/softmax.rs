@@ -372,7 +372,7 @@ pub(crate) fn plan_feature(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DISPATCH_WORK, LAVAPIPE};
+    use super::super::{DISPATCH_WORK, LAVAPIPE, LOOP_CAPPED, small_caps};
     use super::*;
 
     #[test]
@@ -424,10 +424,7 @@ mod tests {
             assert!(bytes <= dev.workgroup_bytes as usize, "{d} {q}");
         }
         // Under a loop budget, key tiles are whole blocks within it.
-        let budget = DeviceLimits {
-            loop_budget: Some(65535),
-            ..LAVAPIPE
-        };
+        let budget = LOOP_CAPPED;
         let p = plan_attend(&budget, &none, 1, 4096, 100_000, 64, 64).unwrap();
         assert_eq!(p.tiled_keys, 16);
         assert!(p.key_tile > 500 && p.key_tile < 100_000, "{}", p.key_tile);
@@ -441,13 +438,7 @@ mod tests {
             (8, 4096, 4096, 64)
         );
         assert!(p.staged * 16 * (16 + 16) <= 32 << 10);
-        let caps = TileLimits {
-            query_rows: Some(5),
-            key_rows: Some(7),
-            value_cols: Some(3),
-            buffer_bytes: None,
-            ..TileLimits::default()
-        };
+        let caps = small_caps(3);
         let p = plan_attend(&LAVAPIPE, &caps, 3, 100, 50, 8, 10).unwrap();
         assert_eq!(
             (p.batch_group, p.query_tile, p.key_tile, p.col_tile),
@@ -465,10 +456,7 @@ mod tests {
 
     #[test]
     fn a_loop_budget_bounds_key_tiles_and_chunks() {
-        let dev = DeviceLimits {
-            loop_budget: Some(65535),
-            ..LAVAPIPE
-        };
+        let dev = LOOP_CAPPED;
         // The row pass (softmax.wgsl): 2 + 16 + 2·1 + 3 iterations per key.
         let p = plan_attend(&dev, &TileLimits::default(), 8, 4096, 4096, 64, 0).unwrap();
         assert!(p.key_tile * 23 < 65535 && p.key_tile > 2000);

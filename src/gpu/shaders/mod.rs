@@ -329,7 +329,7 @@ const fn wg(value: usize, source: &'static str) -> Consts {
 const LOCAL_WG: Consts = wg(LOCAL_MEAN_WG, "plan::LOCAL_MEAN_WG");
 const CHUNK: Consts = Consts::Size("C", CHUNK_KEYS, "plan::CHUNK_KEYS");
 const ATTEND: Consts = wg(ATTEND_WG, "plan::softmax::ATTEND_WG");
-/// The three entries of `feature_mean.wgsl` share its constants.
+/// The constants of `feature_mean.wgsl`'s three entries.
 const FEATURE_CONSTS: &[Consts] = &[
     Consts::Size("SUM_WG", SUM_WG, "plan::softmax::SUM_WG"),
     Consts::Size("FINISH_WG", FINISH_WG, "plan::softmax::FINISH_WG"),
@@ -470,31 +470,23 @@ pub(crate) const SHADERS: [ShaderSpec; 13] = [
             Consts::Log2e,
         ],
     },
-    ShaderSpec {
-        id: ShaderId::FeatureSums,
-        file: wgsl!("feature_mean.wgsl"),
-        entry: "chunk_sums",
-        merge: None,
-        placeholders: &[("QA", 1)],
-        consts: FEATURE_CONSTS,
-    },
-    ShaderSpec {
-        id: ShaderId::FeaturePrefix,
-        file: wgsl!("feature_mean.wgsl"),
-        entry: "prefix",
-        merge: None,
-        placeholders: &[("QA", 1)],
-        consts: FEATURE_CONSTS,
-    },
-    ShaderSpec {
-        id: ShaderId::FeatureFinish,
-        file: wgsl!("feature_mean.wgsl"),
-        entry: "finish",
-        merge: None,
-        placeholders: &[("QA", 1)],
-        consts: FEATURE_CONSTS,
-    },
+    feature_entry(ShaderId::FeatureSums, "chunk_sums"),
+    feature_entry(ShaderId::FeaturePrefix, "prefix"),
+    feature_entry(ShaderId::FeatureFinish, "finish"),
 ];
+
+/// An entry point of `feature_mean.wgsl`: the three share its file,
+/// placeholders and constants.
+const fn feature_entry(id: ShaderId, entry: &'static str) -> ShaderSpec {
+    ShaderSpec {
+        id,
+        file: wgsl!("feature_mean.wgsl"),
+        entry,
+        merge: None,
+        placeholders: &[("QA", 1)],
+        consts: FEATURE_CONSTS,
+    }
+}
 
 /// One compute shader entry point of the engine: the key of
 /// [`SHADERS`] and of the pipeline cache.

@@ -10,7 +10,7 @@ use super::{SHADERS, ShaderId, ShaderSpec};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
     /// `var<uniform>`: the parameter records, bound with a dynamic offset
-    /// (`ParamBlock`).
+    /// (`Bindings`, `dispatch.rs`).
     Uniform,
     /// `var<storage, read>`.
     ReadOnly,

@@ -4,19 +4,12 @@
 use super::*;
 use crate::kernel::Kernel;
 
-/// Values exercising each placeholder at small and large sizes.
+/// Values exercising each placeholder at small and large sizes: first
+/// those of the shader's entry in the table, then others.
 #[cfg(test)]
 pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
-    match id {
+    let others = match id {
         ShaderId::LocalMean | ShaderId::LocalMeanMerge => vec![
-            vec![
-                ("D", 1),
-                ("QT", 0),
-                ("QA", 1),
-                ("STAGE", 256),
-                ("MASKED", 0),
-                ("R", 4),
-            ],
             vec![
                 ("D", 3),
                 ("QT", 3),
@@ -35,21 +28,10 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             ],
         ],
         ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => vec![
-            vec![("D", 32), ("QT", 0), ("QA", 1)],
             vec![("D", 33), ("QT", 3), ("QA", 3)],
             vec![("D", 784), ("QT", 32), ("QA", 32)],
         ],
         ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => vec![
-            vec![
-                ("D", 1),
-                ("QT", 2),
-                ("QA", 2),
-                ("QY", 0),
-                ("YW", 0),
-                ("YWA", 1),
-                ("STAGE", 256),
-                ("SECOND", 0),
-            ],
             vec![
                 ("D", 3),
                 ("QT", 8),
@@ -71,29 +53,29 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("SECOND", 1),
             ],
         ],
-        ShaderId::KernelMatrix => vec![vec![("D", 1)], vec![("D", 7)], vec![("D", 300)]],
-        ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![vec![]],
+        ShaderId::KernelMatrix => vec![vec![("D", 7)], vec![("D", 300)]],
+        ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![],
         ShaderId::Knn => vec![
-            vec![("D", 1), ("K", 1), ("STAGE", 256)],
             vec![("D", 16), ("K", 16), ("STAGE", 256)],
             vec![("D", 7), ("K", 128), ("STAGE", 64)],
         ],
-        ShaderId::MeanShift => vec![vec![("D", 1)], vec![("D", 2)], vec![("D", 64)]],
+        ShaderId::MeanShift => vec![vec![("D", 2)], vec![("D", 64)]],
         ShaderId::Softmax | ShaderId::SoftmaxMerge => vec![
-            vec![("D4", 1), ("QA4", 1), ("BK", 32)],
             vec![("D4", 1), ("QA4", 1), ("BK", 7)],
             vec![("D4", 16), ("QA4", 16), ("BK", 32)],
             vec![("D4", 20), ("QA4", 5), ("BK", 1)],
         ],
         ShaderId::SoftmaxTiled | ShaderId::SoftmaxTiledMerge => vec![
-            vec![("D4", 1), ("QA4", 1), ("BK", 32)],
             vec![("D4", 3), ("QA4", 5), ("BK", 8)],
             vec![("D4", 16), ("QA4", 16), ("BK", 16)],
         ],
         ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
-            vec![vec![("QA", 1)], vec![("QA", 16)]]
+            vec![vec![("QA", 16)]]
         }
-    }
+    };
+    let mut all = vec![id.spec().placeholders.to_vec()];
+    all.extend(others);
+    all
 }
 
 fn validate(name: &str, src: &str) {

@@ -11,10 +11,11 @@ use crate::types::{Attention, Heads};
 use super::{KeyTile, stacked};
 use crate::gpu::buffers::{Pooled, upload};
 use crate::gpu::context::{ErrorScope, GpuContext};
+use crate::gpu::dispatch::{Bindings, Dispatch, Program, Workgroups, partial_states};
 use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::plan::check_u32;
 use crate::gpu::shaders::{CAUSAL, FIRST_TILE, LAST_TILE, ShaderId};
 use crate::gpu::submission::Submission;
-use crate::gpu::{ParamBlock, bind_group, check_u32, merge_pipeline, partial_states};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -137,7 +138,6 @@ pub(super) fn record_attend<'p>(
             });
         }
     }
-    let params = ParamBlock::new(ctx, op, &records)?;
     // The key slices' partial row states (a stand-in without a split).
     let partial = partial_states(
         ctx,
@@ -151,60 +151,30 @@ pub(super) fn record_attend<'p>(
     } else {
         (ShaderId::Softmax, plan.staged)
     };
-    let groups: Vec<wgpu::BindGroup> = seen
-        .iter()
-        .map(|kt| {
-            bind_group(
-                ctx,
-                shader,
-                &[
-                    params.binding(),
-                    tile.queries.binding(),
-                    kt.keys.binding(),
-                    kt.values.binding(),
-                    tile.state.binding(),
-                    tile.out.binding(),
-                    partial.binding(),
-                ],
-            )
-        })
-        .collect();
-    let splits32 = check_u32(op, "key splits", splits)?;
-    let workgroups = check_u32(op, "workgroups", tile.rows.div_ceil(ATTEND_WG))?;
-    let batches = check_u32(op, "batches", tile.batches)?;
-    let mut rec = 0;
-    for &(c0, c1) in &passes {
+    let mut bindings = Bindings::new(ctx, op, shader, &records)?;
+    let groups = bindings.per_key_tile(seen, tile.queries, &[tile.state, tile.out, &partial]);
+    let workgroups = Workgroups {
+        x: Workgroups::cover(op, tile.rows, ATTEND_WG)?,
+        y: check_u32(op, "batches", tile.batches)?,
+        z: check_u32(op, "key splits", splits)?,
+    };
+    // The merge: one workgroup per row group and batch.
+    let merge = Workgroups { z: 1, ..workgroups };
+    for (p, &(c0, c1)) in passes.iter().enumerate() {
         let qt = (c1 - c0) as u32;
-        let key = PipelineKey {
-            shader,
-            template: vec![
-                ("D4", AttendPlan::d4(d) as u32),
-                ("QA4", qt.max(1).div_ceil(4)),
-                ("BK", block as u32),
-            ],
-            profile: None,
-            product: None,
-        };
-        let pipeline = ctx.pipeline(op, &key)?;
-        let merge = merge_pipeline(ctx, op, &key, splits)?;
-        let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(op),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipeline);
-        for bg in &groups {
-            pass.set_bind_group(0, bg, &[params.offset(rec)]);
-            pass.dispatch_workgroups(workgroups, batches, splits32);
-            if let Some(merge) = &merge {
-                // Same bind group; back to the accumulation after.
-                pass.set_pipeline(merge);
-                pass.dispatch_workgroups(workgroups, batches, 1);
-                pass.set_pipeline(&pipeline);
-            }
-            rec += 1;
-        }
+        let template = vec![
+            ("D4", AttendPlan::d4(d) as u32),
+            ("QA4", qt.max(1).div_ceil(4)),
+            ("BK", block as u32),
+        ];
+        let key = PipelineKey::new(shader, template);
+        let program = Program::split(ctx, op, &key, splits, merge)?;
+        // The pass's records: one per key tile seen.
+        let first = p * groups.len();
+        let dispatches = Dispatch::in_order(groups.iter().copied(), first, workgroups);
+        sub.record(&program, &bindings, &dispatches);
     }
-    sub.keep(params);
+    sub.keep(bindings);
     sub.keep(partial);
     Ok(())
 }

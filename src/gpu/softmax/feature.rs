@@ -8,13 +8,14 @@ use crate::gpu::plan::{plan_feature, tiles};
 use crate::matrix::alloc_output;
 use crate::types::Heads;
 
-use super::{KeyTile, stacked, upload_keys};
+use super::{stacked, upload_keys};
 use crate::gpu::buffers::{Pooled, upload};
 use crate::gpu::context::GpuContext;
+use crate::gpu::dispatch::{Bindings, Dispatch, Program, Workgroups};
 use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::plan::check_u32;
 use crate::gpu::shaders::ShaderId;
 use crate::gpu::submission::Submission;
-use crate::gpu::{ParamBlock, bind_group, check_u32};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -34,6 +35,21 @@ struct FeatParams {
     psi_scale: f32,
     cols: u32,
     _pad: [u32; 2],
+}
+
+/// The query rows `r0..r1` of one `finish` tile, whose keys' limits
+/// (causal) fall in key tile `key_tile`.
+struct QueryTile {
+    r0: usize,
+    r1: usize,
+    key_tile: usize,
+}
+
+/// A `finish` tile's output buffer and its stacked rows `p0..p1`.
+struct TileOut<'p> {
+    p0: usize,
+    p1: usize,
+    obuf: Pooled<'p>,
 }
 
 /// The power of two that brings the largest entry of `xs` (non-negative)
@@ -72,26 +88,12 @@ pub(crate) fn feature_local_mean(
     let e = d * (q + 1);
     let mut empty = 0usize;
     // Finish passes hold a power of two of columns: few pipelines.
-    let template = |cols: usize| PipelineKey {
-        shader: ShaderId::FeatureFinish,
-        template: vec![("QA", cols.max(1).next_power_of_two() as u32)],
-        profile: None,
-        product: None,
+    let key = |shader, cols: usize| {
+        PipelineKey::new(shader, vec![("QA", cols.max(1).next_power_of_two() as u32)])
     };
-    let sums_pipeline = ctx.pipeline(
-        OP,
-        &PipelineKey {
-            shader: ShaderId::FeatureSums,
-            ..template(1)
-        },
-    )?;
-    let prefix_pipeline = ctx.pipeline(
-        OP,
-        &PipelineKey {
-            shader: ShaderId::FeaturePrefix,
-            ..template(1)
-        },
-    )?;
+    let finish_key = |cols| key(ShaderId::FeatureFinish, cols);
+    let sums_program = Program::new(ctx, OP, &key(ShaderId::FeatureSums, 1))?;
+    let prefix_program = Program::new(ctx, OP, &key(ShaderId::FeaturePrefix, 1))?;
     for b in 0..nb {
         let psi_scale = power_of_two_scale(psi.batch_slice(b));
         let key_tiles = upload_keys(ctx, OP, psi, Some(values), (b, b + 1), plan.key_tile)?;
@@ -122,7 +124,7 @@ pub(crate) fn feature_local_mean(
         };
         // Query tiles: causal ones hold the rows whose limit falls in one
         // key tile (their own chunk's keys are read from it).
-        let mut qtiles: Vec<(usize, usize, usize)> = Vec::new(); // (r0, r1, key tile)
+        let mut qtiles: Vec<QueryTile> = Vec::new();
         for (t, kt) in key_tiles.iter().enumerate() {
             let (a, z) = if causal {
                 (kt.start.max(off) - off, (kt.start + kt.len).max(off) - off)
@@ -132,7 +134,11 @@ pub(crate) fn feature_local_mean(
                 (0, 0)
             };
             for (r0, r1) in tiles(z - a, plan.query_tile) {
-                qtiles.push((a + r0, a + r1, t));
+                qtiles.push(QueryTile {
+                    r0: a + r0,
+                    r1: a + r1,
+                    key_tile: t,
+                });
             }
         }
         let passes: Vec<(usize, usize)> = tiles(q, plan.col_tile).collect();
@@ -146,89 +152,78 @@ pub(crate) fn feature_local_mean(
             });
         }
         records.push(base); // prefix
-        for &(r0, r1, t) in &qtiles {
+        for qt in &qtiles {
+            let kt = &key_tiles[qt.key_tile];
             for &(c0, c1) in &passes {
                 records.push(FeatParams {
-                    keys: key_tiles[t].len as u32,
-                    rows: (r1 - r0) as u32,
-                    row_start: r0 as u32,
-                    key_start: key_tiles[t].start as u32,
+                    keys: kt.len as u32,
+                    rows: (qt.r1 - qt.r0) as u32,
+                    row_start: qt.r0 as u32,
+                    key_start: kt.start as u32,
                     c0: c0 as u32,
                     cols: (c1 - c0) as u32,
                     ..base
                 });
             }
         }
-        let params = ParamBlock::new(ctx, OP, &records)?;
+        let mut bindings = Bindings::new(ctx, OP, ShaderId::FeatureSums, &records)?;
         let mut sub = Submission::new(ctx);
         sub.clear_buffer(counter.buffer(), 0, Some(4));
-        let group = |kt: &KeyTile<'_>, queries: &Pooled<'_>, out: &Pooled<'_>| {
-            bind_group(
-                ctx,
-                ShaderId::FeatureSums,
-                &[
-                    params.binding(),
-                    queries.binding(),
-                    kt.keys.binding(),
-                    kt.values.binding(),
-                    sums.binding(),
-                    out.binding(),
-                    counter.binding(),
-                ],
-            )
+        let sum_groups = bindings.per_key_tile(&key_tiles, &dummy, &[&sums, &dummy_out, &counter]);
+        let sum_dispatches: Vec<Dispatch> = key_tiles
+            .iter()
+            .zip(sum_groups)
+            .enumerate()
+            .map(|(t, (kt, group))| Dispatch {
+                group,
+                record: t,
+                workgroups: Workgroups::x(kt.len.div_ceil(plan.chunk) as u32),
+            })
+            .collect();
+        sub.record(&sums_program, &bindings, &sum_dispatches);
+        let prefix = Dispatch {
+            // The first key tile's group: the prefix reads only the sums.
+            group: sum_dispatches[0].group,
+            record: key_tiles.len(),
+            workgroups: Workgroups::x(e.div_ceil(SUM_WG).clamp(1, 65535) as u32),
         };
-        let mut rec = 0;
-        {
-            let mut pass = sub.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&sums_pipeline);
-            for kt in &key_tiles {
-                let bg = group(kt, &dummy, &dummy_out);
-                pass.set_bind_group(0, &bg, &[params.offset(rec)]);
-                pass.dispatch_workgroups(kt.len.div_ceil(plan.chunk) as u32, 1, 1);
-                rec += 1;
-            }
-        }
-        {
-            let mut pass = sub.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&prefix_pipeline);
-            let bg = group(&key_tiles[0], &dummy, &dummy_out);
-            pass.set_bind_group(0, &bg, &[params.offset(rec)]);
-            pass.dispatch_workgroups(e.div_ceil(SUM_WG).clamp(1, 65535) as u32, 1, 1);
-            rec += 1;
-        }
+        sub.record(&prefix_program, &bindings, &[prefix]);
+        let mut rec = prefix.record + 1;
         let mut outs = Vec::with_capacity(qtiles.len());
-        for &(r0, r1, t) in &qtiles {
-            let (p0, p1) = stacked(b, b + 1, r0, r1, m);
+        for qt in &qtiles {
+            let (p0, p1) = stacked(b, b + 1, qt.r0, qt.r1, m);
             let qbuf = upload(ctx, OP, phi.data.row_range(p0, p1), storage)?;
             let obuf = ctx.buffer(
                 OP,
-                ((r1 - r0) * q * 4) as u64,
+                ((qt.r1 - qt.r0) * q * 4) as u64,
                 storage | wgpu::BufferUsages::COPY_SRC,
             )?;
             sub.fill_sentinel(ctx, OP, &obuf)?;
-            let bg = group(&key_tiles[t], &qbuf, &obuf);
+            let kt = &key_tiles[qt.key_tile];
+            let group = bindings.per_key_tile([kt], &qbuf, &[&sums, &obuf, &counter])[0];
+            let workgroups = Workgroups::x(Workgroups::cover(OP, qt.r1 - qt.r0, FINISH_WG)?);
             for &(c0, c1) in &passes {
-                let pipeline = ctx.pipeline(OP, &template(c1 - c0))?;
-                let mut pass = sub.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &bg, &[params.offset(rec)]);
-                pass.dispatch_workgroups(
-                    check_u32(OP, "workgroups", (r1 - r0).div_ceil(FINISH_WG))?,
-                    1,
-                    1,
-                );
+                let program = Program::new(ctx, OP, &finish_key(c1 - c0))?;
+                let dispatch = Dispatch {
+                    group,
+                    record: rec,
+                    workgroups,
+                };
+                sub.record(&program, &bindings, &[dispatch]);
                 rec += 1;
             }
             sub.keep(qbuf);
-            outs.push((p0, p1, obuf));
+            outs.push(TileOut { p0, p1, obuf });
         }
-        sub.keep(params);
-        let mut sources: Vec<(&wgpu::Buffer, u64)> =
-            outs.iter().map(|o| (o.2.buffer(), o.2.len())).collect();
+        sub.keep(bindings);
+        let mut sources: Vec<(&wgpu::Buffer, u64)> = outs
+            .iter()
+            .map(|o| (o.obuf.buffer(), o.obuf.len()))
+            .collect();
         sources.push((counter.buffer(), 4));
         let read = sub.submit_and_read(ctx, &scope, &sources)?;
         for (o, data) in outs.iter().zip(&read) {
-            out[o.0 * q..o.1 * q].copy_from_slice(data);
+            out[o.p0 * q..o.p1 * q].copy_from_slice(data);
         }
         empty += read[read.len() - 1][0].to_bits() as usize;
     }

@@ -10,12 +10,14 @@ use crate::types::{Attention, Heads};
 
 use super::attention::{AttendJob, QueryTile, record_attend};
 use super::{stacked, upload_keys};
+use crate::gpu::blocks::{BlockInputs, Blocks};
 use crate::gpu::buffers::upload;
 use crate::gpu::context::GpuContext;
+use crate::gpu::dispatch::Program;
 use crate::gpu::pipelines::PipelineKey;
+use crate::gpu::plan::check_u32;
 use crate::gpu::shaders::ShaderId;
-use crate::gpu::submission::{Block, Blocks, Submission};
-use crate::gpu::{ParamBlock, bind_group, check_u32};
+use crate::gpu::submission::Submission;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -66,15 +68,7 @@ pub(crate) fn softmax_matrix(
         q: 0,
         off,
     };
-    let pipeline = ctx.pipeline(
-        OP,
-        &PipelineKey {
-            shader: ShaderId::SoftmaxMatrix,
-            template: vec![],
-            profile: None,
-            product: None,
-        },
-    )?;
+    let program = Program::new(ctx, OP, &PipelineKey::new(ShaderId::SoftmaxMatrix, vec![]))?;
     for b in 0..nb {
         let key_tiles = upload_keys(ctx, OP, psi, None, (b, b + 1), plan.key_tile)?;
         for (r0, r1) in tiles(m, plan.query_tile) {
@@ -94,74 +88,40 @@ pub(crate) fn softmax_matrix(
                 out: &dummy_out,
             };
             record_attend(ctx, &mut sub, &job, &tile, &key_tiles)?;
-            let mut blocks = Blocks::new(batch_bytes);
+            let mut blocks = Blocks::new(ctx, &scope, batch_bytes, &mut out, n);
+            let inputs = BlockInputs {
+                queries: &qbuf,
+                state: &state,
+                row: p0,
+                rows,
+                side: MATRIX_WG,
+            };
             // Key tiles no row of this query tile sees stay 0 (as allocated).
             for kt in key_tiles
                 .iter()
                 .filter(|kt| !attn.causal || kt.start < r1 + off)
             {
                 let block_rows = mplan.block_rows_for(kt.len, rows);
-                for (a0, a1) in tiles(rows, block_rows) {
-                    let brows = a1 - a0;
-                    let bytes = (brows * kt.len * 4) as u64;
-                    blocks.make_room(ctx, &scope, &mut sub, bytes, &mut out, n)?;
-                    let obuf = ctx.buffer(OP, bytes, storage | wgpu::BufferUsages::COPY_SRC)?;
-                    let params = ParamBlock::new(
-                        ctx,
-                        OP,
-                        &[MatParams {
-                            rows: brows as u32,
-                            cols: check_u32(OP, "key rows", kt.len)?,
-                            d: check_u32(OP, "dimension", d)?,
-                            row_off: a0 as u32,
-                            row_start: check_u32(OP, "query rows", r0)?,
-                            key_start: check_u32(OP, "key rows", kt.start)?,
-                            off: check_u32(OP, "key rows", off)?,
-                            causal: u32::from(attn.causal),
-                            scale: attn.scale,
-                            state_stride: plan.state_cols() as u32,
-                            _pad: [0; 2],
-                        }],
-                    )?;
-                    let bg = bind_group(
-                        ctx,
-                        ShaderId::SoftmaxMatrix,
-                        &[
-                            params.binding(),
-                            qbuf.binding(),
-                            kt.keys.binding(),
-                            state.binding(),
-                            obuf.binding(),
-                        ],
-                    );
-                    sub.fill_sentinel(ctx, OP, &obuf)?;
-                    {
-                        let mut pass = sub.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                            label: Some(OP),
-                            timestamp_writes: None,
-                        });
-                        pass.set_pipeline(&pipeline);
-                        pass.set_bind_group(0, &bg, &[params.offset(0)]);
-                        pass.dispatch_workgroups(
-                            check_u32(OP, "workgroups", kt.len.div_ceil(MATRIX_WG))?,
-                            check_u32(OP, "workgroups", brows.div_ceil(MATRIX_WG))?,
-                            1,
-                        );
-                    }
-                    sub.keep(params);
-                    blocks.push(Block {
-                        out: obuf,
-                        row: p0 + a0,
-                        rows: brows,
-                        col: kt.start,
-                        cols: kt.len,
-                    });
-                }
+                blocks.record(&mut sub, &program, &inputs, kt, block_rows, |place| {
+                    Ok(MatParams {
+                        rows: place.rows as u32,
+                        cols: check_u32(OP, "key rows", kt.len)?,
+                        d: check_u32(OP, "dimension", d)?,
+                        row_off: (place.row - p0) as u32,
+                        row_start: check_u32(OP, "query rows", r0)?,
+                        key_start: check_u32(OP, "key rows", kt.start)?,
+                        off: check_u32(OP, "key rows", off)?,
+                        causal: u32::from(attn.causal),
+                        scale: attn.scale,
+                        state_stride: plan.state_cols() as u32,
+                        _pad: [0; 2],
+                    })
+                })?;
             }
             // The row pass went with the first submission, which keeps its
             // uniforms; its other buffers live until this query tile is
             // read back.
-            blocks.finish(ctx, &scope, sub, &mut out, n)?;
+            blocks.finish(sub)?;
         }
     }
     scope.finish(ctx)?;
