@@ -7,15 +7,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ndarray::Array2;
-
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{
-    Attention, Heads, MomentLayout, Neighbours, Progress, RowNormalized, RowStates, ShiftOutcome,
-    ShiftRun,
+    Attention, Heads, MomentLayout, Neighbours, RowNormalized, RowStates, Shift, ShiftOutcome,
 };
 
 /// Which matrix [`PreparedKeys::kernel_matrix`] produces.
@@ -112,6 +109,49 @@ impl<'k> Call<'k> {
     }
 }
 
+/// Queries to prepared keys: their rows (checked against the keys), the
+/// kernel that weighs them, and whether row `i` leaves key `i` out
+/// (leave-one-out row states: the queries are then the keys; only
+/// [`PreparedKeys::row_states`] takes such a query).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Query<'q> {
+    /// The kernel.
+    pub kernel: &'q Kernel,
+    /// The query rows (`M × d`).
+    pub rows: &'q Matrix<'q>,
+    /// Leave each row's own key out.
+    pub exclude_self: bool,
+}
+
+impl<'q> Query<'q> {
+    /// `rows` weighed by `kernel`, every key counted.
+    pub(crate) fn new(kernel: &'q Kernel, rows: &'q Matrix<'q>) -> Self {
+        Query {
+            kernel,
+            rows,
+            exclude_self: false,
+        }
+    }
+
+    /// The same kernel and rule for other rows (a batch's, a chunk's).
+    pub(crate) fn with_rows<'r>(&self, rows: &'r Matrix<'r>) -> Query<'r>
+    where
+        'q: 'r,
+    {
+        Query { rows, ..*self }
+    }
+}
+
+/// A local-moment pass over prepared keys: its layout, and the value
+/// matrix whose columns are the layout's `qy` (`None`: no values).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Moments {
+    /// Which averages.
+    pub layout: MomentLayout,
+    /// Which value matrix.
+    pub set: Option<usize>,
+}
+
 /// Keys and value matrices prepared on a backend for queries: on the GPU,
 /// key tiles in device buffers; on the CPU, the transposed, padded layout
 /// its kernels stream. Kept for many calls (a [`KeySet`](crate::KeySet):
@@ -120,49 +160,25 @@ impl<'k> Call<'k> {
 /// every op over keys runs this one code path. Inputs arrive validated
 /// (finite, non-empty, `d` columns, `k` in range). Freed when dropped.
 pub(crate) trait PreparedKeys: Send + Sync + fmt::Debug {
-    /// Local means of value matrix `set` at `queries`.
-    fn local_mean(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        set: usize,
-    ) -> Result<RowNormalized>;
+    /// Local means of value matrix `set` at the queries.
+    fn local_mean(&self, q: &Query<'_>, set: usize) -> Result<RowNormalized>;
 
     /// Row states `(m, s, u)` with value matrix `set` (`None`: row sums
-    /// only); with `exclude_self` the queries are the keys and row `i`
-    /// leaves key `i` out.
-    fn row_states(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        set: Option<usize>,
-        exclude_self: bool,
-    ) -> Result<RowStates>;
+    /// only), each row leaving its own key out where the query says so.
+    fn row_states(&self, q: &Query<'_>, set: Option<usize>) -> Result<RowStates>;
 
     /// Local moments (`layout`) of the keys' offsets from each query and of
-    /// value matrix `set` (whose columns are the layout's `qy`; `None`: no
-    /// values): `M × layout.cols()` kernel-weighted averages; rows without
-    /// mass in `f32` are finished in `f64` (far rows), and NaN (counted)
-    /// where they have none at all.
-    fn local_moments(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        layout: MomentLayout,
-        set: Option<usize>,
-    ) -> Result<RowNormalized>;
+    /// the pass's value matrix: `M × layout.cols()` kernel-weighted
+    /// averages; rows without mass in `f32` are finished in `f64` (far
+    /// rows), and NaN (counted) where they have none at all.
+    fn local_moments(&self, q: &Query<'_>, pass: Moments) -> Result<RowNormalized>;
 
     /// The `k` nearest keys of every query.
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours>;
 
-    /// A kernel matrix of `queries` against the keys and, for the
-    /// normalized modes, its count of empty rows.
-    fn kernel_matrix(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        mode: MatrixMode,
-    ) -> Result<(Array2<f32>, usize)>;
+    /// A kernel matrix of the queries against the keys (`M × N`) and, for
+    /// the normalized modes, its count of empty rows.
+    fn kernel_matrix(&self, q: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized>;
 
     /// Fails when this backend cannot return `k` neighbours (`1 ≤ k ≤ N`
     /// is checked by the caller).
@@ -262,18 +278,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         causal: bool,
     ) -> Result<(Vec<f32>, usize)>;
 
-    /// MeanShift iterations: `seeds` (row-major) move to their local means
-    /// over `points` until each shift is within tolerance, or, blurring,
-    /// the seeds are the points and move together. `progress` is called
-    /// after every iteration.
-    fn mean_shift(
-        &self,
-        kernel: &Kernel,
-        points: &Matrix<'_>,
-        seeds: Vec<f32>,
-        run: &ShiftRun,
-        progress: &mut dyn FnMut(&Progress),
-    ) -> Result<ShiftOutcome>;
+    /// MeanShift iterations: the seeds move to their local means over the
+    /// points until each shift is within tolerance, or, blurring, the
+    /// seeds are the points and move together.
+    fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome>;
 
     /// The device's limits and features; `None` on the CPU.
     fn gpu_limits(&self) -> Option<&GpuLimits> {

@@ -11,7 +11,7 @@ use crate::error::ClusterError;
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
-use crate::types::{Progress, ShiftRun};
+use crate::types::{Progress, Shift, ShiftRun};
 
 const OP: &str = "mean_shift";
 
@@ -255,7 +255,13 @@ impl Engine {
             blurring: params.blurring(),
         };
         let backend = self.backend_impl();
-        let out = backend.mean_shift(&kernel, &xm, seeds, &run, &mut progress)?;
+        let out = backend.mean_shift(Shift {
+            kernel: &kernel,
+            points: &xm,
+            seeds,
+            rule: run,
+            progress: &mut progress,
+        })?;
         // Blurring, the moved points are the data the modes are judged by.
         let moved;
         let data = if run.blurring {

@@ -17,7 +17,7 @@ use super::panels::{self, CentredRows, Panels, serve_sq_dists};
 use crate::grid::Grid;
 use crate::kernel::Kernel;
 use crate::matrix::padded_stride;
-use crate::types::{Progress, ShiftOutcome, ShiftRun, stop_sq};
+use crate::types::{Progress, Shift, ShiftOutcome, ShiftRun, stop_sq};
 
 /// Grid cells per bandwidth: a box of side 2h then spans about 5 cells
 /// per axis, 2.5h wide instead of 3h with cells of side h.
@@ -246,14 +246,15 @@ impl ShiftKeys {
 
 /// MeanShift on the CPU: `seeds` (row-major, `d` columns) move over
 /// `points`, or, blurring, the points themselves move.
-pub(crate) fn mean_shift(
-    kernel: &Kernel,
-    points: &[f32],
-    d: usize,
-    seeds: Vec<f32>,
-    run: &ShiftRun,
-    progress: &mut dyn FnMut(&Progress),
-) -> ShiftOutcome {
+pub(crate) fn mean_shift(shift: Shift<'_>) -> ShiftOutcome {
+    let Shift {
+        kernel,
+        points,
+        seeds,
+        rule: run,
+        progress,
+    } = shift;
+    let (d, points, run) = (points.cols(), points.as_slice(), &run);
     let mut pos = seeds;
     let m = pos.len() / d;
     let mut keys = ShiftKeys::new(kernel, points, d);

@@ -35,7 +35,7 @@ use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::{MemoryBudget, MemoryUsage};
 use crate::types::{Attention, Heads, RowNormalized};
-use crate::types::{Progress, ShiftOutcome, ShiftRun};
+use crate::types::{Shift, ShiftOutcome};
 
 use prepared::CpuKeys;
 use softmax::CpuAttention;
@@ -138,22 +138,8 @@ impl Backend for CpuBackend {
         softmax::feature_local_mean(phi, psi, values, causal)
     }
 
-    fn mean_shift(
-        &self,
-        kernel: &Kernel,
-        points: &Matrix<'_>,
-        seeds: Vec<f32>,
-        run: &ShiftRun,
-        progress: &mut dyn FnMut(&Progress),
-    ) -> Result<ShiftOutcome> {
-        Ok(mean_shift::mean_shift(
-            kernel,
-            points.as_slice(),
-            points.cols(),
-            seeds,
-            run,
-            progress,
-        ))
+    fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
+        Ok(mean_shift::mean_shift(shift))
     }
 }
 

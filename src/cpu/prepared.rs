@@ -12,17 +12,14 @@
 
 use std::sync::Arc;
 
-use ndarray::Array2;
-
 use super::keys::{KeyColumns, Pack};
 use super::local_mean::QUERY_GROUP;
 use super::{kernel_matrix, knn, local_mean, moments, panels};
-use crate::backend::{Call, CallKind, MatrixMode, PreparedKeys};
+use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::error::Result;
-use crate::kernel::Kernel;
 use crate::matrix::{Matrix, alloc_output, ensure_room};
 use crate::memory::{MemoryBudget, Reservation};
-use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
+use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// Keys and value matrices in the kernels' layout, and, for a key set,
 /// the memory they hold.
@@ -109,45 +106,32 @@ impl CpuKeys {
 }
 
 impl PreparedKeys for CpuKeys {
-    fn local_mean(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        set: usize,
-    ) -> Result<RowNormalized> {
+    fn local_mean(&self, q: &Query<'_>, set: usize) -> Result<RowNormalized> {
         let soa = self.keys.soa(Some(set));
-        let (m, q) = (queries.rows(), soa.q);
-        let _work = self.request("local_mean", request_bytes(m, q))?;
-        let mut out = alloc_output("local_mean", "output", m, q)?;
-        let d = self.keys.d();
-        let empty = local_mean::local_mean(kernel, queries.as_slice(), d, &soa, false, &mut out);
-        Ok(RowNormalized::from_parts(m, q, out, empty))
+        let (queries, cols) = (q.rows, soa.q);
+        let m = queries.rows();
+        let _work = self.request("local_mean", request_bytes(m, cols))?;
+        let mut out = alloc_output("local_mean", "output", m, cols)?;
+        let (d, exclude) = (self.keys.d(), q.exclude_self);
+        let empty =
+            local_mean::local_mean(q.kernel, queries.as_slice(), d, &soa, exclude, &mut out);
+        Ok(RowNormalized::from_parts(m, cols, out, empty))
     }
 
-    fn row_states(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        set: Option<usize>,
-        exclude_self: bool,
-    ) -> Result<RowStates> {
+    fn row_states(&self, q: &Query<'_>, set: Option<usize>) -> Result<RowStates> {
         let soa = self.keys.soa(set);
-        let _work = self.request("row_states", request_bytes(queries.rows(), soa.q))?;
-        let d = self.keys.d();
-        let groups = local_mean::group_states(kernel, queries.as_slice(), d, &soa, exclude_self);
-        Ok(local_mean::row_states_of(&groups, queries.rows(), soa.q))
+        let m = q.rows.rows();
+        let _work = self.request("row_states", request_bytes(m, soa.q))?;
+        let (rows, d) = (q.rows.as_slice(), self.keys.d());
+        let groups = local_mean::group_states(q.kernel, rows, d, &soa, q.exclude_self);
+        Ok(local_mean::row_states_of(&groups, m, soa.q))
     }
 
-    fn local_moments(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        layout: MomentLayout,
-        set: Option<usize>,
-    ) -> Result<RowNormalized> {
-        let bytes = request_bytes(queries.rows(), layout.cols());
+    fn local_moments(&self, q: &Query<'_>, pass: Moments) -> Result<RowNormalized> {
+        let bytes = request_bytes(q.rows.rows(), pass.layout.cols());
         let _work = self.request("local_moments", bytes)?;
-        moments::local_moments(kernel, queries, &self.keys.soa(set), layout)
+        let keys = self.keys.soa(pass.set);
+        moments::local_moments(q.kernel, q.rows, &keys, pass.layout)
     }
 
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
@@ -157,24 +141,12 @@ impl PreparedKeys for CpuKeys {
         Ok(knn::neighbours(&lists, k))
     }
 
-    fn kernel_matrix(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        mode: MatrixMode,
-    ) -> Result<(Array2<f32>, usize)> {
-        let (m, n) = (queries.rows(), self.keys.n());
+    fn kernel_matrix(&self, q: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized> {
+        let (m, n) = (q.rows.rows(), self.keys.n());
         let mut out = alloc_output("kernel_matrix", "output", m, n)?;
-        let empty = kernel_matrix::kernel_matrix(
-            kernel,
-            queries.as_slice(),
-            self.keys.d(),
-            &self.keys.soa(None),
-            mode,
-            &mut out,
-        );
-        let arr = Array2::from_shape_vec((m, n), out).expect("shape matches allocation"); // ok: sized above
-        Ok((arr, empty))
+        let (rows, d, keys) = (q.rows.as_slice(), self.keys.d(), self.keys.soa(None));
+        let empty = kernel_matrix::kernel_matrix(q.kernel, rows, d, &keys, mode, &mut out);
+        Ok(RowNormalized::from_parts(m, n, out, empty))
     }
 
     fn check_k(&self, _k: usize) -> Result<()> {

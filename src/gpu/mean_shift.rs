@@ -13,9 +13,7 @@
 
 use crate::error::Result;
 use crate::gpu::plan::{LOCAL_MEAN_WG, plan_mean_shift, tiles};
-use crate::kernel::Kernel;
-use crate::matrix::Matrix;
-use crate::types::{Progress, ShiftOutcome, ShiftRun};
+use crate::types::{Progress, Shift, ShiftOutcome, ShiftRun};
 
 use super::buffers::{Pooled, upload};
 use super::context::GpuContext;
@@ -58,14 +56,15 @@ struct Chunk<'p> {
 }
 
 /// MeanShift iterations on the GPU (see the module notes).
-pub(crate) fn mean_shift(
-    ctx: &GpuContext,
-    kernel: &Kernel,
-    points: &Matrix<'_>,
-    seeds: Vec<f32>,
-    run: &ShiftRun,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<ShiftOutcome> {
+pub(crate) fn mean_shift(ctx: &GpuContext, shift: Shift<'_>) -> Result<ShiftOutcome> {
+    let Shift {
+        kernel,
+        points,
+        seeds,
+        rule: run,
+        progress,
+    } = shift;
+    let run = &run;
     let (n, d) = (points.rows(), points.cols());
     let m = seeds.len() / d;
     check_u32(OP, "points", n)?;

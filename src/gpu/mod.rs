@@ -28,7 +28,7 @@ use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{Attention, Heads, RowNormalized};
-use crate::types::{Progress, ShiftOutcome, ShiftRun};
+use crate::types::{Shift, ShiftOutcome};
 
 use context::GpuContext;
 use prepared::GpuKeys;
@@ -122,15 +122,8 @@ impl Backend for GpuBackend {
         softmax::feature_local_mean(&self.ctx, phi, psi, values, causal)
     }
 
-    fn mean_shift(
-        &self,
-        kernel: &Kernel,
-        points: &Matrix<'_>,
-        seeds: Vec<f32>,
-        run: &ShiftRun,
-        progress: &mut dyn FnMut(&Progress),
-    ) -> Result<ShiftOutcome> {
-        mean_shift::mean_shift(&self.ctx, kernel, points, seeds, run, progress)
+    fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
+        mean_shift::mean_shift(&self.ctx, shift)
     }
 
     fn memory(&self) -> MemoryUsage {

@@ -10,8 +10,6 @@ use std::borrow::Cow;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use ndarray::Array2;
-
 use super::buffers::{Pooled, upload};
 use super::context::{ErrorScope, GpuContext};
 use super::far::{
@@ -24,15 +22,15 @@ use super::knn::{check_gpu_k, knn_on_tiles};
 use super::local_mean::{means_on_tiles, moments_on_tiles, states_on_tiles};
 use super::plan::check_u32;
 use super::submission::Submission;
-use crate::backend::{Call, CallKind, MatrixMode, PreparedKeys};
+use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::error::{Error, Result};
 use crate::gpu::plan::{
     plan_kernel_matrix, plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles,
 };
-use crate::kernel::{Kernel, Profile};
+use crate::kernel::Profile;
 use crate::matrix::Matrix;
 use crate::memory::Reservation;
-use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
+use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// The device of prepared keys: shared with the engine (a key set, which
 /// may outlive any one call) or borrowed for one call.
@@ -310,17 +308,14 @@ impl<'a> GpuKeys<'a> {
 }
 
 impl PreparedKeys for GpuKeys<'_> {
-    fn local_mean(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        set: usize,
-    ) -> Result<RowNormalized> {
+    fn local_mean(&self, query: &Query<'_>, set: usize) -> Result<RowNormalized> {
         const OP: &str = "local_mean";
+        let (kernel, queries) = (query.kernel, query.rows);
+        debug_assert!(!query.exclude_self, "leave-one-out takes row states");
         if kernel.profile() == Profile::Cauchy {
             // A cauchy row can have mass too small for f32 without being
             // empty; its state shows it (`needs_exact`), its mean would not.
-            return Ok(self.row_states(kernel, queries, Some(set), false)?.means());
+            return Ok(self.row_states(query, Some(set))?.means());
         }
         let (ctx, m, q) = (&*self.ctx, queries.rows(), self.set_cols[set]);
         check_u32(OP, "query rows", m)?;
@@ -338,14 +333,9 @@ impl PreparedKeys for GpuKeys<'_> {
         Ok(out)
     }
 
-    fn row_states(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        set: Option<usize>,
-        exclude_self: bool,
-    ) -> Result<RowStates> {
+    fn row_states(&self, query: &Query<'_>, set: Option<usize>) -> Result<RowStates> {
         const OP: &str = "row_states";
+        let (kernel, queries, exclude_self) = (query.kernel, query.rows, query.exclude_self);
         let (ctx, m) = (&*self.ctx, queries.rows());
         let q = set.map_or(0, |s| self.set_cols[s]);
         check_u32(OP, "query rows", m)?;
@@ -369,14 +359,10 @@ impl PreparedKeys for GpuKeys<'_> {
         Ok(out)
     }
 
-    fn local_moments(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        layout: MomentLayout,
-        set: Option<usize>,
-    ) -> Result<RowNormalized> {
+    fn local_moments(&self, query: &Query<'_>, pass: Moments) -> Result<RowNormalized> {
         const OP: &str = "local_moments";
+        let (kernel, queries) = (query.kernel, query.rows);
+        let Moments { layout, set } = pass;
         let (ctx, m) = (&*self.ctx, queries.rows());
         check_u32(OP, "query rows", m)?;
         check_u32(OP, "layout columns", layout.cols())?;
@@ -410,13 +396,9 @@ impl PreparedKeys for GpuKeys<'_> {
         Ok(out)
     }
 
-    fn kernel_matrix(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        mode: MatrixMode,
-    ) -> Result<(Array2<f32>, usize)> {
+    fn kernel_matrix(&self, query: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized> {
         const OP: &str = "kernel_matrix";
+        let (kernel, queries) = (query.kernel, query.rows);
         let (ctx, m, n) = (&*self.ctx, queries.rows(), self.n);
         check_u32(OP, "query rows", m)?;
         // One set of key tiles and query tiles serves both the row sums and
@@ -433,7 +415,7 @@ impl PreparedKeys for GpuKeys<'_> {
         // "Far rows").
         if matrix_needs_host(kernel, mode) {
             let tiny: Vec<bool> = if kernel.profile() == Profile::Cauchy {
-                let st = self.row_states(kernel, queries, None, false)?;
+                let st = self.row_states(query, None)?;
                 st.sum
                     .iter()
                     .zip(&st.max_log_weight)
@@ -457,8 +439,7 @@ impl PreparedKeys for GpuKeys<'_> {
         } else {
             0
         };
-        let arr = Array2::from_shape_vec((m, n), out).expect("m·n entries"); // ok: allocated m·n
-        Ok((arr, empty))
+        Ok(RowNormalized::from_parts(m, n, out, empty))
     }
 
     fn check_k(&self, k: usize) -> Result<()> {

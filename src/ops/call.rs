@@ -6,7 +6,7 @@
 
 use ndarray::Array2;
 
-use crate::backend::{Backend, Call, MatrixMode};
+use crate::backend::{Backend, Call, MatrixMode, Moments, Query};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -23,7 +23,7 @@ pub(crate) fn local_mean(
     let sets = std::slice::from_ref(values);
     backend
         .prepare_call(keys, sets, &call)?
-        .local_mean(kernel, queries, 0)
+        .local_mean(&Query::new(kernel, queries), 0)
 }
 
 /// Row states `(m, s, u)` of `queries` with `values` (none: row sums
@@ -40,9 +40,13 @@ pub(crate) fn row_states(
     let call = Call::means("row_states", kernel, queries.rows(), cols);
     let sets = values.map(std::slice::from_ref).unwrap_or_default();
     let set = values.map(|_| 0);
+    let query = Query {
+        exclude_self,
+        ..Query::new(kernel, queries)
+    };
     backend
         .prepare_call(keys, sets, &call)?
-        .row_states(kernel, queries, set, exclude_self)
+        .row_states(&query, set)
 }
 
 /// Local moments (`layout`) of the keys' offsets from each query and of
@@ -57,9 +61,10 @@ pub(crate) fn local_moments(
     let call = Call::moments(kernel, queries.rows(), layout);
     let sets = values.map(std::slice::from_ref).unwrap_or_default();
     let set = values.map(|_| 0);
+    let pass = Moments { layout, set };
     backend
         .prepare_call(keys, sets, &call)?
-        .local_moments(kernel, queries, layout, set)
+        .local_moments(&Query::new(kernel, queries), pass)
 }
 
 /// The `k` nearest keys of every query (`1 ≤ k ≤ N`, checked).
@@ -82,7 +87,8 @@ pub(crate) fn kernel_matrix(
     mode: MatrixMode,
 ) -> Result<(Array2<f32>, usize)> {
     let call = Call::matrix(kernel, queries.rows());
-    backend
+    let m = backend
         .prepare_call(keys, &[], &call)?
-        .kernel_matrix(kernel, queries, mode)
+        .kernel_matrix(&Query::new(kernel, queries), mode)?;
+    Ok((m.values, m.empty_rows))
 }

@@ -9,7 +9,7 @@ use super::classify::{EmptyFallback, label_rows};
 use super::kde::{kernel_ln_normalizer, ln_density_scale};
 use super::knn::{SQ_DIST_LIMIT, check_k, check_room};
 use super::local_fit::{Centres, LocalFit, LocalPca, check_limits, fit_linear, fit_pca};
-use crate::backend::PreparedKeys;
+use crate::backend::{Moments, PreparedKeys, Query};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -60,7 +60,7 @@ impl OnKeys<'_> {
     pub(crate) fn log_density(&self, kernel: &Kernel, q: &Matrix<'_>) -> Result<Array1<f64>> {
         let ln_c = kernel_ln_normalizer(kernel, self.d)?;
         let norm = ln_density_scale(ln_c, kernel, self.d, self.n as f64);
-        let states = self.keys.row_states(kernel, q, None, false)?;
+        let states = self.keys.row_states(&Query::new(kernel, q), None)?;
         Ok(states.log_sum().mapv(|l| l - norm))
     }
 
@@ -76,7 +76,7 @@ impl OnKeys<'_> {
         labels: &LabelSet<'_>,
         fallback: EmptyFallback,
     ) -> Result<(RowNormalized, Array1<i64>)> {
-        let proba = self.keys.local_mean(kernel, q, labels.set)?;
+        let proba = self.keys.local_mean(&Query::new(kernel, q), labels.set)?;
         let nearest = (fallback == EmptyFallback::NearestNeighbour).then_some(labels.labels);
         let classes = label_rows(&proba, labels.classes, nearest, queries, |sub| {
             let sub = Matrix::check("classify", "queries", sub)?;
@@ -100,7 +100,8 @@ impl OnKeys<'_> {
         let h = kernel.coordinate_bandwidths(self.d);
         let pass = |m: &Matrix<'_>, layout: MomentLayout| {
             let set = (layout.qy > 0).then_some(values.set);
-            self.keys.local_moments(kernel, m, layout, set)
+            self.keys
+                .local_moments(&Query::new(kernel, m), Moments { layout, set })
         };
         let shape = (&h[..], self.d, values.cols);
         let centre = vec![0.0; values.cols];
@@ -117,7 +118,10 @@ impl OnKeys<'_> {
     ) -> Result<LocalPca> {
         check_limits(self.d, q.max_abs().max(self.extent))?;
         let h = kernel.coordinate_bandwidths(self.d);
-        let pass = |m: &Matrix<'_>, layout| self.keys.local_moments(kernel, m, layout, None);
+        let pass = |m: &Matrix<'_>, layout| {
+            let pass = Moments { layout, set: None };
+            self.keys.local_moments(&Query::new(kernel, m), pass)
+        };
         let centres = (Centres::FirstMoments, &pass as _);
         fit_pca("local_pca", q, (&h, components), centres)
     }

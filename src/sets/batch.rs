@@ -489,21 +489,26 @@ mod tests {
         });
     }
 
-    #[test]
-    fn members_get_their_own_rows() {
+    /// `run_threads` while one running request keeps a batch open for
+    /// the others (for 50 ms), and the counters after.
+    fn run_threads_into_an_open_batch(fail_above: usize) -> BatchStats {
         let b = Batcher::new(Batching {
             max_wait: Duration::from_millis(200),
             concurrent_batches: 1,
             ..Batching::default()
         });
-        // One running request keeps the batch open for the others.
         let busy = b.start(&mut b.lock());
         std::thread::scope(|s| {
-            s.spawn(|| run_threads(&b, usize::MAX));
+            s.spawn(|| run_threads(&b, fail_above));
             std::thread::sleep(Duration::from_millis(50));
             drop(busy);
         });
-        let st = b.stats();
+        b.stats()
+    }
+
+    #[test]
+    fn members_get_their_own_rows() {
+        let st = run_threads_into_an_open_batch(usize::MAX);
         assert_eq!(st.batched_requests, 8);
         assert!(st.batches < 8, "{st:?}");
         assert!(st.largest_batch > 1, "{st:?}");
@@ -511,18 +516,7 @@ mod tests {
 
     #[test]
     fn a_failed_batch_runs_each_member_alone() {
-        let b = Batcher::new(Batching {
-            max_wait: Duration::from_millis(200),
-            concurrent_batches: 1,
-            ..Batching::default()
-        });
-        let busy = b.start(&mut b.lock());
-        std::thread::scope(|s| {
-            s.spawn(|| run_threads(&b, 3));
-            std::thread::sleep(Duration::from_millis(50));
-            drop(busy);
-        });
-        let st = b.stats();
+        let st = run_threads_into_an_open_batch(3);
         assert!(st.retried_alone > 0, "{st:?}");
     }
 

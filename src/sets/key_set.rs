@@ -15,7 +15,7 @@ use std::sync::Arc;
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
 use super::batch::{BatchStats, Batcher, Batching};
-use crate::backend::{MatrixMode, PreparedKeys};
+use crate::backend::{MatrixMode, Moments, PreparedKeys, Query};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, MAX_BLOCKS, Profile};
@@ -23,7 +23,7 @@ use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::check_degree;
 use crate::ops::{Classes, EmptyFallback, LabelSet, LocalFit, LocalPca, OnKeys, ValueSet};
-use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
+use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// Options of a [`KeySet`].
 ///
@@ -228,43 +228,24 @@ struct Batched {
 }
 
 impl PreparedKeys for Batched {
-    fn local_mean(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        set: usize,
-    ) -> Result<RowNormalized> {
+    fn local_mean(&self, q: &Query<'_>, set: usize) -> Result<RowNormalized> {
         let p = &self.prepared;
-        self.means.submit((kernel.into(), set), queries, &|m| {
-            p.local_mean(kernel, m, set)
-        })
+        let run = |m: &Matrix<'_>| p.local_mean(&q.with_rows(m), set);
+        self.means.submit((q.kernel.into(), set), q.rows, &run)
     }
 
-    fn row_states(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        set: Option<usize>,
-        exclude_self: bool,
-    ) -> Result<RowStates> {
+    fn row_states(&self, q: &Query<'_>, set: Option<usize>) -> Result<RowStates> {
         let p = &self.prepared;
-        if exclude_self {
+        if q.exclude_self {
             // Rows are tied to keys: a batch of several requests would not be.
-            return p.row_states(kernel, queries, set, true);
+            return p.row_states(q, set);
         }
-        self.states.submit((kernel.into(), set), queries, &|m| {
-            p.row_states(kernel, m, set, false)
-        })
+        let run = |m: &Matrix<'_>| p.row_states(&q.with_rows(m), set);
+        self.states.submit((q.kernel.into(), set), q.rows, &run)
     }
 
-    fn local_moments(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        layout: MomentLayout,
-        set: Option<usize>,
-    ) -> Result<RowNormalized> {
-        self.prepared.local_moments(kernel, queries, layout, set)
+    fn local_moments(&self, q: &Query<'_>, pass: Moments) -> Result<RowNormalized> {
+        self.prepared.local_moments(q, pass)
     }
 
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
@@ -272,13 +253,8 @@ impl PreparedKeys for Batched {
         self.knn.submit(k, queries, &|m| p.knn(m, k))
     }
 
-    fn kernel_matrix(
-        &self,
-        kernel: &Kernel,
-        queries: &Matrix<'_>,
-        mode: MatrixMode,
-    ) -> Result<(Array2<f32>, usize)> {
-        self.prepared.kernel_matrix(kernel, queries, mode)
+    fn kernel_matrix(&self, q: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized> {
+        self.prepared.kernel_matrix(q, mode)
     }
 
     fn check_k(&self, k: usize) -> Result<()> {
@@ -479,7 +455,7 @@ impl KeySet {
     ) -> Result<RowNormalized> {
         let set = self.set(self.inner.values_set, "values", "values")?;
         let q = self.kernel_queries("local_mean", kernel, queries)?;
-        self.inner.keys.local_mean(kernel, &q, set)
+        self.inner.keys.local_mean(&Query::new(kernel, &q), set)
     }
 
     /// Row states `(m, s, u)` of `queries` with the values (or, without
@@ -491,7 +467,7 @@ impl KeySet {
     pub fn row_states(&self, kernel: &Kernel, queries: ArrayView2<'_, f32>) -> Result<RowStates> {
         let q = self.kernel_queries("row_states", kernel, queries)?;
         let set = self.inner.values_set.map(|s| s.0);
-        self.inner.keys.row_states(kernel, &q, set, false)
+        self.inner.keys.row_states(&Query::new(kernel, &q), set)
     }
 
     /// `ln p̂(q)` per query, as [`Engine::log_density`] with unweighted keys.
@@ -529,7 +505,7 @@ impl KeySet {
     ) -> Result<RowNormalized> {
         let set = self.set(self.inner.labels_set, "labels", "labels")?;
         let q = self.kernel_queries("classify", kernel, queries)?;
-        self.inner.keys.local_mean(kernel, &q, set)
+        self.inner.keys.local_mean(&Query::new(kernel, &q), set)
     }
 
     /// The most probable class per query and the class probabilities, as

@@ -15,5 +15,5 @@ pub(crate) use heads::{Attention, Heads};
 pub(crate) use moments::MomentLayout;
 pub use neighbours::Neighbours;
 pub use shift::Progress;
-pub(crate) use shift::{SHIFT_FLOOR, ShiftOutcome, ShiftRun, stop_sq};
+pub(crate) use shift::{SHIFT_FLOOR, Shift, ShiftOutcome, ShiftRun, stop_sq};
 pub use states::{RowNormalized, RowStates, merge_states};

@@ -1,5 +1,8 @@
 //! What a backend needs to iterate MeanShift and what it gives back.
 
+use crate::kernel::Kernel;
+use crate::matrix::Matrix;
+
 /// One MeanShift iteration as reported to a progress observer (e.g. to
 /// draw a progress bar).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,6 +26,22 @@ pub(crate) struct ShiftRun {
     /// The points themselves move; every point is updated each iteration
     /// until all shifts are within tolerance at once.
     pub blurring: bool,
+}
+
+/// One MeanShift run as a backend takes it: the seeds (row-major) move to
+/// their local means over `points` under `kernel`, as `rule` says, and
+/// `progress` hears of every iteration.
+pub(crate) struct Shift<'a> {
+    /// The kernel.
+    pub kernel: &'a Kernel,
+    /// The points (`N × d`), checked.
+    pub points: &'a Matrix<'a>,
+    /// Where the seeds start, row-major `M × d` (blurring: the points).
+    pub seeds: Vec<f32>,
+    /// How to iterate.
+    pub rule: ShiftRun,
+    /// Called after every iteration.
+    pub progress: &'a mut dyn FnMut(&Progress),
 }
 
 /// What a backend's MeanShift iterations leave.

@@ -29,6 +29,19 @@ fn soa(rows: &[f32], n: usize, cols: usize) -> Vec<f32> {
     t
 }
 
+/// Keys and values transposed by `soa` (`n` keys, `q` value columns), as
+/// the group kernels take them, without panels.
+fn keys_of<'a>(xt: &'a [f32], yt: &'a [f32], n: usize, q: usize) -> KeysSoa<'a> {
+    KeysSoa {
+        xt,
+        yt,
+        n,
+        ld: padded_stride(n),
+        q,
+        panels: None,
+    }
+}
+
 /// Plain f64 local mean of one query (None: empty neighbourhood).
 fn naive(k: &Kernel, q: &[f32], x: &[f32], y: &[f32], d: usize, qc: usize) -> Option<Vec<f64>> {
     let h2 = f64::from(k.bandwidth()).powi(2);
@@ -86,14 +99,7 @@ fn portable_version_matches_plain_definition() {
         let y = data(n, q, 2);
         let queries = data(QUERY_GROUP, d, 3);
         let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
-        let keys = KeysSoa {
-            xt: &xt,
-            yt: &yt,
-            n,
-            ld: padded_stride(n),
-            q,
-            panels: None,
-        };
+        let keys = keys_of(&xt, &yt, n, q);
         for p in Profile::ALL {
             let k = Kernel::new(p, 0.3 * (d as f32).sqrt()).unwrap();
             let mut out = vec![0.0f32; QUERY_GROUP * q];
@@ -139,14 +145,7 @@ fn keys_at_exactly_one_bandwidth_weigh_nothing_in_both_versions() {
         .collect();
     let y: Vec<f32> = (0..n).map(|j| j as f32).collect();
     let (xt, yt) = (soa(&x, n, 2), soa(&y, n, 1));
-    let keys = KeysSoa {
-        xt: &xt,
-        yt: &yt,
-        n,
-        ld: padded_stride(n),
-        q: 1,
-        panels: None,
-    };
+    let keys = keys_of(&xt, &yt, n, 1);
     let queries = [0.0f32; 2 * QUERY_GROUP];
     for p in [
         Profile::Epanechnikov,
@@ -203,14 +202,7 @@ fn avx2_and_portable_versions_agree() {
         let y = data(n, q, 2);
         let queries = data(QUERY_GROUP, d, 3);
         let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
-        let keys = KeysSoa {
-            xt: &xt,
-            yt: &yt,
-            n,
-            ld: padded_stride(n),
-            q,
-            panels: None,
-        };
+        let keys = keys_of(&xt, &yt, n, q);
         // Every profile, radial and (d ≥ 2) as the first block of a product,
         // whose AVX2 build is the portable kernel compiled for AVX2 + FMA.
         let h = 0.3 * (d as f32).sqrt();
@@ -299,15 +291,10 @@ fn inner_product_distances_match_plain_definition() {
         }
         let y = data(n, q, 12);
         let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
-        let ld = padded_stride(n);
         let panels = Panels::from_rows(&x, d, false).expect("panels");
         let keys = KeysSoa {
-            xt: &xt,
-            yt: &yt,
-            n,
-            ld,
-            q,
             panels: Some(&panels),
+            ..keys_of(&xt, &yt, n, q)
         };
         // Queries: keys 40..48 (duplicates of keys 0..8), for leave-one-out.
         let first = 40;
