@@ -247,15 +247,9 @@ impl ShiftKeys {
 /// MeanShift on the CPU: `seeds` (row-major, `d` columns) move over
 /// `points`, or, blurring, the points themselves move.
 pub(crate) fn mean_shift(shift: Shift<'_>) -> ShiftOutcome {
-    let Shift {
-        kernel,
-        points,
-        seeds,
-        rule: run,
-        progress,
-    } = shift;
-    let (d, points, run) = (points.cols(), points.as_slice(), &run);
-    let mut pos = seeds;
+    let (kernel, run, progress) = (shift.kernel, &shift.rule, shift.progress);
+    let (d, points) = (shift.points.cols(), shift.points.as_slice());
+    let mut pos = shift.seeds;
     let m = pos.len() / d;
     let mut keys = ShiftKeys::new(kernel, points, d);
     let mut active: Vec<u32> = (0..m as u32).collect();

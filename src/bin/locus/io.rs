@@ -395,6 +395,15 @@ pub fn write_array<T: Cell, D: Dimension>(
     })
 }
 
+/// [`write_array`] to `path` when the optional output was given.
+pub fn write_if<T: Cell, D: Dimension>(
+    flag: &str,
+    path: Option<&Path>,
+    a: ArrayView<'_, T, D>,
+) -> CliResult<()> {
+    path.map_or(Ok(()), |p| write_array(flag, p, a))
+}
+
 /// Writes a 3-D array `A × B × C`: as it is to `.npy`, as `A` rows of
 /// `B·C` columns to `.csv`.
 pub fn write_array_3d<T: Cell>(

@@ -1,7 +1,7 @@
 //! What a compute subcommand prints: one JSON object with `--json`, a few
 //! lines of text otherwise, nothing with `--quiet`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use locus::{BackendInfo, Kernel};
 use serde_json::{Map, Value, json};
@@ -21,6 +21,15 @@ pub struct Summary {
     pub fields: Vec<(&'static str, Value)>,
     /// Files written, by option name (`output`, `labels`, …).
     pub outputs: Vec<(&'static str, PathBuf)>,
+}
+
+/// A command's outputs for [`Summary::outputs`]: each option name with its
+/// path, those not given (`None`) left out, in order.
+pub fn outputs(given: &[(&'static str, Option<&Path>)]) -> Vec<(&'static str, PathBuf)> {
+    given
+        .iter()
+        .filter_map(|&(name, path)| path.map(|p| (name, p.to_path_buf())))
+        .collect()
 }
 
 /// The other backend's run under `--verify`.

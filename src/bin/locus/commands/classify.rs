@@ -9,7 +9,7 @@ use super::Job;
 use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
-use crate::report::Summary;
+use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
 /// Arguments of `locus classify`.
@@ -92,15 +92,10 @@ pub fn run(a: &ClassifyArgs) -> CliResult<()> {
             ("classes", classes),
         ],
         fields: vec![("empty_rows", json!(pred.empty_rows))],
-        outputs: std::iter::once(("output", a.output.clone()))
-            .chain(a.proba.clone().map(|p| ("proba", p)))
-            .collect(),
+        outputs: report::outputs(&[("output", Some(&a.output)), ("proba", a.proba.as_deref())]),
     };
     job.finish(summary, || {
         io::write_array("--output", &a.output, pred.labels.view())?;
-        if let Some(p) = &a.proba {
-            io::write_array("--proba", p, proba.values.view())?;
-        }
-        Ok(())
+        io::write_if("--proba", a.proba.as_deref(), proba.values.view())
     })
 }

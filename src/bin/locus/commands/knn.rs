@@ -8,7 +8,7 @@ use super::{Job, pairs_per_second};
 use crate::args::Compute;
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
-use crate::report::Summary;
+use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
 /// Arguments of `locus knn`.
@@ -78,15 +78,10 @@ pub fn run(a: &KnnArgs) -> CliResult<()> {
             "pairs_per_second",
             json!(pairs_per_second(q.nrows(), x.nrows(), job.seconds())),
         )],
-        outputs: std::iter::once(("output", a.output.clone()))
-            .chain(a.distances.clone().map(|d| ("distances", d)))
-            .collect(),
+        outputs: report::outputs(&[("output", Some(&a.output)), ("distances", distances)]),
     };
     job.finish(summary, || {
         io::write_array("--output", &a.output, nb.indices.view())?;
-        if let Some(d) = &a.distances {
-            io::write_array("--distances", d, nb.distances.view())?;
-        }
-        Ok(())
+        io::write_if("--distances", distances, nb.distances.view())
     })
 }

@@ -12,7 +12,7 @@ use locus::LocalFit;
 
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
-use crate::report::Summary;
+use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
 /// Arguments of `locus local-mean`.
@@ -134,9 +134,7 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
                 json!(pairs_per_second(m, n, job.seconds())),
             ),
         ],
-        outputs: std::iter::once(("output", a.output.clone()))
-            .chain(a.slopes.clone().map(|s| ("slopes", s)))
-            .collect(),
+        outputs: report::outputs(&[("output", Some(&a.output)), ("slopes", a.slopes.as_deref())]),
     };
     job.finish(summary, || {
         io::write_array("--output", &a.output, result.fitted.view())?;

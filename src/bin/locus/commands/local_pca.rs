@@ -9,7 +9,7 @@ use super::{Job, pairs_per_second};
 use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
-use crate::report::Summary;
+use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
 /// Arguments of `locus local-pca`.
@@ -103,19 +103,19 @@ pub fn run(a: &LocalPcaArgs) -> CliResult<()> {
                 json!(pairs_per_second(m, n, job.seconds())),
             ),
         ],
-        outputs: std::iter::once(("output", a.output.clone()))
-            .chain(a.variances.clone().map(|v| ("variances", v)))
-            .chain(a.means.clone().map(|m| ("means", m)))
-            .collect(),
+        outputs: report::outputs(&[
+            ("output", Some(&a.output)),
+            ("variances", a.variances.as_deref()),
+            ("means", a.means.as_deref()),
+        ]),
     };
     job.finish(summary, || {
         io::write_array_3d("--output", &a.output, result.components.view())?;
-        if let Some(v) = &a.variances {
-            io::write_array("--variances", v, result.variances.view())?;
-        }
-        if let Some(mu) = &a.means {
-            io::write_array("--means", mu, result.means.view())?;
-        }
-        Ok(())
+        io::write_if(
+            "--variances",
+            a.variances.as_deref(),
+            result.variances.view(),
+        )?;
+        io::write_if("--means", a.means.as_deref(), result.means.view())
     })
 }

@@ -13,7 +13,7 @@ use crate::args::{Compute, kernel_from, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::plot::{self, Scatter};
-use crate::report::Summary;
+use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
 /// `--seeds`: where the iterations start.
@@ -233,20 +233,15 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
                 json!(fit.labels.iter().filter(|&&l| l < 0).count()),
             ),
         ],
-        outputs: [
-            Some(("labels", a.labels.clone())),
-            a.modes.clone().map(|m| ("modes", m)),
-            a.plot.clone().map(|p| ("plot", p)),
-        ]
-        .into_iter()
-        .flatten()
-        .collect(),
+        outputs: report::outputs(&[
+            ("labels", Some(&a.labels)),
+            ("modes", a.modes.as_deref()),
+            ("plot", a.plot.as_deref()),
+        ]),
     };
     job.finish(summary, || {
         io::write_array("--labels", &a.labels, fit.labels.view())?;
-        if let Some(m) = &a.modes {
-            io::write_array("--modes", m, fit.modes.view())?;
-        }
+        io::write_if("--modes", a.modes.as_deref(), fit.modes.view())?;
         if let Some(p) = &a.plot {
             let kernel = match product {
                 Some(k) => k.to_string(),

@@ -12,7 +12,7 @@ use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::plot::{self, Scatter};
-use crate::report::Summary;
+use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
 /// Arguments of `locus medoid-shift`.
@@ -85,20 +85,15 @@ pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
             ("iterations", json!(fit.iterations)),
             ("converged", json!(fit.converged)),
         ],
-        outputs: [
-            Some(("labels", a.labels.clone())),
-            a.medoids.clone().map(|m| ("medoids", m)),
-            a.plot.clone().map(|p| ("plot", p)),
-        ]
-        .into_iter()
-        .flatten()
-        .collect(),
+        outputs: report::outputs(&[
+            ("labels", Some(&a.labels)),
+            ("medoids", medoids),
+            ("plot", a.plot.as_deref()),
+        ]),
     };
     job.finish(summary, || {
         io::write_array("--labels", &a.labels, fit.labels.view())?;
-        if let Some(m) = &a.medoids {
-            io::write_array("--medoids", m, fit.modes.view())?;
-        }
+        io::write_if("--medoids", medoids, fit.modes.view())?;
         if let Some(p) = &a.plot {
             let title = format!("MedoidShift, {kernel}: {clusters} clusters");
             plot::write_png(
