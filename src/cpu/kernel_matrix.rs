@@ -18,24 +18,12 @@ use crate::kernel::Kernel;
 use crate::kernel::exact::{self, needs_exact};
 
 /// Fills `out` (row-major, `M × n`) with the requested matrix for the
-/// queries (row-major, `d` columns). Returns the number of rows with no
-/// kernel mass (NaN rows of `D⁻¹K`; always 0 for the other modes).
+/// queries (row-major, `d` columns), on the AVX2 + FMA build when `isa`
+/// holds the token, else on the portable one. Returns the number of rows
+/// with no kernel mass (NaN rows of `D⁻¹K`; always 0 for the other modes).
 ///
 /// For the Laplacian modes the queries are the keys themselves (`M = n`).
 pub(crate) fn kernel_matrix(
-    kernel: &Kernel,
-    queries: &[f32],
-    d: usize,
-    keys: &KeysSoa<'_>,
-    mode: MatrixMode,
-    out: &mut [f32],
-) -> usize {
-    kernel_matrix_on(Avx2Fma::detect(), kernel, queries, d, keys, mode, out)
-}
-
-/// [`kernel_matrix`] on the AVX2 + FMA build when `isa` holds the token,
-/// else on the portable one.
-pub(crate) fn kernel_matrix_on(
     isa: Option<Avx2Fma>,
     kernel: &Kernel,
     queries: &[f32],
@@ -295,8 +283,8 @@ mod tests {
                 for isa in [None, Avx2Fma::detect()] {
                     let mut got = vec![0.0f32; rows * n];
                     let mut want = vec![0.0f32; rows * n];
-                    kernel_matrix_on(isa, &k, qs, d, &with.soa(None), mode, &mut got);
-                    kernel_matrix_on(isa, &k, qs, d, &without.soa(None), mode, &mut want);
+                    kernel_matrix(isa, &k, qs, d, &with.soa(None), mode, &mut got);
+                    kernel_matrix(isa, &k, qs, d, &without.soa(None), mode, &mut want);
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                         assert!(
                             (g - w).abs() <= 1e-4 * w.abs() + 1e-5 || (g.is_nan() && w.is_nan()),
@@ -304,16 +292,18 @@ mod tests {
                             isa.is_some()
                         );
                     }
+                    // The scaled squared distance of query r and key j, in f64.
+                    let t = |r: usize, j: usize| {
+                        (0..d)
+                            .map(|c| (f64::from(qs[r * d + c]) - f64::from(x[j * d + c])).powi(2))
+                            .sum::<f64>()
+                            / f64::from(k.bandwidth()).powi(2)
+                    };
                     if mode == MatrixMode::SqDistance {
                         // Relative accuracy entry by entry.
                         for (i, g) in got.iter().enumerate() {
                             let (r, j) = (i / n, i % n);
-                            let t: f64 = (0..d)
-                                .map(|c| {
-                                    (f64::from(qs[r * d + c]) - f64::from(x[j * d + c])).powi(2)
-                                })
-                                .sum::<f64>()
-                                / f64::from(k.bandwidth()).powi(2);
+                            let t = t(r, j);
                             assert!(
                                 (f64::from(*g) - t).abs() <= 1e-5 * t,
                                 "sq distance ({r}, {j}): {g} vs {t}"
@@ -323,13 +313,7 @@ mod tests {
                     if mode == MatrixMode::Raw {
                         for (i, g) in got.iter().enumerate() {
                             let (r, j) = (i / n, i % n);
-                            let t: f64 = (0..d)
-                                .map(|c| {
-                                    (f64::from(qs[r * d + c]) - f64::from(x[j * d + c])).powi(2)
-                                })
-                                .sum::<f64>()
-                                / f64::from(k.bandwidth()).powi(2);
-                            let w = p.eval_sq(t);
+                            let w = p.eval_sq(t(r, j));
                             assert!(
                                 (f64::from(*g) - w).abs() <= 1e-4 * w.abs() + 1e-5,
                                 "{p} raw ({r}, {j}): {g} vs {w}"

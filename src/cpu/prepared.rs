@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::keys::{KeyColumns, Pack};
 use super::local_mean::QUERY_GROUP;
+use super::simd::Avx2Fma;
 use super::{kernel_matrix, knn, local_mean, moments, panels};
 use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::error::Result;
@@ -145,7 +146,8 @@ impl PreparedKeys for CpuKeys {
         let (m, n) = (q.rows.rows(), self.keys.n());
         let mut out = alloc_output("kernel_matrix", "output", m, n)?;
         let (rows, d, keys) = (q.rows.as_slice(), self.keys.d(), self.keys.soa(None));
-        let empty = kernel_matrix::kernel_matrix(q.kernel, rows, d, &keys, mode, &mut out);
+        let isa = Avx2Fma::detect();
+        let empty = kernel_matrix::kernel_matrix(isa, q.kernel, rows, d, &keys, mode, &mut out);
         Ok(RowNormalized::from_parts(m, n, out, empty))
     }
 
