@@ -340,8 +340,17 @@ mod tests {
         let k = Kernel::new(Profile::Gaussian, 1.0).unwrap();
         let mut got = vec![0.0f32; m * n];
         let mut want = vec![0.0f32; m * n];
-        kernel_matrix(&k, &q, d, &with.soa(None), MatrixMode::SqDistance, &mut got);
         kernel_matrix(
+            None,
+            &k,
+            &q,
+            d,
+            &with.soa(None),
+            MatrixMode::SqDistance,
+            &mut got,
+        );
+        kernel_matrix(
+            None,
             &k,
             &q,
             d,

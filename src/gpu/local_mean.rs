@@ -2,6 +2,7 @@
 //! passes × key tiles, merged on the device.
 
 use crate::error::Result;
+use crate::gpu::plan::Shape;
 use crate::gpu::plan::local_mean::{IP_MIN_D, ip_workgroup_bytes};
 use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 use crate::kernel::Kernel;
@@ -366,7 +367,7 @@ pub(crate) fn masked_local_mean(
     let (m, n, d, q) = (queries.rows(), keys.rows(), keys.cols(), values.cols());
     check_u32(OP, "query rows", m)?;
     check_u32(OP, "key rows", n)?;
-    let plan = plan_local_mean(&ctx.limits, &ctx.caps, m, n, d, q)?;
+    let plan = plan_local_mean(&ctx.limits, &ctx.caps, Shape { m, n, d, q })?;
     // Missing coordinates as f32::MAX: the shader's test is a comparison,
     // which no compiler may assume away (unlike NaN's).
     let mark = |a: &Matrix<'_>| {

@@ -24,6 +24,7 @@ use super::plan::check_u32;
 use super::submission::Submission;
 use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::error::{Error, Result};
+use crate::gpu::plan::Shape;
 use crate::gpu::plan::{
     plan_kernel_matrix, plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles,
 };
@@ -191,13 +192,16 @@ impl<'a> GpuKeys<'a> {
         }
         check_u32(op, "query rows", m)?;
         check_u32(op, "key rows", n)?;
+        let shape = Shape { m, n, d, q: 0 };
         let key_tile = match call.kind {
-            CallKind::Means { cols } => plan_local_mean(limits, caps, m, n, d, cols)?.key_tile,
+            CallKind::Means { cols } => {
+                plan_local_mean(limits, caps, Shape { q: cols, ..shape })?.key_tile
+            }
             CallKind::Moments(layout) => {
                 plan_local_moments(limits, caps, (m, n), &layout)?.key_tile
             }
-            CallKind::Knn { k } => plan_knn(limits, caps, m, n, d, k)?.key_tile,
-            CallKind::Matrix => plan_kernel_matrix(limits, caps, m, n, d)?.1.key_tile,
+            CallKind::Knn { k } => plan_knn(limits, caps, shape, k)?.key_tile,
+            CallKind::Matrix => plan_kernel_matrix(limits, caps, shape)?.1.key_tile,
         };
         let scope = ctx.scope(op, format!("M={m} N={n} d={d} (keys)"))?;
         let storage = wgpu::BufferUsages::STORAGE;
@@ -297,6 +301,16 @@ impl<'a> GpuKeys<'a> {
         }
     }
 
+    /// The shape of a query of `m` rows with `q` value columns.
+    fn shape(&self, m: usize, q: usize) -> Shape {
+        Shape {
+            m,
+            n: self.n,
+            d: self.d,
+            q,
+        }
+    }
+
     fn sizes(&self, m: usize, what: &str) -> String {
         let kind = if self.held.is_some() {
             " (key set)"
@@ -319,7 +333,7 @@ impl PreparedKeys for GpuKeys<'_> {
         }
         let (ctx, m, q) = (&*self.ctx, queries.rows(), self.set_cols[set]);
         check_u32(OP, "query rows", m)?;
-        let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
+        let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, self.shape(m, q))?;
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
         let tiles = self.key_tiles(Some(set));
@@ -339,7 +353,7 @@ impl PreparedKeys for GpuKeys<'_> {
         let (ctx, m) = (&*self.ctx, queries.rows());
         let q = set.map_or(0, |s| self.set_cols[s]);
         check_u32(OP, "query rows", m)?;
-        let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, m, self.n, self.d, q)?;
+        let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, self.shape(m, q))?;
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
         let tiles = self.key_tiles(set);
@@ -387,7 +401,7 @@ impl PreparedKeys for GpuKeys<'_> {
         let (ctx, m) = (&*self.ctx, queries.rows());
         check_gpu_k(k)?;
         check_u32(OP, "query rows", m)?;
-        let mut plan = plan_knn(&ctx.limits, &ctx.caps, m, self.n, self.d, k)?;
+        let mut plan = plan_knn(&ctx.limits, &ctx.caps, self.shape(m, 0), k)?;
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("k={k}")))?;
         let tiles = self.key_tiles(None);
@@ -403,7 +417,7 @@ impl PreparedKeys for GpuKeys<'_> {
         check_u32(OP, "query rows", m)?;
         // One set of key tiles and query tiles serves both the row sums and
         // the blocks.
-        let (mplan, mut lplan) = plan_kernel_matrix(&ctx.limits, &ctx.caps, m, n, self.d)?;
+        let (mplan, mut lplan) = plan_kernel_matrix(&ctx.limits, &ctx.caps, self.shape(m, 0))?;
         lplan.key_tile = self.check_tile(OP, lplan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("mode={mode:?}")))?;
         let tiles = self.key_tiles(None);

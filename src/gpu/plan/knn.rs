@@ -4,7 +4,7 @@
 use crate::error::Result;
 
 use super::{
-    DeviceLimits, LOCAL_MEAN_WG, MAX_STAGED_KEYS, TileLimits, binding_bytes, budget_keys,
+    DeviceLimits, LOCAL_MEAN_WG, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, budget_keys,
     no_room_for_a_key, too_small,
 };
 
@@ -24,11 +24,10 @@ pub(crate) struct KnnPlan {
 pub(crate) fn plan_knn(
     dev: &DeviceLimits,
     caps: &TileLimits,
-    m: usize,
-    n: usize,
-    d: usize,
+    shape: Shape,
     k: usize,
 ) -> Result<KnnPlan> {
+    let Shape { m, n, d, .. } = shape;
     let binding = binding_bytes(dev, caps);
     let floats = (binding / 4).min(usize::MAX as u64) as usize;
     let per_row = d.max(2 * k);
@@ -60,12 +59,19 @@ pub(crate) fn plan_knn(
 #[cfg(test)]
 mod tests {
     use super::super::LOOP_CAPPED;
+    use super::super::shape;
     use super::*;
 
     #[test]
     fn a_loop_budget_bounds_key_tiles() {
         let dev = LOOP_CAPPED;
-        let p = plan_knn(&dev, &TileLimits::default(), 10, 1_000_000, 16, 16).unwrap();
+        let p = plan_knn(
+            &dev,
+            &TileLimits::default(),
+            shape(10, 1_000_000, 16, 0),
+            16,
+        )
+        .unwrap();
         assert!(p.key_tile * (2 + 16 + 16) < 65535);
     }
 }

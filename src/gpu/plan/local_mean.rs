@@ -5,8 +5,8 @@ use crate::error::Result;
 use crate::types::MomentLayout;
 
 use super::{
-    DeviceLimits, MAX_STAGED_KEYS, TileLimits, binding_bytes, budget_keys, chunked_budget_keys,
-    dispatch_pairs, no_room_for_a_key, split_count, too_small, whole_chunks,
+    DeviceLimits, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, budget_keys,
+    chunked_budget_keys, dispatch_pairs, no_room_for_a_key, split_count, too_small, whole_chunks,
 };
 
 /// Threads per workgroup of the local-mean shaders.
@@ -87,11 +87,9 @@ pub(crate) struct LocalMeanPlan {
 pub(crate) fn plan_local_mean(
     dev: &DeviceLimits,
     caps: &TileLimits,
-    m: usize,
-    n: usize,
-    d: usize,
-    q: usize,
+    shape: Shape,
 ) -> Result<LocalMeanPlan> {
+    let Shape { m, n, d, q } = shape;
     let rpt = rows_per_thread(d);
     plan_with_cols(dev, caps, (m, n, d, q), (VALUE_REGS / rpt, rpt, true))
 }
@@ -253,7 +251,16 @@ pub(crate) fn plan_mean_shift(
     d: usize,
     blurring: bool,
 ) -> Result<LocalMeanPlan> {
-    let mut plan = plan_local_mean(dev, caps, m.max(1), n, d, d)?;
+    let mut plan = plan_local_mean(
+        dev,
+        caps,
+        Shape {
+            m: m.max(1),
+            n,
+            d,
+            q: d,
+        },
+    )?;
     if blurring {
         let t = plan.key_tile.min(plan.query_tile);
         plan.key_tile = t;
@@ -265,32 +272,34 @@ pub(crate) fn plan_mean_shift(
 
 #[cfg(test)]
 mod tests {
+    use super::super::shape;
     use super::super::{DISPATCH_WORK, LAVAPIPE, LOOP_CAPPED, small_caps};
     use super::*;
     use crate::error::Error;
 
     #[test]
     fn local_mean_plan_respects_caps_and_device() {
-        let p = plan_local_mean(&LAVAPIPE, &TileLimits::default(), 1000, 5000, 3, 20).unwrap();
+        let p =
+            plan_local_mean(&LAVAPIPE, &TileLimits::default(), shape(1000, 5000, 3, 20)).unwrap();
         assert_eq!((p.query_tile, p.key_tile, p.col_tile), (1000, 5000, 8));
         // Keys and values staged as vec4 groups: 1 + 2 per key.
         assert!(p.staged_keys * 16 * (1 + 2) <= 32 << 10);
         let caps = small_caps(2);
-        let p = plan_local_mean(&LAVAPIPE, &caps, 1000, 5000, 3, 20).unwrap();
+        let p = plan_local_mean(&LAVAPIPE, &caps, shape(1000, 5000, 3, 20)).unwrap();
         assert_eq!((p.query_tile, p.key_tile, p.col_tile), (5, 7, 2));
         // Key tiles shrink with the binding size.
         let small = TileLimits {
             buffer_bytes: Some(4 * 3 * 100),
             ..TileLimits::default()
         };
-        let p = plan_local_mean(&LAVAPIPE, &small, 1000, 5000, 3, 3).unwrap();
+        let p = plan_local_mean(&LAVAPIPE, &small, shape(1000, 5000, 3, 3)).unwrap();
         assert_eq!(p.key_tile, 100);
     }
 
     #[test]
     fn a_loop_budget_bounds_key_tiles() {
         let dev = LOOP_CAPPED;
-        let p = plan_local_mean(&dev, &TileLimits::default(), 10, 1_000_000, 3, 3).unwrap();
+        let p = plan_local_mean(&dev, &TileLimits::default(), shape(10, 1_000_000, 3, 3)).unwrap();
         let r = p.rows_per_thread;
         assert_eq!(r, 4);
         assert!(p.key_tile * (4 + (5 + 4 * r) + 2 * (r + 1) + 7 * r + (5 + 4 * r)) < 65535);
@@ -327,16 +336,16 @@ mod tests {
     fn few_queries_split_the_keys_across_workgroups_on_hardware() {
         let none = TileLimits::default();
         // M = 4096, d = 3: 16 workgroups of 4 rows per invocation.
-        let p = plan_local_mean(&HARDWARE, &none, 4096, 1_000_000, 3, 3).unwrap();
+        let p = plan_local_mean(&HARDWARE, &none, shape(4096, 1_000_000, 3, 3)).unwrap();
         assert_eq!(p.rows_per_thread, 4);
         assert_eq!(p.key_splits(&HARDWARE, &none, 4096), 256);
         // Fewer rows (a MeanShift list that shrank): more slices, each of
         // at least 512 keys, never more than 1024.
         assert_eq!(p.key_splits(&HARDWARE, &none, 10), 1024);
-        let short = plan_local_mean(&HARDWARE, &none, 10, 5000, 3, 3).unwrap();
+        let short = plan_local_mean(&HARDWARE, &none, shape(10, 5000, 3, 3)).unwrap();
         assert_eq!(short.key_splits(&HARDWARE, &none, 10), 5000 / 512);
         // Enough rows to fill the device alone: no split.
-        let big = plan_local_mean(&HARDWARE, &none, 1_000_000, 1_000_000, 3, 3).unwrap();
+        let big = plan_local_mean(&HARDWARE, &none, shape(1_000_000, 1_000_000, 3, 3)).unwrap();
         assert_eq!(big.key_splits(&HARDWARE, &none, 1_000_000), 1);
         // Beyond what a merge dispatch of 64 rows a workgroup reaches
         // (65535 · 64 rows), no split even when asked.
@@ -344,12 +353,12 @@ mod tests {
             key_splits: Some(2),
             ..TileLimits::default()
         };
-        let huge = plan_local_mean(&HARDWARE, &forced, 5_000_000, 4, 3, 1).unwrap();
+        let huge = plan_local_mean(&HARDWARE, &forced, shape(5_000_000, 4, 3, 1)).unwrap();
         assert!(huge.query_tile > 65535 * 64);
         assert_eq!(huge.key_splits(&HARDWARE, &forced, huge.query_tile), 1);
         assert_eq!(huge.key_splits(&HARDWARE, &forced, 65535 * 64), 2);
         // A software adapter never splits unless the caps say so.
-        let soft = plan_local_mean(&LAVAPIPE, &none, 64, 100_000, 3, 3).unwrap();
+        let soft = plan_local_mean(&LAVAPIPE, &none, shape(64, 100_000, 3, 3)).unwrap();
         assert_eq!(soft.key_splits(&LAVAPIPE, &none, 64), 1);
         let forced = TileLimits {
             key_splits: Some(7),
@@ -362,7 +371,7 @@ mod tests {
             key_splits: Some(50),
             ..TileLimits::default()
         };
-        let p = plan_local_mean(&LAVAPIPE, &small, 200, 1000, 3, 3).unwrap();
+        let p = plan_local_mean(&LAVAPIPE, &small, shape(200, 1000, 3, 3)).unwrap();
         assert_eq!(p.key_splits(&LAVAPIPE, &small, 200), 3);
     }
 
@@ -370,7 +379,7 @@ mod tests {
     fn value_columns_per_pass_follow_the_rows_per_invocation() {
         let none = TileLimits::default();
         let cols = |d| {
-            plan_local_mean(&LAVAPIPE, &none, 100, 100, d, 100)
+            plan_local_mean(&LAVAPIPE, &none, shape(100, 100, d, 100))
                 .unwrap()
                 .col_tile
         };
@@ -393,25 +402,25 @@ mod tests {
         let none = TileLimits::default();
         // M = N = 10⁷, d = 3, q = 3: windows of keys, each query tile ×
         // window within the work cap.
-        let p = plan_local_mean(&HARDWARE, &none, 10_000_000, 10_000_000, 3, 3).unwrap();
+        let p = plan_local_mean(&HARDWARE, &none, shape(10_000_000, 10_000_000, 3, 3)).unwrap();
         assert_eq!(p.query_tile, 10_000_000);
         let units = (2 + 3 + 3) as u64;
         assert!(p.query_tile as u64 * p.dispatch_keys as u64 * units <= DISPATCH_WORK);
         assert!(p.dispatch_keys >= 256 && p.dispatch_keys < p.key_tile);
         // Small calls: one window per key tile.
-        let p = plan_local_mean(&HARDWARE, &none, 1000, 5000, 3, 3).unwrap();
+        let p = plan_local_mean(&HARDWARE, &none, shape(1000, 5000, 3, 3)).unwrap();
         assert_eq!(p.dispatch_keys, p.key_tile);
         let capped = TileLimits {
             dispatch_keys: Some(33),
             ..TileLimits::default()
         };
-        let p = plan_local_mean(&HARDWARE, &capped, 1000, 5000, 3, 3).unwrap();
+        let p = plan_local_mean(&HARDWARE, &capped, shape(1000, 5000, 3, 3)).unwrap();
         assert_eq!(p.dispatch_keys, 33);
     }
 
     #[test]
     fn huge_dimension_is_a_clear_error() {
-        let e = plan_local_mean(&LAVAPIPE, &TileLimits::default(), 10, 10, 10_000, 1);
+        let e = plan_local_mean(&LAVAPIPE, &TileLimits::default(), shape(10, 10, 10_000, 1));
         assert!(matches!(e, Err(Error::Unsupported { .. })));
     }
 }

@@ -4,7 +4,9 @@
 
 use crate::error::Result;
 
-use super::{DeviceLimits, LocalMeanPlan, TileLimits, binding_bytes, plan_local_mean, too_small};
+use super::{
+    DeviceLimits, LocalMeanPlan, Shape, TileLimits, binding_bytes, plan_local_mean, too_small,
+};
 
 /// Workgroup side of the kernel-matrix shader (16 × 16 entries).
 pub(crate) const MATRIX_WG: usize = 16;
@@ -25,10 +27,9 @@ pub(crate) struct MatrixPlan {
 pub(crate) fn plan_matrix(
     dev: &DeviceLimits,
     caps: &TileLimits,
-    m: usize,
-    n: usize,
-    d: usize,
+    shape: Shape,
 ) -> Result<MatrixPlan> {
+    let Shape { m, n, d, .. } = shape;
     let binding = binding_bytes(dev, caps);
     let floats = (binding / 4).min(usize::MAX as u64) as usize;
     if floats < d.max(2) {
@@ -68,12 +69,10 @@ impl MatrixPlan {
 pub(crate) fn plan_kernel_matrix(
     dev: &DeviceLimits,
     caps: &TileLimits,
-    m: usize,
-    n: usize,
-    d: usize,
+    shape: Shape,
 ) -> Result<(MatrixPlan, LocalMeanPlan)> {
-    let mut mplan = plan_matrix(dev, caps, m, n, d)?;
-    let mut lplan = plan_local_mean(dev, caps, m, n, d, 0)?;
+    let mut mplan = plan_matrix(dev, caps, shape)?;
+    let mut lplan = plan_local_mean(dev, caps, Shape { q: 0, ..shape })?;
     let key_tile = mplan.key_tile.min(lplan.key_tile);
     let query_tile = mplan.query_tile.min(lplan.query_tile);
     lplan.key_tile = key_tile;
@@ -84,6 +83,7 @@ pub(crate) fn plan_kernel_matrix(
 #[cfg(test)]
 mod tests {
     use super::super::LAVAPIPE;
+    use super::super::shape;
     use super::*;
 
     #[test]
@@ -92,7 +92,7 @@ mod tests {
             buffer_bytes: Some(4 * 1000),
             ..TileLimits::default()
         };
-        let p = plan_matrix(&LAVAPIPE, &caps, 777, 1301, 2).unwrap();
+        let p = plan_matrix(&LAVAPIPE, &caps, shape(777, 1301, 2, 0)).unwrap();
         assert!(p.block_rows * p.key_tile <= 1000);
         assert!(p.key_tile * 2 <= 1000);
     }

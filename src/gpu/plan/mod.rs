@@ -266,6 +266,26 @@ pub(crate) fn tiles(len: usize, tile: usize) -> impl Iterator<Item = (usize, usi
 }
 
 /// The device limits of lavapipe, for the planners' tests.
+/// The sizes an op is planned for: `m` queries against `n` keys in `d`
+/// dimensions, with `q` value columns (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// Query rows.
+    pub m: usize,
+    /// Key rows.
+    pub n: usize,
+    /// Coordinates per row.
+    pub d: usize,
+    /// Value columns.
+    pub q: usize,
+}
+
+/// `Shape { m, n, d, q }`, for the planner's tests.
+#[cfg(test)]
+pub(crate) fn shape(m: usize, n: usize, d: usize, q: usize) -> Shape {
+    Shape { m, n, d, q }
+}
+
 /// Sizes as the shaders index them: every count must fit a `u32`.
 pub(crate) fn check_u32(op: &'static str, what: &'static str, n: usize) -> Result<u32> {
     u32::try_from(n).map_err(|_| Error::TooLarge {

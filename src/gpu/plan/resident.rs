@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 
-use super::{DeviceLimits, MAX_GPU_K, TileLimits, plan_knn, plan_local_mean};
+use super::{DeviceLimits, MAX_GPU_K, Shape, TileLimits, plan_knn, plan_local_mean};
 
 /// Keys per tile of a key set of `n` keys in `d` dimensions with value
 /// matrices of `set_cols` columns: the smallest key tile any query would
@@ -17,11 +17,11 @@ pub(crate) fn resident_key_tile(
     d: usize,
     set_cols: &[usize],
 ) -> Result<usize> {
-    let mut key_tile = plan_knn(dev, caps, 1, n, d, MAX_GPU_K.min(n))
-        .or_else(|_| plan_knn(dev, caps, 1, n, d, 1))?
+    let mut key_tile = plan_knn(dev, caps, Shape { m: 1, n, d, q: 0 }, MAX_GPU_K.min(n))
+        .or_else(|_| plan_knn(dev, caps, Shape { m: 1, n, d, q: 0 }, 1))?
         .key_tile;
     for q in std::iter::once(0).chain(set_cols.iter().copied()) {
-        key_tile = key_tile.min(plan_local_mean(dev, caps, 1, n, d, q)?.key_tile);
+        key_tile = key_tile.min(plan_local_mean(dev, caps, Shape { m: 1, n, d, q })?.key_tile);
     }
     Ok(key_tile)
 }

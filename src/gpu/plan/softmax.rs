@@ -5,8 +5,8 @@
 use crate::error::{Error, Result};
 
 use super::{
-    DeviceLimits, TileLimits, binding_floats, chunked_budget_keys, dispatch_pairs, loop_budget,
-    no_room_for_a_key, split_count, too_small, whole_chunks,
+    DeviceLimits, Shape, TileLimits, binding_floats, chunked_budget_keys, dispatch_pairs,
+    loop_budget, no_room_for_a_key, split_count, too_small, whole_chunks,
 };
 
 /// Query rows per workgroup of `softmax.wgsl` (one per invocation) and of
@@ -262,16 +262,14 @@ impl SoftmaxMatrixPlan {
 }
 
 /// Plans the weight matrix of `b` batches of `m` queries against `n` keys
-/// in `d` dimensions.
+/// in `d` dimensions (the shape's value columns are not read).
 pub(crate) fn plan_softmax_matrix(
     dev: &DeviceLimits,
     caps: &TileLimits,
     b: usize,
-    m: usize,
-    n: usize,
-    d: usize,
+    shape: Shape,
 ) -> Result<SoftmaxMatrixPlan> {
-    let mut rows = plan_attend(dev, caps, b, m, n, d, 0)?;
+    let mut rows = plan_attend(dev, caps, b, shape.m, shape.n, shape.d, 0)?;
     let floats = binding_floats(dev, caps);
     let dispatch = dev.workgroups_per_dim as usize * MATRIX_WG;
     // Key tiles are also output blocks' columns: within one dispatch's reach.
@@ -302,11 +300,9 @@ pub(crate) struct FeaturePlan {
 pub(crate) fn plan_feature(
     dev: &DeviceLimits,
     caps: &TileLimits,
-    m: usize,
-    n: usize,
-    d: usize,
-    q: usize,
+    shape: Shape,
 ) -> Result<FeaturePlan> {
+    let (m, n, d, q) = (shape.m, shape.n, shape.d, shape.q);
     let floats = binding_floats(dev, caps);
     let e = d.saturating_mul(q + 1);
     let wk = d.max(q);
@@ -372,6 +368,7 @@ pub(crate) fn plan_feature(
 
 #[cfg(test)]
 mod tests {
+    use super::super::shape;
     use super::super::{DISPATCH_WORK, LAVAPIPE, LOOP_CAPPED, small_caps};
     use super::*;
 
@@ -465,7 +462,7 @@ mod tests {
         let p = plan_attend(&dev, &TileLimits::default(), 8, 4096, 4096, 64, 64).unwrap();
         assert_eq!(p.tiled_keys, 16);
         assert!(p.key_tile / 16 * 269 < 65535 && p.key_tile > 3000);
-        let p = plan_feature(&dev, &TileLimits::default(), 1000, 1_000_000, 64, 64).unwrap();
+        let p = plan_feature(&dev, &TileLimits::default(), shape(1000, 1_000_000, 64, 64)).unwrap();
         assert!(p.chunk * (1 + 64 + 16) + 64 * 18 < 65535);
         assert!(1_000_000usize.div_ceil(p.chunk) < 65535);
         assert!(p.chunk * (64 * 65usize).div_ceil(256) < 65535);
@@ -483,12 +480,12 @@ mod tests {
             key_rows: Some(29),
             ..TileLimits::default()
         };
-        let p = plan_feature(&LAVAPIPE, &caps, 100, 300, 3, 2).unwrap();
+        let p = plan_feature(&LAVAPIPE, &caps, shape(100, 300, 3, 2)).unwrap();
         assert_eq!(p.key_tile % p.chunk, 0);
         assert!(p.key_tile <= 29);
         // Chunk sums too many for one binding: fewer, longer chunks.
         let n = 10_000_000;
-        let p = plan_feature(&LAVAPIPE, &TileLimits::default(), 1000, n, 64, 64).unwrap();
+        let p = plan_feature(&LAVAPIPE, &TileLimits::default(), shape(1000, n, 64, 64)).unwrap();
         assert_eq!(p.chunk, 2048);
         assert!((n.div_ceil(p.chunk) + 1) * 64 * 65 <= 32 << 20);
         // Bindings smaller than a chunk: chunks shrink to one binding.
@@ -496,7 +493,7 @@ mod tests {
             buffer_bytes: Some(4 * 4 * 8 * 30),
             ..TileLimits::default()
         };
-        let p = plan_feature(&LAVAPIPE, &small, 90, 300, 4, 7).unwrap();
+        let p = plan_feature(&LAVAPIPE, &small, shape(90, 300, 4, 7)).unwrap();
         assert_eq!((p.chunk, p.key_tile), (137, 137));
     }
 }

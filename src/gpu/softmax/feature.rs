@@ -3,6 +3,7 @@
 //! prefix (`prefix`), then each query tile's means (`finish`).
 
 use crate::error::Result;
+use crate::gpu::plan::Shape;
 use crate::gpu::plan::softmax::{FINISH_WG, SUM_WG};
 use crate::gpu::plan::{plan_feature, tiles};
 use crate::matrix::alloc_output;
@@ -76,7 +77,7 @@ pub(crate) fn feature_local_mean(
     let (nb, m, n, d, q) = (phi.batch, phi.rows, psi.rows, phi.cols(), values.cols());
     check_u32(OP, "query rows", nb * m)?;
     check_u32(OP, "key rows", nb * n)?;
-    let plan = plan_feature(&ctx.limits, &ctx.caps, m, n, d, q)?;
+    let plan = plan_feature(&ctx.limits, &ctx.caps, Shape { m, n, d, q })?;
     let scope = ctx.scope(
         OP,
         format!("B={nb} M={m} N={n} d={d} q={q} causal={causal}"),

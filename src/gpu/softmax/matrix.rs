@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::gpu::plan::softmax::MATRIX_WG;
-use crate::gpu::plan::{batch_bytes, plan_softmax_matrix, tiles};
+use crate::gpu::plan::{Shape, batch_bytes, plan_softmax_matrix, tiles};
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
 
@@ -48,7 +48,7 @@ pub(crate) fn softmax_matrix(
     let (nb, m, n, d) = (phi.batch, phi.rows, psi.rows, phi.cols());
     check_u32(OP, "query rows", nb * m)?;
     check_u32(OP, "key rows", nb * n)?;
-    let mplan = plan_softmax_matrix(&ctx.limits, &ctx.caps, nb, m, n, d)?;
+    let mplan = plan_softmax_matrix(&ctx.limits, &ctx.caps, nb, Shape { m, n, d, q: 0 })?;
     let plan = mplan.rows;
     let scope = ctx.scope(
         OP,
