@@ -46,7 +46,6 @@ pub(crate) fn log_weight(profile: Profile, t: f64) -> f64 {
 /// clamped to `f32::MIN` when smaller (such a row's local mean is still
 /// exact; its log-sum lies below the `f32` range). `u` must hold `q`
 /// zeros. Returns `(m, s)`; `s = 0` only when every key was skipped.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn row_state(
     kernel: &Kernel,
     query: &[f32],

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 use super::super::keys::KeysSoa;
 use super::super::panels::{SqDists, TileIsa};
 use super::super::simd::{Avx2Fma, KEY_BLOCK, LANES};
-use super::group::{GroupJob, GroupState};
+use super::group::{GroupJob, GroupState, QueryBlock};
 use crate::kernel::T_FAR;
 use crate::kernel::form::{Form, Lane, with_form};
 
@@ -241,9 +241,17 @@ fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> Grou
             // Distances given (inner products) or any d beyond 8: the
             // generic pass; otherwise the one unrolled for d.
             let dk = if pre.is_some() || d > 8 { 0 } else { d };
+            let blk = QueryBlock {
+                xt: keys.xt,
+                n,
+                j0,
+                len,
+                query,
+                pre,
+            };
             macro_rules! pass {
                 ($dim:literal) => {
-                    pass_one::<P, $dim>(isa, keys.xt, n, j0, len, query, pre, inv, skip, &mut buf)
+                    pass_one::<P, $dim>(isa, blk, inv, skip, &mut buf)
                 };
             }
             let bmv = match dk {
@@ -340,20 +348,22 @@ fn group_impl<P: Form, const Q: usize>(isa: Avx2Fma, job: &GroupJob<'_>) -> Grou
 /// `D = 0` handles any `d`. The key `skip` (the query itself, for
 /// leave-one-out) gets the identity.
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 fn pass_one<P: Form, const D: usize>(
     isa: Avx2Fma,
-    xt: &[f32],
-    n: usize,
-    j0: usize,
-    len: usize,
-    query: &[f32],
-    pre: Option<&[f32]>,
+    blk: QueryBlock<'_>,
     inv: __m256,
     skip: Option<usize>,
     buf: &mut Block,
 ) -> __m256 {
+    let QueryBlock {
+        xt,
+        n,
+        j0,
+        len,
+        query,
+        pre,
+    } = blk;
     let identity = _mm256_set1_ps(if P::LOG { f32::NEG_INFINITY } else { 0.0 });
     let d = query.len();
     assert!(d >= 1 && (D == 0 || D == d) && j0 + len <= n && len <= KEY_BLOCK && xt.len() >= d * n);

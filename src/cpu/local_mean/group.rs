@@ -87,3 +87,16 @@ pub(crate) struct GroupJob<'a> {
     /// that runs the group over many key ranges centres them once).
     pub centred: Option<&'a CentredRows>,
 }
+
+/// One query against one block of keys `j0..j0 + len`: the keys' columns
+/// (`xt`, coordinate `k` of key `j` at `xt[k·n + j]`), the query, and its
+/// squared distances to the block when the inner products gave them.
+#[derive(Clone, Copy)]
+pub(crate) struct QueryBlock<'a> {
+    pub xt: &'a [f32],
+    pub n: usize,
+    pub j0: usize,
+    pub len: usize,
+    pub query: &'a [f32],
+    pub pre: Option<&'a [f32]>,
+}

@@ -13,7 +13,7 @@ use super::super::keys::KeysSoa;
 use super::super::panels::{SqDists, TileIsa};
 use super::super::simd::{Isa, KEY_BLOCK, LANES, dot, exp_nonpos, fmadd, fmax};
 use super::super::weights::{initial_max, product_ts};
-use super::group::{GroupJob, GroupState};
+use super::group::{GroupJob, GroupState, QueryBlock};
 use crate::kernel::form::{Form, Gaussian, with_form};
 use crate::kernel::{ProductBlocks, Profile};
 
@@ -54,7 +54,17 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>, tile: TileIsa) -> GroupState {
                 .map(|ip| ip.row(r, len));
             let mut bm = match &product {
                 Some(pb) => product_log_weights::<S>(pb, keys.xt, n, j0, query, w, &mut cmax),
-                None => log_weights::<S>(profile, keys.xt, n, j0, query, pre, inv_h2, w, &mut cmax),
+                None => {
+                    let blk = QueryBlock {
+                        xt: keys.xt,
+                        n,
+                        j0,
+                        len,
+                        query,
+                        pre,
+                    };
+                    log_weights::<S>(profile, blk, inv_h2, w, &mut cmax)
+                }
             };
             if let Some(sk) = self_row
                 .map(|r0| r0 + r)
@@ -116,19 +126,14 @@ const MAX_FUSED_COLS: usize = 4;
 /// weights (the others), stored in `w`, with the maximum of each lane
 /// group in `cmax`. Returns the block's maximum.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn log_weights<S: Isa>(
     profile: Profile,
-    xt: &[f32],
-    n: usize,
-    j0: usize,
-    query: &[f32],
-    pre: Option<&[f32]>,
+    blk: QueryBlock<'_>,
     inv_h2: f32,
     w: &mut [f32],
     cmax: &mut [f32],
 ) -> f32 {
-    with_form!(profile, P => fused_dists::<S, _>(xt, n, j0, query, pre, inv_h2, w, cmax, P::lane::<f32>))
+    with_form!(profile, P => fused_dists::<S, _>(blk, inv_h2, w, cmax, P::lane::<f32>))
 }
 
 /// [`log_weights`] for a product kernel: the carrier's `t` by blocks
@@ -159,18 +164,21 @@ fn product_log_weights<S: Isa>(
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn fused_dists<S: Isa, F: Fn(f32) -> f32>(
-    xt: &[f32],
-    n: usize,
-    j0: usize,
-    query: &[f32],
-    pre: Option<&[f32]>,
+    blk: QueryBlock<'_>,
     inv_h2: f32,
     w: &mut [f32],
     cmax: &mut [f32],
     f: F,
 ) -> f32 {
+    let QueryBlock {
+        xt,
+        n,
+        j0,
+        query,
+        pre,
+        ..
+    } = blk;
     // Squared distances: given (`pre`, one per key), or formed here.
     let mut bm = f32::NEG_INFINITY;
     for (c, chunk) in w.chunks_mut(LANES).enumerate() {

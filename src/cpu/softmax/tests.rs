@@ -28,19 +28,13 @@ fn heads(v: &[f32], batch: usize, rows: usize, cols: usize) -> Heads<'_> {
     }
 }
 
-/// f64 attention of one batch: materialized scores, row max, exp, normalize.
-#[allow(clippy::too_many_arguments)]
-fn reference(
-    phi: &[f32],
-    psi: &[f32],
-    v: &[f32],
-    m: usize,
-    n: usize,
-    d: usize,
-    q: usize,
-    s: f32,
-    causal: bool,
-) -> Vec<f64> {
+/// f64 attention of one batch (`q` value columns; the other sizes from
+/// the slices): materialized scores, row max, exp, normalize.
+fn reference(phi: &[f32], psi: &[f32], v: &[f32], q: usize, attn: &Attention) -> Vec<f64> {
+    let n = v.len() / q;
+    let d = psi.len() / n;
+    let m = phi.len() / d;
+    let (s, causal) = (attn.scale, attn.causal);
     let mut out = vec![0.0; m * q];
     let off = n - m.min(n);
     for i in 0..m {
@@ -104,12 +98,8 @@ fn portable_and_avx2_builds_match_reference() {
                     p.batch_slice(b),
                     k.batch_slice(b),
                     v.batch_slice(b),
-                    m,
-                    n,
-                    d,
                     q,
-                    2.5,
-                    causal,
+                    &attn,
                 );
                 for (i, &w) in want.iter().enumerate() {
                     let g = f64::from(got[b * m * q + i]);
