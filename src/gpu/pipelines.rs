@@ -241,7 +241,7 @@ mod tests {
     /// `plan/` constants its `WG` is generated from): what naga must read
     /// from the shader.
     fn dispatched(id: ShaderId) -> [usize; 3] {
-        const TABLE: [(ShaderId, [usize; 3]); 18] = [
+        const TABLE: [(ShaderId, [usize; 3]); 19] = [
             (ShaderId::LocalMean, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanIp, [LOCAL_MEAN_WG, 1, 1]),
@@ -249,6 +249,7 @@ mod tests {
             (ShaderId::LocalMoments, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMomentsMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::Knn, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::KnnMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::MeanShift, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::KernelMatrix, [MATRIX_WG, MATRIX_WG, 1]),
             (ShaderId::Fill, [FILL_WG, 1, 1]),

@@ -57,12 +57,12 @@ pub struct TileLimits {
     pub value_cols: Option<usize>,
     /// Largest storage buffer to bind, in bytes (device limit otherwise).
     pub buffer_bytes: Option<u64>,
-    /// Workgroups that share one dispatch's keys in the local-mean family
-    /// and attention (each sweeps a slice of the keys; a second small pass
-    /// merges their row states). Otherwise chosen to fill the device when
+    /// Workgroups that share one dispatch's keys in the local-mean family,
+    /// attention and kNN (each sweeps a slice of the keys; a second small
+    /// pass merges their row states or top-k lists). Otherwise chosen to fill the device when
     /// there are few queries (never on a software adapter).
     pub key_splits: Option<usize>,
-    /// Most keys one local-mean-family or attention dispatch sweeps (a key
+    /// Most keys one local-mean-family, attention or kNN dispatch sweeps (a key
     /// tile is swept in windows of this many, or attention's key tiles are
     /// no longer), merged like key tiles, so no single dispatch runs
     /// unboundedly long. Otherwise the work cap of docs/tiling.md.

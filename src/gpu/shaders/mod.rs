@@ -416,8 +416,8 @@ pub(crate) const SHADERS: [ShaderSpec; 13] = [
         id: ShaderId::Knn,
         file: wgsl!("knn.wgsl"),
         entry: "nearest",
-        merge: None,
-        placeholders: &[("D", 1), ("K", 1), ("STAGE", 256)],
+        merge: Some((ShaderId::KnnMerge, MERGE)),
+        placeholders: &[("D", 1), ("K", 1), ("STAGE", 256), ("KB", 4)],
         consts: &[LOCAL_WG, Consts::TileFlags],
     },
     ShaderSpec {
@@ -532,11 +532,14 @@ pub(crate) enum ShaderId {
     SoftmaxTiled,
     /// `shaders/softmax_tiled.wgsl`, entry `merge_splits`.
     SoftmaxTiledMerge,
+    /// `shaders/knn.wgsl`, entry `merge_splits` (a key split's second
+    /// pass: the slices' lists merged).
+    KnnMerge,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 18] = [
+    pub(crate) const ALL: [ShaderId; 19] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -555,6 +558,7 @@ impl ShaderId {
         ShaderId::LocalMeanIpMerge,
         ShaderId::SoftmaxTiled,
         ShaderId::SoftmaxTiledMerge,
+        ShaderId::KnnMerge,
     ];
 
     /// The entry of [`SHADERS`] that declares this shader (a merge

@@ -55,9 +55,10 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
         ],
         ShaderId::KernelMatrix => vec![vec![("D", 7)], vec![("D", 300)]],
         ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![],
-        ShaderId::Knn => vec![
-            vec![("D", 16), ("K", 16), ("STAGE", 256)],
-            vec![("D", 7), ("K", 128), ("STAGE", 64)],
+        ShaderId::Knn | ShaderId::KnnMerge => vec![
+            vec![("D", 16), ("K", 16), ("STAGE", 256), ("KB", 4)],
+            vec![("D", 7), ("K", 128), ("STAGE", 64), ("KB", 4)],
+            vec![("D", 3000), ("K", 5), ("STAGE", 2), ("KB", 1)],
         ],
         ShaderId::MeanShift => vec![vec![("D", 2)], vec![("D", 64)]],
         ShaderId::Softmax | ShaderId::SoftmaxMerge => vec![
@@ -157,6 +158,15 @@ fn workgroup_memory_is_what_the_planner_counts() {
         assert_eq!(
             workgroup_bytes(ShaderId::LocalMean, &values),
             v("STAGE") * 16 * (d4 + qa4),
+            "{values:?}"
+        );
+    }
+    // kNN: the planner's staged keys, vec4 groups of each.
+    for values in samples(ShaderId::Knn) {
+        let v = |name| values.iter().find(|(n, _)| *n == name).unwrap().1 as usize;
+        assert_eq!(
+            workgroup_bytes(ShaderId::Knn, &values),
+            v("STAGE") * 16 * v("D").div_ceil(4),
             "{values:?}"
         );
     }
