@@ -449,7 +449,7 @@ pub(crate) const SHADERS: [ShaderSpec; 13] = [
         file: wgsl!("softmax_tiled.wgsl"),
         entry: "attend_tiled",
         merge: Some((ShaderId::SoftmaxTiledMerge, MERGE)),
-        placeholders: &[("D4", 1), ("QA4", 1), ("BK", 32)],
+        placeholders: &[("D4", 1), ("QA4", 1), ("BK", 32), ("RI", 4)],
         consts: &[
             ATTEND,
             Consts::Log2e,

@@ -67,8 +67,11 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             vec![("D4", 20), ("QA4", 5), ("BK", 1)],
         ],
         ShaderId::SoftmaxTiled | ShaderId::SoftmaxTiledMerge => vec![
-            vec![("D4", 3), ("QA4", 5), ("BK", 8)],
-            vec![("D4", 16), ("QA4", 16), ("BK", 16)],
+            vec![("D4", 3), ("QA4", 5), ("BK", 16), ("RI", 2)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 16), ("RI", 4)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 32), ("RI", 4)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 64), ("RI", 1)],
+            vec![("D4", 20), ("QA4", 3), ("BK", 32), ("RI", 1)],
         ],
         ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
             vec![vec![("QA", 16)]]
@@ -178,16 +181,23 @@ fn workgroup_memory_is_what_the_planner_counts() {
             "QT = {cols}"
         );
     }
-    for (d4, qa4, bk) in [
-        (1usize, 1usize, 32usize),
-        (3, 5, 8),
-        (16, 16, 16),
-        (9, 2, 32),
+    for (d4, qa4, bk, ri) in [
+        (1usize, 1usize, 32usize, 4usize),
+        (3, 5, 16, 2),
+        (16, 16, 16, 4),
+        (16, 16, 32, 4),
+        (16, 16, 64, 1),
+        (9, 2, 32, 1),
     ] {
-        let values = [("D4", d4 as u32), ("QA4", qa4 as u32), ("BK", bk as u32)];
+        let values = [
+            ("D4", d4 as u32),
+            ("QA4", qa4 as u32),
+            ("BK", bk as u32),
+            ("RI", ri as u32),
+        ];
         assert_eq!(
             workgroup_bytes(ShaderId::SoftmaxTiled, &values),
-            crate::gpu::plan::softmax::tiled_workgroup_bytes(d4, qa4, bk),
+            crate::gpu::plan::softmax::tiled_workgroup_bytes(d4, qa4, bk, ri),
             "{values:?}"
         );
     }
