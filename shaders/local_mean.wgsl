@@ -139,6 +139,7 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
                 su[r * QA + c] = 0.0;
             }
         }
+        // cost: hot loop
         for (var j0 = 0u; j0 < count; j0 += C) {
             // Each chunk key's log₂-weight (exponential profiles) or weight,
             // per row; NEG_BIG (or 0) where it has none.

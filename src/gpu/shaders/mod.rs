@@ -21,6 +21,8 @@
 //! Bind-group layouts are reflected from the rendered shaders by naga
 //! ([`ShaderId::bindings`]), not written by hand.
 
+#[cfg(test)]
+pub(crate) mod cost;
 mod imports;
 mod product;
 mod reflect;
