@@ -341,12 +341,12 @@ pub enum PipelineCacheStatus {
         /// Why, for reports.
         reason: String,
     },
-    /// The cache file could not be opened (its directory cannot be
-    /// created); the engine runs without it.
+    /// The device could not create a pipeline cache; the engine runs
+    /// without one.
     Unavailable {
         /// The cache file.
         path: std::path::PathBuf,
-        /// The I/O error.
+        /// The device's error.
         reason: String,
     },
     /// Pipelines are read from `path` when the device opens and written

@@ -102,7 +102,7 @@ pub(crate) fn support(adapter: &wgpu::Adapter) -> Result<wgpu::Features, String>
 impl DiskCache {
     /// Opens the cache of the adapter `info` describes in `dir` on
     /// `device` (opened with `PIPELINE_CACHE`), loading the file there if
-    /// it is usable.
+    /// it is usable. Nothing is written until a pipeline is compiled.
     pub(crate) fn open(
         device: &wgpu::Device,
         info: &wgpu::AdapterInfo,
@@ -113,10 +113,6 @@ impl DiskCache {
             return (None, PipelineCacheStatus::Unsupported { reason });
         };
         let path = dir.join(key);
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            let reason = e.to_string();
-            return (None, PipelineCacheStatus::Unavailable { path, reason });
-        }
         let (data, mut ignored) = match std::fs::read(&path) {
             Ok(bytes) => match decode(&bytes) {
                 Ok(data) => (Some(data.to_vec()), None),
@@ -155,8 +151,9 @@ impl DiskCache {
     }
 
     /// Writes the cache's data to its file (a temporary file in the same
-    /// directory, renamed over it) when it changed since it was last read
-    /// or written; `Ok(false)` when there was nothing new to write.
+    /// directory, renamed over it; the directory is created first) when
+    /// it changed since it was last read or written; `Ok(false)` when
+    /// there was nothing new to write.
     ///
     /// # Errors
     /// The I/O error of the write or the rename (the old file, if any, is
@@ -180,6 +177,9 @@ impl DiskCache {
             std::process::id(),
             TEMP_FILES.fetch_add(1, Ordering::Relaxed)
         ));
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
         let written = std::fs::File::create(&temp)
             .and_then(|mut f| f.write_all(&encode(&data)))
             .and_then(|()| std::fs::rename(&temp, &self.path));
