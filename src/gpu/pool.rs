@@ -267,7 +267,7 @@ mod tests {
         for size in [1u64, 255, 64 << 20, (64 << 20) + 1, (1 << 31) - 4] {
             let c = pool.class(size);
             assert!(
-                c >= size && c <= pool.max_buffer && c % 4 == 0,
+                c >= size && c <= pool.max_buffer && c.is_multiple_of(4),
                 "{size}: {c}"
             );
         }
