@@ -449,17 +449,12 @@ pub(crate) fn plan_feature(
 #[cfg(test)]
 mod tests {
     use super::super::shape;
-    use super::super::{DISPATCH_WORK, LAVAPIPE, LOOP_CAPPED, small_caps};
+    use super::super::{DISPATCH_WORK, H200, LAVAPIPE, LOOP_CAPPED, small_caps};
     use super::*;
 
     #[test]
     fn attention_splits_keys_to_fill_a_device_and_caps_dispatch_work() {
-        let hw = DeviceLimits {
-            binding_bytes: u32::MAX as u64,
-            workgroup_bytes: 48 << 10,
-            fill_workgroups: 4096,
-            ..LAVAPIPE
-        };
+        let hw = H200;
         let none = TileLimits::default();
         // B = 8, T = 4096, d = 64: 512 workgroups of rows, 8 slices of keys.
         let p = plan_attend(&hw, &none, 8, 4096, 4096, 64, 64).unwrap();
@@ -487,10 +482,7 @@ mod tests {
     #[test]
     fn value_passes_run_in_register_tiles_where_they_fit() {
         let none = TileLimits::default();
-        let h200 = DeviceLimits {
-            workgroup_bytes: 48 << 10,
-            ..LAVAPIPE
-        };
+        let h200 = H200;
         let tiled = |dev: &DeviceLimits, m, d, q| {
             let p = plan_attend(dev, &none, 8, m, 4096, d, q).unwrap();
             (p.tiled_rows, p.tiled_keys)
@@ -548,13 +540,7 @@ mod tests {
     /// tests/softmax.rs.)
     #[test]
     fn h200_plans_render_shaders_that_validate() {
-        let h200 = DeviceLimits {
-            binding_bytes: (1 << 31) - 1,
-            workgroups_per_dim: 65535,
-            workgroup_bytes: 48 << 10,
-            loop_budget: None,
-            fill_workgroups: 4096,
-        };
+        let h200 = H200;
         let none = TileLimits::default();
         for (b, m, n, d, q, tiles, splits) in [
             (8, 4096, 4096, 64, 64, (4, 32), 8),
@@ -610,7 +596,7 @@ mod tests {
             (p.batch_group, p.query_tile, p.key_tile, p.col_tile),
             (8, 4096, 4096, 64)
         );
-        assert!(p.staged * 16 * (16 + 16) <= 32 << 10);
+        assert!(p.staged * 16 * (16 + 16) <= LAVAPIPE.workgroup_bytes as usize);
         let caps = small_caps(3);
         let p = plan_attend(&LAVAPIPE, &caps, 3, 100, 50, 8, 10).unwrap();
         assert_eq!(
@@ -665,7 +651,8 @@ mod tests {
         let n = 10_000_000;
         let p = plan_feature(&LAVAPIPE, &TileLimits::default(), shape(1000, n, 64, 64)).unwrap();
         assert_eq!(p.chunk, 2048);
-        assert!((n.div_ceil(p.chunk) + 1) * 64 * 65 <= 32 << 20);
+        let floats = binding_floats(&LAVAPIPE, &TileLimits::default());
+        assert!((n.div_ceil(p.chunk) + 1) * 64 * 65 <= floats);
         // Bindings smaller than a chunk: chunks shrink to one binding.
         let small = TileLimits {
             buffer_bytes: Some(4 * 4 * 8 * 30),

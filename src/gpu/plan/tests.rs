@@ -25,7 +25,7 @@ fn tiles_cover_the_range_once() {
 }
 
 use super::local_mean::{IP_MIN_D, ip_workgroup_bytes};
-use super::softmax::{ATTEND_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, tiled_workgroup_bytes};
+use super::softmax::{MATRIX_WG as SOFTMAX_MATRIX_WG, tiled_workgroup_bytes};
 
 /// The limits as wgpu reports them for an H200 become [`H200`]: bindings
 /// of the device's 2³¹ − 1 bytes (not 4 GiB), rounded down to whole
@@ -245,11 +245,21 @@ fn every_planner_fits_an_h200_at_the_benchmark_sizes() {
         let (d4, qa4) = (d.div_ceil(4), p.qa4());
         need.workgroup_memory("staged keys", p.staged * 16 * (d4 + qa4));
         if p.tiled_keys > 0 {
-            need.workgroup_memory("tiles", tiled_workgroup_bytes(d4, qa4, p.tiled_keys));
+            let bytes = tiled_workgroup_bytes(d4, qa4, p.tiled_keys, p.tiled_rows);
+            need.workgroup_memory("tiles", bytes);
         }
-        need.workgroups("query rows", p.query_tile.div_ceil(ATTEND_WG));
+        // The pass with value columns (tiled where its tiles fit) and the
+        // one without.
+        for values in [true, false] {
+            let rows = p.group_rows(values);
+            need.workgroups("query rows", p.query_tile.div_ceil(rows));
+        }
         need.workgroups("batches", group);
-        let splits = p.key_splits(dev, &caps, (p.query_tile, group, p.key_tile));
+        let splits = [true, false]
+            .map(|values| p.key_splits(dev, &caps, values, (p.query_tile, group, p.key_tile)))
+            .into_iter()
+            .max()
+            .unwrap_or(1);
         need.workgroups("key splits", splits);
         need.binding(
             "partial states",
