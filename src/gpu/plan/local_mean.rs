@@ -562,7 +562,7 @@ mod tests {
         for (d, q) in [(3, 4), (3, 0), (17, 9), (300, 3), (2000, 1)] {
             let p = plan_local_mean(&LAVAPIPE, &none, shape(10, 10_000, d, q)).unwrap();
             let c = p.chunk_keys();
-            assert!(c >= 1 && c <= LOCAL_MEAN_CHUNK, "d={d}: chunk {c}");
+            assert!((1..=LOCAL_MEAN_CHUNK).contains(&c), "d={d}: chunk {c}");
             assert_eq!(p.staged_keys % c, 0, "d={d}: {} staged", p.staged_keys);
         }
         let p = plan_local_mean(&LAVAPIPE, &none, shape(10, 10_000, 3, 4)).unwrap();
