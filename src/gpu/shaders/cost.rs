@@ -1585,14 +1585,16 @@ mod tests {
     const GAUSSIAN: &[(&str, f64)] = &[("PROFILE", 0.0)];
 
     fn budgets() -> Vec<Budget> {
-        use crate::gpu::plan::CHUNK_KEYS;
+        use crate::gpu::plan::local_mean::{LOCAL_MEAN_CHUNK, rows_per_thread};
         use crate::gpu::shaders::ShaderId;
-        let r = crate::gpu::plan::local_mean::rows_per_thread(3) as u64;
+        // One run of the local mean's hot loop: a chunk of keys against
+        // the invocation's rows.
+        let pairs = (rows_per_thread(3) * LOCAL_MEAN_CHUNK) as u64;
         let lm = |name, template, budget| Budget {
             name,
             shader: ShaderId::LocalMean,
             template,
-            pairs: r * CHUNK_KEYS as u64,
+            pairs,
             slots_per_pair: budget,
         };
         vec![
@@ -1603,10 +1605,13 @@ mod tests {
                     ("QT", 1),
                     ("QA", 1),
                     ("STAGE", 256),
+                    ("C", 16),
                     ("MASKED", 0),
                     ("R", 4),
+                    ("FORM", 0),
+                    ("EXCL", 0),
                 ],
-                24.94,
+                15.0,
             ),
             lm(
                 "local mean d=3 q=2",
@@ -1615,10 +1620,13 @@ mod tests {
                     ("QT", 2),
                     ("QA", 2),
                     ("STAGE", 256),
+                    ("C", 16),
                     ("MASKED", 0),
                     ("R", 4),
+                    ("FORM", 0),
+                    ("EXCL", 0),
                 ],
-                26.06,
+                15.0,
             ),
             lm(
                 "local mean d=3 q=4",
@@ -1627,10 +1635,13 @@ mod tests {
                     ("QT", 4),
                     ("QA", 4),
                     ("STAGE", 256),
+                    ("C", 16),
                     ("MASKED", 0),
                     ("R", 4),
+                    ("FORM", 0),
+                    ("EXCL", 0),
                 ],
-                28.31,
+                15.0,
             ),
             lm(
                 "row sums d=3 (KDE)",
@@ -1639,10 +1650,43 @@ mod tests {
                     ("QT", 0),
                     ("QA", 1),
                     ("STAGE", 256),
+                    ("C", 16),
                     ("MASKED", 0),
                     ("R", 4),
+                    ("FORM", 0),
+                    ("EXCL", 0),
                 ],
-                22.53,
+                15.0,
+            ),
+            lm(
+                "leave-one-out d=3 q=1",
+                &[
+                    ("D", 3),
+                    ("QT", 1),
+                    ("QA", 1),
+                    ("STAGE", 256),
+                    ("C", 16),
+                    ("MASKED", 0),
+                    ("R", 4),
+                    ("FORM", 0),
+                    ("EXCL", 1),
+                ],
+                13.89,
+            ),
+            lm(
+                "row sums d=3, exact nearest key",
+                &[
+                    ("D", 3),
+                    ("QT", 0),
+                    ("QA", 1),
+                    ("STAGE", 256),
+                    ("C", 16),
+                    ("MASKED", 0),
+                    ("R", 4),
+                    ("FORM", 1),
+                    ("EXCL", 0),
+                ],
+                11.55,
             ),
             Budget {
                 name: "kNN d=128 k=16",
