@@ -150,6 +150,9 @@ fn nearest(@builtin(workgroup_id) wid: vec3<u32>,
                     }
                 }
                 for (var u = 0u; u < KB; u++) {
+                    // A key enters the list rarely once it holds k keys
+                    // (docs/gpu-cost.md counts this branch as not taken).
+                    // cost: rare
                     if j + u < count && t[u] < bd[K - 1u] {
                         offer(&bd, &bi, t[u], p.key0 + base + j + u);
                     }

@@ -29,7 +29,8 @@
 //!
 //! The hot loop of a shader is the first loop after a `// cost: hot loop`
 //! comment; [`hot_loop`] returns the cost of running that loop statement
-//! once as above (all its iterations when they are decided, else one).
+//! once as above (all its iterations when they are decided, else one). A
+//! branch after a `// cost: rare` comment is counted as not taken.
 
 use std::collections::HashMap;
 
@@ -41,6 +42,11 @@ use naga::{
 
 /// The marker of a hot loop: a comment before its `for`.
 pub(crate) const MARKER: &str = "// cost: hot loop";
+/// The marker of a branch on data that is rarely taken (a key entering a
+/// top-k list, a step that re-measures): a comment before its `if`. Its
+/// sides are left out of the count (the branch itself costs 1); the
+/// documentation gives what a taken branch costs.
+pub(crate) const RARE: &str = "// cost: rare";
 
 /// Operations counted in one run of a hot loop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -206,6 +212,8 @@ struct Interp<'m> {
     overrides: &'m [(&'m str, f64)],
     /// Source range of the hot loop.
     hot: std::ops::Range<usize>,
+    /// Source starts of the branches marked rare.
+    rare: Vec<usize>,
     nodes: Vec<Node>,
     /// Nodes charged, in order (undone when a loop turns out undecided).
     charged: Vec<usize>,
@@ -290,6 +298,24 @@ fn run(
         });
     }
     let hot = hot.ok_or("no loop after the marker")?;
+    // The first branch after each rare marker, in any function.
+    let mut rare = Vec::new();
+    for (at, _) in src.match_indices(RARE) {
+        let line_end = src[at..].find('\n').map_or(src.len(), |e| at + e);
+        let mut first: Option<usize> = None;
+        let bodies = module.functions.iter().map(|(_, f)| &f.body);
+        for body in bodies.chain(module.entry_points.iter().map(|ep| &ep.function.body)) {
+            walk(body, &mut |st, span| {
+                if let (Statement::If { .. }, Some(r)) = (st, span.to_range())
+                    && r.start >= line_end
+                    && first.is_none_or(|f| r.start < f)
+                {
+                    first = Some(r.start);
+                }
+            });
+        }
+        rare.push(first.ok_or("no `if` after a rare marker")?);
+    }
     let (index, ep) = module
         .entry_points
         .iter()
@@ -301,6 +327,7 @@ fn run(
         info: &info,
         overrides,
         hot,
+        rare,
         nodes: Vec::new(),
         charged: Vec::new(),
         recording: false,
@@ -868,6 +895,15 @@ impl Interp<'_> {
                         if flow != Flow::Normal {
                             return Ok(flow);
                         }
+                        continue;
+                    }
+                    if self.rare.contains(&at) {
+                        let branch = Cost {
+                            branch: 1,
+                            ..Cost::default()
+                        };
+                        self.effect(branch, vec![cn], at);
+                        forget_stores(fr, f, [accept, reject]);
                         continue;
                     }
                     // A branch whose sides only compute and assign locals
@@ -1544,6 +1580,26 @@ mod tests {
         assert_eq!(c.alu, 8);
     }
 
+    /// A branch marked rare costs the branch, not its sides.
+    #[test]
+    fn rare_branches_count_as_not_taken() {
+        let c = count(
+            "var s = 0.0;
+             // cost: hot loop
+             for (var j = lid; j < 100u; j += 64u) {
+                 let x = a[j];
+                 // cost: rare
+                 if x > 0.5 {
+                     s += exp2(x) * 3.0;
+                 }
+             }
+             o[lid] = s;",
+        );
+        assert_eq!((c.sfu, c.branch, c.global_load), (0, 2, 1));
+        // j < 100, j + 64, x > 0.5.
+        assert_eq!(c.alu, 3);
+    }
+
     #[test]
     fn values_carried_out_of_the_loop_are_live() {
         let c = count(
@@ -1693,7 +1749,7 @@ mod tests {
                 shader: ShaderId::Knn,
                 template: &[("D", 128), ("K", 16), ("STAGE", 64), ("KB", 4)],
                 pairs: 4,
-                slots_per_pair: 432.75,
+                slots_per_pair: 327.75,
             },
             Budget {
                 name: "attention d=64 (RI 4, BK 32)",
