@@ -6,9 +6,9 @@
 // q' = q − c and x' = x − c centred on the window's first key c. The
 // 64 × 32 dot products are a register-blocked tile (each invocation an
 // 8-row × 4-key block: per coordinate two vec4 loads of query rows and one
-// of keys feed 32 FMAs), over chunks of KC = 32 coordinates, each chunk
-// summed apart and the chunk sums added (the rounding grows with
-// KC + ⌈D/KC⌉, not D).
+// of keys feed 32 FMAs), over chunks of KC = 32 coordinates staged at a
+// time, each half chunk (KS = 16) summed apart and those sums added (the
+// rounding grows with KS + ⌈D/KS⌉, not D).
 //
 // Workgroup memory, transposed so that every load is a vec4 across rows
 // or keys (docs/tiling.md, "Inner-product tiles", has the bank analysis):
@@ -58,6 +58,9 @@ const STATE: u32 = 2u + QA;
 // TQ (query rows), TK (keys a step), KC (coordinates a chunk): generated.
 const MR: u32 = 8u;
 const MK: u32 = 4u;
+// Coordinates a dot product, a key norm or a query norm sums in one chain
+// before adding it to its total: half a chunk.
+const KS: u32 = KC / 2u;
 const_assert TQ == WG && TQ == 8u * MR && TK == 8u * MK && KC * 2u == WG;
 // Chunks of coordinates, and the coordinates they cover.
 const NCH: u32 = (D + KC - 1u) / KC;
@@ -76,7 +79,7 @@ const KH: u32 = TK / 2u;
 // The unit roundoff 2⁻²⁴, and twice the expansion's first-order error
 // bound in units of N = ‖q'‖² + ‖x'‖² (docs/numerics.md).
 const U: f32 = 5.9604645e-8;
-const GAMMA: f32 = 2.0 * (f32(KC) + f32(NCH) + 11.0) * U;
+const GAMMA: f32 = 2.0 * f32(KS + (D + KS - 1u) / KS + 11u) * U;
 // t of a key that does not count (past the step's keys, or the row's own).
 const NO_KEY: f32 = -1.0;
 
@@ -183,12 +186,14 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
     for (var c0 = 0u; c0 < D; c0 += KC) {
         stage_queries(lid, tile_row0, c0, sq_at(c0), true);
         workgroupBarrier();
-        var part = 0.0;
-        for (var kk = 0u; kk < KC; kk++) {
-            let v = sq[(sq_at(c0) + kk) * QS4 + lid / 4u][lid % 4u];
-            part = fma(v, v, part);
+        for (var k0 = 0u; k0 < KC; k0 += KS) {
+            var part = 0.0;
+            for (var kk = k0; kk < k0 + KS; kk++) {
+                let v = sq[(sq_at(c0) + kk) * QS4 + lid / 4u][lid % 4u];
+                part = fma(v, v, part);
+            }
+            qnorm += part;
         }
-        qnorm += part;
         workgroupBarrier();
     }
     var own = 0xffffffffu;
@@ -222,20 +227,22 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
             }
             knorm += npart;
             let qb = sq_at(c0) * QS4 + 2u * br;
-            var part: array<f32, MR * MK>;
-            for (var kk = 0u; kk < KC; kk++) {
-                let a0 = sq[qb + kk * QS4];
-                let a1 = sq[qb + kk * QS4 + 1u];
-                let b = sw[kk * XS4 + bk];
-                for (var r = 0u; r < 4u; r++) {
-                    for (var c = 0u; c < MK; c++) {
-                        part[r * MK + c] = fma(a0[r], b[c], part[r * MK + c]);
-                        part[(r + 4u) * MK + c] = fma(a1[r], b[c], part[(r + 4u) * MK + c]);
+            for (var k0 = 0u; k0 < KC; k0 += KS) {
+                var part: array<f32, MR * MK>;
+                for (var kk = k0; kk < k0 + KS; kk++) {
+                    let a0 = sq[qb + kk * QS4];
+                    let a1 = sq[qb + kk * QS4 + 1u];
+                    let b = sw[kk * XS4 + bk];
+                    for (var r = 0u; r < 4u; r++) {
+                        for (var c = 0u; c < MK; c++) {
+                            part[r * MK + c] = fma(a0[r], b[c], part[r * MK + c]);
+                            part[(r + 4u) * MK + c] = fma(a1[r], b[c], part[(r + 4u) * MK + c]);
+                        }
                     }
                 }
-            }
-            for (var e = 0u; e < MR * MK; e++) {
-                acc[e] += part[e];
+                for (var e = 0u; e < MR * MK; e++) {
+                    acc[e] += part[e];
+                }
             }
             workgroupBarrier();
         }

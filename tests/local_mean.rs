@@ -179,8 +179,9 @@ fn gpu_inner_product_tiles_match_reference_at_high_d() {
 /// workgroup memory (3 value columns at d = 33 and 45 on a 32 KiB device)
 /// or staged a chunk per step (32 columns a pass, and d = 200), tiny
 /// tiles, windows of 33 keys (a last step of one key) and key splits, and
-/// bandwidths small against the data's offset so that some rows of a
-/// workgroup re-measure by differences while others keep the expansion.
+/// a bandwidth small against the data's spread from the centre, so that
+/// some rows of a workgroup re-measure by differences while others keep
+/// the expansion.
 #[test]
 fn gpu_inner_product_layouts_and_remeasure_match_reference() {
     let Some(gpu) = gpu() else { return };
@@ -196,19 +197,24 @@ fn gpu_inner_product_layouts_and_remeasure_match_reference() {
     for &(m, n, d) in &[(70, 130, 33), (65, 97, 45), (20, 75, 200)] {
         let q = rng.matrix(m, d, 0.0, 1.0);
         let x = rng.matrix(n, d, 0.0, 1.0);
-        let mut cases = vec![("uniform", q.clone(), x.clone(), 0.4 * (d as f32).sqrt())];
-        // Keys and most queries within 0.3 of each other; every third query
-        // 20/√d away per coordinate. At h = 2 the far rows' expansion
-        // fails its bound (γ·400 > 10⁻⁴·h²) and they re-measure, while the
-        // near rows of the same workgroups keep the inner products.
-        let far = 20.0 / (d as f32).sqrt();
-        let mut q_off = q.clone() * 0.3;
-        for (r, mut row) in q_off.rows_mut().into_iter().enumerate() {
+        let h = 0.5 * (d as f32).sqrt();
+        let mut cases = vec![("uniform", q.clone(), x.clone(), h)];
+        // Two groups 20 apart per coordinate, each 0.3 wide: half the keys
+        // and every third query in the far one. The far rows' expansion
+        // (centred on a near key) fails its bound, so they re-measure by
+        // differences, in steps of near keys beside near rows that keep
+        // the inner products (without the re-measure, at h² = 0.03·d, this
+        // case failed by 7 to 15 times the tolerance).
+        let (mut q2, mut x2) = (q * 0.3, x * 0.3);
+        for (r, mut row) in q2.rows_mut().into_iter().enumerate() {
             if r % 3 == 1 {
-                row += far;
+                row += 20.0;
             }
         }
-        cases.push(("far rows", q_off, x.clone() * 0.3, 2.0));
+        for mut row in x2.rows_mut().into_iter().skip(n / 2) {
+            row += 20.0;
+        }
+        cases.push(("two groups", q2, x2, (0.06 * d as f32).sqrt()));
         for (what, q, x, h) in &cases {
             for cols in [3, 40] {
                 let v = rng.matrix(n, cols, -2.0, 3.0);

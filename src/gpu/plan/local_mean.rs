@@ -41,7 +41,7 @@ pub(crate) const IP_MIN_D: usize = 32;
 /// `cols` value columns a pass, as if nothing were unrolled: a 32-key
 /// step runs per 32-coordinate chunk its staging (the keys' 20, the
 /// queries' 40 when they do not stay), the key norms (16), the 8 × 4
-/// block's loops (32 · 21) and sums (32); then its rows' t and the values
+/// block's loops (32 · 21) and sums (2 · 33); then its rows' t and the values
 /// (under 120), and, when a row re-measures, per chunk the raw staging
 /// (60) and the differences (32 · 41); then the weights (per chunk of 8
 /// keys: 24, the columns, and per key `1 + 5·⌈cols/4⌉`).
@@ -49,13 +49,13 @@ fn ip_loop_per_key(d: usize, cols: usize) -> usize {
     let chunks = d.div_ceil(IP_CHUNK_DIMS);
     let weights =
         (IP_STEP_KEYS / CHUNK_KEYS) * (24 + cols + CHUNK_KEYS * (1 + 5 * cols.div_ceil(4)));
-    (chunks * (790 + 1374) + 120 + weights).div_ceil(IP_STEP_KEYS)
+    (chunks * (830 + 1374) + 120 + weights).div_ceil(IP_STEP_KEYS)
 }
 
 /// Loop iterations of `local_mean_ip.wgsl` once per dispatch: the queries
-/// staged and their norms, per chunk 40 + 32 and the chunk's own.
+/// staged and their norms, per chunk 40 + 2 · 17 and the chunk's own.
 fn ip_loop_fixed(d: usize) -> usize {
-    d.div_ceil(IP_CHUNK_DIMS) * 73
+    d.div_ceil(IP_CHUNK_DIMS) * 75
 }
 
 /// Query rows of an inner-product tile of `local_mean_ip.wgsl` (its
