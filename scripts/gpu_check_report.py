@@ -76,6 +76,18 @@ def table(report):
             f"{fmt(t.get('e2e_seconds'))} | {fmt(t.get('kernel_seconds'))} | "
             f"{ratio(t.get('e2e_seconds'), g.get('seconds'))} | {ratio(t.get('kernel_seconds'), g.get('kernel_seconds'))} | {checked} |"
         )
+    cold = report.get("cold_start") or {}
+    if "error" in cold:
+        lines += ["", f"Cold start: not measured ({cold['error']})"]
+    else:
+        c, w = cold.get("cold", {}), cold.get("warm", {})
+        lines += [
+            "",
+            f"Cold start (engine open + {cold.get('first_calls')} first calls, tiny sizes): "
+            f"cold {fmt(c.get('seconds'))} s (start overhead {fmt(c.get('start_overhead_seconds'))} s), "
+            f"warm {fmt(w.get('seconds'))} s (start overhead {fmt(w.get('start_overhead_seconds'))} s), "
+            f"cache file {cold.get('cache_file_bytes')} bytes.",
+        ]
     failed = {k: v for k, v in report["parts"].items() if v.get("exit") != 0}
     if failed:
         lines += ["", "Parts that failed: " + ", ".join(f"{k} (exit {v.get('exit')}{', timed out' if v.get('timed_out') else ''})" for k, v in failed.items())]
@@ -105,6 +117,9 @@ def check(report):
             problems.append(f"{r['op']}: GPU result not checked or beyond tolerance: {r.get('check')}")
     if not report.get("adapter"):
         problems.append("no adapter in the report")
+    cold = report.get("cold_start") or {}
+    if "error" in cold or not (cold.get("cold") or {}).get("seconds") or not (cold.get("warm") or {}).get("seconds"):
+        problems.append(f"cold start not measured: {cold}")
     t = report["torch"]
     if "error" in t:
         problems.append(t["error"])
@@ -129,6 +144,10 @@ def main():
     gpu = bench_meta.get("gpu") or info.get("gpu") or {}
     adapter = (gpu.get("adapter") or {}).get("name")
     torch_path = os.path.join(out, "torch.json")
+    cold_path = os.path.join(out, "cold-start.json")
+    cold = (load(cold_path).get("cold_start") if os.path.exists(cold_path) else None) or {
+        "error": "cold-start part did not run"
+    }
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "dry_run": dry,
@@ -139,6 +158,7 @@ def main():
         "info": info,
         "parts": parts(out),
         "bench": bench,
+        "cold_start": cold,
         "torch": load(torch_path) if os.path.exists(torch_path) else {"unavailable": "torch part did not run"},
     }
     text = table(report)

@@ -31,7 +31,7 @@
 // merge_splits, a second dispatch, merges them and ends the key tile as
 // an unsplit dispatch does (finish_row).
 //
-// The parameter block, bindings, row state, its merge, finish_row and the
+// The parameter block, the state and output bindings, row state, its merge, finish_row and the
 // merge_splits entry are in softmax_state.wgsl (imported). With value
 // columns, softmax_tiled.wgsl runs instead where its tiles fit
 // (plan::softmax::tiled_keys).
@@ -47,6 +47,10 @@
 const D4: u32 = {{D4}}u;
 const QA4: u32 = {{QA4}}u;
 const BK: u32 = {{BK}}u;
+
+@group(0) @binding(1) var<storage, read> phi: array<f32>;
+@group(0) @binding(2) var<storage, read> psi: array<f32>;
+@group(0) @binding(3) var<storage, read> vals: array<f32>;
 
 var<workgroup> stage_k: array<vec4<f32>, BK * D4>;
 var<workgroup> stage_v: array<vec4<f32>, BK * QA4>;

@@ -2,7 +2,8 @@
 // parameter block and bindings, the state's merge across key tiles, how a
 // key tile ends, and the second pass of a key split (docs/numerics.md,
 // "Attention"). The module `softmax_state`, imported by those two; it uses
-// the importing shader's QA4 (vec4 groups of value columns a pass holds).
+// the importing shader's QA4 (vec4 groups of value columns a pass holds)
+// and WG (rows of a merge_splits workgroup).
 //
 // A row state, in log₂ units: m = largest logit seen, l = Σ 2^{s−m},
 // acc = Σ 2^{s−m}·v, stored as STATE floats (m, l, acc).
@@ -34,10 +35,10 @@ struct Params {
     _pad: u32,
 }
 
+// Bindings 1–3 (queries phi, keys psi, values vals) are declared by the
+// importing shader: softmax.wgsl reads them as floats, softmax_tiled.wgsl
+// as vec4s.
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> phi: array<f32>;
-@group(0) @binding(2) var<storage, read> psi: array<f32>;
-@group(0) @binding(3) var<storage, read> vals: array<f32>;
 @group(0) @binding(4) var<storage, read_write> state: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> partial: array<f32>;

@@ -1,29 +1,50 @@
 // Kernel softmax (attention) softmax(s·ΦΨᵀ)V with FlashAttention-style
 // register tiles (docs/numerics.md, "Attention"; docs/tiling.md,
-// "Attention tiles"). Same parameters, bindings, row state, masks, key
-// tiles and key splits as softmax.wgsl (softmax_state.wgsl); only how a
-// workgroup's WG rows meet a block of BK keys differs.
+// "Attention tiles"). Same parameters, state and output bindings, row
+// state, masks, key tiles and key splits as softmax.wgsl
+// (softmax_state.wgsl); only how a workgroup's WR rows meet a block of BK
+// keys differs. Queries, keys and values are read as vec4s: the host runs
+// this shader only when d, the value-row stride and the pass's first
+// column are multiples of 4.
 //
-// The workgroup stages its WG queries once (pre-scaled by s·log₂e, so the
-// logits are in log₂ units), then per block of BK keys:
-//   1. logits: invocation t = 4g + s holds the 4 × KS tile of rows
-//      4g..4g+3 and keys s, s+4, …: per vec4 of features, 4 query loads
-//      and KS key loads from workgroup memory feed 4·KS dot products;
-//      the tile goes to workgroup memory (`tile_s`).
-//   2. row pass: invocation t owns row t's maximum m and sum l. It takes
-//      the row's BK logits (NEG_BIG for keys it does not see), moves m
-//      once to the block's largest, writes the weights 2^{s−m} back in
-//      place of the logits and the factor 2^{m_old−m_new} the row's
-//      accumulators need (`tile_a`).
-//   3. weighted values: invocation 4g + s holds the accumulators of rows
-//      4g..4g+3 × value groups s, s+4, … (CO4 vec4s per row); it rescales
-//      them once and adds, per key, 4 weights × CO4 value vec4s.
-// No exp2 or maximum per (row, key) beyond the one of step 2, and every
-// value a step reads from workgroup memory feeds 4 or more FMAs.
+// The 64 invocations are 16 row lanes × 4 key lanes: invocation
+// lid = 16·tk + tr holds rows tr + 16i (i < RI) and, of each block, the
+// keys 16h + 4tk + c (h < KH = BK/16, c < 4) for the logits and the value
+// groups tk + 4c (c < CO4) for the accumulators. The workgroup stages its
+// WR = 16·RI queries once (pre-scaled by s·log₂e, so the logits are in
+// log₂ units), then per block of BK keys:
+//   1. staging: the block's keys and value rows, vec4 loads;
+//   2. logits: per vec4 of features, RI query and 4·KH key vec4 loads
+//      from workgroup memory feed 16·RI·KH scalar FMAs (the RI × 4KH tile
+//      of this invocation), no dot() accumulate;
+//   3. row pass: each invocation takes the maximum of its part of each
+//      row; the four key lanes of a row exchange theirs through `tile_m`,
+//      so all four move the row's m to the block's largest together; each
+//      forms the weights 2^{s−m} of its keys and keeps its own part of l
+//      (summed over the four at the end of the tile) and writes the
+//      weights, as vec4s of four keys, over the staged keys;
+//   4. weighted values: per four keys, RI weight vec4s and 4·CO4 value
+//      vec4s feed 16·RI·CO4 vec4 FMAs.
+// Blocks that some row does not see whole (the last of a slice, the
+// causal diagonal) mask the hidden logits to NEG_BIG in a workgroup-
+// uniform branch; no other per-pair branch, select or maximum.
 //
-// Template constants (src/gpu/shaders/): D4 = ⌈d/4⌉, QA4 = ⌈cols/4⌉
-// (cols ≥ 1), BK keys per block (a multiple of 4). Generated: WG (= 64
-// rows, 16 groups of 4), FIRST_TILE, LAST_TILE, CAUSAL.
+// Bank layout (32 banks of 4 bytes; a vec4 access is served a quarter
+// warp, 8 lanes, at a time): in a warp tr runs over 0..15 and tk over two
+// values, and every load of a step reads one feature group or key group.
+//   tile_q[row·QS + f4], QS odd: the 8 rows of a quarter warp fall in 8
+//     distinct vec4 bank groups; 16 distinct vec4s a warp (2 wavefronts,
+//     the minimum);
+//   tile_kp[key·D4 + f4] (keys): 2 distinct addresses a warp (broadcast);
+//   tile_kp[row·PS + key/4] (weights), PS odd: as tile_q, stores too;
+//   tile_v[key·QA4 + c4]: 2 distinct addresses a warp (broadcast);
+//   tile_m[tk·MS + row], MS ≡ 16 (mod 32): the two key lanes of a warp
+//     in opposite halves of the banks, 32 distinct words.
+//
+// Template constants (src/gpu/shaders/): D4 = d/4, QA4 = ⌈cols/4⌉
+// (cols ≥ 1), BK keys per block (a multiple of 16), RI rows per
+// invocation (1, 2 or 4). Generated: WG (= 64 invocations), FIRST_TILE,
+// LAST_TILE, CAUSAL.
 
 #import consts
 #import softmax_state
@@ -31,245 +52,300 @@
 const D4: u32 = {{D4}}u;
 const QA4: u32 = {{QA4}}u;
 const BK: u32 = {{BK}}u;
-// Keys per invocation in the logit tile, value groups per row in the
-// accumulators (QP = 4·CO4 staged per key, zero past QA4).
-const KS: u32 = BK / 4u;
-const CO4: u32 = (QA4 + 3u) / 4u;
-const QP: u32 = 4u * CO4;
-// Padded row strides (vec4s of a staged query, floats of a tile row), so
-// the rows one load instruction touches fall in different banks.
-const QS: u32 = D4 + 1u;
-const SS: u32 = BK + 1u;
+const RI: u32 = {{RI}}u;
 
-var<workgroup> tile_q: array<vec4<f32>, WG * QS>;
-var<workgroup> tile_k: array<vec4<f32>, BK * D4>;
-var<workgroup> tile_v: array<vec4<f32>, BK * QP>;
-var<workgroup> tile_s: array<f32, WG * SS>;
-var<workgroup> tile_a: array<f32, WG>;
+// Row lanes and key lanes of the 64 invocations; rows per workgroup.
+const TR: u32 = 16u;
+const WR: u32 = TR * RI;
+// Key groups of four per invocation, keys per invocation, value groups
+// per row per invocation.
+const KH: u32 = BK / 16u;
+const KPI: u32 = 4u * KH;
+const CO4: u32 = (QA4 + 3u) / 4u;
+// Odd vec4 strides of a staged query row and of a weight row; the float
+// stride of a key lane's maxima.
+const QS: u32 = D4 | 1u;
+const PS: u32 = (BK / 4u) | 1u;
+const MS: u32 = (WR + 31u) / 32u * 32u + 16u;
+// Staging steps (whole workgroups of vec4s) of a block's keys and values.
+const KSTEPS: u32 = (BK * D4 + WG - 1u) / WG;
+const VSTEPS: u32 = (BK * QA4 + WG - 1u) / WG;
+
+@group(0) @binding(1) var<storage, read> phi: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> psi: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> vals: array<vec4<f32>>;
+
+var<workgroup> tile_q: array<vec4<f32>, WR * QS>;
+// A block's keys, then (after the maxima's exchange) its weights; at the
+// end of the tile, each row's factors.
+var<workgroup> tile_kp: array<vec4<f32>, max(KSTEPS * WG, WR * PS)>;
+// Value rows (the last row's groups past QA4 read into the padding).
+var<workgroup> tile_v: array<vec4<f32>, VSTEPS * WG + 4u>;
+var<workgroup> tile_m: array<f32, 4u * MS>;
 
 @compute @workgroup_size(WG)
 fn attend_tiled(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
     let b = wid.y;
-    let r0 = wid.x * WG;
-    let g4 = (lid / 4u) * 4u;
-    let s = lid % 4u;
+    let r0 = wid.x * WR;
+    let tr = lid % TR;
+    let tk = lid / TR;
     let causal = (p.flags & CAUSAL) != 0u;
 
     // The workgroup's queries, once (zero rows past the tile).
-    for (var e = lid; e < WG * D4; e += WG) {
+    for (var e = lid; e < WR * D4; e += WG) {
         let i = e / D4;
-        let k4 = e - i * D4;
+        let f4 = e - i * D4;
         var v = vec4<f32>(0.0);
         if r0 + i < p.rows {
-            let src = (b * p.rows + r0 + i) * p.d;
-            for (var c = 0u; c < 4u; c++) {
-                let k = k4 * 4u + c;
-                if k < p.d {
-                    v[c] = phi[src + k] * p.scale * LOG2E;
-                }
-            }
+            v = phi[(b * p.rows + r0 + i) * D4 + f4] * p.scale * LOG2E;
         }
-        tile_q[i * QS + k4] = v;
+        tile_q[i * QS + f4] = v;
+    }
+    // The padding past the value rows (read only for groups past QA4).
+    if lid < 4u {
+        tile_v[VSTEPS * WG + lid] = vec4<f32>(0.0);
     }
 
     // This workgroup's slice of the key tile, the keys any of its rows
-    // sees (workgroup-uniform), and the keys row `lid` sees.
+    // sees and those all of them see (workgroup-uniform), and the keys
+    // each of this invocation's rows sees: keys j < row_end[i].
     let k_lo = min(wid.z * p.split_keys, p.keys);
     let k_hi = min(k_lo + p.split_keys, p.keys);
-    let live = r0 + lid < p.rows;
     var kend = k_hi;
-    var my_end = select(k_lo, k_hi, live);
+    var kfull = k_hi;
     if causal {
-        let last = min(r0 + WG, p.rows) - 1u;
+        let last = min(r0 + WR, p.rows) - 1u;
         let wg_lim = p.row_start + last + p.off + 1u;
         kend = select(0u, min(k_hi, wg_lim - p.key_start), wg_lim > p.key_start);
-        let lim = p.row_start + r0 + lid + p.off + 1u;
-        my_end = select(0u, min(k_hi, lim - p.key_start), lim > p.key_start && live);
+        let first = p.row_start + r0 + p.off + 1u;
+        kfull = select(0u, min(k_hi, first - p.key_start), first > p.key_start);
     }
-
-    var m = M_START;
-    var l = 0.0;
-    var acc: array<vec4<f32>, 4u * CO4>;
-    for (var a = 0u; a < 4u * CO4; a++) {
-        acc[a] = vec4<f32>(0.0);
-    }
-
-    for (var base = k_lo; base < kend; base += BK) {
-        let count = min(BK, kend - base);
-        for (var e = lid; e < BK * D4; e += WG) {
-            let j = e / D4;
-            let k4 = e - j * D4;
-            var v = vec4<f32>(0.0);
-            if j < count {
-                let src = ((p.key_batch + b) * p.keys + base + j) * p.d;
-                for (var c = 0u; c < 4u; c++) {
-                    let k = k4 * 4u + c;
-                    if k < p.d {
-                        v[c] = psi[src + k];
-                    }
-                }
-            }
-            tile_k[e] = v;
+    var row_end: array<u32, RI>;
+    for (var i = 0u; i < RI; i++) {
+        let r = r0 + tr + TR * i;
+        var e = select(k_lo, k_hi, r < p.rows);
+        if causal {
+            let lim = p.row_start + r + p.off + 1u;
+            e = select(0u, min(k_hi, lim - p.key_start), lim > p.key_start && r < p.rows);
         }
-        for (var e = lid; e < BK * QP; e += WG) {
-            let j = e / QP;
-            let c4 = e - j * QP;
+        row_end[i] = e;
+    }
+
+    // Bases of this invocation's workgroup-memory reads.
+    let qb = tr * QS;
+    let kb = 4u * tk * D4;
+    let pb = tr * PS;
+    let mb = tk * MS + tr;
+
+    var m: array<f32, RI>;
+    var l: array<f32, RI>;
+    var acc: array<vec4<f32>, RI * CO4>;
+    for (var i = 0u; i < RI; i++) {
+        m[i] = M_START;
+        l[i] = 0.0;
+        for (var c = 0u; c < CO4; c++) {
+            acc[i * CO4 + c] = vec4<f32>(0.0);
+        }
+    }
+
+    // cost: hot loop
+    for (var base = k_lo; base < kend; base += BK) {
+        // 1. The block's keys and value rows (zero past its last key).
+        let count = min(BK, kend - base);
+        let key_row = (p.key_batch + b) * p.keys + base;
+        let kg = key_row * D4;
+        let k_in = count * D4;
+        for (var s = 0u; s < KSTEPS; s++) {
+            let e = lid + s * WG;
             var v = vec4<f32>(0.0);
-            if j < count {
-                let src = ((p.key_batch + b) * p.keys + base + j) * p.q_stride + p.c0;
-                for (var c = 0u; c < 4u; c++) {
-                    let col = c4 * 4u + c;
-                    if col < p.cols {
-                        v[c] = vals[src + col];
-                    }
-                }
+            if e < k_in {
+                v = psi[kg + e];
+            }
+            tile_kp[e] = v;
+        }
+        let vstride = p.q_stride / 4u;
+        let vg = key_row * vstride + p.c0 / 4u;
+        let v_in = count * QA4;
+        for (var s = 0u; s < VSTEPS; s++) {
+            let e = lid + s * WG;
+            let j = e / QA4;
+            var v = vec4<f32>(0.0);
+            if e < v_in {
+                v = vals[vg + j * vstride + (e - j * QA4)];
             }
             tile_v[e] = v;
         }
         workgroupBarrier();
 
-        // 1. The 4 × KS logit tile of this invocation.
-        var sc: array<f32, 4u * KS>;
-        for (var a = 0u; a < 4u * KS; a++) {
+        // 2. The RI × KPI logit tile of this invocation: scalar FMAs.
+        var sc: array<f32, RI * KPI>;
+        for (var a = 0u; a < RI * KPI; a++) {
             sc[a] = 0.0;
         }
-        for (var k4 = 0u; k4 < D4; k4++) {
-            let q0 = tile_q[(g4 + 0u) * QS + k4];
-            let q1 = tile_q[(g4 + 1u) * QS + k4];
-            let q2 = tile_q[(g4 + 2u) * QS + k4];
-            let q3 = tile_q[(g4 + 3u) * QS + k4];
-            for (var j = 0u; j < KS; j++) {
-                let kv = tile_k[(s + 4u * j) * D4 + k4];
-                sc[j] += dot(q0, kv);
-                sc[KS + j] += dot(q1, kv);
-                sc[2u * KS + j] += dot(q2, kv);
-                sc[3u * KS + j] += dot(q3, kv);
+        for (var f4 = 0u; f4 < D4; f4++) {
+            var qv: array<vec4<f32>, RI>;
+            for (var i = 0u; i < RI; i++) {
+                qv[i] = tile_q[qb + TR * QS * i + f4];
+            }
+            for (var h = 0u; h < KH; h++) {
+                for (var c = 0u; c < 4u; c++) {
+                    let kv = tile_kp[kb + (16u * h + c) * D4 + f4];
+                    for (var i = 0u; i < RI; i++) {
+                        let a = i * KPI + 4u * h + c;
+                        sc[a] = fma(qv[i].x, kv.x, sc[a]);
+                        sc[a] = fma(qv[i].y, kv.y, sc[a]);
+                        sc[a] = fma(qv[i].z, kv.z, sc[a]);
+                        sc[a] = fma(qv[i].w, kv.w, sc[a]);
+                    }
+                }
             }
         }
-        for (var i = 0u; i < 4u; i++) {
-            for (var j = 0u; j < KS; j++) {
-                tile_s[(g4 + i) * SS + s + 4u * j] = sc[i * KS + j];
+        // Keys some row of the workgroup does not see: NEG_BIG.
+        if base + BK > kfull {
+            for (var i = 0u; i < RI; i++) {
+                for (var h = 0u; h < KH; h++) {
+                    for (var c = 0u; c < 4u; c++) {
+                        let a = i * KPI + 4u * h + c;
+                        let seen = base + 16u * h + 4u * tk + c < row_end[i];
+                        sc[a] = select(NEG_BIG, sc[a], seen);
+                    }
+                }
+            }
+        }
+
+        // 3. Row pass: this invocation's part of each row's maximum, the
+        // exchange, the row's new m, the weights and the factor.
+        for (var i = 0u; i < RI; i++) {
+            var bm = sc[i * KPI];
+            for (var c = 1u; c < KPI; c++) {
+                bm = max(bm, sc[i * KPI + c]);
+            }
+            tile_m[mb + TR * i] = bm;
+        }
+        workgroupBarrier();
+        for (var i = 0u; i < RI; i++) {
+            let r = tr + TR * i;
+            let bm = max(max(tile_m[r], tile_m[MS + r]), max(tile_m[2u * MS + r], tile_m[3u * MS + r]));
+            let mn = max(m[i], bm);
+            let alpha = exp2(m[i] - mn);
+            m[i] = mn;
+            var sum = 0.0;
+            for (var h = 0u; h < KH; h++) {
+                var w: vec4<f32>;
+                for (var c = 0u; c < 4u; c++) {
+                    w[c] = exp2(sc[i * KPI + 4u * h + c] - mn);
+                    sum += w[c];
+                }
+                tile_kp[pb + TR * PS * i + 4u * h + tk] = w;
+            }
+            l[i] = l[i] * alpha + sum;
+            for (var c = 0u; c < CO4; c++) {
+                acc[i * CO4 + c] *= alpha;
             }
         }
         workgroupBarrier();
 
-        // 2. Row lid: the block's maximum, its weights and the factor.
-        let seen = min(count, select(0u, my_end - base, my_end > base));
-        let rb = lid * SS;
-        var bm = NEG_BIG;
-        for (var j = 0u; j < seen; j++) {
-            bm = max(bm, tile_s[rb + j]);
-        }
-        let mn = max(m, bm);
-        let alpha = exp2(m - mn);
-        m = mn;
-        var sum = 0.0;
-        for (var j = 0u; j < count; j++) {
-            let w = exp2(select(NEG_BIG, tile_s[rb + j], j < seen) - mn);
-            tile_s[rb + j] = w;
-            sum += w;
-        }
-        l = l * alpha + sum;
-        tile_a[lid] = alpha;
-        workgroupBarrier();
-
-        // 3. The accumulators of rows g4..g4+3, value groups s + 4c.
-        for (var i = 0u; i < 4u; i++) {
-            let f = tile_a[g4 + i];
-            for (var c = 0u; c < CO4; c++) {
-                acc[i * CO4 + c] *= f;
+        // 4. Weighted values: per four keys, RI weight vec4s and 4·CO4
+        // value vec4s.
+        for (var j4 = 0u; j4 < BK / 4u; j4++) {
+            var pw: array<vec4<f32>, RI>;
+            for (var i = 0u; i < RI; i++) {
+                pw[i] = tile_kp[pb + TR * PS * i + j4];
             }
-        }
-        for (var j = 0u; j < count; j++) {
-            let w0 = vec4<f32>(tile_s[(g4 + 0u) * SS + j]);
-            let w1 = vec4<f32>(tile_s[(g4 + 1u) * SS + j]);
-            let w2 = vec4<f32>(tile_s[(g4 + 2u) * SS + j]);
-            let w3 = vec4<f32>(tile_s[(g4 + 3u) * SS + j]);
-            for (var c = 0u; c < CO4; c++) {
-                let v = tile_v[j * QP + s + 4u * c];
-                acc[c] = fma(w0, v, acc[c]);
-                acc[CO4 + c] = fma(w1, v, acc[CO4 + c]);
-                acc[2u * CO4 + c] = fma(w2, v, acc[2u * CO4 + c]);
-                acc[3u * CO4 + c] = fma(w3, v, acc[3u * CO4 + c]);
+            for (var kk = 0u; kk < 4u; kk++) {
+                for (var c = 0u; c < CO4; c++) {
+                    let v = tile_v[tk + (4u * j4 + kk) * QA4 + 4u * c];
+                    for (var i = 0u; i < RI; i++) {
+                        acc[i * CO4 + c] = fma(vec4<f32>(pw[i][kk]), v, acc[i * CO4 + c]);
+                    }
+                }
             }
         }
         workgroupBarrier();
     }
 
-    // The row's statistics after this key tile, by its owner: into
-    // `partial` (a key split) or merged with the earlier tiles' state, and
-    // the factors every holder of the row's accumulators applies.
-    let row = b * p.rows + r0 + lid;
-    var f_old = 0.0;
-    var f_new = 1.0;
-    if live {
-        if p.splits > 1u {
-            let pb = ((wid.z * p.batches + b) * p.rows + r0 + lid) * STATE;
-            partial[pb] = m;
-            partial[pb + 1u] = l;
-        } else {
-            let sb = row * STATE;
-            if (p.flags & FIRST_TILE) == 0u {
-                let pm = state[sb];
-                let mm = max(pm, m);
-                f_old = exp2(pm - mm);
-                f_new = exp2(m - mm);
-                l = state[sb + 1u] * f_old + l * f_new;
-                m = mm;
-            }
-            if (p.flags & LAST_TILE) == 0u {
-                state[sb] = m;
-                state[sb + 1u] = l;
-            }
-        }
+    // Each row's l: the four key lanes' parts.
+    for (var i = 0u; i < RI; i++) {
+        tile_m[mb + TR * i] = l[i];
     }
-    tile_s[lid * SS] = f_old;
-    tile_s[lid * SS + 1u] = f_new;
-    // Every row sees key 0 (M ≤ N under the mask), so l ≥ 1 at the end.
-    tile_s[lid * SS + 2u] = select(0.0, 1.0 / l, live);
     workgroupBarrier();
 
-    for (var i = 0u; i < 4u; i++) {
-        let r = r0 + g4 + i;
-        if r >= p.rows {
-            break;
+    // The row's statistics after this key tile, by its owner (invocation
+    // 16i + tr owns row tr + 16i, i < RI): into `partial` (a key split) or
+    // merged with the earlier tiles' state, and the factors every holder
+    // of the row's accumulators applies.
+    let own = lid;
+    var f_old = 0.0;
+    var f_new = 1.0;
+    var inv = 0.0;
+    if own < WR && r0 + own < p.rows {
+        var mm = m[0];
+        for (var i = 1u; i < RI; i++) {
+            mm = select(mm, m[i], tk == i);
         }
-        let ri = b * p.rows + r;
-        let fo = tile_s[(g4 + i) * SS];
-        let f_tile = tile_s[(g4 + i) * SS + 1u];
-        let inv = tile_s[(g4 + i) * SS + 2u];
-        for (var c = 0u; c < CO4; c++) {
-            let c4 = s + 4u * c;
-            if c4 >= QA4 {
-                break;
-            }
-            var a = acc[i * CO4 + c];
-            if p.splits > 1u {
-                let o = ((wid.z * p.batches + b) * p.rows + r) * STATE + 2u + 4u * c4;
-                partial[o] = a.x;
-                partial[o + 1u] = a.y;
-                partial[o + 2u] = a.z;
-                partial[o + 3u] = a.w;
-                continue;
-            }
-            let o = ri * STATE + 2u + 4u * c4;
+        var ll = (tile_m[own] + tile_m[MS + own]) + (tile_m[2u * MS + own] + tile_m[3u * MS + own]);
+        if p.splits > 1u {
+            let sp = ((wid.z * p.batches + b) * p.rows + r0 + own) * STATE;
+            partial[sp] = mm;
+            partial[sp + 1u] = ll;
+        } else {
+            let sb = (b * p.rows + r0 + own) * STATE;
             if (p.flags & FIRST_TILE) == 0u {
-                let prev = vec4<f32>(state[o], state[o + 1u], state[o + 2u], state[o + 3u]);
-                a = prev * fo + a * f_tile;
+                let pm = state[sb];
+                let mx = max(pm, mm);
+                f_old = exp2(pm - mx);
+                f_new = exp2(mm - mx);
+                ll = state[sb + 1u] * f_old + ll * f_new;
+                mm = mx;
             }
             if (p.flags & LAST_TILE) == 0u {
-                state[o] = a.x;
-                state[o + 1u] = a.y;
-                state[o + 2u] = a.z;
-                state[o + 3u] = a.w;
-                continue;
+                state[sb] = mm;
+                state[sb + 1u] = ll;
             }
-            let v = a * inv;
-            let ob = ri * p.q_stride + p.c0 + c4 * 4u;
-            for (var k = 0u; k < 4u; k++) {
-                if c4 * 4u + k < p.cols {
-                    out[ob + k] = v[k];
+        }
+        // Every row sees key 0 (M ≤ N under the mask), so l ≥ 1 at the end.
+        inv = 1.0 / ll;
+    }
+    if own < WR {
+        tile_kp[own] = vec4<f32>(f_old, f_new, inv, 0.0);
+    }
+    workgroupBarrier();
+
+    for (var i = 0u; i < RI; i++) {
+        let r = r0 + tr + TR * i;
+        let fac = tile_kp[tr + TR * i];
+        for (var c = 0u; c < CO4; c++) {
+            let c4 = tk + 4u * c;
+            if r < p.rows && c4 < QA4 {
+                var a = acc[i * CO4 + c];
+                if p.splits > 1u {
+                    let o = ((wid.z * p.batches + b) * p.rows + r) * STATE + 2u + 4u * c4;
+                    partial[o] = a.x;
+                    partial[o + 1u] = a.y;
+                    partial[o + 2u] = a.z;
+                    partial[o + 3u] = a.w;
+                } else {
+                    let ri = b * p.rows + r;
+                    let o = ri * STATE + 2u + 4u * c4;
+                    if (p.flags & FIRST_TILE) == 0u {
+                        let prev = vec4<f32>(state[o], state[o + 1u], state[o + 2u], state[o + 3u]);
+                        a = prev * fac.x + a * fac.y;
+                    }
+                    if (p.flags & LAST_TILE) == 0u {
+                        state[o] = a.x;
+                        state[o + 1u] = a.y;
+                        state[o + 2u] = a.z;
+                        state[o + 3u] = a.w;
+                    } else {
+                        let v = a * fac.z;
+                        let ob = ri * p.q_stride + p.c0 + c4 * 4u;
+                        for (var k = 0u; k < 4u; k++) {
+                            if c4 * 4u + k < p.cols {
+                                out[ob + k] = v[k];
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -288,6 +288,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Where the device keeps its compiled pipelines between processes;
+    /// `None` on the CPU.
+    fn pipeline_cache(&self) -> Option<&PipelineCacheStatus> {
+        None
+    }
+
     /// Device time of the compute passes since the last call, when the
     /// backend times them; `None` otherwise.
     fn take_gpu_time(&self) -> Result<Option<std::time::Duration>> {
@@ -317,6 +323,85 @@ pub struct GpuLimits {
     /// Optional features the adapter offers, by wgpu's names
     /// (`SHADER_F16`, `TIMESTAMP_QUERY`, …); locus requests none of them.
     pub adapter_features: Vec<String>,
+}
+
+/// The on-disk pipeline cache of a GPU [`Engine`](crate::Engine): compiled
+/// pipelines kept between processes, so a second process on the same
+/// adapter and driver compiles nothing (see
+/// [`EngineOptions::pipeline_cache`](crate::EngineOptions::pipeline_cache)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PipelineCacheStatus {
+    /// No cache directory: none was given, `LOCUS_PIPELINE_CACHE` is set
+    /// empty, or there is no user cache directory.
+    Off,
+    /// The adapter keeps no application pipeline cache (wgpu has one on
+    /// Vulkan only, where the adapter offers `PIPELINE_CACHE`).
+    Unsupported {
+        /// Why, for reports.
+        reason: String,
+    },
+    /// The device could not create a pipeline cache; the engine runs
+    /// without one.
+    Unavailable {
+        /// The cache file.
+        path: std::path::PathBuf,
+        /// The device's error.
+        reason: String,
+    },
+    /// Pipelines are read from `path` when the device opens and written
+    /// back (a temporary file renamed over it) after each new one.
+    Active {
+        /// The cache file (one per adapter model, named by wgpu).
+        path: std::path::PathBuf,
+        /// Bytes of cache data loaded (0: none there, or ignored).
+        loaded_bytes: u64,
+        /// Why a file that was there was not used (corrupt, truncated,
+        /// another adapter or driver); it is replaced on the next write.
+        ignored: Option<String>,
+    },
+}
+
+impl PipelineCacheStatus {
+    /// Whether the engine reads and writes a cache file.
+    pub fn is_active(&self) -> bool {
+        matches!(self, PipelineCacheStatus::Active { .. })
+    }
+
+    /// The cache file, when there is one.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            PipelineCacheStatus::Active { path, .. }
+            | PipelineCacheStatus::Unavailable { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PipelineCacheStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PipelineCacheStatus::Off => f.write_str("off"),
+            PipelineCacheStatus::Unsupported { reason } => {
+                write!(f, "not supported ({reason})")
+            }
+            PipelineCacheStatus::Unavailable { path, reason } => {
+                write!(f, "unavailable: {} ({reason})", path.display())
+            }
+            PipelineCacheStatus::Active {
+                path,
+                loaded_bytes,
+                ignored,
+            } => {
+                write!(f, "{}", path.display())?;
+                match ignored {
+                    Some(why) => write!(f, " (existing data ignored: {why})"),
+                    None if *loaded_bytes > 0 => write!(f, " ({loaded_bytes} bytes loaded)"),
+                    None => f.write_str(" (empty)"),
+                }
+            }
+        }
+    }
 }
 
 /// The backend an [`Engine`](crate::Engine) runs on.

@@ -1,8 +1,9 @@
 //! The engine: picks a backend, owns it, exposes the ops (in `ops/`).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendInfo, GpuLimits};
+use crate::backend::{Backend, BackendInfo, GpuLimits, PipelineCacheStatus};
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gpu::GpuBackend;
@@ -65,6 +66,13 @@ pub struct EngineOptions {
     /// has `TIMESTAMP_QUERY` (see [`Engine::take_gpu_time`]). Costs one small
     /// readback per submission; meant for benchmarks.
     pub gpu_timing: bool,
+    /// Directory where a GPU engine keeps the driver's compiled pipelines
+    /// between processes (`None`: not kept), one file per adapter model,
+    /// where the adapter supports it (Vulkan's pipeline caches): a second
+    /// process on the same adapter and driver compiles nothing. Defaults
+    /// to [`default_pipeline_cache_dir`]; see
+    /// [`Engine::pipeline_cache`] for what became of it.
+    pub pipeline_cache: Option<PathBuf>,
 }
 
 /// Environment variable choosing the GPU adapter (see [`AdapterChoice`]).
@@ -72,6 +80,33 @@ pub const ADAPTER_ENV: &str = "LOCUS_ADAPTER";
 /// Environment variable that, set to `1` (or `true`, `yes`, `on`), refuses
 /// software adapters (see [`EngineOptions::require_hardware`]).
 pub const REQUIRE_HARDWARE_ENV: &str = "LOCUS_REQUIRE_HARDWARE";
+/// Environment variable naming the directory of the GPU pipeline cache;
+/// set empty, no cache is kept (see [`default_pipeline_cache_dir`]).
+pub const PIPELINE_CACHE_ENV: &str = "LOCUS_PIPELINE_CACHE";
+
+/// The directory GPU engines keep compiled pipelines in unless told
+/// otherwise ([`EngineOptions::pipeline_cache`]): `LOCUS_PIPELINE_CACHE`
+/// when set (empty: none), else the user's cache directory's `locus`
+/// (`$XDG_CACHE_HOME/locus`, else `~/.cache/locus`; on macOS
+/// `~/Library/Caches/locus`; on Windows `%LOCALAPPDATA%\locus`); `None`
+/// when there is no such directory.
+pub fn default_pipeline_cache_dir() -> Option<PathBuf> {
+    let env = |var| std::env::var_os(var).filter(|v| !v.is_empty());
+    if let Some(dir) = std::env::var_os(PIPELINE_CACHE_ENV) {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    let base = if cfg!(windows) {
+        env("LOCALAPPDATA").map(PathBuf::from)
+    } else if cfg!(target_os = "macos") {
+        env("HOME").map(|h| PathBuf::from(h).join("Library/Caches"))
+    } else {
+        env("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".cache")))
+    };
+    base.map(|b| b.join("locus"))
+}
 
 impl EngineOptions {
     /// Defaults for `device`.
@@ -86,6 +121,7 @@ impl EngineOptions {
             adapter: None,
             require_hardware: false,
             gpu_timing: false,
+            pipeline_cache: default_pipeline_cache_dir(),
         }
     }
 
@@ -235,6 +271,7 @@ impl Engine {
             options.output_sentinel,
             options.buffer_pool_bytes,
             options.gpu_timing,
+            options.pipeline_cache.as_deref(),
         )?;
         ctx.pool.set_limit(options.memory_limit);
         Ok(Engine {
@@ -253,6 +290,13 @@ impl Engine {
     /// on the CPU.
     pub fn gpu_limits(&self) -> Option<&GpuLimits> {
         self.backend.gpu_limits()
+    }
+
+    /// What became of the GPU pipeline cache
+    /// ([`EngineOptions::pipeline_cache`]): the file read and written, or
+    /// why there is none; `None` on the CPU.
+    pub fn pipeline_cache(&self) -> Option<&PipelineCacheStatus> {
+        self.backend.pipeline_cache()
     }
 
     /// Why [`Engine::new`] fell back to the CPU although a GPU was found.

@@ -44,14 +44,17 @@ mod ops;
 mod cluster;
 mod sets;
 
-pub use backend::{BackendInfo, GpuLimits};
+pub use backend::{BackendInfo, GpuLimits, PipelineCacheStatus};
 pub use cluster::{
     Bandwidth, ClusterError, MeanShiftFit, MeanShiftParams, MeanShiftValidParams, MedoidShiftFit,
     MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
     silverman_bandwidth,
 };
 pub use cluster::{neighbour_sq_dists, rank_modes, shift_step};
-pub use engine::{ADAPTER_ENV, Device, Engine, EngineOptions, REQUIRE_HARDWARE_ENV};
+pub use engine::{
+    ADAPTER_ENV, Device, Engine, EngineOptions, PIPELINE_CACHE_ENV, REQUIRE_HARDWARE_ENV,
+    default_pipeline_cache_dir,
+};
 pub use error::{Error, Result};
 pub use gpu::adapter::AdapterChoice;
 pub use gpu::plan::TileLimits;

@@ -94,6 +94,43 @@ fn prepared_attention_matches_reference_and_one_shot() {
     }
 }
 
+/// Decoding steps against a prepared set: M = 1 and M = 16 new queries
+/// (the register tiles' one row per invocation, keys split across
+/// workgroups where forced), the first and the last of a causal sequence
+/// (the new queries are the sequence's last rows), against the reference
+/// and the one-shot op.
+#[test]
+fn decoding_steps_against_a_prepared_set() {
+    for (name, e) in engines() {
+        for (si, &(b, n, d, q)) in [(2, 300, 64, 64), (3, 77, 16, 8)].iter().enumerate() {
+            let x = data(950 + si as u64, (b, 16, n, d, q), -1.0);
+            let set = e.prepare_attention(x.psi.view(), x.v.view()).unwrap();
+            let scale = 3.0 / (d as f32).sqrt();
+            for m in [1, 16] {
+                let phi = x.phi.slice(s![.., ..m, ..]).to_owned();
+                for causal in [false, true] {
+                    let p = SoftmaxParams::new().with_scale(scale).with_causal(causal);
+                    let what = format!("{name} B={b} M={m} N={n} d={d} q={q} causal={causal}");
+                    let got = set.attend(phi.view(), &p).unwrap();
+                    let want = ref_attention(&phi, &x.psi, &x.v, f64::from(scale), causal);
+                    assert_close(&what, &flat(&got), &flat(&want), RTOL, ATOL);
+                    let once = e
+                        .kernel_softmax(phi.view(), x.psi.view(), x.v.view(), &p)
+                        .unwrap();
+                    let once64 = flat(&once).mapv(f64::from);
+                    assert_close(
+                        &format!("{what} one-shot"),
+                        &flat(&got),
+                        &once64,
+                        RTOL,
+                        ATOL,
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A set of one batch given as matrices answers matrices, and 3-D
 /// queries of one batch.
 #[test]

@@ -1,7 +1,8 @@
 //! The measurement surface of the command-line tool: `locus bench` sizes,
 //! op selection, CPU skipping with row checks, kernel times; adapter choice
 //! through `LOCUS_ADAPTER` / `LOCUS_REQUIRE_HARDWARE`; `locus info`'s
-//! adapter indices.
+//! adapter indices; cold and warm start, and the pipeline cache it
+//! measures (`LOCUS_PIPELINE_CACHE`).
 
 mod common;
 
@@ -298,4 +299,143 @@ fn adapter_environment_is_checked_and_listed() {
         let out = locus().arg("info").output().unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains("  0: gpu:"));
     }
+}
+
+#[test]
+fn bench_cold_start_reports_cold_and_warm_start() {
+    let mut args = vec!["bench", "--size", "tiny", "--ops", "knn", "--json"];
+    // Without the flag the field is there, empty.
+    let j = json_of(
+        &locus()
+            .args(&args)
+            .args(["--backends", "cpu"])
+            .output()
+            .unwrap(),
+    );
+    assert!(j["cold_start"].is_null(), "{}", j["cold_start"]);
+    args.push("--cold-start");
+    if have_gpu() {
+        args.extend(["--backends", "gpu"]);
+    }
+    let j = json_of(&locus().args(&args).output().unwrap());
+    let c = &j["cold_start"];
+    if !have_gpu() {
+        assert!(c["error"].is_string(), "{c}");
+        return;
+    }
+    for run in ["cold", "warm"] {
+        let s = &c[run];
+        assert!(s["seconds"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(s["open_seconds"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(s["first_calls_seconds"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(s["start_overhead_seconds"].as_f64().unwrap() >= 0.0, "{c}");
+    }
+    assert_eq!(c["first_calls"], 1, "{c}");
+    assert!(c["steady_calls_seconds"].as_f64().unwrap() > 0.0, "{c}");
+    assert!(c["speedup"].as_f64().unwrap() > 0.0, "{c}");
+    match c["pipeline_cache"]["status"].as_str().unwrap() {
+        // The warm run loaded what the cold run wrote.
+        "active" => {
+            assert!(c["cache_file_bytes"].as_u64().unwrap() > 0, "{c}");
+            assert!(
+                c["pipeline_cache"]["loaded_bytes"].as_u64().unwrap() > 0,
+                "{c}"
+            );
+            assert!(c["pipeline_cache"]["ignored"].is_null(), "{c}");
+        }
+        "unsupported" => assert!(c["pipeline_cache"]["reason"].is_string()),
+        other => panic!("pipeline cache {other}: {c}"),
+    }
+    // The text report has its line.
+    let out = locus()
+        .args([
+            "bench",
+            "--size",
+            "tiny",
+            "--ops",
+            "knn",
+            "--backends",
+            "gpu",
+        ])
+        .arg("--cold-start")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cold start: "), "{text}");
+}
+
+#[test]
+fn the_pipeline_cache_persists_across_processes_and_the_env_var_turns_it_off() {
+    if !have_gpu() {
+        eprintln!("SKIPPED: no GPU adapter");
+        return;
+    }
+    let cache = |v: &Value| v["gpu"]["pipeline_cache"].clone();
+    let off = json_of(
+        &locus()
+            .env("LOCUS_PIPELINE_CACHE", "")
+            .args(["info", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(cache(&off)["status"], "off", "{}", cache(&off));
+    assert_eq!(off["env"]["LOCUS_PIPELINE_CACHE"], "");
+
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("made on first write");
+    let info = || {
+        json_of(
+            &locus()
+                .env("LOCUS_PIPELINE_CACHE", &sub)
+                .args(["info", "--json"])
+                .output()
+                .unwrap(),
+        )
+    };
+    let before = cache(&info());
+    if before["status"] == "unsupported" {
+        eprintln!("SKIPPED: the adapter keeps no pipeline cache: {before}");
+        return;
+    }
+    assert_eq!(before["status"], "active", "{before}");
+    assert_eq!(before["loaded_bytes"], 0, "{before}");
+    assert!(
+        before["path"]
+            .as_str()
+            .unwrap()
+            .starts_with(sub.to_str().unwrap()),
+        "{before}"
+    );
+    // Opening a device writes nothing.
+    assert!(!sub.exists());
+    // A process that builds pipelines writes the file; the next loads it.
+    let out = locus()
+        .env("LOCUS_PIPELINE_CACHE", &sub)
+        .args([
+            "bench",
+            "--size",
+            "tiny",
+            "--ops",
+            "knn",
+            "--backends",
+            "gpu",
+        ])
+        .args(["--json", "--repeats", "1"])
+        .output()
+        .unwrap();
+    json_of(&out);
+    let after = cache(&info());
+    assert_eq!(after["status"], "active", "{after}");
+    assert!(after["loaded_bytes"].as_u64().unwrap() > 0, "{after}");
+    assert!(after["ignored"].is_null(), "{after}");
+    // A damaged file is ignored, without an error.
+    let path = std::path::PathBuf::from(after["path"].as_str().unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let damaged = cache(&info());
+    assert_eq!(damaged["loaded_bytes"], 0, "{damaged}");
+    assert!(damaged["ignored"].is_string(), "{damaged}");
 }

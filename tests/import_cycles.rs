@@ -37,11 +37,14 @@ fn code_of(text: &str) -> String {
     for (i, line) in lines.iter().enumerate() {
         let t = line.trim_start();
         if t.starts_with("#[cfg(test)]")
-            && lines
-                .get(i + 1)
-                .is_some_and(|n| n.trim_start().starts_with("mod "))
+            && lines.get(i + 1).is_some_and(|n| {
+                let n = n.trim_start();
+                let n = n.strip_prefix("pub(crate) ").unwrap_or(n);
+                n.strip_prefix("pub ").unwrap_or(n).starts_with("mod ")
+            })
         {
-            // `#[cfg(test)] mod tests;` declares; `mod tests {` runs to the end.
+            // `#[cfg(test)] mod tests;` declares; `mod tests {` runs to the
+            // end (`pub(crate) mod tests {` too: helpers other tests use).
             if lines[i + 1].trim_end().ends_with('{') {
                 break;
             }

@@ -525,3 +525,81 @@ fn cpu_inner_products_match_reference_at_higher_d() {
         );
     }
 }
+
+/// The GPU stages keys in chunks of 16 and pads a stage's last chunk with
+/// keys at +∞: key counts on either side of a chunk and of a 256-key
+/// stage, windows shorter than a chunk and key slices that start inside
+/// one give the reference for every profile, so for every weight form
+/// (the gaussian by pre-scaled coordinates, the laplacian, the plain
+/// profiles). Row states give the log-sum too, far from the keys (a
+/// large row maximum) included.
+#[test]
+fn gpu_padded_chunks_match_the_reference() {
+    let shapes = [
+        (5, 15, 3, 4),
+        (6, 16, 3, 4),
+        (7, 17, 3, 2),
+        (3, 255, 3, 1),
+        (4, 257, 3, 4),
+        (9, 31, 1, 3),
+        (2, 33, 8, 1),
+    ];
+    let short = TileLimits {
+        key_rows: Some(40),
+        dispatch_keys: Some(5),
+        key_splits: Some(3),
+        ..TileLimits::default()
+    };
+    let mut es: Vec<(&str, Engine)> = Vec::new();
+    if let Some(g) = gpu_engine(TileLimits::default()) {
+        es.push(("gpu", g));
+    }
+    if let Some(g) = gpu_engine(short) {
+        es.push(("gpu windows of 5, 3 slices", g));
+    }
+    for (name, e) in &es {
+        check_all(e, name, &shapes);
+    }
+    // Log-sums of row states: queries near the keys and 3 away from them
+    // (t/h² ≈ 3·10⁴: ln Σ K ≈ −1.5·10⁴).
+    let mut rng = Rng::new(77);
+    let keys = rng.matrix(37, 3, 0.0, 1.0);
+    let values = rng.matrix(37, 2, -1.0, 1.0);
+    let mut queries = rng.matrix(6, 3, 0.0, 1.0);
+    queries.slice_mut(s![3.., ..]).mapv_inplace(|v| v + 3.0);
+    for p in [Profile::Gaussian, Profile::Laplacian, Profile::Epanechnikov] {
+        let h = if p == Profile::Epanechnikov {
+            8.0
+        } else {
+            0.02
+        };
+        let k = Kernel::new(p, h).unwrap();
+        let (want, _) = ref_local_mean(&k, &queries, &keys, &values);
+        for (name, e) in &es {
+            let st = e
+                .row_states(&k, queries.view(), keys.view(), Some(values.view()), false)
+                .unwrap();
+            assert_close(
+                &format!("{name} {p} states"),
+                &st.means().values,
+                &want,
+                RTOL,
+                ATOL,
+            );
+            for (i, &ls) in st.log_sum().iter().enumerate() {
+                let q = queries.row(i).to_vec();
+                let lw: Vec<f64> = keys
+                    .rows()
+                    .into_iter()
+                    .map(|x| k.log_eval_pair(&q, x.as_slice().unwrap()))
+                    .collect();
+                let top = lw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let want_ls = top + lw.iter().map(|w| (w - top).exp()).sum::<f64>().ln();
+                assert!(
+                    (ls - want_ls).abs() <= 1e-6 * want_ls.abs() + 1e-5,
+                    "{name} {p} row {i}: log-sum {ls} vs {want_ls}"
+                );
+            }
+        }
+    }
+}

@@ -347,6 +347,91 @@ fn knn_ties_go_to_the_lower_index() {
     }
 }
 
+/// kNN split across keys on the GPU (forced: a software adapter never
+/// splits by itself): many slices, windows and key tiles, `k` near and
+/// above a slice's size, `k = N`, ties everywhere, dimensions off the
+/// vec4 groups and one too wide to measure four keys at once. The lists
+/// equal the CPU's (indices and order; distances but for the square
+/// root), as the unsplit path's do.
+#[test]
+fn gpu_knn_split_across_keys_equals_the_cpu_lists() {
+    let cases = [
+        // (splits, window, key tile, query tile)
+        (Some(7), Some(100), Some(333), Some(20)),
+        (Some(8), Some(61), None, None),
+        (Some(64), None, Some(250), None),
+        (Some(1), Some(9), Some(40), Some(11)),
+    ];
+    let mut rng = Rng::new(4242);
+    // Eleven distinct keys on an integer grid repeated: equal distances
+    // between distinct keys and between copies; queries on keys and off.
+    let tied = |n: usize, d: usize, rng: &mut Rng| {
+        let base = rng.matrix(11, d, 0.0, 3.0).mapv(f32::round);
+        Array2::from_shape_fn((n, d), |(j, c)| base[[j * 7 % 11, c]])
+    };
+    for (ci, &(key_splits, dispatch_keys, key_rows, query_rows)) in cases.iter().enumerate() {
+        let limits = TileLimits {
+            key_splits,
+            dispatch_keys,
+            key_rows,
+            query_rows,
+            ..TileLimits::default()
+        };
+        let Some(g) = gpu_engine(limits) else { return };
+        // (M, N, d, the k to try): k = N where N is small.
+        let shapes: [(usize, usize, usize, &[usize]); 3] = [
+            (37, 600, 5, &[1, 9, 16]),
+            (9, 61, 3, &[7, 9, 61]),
+            (13, 150, 130, &[1, 16]),
+        ];
+        for &(m, n, d, ks) in &shapes {
+            let uniform = (rng.matrix(m, d, 0.0, 1.0), rng.matrix(n, d, 0.0, 1.0));
+            let x = tied(n, d, &mut rng);
+            let mut q = x.slice(s![..m.min(5), ..]).to_owned();
+            q.append(Axis(0), rng.matrix(m - q.nrows(), d, 0.0, 3.0).view())
+                .unwrap();
+            for (kind, (q, x)) in [("uniform", uniform), ("ties", (q, x))] {
+                for &k in ks {
+                    let what = format!("case {ci} {kind} M={m} N={n} d={d} k={k}");
+                    let got = g.knn(q.view(), x.view(), k).unwrap();
+                    let want = cpu().knn(q.view(), x.view(), k).unwrap();
+                    same_lists(&what, &got, &want);
+                }
+            }
+        }
+    }
+    // Fewer than four keys fit the workgroup memory: one key a step.
+    let limits = TileLimits {
+        key_splits: Some(5),
+        dispatch_keys: Some(17),
+        ..TileLimits::default()
+    };
+    if let Some(g) = gpu_engine(limits) {
+        let (q, x) = (
+            rng.matrix(6, 2100, 0.0, 1.0),
+            rng.matrix(50, 2100, 0.0, 1.0),
+        );
+        for k in [1, 3, 50] {
+            let got = g.knn(q.view(), x.view(), k).unwrap();
+            let want = cpu().knn(q.view(), x.view(), k).unwrap();
+            same_lists(&format!("d=2100 k={k}"), &got, &want);
+        }
+    }
+}
+
+/// The same neighbours in the same order; the distances equal but for
+/// the device's square root (within Vulkan's ULP bounds, not correctly
+/// rounded on every driver).
+fn same_lists(what: &str, got: &locus::Neighbours, want: &locus::Neighbours) {
+    assert_eq!(got.indices, want.indices, "{what}");
+    for (a, b) in got.distances.iter().zip(&want.distances) {
+        assert!(
+            (a - b).abs() <= 4.0 * f32::EPSILON * b,
+            "{what}: {a} vs {b}"
+        );
+    }
+}
+
 #[test]
 fn knn_regression_and_classification_match_reference() {
     let mut rng = Rng::new(61);

@@ -198,6 +198,64 @@ fn gpu_attention_with_key_splits_merges_slices() {
     }
 }
 
+/// Rows whole vec4s wide, so the register-tiled shader runs every pass:
+/// on lavapipe (32 KiB) 4 rows per invocation with blocks of 16 (d = 64),
+/// 32 (d = 32: the H200's class at d = 64) and 64 keys (d = 16); 2 rows
+/// (M = 20); a decoding step of 16 and of 1 query (1 row per invocation,
+/// blocks of 32 and 64). Sizes are multiples of no tile, causal or not.
+const TILED_SHAPES: [(usize, usize, usize, usize, usize); 7] = [
+    (2, 67, 131, 64, 64),
+    (2, 45, 100, 32, 32),
+    (2, 70, 83, 16, 8),
+    (3, 20, 45, 8, 12),
+    (2, 16, 300, 64, 64),
+    (2, 1, 300, 64, 64),
+    (1, 16, 77, 16, 16),
+];
+
+#[test]
+fn gpu_register_tiles_match_reference() {
+    let Some(g) = gpu() else { return };
+    check_attention(g, "gpu tiled", &TILED_SHAPES);
+}
+
+/// The register tiles with forced key splits (slices merged by a second
+/// pass, causal rows whose slices are all hidden, decoding steps of 16
+/// rows a workgroup) and forced tiny tiles (key tiles of 29 keys: partial
+/// blocks in every tile; passes of 8 value columns).
+#[test]
+fn gpu_register_tiles_with_forced_splits_and_tiny_tiles() {
+    for limits in [
+        TileLimits {
+            key_splits: Some(3),
+            ..TileLimits::default()
+        },
+        TileLimits {
+            key_splits: Some(7),
+            key_rows: Some(100),
+            ..TileLimits::default()
+        },
+        TileLimits {
+            query_rows: Some(13),
+            key_rows: Some(29),
+            value_cols: Some(8),
+            ..TileLimits::default()
+        },
+    ] {
+        let Some(g) = gpu_engine(limits) else { return };
+        check_attention(
+            &g,
+            &format!("gpu tiled {limits:?}"),
+            &[
+                (2, 67, 131, 64, 64),
+                (3, 20, 45, 8, 12),
+                (2, 16, 300, 64, 64),
+                (2, 1, 300, 16, 16),
+            ],
+        );
+    }
+}
+
 #[test]
 fn gpu_long_key_ranges_stay_within_the_software_loop_budget() {
     // llvmpipe silently stops an invocation's loops after 65535

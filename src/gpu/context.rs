@@ -4,12 +4,14 @@
 //! pass timing), which take the device, the queue or the limits they need
 //! and never the context: the imports run one way, context → parts.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{BackendInfo, GpuLimits};
+use crate::backend::{BackendInfo, GpuLimits, PipelineCacheStatus};
 use crate::error::{Error, Result};
 use crate::gpu::plan::{DeviceLimits, TileLimits};
 
+use super::pipeline_cache::{self, DiskCache};
 use super::pipelines::{PipelineKey, Pipelines};
 use super::pool::{BufferPool, Pooled};
 use super::timing::Timing;
@@ -77,6 +79,10 @@ pub(crate) struct GpuContext {
     /// Alignment of dynamic uniform offsets.
     pub uniform_align: u64,
     pub pipelines: Pipelines,
+    /// The driver's pipeline cache and the file it is kept in, when on.
+    disk_cache: Option<DiskCache>,
+    /// What became of the on-disk pipeline cache, for reports.
+    pub pipeline_cache: PipelineCacheStatus,
     pub pool: BufferPool,
     /// Pass timestamps, when the engine times its kernels.
     pub timing: Option<Timing>,
@@ -90,29 +96,37 @@ impl std::fmt::Debug for GpuContext {
             .field("info", &self.info)
             .field("limits", &self.limits)
             .field("caps", &self.caps)
+            .field("pipeline_cache", &self.pipeline_cache)
             .finish_non_exhaustive()
     }
 }
 
 impl GpuContext {
     /// Opens `adapter` with every limit it offers; with `timing`, also
-    /// timestamp queries when the adapter has them.
+    /// timestamp queries when the adapter has them; with a `pipeline_cache`
+    /// directory, the driver's pipeline cache kept there when the adapter
+    /// has one (`pipeline_cache.rs`).
     pub(crate) fn open(
         adapter: &wgpu::Adapter,
         caps: TileLimits,
         sentinel: Option<f32>,
         pool_bytes: u64,
         timing: bool,
+        pipeline_cache: Option<&Path>,
     ) -> Result<Self> {
         let ainfo = adapter.get_info();
         let timing = timing && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let mut features = wgpu::Features::empty();
+        if timing {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
+        let cache_support = pipeline_cache.map(|_| pipeline_cache::support(adapter));
+        if let Some(Ok(f)) = &cache_support {
+            features |= *f;
+        }
         let desc = wgpu::DeviceDescriptor {
             label: Some("locus"),
-            required_features: if timing {
-                wgpu::Features::TIMESTAMP_QUERY
-            } else {
-                wgpu::Features::empty()
-            },
+            required_features: features,
             required_limits: adapter.limits(),
             memory_hints: wgpu::MemoryHints::Performance,
             ..Default::default()
@@ -140,23 +154,7 @@ impl GpuContext {
             }
         }));
         let lim = device.limits();
-        let limits = DeviceLimits {
-            // Shaders index bindings with u32 element offsets: a binding of
-            // at most 4 GiB keeps every byte offset within u32 as well.
-            binding_bytes: lim
-                .max_storage_buffer_binding_size
-                .min(lim.max_buffer_size)
-                .min(u64::from(u32::MAX)),
-            workgroups_per_dim: lim.max_compute_workgroups_per_dimension,
-            workgroup_bytes: lim.max_compute_workgroup_storage_size,
-            // Software rasterizers (llvmpipe) cap loop iterations per
-            // invocation at 65535; hardware drivers have no such cap.
-            loop_budget: is_software(&ainfo).then_some(65_535),
-            // Enough workgroups of 64 invocations for a large GPU (132
-            // multiprocessors × 32 resident workgroups); a software
-            // adapter runs workgroups on the host's threads: no split.
-            fill_workgroups: if is_software(&ainfo) { 0 } else { 4096 },
-        };
+        let limits = DeviceLimits::from_wgpu(&lim, is_software(&ainfo));
         let gpu_limits = GpuLimits {
             max_buffer_size: lim.max_buffer_size,
             max_storage_buffer_binding_size: lim.max_storage_buffer_binding_size,
@@ -170,6 +168,11 @@ impl GpuContext {
                 .collect(),
         };
         let pipelines = Pipelines::new(&device)?;
+        let (disk_cache, pipeline_cache) = match (pipeline_cache, cache_support) {
+            (Some(dir), Some(Ok(_))) => DiskCache::open(&device, &ainfo, dir),
+            (_, Some(Err(reason))) => (None, PipelineCacheStatus::Unsupported { reason }),
+            _ => (None, PipelineCacheStatus::Off),
+        };
         let timer = timing.then(|| Timing::new(queue.get_timestamp_period()));
         Ok(GpuContext {
             pool: BufferPool::new(pool_bytes, lim.max_buffer_size),
@@ -182,6 +185,8 @@ impl GpuContext {
             caps,
             sentinel,
             pipelines,
+            disk_cache,
+            pipeline_cache,
             timing: timer,
             lost,
             uncaptured,
@@ -203,7 +208,8 @@ impl GpuContext {
     }
 
     /// The pipeline of `key` from the cache, compiled on first use inside
-    /// an error scope of `op`.
+    /// an error scope of `op` (through the on-disk pipeline cache, which
+    /// is then written back: failing to write it is not an error).
     ///
     /// # Errors
     /// [`Error::Gpu`] when the shader does not render or compile, or the
@@ -218,8 +224,12 @@ impl GpuContext {
                 op,
                 format!("compiling {} {:?}", key.shader.file(), key.template),
             )?;
-            let pipeline = self.pipelines.compile(&self.device, op, key)?;
+            let cache = self.disk_cache.as_ref().map(DiskCache::cache);
+            let pipeline = self.pipelines.compile(&self.device, op, key, cache)?;
             scope.finish(self)?;
+            if let Some(disk) = &self.disk_cache {
+                let _ = disk.save();
+            }
             Ok(pipeline)
         })
     }
@@ -319,6 +329,11 @@ mod tests {
     /// there is none, except under `CI=true`, where that fails. Its
     /// pipeline cache is its own: cold whatever other tests compiled.
     fn context() -> Option<GpuContext> {
+        context_with(None)
+    }
+
+    /// [`context`] keeping its pipeline cache in `cache_dir`.
+    fn context_with(cache_dir: Option<&Path>) -> Option<GpuContext> {
         let policy = AdapterPolicy {
             choice: None,
             require_hardware: false,
@@ -334,8 +349,15 @@ mod tests {
             Err(e) => panic!("GPU adapter required (CI=true) but unavailable: {e}"),
         };
         Some(
-            GpuContext::open(&adapter, TileLimits::default(), None, 16 << 20, false)
-                .expect("device opens"),
+            GpuContext::open(
+                &adapter,
+                TileLimits::default(),
+                None,
+                16 << 20,
+                false,
+                cache_dir,
+            )
+            .expect("device opens"),
         )
     }
 
@@ -390,8 +412,11 @@ mod tests {
                 ("QT", 1),
                 ("QA", 1),
                 ("STAGE", 64),
+                ("C", 16),
                 ("MASKED", 0),
                 ("R", 1),
+                ("FORM", 0),
+                ("EXCL", 0),
             ],
             profile: Some(Profile::Gaussian.shader_code()),
             product: None,
@@ -424,5 +449,127 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(pipelines.compilations(), 0);
+    }
+
+    /// Compiles a few pipelines on `ctx` (a kernel matrix of each profile).
+    fn compile_some(ctx: &GpuContext) {
+        for p in Profile::ALL {
+            let key = PipelineKey {
+                shader: ShaderId::KernelMatrix,
+                template: vec![("D", 3)],
+                profile: Some(p.shader_code()),
+                product: None,
+            };
+            ctx.pipeline("test", &key).expect("compiles");
+        }
+    }
+
+    /// The cache file of an active status.
+    fn cache_file(status: &PipelineCacheStatus) -> std::path::PathBuf {
+        match status {
+            PipelineCacheStatus::Active { path, .. } => path.clone(),
+            other => panic!("pipeline cache not active: {other}"),
+        }
+    }
+
+    #[test]
+    fn the_pipeline_cache_is_written_and_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(cold) = context_with(Some(dir.path())) else {
+            return;
+        };
+        if let PipelineCacheStatus::Unsupported { reason } = &cold.pipeline_cache {
+            eprintln!("SKIPPED: the adapter keeps no pipeline cache ({reason})");
+            return;
+        }
+        let path = cache_file(&cold.pipeline_cache);
+        assert!(path.starts_with(dir.path()));
+        assert_eq!(
+            cold.pipeline_cache,
+            PipelineCacheStatus::Active {
+                path: path.clone(),
+                loaded_bytes: 0,
+                ignored: None
+            }
+        );
+        compile_some(&cold);
+        let written = std::fs::read(&path).expect("the cache file is written");
+        assert!(written.len() > 24, "{} bytes", written.len());
+        drop(cold);
+        // No temporary files are left behind.
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+
+        // A second device loads it; compiling the same pipelines through
+        // it adds nothing, so the file is not written again.
+        let warm = context_with(Some(dir.path())).expect("adapter");
+        match &warm.pipeline_cache {
+            PipelineCacheStatus::Active {
+                loaded_bytes,
+                ignored: None,
+                ..
+            } => assert_eq!(*loaded_bytes as usize, written.len() - 24),
+            other => panic!("not loaded: {other}"),
+        }
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        compile_some(&warm);
+        assert_eq!(warm.pipelines.compilations(), Profile::ALL.len());
+        let after = std::fs::read(&path).unwrap();
+        if after == written {
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().modified().unwrap(),
+                modified
+            );
+        }
+    }
+
+    #[test]
+    fn a_corrupt_or_foreign_pipeline_cache_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(first) = context_with(Some(dir.path())) else {
+            return;
+        };
+        if !first.pipeline_cache.is_active() {
+            eprintln!("SKIPPED: no pipeline cache ({})", first.pipeline_cache);
+            return;
+        }
+        let path = cache_file(&first.pipeline_cache);
+        compile_some(&first);
+        let good = std::fs::read(&path).unwrap();
+        drop(first);
+        let mut truncated = good.clone();
+        truncated.truncate(good.len() / 2);
+        // Our header over bytes wgpu did not write: wgpu's header check.
+        let foreign = super::pipeline_cache::tests::encoded(b"WGPUPLCH and some bytes");
+        for (what, bytes) in [
+            ("garbage", b"not a cache at all".to_vec()),
+            ("truncated", truncated),
+            ("foreign", foreign),
+            ("empty", Vec::new()),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            let ctx = context_with(Some(dir.path())).expect("adapter");
+            match &ctx.pipeline_cache {
+                PipelineCacheStatus::Active {
+                    loaded_bytes: 0,
+                    ignored: Some(_),
+                    ..
+                } => {}
+                other => panic!("{what}: {other:?}"),
+            }
+            // The device works and the file is replaced by a good one.
+            compile_some(&ctx);
+            ctx.check_alive().unwrap();
+            assert!(ctx.take_uncaptured().is_none(), "{what}");
+            let rewritten = std::fs::read(&path).unwrap();
+            assert!(super::pipeline_cache::tests::decodes(&rewritten), "{what}");
+        }
+    }
+
+    #[test]
+    fn without_a_directory_there_is_no_pipeline_cache() {
+        let Some(ctx) = context() else { return };
+        assert_eq!(ctx.pipeline_cache, PipelineCacheStatus::Off);
+        compile_some(&ctx);
     }
 }

@@ -1,5 +1,7 @@
-//! Dispatch of `shaders/knn.wgsl`: query tiles × key tiles, the running
-//! top-k list kept on the device between key tiles.
+//! Dispatch of `shaders/knn.wgsl`: query tiles × dispatch windows of the
+//! key tiles (split across workgroups and merged when the queries alone
+//! leave the device idle), the running top-k list kept on the device
+//! between windows.
 
 use ndarray::Array2;
 
@@ -8,7 +10,7 @@ use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, tiles};
 use crate::types::Neighbours;
 
 use super::buffers::upload;
-use super::dispatch::{Bindings, Dispatch, Program, Workgroups};
+use super::dispatch::{Bindings, Dispatch, Program, Workgroups, partial_states};
 use super::keys::OnTiles;
 use super::pipelines::PipelineKey;
 use super::plan::check_u32;
@@ -24,6 +26,18 @@ struct KnnParams {
     keys: u32,
     key0: u32,
     flags: u32,
+    kbase: u32,
+    split_keys: u32,
+    splits: u32,
+    _pad: u32,
+}
+
+/// The keys `a..b` of key tile `key_tile` that one dispatch sweeps.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    key_tile: usize,
+    a: usize,
+    b: usize,
 }
 
 /// Refuses `k` above what one GPU pass keeps.
@@ -41,7 +55,11 @@ pub(crate) fn check_gpu_k(k: usize) -> Result<()> {
 }
 
 /// The `k` nearest of the `n` keys of a call against key tiles on the
-/// device.
+/// device: per query tile, each key tile swept in windows of
+/// `plan.dispatch_keys` keys (one dispatch each), each window's keys split
+/// across workgroups when the rows alone give the device too few, with a
+/// merge dispatch after each split one (docs/tiling.md, "k nearest
+/// neighbours").
 pub(crate) fn knn_on_tiles(
     call: &OnTiles<'_, '_>,
     n: usize,
@@ -50,47 +68,71 @@ pub(crate) fn knn_on_tiles(
 ) -> Result<Neighbours> {
     let (ctx, queries, keys) = (call.ctx, call.queries, &call.keys);
     let (m, d) = (queries.rows(), keys.d);
-    let key_tiles = keys.tiles;
     let template = vec![
         ("D", d as u32),
         ("K", k as u32),
         ("STAGE", plan.staged_keys as u32),
+        ("KB", plan.key_block as u32),
     ];
-    let program = Program::new(ctx, OP, &PipelineKey::new(ShaderId::Knn, template))?;
+    let key = PipelineKey::new(ShaderId::Knn, template);
+    let windows: Vec<Window> = keys
+        .tiles
+        .iter()
+        .enumerate()
+        .flat_map(|(key_tile, kt)| {
+            tiles(kt.len, plan.dispatch_keys).map(move |(a, b)| Window { key_tile, a, b })
+        })
+        .collect();
     let mut distances = Array2::<f32>::zeros((m, k));
     let mut indices = Array2::<i64>::zeros((m, k));
     let storage = wgpu::BufferUsages::STORAGE;
     let readable = storage | wgpu::BufferUsages::COPY_SRC;
     for (r0, r1) in tiles(m, plan.query_tile) {
         let rows = r1 - r0;
+        let splits = plan.key_splits(&ctx.limits, &ctx.caps, rows);
         let qbuf = upload(ctx, OP, queries.row_range(r0, r1), storage)?;
         let best = ctx.buffer(OP, (rows * k * 8) as u64, storage)?;
         let out_d = ctx.buffer(OP, (rows * k * 4) as u64, readable)?;
         let out_i = ctx.buffer(OP, (rows * k * 4) as u64, readable)?;
-        let last = key_tiles.len() - 1;
-        let records = key_tiles
+        let partial = partial_states(ctx, OP, splits, splits * rows * 2 * k)?;
+        let last = windows.len() - 1;
+        let records = windows
             .iter()
             .enumerate()
-            .map(|(t, kt)| {
+            .map(|(w, &Window { key_tile, a, b })| {
                 Ok(KnnParams {
-                    rows: rows as u32,
-                    keys: check_u32(OP, "key rows", kt.len)?,
-                    key0: check_u32(OP, "key rows", kt.start)?,
-                    flags: (u32::from(t == 0) * FIRST_TILE) | (u32::from(t == last) * LAST_TILE),
+                    rows: check_u32(OP, "query rows", rows)?,
+                    keys: check_u32(OP, "key rows", b - a)?,
+                    key0: check_u32(OP, "key rows", keys.tiles[key_tile].start + a)?,
+                    flags: (u32::from(w == 0) * FIRST_TILE) | (u32::from(w == last) * LAST_TILE),
+                    kbase: check_u32(OP, "key rows", a)?,
+                    split_keys: check_u32(OP, "key rows", (b - a).div_ceil(splits).max(1))?,
+                    splits: check_u32(OP, "key splits", splits)?,
+                    _pad: 0,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let workgroups = Workgroups {
+            x: Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?,
+            y: check_u32(OP, "key splits", splits)?,
+            z: 1,
+        };
+        let merge = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
+        let program = Program::split(ctx, OP, &key, splits, merge)?;
         let mut bindings = Bindings::new(ctx, OP, ShaderId::Knn, &records)?;
-        let workgroups = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
-        let groups = key_tiles
+        let groups: Vec<_> = keys
+            .tiles
             .iter()
-            .map(|kt| bindings.group(&[&qbuf, &kt.keys, &best, &out_d, &out_i]));
-        let dispatches = Dispatch::in_order(groups, 0, workgroups);
+            .map(|kt| bindings.group(&[&qbuf, &kt.keys, &best, &out_d, &out_i, &partial]))
+            .collect();
+        let dispatches =
+            Dispatch::in_order(windows.iter().map(|w| groups[w.key_tile]), 0, workgroups);
         let mut sub = Submission::new(ctx);
         sub.fill_sentinel(ctx, OP, &out_d)?;
         sub.fill_sentinel(ctx, OP, &out_i)?;
         sub.record(&program, &bindings, &dispatches);
         sub.keep(bindings);
+        sub.keep(partial);
         let read = sub.submit_and_read(
             ctx,
             call.scope,

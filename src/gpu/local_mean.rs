@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::gpu::plan::Shape;
 use crate::gpu::plan::local_mean::{IP_MIN_D, ip_queries_resident};
 use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
 use crate::types::{MomentLayout, RowNormalized, RowStates};
 
@@ -15,7 +15,7 @@ use super::dispatch::{Bindings, Dispatch, Program, Workgroups, partial_states};
 use super::keys::{DeviceKeys, OnTiles, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::plan::check_u32;
-use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ShaderId, block_scales};
+use super::shaders::{EXCLUDE_SELF, FIRST_TILE, LAST_TILE, ShaderId, WeightForm, block_scales};
 use super::submission::Submission;
 
 /// Value-column passes recorded into one submission: bounds the memory of
@@ -56,9 +56,11 @@ pub(crate) struct Sweep<'a, 'p> {
     /// Leave each row's own key out (the queries are the keys).
     pub exclude_self: bool,
     /// Measure by differences even where the inner-product tiles would
-    /// serve (d ≥ 32): for a pass whose row maximum `m` another shader
-    /// weighs keys against (the normalized kernel matrix computes each
-    /// entry's `t` by differences, and its nearest key must get `e⁰`).
+    /// serve (d ≥ 32), and keep the row maximum `m` the nearest key's
+    /// log-weight exactly (`WeightForm::Exact`, not the pre-scaled
+    /// coordinates of `WeightForm::Scaled`): for a pass whose `m` another
+    /// shader weighs keys against (the normalized kernel matrix computes
+    /// each entry's `t` by differences, and its nearest key must get `e⁰`).
     pub differences: bool,
 }
 
@@ -114,6 +116,24 @@ impl<'a, 'p> Sweep<'a, 'p> {
             kind: PassKind::Mean,
             exclude_self: false,
             differences: false,
+        }
+    }
+
+    /// How `local_mean.wgsl` forms this sweep's weights: pre-scaled
+    /// coordinates for a radial gaussian whose row maximum no other pass
+    /// reads against its own distances, the exact nearest key's log-weight
+    /// otherwise (a product's carrier, masked distances, the laplacian),
+    /// plain weights for the other profiles.
+    pub(crate) fn weight_form(&self) -> WeightForm {
+        let profile = self.kernel.profile();
+        if profile == Profile::Laplacian {
+            WeightForm::Root
+        } else if !profile.is_exponential() {
+            WeightForm::Plain
+        } else if self.differences || self.kernel.is_product() || self.kind != PassKind::Mean {
+            WeightForm::Exact
+        } else {
+            WeightForm::Scaled
         }
     }
 
@@ -210,7 +230,10 @@ impl<'a, 'p> Sweep<'a, 'p> {
                 vec![
                     ("MASKED", u32::from(self.kind == PassKind::Masked)),
                     ("STAGE", self.plan.staged_keys as u32),
+                    ("C", self.plan.chunk_keys() as u32),
                     ("R", self.plan.rows_per_thread as u32),
+                    ("FORM", self.weight_form().code()),
+                    ("EXCL", u32::from(self.exclude_self)),
                 ],
             ),
             PassKind::Moments(l) => {

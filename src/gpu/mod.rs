@@ -11,6 +11,7 @@ mod keys;
 mod knn;
 mod local_mean;
 mod mean_shift;
+pub(crate) mod pipeline_cache;
 mod pipelines;
 pub(crate) mod plan;
 mod pool;
@@ -22,7 +23,9 @@ mod timing;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendInfo, Call, GpuLimits, PreparedAttention, PreparedKeys};
+use crate::backend::{
+    Backend, BackendInfo, Call, GpuLimits, PipelineCacheStatus, PreparedAttention, PreparedKeys,
+};
 use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -62,6 +65,10 @@ impl Backend for GpuBackend {
 
     fn gpu_limits(&self) -> Option<&GpuLimits> {
         Some(&self.ctx.gpu_limits)
+    }
+
+    fn pipeline_cache(&self) -> Option<&PipelineCacheStatus> {
+        Some(&self.ctx.pipeline_cache)
     }
 
     fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn PreparedKeys>> {

@@ -1,5 +1,6 @@
 //! Bind-group layouts (reflected from the shaders, built once) and the
-//! pipeline cache.
+//! pipeline cache (in memory; the driver's machine code is also kept on
+//! disk between processes, `pipeline_cache.rs`).
 //!
 //! The cache maps each [`PipelineKey`] to an entry of its own, a mutex over
 //! the pipeline once compiled. The map's lock is held only to find or add
@@ -170,7 +171,9 @@ impl Pipelines {
     }
 
     /// Renders and compiles the pipeline of `key` on `device`, for
-    /// [`get`](Self::get). Device errors (an invalid shader) surface in
+    /// [`get`](Self::get), through the driver's pipeline `cache` when
+    /// there is one (machine code found there is not compiled again; new
+    /// code is added to it). Device errors (an invalid shader) surface in
     /// the caller's error scope.
     ///
     /// # Errors
@@ -180,6 +183,7 @@ impl Pipelines {
         device: &wgpu::Device,
         op: &'static str,
         key: &PipelineKey,
+        cache: Option<&wgpu::PipelineCache>,
     ) -> Result<wgpu::ComputePipeline> {
         let src = key
             .shader
@@ -221,7 +225,7 @@ impl Pipelines {
                     // Every shader writes its workgroup arrays before reading them.
                     zero_initialize_workgroup_memory: false,
                 },
-                cache: None,
+                cache,
             }),
         )
     }
@@ -241,7 +245,7 @@ mod tests {
     /// `plan/` constants its `WG` is generated from): what naga must read
     /// from the shader.
     fn dispatched(id: ShaderId) -> [usize; 3] {
-        const TABLE: [(ShaderId, [usize; 3]); 18] = [
+        const TABLE: [(ShaderId, [usize; 3]); 19] = [
             (ShaderId::LocalMean, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanIp, [LOCAL_MEAN_WG, 1, 1]),
@@ -249,6 +253,7 @@ mod tests {
             (ShaderId::LocalMoments, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMomentsMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::Knn, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::KnnMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::MeanShift, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::KernelMatrix, [MATRIX_WG, MATRIX_WG, 1]),
             (ShaderId::Fill, [FILL_WG, 1, 1]),

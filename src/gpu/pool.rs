@@ -35,11 +35,15 @@ pub(crate) struct BufferPool {
 }
 
 impl BufferPool {
+    /// A pool keeping up to `cap` bytes of idle buffers, on a device whose
+    /// buffers may have up to `max_buffer` bytes (as it reports them: 2³¹ − 1
+    /// on most Vulkan drivers); buffers are whole multiples of 4 bytes, so
+    /// the largest is `max_buffer` rounded down to one.
     pub(crate) fn new(cap: u64, max_buffer: u64) -> Self {
         BufferPool {
             idle: Mutex::new(Idle::default()),
             cap,
-            max_buffer,
+            max_buffer: max_buffer / 4 * 4,
             budget: Arc::new(MemoryBudget::new(None)),
         }
     }
@@ -242,6 +246,30 @@ impl Drop for Pooled<'_> {
     fn drop(&mut self) {
         if let (Some(b), Some(pool)) = (self.buffer.take(), self.pool) {
             pool.put(self.key, b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_stay_within_the_device_buffer_size() {
+        // Vulkan drivers report 2³¹ − 1 bytes: the largest buffer is a
+        // whole number of words below it.
+        let pool = BufferPool::new(0, (1 << 31) - 1);
+        assert_eq!(pool.max_buffer, (1 << 31) - 4);
+        assert_eq!(pool.class((1 << 31) - 4), (1 << 31) - 4);
+        assert_eq!(pool.class((1 << 31) - 100), (1 << 31) - 4);
+        assert_eq!(pool.class(100 << 20), 112 << 20);
+        assert_eq!(pool.class(1000), 1024);
+        for size in [1u64, 255, 64 << 20, (64 << 20) + 1, (1 << 31) - 4] {
+            let c = pool.class(size);
+            assert!(
+                c >= size && c <= pool.max_buffer && c.is_multiple_of(4),
+                "{size}: {c}"
+            );
         }
     }
 }

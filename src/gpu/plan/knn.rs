@@ -1,22 +1,61 @@
-//! Tiling of the kNN shader: query tiles × key tiles, the running top-k
-//! list of each query kept on the device between key tiles.
+//! Tiling of the kNN shader: query tiles × key tiles, each key tile swept
+//! in dispatch windows (the work cap), each window's keys split across
+//! workgroups when the queries alone leave the device idle; the running
+//! top-k list of each query kept on the device between windows.
 
 use crate::error::Result;
 
 use super::{
     DeviceLimits, LOCAL_MEAN_WG, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, budget_keys,
-    no_room_for_a_key, too_small,
+    dispatch_pairs, loop_budget, no_room_for_a_key, split_count, too_small,
 };
 
 /// Most neighbours one GPU kNN pass keeps per query (private arrays).
 pub(crate) const MAX_GPU_K: usize = 128;
 
+/// Keys one invocation of `knn.wgsl` measures at once (its `KB`): as many
+/// independent multiply-add chains, so a warp does not wait on one.
+pub(crate) const KNN_KEY_BLOCK: usize = 4;
+
+/// Fewest keys one workgroup of a kNN key split sweeps: below this the
+/// merge costs more than the parallelism gains.
+const MIN_SPLIT_KEYS: usize = 512;
+
 /// Tiling of one kNN call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct KnnPlan {
+    /// Neighbours per query.
+    pub k: usize,
+    /// Query rows per dispatch.
     pub query_tile: usize,
+    /// Keys per key tile (one binding).
     pub key_tile: usize,
+    /// Keys staged in workgroup memory per step (a multiple of
+    /// `key_block`).
     pub staged_keys: usize,
+    /// Keys each invocation measures at once (`KB`): [`KNN_KEY_BLOCK`], or
+    /// 1 where fewer keys fit the workgroup memory.
+    pub key_block: usize,
+    /// Keys one dispatch sweeps: a key tile is swept in windows of this
+    /// many (the work cap, [`DISPATCH_WORK`](super::DISPATCH_WORK)).
+    pub dispatch_keys: usize,
+}
+
+/// Loop iterations per key of `knn.wgsl` in `d` dimensions keeping `k`
+/// neighbours, `kb` keys a step, as if nothing were unrolled: per step its
+/// coordinates by vec4 group (each key's 4 components), per key its offer
+/// (`k` slots), the staging (5 per vec4 group over 64 invocations) and the
+/// stage loop.
+pub(crate) fn knn_loop_per_key(d: usize, k: usize, kb: usize) -> usize {
+    let d4 = d.div_ceil(4);
+    (1 + d4 * (1 + 5 * kb)).div_ceil(kb) + 1 + k + (5 * d4).div_ceil(LOCAL_MEAN_WG) + 1
+}
+
+/// Loop iterations of one invocation of the merge entry with `splits`
+/// slices of `k` entries, each entry offered (`k` slots): the list loaded,
+/// the slices, the list written.
+fn merge_loops(splits: usize, k: usize) -> usize {
+    2 * k + 2 + splits * k * (k + 2)
 }
 
 /// Plans `k` nearest neighbours of `m` queries among `n` keys in `d`
@@ -34,13 +73,23 @@ pub(crate) fn plan_knn(
     if floats < per_row {
         return Err(too_small(binding, per_row));
     }
-    let staged_keys = (dev.workgroup_bytes as usize / 4 / d).min(MAX_STAGED_KEYS);
-    if staged_keys == 0 {
+    // Keys staged as vec4 groups, whole blocks of KB.
+    let fit = (dev.workgroup_bytes as usize / 16 / d.div_ceil(4)).min(MAX_STAGED_KEYS);
+    if fit == 0 {
         return Err(no_room_for_a_key("knn", d, dev));
     }
-    // The insertion loop may run k times per key in the worst case.
+    let key_block = if fit >= KNN_KEY_BLOCK {
+        KNN_KEY_BLOCK
+    } else {
+        1
+    };
+    let staged_keys = fit / key_block * key_block;
+    // Under a loop budget: every key's iterations, and once per slice the
+    // query's load, the list's start and end and a partial last step.
+    let per_key = knn_loop_per_key(d, k, key_block);
+    let fixed = d + 2 * k + 4 + key_block * per_key;
     let key_tile = (floats / d)
-        .min(budget_keys(dev, 0, 2 + d + k))
+        .min(budget_keys(dev, fixed, per_key))
         .min(caps.key_rows.unwrap_or(usize::MAX))
         .min(n)
         .max(1);
@@ -49,17 +98,49 @@ pub(crate) fn plan_knn(
         .min(caps.query_rows.unwrap_or(usize::MAX))
         .min(m)
         .max(1);
+    // The work cap: a full query tile against a window of keys, a pair
+    // costing 2 + d + k pair-units.
+    let window = (dispatch_pairs(2 + d + k) / query_tile).max(MAX_STAGED_KEYS);
+    let dispatch_keys = window
+        .min(key_tile)
+        .min(caps.dispatch_keys.unwrap_or(usize::MAX))
+        .max(1);
     Ok(KnnPlan {
+        k,
         query_tile,
         key_tile,
         staged_keys,
+        key_block,
+        dispatch_keys,
     })
+}
+
+impl KnnPlan {
+    /// Workgroups that share one dispatch's keys for `rows` query rows:
+    /// the caps' count, or, when the rows give fewer workgroups than the
+    /// device wants, enough to fill it (each slice at least
+    /// `MIN_SPLIT_KEYS` keys); 1 on software adapters. Bounded so the
+    /// slices' lists (`2k` words a row each) fit one binding and, under a
+    /// loop budget, the merge's loops stay inside it.
+    pub(crate) fn key_splits(&self, dev: &DeviceLimits, caps: &TileLimits, rows: usize) -> usize {
+        let groups = rows.div_ceil(LOCAL_MEAN_WG);
+        let splits = split_count(
+            dev,
+            caps,
+            (groups, self.dispatch_keys, MIN_SPLIT_KEYS),
+            rows * 2 * self.k,
+        );
+        let merge_cap = loop_budget(dev).map_or(usize::MAX, |b| {
+            (b.saturating_sub(merge_loops(0, self.k)) / (self.k * (self.k + 2))).max(1)
+        });
+        splits.min(merge_cap).max(1)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::LOOP_CAPPED;
     use super::super::shape;
+    use super::super::{DISPATCH_WORK, LAVAPIPE, LOOP_CAPPED};
     use super::*;
 
     #[test]
@@ -73,5 +154,85 @@ mod tests {
         )
         .unwrap();
         assert!(p.key_tile * (2 + 16 + 16) < 65535);
+        let per_key = knn_loop_per_key(16, 16, p.key_block);
+        assert!(p.key_tile * per_key + 16 + 2 * 16 + 4 + 4 * per_key < 65535 * 7 / 8);
+        assert!(p.key_tile > 1000, "{}", p.key_tile);
+    }
+
+    /// A hardware-like device: 2³¹ − 1 byte bindings, 48 KiB of
+    /// workgroup memory, splits wanted.
+    const HARDWARE: DeviceLimits = DeviceLimits {
+        binding_bytes: (1 << 31) - 1,
+        workgroups_per_dim: 65535,
+        workgroup_bytes: 48 << 10,
+        loop_budget: None,
+        fill_workgroups: 4096,
+    };
+
+    #[test]
+    fn keys_stage_as_vec4_groups_in_whole_blocks() {
+        let none = TileLimits::default();
+        let p = plan_knn(&HARDWARE, &none, shape(10_000, 1_000_000, 128, 0), 16).unwrap();
+        assert_eq!((p.key_block, p.staged_keys), (4, 96));
+        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 3, 0), 5).unwrap();
+        assert_eq!((p.key_block, p.staged_keys), (4, 256));
+        // d = 5 stages two vec4 groups a key: 32 KiB / 32 B = 1024 → 256.
+        // d = 3000: 750 groups, two keys fit, measured one at a time.
+        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 3000, 0), 5).unwrap();
+        assert_eq!((p.key_block, p.staged_keys), (1, 2));
+        let e = plan_knn(&LAVAPIPE, &none, shape(10, 100, 9000, 0), 5);
+        assert!(matches!(e, Err(crate::error::Error::Unsupported { .. })));
+    }
+
+    #[test]
+    fn the_benchmark_fills_an_h200_in_bounded_dispatches() {
+        let none = TileLimits::default();
+        // 10⁴ queries × 10⁶ keys, d = 128, k = 16: one key tile, windows
+        // within the work cap, 26 slices a window (157 × 26 = 4082
+        // workgroups of two warps).
+        let (m, n, d, k) = (10_000, 1_000_000, 128, 16);
+        let p = plan_knn(&HARDWARE, &none, shape(m, n, d, 0), k).unwrap();
+        assert_eq!((p.query_tile, p.key_tile), (m, n));
+        assert!(m as u64 * p.dispatch_keys as u64 * (2 + d + k) as u64 <= DISPATCH_WORK);
+        assert_eq!(p.dispatch_keys, 47_068);
+        let s = p.key_splits(&HARDWARE, &none, m);
+        assert_eq!(s, 26);
+        assert!(m.div_ceil(64) * s * 2 >= 132 * 4 * 4);
+        // A software adapter never splits unless the caps say so, and
+        // then the merge stays inside the loop budget.
+        assert_eq!(p.key_splits(&LAVAPIPE, &none, m), 1);
+        let forced = TileLimits {
+            key_splits: Some(1024),
+            ..TileLimits::default()
+        };
+        let p = plan_knn(&LOOP_CAPPED, &forced, shape(100, 100_000, 8, 0), 128).unwrap();
+        let s = p.key_splits(&LOOP_CAPPED, &forced, 100);
+        assert!(s > 1 && merge_loops(s, 128) <= 65535 * 7 / 8, "{s}");
+        // The slices' lists fit one binding.
+        let small = TileLimits {
+            buffer_bytes: Some(4 * 200 * 2 * 4 * 3),
+            key_splits: Some(50),
+            ..TileLimits::default()
+        };
+        let p = plan_knn(&LAVAPIPE, &small, shape(200, 1000, 3, 0), 4).unwrap();
+        assert_eq!(p.key_splits(&LAVAPIPE, &small, 200), 3);
+    }
+
+    #[test]
+    fn caps_lower_the_window() {
+        let capped = TileLimits {
+            dispatch_keys: Some(33),
+            ..TileLimits::default()
+        };
+        let p = plan_knn(&HARDWARE, &capped, shape(1000, 5000, 3, 0), 4).unwrap();
+        assert_eq!(p.dispatch_keys, 33);
+        let p = plan_knn(
+            &HARDWARE,
+            &TileLimits::default(),
+            shape(1000, 5000, 3, 0),
+            4,
+        )
+        .unwrap();
+        assert_eq!(p.dispatch_keys, 5000);
     }
 }

@@ -5,8 +5,8 @@ use crate::error::Result;
 use crate::types::MomentLayout;
 
 use super::{
-    CHUNK_KEYS, DeviceLimits, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, budget_keys,
-    chunked_budget_keys, dispatch_pairs, no_room_for_a_key, split_count, too_small, whole_chunks,
+    CHUNK_KEYS, DeviceLimits, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, binding_floats,
+    budget_keys, chunked_budget_keys, dispatch_pairs, no_room_for_a_key, split_count, too_small,
 };
 
 /// Threads per workgroup of the local-mean shaders.
@@ -21,6 +21,20 @@ pub(crate) const VALUE_REGS: usize = 32;
 /// Fewest keys one workgroup of a key split sweeps: below this the merge
 /// costs more than the parallelism gains.
 const MIN_SPLIT_KEYS: usize = 512;
+/// Keys per chunk of `local_mean.wgsl` (its template constant `C`): each
+/// row's reference moves once per chunk, one `exp2` and `1 + q` products
+/// shared by `C` keys, and the chunk's key values stay in registers
+/// (`R · C` of them). Staged keys are whole chunks where one fits.
+pub(crate) const LOCAL_MEAN_CHUNK: usize = 16;
+/// Workgroups of `local_mean.wgsl` resident on a multiprocessor, as a
+/// fraction of the 32 of 64 invocations that
+/// [`DeviceLimits::fill_workgroups`] counts: each invocation holds its
+/// chunk's `R · C = 64` key values, its `R` rows' queries and three sets
+/// of sums, about 128 registers, so a quarter as many fit.
+const RESIDENT_FRACTION: usize = 4;
+/// Most key slices a query block takes to end its dispatches in whole
+/// waves (the first dispatch of a wave fill).
+const MAX_WAVE_SPLITS: usize = 8;
 
 /// Query rows each invocation of `local_mean.wgsl` keeps in registers in
 /// `d` dimensions: each staged key is read once for all of them.
@@ -161,7 +175,7 @@ fn plan_with_cols(
     // in whole chunks; from d = 32 the inner-product shader's cost too
     // (32 keys a step), whichever is lower.
     let per_key = local_mean_loop_per_key(d, col_slots, rpt);
-    let mut budget = chunked_budget_keys(dev, 0, per_key, staged_keys);
+    let mut budget = padded_budget_keys(dev, per_key, staged_keys);
     if ip && d >= IP_MIN_D {
         budget = budget.min(chunked_budget_keys(
             dev,
@@ -198,7 +212,38 @@ fn plan_with_cols(
     Ok(plan)
 }
 
+/// Workgroups of `local_mean.wgsl` the device holds at once (a wave).
+fn resident_workgroups(dev: &DeviceLimits) -> usize {
+    (dev.fill_workgroups as usize / RESIDENT_FRACTION).max(1)
+}
+
+/// Staged keys of `local_mean.wgsl` rounded down to whole chunks of
+/// [`LOCAL_MEAN_CHUNK`] (when there is room for one; fewer stage as one
+/// chunk).
+fn whole_chunks(staged: usize) -> usize {
+    if staged >= LOCAL_MEAN_CHUNK {
+        staged / LOCAL_MEAN_CHUNK * LOCAL_MEAN_CHUNK
+    } else {
+        staged
+    }
+}
+
+/// Keys one dispatch of `local_mean.wgsl` may sweep under the loop
+/// budget when a key costs `per_key` iterations, `staged` keys a stage:
+/// an invocation's sweep pads its last stage up to a whole chunk.
+fn padded_budget_keys(dev: &DeviceLimits, per_key: usize, staged: usize) -> usize {
+    let chunk = LOCAL_MEAN_CHUNK.min(staged.max(1));
+    budget_keys(dev, per_key * chunk, per_key)
+}
+
 impl LocalMeanPlan {
+    /// Keys per chunk of `local_mean.wgsl` (its template constant `C`):
+    /// [`LOCAL_MEAN_CHUNK`], or the whole stage where fewer keys fit
+    /// (`staged_keys` is a multiple of it either way).
+    pub(crate) fn chunk_keys(&self) -> usize {
+        LOCAL_MEAN_CHUNK.min(self.staged_keys.max(1))
+    }
+
     /// Sets the dispatch window for the tiles chosen: a full query tile
     /// against a window of keys stays within [`DISPATCH_WORK`](super::DISPATCH_WORK) (`units`
     /// per pair), or the caps' window when lower.
@@ -213,9 +258,12 @@ impl LocalMeanPlan {
     /// Workgroups that share one dispatch's keys for `rows` query rows:
     /// the caps' count, or, when the rows give fewer workgroups than the
     /// device wants, enough to fill it (each slice at least
-    /// `MIN_SPLIT_KEYS` keys); 1 on software adapters. Bounded so the
-    /// partial row states fit one binding. Chosen per dispatch, so
-    /// MeanShift's shrinking active lists split more as they shrink.
+    /// `MIN_SPLIT_KEYS` keys), or, when they give more, enough to end the
+    /// dispatch in whole waves of resident workgroups
+    /// ([`wave_splits`](Self::wave_splits)); 1 on software adapters.
+    /// Bounded so the partial row states fit one binding. Chosen per
+    /// dispatch, so MeanShift's shrinking active lists split more as they
+    /// shrink.
     pub(crate) fn key_splits(&self, dev: &DeviceLimits, caps: &TileLimits, rows: usize) -> usize {
         // The merge pass takes 64 rows a workgroup: beyond one dispatch's
         // reach of those, no split.
@@ -223,12 +271,66 @@ impl LocalMeanPlan {
             return 1;
         }
         let groups = rows.div_ceil(LOCAL_MEAN_WG * self.rows_per_thread);
+        let state_floats = rows * self.state_cols();
+        let fill = dev.fill_workgroups as usize;
+        if caps.key_splits.is_none() && fill > 0 && groups >= fill {
+            return self.wave_splits(dev, caps, groups, state_floats);
+        }
         split_count(
             dev,
             caps,
             (groups, self.dispatch_keys, MIN_SPLIT_KEYS),
-            rows * self.state_cols(),
+            state_floats,
         )
+    }
+
+    /// Key slices for a dispatch of `groups` query blocks, at least one
+    /// wave of the device: a dispatch runs in waves of
+    /// `fill_workgroups / RESIDENT_FRACTION` resident workgroups, and one
+    /// whose last wave is partly empty leaves that share of the device
+    /// idle until it ends (the next window's dispatch waits for it). So
+    /// the fewest slices (at most `MAX_WAVE_SPLITS`, each at least
+    /// `MIN_SPLIT_KEYS` keys, their partial states in one binding) whose
+    /// waves are at least 15/16 full, else the fullest; 1 when the
+    /// dispatch already fills 15/16 of its waves.
+    fn wave_splits(
+        &self,
+        dev: &DeviceLimits,
+        caps: &TileLimits,
+        groups: usize,
+        state_floats: usize,
+    ) -> usize {
+        let wave = resident_workgroups(dev);
+        // Slots used of 16 per slot of the waves.
+        let fullness = |s: usize| {
+            let g = groups * s;
+            (g * 16) as f64 / (g.div_ceil(wave) * wave) as f64
+        };
+        let most = MAX_WAVE_SPLITS
+            .min(self.dispatch_keys / MIN_SPLIT_KEYS)
+            .min(dev.workgroups_per_dim as usize)
+            .min(binding_floats(dev, caps) / state_floats.max(1))
+            .max(1);
+        let mut best = 1;
+        for s in 1..=most {
+            if fullness(s) >= 15.0 {
+                return s;
+            }
+            if fullness(s) > fullness(best) {
+                best = s;
+            }
+        }
+        best
+    }
+
+    /// Share of the slots of its waves of resident workgroups that a
+    /// dispatch of `rows` query rows split `splits` ways fills, for tests
+    /// and reports.
+    #[cfg(test)]
+    pub(crate) fn wave_fullness(&self, dev: &DeviceLimits, rows: usize, splits: usize) -> f64 {
+        let wave = resident_workgroups(dev);
+        let g = rows.div_ceil(LOCAL_MEAN_WG * self.rows_per_thread) * splits;
+        g as f64 / (g.div_ceil(wave) * wave) as f64
     }
 
     /// Floats of a row state `(m, s, u)` of a pass of `col_tile` columns
@@ -448,6 +550,58 @@ mod tests {
         };
         let p = plan_local_mean(&HARDWARE, &capped, shape(1000, 5000, 3, 3)).unwrap();
         assert_eq!(p.dispatch_keys, 33);
+    }
+
+    #[test]
+    fn dispatches_end_in_whole_waves_of_resident_workgroups() {
+        let none = TileLimits::default();
+        // d = 3: 256 rows a workgroup; 4096 / 4 = 1024 resident workgroups.
+        let plan = |m| plan_local_mean(&HARDWARE, &none, shape(m, 1_000_000, 3, 4)).unwrap();
+        // M = 10⁶: 3907 workgroups fill 4 waves to 95 %: no split.
+        let p = plan(1_000_000);
+        assert_eq!(p.key_splits(&HARDWARE, &none, 1_000_000), 1);
+        assert!(p.wave_fullness(&HARDWARE, 1_000_000, 1) > 0.95);
+        // M = 1.2·10⁶: 4688 workgroups fill 5 waves to 92 %; 3 slices
+        // fill 14 waves to 98 %.
+        let p = plan(1_200_000);
+        assert!(p.wave_fullness(&HARDWARE, 1_200_000, 1) < 0.92);
+        let s = p.key_splits(&HARDWARE, &none, 1_200_000);
+        assert_eq!(s, 3);
+        assert!(p.wave_fullness(&HARDWARE, 1_200_000, s) >= 15.0 / 16.0);
+        // Each slice keeps at least 512 keys of the window.
+        assert!(p.dispatch_keys / s >= MIN_SPLIT_KEYS);
+        // A window too short to cut: no split.
+        let short = TileLimits {
+            dispatch_keys: Some(700),
+            ..TileLimits::default()
+        };
+        let p = plan_local_mean(&HARDWARE, &short, shape(1_200_000, 1_000_000, 3, 4)).unwrap();
+        assert_eq!(p.key_splits(&HARDWARE, &short, 1_200_000), 1);
+        // The caps' split wins; a software adapter never splits.
+        let forced = TileLimits {
+            key_splits: Some(2),
+            ..TileLimits::default()
+        };
+        let p = plan(1_200_000);
+        assert_eq!(p.key_splits(&HARDWARE, &forced, 1_200_000), 2);
+        let soft = plan_local_mean(&LAVAPIPE, &none, shape(1_200_000, 1_000_000, 3, 4)).unwrap();
+        assert_eq!(soft.key_splits(&LAVAPIPE, &none, 1_200_000), 1);
+    }
+
+    #[test]
+    fn stages_hold_whole_chunks() {
+        let none = TileLimits::default();
+        for (d, q) in [(3, 4), (3, 0), (17, 9), (300, 3), (2000, 1)] {
+            let p = plan_local_mean(&LAVAPIPE, &none, shape(10, 10_000, d, q)).unwrap();
+            let c = p.chunk_keys();
+            assert!((1..=LOCAL_MEAN_CHUNK).contains(&c), "d={d}: chunk {c}");
+            assert_eq!(p.staged_keys % c, 0, "d={d}: {} staged", p.staged_keys);
+        }
+        let p = plan_local_mean(&LAVAPIPE, &none, shape(10, 10_000, 3, 4)).unwrap();
+        assert_eq!((p.staged_keys, p.chunk_keys()), (256, 16));
+        // d = 2000: 4 keys fit 32 KiB; they are one chunk.
+        let p = plan_local_mean(&LAVAPIPE, &none, shape(10, 10_000, 2000, 1)).unwrap();
+        assert_eq!((p.staged_keys, p.chunk_keys()), (4, 4));
     }
 
     #[test]

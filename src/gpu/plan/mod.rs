@@ -57,12 +57,12 @@ pub struct TileLimits {
     pub value_cols: Option<usize>,
     /// Largest storage buffer to bind, in bytes (device limit otherwise).
     pub buffer_bytes: Option<u64>,
-    /// Workgroups that share one dispatch's keys in the local-mean family
-    /// and attention (each sweeps a slice of the keys; a second small pass
-    /// merges their row states). Otherwise chosen to fill the device when
+    /// Workgroups that share one dispatch's keys in the local-mean family,
+    /// attention and kNN (each sweeps a slice of the keys; a second small
+    /// pass merges their row states or top-k lists). Otherwise chosen to fill the device when
     /// there are few queries (never on a software adapter).
     pub key_splits: Option<usize>,
-    /// Most keys one local-mean-family or attention dispatch sweeps (a key
+    /// Most keys one local-mean-family, attention or kNN dispatch sweeps (a key
     /// tile is swept in windows of this many, or attention's key tiles are
     /// no longer), merged like key tiles, so no single dispatch runs
     /// unboundedly long. Otherwise the work cap of docs/tiling.md.
@@ -126,6 +126,41 @@ pub(crate) struct DeviceLimits {
     /// queries alone give fewer. 0 (software adapters, whose "cores" are
     /// the host's few threads): never split.
     pub fill_workgroups: u32,
+}
+
+/// Largest storage binding the shaders may index, whatever the device
+/// allows: they count elements in `u32`, and wgpu's Metal backend passes
+/// binding sizes to the shaders as 32-bit byte counts.
+pub(crate) const SHADER_BINDING_BYTES: u64 = u32::MAX as u64;
+
+/// Bytes the shaders' bindings are aligned to: a whole number of `vec4`s.
+const BINDING_ALIGN: u64 = 16;
+
+impl DeviceLimits {
+    /// What the planner may use of a device that reports `lim` (a software
+    /// adapter when `software`): the largest storage binding the device
+    /// allows (wgpu caps it at 2³¹ − 1 bytes on Vulkan), no larger than a
+    /// buffer or [`SHADER_BINDING_BYTES`], in whole `vec4`s; its workgroup
+    /// memory and workgroups per dispatch dimension as reported.
+    pub(crate) fn from_wgpu(lim: &wgpu::Limits, software: bool) -> Self {
+        DeviceLimits {
+            binding_bytes: lim
+                .max_storage_buffer_binding_size
+                .min(lim.max_buffer_size)
+                .min(SHADER_BINDING_BYTES)
+                / BINDING_ALIGN
+                * BINDING_ALIGN,
+            workgroups_per_dim: lim.max_compute_workgroups_per_dimension,
+            workgroup_bytes: lim.max_compute_workgroup_storage_size,
+            // Software rasterizers (llvmpipe) cap loop iterations per
+            // invocation at 65535; hardware drivers have no such cap.
+            loop_budget: software.then_some(65_535),
+            // Enough workgroups of 64 invocations for a large GPU (132
+            // multiprocessors × 32 resident workgroups); a software
+            // adapter runs workgroups on the host's threads: no split.
+            fill_workgroups: if software { 0 } else { 4096 },
+        }
+    }
 }
 
 /// Work one local-mean-family or attention dispatch may do, in pair-units
@@ -265,7 +300,6 @@ pub(crate) fn tiles(len: usize, tile: usize) -> impl Iterator<Item = (usize, usi
     (0..len.div_ceil(tile)).map(move |t| (t * tile, ((t + 1) * tile).min(len)))
 }
 
-/// The device limits of lavapipe, for the planners' tests.
 /// The sizes an op is planned for: `m` queries against `n` keys in `d`
 /// dimensions, with `q` value columns (0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,6 +329,7 @@ pub(crate) fn check_u32(op: &'static str, what: &'static str, n: usize) -> Resul
     })
 }
 
+/// The device limits of lavapipe, for the planners' tests.
 #[cfg(test)]
 pub(crate) const LAVAPIPE: DeviceLimits = DeviceLimits {
     binding_bytes: 128 << 20,
@@ -302,6 +337,37 @@ pub(crate) const LAVAPIPE: DeviceLimits = DeviceLimits {
     workgroup_bytes: 32 << 10,
     loop_budget: None,
     fill_workgroups: 0,
+};
+
+/// The limits wgpu 30 reports for an NVIDIA H200 through Vulkan, for the
+/// planners' tests: storage bindings of 2³¹ − 1 bytes (wgpu's cap on
+/// Vulkan), buffers as large as the driver allows (wgpu caps them at 2⁵²
+/// on NVIDIA; the driver's own maximum is far above any binding), 48 KiB
+/// of workgroup memory, 65535 workgroups per dimension.
+#[cfg(test)]
+pub(crate) fn h200_limits() -> wgpu::Limits {
+    wgpu::Limits {
+        max_storage_buffer_binding_size: (1 << 31) - 1,
+        max_buffer_size: 1 << 40,
+        max_compute_workgroup_storage_size: 48 << 10,
+        max_compute_workgroups_per_dimension: 65535,
+        max_compute_invocations_per_workgroup: 1024,
+        ..wgpu::Limits::default()
+    }
+}
+
+/// [`h200_limits`] as the planner sees them (a test checks that
+/// [`DeviceLimits::from_wgpu`] gives these): bindings of 2³¹ − 16 bytes
+/// (whole `vec4`s under 2³¹ − 1), 48 KiB of workgroup memory, 65535
+/// workgroups per dimension, no loop cap, key splits to fill 4096
+/// workgroups.
+#[cfg(test)]
+pub(crate) const H200: DeviceLimits = DeviceLimits {
+    binding_bytes: (1 << 31) - 16,
+    workgroups_per_dim: 65535,
+    workgroup_bytes: 48 << 10,
+    loop_budget: None,
+    fill_workgroups: 4096,
 };
 
 /// [`LAVAPIPE`] with llvmpipe's loop cap, for the loop-budget tests.
@@ -325,27 +391,4 @@ pub(crate) fn small_caps(value_cols: usize) -> TileLimits {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_split_and_window_caps_are_checked() {
-        let bad = |t: TileLimits| matches!(t.validate(), Err(Error::InvalidParameter { .. }));
-        let with = |key_splits, dispatch_keys| TileLimits {
-            key_splits,
-            dispatch_keys,
-            ..TileLimits::default()
-        };
-        assert!(bad(with(Some(0), None)));
-        assert!(bad(with(Some(MAX_KEY_SPLITS + 1), None)));
-        assert!(bad(with(None, Some(0))));
-        assert!(with(Some(MAX_KEY_SPLITS), Some(1)).validate().is_ok());
-    }
-
-    #[test]
-    fn tiles_cover_the_range_once() {
-        let t: Vec<_> = tiles(10, 4).collect();
-        assert_eq!(t, vec![(0, 4), (4, 8), (8, 10)]);
-        assert_eq!(tiles(3, 7).count(), 1);
-    }
-}
+mod tests;

@@ -21,6 +21,8 @@
 //! Bind-group layouts are reflected from the rendered shaders by naga
 //! ([`ShaderId::bindings`]), not written by hand.
 
+#[cfg(test)]
+pub(crate) mod cost;
 mod imports;
 mod product;
 mod reflect;
@@ -73,8 +75,47 @@ pub(crate) const LIBRARY: [(&str, WgslFile); 3] = [
 pub(crate) const FIRST_TILE: u32 = 1;
 /// Bit of `flags`: the last key tile (finalize into the output).
 pub(crate) const LAST_TILE: u32 = 2;
-/// Bit of `flags` (`local_mean.wgsl`): leave each row's own key out.
+/// Bit of `flags` (`local_mean_ip.wgsl`): leave each row's own key out
+/// (`local_mean.wgsl` takes it as its template constant `EXCL`).
 pub(crate) const EXCLUDE_SELF: u32 = 4;
+
+/// How `local_mean.wgsl` forms its weights, its template constant `FORM`
+/// (the codes generated as `FORM_SCALED`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WeightForm {
+    /// Gaussian, coordinates pre-scaled by `√(½·log₂e/h²)`: a pair's
+    /// weight is `2^(V − t')` from its distance alone (the row maximum
+    /// is `−V·ln 2`, to its rounding).
+    Scaled,
+    /// Gaussian of the unscaled `t` (radial, masked or a product's
+    /// carrier): the row maximum is the nearest key's log-weight exactly
+    /// as every other pass computes it.
+    Exact,
+    /// Laplacian (`√t` in the exponent), the row maximum exact likewise.
+    Root,
+    /// The plain-weight profiles: no row maximum.
+    Plain,
+}
+
+impl WeightForm {
+    /// Every form with its WGSL name.
+    const ALL: [(WeightForm, &'static str); 4] = [
+        (WeightForm::Scaled, "FORM_SCALED"),
+        (WeightForm::Exact, "FORM_EXACT"),
+        (WeightForm::Root, "FORM_ROOT"),
+        (WeightForm::Plain, "FORM_PLAIN"),
+    ];
+
+    /// The code of `FORM`.
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            WeightForm::Scaled => 0,
+            WeightForm::Exact => 1,
+            WeightForm::Root => 2,
+            WeightForm::Plain => 3,
+        }
+    }
+}
 /// `local_mean.wgsl` with `MASKED = 1`: a coordinate at or above this
 /// magnitude is missing. The host stores missing coordinates (NaN) as
 /// `f32::MAX`; inputs of the masked ops are far below it.
@@ -230,6 +271,9 @@ pub(crate) enum Consts {
     MeanShift,
     /// `CAUSAL`.
     Causal,
+    /// `FORM_SCALED`, `FORM_EXACT`, `FORM_ROOT`, `FORM_PLAIN`: the
+    /// [`WeightForm`] codes.
+    Forms,
 }
 
 impl Consts {
@@ -285,6 +329,11 @@ impl Consts {
                 ),
             ]),
             Consts::Causal => out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL")),
+            Consts::Forms => out.extend(
+                WeightForm::ALL
+                    .iter()
+                    .map(|&(f, name)| C::u32(name, f.code(), "shaders::WeightForm::code")),
+            ),
         }
     }
 }
@@ -348,17 +397,18 @@ pub(crate) const SHADERS: [ShaderSpec; 13] = [
             ("QT", 0),
             ("QA", 1),
             ("STAGE", 256),
+            ("C", 16),
             ("MASKED", 0),
             ("R", 4),
+            ("FORM", 0),
+            ("EXCL", 0),
         ],
         consts: &[
             LOCAL_WG,
-            CHUNK,
             Consts::Log2e,
-            Consts::MStart,
             Consts::TileFlags,
-            Consts::ExcludeSelf,
             Consts::Missing,
+            Consts::Forms,
         ],
     },
     ShaderSpec {
@@ -416,8 +466,8 @@ pub(crate) const SHADERS: [ShaderSpec; 13] = [
         id: ShaderId::Knn,
         file: wgsl!("knn.wgsl"),
         entry: "nearest",
-        merge: None,
-        placeholders: &[("D", 1), ("K", 1), ("STAGE", 256)],
+        merge: Some((ShaderId::KnnMerge, MERGE)),
+        placeholders: &[("D", 1), ("K", 1), ("STAGE", 256), ("KB", 4)],
         consts: &[LOCAL_WG, Consts::TileFlags],
     },
     ShaderSpec {
@@ -449,7 +499,7 @@ pub(crate) const SHADERS: [ShaderSpec; 13] = [
         file: wgsl!("softmax_tiled.wgsl"),
         entry: "attend_tiled",
         merge: Some((ShaderId::SoftmaxTiledMerge, MERGE)),
-        placeholders: &[("D4", 1), ("QA4", 1), ("BK", 32)],
+        placeholders: &[("D4", 1), ("QA4", 1), ("BK", 32), ("RI", 4)],
         consts: &[
             ATTEND,
             Consts::Log2e,
@@ -532,11 +582,14 @@ pub(crate) enum ShaderId {
     SoftmaxTiled,
     /// `shaders/softmax_tiled.wgsl`, entry `merge_splits`.
     SoftmaxTiledMerge,
+    /// `shaders/knn.wgsl`, entry `merge_splits` (a key split's second
+    /// pass: the slices' lists merged).
+    KnnMerge,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 18] = [
+    pub(crate) const ALL: [ShaderId; 19] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -555,6 +608,7 @@ impl ShaderId {
         ShaderId::LocalMeanIpMerge,
         ShaderId::SoftmaxTiled,
         ShaderId::SoftmaxTiledMerge,
+        ShaderId::KnnMerge,
     ];
 
     /// The entry of [`SHADERS`] that declares this shader (a merge

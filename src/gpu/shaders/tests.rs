@@ -15,16 +15,33 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("QT", 3),
                 ("QA", 3),
                 ("STAGE", 256),
+                ("C", 16),
                 ("MASKED", 1),
                 ("R", 2),
+                ("FORM", 1),
+                ("EXCL", 1),
             ],
             vec![
                 ("D", 64),
                 ("QT", 8),
                 ("QA", 8),
                 ("STAGE", 112),
+                ("C", 16),
                 ("MASKED", 0),
                 ("R", 1),
+                ("FORM", 2),
+                ("EXCL", 0),
+            ],
+            vec![
+                ("D", 2000),
+                ("QT", 1),
+                ("QA", 1),
+                ("STAGE", 4),
+                ("C", 4),
+                ("MASKED", 0),
+                ("R", 1),
+                ("FORM", 3),
+                ("EXCL", 1),
             ],
         ],
         ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => vec![
@@ -56,9 +73,10 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
         ],
         ShaderId::KernelMatrix => vec![vec![("D", 7)], vec![("D", 300)]],
         ShaderId::Fill | ShaderId::SoftmaxMatrix => vec![],
-        ShaderId::Knn => vec![
-            vec![("D", 16), ("K", 16), ("STAGE", 256)],
-            vec![("D", 7), ("K", 128), ("STAGE", 64)],
+        ShaderId::Knn | ShaderId::KnnMerge => vec![
+            vec![("D", 16), ("K", 16), ("STAGE", 256), ("KB", 4)],
+            vec![("D", 7), ("K", 128), ("STAGE", 64), ("KB", 4)],
+            vec![("D", 3000), ("K", 5), ("STAGE", 2), ("KB", 1)],
         ],
         ShaderId::MeanShift => vec![vec![("D", 2)], vec![("D", 64)]],
         ShaderId::Softmax | ShaderId::SoftmaxMerge => vec![
@@ -67,8 +85,11 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             vec![("D4", 20), ("QA4", 5), ("BK", 1)],
         ],
         ShaderId::SoftmaxTiled | ShaderId::SoftmaxTiledMerge => vec![
-            vec![("D4", 3), ("QA4", 5), ("BK", 8)],
-            vec![("D4", 16), ("QA4", 16), ("BK", 16)],
+            vec![("D4", 3), ("QA4", 5), ("BK", 16), ("RI", 2)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 16), ("RI", 4)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 32), ("RI", 4)],
+            vec![("D4", 16), ("QA4", 16), ("BK", 64), ("RI", 1)],
+            vec![("D4", 20), ("QA4", 3), ("BK", 32), ("RI", 1)],
         ],
         ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
             vec![vec![("QA", 16)]]
@@ -161,6 +182,15 @@ fn workgroup_memory_is_what_the_planner_counts() {
             "{values:?}"
         );
     }
+    // kNN: the planner's staged keys, vec4 groups of each.
+    for values in samples(ShaderId::Knn) {
+        let v = |name| values.iter().find(|(n, _)| *n == name).unwrap().1 as usize;
+        assert_eq!(
+            workgroup_bytes(ShaderId::Knn, &values),
+            v("STAGE") * 16 * v("D").div_ceil(4),
+            "{values:?}"
+        );
+    }
     for (d, cols, resident) in [
         (40u32, 0u32, true),
         (40, 3, false),
@@ -179,16 +209,23 @@ fn workgroup_memory_is_what_the_planner_counts() {
             "{values:?}"
         );
     }
-    for (d4, qa4, bk) in [
-        (1usize, 1usize, 32usize),
-        (3, 5, 8),
-        (16, 16, 16),
-        (9, 2, 32),
+    for (d4, qa4, bk, ri) in [
+        (1usize, 1usize, 32usize, 4usize),
+        (3, 5, 16, 2),
+        (16, 16, 16, 4),
+        (16, 16, 32, 4),
+        (16, 16, 64, 1),
+        (9, 2, 32, 1),
     ] {
-        let values = [("D4", d4 as u32), ("QA4", qa4 as u32), ("BK", bk as u32)];
+        let values = [
+            ("D4", d4 as u32),
+            ("QA4", qa4 as u32),
+            ("BK", bk as u32),
+            ("RI", ri as u32),
+        ];
         assert_eq!(
             workgroup_bytes(ShaderId::SoftmaxTiled, &values),
-            crate::gpu::plan::softmax::tiled_workgroup_bytes(d4, qa4, bk),
+            crate::gpu::plan::softmax::tiled_workgroup_bytes(d4, qa4, bk, ri),
             "{values:?}"
         );
     }

@@ -104,7 +104,12 @@ pub(super) fn record_attend<'p>(
     };
     // One split for the call: sized for its largest key tile.
     let widest = seen.iter().map(|kt| kt.len).max().unwrap_or(1);
-    let splits = plan.key_splits(&ctx.limits, &ctx.caps, (tile.rows, tile.batches, widest));
+    let splits = plan.key_splits(
+        &ctx.limits,
+        &ctx.caps,
+        q > 0,
+        (tile.rows, tile.batches, widest),
+    );
     let mut records = Vec::with_capacity(passes.len() * seen.len());
     for &(c0, c1) in &passes {
         for (t, kt) in seen.iter().enumerate() {
@@ -146,7 +151,8 @@ pub(super) fn record_attend<'p>(
         splits * tile.batches * tile.rows * plan.state_cols(),
     )?;
     // Passes with value columns in register tiles where they fit.
-    let (shader, block) = if q > 0 && plan.tiled_keys > 0 {
+    let tiled = q > 0 && plan.tiled();
+    let (shader, block) = if tiled {
         (ShaderId::SoftmaxTiled, plan.tiled_keys)
     } else {
         (ShaderId::Softmax, plan.staged)
@@ -154,19 +160,26 @@ pub(super) fn record_attend<'p>(
     let mut bindings = Bindings::new(ctx, op, shader, &records)?;
     let groups = bindings.per_key_tile(seen, tile.queries, &[tile.state, tile.out, &partial]);
     let workgroups = Workgroups {
-        x: Workgroups::cover(op, tile.rows, ATTEND_WG)?,
+        x: Workgroups::cover(op, tile.rows, plan.group_rows(q > 0))?,
         y: check_u32(op, "batches", tile.batches)?,
         z: check_u32(op, "key splits", splits)?,
     };
-    // The merge: one workgroup per row group and batch.
-    let merge = Workgroups { z: 1, ..workgroups };
+    // The merge: one workgroup per 64 rows and batch.
+    let merge = Workgroups {
+        x: Workgroups::cover(op, tile.rows, ATTEND_WG)?,
+        z: 1,
+        ..workgroups
+    };
     for (p, &(c0, c1)) in passes.iter().enumerate() {
         let qt = (c1 - c0) as u32;
-        let template = vec![
+        let mut template = vec![
             ("D4", AttendPlan::d4(d) as u32),
             ("QA4", qt.max(1).div_ceil(4)),
             ("BK", block as u32),
         ];
+        if tiled {
+            template.push(("RI", plan.tiled_rows as u32));
+        }
         let key = PipelineKey::new(shader, template);
         let program = Program::split(ctx, op, &key, splits, merge)?;
         // The pass's records: one per key tile seen.

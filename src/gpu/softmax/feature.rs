@@ -186,7 +186,10 @@ pub(crate) fn feature_local_mean(
             // The first key tile's group: the prefix reads only the sums.
             group: sum_dispatches[0].group,
             record: key_tiles.len(),
-            workgroups: Workgroups::x(e.div_ceil(SUM_WG).clamp(1, 65535) as u32),
+            workgroups: Workgroups::x(
+                e.div_ceil(SUM_WG)
+                    .clamp(1, ctx.limits.workgroups_per_dim as usize) as u32,
+            ),
         };
         sub.record(&prefix_program, &bindings, &[prefix]);
         let mut rec = prefix.record + 1;

@@ -1,7 +1,10 @@
-//! `locus info`: the GPU adapters found, the backend `auto` chooses, and
-//! the limits and features of the backends.
+//! `locus info`: the GPU adapters found, the backend `auto` chooses, the
+//! limits and features of the backends, and the GPU pipeline cache.
 
-use locus::{ADAPTER_ENV, BackendInfo, Engine, GpuLimits, REQUIRE_HARDWARE_ENV};
+use locus::{
+    ADAPTER_ENV, BackendInfo, Engine, GpuLimits, PIPELINE_CACHE_ENV, PipelineCacheStatus,
+    REQUIRE_HARDWARE_ENV,
+};
 use serde_json::{Map, Value, json};
 
 use crate::args::Output;
@@ -71,7 +74,7 @@ pub fn run(a: &InfoArgs) -> CliResult<()> {
             println!("  {i}: {ad}");
         }
     }
-    for var in [ADAPTER_ENV, REQUIRE_HARDWARE_ENV] {
+    for var in [ADAPTER_ENV, REQUIRE_HARDWARE_ENV, PIPELINE_CACHE_ENV] {
         if let Some(v) = std::env::var_os(var) {
             println!("{var}={}", v.to_string_lossy());
         }
@@ -90,6 +93,13 @@ pub fn run(a: &InfoArgs) -> CliResult<()> {
             if let Some(l) = g.gpu_limits() {
                 print_limits(l);
             }
+            if let Some(c) = g.pipeline_cache() {
+                let hint = match c {
+                    PipelineCacheStatus::Off => format!(" ({PIPELINE_CACHE_ENV}=DIR keeps one)"),
+                    _ => String::new(),
+                };
+                println!("  pipeline cache: {c}{hint}");
+            }
         }
         Err(e) => println!("gpu backend (--backend gpu): unavailable ({e})"),
     }
@@ -99,7 +109,7 @@ pub fn run(a: &InfoArgs) -> CliResult<()> {
 
 /// The adapter-choosing environment variables that are set.
 fn env_json() -> Value {
-    [ADAPTER_ENV, REQUIRE_HARDWARE_ENV]
+    [ADAPTER_ENV, REQUIRE_HARDWARE_ENV, PIPELINE_CACHE_ENV]
         .into_iter()
         .filter_map(|var| {
             std::env::var_os(var).map(|v| (var.to_string(), json!(v.to_string_lossy())))
@@ -128,7 +138,36 @@ pub fn engine_json(e: &Engine) -> Value {
         );
         o.insert("features".into(), json!(l.adapter_features));
     }
+    if let Some(c) = e.pipeline_cache() {
+        o.insert("pipeline_cache".into(), pipeline_cache_json(c));
+    }
     Value::Object(o)
+}
+
+/// The GPU pipeline cache as JSON: `status` (`active`, `off`,
+/// `unsupported`, `unavailable`) and what goes with it.
+pub fn pipeline_cache_json(c: &PipelineCacheStatus) -> Value {
+    match c {
+        PipelineCacheStatus::Active {
+            path,
+            loaded_bytes,
+            ignored,
+        } => json!({
+            "status": "active",
+            "path": path.to_string_lossy(),
+            "loaded_bytes": loaded_bytes,
+            "ignored": ignored,
+        }),
+        PipelineCacheStatus::Unsupported { reason } => {
+            json!({ "status": "unsupported", "reason": reason })
+        }
+        PipelineCacheStatus::Unavailable { path, reason } => json!({
+            "status": "unavailable",
+            "path": path.to_string_lossy(),
+            "reason": reason,
+        }),
+        _ => json!({ "status": "off" }),
+    }
 }
 
 fn print_limits(l: &GpuLimits) {

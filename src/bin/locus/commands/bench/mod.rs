@@ -1,9 +1,11 @@
 //! `locus bench`: every op on generated data, on the GPU and on the CPU,
 //! same data, one process; a table of times (end to end, and the GPU's
 //! kernel time from timestamp queries), speed-ups, pair evaluations per
-//! second and the deviation between the two results.
+//! second and the deviation between the two results; with `--cold-start`,
+//! the GPU engine's cold and warm start.
 
 mod cases;
+mod cold_start;
 
 use std::time::Instant;
 
@@ -19,6 +21,7 @@ use crate::report::backend_fields;
 use crate::verify::Deviation;
 
 use cases::{Case, OpKind, Overrides, Size};
+use cold_start::ColdStart;
 
 /// A backend `--backends` can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,6 +71,11 @@ pub struct BenchArgs {
     /// [default: by size].
     #[arg(long)]
     budget: Option<f64>,
+    /// Also time the GPU engine's start, cold (no pipeline cache) and warm
+    /// (the cache the cold run wrote): opening it and the first call of
+    /// each selected op at `--size tiny`, twice in this process.
+    #[arg(long)]
+    cold_start: bool,
     #[command(flatten)]
     output: Output,
 }
@@ -139,14 +147,23 @@ pub fn run(a: &BenchArgs) -> CliResult<()> {
         ));
     }
     let want = |b| a.backends.is_empty() || a.backends.contains(&b);
-    let gpu = if want(BackendName::Gpu) {
-        gpu_engine()
+    let gpu_options = if want(BackendName::Gpu) {
+        gpu_options()
     } else {
         Err("not asked for (--backends)".to_string())
     };
+    let gpu = gpu_options
+        .clone()
+        .and_then(|o| Engine::with_options(o).map_err(|e| e.to_string()));
     if let (Err(why), true) = (&gpu, a.backends.contains(&BackendName::Gpu)) {
         return Err(CliError::compute(format!("bench: --backends gpu: {why}")));
     }
+    // Before the cases: their pipelines are not yet built in this process.
+    let cold_start: Option<Result<ColdStart, String>> = match (&gpu_options, &gpu) {
+        _ if !a.cold_start => None,
+        (Ok(o), Ok(_)) => Some(Ok(cold_start::measure(o, &a.ops)?)),
+        (Err(why), _) | (_, Err(why)) => Some(Err(why.clone())),
+    };
     let cpu = Engine::cpu();
     let overrides = Overrides {
         m: a.m,
@@ -189,9 +206,23 @@ pub fn run(a: &BenchArgs) -> CliResult<()> {
     drop(progress);
 
     if a.output.json {
-        println!("{}", to_json(size, repeats, budget, &gpu, &cpu, &rows));
+        let mut o = to_json(size, repeats, budget, &gpu, &cpu, &rows);
+        if let Value::Object(m) = &mut o {
+            let cold = match &cold_start {
+                Some(Ok(c)) => c.to_json(),
+                Some(Err(why)) => json!({ "error": why }),
+                None => Value::Null,
+            };
+            m.insert("cold_start".into(), cold);
+        }
+        println!("{o}");
     } else if !a.output.quiet {
         print_table(&gpu, &cpu, &rows, repeats);
+        match &cold_start {
+            Some(Ok(c)) => println!("\n{}", c.line()),
+            Some(Err(why)) => println!("\ncold start: not measured ({why})"),
+            None => {}
+        }
     }
     let bad: Vec<&str> = rows
         .iter()
@@ -208,11 +239,12 @@ pub fn run(a: &BenchArgs) -> CliResult<()> {
     }
 }
 
-/// The GPU engine `--backend gpu` would open, timing its kernels.
-fn gpu_engine() -> Result<Engine, String> {
+/// The options of the GPU engine `--backend gpu` would open, timing its
+/// kernels.
+fn gpu_options() -> Result<EngineOptions, String> {
     let mut o = EngineOptions::from_env(Device::Gpu).map_err(|e| e.to_string())?;
     o.gpu_timing = true;
-    Engine::with_options(o).map_err(|e| e.to_string())
+    Ok(o)
 }
 
 /// Compares the GPU's result with the CPU's: in full when the CPU ran,
