@@ -174,6 +174,65 @@ fn gpu_inner_product_tiles_match_reference_at_high_d() {
     }
 }
 
+/// The inner-product tiles' two layouts and their re-measure: d not a
+/// multiple of the 32-coordinate chunk (33, 45, 200), queries kept in
+/// workgroup memory (3 value columns at d = 33 and 45 on a 32 KiB device)
+/// or staged a chunk per step (32 columns a pass, and d = 200), tiny
+/// tiles, windows of 33 keys (a last step of one key) and key splits, and
+/// a bandwidth small against the data's spread from the centre, so that
+/// some rows of a workgroup re-measure by differences while others keep
+/// the expansion.
+#[test]
+fn gpu_inner_product_layouts_and_remeasure_match_reference() {
+    let Some(gpu) = gpu() else { return };
+    let tiny = gpu_engine(TileLimits {
+        query_rows: Some(70),
+        key_rows: Some(101),
+        key_splits: Some(2),
+        dispatch_keys: Some(33),
+        ..TileLimits::default()
+    })
+    .expect("an adapter, as for gpu()");
+    let mut rng = Rng::new(2727);
+    for &(m, n, d) in &[(70, 130, 33), (65, 97, 45), (20, 75, 200)] {
+        let q = rng.matrix(m, d, 0.0, 1.0);
+        let x = rng.matrix(n, d, 0.0, 1.0);
+        let h = 0.5 * (d as f32).sqrt();
+        let mut cases = vec![("uniform", q.clone(), x.clone(), h)];
+        // Two groups 20 apart per coordinate, each 0.3 wide: half the keys
+        // and every third query in the far one. The far rows' expansion
+        // (centred on a near key) fails its bound, so they re-measure by
+        // differences, in steps of near keys beside near rows that keep
+        // the inner products (without the re-measure, at h² = 0.03·d, this
+        // case failed by 7 to 15 times the tolerance).
+        let (mut q2, mut x2) = (q * 0.3, x * 0.3);
+        for (r, mut row) in q2.rows_mut().into_iter().enumerate() {
+            if r % 3 == 1 {
+                row += 20.0;
+            }
+        }
+        for mut row in x2.rows_mut().into_iter().skip(n / 2) {
+            row += 20.0;
+        }
+        cases.push(("two groups", q2, x2, (0.06 * d as f32).sqrt()));
+        for (what, q, x, h) in &cases {
+            for cols in [3, 40] {
+                let v = rng.matrix(n, cols, -2.0, 3.0);
+                for p in Profile::ALL {
+                    let k = Kernel::new(p, *h).unwrap();
+                    let (want, want_empty) = ref_local_mean(&k, q, x, &v);
+                    for (name, e) in [("gpu", gpu), ("gpu tiny", &tiny)] {
+                        let got = e.local_mean(&k, q.view(), x.view(), v.view()).unwrap();
+                        let label = format!("{name} {what} d={d} q={cols} {p}");
+                        assert_close(&label, &got.values, &want, RTOL, ATOL);
+                        assert_eq!(got.empty_rows, want_empty, "{label}: empty rows");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Many more value-column passes than one submission records (one column
 /// per pass here): every batch of passes lands in the output, and the
 /// row counts are not counted twice.

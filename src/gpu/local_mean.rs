@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::gpu::plan::Shape;
-use crate::gpu::plan::local_mean::{IP_MIN_D, ip_workgroup_bytes};
+use crate::gpu::plan::local_mean::{IP_MIN_D, ip_queries_resident};
 use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{Matrix, alloc_output};
@@ -212,13 +212,19 @@ impl<'a, 'p> Sweep<'a, 'p> {
         let qt = (c1 - c0) as u32;
         // From d = 32 a radial kernel's distances come from inner-product
         // tiles (docs/numerics.md, "Inner products (larger `d`, GPU)").
-        let ip = self.kind == PassKind::Mean
+        // Its queries stay in workgroup memory for the dispatch where the
+        // device's limit allows, else a chunk of them is staged per step.
+        let ip = (self.kind == PassKind::Mean
             && !self.differences
             && !self.kernel.is_product()
-            && self.keys.d >= IP_MIN_D
-            && ip_workgroup_bytes(qt as usize) <= ctx.limits.workgroup_bytes as usize;
+            && self.keys.d >= IP_MIN_D)
+            .then(|| ip_queries_resident(self.keys.d, qt as usize, ctx.limits.workgroup_bytes))
+            .flatten();
         let (shader, mut template) = match self.kind {
-            PassKind::Mean if ip => (ShaderId::LocalMeanIp, vec![]),
+            PassKind::Mean if ip.is_some() => (
+                ShaderId::LocalMeanIp,
+                vec![("QRES", u32::from(ip == Some(true)))],
+            ),
             PassKind::Mean | PassKind::Masked => (
                 ShaderId::LocalMean,
                 vec![

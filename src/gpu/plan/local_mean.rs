@@ -5,8 +5,8 @@ use crate::error::Result;
 use crate::types::MomentLayout;
 
 use super::{
-    DeviceLimits, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, binding_floats, budget_keys,
-    chunked_budget_keys, dispatch_pairs, no_room_for_a_key, split_count, too_small,
+    CHUNK_KEYS, DeviceLimits, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, binding_floats,
+    budget_keys, chunked_budget_keys, dispatch_pairs, no_room_for_a_key, split_count, too_small,
 };
 
 /// Threads per workgroup of the local-mean shaders.
@@ -53,11 +53,23 @@ pub(crate) const IP_MIN_D: usize = 32;
 
 /// Loop iterations per key of `local_mean_ip.wgsl` in `d` dimensions with
 /// `cols` value columns a pass, as if nothing were unrolled: a 32-key
-/// step runs per 16-coordinate chunk its staging (24), the key norms (16)
-/// and the 8 × 4 block's loops (16 · 44) and sums (32), then per key the
-/// accuracy test, a possible measure by differences (`d`) and the weights.
+/// step runs per 32-coordinate chunk its staging (the keys' 20, the
+/// queries' 40 when they do not stay), the key norms (16), the 8 × 4
+/// block's loops (32 · 21) and sums (2 · 33); then its rows' t and the values
+/// (under 120), and, when a row re-measures, per chunk the raw staging
+/// (60) and the differences (32 · 41); then the weights (per chunk of 8
+/// keys: 24, the columns, and per key `1 + 5·⌈cols/4⌉`).
 fn ip_loop_per_key(d: usize, cols: usize) -> usize {
-    (d.div_ceil(IP_CHUNK_DIMS) * 800 + 300).div_ceil(IP_STEP_KEYS) + 2 * d + 3 * cols + 24
+    let chunks = d.div_ceil(IP_CHUNK_DIMS);
+    let weights =
+        (IP_STEP_KEYS / CHUNK_KEYS) * (24 + cols + CHUNK_KEYS * (1 + 5 * cols.div_ceil(4)));
+    (chunks * (830 + 1374) + 120 + weights).div_ceil(IP_STEP_KEYS)
+}
+
+/// Loop iterations of `local_mean_ip.wgsl` once per dispatch: the queries
+/// staged and their norms, per chunk 40 + 2 · 17 and the chunk's own.
+fn ip_loop_fixed(d: usize) -> usize {
+    d.div_ceil(IP_CHUNK_DIMS) * 75
 }
 
 /// Query rows of an inner-product tile of `local_mean_ip.wgsl` (its
@@ -65,16 +77,36 @@ fn ip_loop_per_key(d: usize, cols: usize) -> usize {
 pub(crate) const IP_TILE_ROWS: usize = LOCAL_MEAN_WG;
 /// Keys per step of `local_mean_ip.wgsl` (its generated `TK`).
 pub(crate) const IP_STEP_KEYS: usize = 32;
-/// Coordinates per chunk staged in workgroup memory (its generated `KC`).
-pub(crate) const IP_CHUNK_DIMS: usize = 16;
+/// Coordinates per chunk staged in workgroup memory (its generated `KC`):
+/// one lane each when a warp stages a row.
+pub(crate) const IP_CHUNK_DIMS: usize = 32;
 
-/// Workgroup memory of `local_mean_ip.wgsl` with `cols` value columns a
-/// pass: the 64 × 16 query chunk, the 32 × 16 key chunk, the 64 × 32
-/// distances, the 32 keys' values and both norms. Where the device has
-/// less, the pass takes `local_mean.wgsl`.
-pub(crate) fn ip_workgroup_bytes(cols: usize) -> usize {
+/// Workgroup memory of `local_mean_ip.wgsl` in `d` dimensions with `cols`
+/// value columns a pass, its queries `resident` (every coordinate of the
+/// tile's 64 rows, 64 words a coordinate) or one chunk of them (68 words a
+/// coordinate), in vec4 units: the shared area of the keys (36 words a
+/// coordinate) and the re-measure's raw query chunk, which the 64 × 32 dot
+/// products (36 words a row) reuse; the 32 keys' values; the keys' norms
+/// in two halves; and the re-measure's two flags (8 bytes).
+pub(crate) fn ip_workgroup_bytes(d: usize, cols: usize, resident: bool) -> usize {
     let (tq, tk, kc) = (IP_TILE_ROWS, IP_STEP_KEYS, IP_CHUNK_DIMS);
-    4 * (tq * kc + tk * kc + tq * tk + tk * cols.max(1) + tk + tq)
+    let coords = if resident { d.div_ceil(kc) * kc } else { kc };
+    let row_units = tq / 4 + usize::from(!resident);
+    let keys_units = tk / 4 + 1;
+    let shared = (kc * keys_units + kc * (tq / 4 + 1)).max(tq * keys_units);
+    16 * (coords * row_units + shared + tk * cols.max(1).div_ceil(4) + tk / 2) + 8
+}
+
+/// How `local_mean_ip.wgsl` runs in `d` dimensions with `cols` value
+/// columns on a device with `workgroup_bytes` of workgroup memory:
+/// `Some(true)` with the queries staged once for the dispatch, where they
+/// fit; `Some(false)` with a chunk of them staged per chunk and step;
+/// `None` where neither fits (the pass takes `local_mean.wgsl`).
+pub(crate) fn ip_queries_resident(d: usize, cols: usize, workgroup_bytes: u32) -> Option<bool> {
+    let room = workgroup_bytes as usize;
+    [true, false]
+        .into_iter()
+        .find(|&resident| ip_workgroup_bytes(d, cols, resident) <= room)
 }
 
 /// Tiling of one local-mean call.
@@ -147,7 +179,7 @@ fn plan_with_cols(
     if ip && d >= IP_MIN_D {
         budget = budget.min(chunked_budget_keys(
             dev,
-            0,
+            ip_loop_fixed(d),
             ip_loop_per_key(d, col_slots),
             IP_STEP_KEYS,
         ));

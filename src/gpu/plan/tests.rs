@@ -24,7 +24,7 @@ fn tiles_cover_the_range_once() {
     assert_eq!(tiles(3, 7).count(), 1);
 }
 
-use super::local_mean::{IP_MIN_D, ip_workgroup_bytes};
+use super::local_mean::{IP_MIN_D, ip_queries_resident};
 use super::softmax::{MATRIX_WG as SOFTMAX_MATRIX_WG, tiled_workgroup_bytes};
 
 /// The limits as wgpu reports them for an H200 become [`H200`]: bindings
@@ -128,7 +128,7 @@ fn check_local_mean(dev: &DeviceLimits, p: &LocalMeanPlan, s: Shape, what: &str)
     need.binding("values", p.key_tile * s.q);
     let (d4, qa4) = (s.d.div_ceil(4), cols.div_ceil(4));
     need.workgroup_memory("staged keys", p.staged_keys * 16 * (d4 + qa4));
-    if s.d >= IP_MIN_D && ip_workgroup_bytes(cols) > dev.workgroup_bytes as usize {
+    if s.d >= IP_MIN_D && ip_queries_resident(s.d, cols, dev.workgroup_bytes).is_none() {
         eprintln!("{what}: the inner-product tiles do not fit; local_mean.wgsl runs");
     }
     need.workgroups(

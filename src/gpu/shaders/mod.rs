@@ -416,7 +416,7 @@ pub(crate) const SHADERS: [ShaderSpec; 13] = [
         file: wgsl!("local_mean_ip.wgsl"),
         entry: "accumulate",
         merge: Some((ShaderId::LocalMeanIpMerge, MERGE)),
-        placeholders: &[("D", 32), ("QT", 0), ("QA", 1)],
+        placeholders: &[("D", 32), ("QT", 0), ("QA", 1), ("QRES", 1)],
         consts: &[
             LOCAL_WG,
             CHUNK,

@@ -45,8 +45,9 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             ],
         ],
         ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => vec![
-            vec![("D", 33), ("QT", 3), ("QA", 3)],
-            vec![("D", 784), ("QT", 32), ("QA", 32)],
+            vec![("D", 33), ("QT", 3), ("QA", 3), ("QRES", 1)],
+            vec![("D", 784), ("QT", 32), ("QA", 32), ("QRES", 0)],
+            vec![("D", 200), ("QT", 5), ("QA", 5), ("QRES", 0)],
         ],
         ShaderId::LocalMoments | ShaderId::LocalMomentsMerge => vec![
             vec![
@@ -190,12 +191,22 @@ fn workgroup_memory_is_what_the_planner_counts() {
             "{values:?}"
         );
     }
-    for cols in [0u32, 3, 32] {
-        let values = [("D", 40), ("QT", cols), ("QA", cols.max(1))];
+    for (d, cols, resident) in [
+        (40u32, 0u32, true),
+        (40, 3, false),
+        (128, 32, true),
+        (784, 5, false),
+    ] {
+        let values = [
+            ("D", d),
+            ("QT", cols),
+            ("QA", cols.max(1)),
+            ("QRES", u32::from(resident)),
+        ];
         assert_eq!(
             workgroup_bytes(ShaderId::LocalMeanIp, &values),
-            crate::gpu::plan::local_mean::ip_workgroup_bytes(cols as usize),
-            "QT = {cols}"
+            crate::gpu::plan::local_mean::ip_workgroup_bytes(d as usize, cols as usize, resident),
+            "{values:?}"
         );
     }
     for (d4, qa4, bk, ri) in [
