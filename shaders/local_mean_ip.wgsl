@@ -294,6 +294,9 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
         if lid == 0u {
             fb_any = atomicExchange(&fb_rows, 0u);
         }
+        // A step whose rows all keep the expansion is the rule; one that
+        // re-measures is what the data asks for (docs/gpu-cost.md).
+        // cost: rare
         if workgroupUniformLoad(&fb_any) != 0u {
             // Some row measures the step's keys by differences: the raw
             // keys and queries, chunk by chunk, (x − q)² in coordinate order.

@@ -1641,7 +1641,10 @@ mod tests {
     const GAUSSIAN: &[(&str, f64)] = &[("PROFILE", 0.0)];
 
     fn budgets() -> Vec<Budget> {
-        use crate::gpu::plan::local_mean::{LOCAL_MEAN_CHUNK, rows_per_thread};
+        use crate::gpu::plan::LOCAL_MEAN_WG;
+        use crate::gpu::plan::local_mean::{
+            IP_STEP_KEYS, IP_TILE_ROWS, LOCAL_MEAN_CHUNK, rows_per_thread,
+        };
         use crate::gpu::shaders::ShaderId;
         // One run of the local mean's hot loop: a chunk of keys against
         // the invocation's rows.
@@ -1750,6 +1753,13 @@ mod tests {
                 template: &[("D", 128), ("K", 16), ("STAGE", 64), ("KB", 4)],
                 pairs: 4,
                 slots_per_pair: 327.75,
+            },
+            Budget {
+                name: "inner-product tiles d=128 q=4",
+                shader: ShaderId::LocalMeanIp,
+                template: &[("D", 128), ("QT", 4), ("QA", 4), ("QRES", 1)],
+                pairs: (IP_STEP_KEYS * IP_TILE_ROWS / LOCAL_MEAN_WG) as u64,
+                slots_per_pair: 222.09,
             },
             Budget {
                 name: "attention d=64 (RI 4, BK 32)",
