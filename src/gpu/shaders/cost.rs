@@ -1632,7 +1632,7 @@ mod tests {
     struct Budget {
         name: &'static str,
         shader: crate::gpu::shaders::ShaderId,
-        template: &'static [(&'static str, u32)],
+        template: Vec<(&'static str, u32)>,
         pairs: u64,
         slots_per_pair: f64,
     }
@@ -1649,129 +1649,57 @@ mod tests {
         // One run of the local mean's hot loop: a chunk of keys against
         // the invocation's rows.
         let pairs = (rows_per_thread(3) * LOCAL_MEAN_CHUNK) as u64;
-        let lm = |name, template, budget| Budget {
+        // The gaussian local mean at d = 3 with `qt` value columns, weight
+        // form `form`, leave-one-out `excl`.
+        let lm = |name, qt: u32, form: u32, excl: u32, budget| Budget {
             name,
             shader: ShaderId::LocalMean,
-            template,
+            template: vec![
+                ("D", 3),
+                ("QT", qt),
+                ("QA", qt.max(1)),
+                ("STAGE", 256),
+                ("C", LOCAL_MEAN_CHUNK as u32),
+                ("MASKED", 0),
+                ("R", rows_per_thread(3) as u32),
+                ("FORM", form),
+                ("EXCL", excl),
+            ],
             pairs,
             slots_per_pair: budget,
         };
         vec![
-            lm(
-                "local mean d=3 q=1",
-                &[
-                    ("D", 3),
-                    ("QT", 1),
-                    ("QA", 1),
-                    ("STAGE", 256),
-                    ("C", 16),
-                    ("MASKED", 0),
-                    ("R", 4),
-                    ("FORM", 0),
-                    ("EXCL", 0),
-                ],
-                15.0,
-            ),
-            lm(
-                "local mean d=3 q=2",
-                &[
-                    ("D", 3),
-                    ("QT", 2),
-                    ("QA", 2),
-                    ("STAGE", 256),
-                    ("C", 16),
-                    ("MASKED", 0),
-                    ("R", 4),
-                    ("FORM", 0),
-                    ("EXCL", 0),
-                ],
-                15.0,
-            ),
-            lm(
-                "local mean d=3 q=4",
-                &[
-                    ("D", 3),
-                    ("QT", 4),
-                    ("QA", 4),
-                    ("STAGE", 256),
-                    ("C", 16),
-                    ("MASKED", 0),
-                    ("R", 4),
-                    ("FORM", 0),
-                    ("EXCL", 0),
-                ],
-                15.0,
-            ),
-            lm(
-                "row sums d=3 (KDE)",
-                &[
-                    ("D", 3),
-                    ("QT", 0),
-                    ("QA", 1),
-                    ("STAGE", 256),
-                    ("C", 16),
-                    ("MASKED", 0),
-                    ("R", 4),
-                    ("FORM", 0),
-                    ("EXCL", 0),
-                ],
-                15.0,
-            ),
-            lm(
-                "leave-one-out d=3 q=1",
-                &[
-                    ("D", 3),
-                    ("QT", 1),
-                    ("QA", 1),
-                    ("STAGE", 256),
-                    ("C", 16),
-                    ("MASKED", 0),
-                    ("R", 4),
-                    ("FORM", 0),
-                    ("EXCL", 1),
-                ],
-                13.89,
-            ),
-            lm(
-                "row sums d=3, exact nearest key",
-                &[
-                    ("D", 3),
-                    ("QT", 0),
-                    ("QA", 1),
-                    ("STAGE", 256),
-                    ("C", 16),
-                    ("MASKED", 0),
-                    ("R", 4),
-                    ("FORM", 1),
-                    ("EXCL", 0),
-                ],
-                11.55,
-            ),
+            lm("local mean d=3 q=1", 1, 0, 0, 15.0),
+            lm("local mean d=3 q=2", 2, 0, 0, 15.0),
+            lm("local mean d=3 q=4", 4, 0, 0, 15.0),
+            lm("row sums d=3 (KDE)", 0, 0, 0, 15.0),
+            lm("leave-one-out d=3 q=1", 1, 0, 1, 13.89),
+            lm("row sums d=3, exact nearest key", 0, 1, 0, 11.55),
             Budget {
                 name: "kNN d=128 k=16",
                 shader: ShaderId::Knn,
-                template: &[("D", 128), ("K", 16), ("STAGE", 64), ("KB", 4)],
+                template: vec![("D", 128), ("K", 16), ("STAGE", 64), ("KB", 4)],
                 pairs: 4,
                 slots_per_pair: 327.75,
             },
             Budget {
                 name: "inner-product tiles d=128 q=4",
                 shader: ShaderId::LocalMeanIp,
-                template: &[("D", 128), ("QT", 4), ("QA", 4), ("QRES", 1)],
+                template: vec![("D", 128), ("QT", 4), ("QA", 4), ("QRES", 1)],
                 pairs: (IP_STEP_KEYS * IP_TILE_ROWS / LOCAL_MEAN_WG) as u64,
                 slots_per_pair: 222.09,
             },
             Budget {
                 name: "attention d=64 (RI 4, BK 32)",
                 shader: ShaderId::SoftmaxTiled,
-                template: &[("D4", 16), ("QA4", 16), ("BK", 32), ("RI", 4)],
+                template: vec![("D4", 16), ("QA4", 16), ("BK", 32), ("RI", 4)],
                 pairs: 4 * 32 / 4,
                 slots_per_pair: 167.84,
             },
             Budget {
                 name: "attention decoding d=64 (RI 1, BK 64)",
                 shader: ShaderId::SoftmaxTiled,
-                template: &[("D4", 16), ("QA4", 16), ("BK", 64), ("RI", 1)],
+                template: vec![("D4", 16), ("QA4", 16), ("BK", 64), ("RI", 1)],
                 pairs: 64 / 4,
                 slots_per_pair: 229.94,
             },
@@ -1786,7 +1714,7 @@ mod tests {
         let doc = include_str!("../../../docs/gpu-cost.md");
         let mut over = Vec::new();
         for b in budgets() {
-            let src = b.shader.render_for(b.template, None).unwrap();
+            let src = b.shader.render_for(&b.template, None).unwrap();
             let c = hot_loop(&src, b.shader.entry(), GAUSSIAN)
                 .unwrap_or_else(|e| panic!("{}: {e}", b.name));
             let per = |n: u64| n as f64 / b.pairs as f64;
