@@ -458,13 +458,8 @@ mod tests {
     }
 
     /// A hardware-like device: 4 GiB bindings, splits wanted.
-    const HARDWARE: DeviceLimits = DeviceLimits {
-        binding_bytes: u32::MAX as u64,
-        workgroups_per_dim: 65535,
-        workgroup_bytes: 48 << 10,
-        loop_budget: None,
-        fill_workgroups: 4096,
-    };
+    /// A data-centre GPU's limits as the planner sees them.
+    const HARDWARE: DeviceLimits = super::super::H200;
 
     #[test]
     fn few_queries_split_the_keys_across_workgroups_on_hardware() {
