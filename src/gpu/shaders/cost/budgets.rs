@@ -1,0 +1,126 @@
+//! Every hot loop held to its budget, and docs/gpu-cost.md to the counts.
+
+use super::{hot_loop, trace};
+
+/// A hot loop's budget: the shader, its template, the (query, key)
+/// pairs one run of its hot loop serves, and the most issue slots per
+/// pair it may take (docs/gpu-cost.md, "Budgets").
+struct Budget {
+    name: &'static str,
+    shader: crate::gpu::shaders::ShaderId,
+    template: Vec<(&'static str, u32)>,
+    pairs: u64,
+    slots_per_pair: f64,
+}
+
+/// Gaussian profile (the benchmarks').
+const GAUSSIAN: &[(&str, f64)] = &[("PROFILE", 0.0)];
+
+fn budgets() -> Vec<Budget> {
+    use crate::gpu::plan::LOCAL_MEAN_WG;
+    use crate::gpu::plan::local_mean::{
+        IP_STEP_KEYS, IP_TILE_ROWS, LOCAL_MEAN_CHUNK, rows_per_thread,
+    };
+    use crate::gpu::shaders::ShaderId;
+    // One run of the local mean's hot loop: a chunk of keys against
+    // the invocation's rows.
+    let pairs = (rows_per_thread(3) * LOCAL_MEAN_CHUNK) as u64;
+    // The gaussian local mean at d = 3 with `qt` value columns, weight
+    // form `form`, leave-one-out `excl`.
+    let lm = |name, qt: u32, form: u32, excl: u32, budget| Budget {
+        name,
+        shader: ShaderId::LocalMean,
+        template: vec![
+            ("D", 3),
+            ("QT", qt),
+            ("QA", qt.max(1)),
+            ("STAGE", 256),
+            ("C", LOCAL_MEAN_CHUNK as u32),
+            ("MASKED", 0),
+            ("R", rows_per_thread(3) as u32),
+            ("FORM", form),
+            ("EXCL", excl),
+        ],
+        pairs,
+        slots_per_pair: budget,
+    };
+    vec![
+        lm("local mean d=3 q=1", 1, 0, 0, 15.0),
+        lm("local mean d=3 q=2", 2, 0, 0, 15.0),
+        lm("local mean d=3 q=4", 4, 0, 0, 15.0),
+        lm("row sums d=3 (KDE)", 0, 0, 0, 15.0),
+        lm("leave-one-out d=3 q=1", 1, 0, 1, 13.89),
+        lm("row sums d=3, exact nearest key", 0, 1, 0, 11.55),
+        Budget {
+            name: "kNN d=128 k=16",
+            shader: ShaderId::Knn,
+            template: vec![("D", 128), ("K", 16), ("STAGE", 64), ("KB", 4)],
+            pairs: 4,
+            slots_per_pair: 327.75,
+        },
+        Budget {
+            name: "inner-product tiles d=128 q=4",
+            shader: ShaderId::LocalMeanIp,
+            template: vec![("D", 128), ("QT", 4), ("QA", 4), ("QRES", 1)],
+            pairs: (IP_STEP_KEYS * IP_TILE_ROWS / LOCAL_MEAN_WG) as u64,
+            slots_per_pair: 222.09,
+        },
+        Budget {
+            name: "attention d=64 (RI 4, BK 32)",
+            shader: ShaderId::SoftmaxTiled,
+            template: vec![("D4", 16), ("QA4", 16), ("BK", 32), ("RI", 4)],
+            pairs: 4 * 32 / 4,
+            slots_per_pair: 167.84,
+        },
+        Budget {
+            name: "attention decoding d=64 (RI 1, BK 64)",
+            shader: ShaderId::SoftmaxTiled,
+            template: vec![("D4", 16), ("QA4", 16), ("BK", 64), ("RI", 1)],
+            pairs: 64 / 4,
+            slots_per_pair: 229.94,
+        },
+    ]
+}
+
+/// Every hot loop within its budget: a change that adds work per pair
+/// fails here without a GPU. docs/gpu-cost.md shows each row as this
+/// prints it (checked: a count that moves must be written there).
+#[test]
+fn hot_loops_within_their_budgets() {
+    let doc = include_str!("../../../../docs/gpu-cost.md");
+    let mut over = Vec::new();
+    for b in budgets() {
+        let src = b.shader.render_for(&b.template, None).unwrap();
+        let c = hot_loop(&src, b.shader.entry(), GAUSSIAN)
+            .unwrap_or_else(|e| panic!("{}: {e}", b.name));
+        let per = |n: u64| n as f64 / b.pairs as f64;
+        let slots = per(c.slots());
+        let row = format!(
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            b.name,
+            slots,
+            per(c.fma),
+            per(c.sfu),
+            per(c.wg_load),
+            per(c.global_load),
+            per(c.branch),
+            b.slots_per_pair
+        );
+        println!("{row}");
+        if !doc.lines().any(|l| l.trim() == row) {
+            over.push(format!("docs/gpu-cost.md lacks the row {row}"));
+        }
+        // Budgets are counts to two decimals.
+        if slots > b.slots_per_pair + 0.005 {
+            // Where the slots go, line by line of the rendered source.
+            for (line, n, text) in trace(&src, b.shader.entry(), GAUSSIAN).unwrap() {
+                println!("  {line:5} {:8.2}  {text}", per(n));
+            }
+            over.push(format!(
+                "{}: {slots:.2} slots per pair > {}",
+                b.name, b.slots_per_pair
+            ));
+        }
+    }
+    assert!(over.is_empty(), "{}", over.join("\n"));
+}
