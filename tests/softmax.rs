@@ -1,6 +1,6 @@
-//! Kernel softmax (attention), its weight matrix and the linear feature
-//! local mean: GPU vs CPU vs plain f64 references, the heads helper, and
-//! one test per error.
+//! Kernel softmax (attention) and its weight matrix: GPU vs CPU vs plain
+//! f64 references, the heads helper, and one test per error (the linear
+//! feature local mean: tests/feature_mean.rs).
 
 mod common;
 
@@ -11,63 +11,6 @@ use ndarray::{Array3, ArrayD, Axis, IxDyn};
 
 const RTOL: f64 = 1e-4;
 const ATOL: f64 = 1e-5;
-
-/// (B, M, N, d, q): multiples of no tile size, the odd shapes.
-/// On a GPU with 32 KiB of workgroup memory (lavapipe) the register-tiled
-/// shader runs all but d = 130, whose queries do not fit its tiles (the
-/// row-per-invocation shader runs it).
-const SHAPES: [(usize, usize, usize, usize, usize); 7] = [
-    (1, 1, 1, 1, 1),
-    (3, 1, 37, 3, 2),
-    (3, 37, 1, 3, 5),
-    (2, 67, 131, 64, 64),
-    (2, 50, 50, 80, 17),
-    (3, 33, 70, 3, 7),
-    (2, 40, 90, 130, 9),
-];
-
-fn engines() -> Vec<(String, Engine)> {
-    let mut v = vec![("cpu".to_string(), cpu().clone())];
-    if let Some(g) = gpu() {
-        v.push(("gpu".to_string(), g.clone()));
-    }
-    v
-}
-
-/// Plain f64 `(ΦΨᵀV) ⊘ (ΦΨᵀ1)` with the pairwise weights formed
-/// explicitly; NaN rows (and their count) where every weight is 0.
-fn ref_feature_mean(
-    phi: &Array3<f32>,
-    psi: &Array3<f32>,
-    v: &Array3<f32>,
-    causal: bool,
-) -> (Array3<f64>, usize) {
-    let (nb, m, d) = phi.dim();
-    let (n, q) = (psi.dim().1, v.dim().2);
-    let mut out = Array3::<f64>::zeros((nb, m, q));
-    let mut empty = 0;
-    for b in 0..nb {
-        for i in 0..m {
-            let lim = if causal { i + 1 + n - m } else { n };
-            let mut den = 0.0;
-            let mut num = vec![0.0; q];
-            for j in 0..lim {
-                let w: f64 = (0..d)
-                    .map(|k| f64::from(phi[[b, i, k]]) * f64::from(psi[[b, j, k]]))
-                    .sum();
-                den += w;
-                for c in 0..q {
-                    num[c] += w * f64::from(v[[b, j, c]]);
-                }
-            }
-            for c in 0..q {
-                out[[b, i, c]] = if den > 0.0 { num[c] / den } else { f64::NAN };
-            }
-            empty += usize::from(den <= 0.0);
-        }
-    }
-    (out, empty)
-}
 
 fn check_attention(e: &Engine, label: &str, shapes: &[(usize, usize, usize, usize, usize)]) {
     for (si, &shape) in shapes.iter().enumerate() {
@@ -95,31 +38,6 @@ fn check_attention(e: &Engine, label: &str, shapes: &[(usize, usize, usize, usiz
                 RTOL,
                 1e-6,
             );
-        }
-    }
-}
-
-fn check_feature_mean(e: &Engine, label: &str, shapes: &[(usize, usize, usize, usize, usize)]) {
-    for (si, &shape) in shapes.iter().enumerate() {
-        let (_, m, n, _, _) = shape;
-        let mut x = data(500 + si as u64, shape, 0.0);
-        // Some zero features, and a query row with none: an empty row.
-        x.phi.mapv_inplace(|f| if f < 0.2 { 0.0 } else { f });
-        x.psi.mapv_inplace(|f| if f < 0.2 { 0.0 } else { f });
-        if m > 2 {
-            x.phi.index_axis_mut(Axis(1), 1).fill(0.0);
-        }
-        for causal in [false, true] {
-            if causal && m > n {
-                continue;
-            }
-            let what = format!("{label} {shape:?} causal={causal}");
-            let got = e
-                .feature_local_mean(x.phi.view(), x.psi.view(), x.v.view(), causal)
-                .unwrap();
-            let (want, empty) = ref_feature_mean(&x.phi, &x.psi, &x.v, causal);
-            assert_close(&what, &flat(&got.values), &flat(&want), RTOL, ATOL);
-            assert_eq!(got.empty_rows, empty, "{what}: empty rows");
         }
     }
 }
@@ -449,64 +367,6 @@ fn gpu_weight_matrix_larger_than_one_binding_is_tiled() {
     };
     let Some(g) = gpu_engine(limits) else { return };
     check_attention(&g, "gpu 2 KiB bindings", &[(2, 37, 150, 3, 2)]);
-}
-
-#[test]
-fn cpu_feature_mean_matches_reference() {
-    check_feature_mean(cpu(), "cpu", &SHAPES);
-    // Long enough for several chunks and their prefix sums.
-    check_feature_mean(cpu(), "cpu", &[(2, 1500, 2000, 3, 2), (1, 700, 700, 5, 20)]);
-}
-
-#[test]
-fn gpu_feature_mean_matches_reference() {
-    let Some(g) = gpu() else { return };
-    check_feature_mean(g, "gpu", &SHAPES);
-    check_feature_mean(g, "gpu", &[(1, 700, 700, 5, 20)]);
-}
-
-#[test]
-fn gpu_feature_mean_with_forced_tiny_tiles() {
-    for limits in [
-        TileLimits {
-            query_rows: Some(13),
-            key_rows: Some(29),
-            value_cols: Some(5),
-            buffer_bytes: None,
-            ..TileLimits::default()
-        },
-        TileLimits {
-            buffer_bytes: Some(4 * 4 * 8 * 30),
-            ..TileLimits::default()
-        },
-    ] {
-        let Some(g) = gpu_engine(limits) else { return };
-        check_feature_mean(
-            &g,
-            &format!("gpu {limits:?}"),
-            &[(2, 90, 300, 4, 7), (1, 1, 1, 1, 1)],
-        );
-    }
-}
-
-#[test]
-fn feature_mean_of_tiny_features_is_not_mistaken_for_empty() {
-    let x = data(15, (2, 10, 40, 3, 2), 0.0);
-    let phi = x.phi.mapv(|f| f * 1e-25);
-    let psi = x.psi.mapv(|f| f * 1e-22);
-    let (want, empty) = ref_feature_mean(&phi, &psi, &x.v, false);
-    assert_eq!(empty, 0);
-    for (name, e) in engines() {
-        for causal in [false, true] {
-            let got = e
-                .feature_local_mean(phi.view(), psi.view(), x.v.view(), causal)
-                .unwrap();
-            assert_eq!(got.empty_rows, 0, "{name}");
-            if !causal {
-                assert_close(name.as_str(), &flat(&got.values), &flat(&want), RTOL, ATOL);
-            }
-        }
-    }
 }
 
 #[test]

@@ -3,7 +3,9 @@
 
 use ndarray::{Array2, Array3, Axis};
 
-use super::Rng;
+use locus::Engine;
+
+use super::{Rng, cpu, gpu};
 
 pub fn flat<T: Clone>(a: &Array3<T>) -> Array2<T> {
     let (b, m, c) = a.dim();
@@ -71,4 +73,27 @@ pub fn data(seed: u64, (b, m, n, d, q): (usize, usize, usize, usize, usize), lo:
         psi: t(n, d, lo, 1.0),
         v: t(n, q, -2.0, 3.0),
     }
+}
+
+/// (B, M, N, d, q): multiples of no tile size, the odd shapes.
+/// On a GPU with 32 KiB of workgroup memory (lavapipe) the register-tiled
+/// shader runs all but d = 130, whose queries do not fit its tiles (the
+/// row-per-invocation shader runs it).
+pub const SHAPES: [(usize, usize, usize, usize, usize); 7] = [
+    (1, 1, 1, 1, 1),
+    (3, 1, 37, 3, 2),
+    (3, 37, 1, 3, 5),
+    (2, 67, 131, 64, 64),
+    (2, 50, 50, 80, 17),
+    (3, 33, 70, 3, 7),
+    (2, 40, 90, 130, 9),
+];
+
+/// The CPU engine, and the GPU one when there is an adapter.
+pub fn engines() -> Vec<(String, Engine)> {
+    let mut v = vec![("cpu".to_string(), cpu().clone())];
+    if let Some(g) = gpu() {
+        v.push(("gpu".to_string(), g.clone()));
+    }
+    v
 }
