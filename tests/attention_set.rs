@@ -19,10 +19,7 @@ const ATOL: f64 = 1e-5;
 /// hold two of three batches (calls starting inside a stored group), and
 /// key splits.
 fn engines() -> Vec<(String, Engine)> {
-    let mut v = vec![("cpu".to_string(), cpu().clone())];
-    if let Some(g) = gpu() {
-        v.push(("gpu".to_string(), g.clone()));
-    }
+    let mut v = common::attention::engines();
     for limits in [
         TileLimits {
             query_rows: Some(13),
@@ -50,6 +47,33 @@ fn engines() -> Vec<(String, Engine)> {
 /// queries than keys, whose query tiles make a stored group of batches run
 /// one batch at a time), causal or not: each equals the reference and the
 /// one-shot op.
+/// `set.attend(phi)` against the f64 reference and against the one-shot
+/// op on the same keys and values.
+fn check_attend(
+    e: &Engine,
+    set: &locus::AttentionSet,
+    x: &Data,
+    phi: &Array3<f32>,
+    p: &SoftmaxParams,
+    what: &str,
+) {
+    let got = set.attend(phi.view(), p).unwrap();
+    let scale = f64::from(p.scale.expect("the tests set a scale"));
+    let want = ref_attention(phi, &x.psi, &x.v, scale, p.causal);
+    assert_close(what, &flat(&got), &flat(&want), RTOL, ATOL);
+    let once = e
+        .kernel_softmax(phi.view(), x.psi.view(), x.v.view(), p)
+        .unwrap();
+    let once64 = flat(&once).mapv(f64::from);
+    assert_close(
+        &format!("{what} one-shot"),
+        &flat(&got),
+        &once64,
+        RTOL,
+        ATOL,
+    );
+}
+
 #[test]
 fn prepared_attention_matches_reference_and_one_shot() {
     for (name, e) in engines() {
@@ -72,22 +96,9 @@ fn prepared_attention_matches_reference_and_one_shot() {
                     if causal && m > n {
                         continue;
                     }
-                    let p = SoftmaxParams::new().with_scale(scale).with_causal(causal);
                     let what = format!("{name} B={b} M={m} N={n} d={d} q={q} causal={causal}");
-                    let got = set.attend(phi.view(), &p).unwrap();
-                    let want = ref_attention(&phi, &x.psi, &x.v, f64::from(scale), causal);
-                    assert_close(&what, &flat(&got), &flat(&want), RTOL, ATOL);
-                    let once = e
-                        .kernel_softmax(phi.view(), x.psi.view(), x.v.view(), &p)
-                        .unwrap();
-                    let once64 = flat(&once).mapv(f64::from);
-                    assert_close(
-                        &format!("{what} one-shot"),
-                        &flat(&got),
-                        &once64,
-                        RTOL,
-                        ATOL,
-                    );
+                    let p = SoftmaxParams::new().with_scale(scale).with_causal(causal);
+                    check_attend(&e, &set, &x, &phi, &p, &what);
                 }
             }
         }
@@ -109,22 +120,9 @@ fn decoding_steps_against_a_prepared_set() {
             for m in [1, 16] {
                 let phi = x.phi.slice(s![.., ..m, ..]).to_owned();
                 for causal in [false, true] {
-                    let p = SoftmaxParams::new().with_scale(scale).with_causal(causal);
                     let what = format!("{name} B={b} M={m} N={n} d={d} q={q} causal={causal}");
-                    let got = set.attend(phi.view(), &p).unwrap();
-                    let want = ref_attention(&phi, &x.psi, &x.v, f64::from(scale), causal);
-                    assert_close(&what, &flat(&got), &flat(&want), RTOL, ATOL);
-                    let once = e
-                        .kernel_softmax(phi.view(), x.psi.view(), x.v.view(), &p)
-                        .unwrap();
-                    let once64 = flat(&once).mapv(f64::from);
-                    assert_close(
-                        &format!("{what} one-shot"),
-                        &flat(&got),
-                        &once64,
-                        RTOL,
-                        ATOL,
-                    );
+                    let p = SoftmaxParams::new().with_scale(scale).with_causal(causal);
+                    check_attend(&e, &set, &x, &phi, &p, &what);
                 }
             }
         }
