@@ -26,6 +26,8 @@
 // dependency direction of docs/architecture.md):
 // leaf types → backend traits → the two backends → engine → public API.
 mod error;
+
+mod cancel;
 mod grid;
 pub mod kernel;
 mod matrix;
@@ -50,6 +52,7 @@ pub use cluster::{
     MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
     silverman_bandwidth,
 };
+pub use cancel::CancelToken;
 pub use cluster::{neighbour_sq_dists, rank_modes, shift_step};
 pub use engine::{
     ADAPTER_ENV, Device, Engine, EngineOptions, PIPELINE_CACHE_ENV, REQUIRE_HARDWARE_ENV,

@@ -3,7 +3,7 @@
 //! of a lower layer, or of its own layer where that layer allows it.
 //!
 //! ```text
-//! error → kernel, matrix, memory, grid → types → backend → cpu | gpu → engine → ops → cluster, sets
+//! error → cancel, kernel, matrix, memory, grid → types → backend → cpu | gpu → engine → ops → cluster, sets
 //! ```
 
 use std::fs;
@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 /// may import each other, except where `SIBLINGS_APART` says otherwise.
 const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
+    ("cancel", 1),
     ("kernel", 1),
     ("matrix", 1),
     ("memory", 1),

@@ -281,6 +281,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// The call was cancelled through its [`CancelToken`](crate::CancelToken)
+    /// (or the token's deadline passed) before it finished. Nothing was
+    /// returned and nothing was changed: the engine and its key sets keep
+    /// working.
+    #[error("{op}: {reason} before the call finished")]
+    Cancelled {
+        /// Operation name.
+        op: &'static str,
+        /// `"cancelled"` or `"deadline passed"`.
+        reason: &'static str,
+    },
+
     /// A clustering parameter, or data a clustering method cannot use.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
