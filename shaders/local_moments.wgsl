@@ -153,6 +153,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>,
             // Sums of this stage, relative to the same running maximum,
             // added to the row state afterwards (two-level summation).
             var stage: RowState;
+            // cost: hot loop
             for (var j = 0u; j < count; j++) {
                 var t = 0.0;
                 var carrier = 0.0;

@@ -133,6 +133,7 @@ fn attend(@builtin(workgroup_id) wid: vec3<u32>,
         // Keys of this stage the row sees.
         let seen = min(count, select(0u, my_end - base, my_end > base));
         if live && seen > 0u {
+            // cost: hot loop
             for (var j0 = 0u; j0 < seen; j0 += C) {
                 // The chunk's logits (NEG_BIG past the row's last key).
                 var lw: array<f32, C>;

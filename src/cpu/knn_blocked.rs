@@ -231,8 +231,9 @@ mod tests {
         );
         let soa = cols.soa(None);
         for isa in [None, Avx2Fma::detect()] {
-            let want = direct(isa, q, d, &soa, k, &Checkpoint::current("knn"));
-            let got = knn(isa, q, d, &soa, k).expect("blocked path runs");
+            let cp = Checkpoint::current("knn");
+            let want = direct(isa, q, d, &soa, k, &cp);
+            let got = knn(isa, q, d, &soa, k, &cp).expect("blocked path runs");
             assert_eq!(got.len(), want.len(), "{what}");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(g.idx, w.idx, "{what} avx2={} row {i}", isa.is_some());
@@ -292,7 +293,8 @@ mod tests {
             &[],
             Pack::PanelsAndRows,
         );
-        assert!(knn(None, &[0.0; 3], d, &cols.soa(None), 1).is_none());
+        let cp = Checkpoint::current("knn");
+        assert!(knn(None, &[0.0; 3], d, &cols.soa(None), 1, &cp).is_none());
         // A far query alone goes the direct way inside the blocked path.
         let x = data(40 * d, 9);
         let mut q = data(8 * d, 10);

@@ -423,6 +423,12 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
                 promise.keep(Delivery::Done(out));
                 Ok(mine)
             }
+            // Every member was cancelled: each finds its own token
+            // cancelled when it runs alone, and nothing is retried.
+            Err(e @ crate::error::Error::Cancelled { .. }) => {
+                promise.keep(Delivery::Alone);
+                Err(e)
+            }
             Err(_) => {
                 self.lock().stats.retried_alone += batch.members as u64;
                 promise.keep(Delivery::Alone);

@@ -380,7 +380,8 @@ fn panel_tasks_match_plain_definition() {
             let queries = if loo { &x[..] } else { &x[..m * d] };
             let rows = queries.len() / d;
             let mut out = vec![0.0f32; rows * q];
-            local_mean(&k, queries, d, &soa, loo, &mut out);
+            let cp = crate::cancel::Checkpoint::current("local_mean");
+            local_mean(&k, queries, d, &soa, loo, &mut out, &cp).unwrap();
             for r in (0..rows).step_by(7).chain([rows - 1]) {
                 let keep: Vec<usize> = (0..n).filter(|&j| !(loo && j == r)).collect();
                 let xs: Vec<f32> = keep

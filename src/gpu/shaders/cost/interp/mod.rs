@@ -699,12 +699,10 @@ impl Interp<'_> {
             }
         }
         self.undecided_exit.pop();
-        // Scalars the loop assigns (its counters, carried values) feed its
-        // next iteration: live.
-        let carried: Vec<_> = assigned
-            .into_iter()
-            .filter(|&l| self.is_scalar(f, l))
-            .collect();
+        // What the loop assigns (its counters, carried values, the sums it
+        // hands to the code after it) feeds its next iteration or its
+        // result: live.
+        let carried = assigned;
         for l in carried {
             let nodes: Vec<usize> = fr
                 .stores
