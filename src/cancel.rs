@@ -43,6 +43,9 @@ pub struct CancelToken {
 struct Inner {
     cancelled: AtomicBool,
     deadline: Option<Instant>,
+    /// Work shared by several callers: cancelled once every one of these
+    /// is (none: only by this token's own flag or deadline).
+    all_of: Vec<CancelToken>,
 }
 
 thread_local! {
@@ -61,8 +64,8 @@ impl CancelToken {
     pub fn with_deadline(deadline: Instant) -> Self {
         Self {
             inner: Arc::new(Inner {
-                cancelled: AtomicBool::new(false),
                 deadline: Some(deadline),
+                ..Inner::default()
             }),
         }
     }
@@ -81,10 +84,25 @@ impl CancelToken {
         self.inner.cancelled.store(true, Ordering::Release);
     }
 
+    /// A token for work done on behalf of several callers (a batch of
+    /// their requests): cancelled when every one of `tokens` is, or by its
+    /// own [`cancel`](Self::cancel). With no tokens it is never cancelled
+    /// but by its own flag.
+    pub(crate) fn all_of(tokens: Vec<CancelToken>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                all_of: tokens,
+                ..Inner::default()
+            }),
+        }
+    }
+
     /// Whether the token was cancelled or its deadline has passed.
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancelled.load(Ordering::Acquire)
             || self.inner.deadline.is_some_and(|d| Instant::now() >= d)
+            || (!self.inner.all_of.is_empty()
+                && self.inner.all_of.iter().all(CancelToken::is_cancelled))
     }
 
     /// The deadline given at construction, if any.
@@ -122,53 +140,53 @@ impl CancelToken {
     }
 
     fn reason(&self) -> &'static str {
-        if self.inner.cancelled.load(Ordering::Acquire) {
-            "cancelled"
-        } else {
+        if self.inner.deadline.is_some_and(|d| Instant::now() >= d) {
             "deadline passed"
+        } else {
+            "cancelled"
         }
     }
 }
 
 /// What an op checks between blocks of work: the token current on the
-/// thread that started the op, or none. Cheap to copy into rayon tasks.
-#[derive(Clone, Debug, Default)]
+/// thread that started the op (or none), and the op's name for the error.
+/// Cheap to share with rayon tasks.
+#[derive(Clone, Debug)]
 pub(crate) struct Checkpoint {
+    op: &'static str,
     token: Option<CancelToken>,
 }
 
 impl Checkpoint {
-    /// The token current on this thread (read once where an op starts,
-    /// before it fans out to other threads).
-    pub(crate) fn current() -> Self {
+    /// The token current on this thread for `op` (read once where an op
+    /// starts, before it fans out to other threads).
+    pub(crate) fn current(op: &'static str) -> Self {
         Self {
+            op,
             token: CURRENT.with(|c| c.borrow().clone()),
         }
     }
 
     /// `Err(Error::Cancelled)` once the op's token is cancelled.
     #[inline]
-    pub(crate) fn check(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         match &self.token {
-            Some(t) => t.check(op),
+            Some(t) => t.check(self.op),
             None => Ok(()),
         }
     }
 
-    /// Whether the op's token is cancelled (for loops that stop early and
-    /// report the error once).
+    /// Whether the op's token is cancelled: a task that sees it skips its
+    /// work, and the op reports [`check`](Self::check)'s error once its
+    /// tasks have returned.
     #[inline]
     pub(crate) fn is_cancelled(&self) -> bool {
         self.token.as_ref().is_some_and(CancelToken::is_cancelled)
     }
 
-    /// Runs `f` with this checkpoint's token current on this thread (for
-    /// work handed to another thread that calls ops itself).
-    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        match &self.token {
-            Some(t) => t.run(f),
-            None => f(),
-        }
+    /// The token, if the op runs under one.
+    pub(crate) fn token(&self) -> Option<&CancelToken> {
+        self.token.as_ref()
     }
 }
 
@@ -178,16 +196,16 @@ mod tests {
 
     #[test]
     fn run_sets_and_restores_the_current_token() {
-        assert!(!Checkpoint::current().is_cancelled());
+        assert!(!Checkpoint::current("t").is_cancelled());
         let outer = CancelToken::new();
         let inner = CancelToken::new();
         inner.cancel();
         outer.run(|| {
-            assert!(Checkpoint::current().check("t").is_ok());
-            inner.run(|| assert!(Checkpoint::current().is_cancelled()));
-            assert!(!Checkpoint::current().is_cancelled());
+            assert!(Checkpoint::current("t").check().is_ok());
+            inner.run(|| assert!(Checkpoint::current("t").is_cancelled()));
+            assert!(!Checkpoint::current("t").is_cancelled());
         });
-        assert!(Checkpoint::current().token.is_none());
+        assert!(Checkpoint::current("t").token.is_none());
     }
 
     #[test]
@@ -196,7 +214,7 @@ mod tests {
         t.cancel();
         let caught = std::panic::catch_unwind(|| t.run(|| panic!("boom")));
         assert!(caught.is_err());
-        assert!(Checkpoint::current().token.is_none());
+        assert!(Checkpoint::current("t").token.is_none());
     }
 
     #[test]
@@ -213,7 +231,27 @@ mod tests {
         );
         let c = CancelToken::with_timeout(Duration::from_secs(60));
         c.cancel();
-        assert!(matches!(c.check("t"), Err(Error::Cancelled { reason: "cancelled", .. })));
+        assert!(matches!(
+            c.check("t"),
+            Err(Error::Cancelled {
+                reason: "cancelled",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_shared_token_is_cancelled_once_all_its_callers_are() {
+        let (a, b) = (CancelToken::new(), CancelToken::new());
+        let both = CancelToken::all_of(vec![a.clone(), b.clone()]);
+        a.cancel();
+        assert!(!both.is_cancelled());
+        b.cancel();
+        assert!(both.is_cancelled());
+        let own = CancelToken::all_of(Vec::new());
+        assert!(!own.is_cancelled());
+        own.cancel();
+        assert!(own.is_cancelled());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Rust errors as Python exceptions, and the one way compute is run: with
-//! the GIL released and any panic caught.
+//! the GIL released, any panic caught, and, on the main thread, Ctrl-C
+//! honoured while the call runs.
 //!
 //! The exception classes live in `locus/_errors.py` (they need multiple
 //! inheritance: `InputError` is a `ValueError`, `DeviceError` a
@@ -7,8 +8,10 @@
 //! once and cached.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
-use locus::Error;
+use locus::{CancelToken, Error};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
@@ -83,15 +86,86 @@ pub(crate) fn to_py(py: Python<'_>, e: &Error) -> PyErr {
     py_err(py, kind(e), e.to_string())
 }
 
+/// How often the main thread looks for signals (Ctrl-C) while a call runs.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// The interpreter's main thread (`threading.main_thread().ident`).
+static MAIN_THREAD: PyOnceLock<u64> = PyOnceLock::new();
+
+/// Whether this is the interpreter's main thread, the one Python runs
+/// signal handlers on.
+fn on_main_thread(py: Python<'_>) -> bool {
+    let main = MAIN_THREAD.get_or_try_init(py, || -> PyResult<u64> {
+        let threading = py.import("threading")?;
+        threading
+            .call_method0("main_thread")?
+            .getattr("ident")?
+            .extract()
+    });
+    let this = py
+        .import("threading")
+        .and_then(|t| t.call_method0("get_ident"))
+        .and_then(|i| i.extract::<u64>());
+    matches!((main, this), (Ok(&a), Ok(b)) if a == b)
+}
+
 /// Runs `f` with the GIL released (other Python threads run meanwhile),
 /// turning a Rust error into its Python exception and a panic into
 /// `locus.LocusError`, so nothing unwinds into the interpreter.
+///
+/// On the main thread the call runs on a worker thread under a
+/// [`CancelToken`] while this thread checks for signals every
+/// [`SIGNAL_POLL`]: Ctrl-C cancels the call (it stops at its next
+/// checkpoint, the engine untouched) and raises `KeyboardInterrupt` once
+/// the work has stopped. Other threads never receive signals, so they run
+/// the call themselves.
 pub(crate) fn compute<T, F>(py: Python<'_>, f: F) -> PyResult<T>
 where
     T: Send,
     F: FnOnce() -> locus::Result<T> + Send,
 {
-    match py.detach(|| catch_unwind(AssertUnwindSafe(f))) {
+    let outcome = if on_main_thread(py) {
+        let token = CancelToken::new();
+        let finished = (Mutex::new(false), Condvar::new());
+        let outcome = std::thread::scope(|s| {
+            let worker = s.spawn(|| {
+                let out = token.run(|| catch_unwind(AssertUnwindSafe(f)));
+                *finished.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                finished.1.notify_all();
+                out
+            });
+            let mut interrupted = None;
+            loop {
+                let done = py.detach(|| {
+                    let g = finished.0.lock().unwrap_or_else(|e| e.into_inner());
+                    let (g, _) = finished
+                        .1
+                        .wait_timeout_while(g, SIGNAL_POLL, |done| !*done)
+                        .unwrap_or_else(|e| e.into_inner());
+                    *g
+                });
+                if done {
+                    break;
+                }
+                if interrupted.is_none()
+                    && let Err(e) = py.check_signals()
+                {
+                    token.cancel();
+                    interrupted = Some(e);
+                }
+            }
+            let joined = py.detach(|| worker.join());
+            (interrupted, joined)
+        });
+        match outcome {
+            (Some(interrupt), _) => return Err(interrupt),
+            (None, Ok(out)) => out,
+            (None, Err(panic)) => Err(panic),
+        }
+    } else {
+        py.detach(|| catch_unwind(AssertUnwindSafe(f)))
+    };
+    match outcome {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(to_py(py, &e)),
         Err(panic) => {

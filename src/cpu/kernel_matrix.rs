@@ -14,13 +14,17 @@ use super::panels::{ROWS, SqDists, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists, sum_of};
 use super::weights::{block_weights, initial_max, product_ts};
 use crate::backend::MatrixMode;
+use crate::cancel::Checkpoint;
+use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::kernel::exact::{self, needs_exact};
 
 /// Fills `out` (row-major, `M × n`) with the requested matrix for the
 /// queries (row-major, `d` columns), on the AVX2 + FMA build when `isa`
 /// holds the token, else on the portable one. Returns the number of rows
-/// with no kernel mass (NaN rows of `D⁻¹K`; always 0 for the other modes).
+/// with no kernel mass (NaN rows of `D⁻¹K`; always 0 for the other modes),
+/// or [`crate::Error::Cancelled`] (row groups skipped once the calling
+/// thread's token is cancelled).
 ///
 /// For the Laplacian modes the queries are the keys themselves (`M = n`).
 pub(crate) fn kernel_matrix(
@@ -31,7 +35,9 @@ pub(crate) fn kernel_matrix(
     keys: &KeysSoa<'_>,
     mode: MatrixMode,
     out: &mut [f32],
-) -> usize {
+) -> Result<usize> {
+    // Read on the calling thread, before the rows fan out.
+    let cp = Checkpoint::current("kernel_matrix");
     let n = keys.n;
     // Groups of rows by inner products only when there are enough of them
     // for every thread; else row by row, by differences.
@@ -43,10 +49,14 @@ pub(crate) fn kernel_matrix(
         MatrixMode::Laplacian | MatrixMode::NormalizedLaplacian
     );
     let tile = TileIsa::at_most(isa);
-    out.par_chunks_mut(rows_per * n)
+    let empty = out
+        .par_chunks_mut(rows_per * n)
         .zip(queries.par_chunks(rows_per * d))
         .enumerate()
         .map(|(gi, (rows, qs))| {
+            if cp.is_cancelled() {
+                return 0;
+            }
             let g = qs.len() / d;
             let mut sq = panels
                 .then(|| SqDists::new(kernel, qs, d, keys.panels, None, tile))
@@ -91,7 +101,9 @@ pub(crate) fn kernel_matrix(
                 })
                 .sum::<usize>()
         })
-        .sum()
+        .sum();
+    cp.check()?;
+    Ok(empty)
 }
 
 /// Scaled squared distances of one query to the keys `j0..j0+t.len()`, by
@@ -283,8 +295,8 @@ mod tests {
                 for isa in [None, Avx2Fma::detect()] {
                     let mut got = vec![0.0f32; rows * n];
                     let mut want = vec![0.0f32; rows * n];
-                    kernel_matrix(isa, &k, qs, d, &with.soa(None), mode, &mut got);
-                    kernel_matrix(isa, &k, qs, d, &without.soa(None), mode, &mut want);
+                    kernel_matrix(isa, &k, qs, d, &with.soa(None), mode, &mut got).unwrap();
+                    kernel_matrix(isa, &k, qs, d, &without.soa(None), mode, &mut want).unwrap();
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                         assert!(
                             (g - w).abs() <= 1e-4 * w.abs() + 1e-5 || (g.is_nan() && w.is_nan()),

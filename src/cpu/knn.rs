@@ -13,6 +13,8 @@ use super::knn_blocked;
 use super::panels::MAX_D;
 use super::simd::{Avx2Fma, Avx512, KEY_BLOCK};
 use super::topk::{TopK, range};
+use crate::cancel::Checkpoint;
+use crate::error::Result;
 use crate::types::Neighbours;
 
 /// Coordinates from which a key set keeps panels for kNN (one-shot calls
@@ -39,14 +41,26 @@ pub(crate) fn blocked(d: usize, m: usize) -> bool {
 /// The `k` nearest keys of every query (row-major, `d` columns): by inner
 /// products when there are enough queries and the keys have panels,
 /// directly otherwise; both give the same lists.
-pub(crate) fn knn(queries: &[f32], d: usize, keys: &KeysSoa<'_>, k: usize) -> Vec<TopK> {
+///
+/// Tasks that find `cp` cancelled skip their work and the call fails with
+/// [`crate::Error::Cancelled`].
+pub(crate) fn knn(
+    queries: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    k: usize,
+    cp: &Checkpoint,
+) -> Result<Vec<TopK>> {
     let isa = Avx2Fma::detect();
-    if blocked(d, queries.len() / d)
-        && let Some(lists) = knn_blocked::knn(isa, queries, d, keys, k)
+    let lists = match blocked(d, queries.len() / d)
+        .then(|| knn_blocked::knn(isa, queries, d, keys, k, cp))
+        .flatten()
     {
-        return lists;
-    }
-    direct(isa, queries, d, keys, k)
+        Some(lists) => lists,
+        None => direct(isa, queries, d, keys, k, cp),
+    };
+    cp.check()?;
+    Ok(lists)
 }
 
 /// The `k` nearest keys of every query, one distance loop over `d` per
@@ -57,6 +71,7 @@ pub(super) fn direct(
     d: usize,
     keys: &KeysSoa<'_>,
     k: usize,
+    cp: &Checkpoint,
 ) -> Vec<TopK> {
     let n = keys.n;
     let m = queries.len() / d;
@@ -72,7 +87,10 @@ pub(super) fn direct(
         .map(|query| {
             (0..n.div_ceil(per))
                 .into_par_iter()
-                .map(|t| range(isa, query, keys, k, t * per, ((t + 1) * per).min(n)))
+                .map(|t| match cp.is_cancelled() {
+                    true => TopK::new(k),
+                    false => range(isa, query, keys, k, t * per, ((t + 1) * per).min(n)),
+                })
                 .reduce_with(|a, b| a.merge(&b))
                 .unwrap_or_else(|| TopK::new(k))
         })

@@ -14,6 +14,7 @@ use super::keys::KeysSoa;
 use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile, far_norm};
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, sq_dist, sq_dist_row};
 use super::topk::{TopK, range};
+use crate::cancel::Checkpoint;
 
 /// Queries per rayon task (groups of [`ROWS`] sharing each key block).
 const CHUNK: usize = 16 * ROWS;
@@ -43,6 +44,7 @@ pub(crate) fn knn(
     d: usize,
     keys: &KeysSoa<'_>,
     k: usize,
+    cp: &Checkpoint,
 ) -> Option<Vec<TopK>> {
     let panels = keys.panels.filter(|p| p.d() == d && d <= MAX_D)?;
     let gamma = gamma(d);
@@ -63,7 +65,11 @@ pub(crate) fn knn(
         .clamp(ROWS, CHUNK);
     let lists = queries
         .par_chunks(per * d)
-        .flat_map_iter(|chunk| chunk_lists(isa, chunk, d, keys, &filter, k))
+        .flat_map_iter(|chunk| match cp.is_cancelled() {
+            // Skipped: the caller reports the cancellation.
+            true => vec![TopK::new(k); chunk.len() / d],
+            false => chunk_lists(isa, chunk, d, keys, &filter, k),
+        })
         .collect();
     Some(lists)
 }
@@ -225,7 +231,7 @@ mod tests {
         );
         let soa = cols.soa(None);
         for isa in [None, Avx2Fma::detect()] {
-            let want = direct(isa, q, d, &soa, k);
+            let want = direct(isa, q, d, &soa, k, &Checkpoint::current("knn"));
             let got = knn(isa, q, d, &soa, k).expect("blocked path runs");
             assert_eq!(got.len(), want.len(), "{what}");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -6,7 +6,8 @@
 //! cells within one bandwidth, so a step costs the seed's neighbourhood,
 //! not all N keys. Seeds that have converged leave the active list.
 //!
-//! Imports: `super::{keys, local_mean, panels}`, `crate::grid`, `crate::kernel`,
+//! Imports: `super::{keys, local_mean, panels}`, `crate::cancel`, `crate::error`,
+//! `crate::grid`, `crate::kernel`,
 //! `crate::matrix`, `crate::types`.
 
 use rayon::prelude::*;
@@ -14,6 +15,8 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group, local_mean};
 use super::panels::{self, CentredRows, Panels, serve_sq_dists};
+use crate::cancel::Checkpoint;
+use crate::error::Result;
 use crate::grid::Grid;
 use crate::kernel::Kernel;
 use crate::matrix::padded_stride;
@@ -207,8 +210,15 @@ impl ShiftKeys {
     }
 
     /// Local means of the rows `active` of `pos`: `(row, mean)` pairs in
-    /// some order; a NaN mean is an empty neighbourhood.
-    fn local_means(&self, kernel: &Kernel, pos: &[f32], active: &[u32]) -> (Vec<u32>, Vec<f32>) {
+    /// some order; a NaN mean is an empty neighbourhood. Groups that find
+    /// `cp` cancelled are skipped, and the step fails.
+    fn local_means(
+        &self,
+        kernel: &Kernel,
+        pos: &[f32],
+        active: &[u32],
+        cp: &Checkpoint,
+    ) -> Result<(Vec<u32>, Vec<f32>)> {
         let d = self.d;
         if self.grid.is_none() {
             // Every key weighs: the full fused local mean (it also splits
@@ -218,8 +228,8 @@ impl ShiftKeys {
                 queries.extend_from_slice(&pos[r as usize * d..(r as usize + 1) * d]);
             }
             let mut out = vec![0.0f32; active.len() * d];
-            local_mean(kernel, &queries, d, &self.soa(), false, &mut out);
-            return (active.to_vec(), out);
+            local_mean(kernel, &queries, d, &self.soa(), false, &mut out, cp)?;
+            return Ok((active.to_vec(), out));
         }
         let groups = self.groups(pos, active);
         let parts: Vec<(Vec<u32>, Vec<f32>)> = groups
@@ -227,6 +237,9 @@ impl ShiftKeys {
             .map_init(
                 || (Vec::new(), Vec::new()),
                 |(buf, ranges), rows| {
+                    if cp.is_cancelled() {
+                        return (Vec::new(), Vec::new());
+                    }
                     let st = self.group_state(kernel, pos, &rows, buf, ranges);
                     let mut out = vec![0.0f32; rows.len() * d];
                     st.finalize(d, &mut out);
@@ -234,19 +247,23 @@ impl ShiftKeys {
                 },
             )
             .collect();
+        cp.check()?;
         let mut order = Vec::with_capacity(active.len());
         let mut means = Vec::with_capacity(active.len() * d);
         for (rows, out) in parts {
             order.extend(rows);
             means.extend(out);
         }
-        (order, means)
+        Ok((order, means))
     }
 }
 
 /// MeanShift on the CPU: `seeds` (row-major, `d` columns) move over
-/// `points`, or, blurring, the points themselves move.
-pub(crate) fn mean_shift(shift: Shift<'_>) -> ShiftOutcome {
+/// `points`, or, blurring, the points themselves move. The calling
+/// thread's cancellation token is checked before every iteration and
+/// within each.
+pub(crate) fn mean_shift(shift: Shift<'_>) -> Result<ShiftOutcome> {
+    let cp = Checkpoint::current("mean_shift");
     let (kernel, run, progress) = (shift.kernel, &shift.rule, shift.progress);
     let (d, points) = (shift.points.cols(), shift.points.as_slice());
     let mut pos = shift.seeds;
@@ -256,10 +273,11 @@ pub(crate) fn mean_shift(shift: Shift<'_>) -> ShiftOutcome {
     let mut iterations = 0;
     let mut converged = false;
     for it in 1..=run.max_iter {
+        cp.check()?;
         if run.blurring && it > 1 {
             keys = ShiftKeys::new(kernel, &pos, d);
         }
-        let (order, means) = keys.local_means(kernel, &pos, &active);
+        let (order, means) = keys.local_means(kernel, &pos, &active, &cp)?;
         let mut next = Vec::with_capacity(order.len());
         let mut max_shift = 0.0f64;
         if run.blurring {
@@ -303,11 +321,11 @@ pub(crate) fn mean_shift(shift: Shift<'_>) -> ShiftOutcome {
             break;
         }
     }
-    ShiftOutcome {
+    Ok(ShiftOutcome {
         positions: pos,
         iterations,
         converged,
-    }
+    })
 }
 
 /// Moves one seed to its local mean. Returns the squared shift and whether

@@ -139,7 +139,7 @@ impl Backend for CpuBackend {
     }
 
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
-        Ok(mean_shift::mean_shift(shift))
+        mean_shift::mean_shift(shift)
     }
 }
 

@@ -18,6 +18,7 @@ use super::keys::KeysSoa;
 use super::simd::Avx2Fma;
 use super::simd::{Isa, KEY_BLOCK, Portable, dot, scaled_sq_dists, sum_of};
 use super::weights::{block_weights, initial_max, product_ts};
+use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::kernel::{Kernel, ProductBlocks};
 use crate::matrix::{Matrix, alloc_output};
@@ -60,6 +61,8 @@ pub(crate) fn weighted_averages<P: PairSums>(
 ) -> Result<RowNormalized> {
     let (m, p) = (queries.rows(), pairs.cols());
     let mut out = alloc_output(op, "averages", m, p)?;
+    // Read on the calling thread, before the rows fan out.
+    let cp = Checkpoint::current(op);
     #[cfg(target_arch = "x86_64")]
     let isa = Avx2Fma::detect();
     let empty = out
@@ -73,6 +76,9 @@ pub(crate) fn weighted_averages<P: PairSums>(
                 sums: vec![0.0; p],
             },
             |sc, (i, row)| {
+                if cp.is_cancelled() {
+                    return false;
+                }
                 let q = queries.row_range(i, i + 1);
                 #[cfg(target_arch = "x86_64")]
                 if let Some(isa) = isa {
@@ -85,6 +91,7 @@ pub(crate) fn weighted_averages<P: PairSums>(
         )
         .filter(|&e| e)
         .count();
+    cp.check()?;
     Ok(RowNormalized::from_parts(m, p, out, empty))
 }
 

@@ -17,6 +17,7 @@ use super::local_mean::QUERY_GROUP;
 use super::simd::Avx2Fma;
 use super::{kernel_matrix, knn, local_mean, moments, panels};
 use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
+use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::matrix::{Matrix, alloc_output, ensure_room};
 use crate::memory::{MemoryBudget, Reservation};
@@ -114,8 +115,9 @@ impl PreparedKeys for CpuKeys {
         let _work = self.request("local_mean", request_bytes(m, cols))?;
         let mut out = alloc_output("local_mean", "output", m, cols)?;
         let (d, exclude) = (self.keys.d(), q.exclude_self);
-        let empty =
-            local_mean::local_mean(q.kernel, queries.as_slice(), d, &soa, exclude, &mut out);
+        let cp = Checkpoint::current("local_mean");
+        let rows = queries.as_slice();
+        let empty = local_mean::local_mean(q.kernel, rows, d, &soa, exclude, &mut out, &cp)?;
         Ok(RowNormalized::from_parts(m, cols, out, empty))
     }
 
@@ -124,7 +126,8 @@ impl PreparedKeys for CpuKeys {
         let m = q.rows.rows();
         let _work = self.request("row_states", request_bytes(m, soa.q))?;
         let (rows, d) = (q.rows.as_slice(), self.keys.d());
-        let groups = local_mean::group_states(q.kernel, rows, d, &soa, q.exclude_self);
+        let cp = Checkpoint::current("row_states");
+        let groups = local_mean::group_states(q.kernel, rows, d, &soa, q.exclude_self, &cp)?;
         Ok(local_mean::row_states_of(&groups, m, soa.q))
     }
 
@@ -138,7 +141,14 @@ impl PreparedKeys for CpuKeys {
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
         let bytes = (queries.rows() as u64).saturating_mul(16 * k as u64);
         let _work = self.request("knn", bytes)?;
-        let lists = knn::knn(queries.as_slice(), self.keys.d(), &self.keys.soa(None), k);
+        let cp = Checkpoint::current("knn");
+        let lists = knn::knn(
+            queries.as_slice(),
+            self.keys.d(),
+            &self.keys.soa(None),
+            k,
+            &cp,
+        )?;
         Ok(knn::neighbours(&lists, k))
     }
 
@@ -147,7 +157,7 @@ impl PreparedKeys for CpuKeys {
         let mut out = alloc_output("kernel_matrix", "output", m, n)?;
         let (rows, d, keys) = (q.rows.as_slice(), self.keys.d(), self.keys.soa(None));
         let isa = Avx2Fma::detect();
-        let empty = kernel_matrix::kernel_matrix(isa, q.kernel, rows, d, &keys, mode, &mut out);
+        let empty = kernel_matrix::kernel_matrix(isa, q.kernel, rows, d, &keys, mode, &mut out)?;
         Ok(RowNormalized::from_parts(m, n, out, empty))
     }
 

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendInfo, GpuLimits, PipelineCacheStatus};
+use crate::cancel::Checkpoint;
 use crate::error::{Error, Result};
 use crate::gpu::plan::{DeviceLimits, TileLimits};
 
@@ -243,7 +244,8 @@ impl GpuContext {
     }
 
     /// Starts capturing validation, out-of-memory and internal errors on
-    /// this thread for one op.
+    /// this thread for one op, and reads the thread's cancellation token
+    /// for it (checked before each submission and after each wait).
     pub(crate) fn scope(&self, op: &'static str, sizes: String) -> Result<ErrorScope> {
         self.check_alive()?;
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -255,6 +257,7 @@ impl GpuContext {
             oom,
             op,
             sizes,
+            cancel: Checkpoint::current(op),
         })
     }
 
@@ -274,9 +277,19 @@ pub(crate) struct ErrorScope {
     oom: wgpu::ErrorScopeGuard,
     pub op: &'static str,
     pub sizes: String,
+    /// The op's cancellation token, read where the op started.
+    cancel: Checkpoint,
 }
 
 impl ErrorScope {
+    /// `Err(Error::Cancelled)` once the op's token is cancelled: checked
+    /// before work is submitted and after the device has run it, so a
+    /// cancelled op stops within one submission (each bounded by the
+    /// plan's per-dispatch work cap).
+    pub(crate) fn check_cancelled(&self) -> Result<()> {
+        self.cancel.check()
+    }
+
     /// Pops the scopes (innermost first) and maps the first error found.
     pub(crate) fn finish(self, ctx: &GpuContext) -> Result<()> {
         let internal = pollster::block_on(self.internal.pop());

@@ -75,6 +75,7 @@ impl<'p> Submission<'p> {
     /// the buffers and bind groups it used can be released or reused: what
     /// keeps a long sequence of passes in bounded memory.
     pub(crate) fn submit_and_wait(self, ctx: &GpuContext, scope: &ErrorScope) -> Result<()> {
+        scope.check_cancelled()?;
         let index = submit(ctx, self.encoder);
         ctx.device
             .poll(wgpu::PollType::Wait {
@@ -83,7 +84,7 @@ impl<'p> Submission<'p> {
             })
             .map_err(|e| scope.error(format!("waiting for the device: {e}")))?;
         drop(self.kept);
-        Ok(())
+        scope.check_cancelled()
     }
 
     /// Submits the work after copying `sources` (buffer, bytes) one after
@@ -119,6 +120,7 @@ impl<'p> Submission<'p> {
         scope: &ErrorScope,
         sources: &[(&wgpu::Buffer, u64)],
     ) -> Result<PendingRead<'p>> {
+        scope.check_cancelled()?;
         let Submission { mut encoder, kept } = self;
         let total: u64 = sources.iter().map(|s| s.1).sum();
         let staging = ctx.buffer(
@@ -188,6 +190,8 @@ impl PendingRead<'_> {
                 timeout: None,
             })
             .map_err(|e| scope.error(format!("waiting for the device: {e}")))?;
+        // Not read when cancelled: dropped, the staging buffer is freed.
+        scope.check_cancelled()?;
         match self.rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(scope.error(format!("mapping the results: {e}"))),

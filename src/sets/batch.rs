@@ -14,6 +14,11 @@
 //! Requests are validated before they join, so a batch fails only for
 //! reasons that are not its members' fault (memory, device). Then every
 //! member runs its own request alone and gets its own result or error.
+//!
+//! Cancellation: a batch runs under a token cancelled only when every
+//! member's is (one caller giving up does not fail the others), and a
+//! member whose own token is cancelled stops waiting for its batch at once
+//! with [`Error::Cancelled`](crate::Error::Cancelled).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -22,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use ndarray::{ArrayView2, s};
 
+use crate::cancel::{CancelToken, Checkpoint};
 use crate::error::Result;
 use crate::matrix::Matrix;
 use crate::types::{Neighbours, RowNormalized, RowStates};
@@ -168,16 +174,26 @@ impl<T> Outcome<T> {
         self.ready.notify_all();
     }
 
-    fn wait(&self) -> Arc<Delivery<T>> {
+    /// Waits for the delivery, or until `cp` is cancelled (looked at
+    /// every [`CANCEL_POLL`]).
+    fn wait(&self, cp: &Checkpoint) -> Result<Arc<Delivery<T>>> {
         let mut g = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(d) = g.as_ref() {
-                return Arc::clone(d);
+                return Ok(Arc::clone(d));
             }
-            g = self.ready.wait(g).unwrap_or_else(|e| e.into_inner());
+            cp.check()?;
+            g = self
+                .ready
+                .wait_timeout(g, CANCEL_POLL)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 }
+
+/// How often a member waiting for its batch looks at its cancellation token.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
 
 /// The leader's promise to its members: if it is dropped unkept (the
 /// leader unwound), they are told to run alone instead of waiting forever.
@@ -206,6 +222,9 @@ struct Open<T> {
     queries: Vec<f32>,
     rows: usize,
     members: usize,
+    /// The members' cancellation tokens (`None`: a member that cannot be
+    /// cancelled, so neither can the batch).
+    tokens: Vec<Option<CancelToken>>,
     full: bool,
     outcome: Arc<Outcome<T>>,
 }
@@ -291,6 +310,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
         run: &dyn Fn(&Matrix<'_>) -> Result<T>,
     ) -> Result<T> {
         let rows = queries.rows();
+        let cp = Checkpoint::current("batched request");
         let mut p = self.lock();
         if !self.opts.enabled || rows >= self.opts.direct_rows || rows >= self.opts.max_batch_rows {
             p.stats.direct += 1;
@@ -307,6 +327,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
                     b.queries.extend_from_slice(queries.as_slice());
                     b.rows += rows;
                     b.members += 1;
+                    b.tokens.push(cp.token().cloned());
                     b.full = b.rows >= max;
                     Some((r0, b.full, Arc::clone(&b.outcome)))
                 }
@@ -323,7 +344,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
                         self.wake.notify_all();
                     }
                     drop(p);
-                    return self.follow(&outcome, r0, rows, queries, run);
+                    return self.follow(&outcome, r0, rows, queries, run, &cp);
                 }
                 None => {
                     p.open.remove(&key);
@@ -341,6 +362,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
                 queries: queries.as_slice().to_vec(),
                 rows,
                 members: 1,
+                tokens: vec![cp.token().cloned()],
                 full: false,
                 outcome: Arc::clone(&outcome),
             },
@@ -389,7 +411,11 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
                 reason: format!("batch of {} rows: {e}", batch.rows),
             })
             .and_then(|v| Matrix::check("batch", "queries", v))
-            .and_then(|m| run(&m));
+            .and_then(|m| {
+                // Cancelled only when every member is.
+                let shared = batch.tokens.iter().cloned().collect::<Option<Vec<_>>>();
+                CancelToken::all_of(shared.unwrap_or_default()).run(|| run(&m))
+            });
         drop(running);
         match result {
             Ok(out) => {
@@ -413,8 +439,9 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
         rows: usize,
         queries: &Matrix<'_>,
         run: &dyn Fn(&Matrix<'_>) -> Result<T>,
+        cp: &Checkpoint,
     ) -> Result<T> {
-        match &*outcome.wait() {
+        match &*outcome.wait(cp)? {
             Delivery::Done(out) => Ok(out.rows(r0, r0 + rows)),
             Delivery::Alone => self.alone(queries, run),
         }

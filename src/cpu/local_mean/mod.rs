@@ -11,7 +11,8 @@
 //! Its children: `group.rs` (the group's job and state), `far.rs` (rows
 //! finished in `f64`), `portable.rs` and `avx2.rs` (the kernels).
 //!
-//! Imports: `super::{keys, panels, simd}`, `crate::kernel`, `crate::types`.
+//! Imports: `super::{keys, panels, simd}`, `crate::cancel`, `crate::error`,
+//! `crate::kernel`, `crate::types`.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -24,6 +25,8 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 use super::panels::{CentredRows, P, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, KEY_BLOCK, Portable};
+use crate::cancel::Checkpoint;
+use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::types::RowStates;
 
@@ -36,18 +39,24 @@ pub(crate) use group::{GroupJob, GroupState, QUERY_GROUP};
 /// Work is split over query groups; when there are too few of them to
 /// occupy every thread, the keys are split as well and the partial states
 /// merged with the associative rule.
+///
+/// A task that finds `cp` cancelled skips its work; the call then fails
+/// with [`crate::Error::Cancelled`].
 pub(crate) fn group_states(
     kernel: &Kernel,
     queries: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
     exclude_self: bool,
-) -> Vec<GroupState> {
+    cp: &Checkpoint,
+) -> Result<Vec<GroupState>> {
     let (n, q) = (keys.n, keys.q);
     let groups = queries.len().div_ceil(QUERY_GROUP * d);
     let want = 4 * rayon::current_num_threads();
     if groups >= want && serve_sq_dists(kernel, keys.panels, d) {
-        return panel_group_states(kernel, queries, d, keys, exclude_self);
+        let states = panel_group_states(kernel, queries, d, keys, exclude_self, cp);
+        cp.check()?;
+        return Ok(states);
     }
     let splits = if groups >= want {
         1
@@ -56,7 +65,7 @@ pub(crate) fn group_states(
     };
     // Key ranges aligned to whole blocks.
     let per = n.div_ceil(splits).next_multiple_of(KEY_BLOCK);
-    queries
+    let states = queries
         .par_chunks(QUERY_GROUP * d)
         .enumerate()
         .map(|(gi, qs)| {
@@ -70,19 +79,27 @@ pub(crate) fn group_states(
                 self_row: exclude_self.then_some(gi * QUERY_GROUP),
                 centred: None,
             };
+            if cp.is_cancelled() {
+                return GroupState::empty(kernel.profile(), q);
+            }
             if splits == 1 {
                 return group(&job(0, n));
             }
             (0..n.div_ceil(per))
                 .into_par_iter()
-                .map(|t| group(&job(t * per, ((t + 1) * per).min(n))))
+                .map(|t| match cp.is_cancelled() {
+                    true => GroupState::empty(kernel.profile(), q),
+                    false => group(&job(t * per, ((t + 1) * per).min(n))),
+                })
                 .reduce_with(|mut a, b| {
                     a.merge(&b, q);
                     a
                 })
                 .unwrap_or_else(|| GroupState::empty(kernel.profile(), q))
         })
-        .collect()
+        .collect();
+    cp.check()?;
+    Ok(states)
 }
 
 /// Query groups per task when the keys have panels: they share each key
@@ -103,6 +120,7 @@ fn panel_group_states(
     d: usize,
     keys: &KeysSoa<'_>,
     exclude_self: bool,
+    cp: &Checkpoint,
 ) -> Vec<GroupState> {
     let (n, q) = (keys.n, keys.q);
     let groups = queries.len().div_ceil(QUERY_GROUP * d);
@@ -124,6 +142,9 @@ fn panel_group_states(
                 .map(|qs| keys.panels.map(|p| CentredRows::new(p, qs)))
                 .collect();
             for k0 in (0..n).step_by(range) {
+                if cp.is_cancelled() {
+                    break;
+                }
                 for (g, qs) in chunk.chunks(QUERY_GROUP * d).enumerate() {
                     let part = group(&GroupJob {
                         kernel,
@@ -170,13 +191,15 @@ pub(crate) fn local_mean(
     keys: &KeysSoa<'_>,
     exclude_self: bool,
     out: &mut [f32],
-) -> usize {
+    cp: &Checkpoint,
+) -> Result<usize> {
     let q = keys.q;
-    let states = group_states(kernel, queries, d, keys, exclude_self);
-    out.par_chunks_mut(QUERY_GROUP * q)
+    let states = group_states(kernel, queries, d, keys, exclude_self, cp)?;
+    Ok(out
+        .par_chunks_mut(QUERY_GROUP * q)
         .zip(states.par_iter())
         .map(|(o, st)| st.finalize(q, o))
-        .sum()
+        .sum())
 }
 
 /// The state of one group, on the best compiled version.

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::super::simd::{Avx2Fma, Isa, Portable, exp_nonpos, fmadd, fmax, max_of, sum_of};
 use super::{BK, BQ, Batch, MR, NR, Packed, scaled_queries, scores};
+use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::matrix::alloc_output;
 use crate::types::merge_states;
@@ -80,6 +81,8 @@ where
 {
     let (nb, m, d) = (phi.batch, phi.rows, phi.cols());
     let mut out = alloc_output("kernel_softmax", "output", nb * m, q)?;
+    // Read on the calling thread, before the batches fan out.
+    let cp = Checkpoint::current("kernel_softmax");
     // Batches run a group at a time, a group as large as the thread pool,
     // so the packed keys and values in memory are those of one group, not
     // of every batch.
@@ -93,6 +96,7 @@ where
         want.div_ceil(blocks).min(n / (4 * BK)).max(1)
     };
     for (g, og) in out.chunks_mut(group * m * q).enumerate() {
+        cp.check()?;
         let b0 = g * group;
         let group_keys: Vec<P> = (b0..b0 + og.len() / (m * q))
             .into_par_iter()
@@ -119,8 +123,11 @@ where
                     let per = end.div_ceil(splits).next_multiple_of(BK);
                     let state = (0..end.div_ceil(per))
                         .into_par_iter()
-                        .map(|t| {
-                            block_state(isa, &batch, i0, i1, t * per, ((t + 1) * per).min(end))
+                        .map(|t| match cp.is_cancelled() {
+                            true => BlockState::empty(i1 - i0, keys.qp),
+                            false => {
+                                block_state(isa, &batch, i0, i1, t * per, ((t + 1) * per).min(end))
+                            }
                         })
                         .reduce_with(BlockState::merge)
                         .unwrap_or_else(|| BlockState::empty(i1 - i0, keys.qp));
@@ -128,6 +135,7 @@ where
                 });
             });
     }
+    cp.check()?;
     Ok(out)
 }
 

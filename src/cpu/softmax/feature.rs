@@ -7,6 +7,7 @@
 use rayon::prelude::*;
 
 use super::super::simd::Avx2Fma;
+use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::matrix::alloc_output;
 use crate::types::Heads;
@@ -101,10 +102,15 @@ pub(crate) fn feature_local_mean_on(
 ) -> Result<(Vec<f32>, usize)> {
     let (nb, m, q) = (phi.batch, phi.rows, values.cols());
     let mut out = alloc_output("feature_local_mean", "output", nb * m, q)?;
+    // Read on the calling thread, before the batches fan out.
+    let cp = Checkpoint::current("feature_local_mean");
     let empty = out
         .par_chunks_mut(m * q)
         .enumerate()
         .map(|(b, ob)| {
+            if cp.is_cancelled() {
+                return 0;
+            }
             let args = FeatureBatch {
                 phi: phi.batch_slice(b),
                 psi: psi.batch_slice(b),
@@ -119,6 +125,7 @@ pub(crate) fn feature_local_mean_on(
             args.run(ob)
         })
         .sum();
+    cp.check()?;
     Ok((out, empty))
 }
 

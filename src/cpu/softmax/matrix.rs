@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use super::super::simd::{Avx2Fma, Isa, Portable, exp_nonpos, max_of, sum_of};
 use super::{BK, BQ, Batch, pack, scaled_queries, scores};
+use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::matrix::alloc_output;
 use crate::types::{Attention, Heads};
@@ -31,7 +32,12 @@ pub(crate) fn softmax_matrix_on(
 ) -> Result<Vec<f32>> {
     let (nb, m, n, d) = (phi.batch, phi.rows, psi.rows, phi.cols());
     let mut out = alloc_output("softmax_matrix", "output", nb * m, n)?;
+    // Read on the calling thread, before the batches fan out.
+    let cp = Checkpoint::current("softmax_matrix");
     out.par_chunks_mut(m * n).enumerate().for_each(|(b, ob)| {
+        if cp.is_cancelled() {
+            return;
+        }
         let keys = pack(psi.batch_slice(b), n, d, None);
         let batch = Batch {
             phi: phi.batch_slice(b),
@@ -43,6 +49,9 @@ pub(crate) fn softmax_matrix_on(
             off: n - m.min(n),
         };
         ob.par_chunks_mut(BQ * n).enumerate().for_each(|(blk, o)| {
+            if cp.is_cancelled() {
+                return;
+            }
             let i0 = blk * BQ;
             #[cfg(target_arch = "x86_64")]
             if let Some(isa) = isa {
@@ -53,6 +62,7 @@ pub(crate) fn softmax_matrix_on(
             matrix_rows(Portable, &batch, i0, o);
         });
     });
+    cp.check()?;
     Ok(out)
 }
 

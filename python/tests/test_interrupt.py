@@ -1,0 +1,74 @@
+"""Ctrl-C during a long call raises KeyboardInterrupt within a fraction of
+a second, and the engine answers the next call."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+# A child process: a long call on its main thread, interrupted by the test.
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    import locus
+
+    rng = np.random.default_rng(0)
+    op = sys.argv[1]
+    engine = locus.Engine("cpu")
+    x = rng.normal(size=(120_000, 3)).astype(np.float32)
+    small = x[:500]
+    calls = {
+        "local_mean": lambda a: locus.local_mean(a, a, bandwidth=0.5, backend=engine),
+        "local_pca": lambda a: locus.local_pca(
+            a, a, bandwidth=0.5, n_components=2, backend=engine
+        ),
+        "mean_shift": lambda a: locus.mean_shift(a, bandwidth=0.05, backend=engine),
+    }
+    call = calls[op]
+    print("start", flush=True)
+    try:
+        call(x)
+    except KeyboardInterrupt:
+        print("interrupted", time.monotonic(), flush=True)
+    else:
+        print("finished", flush=True)
+        sys.exit(3)
+    call(small)
+    print("usable", flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("op", ["local_mean", "local_pca", "mean_shift"])
+def test_ctrl_c_interrupts_a_long_call_and_the_engine_stays_usable(op):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, op],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert child.stdout.readline().strip() == "start"
+        # Let the call get going (past input conversion) before the signal.
+        time.sleep(1.0)
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        line = child.stdout.readline().split()
+        assert line and line[0] == "interrupted", (line, child.stderr.read())
+        delay = float(line[1]) - sent
+        # The target is 0.5 s; the margin is for a loaded two-core machine.
+        assert delay < 2.0, f"KeyboardInterrupt {delay:.2f} s after SIGINT"
+        assert child.stdout.readline().strip() == "usable"
+        assert child.wait(timeout=60) == 0
+        print(f"{op}: KeyboardInterrupt {delay * 1000:.0f} ms after SIGINT")
+    finally:
+        child.kill()
+        child.wait()
