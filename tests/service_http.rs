@@ -1,4 +1,4 @@
-//! The example service (`examples/service.rs`) as a client sees it: started
+//! The example service (`examples/service/`) as a client sees it: started
 //! on 127.0.0.1 on a free port with `.npy` files, real HTTP requests, valid
 //! and invalid, from several connections at once; then shut down.
 
@@ -421,46 +421,249 @@ fn idle_and_half_sent_connections_are_closed_after_the_header_timeout() {
     }
 }
 
+/// Keys (`n × d`, float32) and values (`n × 2`) large enough that a
+/// 3000-query local mean computes for seconds on two cores: `keys.npy` and
+/// `values.npy` in the returned folder.
+fn large_files(n: usize, d: usize) -> tempfile::TempDir {
+    let dir = temp_folder("service-large");
+    let mut rng = Rng::new(11);
+    write_npy(dir.path().join("keys.npy"), &rng.matrix(n, d, 0.0, 1.0)).unwrap();
+    write_npy(dir.path().join("values.npy"), &rng.matrix(n, 2, -1.0, 1.0)).unwrap();
+    dir
+}
+
+fn start_large(dir: &tempfile::TempDir, extra: &[&str]) -> Service {
+    let (k, v) = (
+        dir.path().join("keys.npy").to_string_lossy().into_owned(),
+        dir.path().join("values.npy").to_string_lossy().into_owned(),
+    );
+    let mut args = vec![
+        "--keys",
+        &k,
+        "--values",
+        &v,
+        "--bandwidth",
+        "2",
+        "--backend",
+        "cpu",
+    ];
+    args.extend(extra);
+    Service::start(&args, Duration::from_secs(60))
+}
+
+/// A request body of `rows` query points of `d` coordinates, written short.
+fn large_body(rows: usize, d: usize) -> String {
+    let q = Rng::new(12).matrix(rows, d, 0.0, 1.0);
+    let rows: Vec<String> = q
+        .rows()
+        .into_iter()
+        .map(|r| {
+            let v: Vec<String> = r.iter().map(|x| format!("{x:.3}")).collect();
+            format!("[{}]", v.join(","))
+        })
+        .collect();
+    format!(r#"{{"queries": [{}]}}"#, rows.join(","))
+}
+
+/// Sends one request on a fresh connection; the status and the body.
+fn send(addr: std::net::SocketAddr, body: &str) -> (u16, String) {
+    Client::connect(addr)
+        .unwrap()
+        .request("POST", "/local-mean", body)
+        .unwrap()
+}
+
 #[test]
-fn requests_beyond_the_in_flight_limit_are_shed_and_slow_ones_time_out() {
+fn requests_beyond_the_in_flight_limit_are_shed() {
+    let dir = large_files(200_000, 32);
+    let svc = start_large(
+        &dir,
+        &["--max-in-flight", "1", "--request-timeout-ms", "4000"],
+    );
+    let addr = svc.addr;
+    let big = large_body(3000, 32);
+    let small = large_body(1, 32);
+    // A request computing for seconds holds the only permit.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let first = std::thread::spawn(move || {
+        let r = send(addr, &big);
+        tx.send(()).unwrap();
+        r
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut c = Client::connect(addr).unwrap();
+    let (status, b) = c.request("POST", "/local-mean", &small).unwrap();
+    let first_done = rx.try_recv().is_ok();
+    // (Unless the first request already finished, on a much faster machine.)
+    if !first_done {
+        assert_eq!(status, 503, "{b}");
+        let msg = json(&b)["error"].as_str().unwrap().to_string();
+        assert!(msg.contains("busy") && msg.contains("limit 1"), "{msg}");
+        // /health is exempt.
+        let (status, _) = c.request("GET", "/health", "").unwrap();
+        assert_eq!(status, 200);
+    }
+    // The long request is answered 503 at its deadline (or done earlier).
+    let (status, b) = first.join().unwrap();
+    if status != 200 {
+        assert_eq!(status, 503, "{b}");
+        let msg = json(&b)["error"].as_str().unwrap().to_string();
+        assert!(msg.contains("longer than 4000 ms"), "{msg}");
+    }
+}
+
+#[test]
+fn slow_uploads_hold_no_permit_and_are_answered_408() {
     let f = files();
     let svc = start_with(
         &f,
         false,
-        &["--max-in-flight", "1", "--request-timeout-ms", "1500"],
+        &[
+            "--max-in-flight",
+            "2",
+            "--body-timeout-ms",
+            "1500",
+            "--max-connections",
+            "64",
+        ],
     );
-    // A request whose body never finishes holds the only slot.
-    let mut slow = raw(svc.addr);
-    slow.write_all(
-        b"POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"queries\"",
-    )
-    .unwrap();
+    // Sixteen uploads (eight times the permits) stall after one body byte.
+    let t0 = Instant::now();
+    let mut slow: Vec<TcpStream> = (0..16)
+        .map(|_| {
+            let mut s = raw(svc.addr);
+            s.write_all(
+                b"POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+            )
+            .unwrap();
+            s
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(300));
+    // A normal request is served at once: the stalled ones hold no permit.
     let q = Rng::new(2).matrix(2, 3, 0.0, 1.0);
-    let mut c = Client::connect(svc.addr).unwrap();
-    let (status, b) = c.request("POST", "/local-mean", &body(&q, "")).unwrap();
-    assert_eq!(status, 503, "{b}");
-    let msg = json(&b)["error"].as_str().unwrap().to_string();
-    assert!(msg.contains("busy") && msg.contains("limit 1"), "{msg}");
-    // /health is exempt (on a new connection: the server may close one
-    // whose request body it did not read).
-    let (status, _) = Client::connect(svc.addr)
+    let t1 = Instant::now();
+    let (status, b) = send(svc.addr, &body(&q, ""));
+    assert_eq!(status, 200, "{b}");
+    assert!(t1.elapsed() < Duration::from_secs(1), "{:?}", t1.elapsed());
+    // Each stalled upload is answered 408 at its body deadline, and closed.
+    for (i, s) in slow.iter_mut().enumerate() {
+        let (text, closed) = read_until_closed(s, Duration::from_secs(10));
+        assert!(text.starts_with("HTTP/1.1 408"), "upload {i}: {text}");
+        let msg = json(answer_body(&text))["error"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(msg.contains("within 1500 ms"), "{msg}");
+        assert!(closed, "upload {i} still open after its 408");
+    }
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1400),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn protocol_errors_are_answered_with_a_json_body() {
+    let f = files();
+    let svc = start(&f, false);
+    let many_headers: String = (0..101).map(|i| format!("X-Extra-{i}: y\r\n")).collect();
+    let cases = [
+        ("POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_string(), 400, "Content-Length"),
+        ("POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_string(), 400, "Content-Length"),
+        (
+            "POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n{}".to_string(),
+            400,
+            "Content-Length",
+        ),
+        ("GARBAGE\r\n\r\n".to_string(), 400, "malformed"),
+        (format!("GET /health HTTP/1.1\r\nHost: x\r\n{many_headers}\r\n"), 431, "100 headers"),
+    ];
+    for (request, want, needle) in cases {
+        let mut s = raw(svc.addr);
+        s.write_all(request.as_bytes()).unwrap();
+        let (text, closed) = read_until_closed(&mut s, Duration::from_secs(10));
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {want} ")),
+            "{request:?}: {text}"
+        );
+        assert!(
+            text.to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{text}"
+        );
+        let msg = json(answer_body(&text))["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{request:?}: {text}"))
+            .to_string();
+        assert!(msg.contains(needle), "{request:?}: {msg}");
+        assert!(closed, "{request:?}: the connection stays open");
+    }
+    // The service is unharmed.
+    let q = Rng::new(3).matrix(2, 3, 0.0, 1.0);
+    assert_eq!(send(svc.addr, &body(&q, "")).0, 200);
+}
+
+/// The CPU time (user + system, seconds) the process `pid` has used.
+#[cfg(target_os = "linux")]
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (in parentheses): utime and stime are
+    // the 12th and 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
         .unwrap()
-        .request("GET", "/health", "")
-        .unwrap();
-    assert_eq!(status, 200);
-    // The stalled request is answered 503 at its deadline, freeing the slot.
-    let (text, _) = read_until_closed(&mut slow, Duration::from_secs(10));
-    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
-    let msg = json(answer_body(&text))["error"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(msg.contains("longer than 1500 ms"), "{msg}");
-    let (status, b) = Client::connect(svc.addr)
-        .unwrap()
-        .request("POST", "/local-mean", &body(&q, ""))
-        .unwrap();
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // The kernel's USER_HZ is 100 on every Linux architecture.
+    ticks / 100.0
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn timed_out_work_stops_and_then_releases_its_permit() {
+    let dir = large_files(200_000, 32);
+    let svc = start_large(
+        &dir,
+        &["--max-in-flight", "2", "--request-timeout-ms", "300"],
+    );
+    let addr = svc.addr;
+    let big = large_body(3000, 32);
+    // Twelve requests of seconds of work each, two at a time: each is
+    // answered 503 (timed out; or busy while cancelled work winds down).
+    let mut timed_out = 0;
+    for _ in 0..6 {
+        let answers: Vec<(u16, String)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2).map(|_| s.spawn(|| send(addr, &big))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (status, b) in answers {
+            assert_eq!(status, 503, "{b}");
+            let msg = json(&b)["error"].as_str().unwrap().to_string();
+            assert!(
+                msg.contains("longer than 300 ms") || msg.contains("busy"),
+                "{msg}"
+            );
+            timed_out += usize::from(msg.contains("longer than"));
+        }
+    }
+    assert!(timed_out >= 2, "{timed_out} of 12 timed out");
+    // Within two seconds of the last answer the work has stopped: the
+    // process uses (almost) no CPU.
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = svc.child.id();
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_seconds(pid) - before;
+    assert!(
+        used < 0.15,
+        "{used:.2} s of CPU in the second 2 s after the last answer"
+    );
+    // And the permits are free again.
+    let (status, b) = send(addr, &large_body(1, 32));
     assert_eq!(status, 200, "{b}");
 }
 

@@ -1,0 +1,244 @@
+//! The HTTP layer: connections (header deadline, connection cap, graceful
+//! shutdown, JSON bodies on hyper's own error answers), request bodies
+//! read whole under their deadline before anything else, and JSON bodies
+//! on every error answer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, HttpBody};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::Semaphore;
+
+use crate::api::{Deadline, Failure};
+use crate::protocol::{JsonErrors, MAX_HEADERS};
+
+/// The limits of the HTTP layer.
+#[derive(Clone)]
+pub struct Limits {
+    /// `--request-timeout-ms`: from a request's headers to its answer.
+    pub request_timeout: Duration,
+    /// `--body-timeout-ms`: from a request's headers to the end of its body.
+    pub body_timeout: Duration,
+    pub max_rows: usize,
+    /// Largest body accepted.
+    pub body_bytes: usize,
+}
+
+impl Limits {
+    fn too_large(&self) -> Failure {
+        Failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "too many rows (limit {}): the request body exceeds {} bytes",
+                self.max_rows, self.body_bytes
+            ),
+        )
+    }
+}
+
+/// Why a body was not read.
+enum BodyError {
+    TooLarge,
+    Broken(String),
+}
+
+/// Reads `body` whole, refusing it once it passes `limit` bytes.
+async fn read_body(mut body: Body, limit: usize) -> Result<Vec<u8>, BodyError> {
+    let mut bytes = Vec::new();
+    while let Some(frame) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    {
+        let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > limit {
+                return Err(BodyError::TooLarge);
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(bytes)
+}
+
+/// The HTTP layer around every route (`/health` is exempt, so it answers
+/// under load): a body announced too large is refused unread; the body is
+/// then read whole within `--body-timeout-ms` (and the request's deadline)
+/// or the request is answered 408 and its connection closed; only then do
+/// the routes see it, with the request's [`Deadline`]. No compute permit is
+/// held while a body arrives: the routes take one after parsing it.
+pub async fn guard(State(limits): State<Limits>, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/health" {
+        return next.run(req).await;
+    }
+    let start = Instant::now();
+    let deadline = start + limits.request_timeout;
+    // A body announced larger than any allowed request: refused unread.
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limits.body_bytes as u64) {
+        return limits.too_large().into_response();
+    }
+    let body_deadline = deadline.min(start + limits.body_timeout);
+    let (mut parts, body) = req.into_parts();
+    let read = tokio::time::timeout_at(
+        tokio::time::Instant::from_std(body_deadline),
+        read_body(body, limits.body_bytes),
+    );
+    let bytes = match read.await {
+        Ok(Ok(b)) => b,
+        Ok(Err(BodyError::TooLarge)) => return limits.too_large().into_response(),
+        Ok(Err(BodyError::Broken(e))) => {
+            return Failure(
+                StatusCode::BAD_REQUEST,
+                format!("the request body could not be read: {e}"),
+            )
+            .into_response();
+        }
+        Err(_) => {
+            let mut r = Failure(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} ms of its headers; send it at once",
+                    (body_deadline - start).as_millis()
+                ),
+            )
+            .into_response();
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return r;
+        }
+    };
+    parts.extensions.insert(Deadline(deadline));
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// Gives every error answer a JSON body `{"error": "..."}`: those of the
+/// routes already have one; the router's own (404, 405) and the body
+/// limit's (413) are rewritten here.
+pub async fn json_errors(State(limits): State<Limits>, req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let r = next.run(req).await;
+    let status = r.status();
+    let is_json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return r;
+    }
+    let msg = match status {
+        StatusCode::NOT_FOUND => format!(
+            "no such endpoint: {method} {path} (POST /local-mean, POST /classify, GET /health, GET /stats)"
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => format!("method {method} not allowed on {path}"),
+        StatusCode::PAYLOAD_TOO_LARGE => limits.too_large().1,
+        _ => {
+            let text = axum::body::to_bytes(r.into_body(), 64 << 10)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+                .unwrap_or_default();
+            let reason = status.canonical_reason().unwrap_or("error");
+            if text.is_empty() {
+                reason.to_string()
+            } else {
+                format!("{reason}: {text}")
+            }
+        }
+    };
+    Failure(status, msg).into_response()
+}
+
+/// Serves `router` on `listener` until a shutdown signal: each connection
+/// under the header-read timeout, at most `max_connections` at once; then
+/// waits for the open ones (up to `grace`).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    header_timeout: Duration,
+    max_connections: usize,
+    grace: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let mut stop = std::pin::pin!(shutdown_signal());
+    loop {
+        let slot = tokio::select! {
+            s = Arc::clone(&slots).acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+            _ = &mut stop => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of file descriptors or a connection reset before
+                    // it was accepted: wait a little, keep serving.
+                    eprintln!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let mut http = http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .max_headers(MAX_HEADERS)
+            .keep_alive(true);
+        let conn = http.serve_connection(
+            JsonErrors::new(TokioIo::new(stream)),
+            TowerToHyperService::new(router.clone()),
+        );
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    eprintln!("shutting down: finishing the requests in flight");
+    tokio::select! {
+        _ = graceful.shutdown() => {},
+        _ = tokio::time::sleep(grace) => {
+            eprintln!("shutdown: gave up waiting after {} ms", grace.as_millis());
+        },
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
