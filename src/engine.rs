@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::{Backend, BackendInfo, GpuLimits, PipelineCacheStatus};
 use crate::cpu::CpuBackend;
@@ -49,9 +50,24 @@ pub struct EngineOptions {
     /// Most bytes the engine may hold (`None`: no limit). On a GPU: every
     /// device buffer (key sets, running calls, idle buffers, which are
     /// freed first); on the CPU: key sets and their requests' working
-    /// memory. An allocation past it fails with
-    /// [`Error::MemoryLimit`](crate::Error::MemoryLimit) and changes nothing.
+    /// memory. An allocation that can never fit under it — more than the
+    /// limit less the resident key sets — fails at once with
+    /// [`Error::MemoryLimit`](crate::Error::MemoryLimit) and changes
+    /// nothing; one that would fit once running calls give their memory
+    /// back waits for it (see [`memory_wait`](Self::memory_wait)).
     pub memory_limit: Option<u64>,
+    /// Under a [`memory_limit`](Self::memory_limit): how long a request or
+    /// key set that does not fit beside running calls' memory waits for
+    /// it (default [`DEFAULT_MEMORY_WAIT`], 10 s; zero: it fails at once).
+    /// Waiters are served in arrival order, so a large request is never
+    /// passed forever by small ones; a waiter whose thread's
+    /// [`CancelToken`](crate::CancelToken) is cancelled stops with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) within 50 ms; when the
+    /// wait runs out the charge fails with
+    /// [`Error::MemoryLimit`](crate::Error::MemoryLimit). Resident key sets
+    /// are not waited for: a request that fits only if one is dropped
+    /// fails at once.
+    pub memory_wait: Duration,
     /// The GPU adapter to open (`None`: the best one). Indices count in the
     /// order of [`Engine::adapters`] (best first), as `locus info` lists
     /// them. With [`Device::Auto`] a chosen adapter is taken even when it
@@ -74,6 +90,10 @@ pub struct EngineOptions {
     /// [`Engine::pipeline_cache`] for what became of it.
     pub pipeline_cache: Option<PathBuf>,
 }
+
+/// How long a request waits for memory under a limit unless told
+/// otherwise ([`EngineOptions::memory_wait`]).
+pub const DEFAULT_MEMORY_WAIT: Duration = Duration::from_secs(10);
 
 /// Environment variable choosing the GPU adapter (see [`AdapterChoice`]).
 pub const ADAPTER_ENV: &str = "LOCUS_ADAPTER";
@@ -118,6 +138,7 @@ impl EngineOptions {
             output_sentinel: None,
             buffer_pool_bytes: 256 << 20,
             memory_limit: None,
+            memory_wait: DEFAULT_MEMORY_WAIT,
             adapter: None,
             require_hardware: false,
             gpu_timing: false,
@@ -250,7 +271,10 @@ impl Engine {
     pub fn with_options(options: EngineOptions) -> Result<Engine> {
         options.tile_limits.validate()?;
         let cpu = || Engine {
-            backend: Arc::new(CpuBackend::with_memory_limit(options.memory_limit)),
+            backend: Arc::new(CpuBackend::with_memory_limit(
+                options.memory_limit,
+                options.memory_wait,
+            )),
             fallback: None,
         };
         if options.device == Device::Cpu {
@@ -274,6 +298,7 @@ impl Engine {
             options.pipeline_cache.as_deref(),
         )?;
         ctx.pool.set_limit(options.memory_limit);
+        ctx.pool.set_wait(options.memory_wait);
         Ok(Engine {
             backend: Arc::new(GpuBackend::new(ctx)),
             fallback: None,

@@ -55,8 +55,8 @@ pub use cluster::{
 };
 pub use cluster::{neighbour_sq_dists, rank_modes, shift_step};
 pub use engine::{
-    ADAPTER_ENV, Device, Engine, EngineOptions, PIPELINE_CACHE_ENV, REQUIRE_HARDWARE_ENV,
-    default_pipeline_cache_dir,
+    ADAPTER_ENV, DEFAULT_MEMORY_WAIT, Device, Engine, EngineOptions, PIPELINE_CACHE_ENV,
+    REQUIRE_HARDWARE_ENV, default_pipeline_cache_dir,
 };
 pub use error::{Error, Result};
 pub use gpu::adapter::AdapterChoice;

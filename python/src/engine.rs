@@ -1,5 +1,7 @@
 //! `Engine`: a locus engine on one backend, shared by every thread.
 
+use std::time::Duration;
+
 use locus::{BackendInfo, Device, EmptyFallback, EngineOptions, KeySetOptions};
 use ndarray::{Ix2, Ix3};
 use numpy::PyReadonlyArray1;
@@ -24,10 +26,17 @@ pub struct Engine {
 #[pymethods]
 impl Engine {
     /// Opens an engine on `backend`, with at most `memory_limit` bytes held
-    /// (key sets, GPU buffers) when given.
+    /// (key sets, GPU buffers) when given; under it a call that would fit
+    /// once others end waits up to `memory_wait` seconds (default 10; 0:
+    /// it fails at once).
     #[new]
-    #[pyo3(signature = (backend = "auto", *, memory_limit = None))]
-    fn new(py: Python<'_>, backend: &str, memory_limit: Option<u64>) -> PyResult<Self> {
+    #[pyo3(signature = (backend = "auto", *, memory_limit = None, memory_wait = None))]
+    fn new(
+        py: Python<'_>,
+        backend: &str,
+        memory_limit: Option<u64>,
+        memory_wait: Option<f64>,
+    ) -> PyResult<Self> {
         let device = match backend {
             "auto" => Device::Auto,
             "gpu" => Device::Gpu,
@@ -39,17 +48,28 @@ impl Engine {
                 ));
             }
         };
+        let memory_wait = match memory_wait {
+            None => locus::DEFAULT_MEMORY_WAIT,
+            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| {
+                input(
+                    py,
+                    format!("memory_wait must be a finite number of seconds >= 0, got {s}"),
+                )
+            })?,
+        };
         let inner = compute(py, || {
             if device == Device::Auto && memory_limit.is_none() {
                 return Ok(locus::Engine::new());
             }
             let mut options = EngineOptions::from_env(device)?;
             options.memory_limit = memory_limit;
+            options.memory_wait = memory_wait;
             match locus::Engine::with_options(options) {
                 // As `Engine::new`: "auto" never fails for want of a GPU.
                 Err(_) if device == Device::Auto => {
                     let mut cpu = EngineOptions::new(Device::Cpu);
                     cpu.memory_limit = memory_limit;
+                    cpu.memory_wait = memory_wait;
                     locus::Engine::with_options(cpu)
                 }
                 r => r,

@@ -50,18 +50,21 @@ pub(crate) struct CpuBackend {
 
 impl CpuBackend {
     pub(crate) fn new() -> Self {
-        CpuBackend::with_memory_limit(None)
+        CpuBackend::with_memory_limit(None, std::time::Duration::ZERO)
     }
 
     /// A backend whose key sets (resident data and request working memory)
-    /// hold at most `limit` bytes.
-    pub(crate) fn with_memory_limit(limit: Option<u64>) -> Self {
+    /// hold at most `limit` bytes; a request that would fit once others
+    /// end waits for them up to `wait`.
+    pub(crate) fn with_memory_limit(limit: Option<u64>, wait: std::time::Duration) -> Self {
+        let budget = MemoryBudget::new(limit);
+        budget.set_wait(wait);
         CpuBackend {
             info: BackendInfo::Cpu {
                 threads: rayon::current_num_threads(),
                 simd: simd::simd_name(),
             },
-            budget: Arc::new(MemoryBudget::new(limit)),
+            budget: Arc::new(budget),
         }
     }
 }

@@ -102,7 +102,7 @@ impl CpuKeys {
     fn request(&self, op: &'static str, bytes: u64) -> Result<Option<Reservation>> {
         self.held
             .as_ref()
-            .map(|(budget, _)| budget.reserve(op, "request", bytes))
+            .map(|(budget, _)| budget.reserve_working(op, "request", bytes))
             .transpose()
     }
 }

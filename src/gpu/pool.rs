@@ -2,16 +2,19 @@
 //!
 //! Every device buffer the engine creates is charged to its
 //! [`MemoryBudget`] while it lives, idle ones included; when a new buffer
-//! would pass the limit, idle buffers are freed first. The pool is a part
-//! of the context: it takes the device it creates buffers on, not the
-//! context.
+//! would pass the limit, idle buffers are freed first, and then the charge
+//! waits its turn for buffers other calls hold (see `crate::memory`): while
+//! one waits, returned buffers are freed rather than kept idle. The pool is
+//! a part of the context: it takes the device it creates buffers on, not
+//! the context.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::memory::{MemoryBudget, MemoryUsage, Reservation};
+use crate::memory::{Hold, MemoryBudget, MemoryUsage, Reservation, Use};
 
 /// Buffers up to this size are pooled by power-of-two classes; larger ones
 /// by multiples of [`BIG_STEP`].
@@ -57,6 +60,12 @@ impl BufferPool {
         self.budget.set_limit(limit);
     }
 
+    /// Sets how long a new buffer or key set that would fit under the cap
+    /// waits for buffers other calls hold (zero: it fails at once).
+    pub(crate) fn set_wait(&self, wait: Duration) {
+        self.budget.set_wait(wait);
+    }
+
     /// Device bytes held, idle ones, and the cap.
     pub(crate) fn usage(&self) -> MemoryUsage {
         let (in_use, limit) = self.budget.usage();
@@ -67,14 +76,12 @@ impl BufferPool {
         }
     }
 
-    /// Charges `bytes` of new device memory, freeing idle buffers first
-    /// when the cap would be passed.
+    /// Charges `bytes` of new device memory for a call, freeing idle
+    /// buffers first when the cap would be passed, then waiting for other
+    /// calls' buffers.
     fn charge(&self, op: &'static str, what: &'static str, bytes: u64) -> Result<()> {
-        if self.budget.charge(op, what, bytes).is_ok() {
-            return Ok(());
-        }
-        self.trim();
-        self.budget.charge(op, what, bytes)
+        self.budget
+            .charge(op, what, bytes, Use::Working, &|| self.trim())
     }
 
     /// Frees every idle buffer.
@@ -84,22 +91,20 @@ impl BufferPool {
             idle.free.clear();
             std::mem::take(&mut idle.bytes)
         };
-        self.budget.release(freed);
+        self.budget.release(freed, Use::Working);
     }
 
     /// Charges `bytes` of device memory owned outside the pool (resident
-    /// key sets) for as long as the guard lives.
+    /// key sets) for as long as the guard lives, freeing idle buffers
+    /// first when the cap would be passed, then waiting for calls' buffers.
     pub(crate) fn reserve(
         &self,
         op: &'static str,
         what: &'static str,
         bytes: u64,
     ) -> Result<Reservation> {
-        if let Ok(r) = self.budget.reserve(op, what, bytes) {
-            return Ok(r);
-        }
-        self.trim();
-        self.budget.reserve(op, what, bytes)
+        self.budget
+            .reserve_reclaiming(op, what, bytes, &|| self.trim())
     }
 
     fn class(&self, size: u64) -> u64 {
@@ -141,6 +146,8 @@ impl BufferPool {
         let buffer = match reused {
             Some(b) => b,
             None => {
+                // Charged before the loan is marked: a call's first buffer
+                // queues behind waiting calls, its later ones go first.
                 self.charge(op, "a GPU buffer", class)?;
                 device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(op),
@@ -155,11 +162,13 @@ impl BufferPool {
             pool: Some(self),
             key,
             len: size,
+            _hold: Some(self.budget.hold()),
         })
     }
 
     fn put(&self, key: (u64, u32), buffer: wgpu::Buffer) {
-        {
+        // While a charge waits for memory, buffers are freed, not idled.
+        if !self.budget.has_waiters() {
             let mut idle = self.idle();
             if idle.bytes + key.0 <= self.cap {
                 idle.bytes += key.0;
@@ -168,7 +177,7 @@ impl BufferPool {
             }
         }
         drop(buffer); // freed by wgpu once no submission uses it
-        self.budget.release(key.0);
+        self.budget.release(key.0, Use::Working);
     }
 }
 
@@ -180,6 +189,9 @@ pub(crate) struct Pooled<'p> {
     pool: Option<&'p BufferPool>,
     key: (u64, u32),
     len: u64,
+    /// For a loan from the pool: the mark that the borrowing thread holds
+    /// a buffer (dropped after the buffer went back).
+    _hold: Option<Hold>,
 }
 
 impl Pooled<'_> {
@@ -198,6 +210,7 @@ impl Pooled<'_> {
             pool: None,
             key: (0, 0),
             len,
+            _hold: None,
         }
     }
 
@@ -237,7 +250,7 @@ impl Pooled<'_> {
     pub(crate) fn discard(mut self) {
         if let (Some(b), Some(pool)) = (self.buffer.take(), self.pool) {
             drop(b);
-            pool.budget.release(self.key.0);
+            pool.budget.release(self.key.0, Use::Working);
         }
     }
 }

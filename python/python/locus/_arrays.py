@@ -86,6 +86,16 @@ def as_count(k: Any, name: str) -> int:
     return int(k)
 
 
+def as_seconds(t: Any, name: str) -> float:
+    """A finite, non-negative number of seconds (a wait, a timeout)."""
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(t).__name__}")
+    t = float(t)
+    if not np.isfinite(t) or t < 0:
+        raise InputError(f"{name} must be a finite number of seconds >= 0, got {t}")
+    return t
+
+
 def as_labels(y: Any, n: int, name: str = "labels") -> tuple[np.ndarray, np.ndarray]:
     """The distinct labels (sorted) and each label's index among them
     (int64), for ``n`` keys."""

@@ -14,6 +14,7 @@ from ._arrays import (
     as_float32,
     as_labels,
     as_matrix,
+    as_seconds,
     as_values,
     fit_result,
 )
@@ -43,8 +44,12 @@ class Engine:
     is none; ``"cpu"`` runs on all cores with rayon. The environment
     variables ``LOCUS_ADAPTER`` and ``LOCUS_REQUIRE_HARDWARE`` choose among
     adapters as for the command-line tool. ``memory_limit`` caps the bytes
-    the engine holds (key sets, GPU buffers); past it a call raises
-    :class:`~locus.LocusMemoryError` and the engine keeps working.
+    the engine holds (key sets, GPU buffers); a call that can never fit
+    under it (more than the limit less the key sets held) raises
+    :class:`~locus.LocusMemoryError` at once and the engine keeps working.
+    A call that would fit once other calls give their memory back waits
+    for it, in arrival order, up to ``memory_wait`` seconds (default 10;
+    ``0`` raises at once), then raises :class:`~locus.LocusMemoryError`.
 
     An engine is thread-safe, and every call releases the GIL, so Python
     threads sharing one engine run in parallel. The functions of
@@ -61,11 +66,19 @@ class Engine:
     array([1.5], dtype=float32)
     """
 
-    def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        backend: str = "auto",
+        *,
+        memory_limit: int | None = None,
+        memory_wait: float | None = None,
+    ) -> None:
         check_backend(backend)
         if memory_limit is not None:
             memory_limit = as_count(memory_limit, "memory_limit")
-        self._inner = _locus.Engine(backend, memory_limit=memory_limit)
+        if memory_wait is not None:
+            memory_wait = as_seconds(memory_wait, "memory_wait")
+        self._inner = _locus.Engine(backend, memory_limit=memory_limit, memory_wait=memory_wait)
 
     @property
     def backend(self) -> str:

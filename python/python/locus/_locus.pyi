@@ -44,7 +44,13 @@ _Clustering = tuple[_F32, _I64, _U64, int, bool, float]
 
 @final
 class Engine:
-    def __new__(cls, backend: str = "auto", *, memory_limit: int | None = None) -> Self: ...
+    def __new__(
+        cls,
+        backend: str = "auto",
+        *,
+        memory_limit: int | None = None,
+        memory_wait: float | None = None,
+    ) -> Self: ...
     @property
     def backend(self) -> str: ...
     def info(self) -> dict[str, Any]: ...
