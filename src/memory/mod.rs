@@ -224,7 +224,7 @@ impl MemoryBudget {
             s.queue.push_back(ticket);
         }
         self.waiting.fetch_add(1, Ordering::AcqRel);
-        let token = Checkpoint::current();
+        let token = Checkpoint::current(op);
         // Memory idled in the GPU pool before this charge queued (the pool
         // frees instead of idling once a charge waits) is given back once
         // per wake-up.
@@ -250,7 +250,7 @@ impl MemoryBudget {
                 // give any back. The last to come leaves.
                 break Err(s.refused(op, what, bytes));
             }
-            if let Err(e) = token.check(op) {
+            if let Err(e) = token.check() {
                 break Err(e);
             }
             if !reclaimed {
