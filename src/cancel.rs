@@ -213,7 +213,13 @@ mod tests {
         );
         let c = CancelToken::with_timeout(Duration::from_secs(60));
         c.cancel();
-        assert!(matches!(c.check("t"), Err(Error::Cancelled { reason: "cancelled", .. })));
+        assert!(matches!(
+            c.check("t"),
+            Err(Error::Cancelled {
+                reason: "cancelled",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -47,12 +47,12 @@ mod cluster;
 mod sets;
 
 pub use backend::{BackendInfo, GpuLimits, PipelineCacheStatus};
+pub use cancel::CancelToken;
 pub use cluster::{
     Bandwidth, ClusterError, MeanShiftFit, MeanShiftParams, MeanShiftValidParams, MedoidShiftFit,
     MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
     silverman_bandwidth,
 };
-pub use cancel::CancelToken;
 pub use cluster::{neighbour_sq_dists, rank_modes, shift_step};
 pub use engine::{
     ADAPTER_ENV, Device, Engine, EngineOptions, PIPELINE_CACHE_ENV, REQUIRE_HARDWARE_ENV,

@@ -81,7 +81,7 @@ impl Backend for CpuBackend {
         sets: &[Matrix<'a>],
         call: &Call<'_>,
     ) -> Result<Box<dyn PreparedKeys + 'a>> {
-        Ok(Box::new(CpuKeys::for_call(keys, sets, call)))
+        Ok(Box::new(CpuKeys::for_call(&self.budget, keys, sets, call)?))
     }
 
     fn prepare_attention(
@@ -139,7 +139,7 @@ impl Backend for CpuBackend {
     }
 
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
-        Ok(mean_shift::mean_shift(shift))
+        mean_shift::mean_shift(shift)
     }
 }
 

@@ -18,7 +18,7 @@ use super::simd::Avx2Fma;
 use super::{kernel_matrix, knn, local_mean, moments, panels};
 use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::error::Result;
-use crate::matrix::{Matrix, alloc_output, ensure_room};
+use crate::matrix::{Matrix, alloc_output};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
@@ -26,9 +26,9 @@ use crate::types::{Neighbours, RowNormalized, RowStates};
 /// the memory they hold.
 pub(crate) struct CpuKeys {
     keys: KeyColumns,
-    /// A key set's budget and the reservation of its keys; `None` for keys
-    /// prepared for one call, which charge nothing.
-    held: Option<(Arc<MemoryBudget>, Reservation)>,
+    /// The budget and the reservation of the keys (a key set's, or one
+    /// call's working copy).
+    held: (Arc<MemoryBudget>, Reservation),
 }
 
 impl std::fmt::Debug for CpuKeys {
@@ -37,7 +37,7 @@ impl std::fmt::Debug for CpuKeys {
             .field("n", &self.keys.n())
             .field("d", &self.keys.d())
             .field("sets", &self.keys.set_cols())
-            .field("kept", &self.held.is_some())
+            .field("bytes", &self.held.1.bytes())
             .finish_non_exhaustive()
     }
 }
@@ -70,18 +70,22 @@ impl CpuKeys {
         };
         let bytes = KeyColumns::bytes(keys, sets, pack);
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
-        // The transposes allocate what was charged: refuse rather than abort.
-        ensure_room("prepare", "resident keys and values", bytes)?;
         Ok(CpuKeys {
-            keys: KeyColumns::new(keys, sets, pack),
-            held: Some((Arc::clone(budget), held)),
+            keys: KeyColumns::try_new("prepare", keys, sets, pack)?,
+            held: (Arc::clone(budget), held),
         })
     }
 
     /// Keys for one `call`: transposed, with the panels that call uses
     /// (inner products for many queries in many dimensions; kNN's blocked
-    /// path), nothing charged.
-    pub(crate) fn for_call(keys: &Matrix<'_>, sets: &[Matrix<'_>], call: &Call<'_>) -> Self {
+    /// path), charged to `budget` (with the call's working memory) until
+    /// the call ends.
+    pub(crate) fn for_call(
+        budget: &Arc<MemoryBudget>,
+        keys: &Matrix<'_>,
+        sets: &[Matrix<'_>],
+        call: &Call<'_>,
+    ) -> Result<Self> {
         let d = keys.cols();
         let pack = match (call.kind, call.kernel) {
             (CallKind::Knn { .. }, _) if knn::blocked(d, call.rows) => Pack::PanelsAndRows,
@@ -90,19 +94,22 @@ impl CpuKeys {
             }
             _ => Pack::None,
         };
-        CpuKeys {
-            keys: KeyColumns::new(keys, sets, pack),
-            held: None,
-        }
+        let op = call.op;
+        let held = budget.reserve(
+            op,
+            "working copy of the keys",
+            KeyColumns::bytes(keys, sets, pack),
+        )?;
+        Ok(CpuKeys {
+            keys: KeyColumns::try_new(op, keys, sets, pack)?,
+            held: (Arc::clone(budget), held),
+        })
     }
 
-    /// Charges a key set's request of `bytes` working memory for as long as
-    /// the guard lives; nothing for keys prepared for one call.
-    fn request(&self, op: &'static str, bytes: u64) -> Result<Option<Reservation>> {
-        self.held
-            .as_ref()
-            .map(|(budget, _)| budget.reserve(op, "request", bytes))
-            .transpose()
+    /// Charges a request of `bytes` working memory for as long as the guard
+    /// lives.
+    fn request(&self, op: &'static str, bytes: u64) -> Result<Reservation> {
+        self.held.0.reserve(op, "request", bytes)
     }
 }
 
@@ -125,7 +132,7 @@ impl PreparedKeys for CpuKeys {
         let _work = self.request("row_states", request_bytes(m, soa.q))?;
         let (rows, d) = (q.rows.as_slice(), self.keys.d());
         let groups = local_mean::group_states(q.kernel, rows, d, &soa, q.exclude_self);
-        Ok(local_mean::row_states_of(&groups, m, soa.q))
+        local_mean::row_states_of(&groups, m, soa.q)
     }
 
     fn local_moments(&self, q: &Query<'_>, pass: Moments) -> Result<RowNormalized> {
@@ -139,7 +146,7 @@ impl PreparedKeys for CpuKeys {
         let bytes = (queries.rows() as u64).saturating_mul(16 * k as u64);
         let _work = self.request("knn", bytes)?;
         let lists = knn::knn(queries.as_slice(), self.keys.d(), &self.keys.soa(None), k);
-        Ok(knn::neighbours(&lists, k))
+        knn::neighbours(&lists, k)
     }
 
     fn kernel_matrix(&self, q: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized> {
@@ -156,6 +163,6 @@ impl PreparedKeys for CpuKeys {
     }
 
     fn bytes(&self) -> u64 {
-        self.held.as_ref().map_or(0, |(_, r)| r.bytes())
+        self.held.1.bytes()
     }
 }

@@ -444,7 +444,7 @@ pub(crate) fn states_on_tiles(
         ..Sweep::new(scope.op, kernel, plan, &call.keys)
     };
     let (m, q) = (call.queries.rows(), sweep.q);
-    let mut states = RowStates::empty(m, q);
+    let mut states = RowStates::empty(scope.op, m, q)?;
     for (r0, r1) in tiles(m, plan.query_tile) {
         let b = TileBuffers::new(call, &sweep, (r0, r1), 0)?;
         let tile = b.tile((r0, r1));

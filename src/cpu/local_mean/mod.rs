@@ -11,7 +11,8 @@
 //! Its children: `group.rs` (the group's job and state), `far.rs` (rows
 //! finished in `f64`), `portable.rs` and `avx2.rs` (the kernels).
 //!
-//! Imports: `super::{keys, panels, simd}`, `crate::kernel`, `crate::types`.
+//! Imports: `super::{keys, panels, simd}`, `crate::error`, `crate::kernel`,
+//! `crate::types`.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -24,6 +25,7 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 use super::panels::{CentredRows, P, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, KEY_BLOCK, Portable};
+use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::types::RowStates;
 
@@ -145,8 +147,8 @@ fn panel_group_states(
 
 /// The row states of `m` queries from their groups' states (as
 /// [`group_states`] returns them), rows with no mass normalized.
-pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> RowStates {
-    let mut states = RowStates::empty(m, q);
+pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> Result<RowStates> {
+    let mut states = RowStates::empty("row_states", m, q)?;
     for (g, st) in groups.iter().enumerate() {
         for r in 0..QUERY_GROUP.min(m.saturating_sub(g * QUERY_GROUP)) {
             let i = g * QUERY_GROUP + r;
@@ -158,7 +160,7 @@ pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> RowSta
         }
     }
     states.normalize_empty();
-    states
+    Ok(states)
 }
 
 /// Local means of `queries` (row-major, `d` columns) into `out` (`q`

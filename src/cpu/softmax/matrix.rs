@@ -31,28 +31,31 @@ pub(crate) fn softmax_matrix_on(
 ) -> Result<Vec<f32>> {
     let (nb, m, n, d) = (phi.batch, phi.rows, psi.rows, phi.cols());
     let mut out = alloc_output("softmax_matrix", "output", nb * m, n)?;
-    out.par_chunks_mut(m * n).enumerate().for_each(|(b, ob)| {
-        let keys = pack(psi.batch_slice(b), n, d, None);
-        let batch = Batch {
-            phi: phi.batch_slice(b),
-            keys: &keys,
-            d,
-            n,
-            scale: attn.scale,
-            causal: attn.causal,
-            off: n - m.min(n),
-        };
-        ob.par_chunks_mut(BQ * n).enumerate().for_each(|(blk, o)| {
-            let i0 = blk * BQ;
-            #[cfg(target_arch = "x86_64")]
-            if let Some(isa) = isa {
-                // SAFETY: `isa` is an `Avx2Fma` token, made only where
-                // run-time detection found AVX2 and FMA.
-                return unsafe { matrix_rows_avx2(isa, &batch, i0, o) };
-            }
-            matrix_rows(Portable, &batch, i0, o);
-        });
-    });
+    out.par_chunks_mut(m * n)
+        .enumerate()
+        .try_for_each(|(b, ob)| {
+            let keys = pack("softmax_matrix", psi.batch_slice(b), n, d, None)?;
+            let batch = Batch {
+                phi: phi.batch_slice(b),
+                keys: &keys,
+                d,
+                n,
+                scale: attn.scale,
+                causal: attn.causal,
+                off: n - m.min(n),
+            };
+            ob.par_chunks_mut(BQ * n).enumerate().for_each(|(blk, o)| {
+                let i0 = blk * BQ;
+                #[cfg(target_arch = "x86_64")]
+                if let Some(isa) = isa {
+                    // SAFETY: `isa` is an `Avx2Fma` token, made only where
+                    // run-time detection found AVX2 and FMA.
+                    return unsafe { matrix_rows_avx2(isa, &batch, i0, o) };
+                }
+                matrix_rows(Portable, &batch, i0, o);
+            });
+            Ok::<(), crate::error::Error>(())
+        })?;
     Ok(out)
 }
 
