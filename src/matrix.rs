@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use ndarray::ArrayView2;
+use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
 use crate::error::{Error, Result};
 
@@ -53,8 +53,39 @@ impl<'a> Matrix<'a> {
         }
         let data: Cow<'a, [f32]> = match view.to_slice() {
             Some(s) => Cow::Borrowed(s),
-            None => Cow::Owned(view.iter().copied().collect()),
+            None => Cow::Owned(try_collect(op, what, view.len(), view.iter().copied())?),
         };
+        Self::validated(op, what, data, (rows, cols), allow_nan)
+    }
+
+    /// As [`check`](Self::check), taking `rows × cols` entries (row-major)
+    /// it owns from then on.
+    pub(crate) fn check_owned(
+        op: &'static str,
+        what: &'static str,
+        (rows, cols): (usize, usize),
+        data: Vec<f32>,
+    ) -> Result<Matrix<'static>> {
+        if rows == 0 || cols == 0 {
+            return Err(Error::EmptyInput {
+                op,
+                what,
+                rows,
+                cols,
+            });
+        }
+        assert_eq!(data.len(), rows * cols, "rows·cols entries");
+        Matrix::validated(op, what, Cow::Owned(data), (rows, cols), false)
+    }
+
+    /// `data` as a matrix once every entry passed the checks.
+    fn validated(
+        op: &'static str,
+        what: &'static str,
+        data: Cow<'a, [f32]>,
+        (rows, cols): (usize, usize),
+        allow_nan: bool,
+    ) -> Result<Self> {
         if let Some(pos) = data
             .iter()
             .position(|v| !(v.is_finite() || allow_nan && v.is_nan()))
@@ -70,13 +101,22 @@ impl<'a> Matrix<'a> {
         Ok(Matrix { data, rows, cols })
     }
 
-    /// The same matrix, owning its data.
-    pub(crate) fn into_owned(self) -> Matrix<'static> {
-        Matrix {
-            data: Cow::Owned(self.data.into_owned()),
+    /// The same matrix, owning its data (copied when borrowed), or
+    /// [`Error::TooLarge`] when the copy cannot be allocated.
+    pub(crate) fn into_owned(
+        self,
+        op: &'static str,
+        what: &'static str,
+    ) -> Result<Matrix<'static>> {
+        let data = match self.data {
+            Cow::Owned(v) => v,
+            Cow::Borrowed(s) => try_copy(op, what, s)?,
+        };
+        Ok(Matrix {
+            data: Cow::Owned(data),
             rows: self.rows,
             cols: self.cols,
-        }
+        })
     }
 
     /// The largest magnitude of an entry.
@@ -99,10 +139,11 @@ impl<'a> Matrix<'a> {
         &self.data
     }
 
-    /// An owned copy as an ndarray.
-    pub(crate) fn to_array(&self) -> ndarray::Array2<f32> {
-        ndarray::Array2::from_shape_vec((self.rows, self.cols), self.data.to_vec())
-            .expect("rows·cols entries") // ok: checked at construction
+    /// An owned copy as an ndarray, or [`Error::TooLarge`] when it cannot
+    /// be allocated.
+    pub(crate) fn to_array(&self, op: &'static str, what: &'static str) -> Result<Array2<f32>> {
+        let data = try_copy(op, what, &self.data)?;
+        Ok(Array2::from_shape_vec((self.rows, self.cols), data).expect("rows·cols entries")) // ok: checked at construction
     }
 
     /// Rows `r0..r1`, row-major.
@@ -111,18 +152,25 @@ impl<'a> Matrix<'a> {
     }
 
     /// The transpose, column `k` of the input at `k·ld .. k·ld + rows`,
-    /// with `ld` = [`padded_stride`]`(rows)`.
-    pub(crate) fn transposed(&self) -> Vec<f32> {
+    /// with `ld` = [`padded_stride`]`(rows)`, or [`Error::TooLarge`] when
+    /// it cannot be allocated.
+    pub(crate) fn transposed(&self, op: &'static str, what: &'static str) -> Result<Vec<f32>> {
         let ld = padded_stride(self.rows);
-        let mut t = vec![0.0f32; ld * self.cols];
+        let len = (ld as u64).saturating_mul(self.cols as u64);
+        let mut t = try_vec(op, what, len, 0.0f32)?;
         for (i, row) in self.data.chunks_exact(self.cols).enumerate() {
             for (k, &v) in row.iter().enumerate() {
                 t[k * ld + i] = v;
             }
         }
-        t
+        Ok(t)
     }
 }
+
+// Fallible allocation: every buffer whose size comes from the input (working
+// copies, packed keys, per-call buffers, outputs) is allocated here, so that
+// a size the machine cannot hold is an [`Error::TooLarge`] naming the op and
+// the buffer, never an abort.
 
 /// Allocates a zeroed `rows × cols` buffer, or reports that it cannot.
 pub(crate) fn alloc_output(
@@ -131,10 +179,80 @@ pub(crate) fn alloc_output(
     rows: usize,
     cols: usize,
 ) -> Result<Vec<f32>> {
-    let mut v = reserve::<f32>(op, what, (rows as u64).saturating_mul(cols as u64))?;
-    // Reserved, so rows·cols fits.
-    v.resize(rows * cols, 0.0);
+    try_vec(op, what, (rows as u64).saturating_mul(cols as u64), 0.0)
+}
+
+/// `len` copies of `value` (a fallible `vec![value; len]`).
+pub(crate) fn try_vec<T: Clone>(
+    op: &'static str,
+    what: &'static str,
+    len: u64,
+    value: T,
+) -> Result<Vec<T>> {
+    let mut v = reserve::<T>(op, what, len)?;
+    // Reserved, so `len` fits in a usize and in the capacity.
+    v.resize(len as usize, value);
     Ok(v)
+}
+
+/// A copy of `src` (a fallible `to_vec`).
+pub(crate) fn try_copy<T: Clone>(
+    op: &'static str,
+    what: &'static str,
+    src: &[T],
+) -> Result<Vec<T>> {
+    let mut v = reserve::<T>(op, what, src.len() as u64)?;
+    v.extend_from_slice(src);
+    Ok(v)
+}
+
+/// The first `len` items of `items`, collected into a vector reserved up
+/// front (a fallible `collect` of an iterator whose length is known).
+pub(crate) fn try_collect<T>(
+    op: &'static str,
+    what: &'static str,
+    len: usize,
+    items: impl IntoIterator<Item = T>,
+) -> Result<Vec<T>> {
+    let mut v = reserve::<T>(op, what, len as u64)?;
+    // `take`: never more than was reserved, so `extend` cannot reallocate.
+    v.extend(items.into_iter().take(len));
+    Ok(v)
+}
+
+/// A `rows × cols` array of `value` (a fallible `Array2::from_elem`).
+pub(crate) fn try_array<T: Clone>(
+    op: &'static str,
+    what: &'static str,
+    (rows, cols): (usize, usize),
+    value: T,
+) -> Result<Array2<T>> {
+    let v = try_vec(op, what, (rows as u64).saturating_mul(cols as u64), value)?;
+    Ok(Array2::from_shape_vec((rows, cols), v).expect("rows·cols entries")) // ok: allocated so
+}
+
+/// An owned, row-major copy of `view` (a fallible `to_owned`).
+pub(crate) fn try_owned<T: Clone>(
+    op: &'static str,
+    what: &'static str,
+    view: ArrayView2<'_, T>,
+) -> Result<Array2<T>> {
+    let v = try_collect(op, what, view.len(), view.iter().cloned())?;
+    Ok(Array2::from_shape_vec(view.dim(), v).expect("rows·cols entries")) // ok: view.len() of them
+}
+
+/// An owned copy of `view` (a fallible `to_owned` of a 1-D array).
+pub(crate) fn try_owned1<T: Clone>(
+    op: &'static str,
+    what: &'static str,
+    view: ArrayView1<'_, T>,
+) -> Result<Array1<T>> {
+    Ok(Array1::from(try_collect(
+        op,
+        what,
+        view.len(),
+        view.iter().cloned(),
+    )?))
 }
 
 /// An empty vector with room for `len` elements, or [`Error::TooLarge`]

@@ -6,7 +6,7 @@ use locus::{
 use numpy::PyReadonlyArray2;
 use pyo3::prelude::*;
 
-use crate::convert::{Block, product, profile};
+use crate::convert::{Block, owned, product, profile};
 use crate::engine::Engine;
 use crate::errors::{compute, input, to_py};
 use crate::results::IntoPython;
@@ -116,7 +116,9 @@ impl MeanShiftParams {
             CheckedShiftKernel::Product(k) => locus::MeanShiftParams::new().kernel(k),
         };
         let seeds = match seeds {
-            Some(SeedsArg::Given(s)) => Seeds::Given(s.as_array().to_owned()),
+            Some(SeedsArg::Given(s)) => {
+                Seeds::Given(owned(py, ("mean_shift", "seeds"), s.as_array())?)
+            }
             Some(SeedsArg::Binned(min_bin_freq)) => Seeds::Binned { min_bin_freq },
             None => Seeds::All,
         };

@@ -110,3 +110,20 @@ pub(crate) fn dim<'a, D: ndarray::Dimension>(
         .into_dimensionality::<D>()
         .expect("rank checked by the caller") // ok: the callers check the rank first
 }
+
+/// An owned, row-major copy of `view` (a fallible `to_owned`): a
+/// `LocusMemoryError` naming `op` and `what` when it cannot be allocated,
+/// never an abort.
+pub(crate) fn owned<T: Clone, D: Dimension>(
+    py: Python<'_>,
+    (op, what): (&'static str, &'static str),
+    view: ArrayView<'_, T, D>,
+) -> PyResult<ndarray::Array<T, D>> {
+    let mut v = Vec::new();
+    if v.try_reserve_exact(view.len()).is_err() {
+        let bytes = (view.len() as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        return Err(to_py(py, &locus::Error::TooLarge { op, what, bytes }));
+    }
+    v.extend(view.iter().cloned());
+    Ok(ndarray::Array::from_shape_vec(view.raw_dim(), v).expect("the view's length")) // ok: view.len() entries
+}

@@ -8,7 +8,7 @@ use ndarray::Array2;
 use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2};
 use pyo3::prelude::*;
 
-use crate::convert::KernelArg;
+use crate::convert::{KernelArg, owned};
 use crate::errors::compute;
 use crate::results::IntoPython;
 
@@ -27,12 +27,14 @@ pub(crate) fn merge_states<'py>(
     a: States<'py>,
     b: States<'py>,
 ) -> PyResult<<RowStates as IntoPython<'py>>::Output> {
-    let owned = |(m, s, u): &States<'py>| RowStates {
-        max_log_weight: m.as_array().to_owned(),
-        sum: s.as_array().to_owned(),
-        weighted: u.as_array().to_owned(),
+    let owned = |(m, s, u): &States<'py>| -> PyResult<RowStates> {
+        Ok(RowStates {
+            max_log_weight: owned(py, ("merge_states", "row states"), m.as_array())?,
+            sum: owned(py, ("merge_states", "row states"), s.as_array())?,
+            weighted: owned(py, ("merge_states", "row states"), u.as_array())?,
+        })
     };
-    let (mut merged, other) = (owned(&a), owned(&b));
+    let (mut merged, other) = (owned(&a)?, owned(&b)?);
     compute(py, || merged.merge(&other))?;
     Ok(merged.into_python(py))
 }

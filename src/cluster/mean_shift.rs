@@ -10,7 +10,7 @@ use crate::engine::Engine;
 use crate::error::ClusterError;
 use crate::error::Result;
 use crate::kernel::Kernel;
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, try_collect, try_copy, try_owned, try_vec};
 use crate::types::{Progress, Shift, ShiftRun};
 
 const OP: &str = "mean_shift";
@@ -109,10 +109,10 @@ impl Engine {
         let x = Matrix::check(OP, "points", points)?;
         if params.product_kernel().is_some() {
             drop(x);
-            return self.mean_shift_owned(params, points.to_owned(), progress);
+            return self.mean_shift_owned(params, try_owned(OP, "points", points)?, progress);
         }
         let start = self.shift_start(params, &x)?;
-        let xc = centred(x.as_slice(), &start.center);
+        let xc = centred(x.as_slice(), &start.center)?;
         drop(x);
         self.shift_from(params, start, xc, progress)
     }
@@ -133,7 +133,7 @@ impl Engine {
         let points = if points.is_standard_layout() {
             points
         } else {
-            points.as_standard_layout().into_owned()
+            try_owned(OP, "points", points.view())?
         };
         match params.product_kernel() {
             Some(kernel) => self.product_shift(params, kernel, points, progress),
@@ -200,7 +200,7 @@ impl Engine {
             Seeds::Binned { min_bin_freq } => Some(centred(
                 &bin_seeds(x.as_slice(), d, h, *min_bin_freq),
                 &center,
-            )),
+            )?),
             Seeds::Given(s) => {
                 if s.ncols() != d {
                     return Err(ClusterError::SeedDimension {
@@ -209,7 +209,8 @@ impl Engine {
                     }
                     .into());
                 }
-                Some(centred(&s.iter().copied().collect::<Vec<f32>>(), &center))
+                let given = try_collect(OP, "seeds", s.len(), s.iter().copied())?;
+                Some(centred(&given, &center)?)
             }
         };
         if seeds.as_ref().is_some_and(Vec::is_empty) {
@@ -245,7 +246,10 @@ impl Engine {
             center,
             seeds,
         } = start;
-        let seeds = seeds.unwrap_or_else(|| xc.clone());
+        let seeds = match seeds {
+            Some(s) => s,
+            None => try_copy(OP, "seeds", &xc)?,
+        };
         let xv = ArrayView2::from_shape((n, d), &xc).expect("n·d"); // ok: same shape as x
         let xm = Matrix::check(OP, "points", xv)?;
         let tol_h = params.tol() * f64::from(h);
@@ -326,15 +330,17 @@ fn midpoint(x: &[f32], d: usize) -> Vec<f64> {
         .collect()
 }
 
-fn centred(x: &[f32], center: &[f64]) -> Vec<f32> {
+fn centred(x: &[f32], center: &[f64]) -> Result<Vec<f32>> {
     let d = center.len();
-    x.par_chunks_exact(d)
-        .flat_map_iter(|row| {
-            row.iter()
-                .zip(center)
-                .map(|(&v, &c)| (f64::from(v) - c) as f32)
-        })
-        .collect()
+    let mut out = try_vec(OP, "centred points", x.len() as u64, 0.0f32)?;
+    out.par_chunks_exact_mut(d)
+        .zip(x.par_chunks_exact(d))
+        .for_each(|(o, row)| {
+            for ((o, &v), &c) in o.iter_mut().zip(row).zip(center) {
+                *o = (f64::from(v) - c) as f32;
+            }
+        });
+    Ok(out)
 }
 
 /// scikit-learn's bin seeds: one per bin `round(x/h)` (half to even, in
@@ -462,6 +468,6 @@ mod tests {
         let x = vec![1234.5f32; 6];
         let c = midpoint(&x, 3);
         assert_eq!(c, vec![1234.5; 3]);
-        assert!(centred(&x, &c).iter().all(|&v| v == 0.0));
+        assert!(centred(&x, &c).unwrap().iter().all(|&v| v == 0.0));
     }
 }

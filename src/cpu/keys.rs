@@ -6,10 +6,11 @@
 //! With many queries in many dimensions the keys are also kept centred
 //! and packed in panels for inner products (`panels.rs`).
 //!
-//! Imports: `super::panels`, `crate::matrix`.
+//! Imports: `super::panels`, `crate::error`, `crate::matrix`.
 
 use super::panels::Panels;
-use crate::matrix::{Matrix, padded_stride};
+use crate::error::Result;
+use crate::matrix::{Matrix, padded_stride, reserve};
 
 /// Keys and values stored column-major for unit-stride lane loads.
 pub(crate) struct KeysSoa<'a> {
@@ -80,22 +81,39 @@ impl KeyColumns {
     }
 
     /// Transposes `keys` and every value matrix, and builds what `pack`
-    /// asks (no panels when the keys lie too far apart for them).
-    pub(crate) fn new(keys: &Matrix<'_>, sets: &[Matrix<'_>], pack: Pack) -> Self {
-        let xt = keys.transposed();
+    /// asks (no panels when the keys lie too far apart for them); or
+    /// [`Error::TooLarge`](crate::Error::TooLarge) for `op` when a copy
+    /// cannot be allocated.
+    pub(crate) fn try_new(
+        op: &'static str,
+        keys: &Matrix<'_>,
+        sets: &[Matrix<'_>],
+        pack: Pack,
+    ) -> Result<Self> {
+        let xt = keys.transposed(op, "transposed keys")?;
         let (n, d, ld) = (keys.rows(), keys.cols(), padded_stride(keys.rows()));
+        let mut cols = reserve(op, "transposed values", sets.len() as u64)?;
+        for v in sets {
+            cols.push((v.transposed(op, "transposed values")?, v.cols()));
+        }
         let panels = match pack {
             Pack::None => None,
-            _ => Panels::from_rows(keys.as_slice(), d, pack.rows()),
+            _ => Panels::try_from_rows(op, keys.as_slice(), d, pack.rows())?,
         };
-        KeyColumns {
+        Ok(KeyColumns {
             xt,
-            sets: sets.iter().map(|v| (v.transposed(), v.cols())).collect(),
+            sets: cols,
             n,
             d,
             ld,
             panels,
-        }
+        })
+    }
+
+    /// [`try_new`](Self::try_new) for tests, whose inputs are small.
+    #[cfg(test)]
+    pub(crate) fn new(keys: &Matrix<'_>, sets: &[Matrix<'_>], pack: Pack) -> Self {
+        Self::try_new("test", keys, sets, pack).expect("small test keys")
     }
 
     /// Number of keys.

@@ -4,7 +4,8 @@
 //! from `knn_blocked.rs` (inner products as a filter, the same exact
 //! distances).
 //!
-//! Imports: `super::{keys, knn_blocked, panels, simd, topk}`, `crate::types`.
+//! Imports: `super::{keys, knn_blocked, panels, simd, topk}`, `crate::error`,
+//! `crate::matrix`, `crate::types`.
 
 use rayon::prelude::*;
 
@@ -15,6 +16,7 @@ use super::simd::{Avx2Fma, Avx512, KEY_BLOCK};
 use super::topk::{TopK, range};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
+use crate::matrix::try_array;
 use crate::types::Neighbours;
 
 /// Coordinates from which a key set keeps panels for kNN (one-shot calls
@@ -97,16 +99,17 @@ pub(super) fn direct(
         .collect()
 }
 
-/// The lists as [`Neighbours`]: indices and Euclidean distances, `k` per query.
-pub(crate) fn neighbours(lists: &[TopK], k: usize) -> Neighbours {
+/// The lists as [`Neighbours`]: indices and Euclidean distances, `k` per
+/// query (or [`Error::TooLarge`](crate::Error::TooLarge)).
+pub(crate) fn neighbours(lists: &[TopK], k: usize) -> Result<Neighbours> {
     let m = lists.len();
-    let mut indices = ndarray::Array2::<i64>::zeros((m, k));
-    let mut distances = ndarray::Array2::<f32>::zeros((m, k));
+    let mut indices = try_array("knn", "indices", (m, k), 0i64)?;
+    let mut distances = try_array("knn", "distances", (m, k), 0.0f32)?;
     for (i, l) in lists.iter().enumerate() {
         for c in 0..k {
             indices[[i, c]] = i64::from(l.idx[c]);
             distances[[i, c]] = l.d2[c].sqrt();
         }
     }
-    Neighbours { indices, distances }
+    Ok(Neighbours { indices, distances })
 }

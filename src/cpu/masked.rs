@@ -97,11 +97,12 @@ pub(crate) fn masked_local_mean(
     keys: &Matrix<'_>,
     values: &Matrix<'_>,
 ) -> Result<RowNormalized> {
-    let cols = KeyColumns::new(keys, std::slice::from_ref(values), Pack::None);
+    let op = "masked_local_mean";
+    let cols = KeyColumns::try_new(op, keys, std::slice::from_ref(values), Pack::None)?;
     let pairs = Masked {
         keys: cols.soa(Some(0)),
         d: keys.cols(),
         product: kernel.product_blocks(),
     };
-    weighted_averages("masked_local_mean", kernel, queries, keys.rows(), &pairs)
+    weighted_averages(op, kernel, queries, keys.rows(), &pairs)
 }

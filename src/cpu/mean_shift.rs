@@ -19,8 +19,11 @@ use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::grid::Grid;
 use crate::kernel::Kernel;
-use crate::matrix::padded_stride;
+use crate::matrix::{padded_stride, reserve, try_collect, try_copy, try_vec};
 use crate::types::{Progress, Shift, ShiftOutcome, ShiftRun, stop_sq};
+
+/// The op the allocations here report.
+const OP: &str = "mean_shift";
 
 /// Grid cells per bandwidth: a box of side 2h then spans about 5 cells
 /// per axis, 2.5h wide instead of 3h with cells of side h.
@@ -44,8 +47,10 @@ pub(crate) struct ShiftKeys {
 }
 
 impl ShiftKeys {
-    /// Keys for `kernel` from row-major `points` (`d` columns).
-    pub(crate) fn new(kernel: &Kernel, points: &[f32], d: usize) -> Self {
+    /// Keys for `kernel` from row-major `points` (`d` columns), or
+    /// [`Error::TooLarge`](crate::Error::TooLarge) when their copies cannot
+    /// be allocated.
+    pub(crate) fn new(kernel: &Kernel, points: &[f32], d: usize) -> Result<Self> {
         let n = points.len() / d;
         let ld = padded_stride(n);
         let reach: Vec<f64> = match kernel.blocks() {
@@ -72,7 +77,12 @@ impl ShiftKeys {
         let grid = bounded
             .contains(&true)
             .then(|| Grid::new(points, d, h / CELLS_PER_H, Some(&bounded)));
-        let mut xt = vec![0.0f32; ld * d];
+        let mut xt = try_vec(
+            OP,
+            "transposed points",
+            (ld as u64).saturating_mul(d as u64),
+            0.0,
+        )?;
         match &grid {
             Some(g) => {
                 for (pos, &i) in g.order.iter().enumerate() {
@@ -94,17 +104,17 @@ impl ShiftKeys {
         let panels = if !panels::wanted_for(kernel, d, usize::MAX) {
             None
         } else if let Some(g) = &grid {
-            let sorted: Vec<f32> = g
+            let sorted = g
                 .order
                 .iter()
                 .flat_map(|&i| &points[i as usize * d..(i as usize + 1) * d])
-                .copied()
-                .collect();
-            Panels::from_rows(&sorted, d, false)
+                .copied();
+            let sorted = try_collect(OP, "sorted points", points.len(), sorted)?;
+            Panels::try_from_rows(OP, &sorted, d, false)?
         } else {
-            Panels::from_rows(points, d, false)
+            Panels::try_from_rows(OP, points, d, false)?
         };
-        ShiftKeys {
+        Ok(ShiftKeys {
             xt,
             n,
             ld,
@@ -112,7 +122,7 @@ impl ShiftKeys {
             grid,
             panels,
             reach,
-        }
+        })
     }
 
     /// The keys, with themselves as values.
@@ -220,16 +230,17 @@ impl ShiftKeys {
         cp: &Checkpoint,
     ) -> Result<(Vec<u32>, Vec<f32>)> {
         let d = self.d;
+        let len = (active.len() as u64).saturating_mul(d as u64);
         if self.grid.is_none() {
             // Every key weighs: the full fused local mean (it also splits
             // the keys across threads when the queries are few).
-            let mut queries = Vec::with_capacity(active.len() * d);
+            let mut queries = reserve(OP, "moving points", len)?;
             for &r in active {
                 queries.extend_from_slice(&pos[r as usize * d..(r as usize + 1) * d]);
             }
-            let mut out = vec![0.0f32; active.len() * d];
+            let mut out = try_vec(OP, "local means", len, 0.0f32)?;
             local_mean(kernel, &queries, d, &self.soa(), false, &mut out, cp)?;
-            return Ok((active.to_vec(), out));
+            return Ok((try_copy(OP, "moving points", active)?, out));
         }
         let groups = self.groups(pos, active);
         let parts: Vec<(Vec<u32>, Vec<f32>)> = groups
@@ -248,8 +259,8 @@ impl ShiftKeys {
             )
             .collect();
         cp.check()?;
-        let mut order = Vec::with_capacity(active.len());
-        let mut means = Vec::with_capacity(active.len() * d);
+        let mut order = reserve(OP, "moving points", active.len() as u64)?;
+        let mut means = reserve(OP, "local means", len)?;
         for (rows, out) in parts {
             order.extend(rows);
             means.extend(out);
@@ -268,17 +279,17 @@ pub(crate) fn mean_shift(shift: Shift<'_>) -> Result<ShiftOutcome> {
     let (d, points) = (shift.points.cols(), shift.points.as_slice());
     let mut pos = shift.seeds;
     let m = pos.len() / d;
-    let mut keys = ShiftKeys::new(kernel, points, d);
-    let mut active: Vec<u32> = (0..m as u32).collect();
+    let mut keys = ShiftKeys::new(kernel, points, d)?;
+    let mut active = try_collect(OP, "moving points", m, 0..m as u32)?;
     let mut iterations = 0;
     let mut converged = false;
     for it in 1..=run.max_iter {
         cp.check()?;
         if run.blurring && it > 1 {
-            keys = ShiftKeys::new(kernel, &pos, d);
+            keys = ShiftKeys::new(kernel, &pos, d)?;
         }
         let (order, means) = keys.local_means(kernel, &pos, &active, &cp)?;
-        let mut next = Vec::with_capacity(order.len());
+        let mut next = reserve(OP, "moving points", order.len() as u64)?;
         let mut max_shift = 0.0f64;
         if run.blurring {
             // Every point moves at once: the means were computed from the

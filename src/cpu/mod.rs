@@ -84,7 +84,7 @@ impl Backend for CpuBackend {
         sets: &[Matrix<'a>],
         call: &Call<'_>,
     ) -> Result<Box<dyn PreparedKeys + 'a>> {
-        Ok(Box::new(CpuKeys::for_call(keys, sets, call)))
+        Ok(Box::new(CpuKeys::for_call(&self.budget, keys, sets, call)?))
     }
 
     fn prepare_attention(

@@ -10,14 +10,16 @@
 //! docs/numerics.md, "Inner products", that sends a row's block back to
 //! the direct differences where the expansion would cancel.
 //!
-//! Imports: `super::simd`, `crate::kernel`.
+//! Imports: `super::simd`, `crate::error`, `crate::kernel`, `crate::matrix`.
 
 use std::borrow::Cow;
 
 use rayon::prelude::*;
 
 use super::simd::{Avx2Fma, Avx512, Isa, KEY_BLOCK, Portable, fmadd, max_of};
+use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
+use crate::matrix::{try_collect, try_copy, try_vec};
 
 /// Keys per panel.
 pub(crate) const P: usize = 16;
@@ -88,10 +90,17 @@ impl Panels {
 
     /// Centres and packs the keys given row-major (`rows[j·d + k]`, copied
     /// as the row-major copy when `keep_rows`); `None` when some key lies
-    /// too far from the mean (then every op keeps the direct path).
-    pub(crate) fn from_rows(rows: &[f32], d: usize, keep_rows: bool) -> Option<Panels> {
+    /// too far from the mean (then every op keeps the direct path), and
+    /// [`Error::TooLarge`](crate::Error::TooLarge) for `op` when the panels
+    /// cannot be allocated.
+    pub(crate) fn try_from_rows(
+        op: &'static str,
+        rows: &[f32],
+        d: usize,
+        keep_rows: bool,
+    ) -> Result<Option<Panels>> {
         if rows.is_empty() || d == 0 || d > MAX_D {
-            return None;
+            return Ok(None);
         }
         let n = rows.len() / d;
         let mean: Vec<f64> = rows
@@ -113,12 +122,19 @@ impl Panels {
             .into_iter()
             .map(|s| s / n as f64)
             .collect();
-        let mut c = vec![0.0f32; n.div_ceil(P) * P * d];
-        let norms: Vec<Option<[f64; P]>> = c
+        let padded = n.div_ceil(P) * P;
+        let mut c = try_vec(
+            op,
+            "key panels",
+            (padded as u64).saturating_mul(d as u64),
+            0.0f32,
+        )?;
+        let mut norms = try_vec(op, "key norms", padded as u64, 0.0f64)?;
+        let near = c
             .par_chunks_mut(P * d)
             .zip(rows.par_chunks(P * d))
-            .map(|(panel, keys)| {
-                let mut norms = [0.0f64; P];
+            .zip(norms.par_chunks_mut(P))
+            .all(|((panel, keys), norms)| {
                 for (l, row) in keys.chunks_exact(d).enumerate() {
                     for (k, (&x, &mu)) in row.iter().zip(&mean).enumerate() {
                         let v = (f64::from(x) - mu) as f32;
@@ -126,20 +142,32 @@ impl Panels {
                         norms[l] += f64::from(v) * f64::from(v);
                     }
                 }
-                norms.iter().all(|&s| s < NORM_LIMIT).then_some(norms)
-            })
-            .collect();
-        let mut norms: Vec<f64> = norms.into_iter().collect::<Option<Vec<_>>>()?.concat();
-        let norms32 = norms.iter().map(|&s| s as f32).collect();
+                norms.iter().all(|&s| s < NORM_LIMIT)
+            });
+        if !near {
+            return Ok(None);
+        }
+        let norms32 = try_collect(op, "key norms", padded, norms.iter().map(|&s| s as f32))?;
         norms.truncate(n);
-        Some(Panels {
+        let rows = match keep_rows {
+            true => Some(try_copy(op, "row-major keys", rows)?),
+            false => None,
+        };
+        Ok(Some(Panels {
             c,
             norms,
             norms32,
             mean,
-            rows: keep_rows.then(|| rows.to_vec()),
+            rows,
             d,
-        })
+        }))
+    }
+
+    /// [`try_from_rows`](Self::try_from_rows) for tests, whose inputs are
+    /// small.
+    #[cfg(test)]
+    pub(crate) fn from_rows(rows: &[f32], d: usize, keep_rows: bool) -> Option<Panels> {
+        Self::try_from_rows("test", rows, d, keep_rows).expect("small test keys")
     }
 
     /// Key `j` as given, when the row-major copy is kept.

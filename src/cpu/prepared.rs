@@ -19,7 +19,7 @@ use super::{kernel_matrix, knn, local_mean, moments, panels};
 use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
-use crate::matrix::{Matrix, alloc_output, ensure_room};
+use crate::matrix::{Matrix, alloc_output};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
@@ -27,9 +27,9 @@ use crate::types::{Neighbours, RowNormalized, RowStates};
 /// the memory they hold.
 pub(crate) struct CpuKeys {
     keys: KeyColumns,
-    /// A key set's budget and the reservation of its keys; `None` for keys
-    /// prepared for one call, which charge nothing.
-    held: Option<(Arc<MemoryBudget>, Reservation)>,
+    /// The budget and the reservation of the keys (a key set's, or one
+    /// call's working copy).
+    held: (Arc<MemoryBudget>, Reservation),
 }
 
 impl std::fmt::Debug for CpuKeys {
@@ -38,7 +38,7 @@ impl std::fmt::Debug for CpuKeys {
             .field("n", &self.keys.n())
             .field("d", &self.keys.d())
             .field("sets", &self.keys.set_cols())
-            .field("kept", &self.held.is_some())
+            .field("bytes", &self.held.1.bytes())
             .finish_non_exhaustive()
     }
 }
@@ -71,18 +71,22 @@ impl CpuKeys {
         };
         let bytes = KeyColumns::bytes(keys, sets, pack);
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
-        // The transposes allocate what was charged: refuse rather than abort.
-        ensure_room("prepare", "resident keys and values", bytes)?;
         Ok(CpuKeys {
-            keys: KeyColumns::new(keys, sets, pack),
-            held: Some((Arc::clone(budget), held)),
+            keys: KeyColumns::try_new("prepare", keys, sets, pack)?,
+            held: (Arc::clone(budget), held),
         })
     }
 
     /// Keys for one `call`: transposed, with the panels that call uses
     /// (inner products for many queries in many dimensions; kNN's blocked
-    /// path), nothing charged.
-    pub(crate) fn for_call(keys: &Matrix<'_>, sets: &[Matrix<'_>], call: &Call<'_>) -> Self {
+    /// path), charged to `budget` (with the call's working memory) until
+    /// the call ends.
+    pub(crate) fn for_call(
+        budget: &Arc<MemoryBudget>,
+        keys: &Matrix<'_>,
+        sets: &[Matrix<'_>],
+        call: &Call<'_>,
+    ) -> Result<Self> {
         let d = keys.cols();
         let pack = match (call.kind, call.kernel) {
             (CallKind::Knn { .. }, _) if knn::blocked(d, call.rows) => Pack::PanelsAndRows,
@@ -91,19 +95,22 @@ impl CpuKeys {
             }
             _ => Pack::None,
         };
-        CpuKeys {
-            keys: KeyColumns::new(keys, sets, pack),
-            held: None,
-        }
+        let op = call.op;
+        let held = budget.reserve_working(
+            op,
+            "working copy of the keys",
+            KeyColumns::bytes(keys, sets, pack),
+        )?;
+        Ok(CpuKeys {
+            keys: KeyColumns::try_new(op, keys, sets, pack)?,
+            held: (Arc::clone(budget), held),
+        })
     }
 
-    /// Charges a key set's request of `bytes` working memory for as long as
-    /// the guard lives; nothing for keys prepared for one call.
-    fn request(&self, op: &'static str, bytes: u64) -> Result<Option<Reservation>> {
-        self.held
-            .as_ref()
-            .map(|(budget, _)| budget.reserve_working(op, "request", bytes))
-            .transpose()
+    /// Charges a request of `bytes` working memory for as long as the guard
+    /// lives.
+    fn request(&self, op: &'static str, bytes: u64) -> Result<Reservation> {
+        self.held.0.reserve_working(op, "request", bytes)
     }
 }
 
@@ -128,7 +135,7 @@ impl PreparedKeys for CpuKeys {
         let (rows, d) = (q.rows.as_slice(), self.keys.d());
         let cp = Checkpoint::current("row_states");
         let groups = local_mean::group_states(q.kernel, rows, d, &soa, q.exclude_self, &cp)?;
-        Ok(local_mean::row_states_of(&groups, m, soa.q))
+        local_mean::row_states_of(&groups, m, soa.q)
     }
 
     fn local_moments(&self, q: &Query<'_>, pass: Moments) -> Result<RowNormalized> {
@@ -149,7 +156,7 @@ impl PreparedKeys for CpuKeys {
             k,
             &cp,
         )?;
-        Ok(knn::neighbours(&lists, k))
+        knn::neighbours(&lists, k)
     }
 
     fn kernel_matrix(&self, q: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized> {
@@ -166,6 +173,6 @@ impl PreparedKeys for CpuKeys {
     }
 
     fn bytes(&self) -> u64 {
-        self.held.as_ref().map_or(0, |(_, r)| r.bytes())
+        self.held.1.bytes()
     }
 }

@@ -6,7 +6,7 @@ use crate::gpu::plan::Shape;
 use crate::gpu::plan::local_mean::{IP_MIN_D, ip_queries_resident};
 use crate::gpu::plan::{LOCAL_MEAN_WG, LocalMeanPlan, plan_local_mean, tiles};
 use crate::kernel::{Kernel, Profile};
-use crate::matrix::{Matrix, alloc_output};
+use crate::matrix::{Matrix, alloc_output, try_collect};
 use crate::types::{MomentLayout, RowNormalized, RowStates};
 
 use super::buffers::{Pooled, upload};
@@ -399,15 +399,15 @@ pub(crate) fn masked_local_mean(
     let plan = plan_local_mean(&ctx.limits, &ctx.caps, Shape { m, n, d, q })?;
     // Missing coordinates as f32::MAX: the shader's test is a comparison,
     // which no compiler may assume away (unlike NaN's).
-    let mark = |a: &Matrix<'_>| {
+    let mark = |a: &Matrix<'_>, what| -> Result<ndarray::Array2<f32>> {
         let data = a
             .as_slice()
             .iter()
             .map(|&v| if v.is_nan() { f32::MAX } else { v });
-        ndarray::Array2::from_shape_vec((a.rows(), a.cols()), data.collect())
-            .expect("rows·cols entries") // ok: same shape
+        let data = try_collect(OP, what, a.as_slice().len(), data)?;
+        Ok(ndarray::Array2::from_shape_vec((a.rows(), a.cols()), data).expect("rows·cols entries")) // ok: same shape
     };
-    let (qa, xa) = (mark(queries), mark(keys));
+    let (qa, xa) = (mark(queries, "marked queries")?, mark(keys, "marked keys")?);
     let qm = Matrix::check(OP, "queries", qa.view())?;
     let xm = Matrix::check(OP, "keys", xa.view())?;
     let scope = ctx.scope(OP, format!("M={m} N={n} d={d} q={q}"))?;
@@ -444,7 +444,7 @@ pub(crate) fn states_on_tiles(
         ..Sweep::new(scope.op, kernel, plan, &call.keys)
     };
     let (m, q) = (call.queries.rows(), sweep.q);
-    let mut states = RowStates::empty(m, q);
+    let mut states = RowStates::empty(scope.op, m, q)?;
     for (r0, r1) in tiles(m, plan.query_tile) {
         let b = TileBuffers::new(call, &sweep, (r0, r1), 0)?;
         let tile = b.tile((r0, r1));

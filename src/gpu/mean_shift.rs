@@ -13,6 +13,7 @@
 
 use crate::error::Result;
 use crate::gpu::plan::{LOCAL_MEAN_WG, plan_mean_shift, tiles};
+use crate::matrix::reserve;
 use crate::types::{Progress, Shift, ShiftOutcome, ShiftRun};
 
 use super::buffers::{Pooled, upload};
@@ -218,7 +219,7 @@ pub(crate) fn mean_shift(ctx: &GpuContext, shift: Shift<'_>) -> Result<ShiftOutc
     }
     // Final positions, chunk by chunk.
     let scope = ctx.scope(OP, sizes)?;
-    let mut positions = Vec::with_capacity(m * d);
+    let mut positions = reserve(OP, "positions", (m as u64).saturating_mul(d as u64))?;
     for (c, ch) in chunks.iter().enumerate() {
         let buf = match &ch.positions {
             Some(p) => p,

@@ -29,7 +29,7 @@ use crate::gpu::plan::{
     plan_kernel_matrix, plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles,
 };
 use crate::kernel::Profile;
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, reserve};
 use crate::memory::Reservation;
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
@@ -275,8 +275,9 @@ impl<'a> GpuKeys<'a> {
         }
         let ctx = &*self.ctx;
         let q = set.map_or(0, |s| self.set_cols[s]);
-        let mut keys = Vec::with_capacity(self.n * self.d);
-        let mut values = Vec::with_capacity(self.n * q);
+        let (n, op) = (self.n as u64, scope.op);
+        let mut keys = reserve(op, "keys read back", n.saturating_mul(self.d as u64))?;
+        let mut values = reserve(op, "values read back", n.saturating_mul(q as u64))?;
         for t in &self.tiles {
             let mut sources = vec![(t.keys.buffer(), (t.len * self.d * 4) as u64)];
             if let Some(s) = set.filter(|_| q > 0) {

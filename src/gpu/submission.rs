@@ -24,6 +24,7 @@
 use std::ops::{Deref, DerefMut};
 
 use crate::error::Result;
+use crate::matrix::try_copy;
 
 use super::buffers::Pooled;
 use super::context::{ErrorScope, GpuContext};
@@ -104,10 +105,10 @@ impl<'p> Submission<'p> {
                 lens.iter()
                     .map(|&n| {
                         o += n;
-                        all[o - n..o].to_vec()
+                        try_copy(scope.op, "read back", &all[o - n..o])
                     })
                     .collect()
-            })
+            })?
     }
 
     /// Submits the work after copying `sources` (buffer, bytes) one after

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, try_array};
 
 use super::call;
 use super::local_fit::check_magnitude;
@@ -106,7 +106,7 @@ impl Engine {
         let (n, d) = (x.rows(), x.cols());
         let xs = x.as_slice();
         // Values: the keys with missing entries as 0, then their mask.
-        let mut v = Array2::<f32>::zeros((n, 2 * d));
+        let mut v = try_array(OP, "values and mask", (n, 2 * d), 0.0f32)?;
         let mut means = vec![0.0f64; d];
         let mut counts = vec![0usize; d];
         for j in 0..n {
@@ -138,7 +138,7 @@ impl Engine {
 
         // Round 1: masked distances.
         let q = queries.unwrap_or(x);
-        let mut qc = q.to_array();
+        let mut qc = q.to_array(OP, "imputed rows")?;
         let r = backend.masked_local_mean(kernel, q, x, &v)?;
         let mut fallback = fill(
             &mut qc,
@@ -151,7 +151,7 @@ impl Engine {
         // them; self-imputation's keys are the completed rows themselves.
         let mut xc = match queries {
             Some(_) if iterations > 1 => {
-                let mut xc = x.to_array();
+                let mut xc = x.to_array(OP, "completed keys")?;
                 let r = backend.masked_local_mean(kernel, x, x, &v)?;
                 fill(
                     &mut xc,
@@ -168,9 +168,11 @@ impl Engine {
         for round_no in 1..iterations {
             // Snapshots of the completed rows (`fill` rewrites them); the
             // rows are their own keys in self-imputation.
-            let qm = Matrix::check(OP, "queries", qc.view())?.into_owned();
+            let qm = Matrix::check(OP, "queries", qc.view())?.into_owned(OP, "completed rows")?;
             let keys_now = match &xc {
-                Some(xa) => Some(Matrix::check(OP, "keys", xa.view())?.into_owned()),
+                Some(xa) => {
+                    Some(Matrix::check(OP, "keys", xa.view())?.into_owned(OP, "completed keys")?)
+                }
                 None => None,
             };
             let km = keys_now.as_ref().unwrap_or(&qm);

@@ -223,8 +223,15 @@ pub(crate) fn knn_scaled(
     // about 70 (plus log₄ d), so 2^−e is a normal f32.
     let e = ((bound / SQ_DIST_LIMIT).log2() / 2.0).ceil() as i32;
     let down = 2.0f32.powi(-e);
-    let scale = |m: &Matrix<'_>| m.to_array().mapv(|v| v * down);
-    let (qs, xs) = (scale(queries), scale(keys));
+    let scale = |m: &Matrix<'_>, what| -> Result<Array2<f32>> {
+        let mut a = m.to_array("knn", what)?;
+        a.mapv_inplace(|v| v * down);
+        Ok(a)
+    };
+    let (qs, xs) = (
+        scale(queries, "scaled queries")?,
+        scale(keys, "scaled keys")?,
+    );
     let q = Matrix::check("knn", "queries", qs.view())?;
     let x = Matrix::check("knn", "keys", xs.view())?;
     let mut nb = call::knn(backend, &q, &x, k)?;

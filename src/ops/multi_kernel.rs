@@ -1,13 +1,16 @@
 //! Mixtures of kernels `Σ_m w_m K_m`, and the regularized kernels
 //! `wK + vI` and `wK + v` (paper §8.2, Eq. 91).
 
-use ndarray::{Array1, Array2, ArrayView2};
+use ndarray::{Array1, ArrayView2};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, try_array, try_vec};
 use crate::types::{RowNormalized, RowStates};
+
+/// The op the allocations here report.
+const OP: &str = "multi_kernel";
 
 /// A weighted sum of kernels plus optional regularizing terms:
 /// `K'(x, x') = Σ_m w_m K_m(x, x') + v_I·1[x is x'] + v_c`.
@@ -135,10 +138,19 @@ impl Engine {
         if mk.identity > 0.0 {
             let y = Matrix::check("multi_kernel", "values", values)?;
             let n = points.nrows();
+            let mut weighted = try_array(OP, "row states", (n, y.cols()), 0.0f64)?;
+            for (w, &v) in weighted.iter_mut().zip(y.as_slice()) {
+                *w = f64::from(v);
+            }
             let ident = RowStates {
-                max_log_weight: Array1::from_elem(n, mk.identity.ln()),
-                sum: Array1::ones(n),
-                weighted: y.to_array().mapv(f64::from),
+                max_log_weight: Array1::from(try_vec(
+                    OP,
+                    "row states",
+                    n as u64,
+                    mk.identity.ln(),
+                )?),
+                sum: Array1::from(try_vec(OP, "row states", n as u64, 1.0)?),
+                weighted,
             };
             states.merge(&ident)?;
         }
@@ -170,11 +182,25 @@ impl Engine {
             }
         }
         if mk.constant > 0.0 {
-            let col_sums = y.to_array().mapv(f64::from).sum_axis(ndarray::Axis(0));
+            let mut col_sums = vec![0.0f64; y.cols()];
+            for row in y.as_slice().chunks_exact(y.cols()) {
+                for (s, &v) in col_sums.iter_mut().zip(row) {
+                    *s += f64::from(v);
+                }
+            }
+            let mut weighted = try_array(OP, "row states", (m, y.cols()), 0.0f64)?;
+            for mut row in weighted.rows_mut() {
+                row.iter_mut().zip(&col_sums).for_each(|(w, &s)| *w = s);
+            }
             let c = RowStates {
-                max_log_weight: Array1::from_elem(m, mk.constant.ln()),
-                sum: Array1::from_elem(m, y.rows() as f64),
-                weighted: Array2::from_shape_fn((m, y.cols()), |(_, c)| col_sums[c]),
+                max_log_weight: Array1::from(try_vec(
+                    OP,
+                    "row states",
+                    m as u64,
+                    mk.constant.ln(),
+                )?),
+                sum: Array1::from(try_vec(OP, "row states", m as u64, y.rows() as f64)?),
+                weighted,
             };
             match &mut total {
                 None => total = Some(c),
@@ -186,7 +212,7 @@ impl Engine {
             None => {
                 // Identity only: no cross-point weight at all.
                 let y = Matrix::check("multi_kernel", "values", values)?;
-                Ok(RowStates::empty(m, y.cols()))
+                RowStates::empty(OP, m, y.cols())
             }
         }
     }

@@ -19,7 +19,7 @@ use ndarray::{
 use crate::backend::PreparedAttention;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, try_collect};
 use crate::types::{Attention, Heads};
 
 /// Logits (and the scaled queries) must stay below this size, so that a
@@ -331,14 +331,8 @@ fn heads<'a, D: Dimension>(
         Matrix::check(op, what, flat)?
     } else {
         // Logical (row-major) order, copied.
-        let owned: Vec<f32> = view.iter().copied().collect();
-        let flat = ArrayView2::from_shape((stacked, cols), &owned).map_err(|e| {
-            Error::InvalidParameter {
-                name: what,
-                reason: e.to_string(),
-            }
-        })?;
-        Matrix::check(op, what, flat)?.into_owned()
+        let owned = try_collect(op, what, view.len(), view.iter().copied())?;
+        Matrix::check_owned(op, what, (stacked, cols), owned)?
     };
     Ok(Heads {
         data,

@@ -29,7 +29,7 @@ use ndarray::{ArrayView2, s};
 
 use crate::cancel::{CancelToken, Checkpoint};
 use crate::error::Result;
-use crate::matrix::Matrix;
+use crate::matrix::{Matrix, try_owned, try_owned1};
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// How a [`KeySet`](crate::KeySet) coalesces concurrent small requests.
@@ -108,42 +108,47 @@ impl BatchStats {
     }
 }
 
+/// The op a batch's allocations report.
+const OP: &str = "key_set";
+
 /// A result whose rows belong to the queries in the same order, so a
 /// batch's result can be cut into its members' results.
 pub(crate) trait Rows: Send + Sync + Sized {
-    /// Rows `r0..r1` as a result of their own.
-    fn rows(&self, r0: usize, r1: usize) -> Self;
+    /// Rows `r0..r1` as a result of their own (or
+    /// [`Error::TooLarge`](crate::Error::TooLarge) when the copy cannot be
+    /// allocated).
+    fn rows(&self, r0: usize, r1: usize) -> Result<Self>;
 }
 
 impl Rows for RowNormalized {
-    fn rows(&self, r0: usize, r1: usize) -> Self {
-        let values = self.values.slice(s![r0..r1, ..]).to_owned();
+    fn rows(&self, r0: usize, r1: usize) -> Result<Self> {
+        let values = try_owned(OP, "rows", self.values.slice(s![r0..r1, ..]))?;
         // NaN marks exactly the empty rows (inputs are finite).
         let empty_rows = values
             .rows()
             .into_iter()
             .filter(|r| r.first().is_some_and(|v| v.is_nan()))
             .count();
-        RowNormalized { values, empty_rows }
+        Ok(RowNormalized { values, empty_rows })
     }
 }
 
 impl Rows for RowStates {
-    fn rows(&self, r0: usize, r1: usize) -> Self {
-        RowStates {
-            max_log_weight: self.max_log_weight.slice(s![r0..r1]).to_owned(),
-            sum: self.sum.slice(s![r0..r1]).to_owned(),
-            weighted: self.weighted.slice(s![r0..r1, ..]).to_owned(),
-        }
+    fn rows(&self, r0: usize, r1: usize) -> Result<Self> {
+        Ok(RowStates {
+            max_log_weight: try_owned1(OP, "rows", self.max_log_weight.slice(s![r0..r1]))?,
+            sum: try_owned1(OP, "rows", self.sum.slice(s![r0..r1]))?,
+            weighted: try_owned(OP, "rows", self.weighted.slice(s![r0..r1, ..]))?,
+        })
     }
 }
 
 impl Rows for Neighbours {
-    fn rows(&self, r0: usize, r1: usize) -> Self {
-        Neighbours {
-            indices: self.indices.slice(s![r0..r1, ..]).to_owned(),
-            distances: self.distances.slice(s![r0..r1, ..]).to_owned(),
-        }
+    fn rows(&self, r0: usize, r1: usize) -> Result<Self> {
+        Ok(Neighbours {
+            indices: try_owned(OP, "rows", self.indices.slice(s![r0..r1, ..]))?,
+            distances: try_owned(OP, "rows", self.distances.slice(s![r0..r1, ..]))?,
+        })
     }
 }
 
@@ -421,7 +426,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
             Ok(out) => {
                 let mine = out.rows(0, rows);
                 promise.keep(Delivery::Done(out));
-                Ok(mine)
+                mine
             }
             // Every member was cancelled: each finds its own token
             // cancelled when it runs alone, and nothing is retried.
@@ -448,7 +453,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
         cp: &Checkpoint,
     ) -> Result<T> {
         match &*outcome.wait(cp)? {
-            Delivery::Done(out) => Ok(out.rows(r0, r0 + rows)),
+            Delivery::Done(out) => out.rows(r0, r0 + rows),
             Delivery::Alone => self.alone(queries, run),
         }
     }

@@ -4,6 +4,7 @@
 use ndarray::{Array1, Array2, Zip};
 
 use crate::error::{Error, Result};
+use crate::matrix::{try_array, try_vec};
 
 /// Per-query partial sums of a kernel-weighted average, in the log domain
 /// (docs/numerics.md): for row `i`,
@@ -28,12 +29,15 @@ pub struct RowStates {
 }
 
 impl RowStates {
-    pub(crate) fn empty(rows: usize, q: usize) -> Self {
-        RowStates {
-            max_log_weight: Array1::from_elem(rows, f32::NEG_INFINITY),
-            sum: Array1::zeros(rows),
-            weighted: Array2::zeros((rows, q)),
-        }
+    /// `rows` rows without mass, or [`Error::TooLarge`](crate::Error::TooLarge)
+    /// for `op`.
+    pub(crate) fn empty(op: &'static str, rows: usize, q: usize) -> crate::error::Result<Self> {
+        let n = rows as u64;
+        Ok(RowStates {
+            max_log_weight: Array1::from(try_vec(op, "row states", n, f32::NEG_INFINITY)?),
+            sum: Array1::from(try_vec(op, "row states", n, 0.0)?),
+            weighted: try_array(op, "row states", (rows, q), 0.0)?,
+        })
     }
 
     /// Gives every row without mass the same form: `m = −inf`, `s = 0`,

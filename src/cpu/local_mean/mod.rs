@@ -166,8 +166,8 @@ fn panel_group_states(
 
 /// The row states of `m` queries from their groups' states (as
 /// [`group_states`] returns them), rows with no mass normalized.
-pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> RowStates {
-    let mut states = RowStates::empty(m, q);
+pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> Result<RowStates> {
+    let mut states = RowStates::empty("row_states", m, q)?;
     for (g, st) in groups.iter().enumerate() {
         for r in 0..QUERY_GROUP.min(m.saturating_sub(g * QUERY_GROUP)) {
             let i = g * QUERY_GROUP + r;
@@ -179,7 +179,7 @@ pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> RowSta
         }
     }
     states.normalize_empty();
-    states
+    Ok(states)
 }
 
 /// Local means of `queries` (row-major, `d` columns) into `out` (`q`

@@ -74,7 +74,7 @@ pub(crate) fn attend_packed<P>(
     (n, q): (usize, usize),
     attn: &Attention,
     isa: Option<Avx2Fma>,
-    packed: &(dyn Fn(usize) -> P + Sync),
+    packed: &(dyn Fn(usize) -> Result<P> + Sync),
 ) -> Result<Vec<f32>>
 where
     P: Borrow<Packed> + Send + Sync,
@@ -101,7 +101,7 @@ where
         let group_keys: Vec<P> = (b0..b0 + og.len() / (m * q))
             .into_par_iter()
             .map(packed)
-            .collect();
+            .collect::<Result<_>>()?;
         og.par_chunks_mut(m * q)
             .zip(&group_keys)
             .enumerate()

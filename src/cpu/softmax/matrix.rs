@@ -34,34 +34,37 @@ pub(crate) fn softmax_matrix_on(
     let mut out = alloc_output("softmax_matrix", "output", nb * m, n)?;
     // Read on the calling thread, before the batches fan out.
     let cp = Checkpoint::current("softmax_matrix");
-    out.par_chunks_mut(m * n).enumerate().for_each(|(b, ob)| {
-        if cp.is_cancelled() {
-            return;
-        }
-        let keys = pack(psi.batch_slice(b), n, d, None);
-        let batch = Batch {
-            phi: phi.batch_slice(b),
-            keys: &keys,
-            d,
-            n,
-            scale: attn.scale,
-            causal: attn.causal,
-            off: n - m.min(n),
-        };
-        ob.par_chunks_mut(BQ * n).enumerate().for_each(|(blk, o)| {
+    out.par_chunks_mut(m * n)
+        .enumerate()
+        .try_for_each(|(b, ob)| {
             if cp.is_cancelled() {
-                return;
+                return Ok(());
             }
-            let i0 = blk * BQ;
-            #[cfg(target_arch = "x86_64")]
-            if let Some(isa) = isa {
-                // SAFETY: `isa` is an `Avx2Fma` token, made only where
-                // run-time detection found AVX2 and FMA.
-                return unsafe { matrix_rows_avx2(isa, &batch, i0, o) };
-            }
-            matrix_rows(Portable, &batch, i0, o);
-        });
-    });
+            let keys = pack("softmax_matrix", psi.batch_slice(b), n, d, None)?;
+            let batch = Batch {
+                phi: phi.batch_slice(b),
+                keys: &keys,
+                d,
+                n,
+                scale: attn.scale,
+                causal: attn.causal,
+                off: n - m.min(n),
+            };
+            ob.par_chunks_mut(BQ * n).enumerate().for_each(|(blk, o)| {
+                if cp.is_cancelled() {
+                    return;
+                }
+                let i0 = blk * BQ;
+                #[cfg(target_arch = "x86_64")]
+                if let Some(isa) = isa {
+                    // SAFETY: `isa` is an `Avx2Fma` token, made only where
+                    // run-time detection found AVX2 and FMA.
+                    return unsafe { matrix_rows_avx2(isa, &batch, i0, o) };
+                }
+                matrix_rows(Portable, &batch, i0, o);
+            });
+            Ok::<(), crate::error::Error>(())
+        })?;
     cp.check()?;
     Ok(out)
 }

@@ -47,6 +47,8 @@ mod prepared;
 mod tests;
 
 use super::simd::{Isa, LANES, fmadd};
+use crate::error::Result;
+use crate::matrix::try_vec;
 
 pub(crate) use feature::feature_local_mean;
 pub(crate) use matrix::softmax_matrix;
@@ -79,8 +81,17 @@ impl Packed {
     }
 }
 
-pub(super) fn pack(psi: &[f32], n: usize, d: usize, values: Option<(&[f32], usize)>) -> Packed {
-    let mut kt = vec![0.0f32; n.next_multiple_of(BK) * d];
+/// Packs one batch's keys `psi` (`n × d`) and `values` (`n × q`), or
+/// [`Error::TooLarge`](crate::Error::TooLarge) for `op`.
+pub(super) fn pack(
+    op: &'static str,
+    psi: &[f32],
+    n: usize,
+    d: usize,
+    values: Option<(&[f32], usize)>,
+) -> Result<Packed> {
+    let len = (n.next_multiple_of(BK) as u64).saturating_mul(d as u64);
+    let mut kt = try_vec(op, "packed keys", len, 0.0f32)?;
     for (j, row) in psi.chunks_exact(d).enumerate() {
         let (t, c) = (j / BK, j % BK);
         for (k, &x) in row.iter().enumerate() {
@@ -90,7 +101,12 @@ pub(super) fn pack(psi: &[f32], n: usize, d: usize, values: Option<(&[f32], usiz
     let (v, qp) = match values {
         Some((v, q)) => {
             let qp = q.next_multiple_of(NR);
-            let mut vp = vec![0.0f32; n * qp];
+            let mut vp = try_vec(
+                op,
+                "packed values",
+                (n as u64).saturating_mul(qp as u64),
+                0.0,
+            )?;
             for (dst, src) in vp.chunks_exact_mut(qp).zip(v.chunks_exact(q)) {
                 dst[..q].copy_from_slice(src);
             }
@@ -98,7 +114,7 @@ pub(super) fn pack(psi: &[f32], n: usize, d: usize, values: Option<(&[f32], usiz
         }
         None => (Vec::new(), 0),
     };
-    Packed { kt, v, qp }
+    Ok(Packed { kt, v, qp })
 }
 
 /// What every block of one batch shares.

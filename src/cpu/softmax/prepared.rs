@@ -72,8 +72,11 @@ impl CpuAttention<'static> {
         let held = budget.reserve("prepare_attention", "attention keys and values", bytes)?;
         let packed = (0..nb)
             .into_par_iter()
-            .map(|b| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q))))
-            .collect();
+            .map(|b| {
+                let v = Some((values.batch_slice(b), q));
+                pack("prepare_attention", psi.batch_slice(b), n, d, v)
+            })
+            .collect::<Result<_>>()?;
         Ok(CpuAttention {
             stored: Stored::Packed(packed, held),
             n,
@@ -93,11 +96,13 @@ impl CpuAttention<'_> {
     ) -> Result<Vec<f32>> {
         let (n, q) = (self.n, self.q);
         match &self.stored {
-            Stored::Packed(packed, _) => attend_packed(phi, (n, q), attn, isa, &|b| &packed[b]),
+            Stored::Packed(packed, _) => attend_packed(phi, (n, q), attn, isa, &|b| Ok(&packed[b])),
             Stored::Borrowed(psi, values) => {
                 let d = psi.cols();
-                let pack_batch =
-                    |b: usize| pack(psi.batch_slice(b), n, d, Some((values.batch_slice(b), q)));
+                let pack_batch = |b: usize| {
+                    let v = Some((values.batch_slice(b), q));
+                    pack("kernel_softmax", psi.batch_slice(b), n, d, v)
+                };
                 attend_packed(phi, (n, q), attn, isa, &pack_batch)
             }
         }
