@@ -1,10 +1,12 @@
 """locus.distributed on a local Dask cluster of two worker processes: every
 sharded op equals the single-process op on the same data."""
 
+import collections
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -232,6 +234,154 @@ def test_a_killed_worker_loses_its_shard_loudly():
         # return the means of the surviving shard alone.
         with pytest.raises(ld.ShardLostError):
             sharded.local_mean(q, bandwidth=0.5)
+
+
+class _KillableCluster:
+    """A scheduler in this process and worker processes of its own, without
+    nannies: :meth:`kill` SIGKILLs a worker and starts a fresh process in
+    its place, which joins while the test goes on with the others."""
+
+    def __init__(self, n=4):
+        self.cluster = distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0")
+        self.client = distributed.Client(self.cluster)
+        self.procs = []
+        for _ in range(n):
+            self._start()
+        self.client.wait_for_workers(n, timeout=90)
+
+    def _start(self):
+        cmd = [sys.executable, "-m", "distributed.cli.dask_worker", self.cluster.scheduler_address,
+               "--nthreads", "1", "--no-nanny", "--no-dashboard"]
+        self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def kill(self, worker):
+        pid = self.client.run(os.getpid, workers=[worker])[worker]
+        os.kill(pid, signal.SIGKILL)
+        self._start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.client.close()
+        self.cluster.close()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def _two_workers_without(c, gone):
+    """Waits until the scheduler has dropped ``gone`` and the same two or
+    more workers have been up for 0.3 s."""
+    deadline = time.monotonic() + 90
+    seen, since = None, time.monotonic()
+    while True:
+        now = set(c.nthreads())
+        if now != seen:
+            seen, since = now, time.monotonic()
+        if gone not in now and len(now) >= 2 and time.monotonic() - since > 0.3:
+            return
+        assert time.monotonic() < deadline, f"no two workers up within 90 s: {now}"
+        time.sleep(0.02)
+
+
+def _placed(c, gone, *args, **kw):
+    """A ShardedKeySet, placed once ``gone`` is dropped and two workers are
+    up. (Placing on a worker that goes away meanwhile raises
+    ShardLostError: then it is placed again.)"""
+    for attempt in range(5):
+        if gone is not None:
+            _two_workers_without(c, gone)
+        try:
+            return ld.ShardedKeySet(c, *args, **kw)
+        except ld.ShardLostError:
+            if attempt == 4:
+                raise
+
+
+def _outcome(call, limit=60.0):
+    """(the exception's type name, or "ok"/"hang", seconds): ``call`` run
+    in a thread, abandoned after ``limit`` seconds."""
+    box = {}
+
+    def go():
+        try:
+            call()
+            box["r"] = "ok"
+        except Exception as e:  # noqa: BLE001 - the type is the outcome
+            box["r"] = type(e).__name__
+            box["e"] = e
+
+    t = time.monotonic()
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    th.join(limit)
+    return box.get("r", "hang"), time.monotonic() - t, box.get("e")
+
+
+KILL_CALLS = {
+    "local_mean": lambda s, q: s.local_mean(q, bandwidth=0.5),
+    "knn": lambda s, q: s.knn(q, 3),
+    "log_density": lambda s, q: s.log_density(q, bandwidth=0.5),
+    "classify": lambda s, q: s.classify(q, bandwidth=0.5),
+}
+
+
+def test_every_call_right_after_a_worker_is_killed_raises_shard_lost():
+    # A worker SIGKILLed just before a call: the scheduler learns it some
+    # milliseconds later, so the call races the loss. 20 times in a row,
+    # each op, each call must raise ShardLostError within seconds: never
+    # hang (a broadcast of the queries used to spin on the dead worker),
+    # never a raw Dask KeyError.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 2)).astype(np.float32)
+    labels = (x[:, 0] > 0).astype(np.int64)
+    q = x[:50]
+    outcomes, worst, victim = collections.Counter(), 0.0, None
+    with _KillableCluster() as kc:
+        c = kc.client
+        for run in range(20):
+            sharded = _placed(c, victim, x, x[:, 0], labels, backend="cpu", shards=2)
+            name = list(KILL_CALLS)[run % len(KILL_CALLS)]
+            victim = sharded.where()[run % 2]
+            kc.kill(victim)
+            kind, seconds, err = _outcome(lambda: KILL_CALLS[name](sharded, q))
+            outcomes[kind] += 1
+            worst = max(worst, seconds)
+            assert kind == "ShardLostError", f"run {run}, {name}: {kind} after {seconds:.1f} s: {err!r}"
+            assert seconds < 15, f"run {run}, {name}: ShardLostError only after {seconds:.1f} s"
+        print(f"kill then call: {dict(outcomes)}, slowest {worst:.2f} s")
+        # The client and the cluster still answer.
+        sharded = _placed(c, victim, x, x[:, 0], backend="cpu", shards=2)
+        want = locus.Engine("cpu").prepare(x, x[:, 0]).local_mean(q, bandwidth=0.5)
+        _close(sharded.local_mean(q, bandwidth=0.5), want)
+
+
+def test_a_worker_killed_between_mean_shift_iterations_raises_shard_lost():
+    x = _blobs(3000, seed=4)
+    with _KillableCluster() as kc:
+        c, victim = kc.client, None
+        for run in range(5):
+            if victim is not None:
+                _two_workers_without(c, victim)
+            killed = {}
+
+            def progress(it, queried, moving):
+                if it == 1:  # kill a worker holding a shard, just before iteration 2
+                    holders = {w for k, ws in c.who_has().items() if "locus-shard" in str(k) for w in ws}
+                    killed["worker"] = sorted(holders)[run % len(holders)]
+                    kc.kill(killed["worker"])
+                    killed["at"] = time.monotonic()
+
+            kind, _, err = _outcome(
+                lambda: ld.mean_shift(c, x, bandwidth=1.0, backend="cpu", shards=2, progress=progress)
+            )
+            assert "at" in killed, "MeanShift converged in one iteration: nothing was killed"
+            victim = killed["worker"]
+            seconds = time.monotonic() - killed["at"]
+            assert kind == "ShardLostError", f"run {run}: {kind}: {err!r}"
+            assert "mean_shift" in str(err)
+            assert seconds < 15, f"run {run}: ShardLostError only after {seconds:.1f} s"
 
 
 # ---------------------------------------------------------------------------

@@ -55,6 +55,7 @@ except ImportError as e:  # pragma: no cover - exercised without dask
 from ._keyset import ShardedKeySet
 from ._mean_shift import mean_shift
 from ._merge import merge_states
-from ._placement import ShardLostError, assign_adapters
+from ._placement import assign_adapters
+from ._watch import ShardLostError
 
 __all__ = ["ShardedKeySet", "ShardLostError", "mean_shift", "merge_states", "assign_adapters"]

@@ -17,8 +17,11 @@ from .._engine import check_backend
 from .._errors import InputError
 from .._kernels import ProductKernel, kernel_arg
 from .._results import RowStates
+from . import _watch
 from ._merge import _merge_knn, _ratio, merge_states
 from ._placement import (
+    DEFAULT_TIMEOUT,
+    Needs,
     _check_dask,
     _check_finite,
     _check_nonempty,
@@ -85,6 +88,17 @@ class ShardedKeySet(_Sharded):
     (up to float rounding of the merged sums, ~1e-7 relative): each shard
     answers for its keys, and the answers are merged associatively.
     Indices returned by :meth:`knn` are global (row order of ``keys``).
+
+    A call never answers without every shard: when a shard's worker dies,
+    the call (and every later one) raises :class:`ShardLostError` within
+    about a second of the scheduler noticing, naming the shard. Each call
+    asks the scheduler where the shards are before sending anything, sends
+    the queries to the workers holding them (not broadcast) and watches the
+    shards while the workers compute. ``timeout`` (seconds, default 30)
+    bounds every exchange that moves data or asks the scheduler (placing
+    the shards, sending the queries, each probe): past it the call raises
+    :class:`ShardLostError`. The compute itself is not bounded, only
+    watched; raise ``timeout`` for queries too large to send in 30 s.
     """
 
     def __init__(
@@ -96,8 +110,9 @@ class ShardedKeySet(_Sharded):
         *,
         backend: str = "auto",
         shards: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        super().__init__(client)
+        super().__init__(client, timeout)
         # Everything the driver can check is checked before any task is sent.
         check_backend(backend)
         shards = _check_shards(shards)
@@ -137,7 +152,9 @@ class ShardedKeySet(_Sharded):
                 m = _known_rows(labels)
                 if n is not None and m is not None and m != n:
                     raise InputError(f"labels has {m} entries but there are {n} keys")
-                self._classes = client.compute(da.unique(labels)).result()
+                self._classes = _watch.gather(
+                    client, client.compute(da.unique(labels)), Needs(), "placing the labels", self.timeout
+                )
                 if self._classes.dtype.kind == "f" and not np.all(np.isfinite(self._classes)):
                     raise InputError("labels must be finite")
             else:
@@ -178,7 +195,7 @@ class ShardedKeySet(_Sharded):
 
     def where(self) -> list[str]:
         """The worker holding each shard."""
-        who = self.client.who_has(self.shards)
+        who = _watch.who_has(self.client, self.shards, "where", self.timeout)
         return [",".join(who.get(s.key, ())) for s in self.shards]
 
     # -- ops -------------------------------------------------------------------
@@ -194,16 +211,15 @@ class ShardedKeySet(_Sharded):
         _check_finite(q, "queries")
         return q
 
-    def _merged_states(self, q: np.ndarray, bandwidth: float, kernel: str, cols: str) -> tuple:
+    def _merged_states(self, q: np.ndarray, bandwidth: float, kernel: str, cols: str, what: str) -> tuple:
         bandwidth = _check_kernel(bandwidth, kernel)
-        qf = self.client.scatter(q, broadcast=True, hash=False)
-        return self._map_reduce(_states, merge_states, lambda i: (), qf, bandwidth, kernel, cols)
+        return self._map_reduce(_states, merge_states, lambda i: (), q, bandwidth, kernel, cols, what=what)
 
     def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
         """The merged row states ``(m, s, u)`` over every shard (``u`` has
         the value columns, none without values)."""
         q = self._queries(queries)
-        m, s, u = self._merged_states(q, bandwidth, kernel, "values")
+        m, s, u = self._merged_states(q, bandwidth, kernel, "values", "row_states")
         return RowStates(m, s, u)
 
     def local_mean(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
@@ -211,7 +227,7 @@ class ShardedKeySet(_Sharded):
         empty neighbourhoods."""
         if self._q is None:
             raise InputError("this key set was prepared without values")
-        m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "values")
+        m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "values", "local_mean")
         out = _ratio(s, u)
         return out[:, 0] if self._vector else out
 
@@ -219,8 +235,7 @@ class ShardedKeySet(_Sharded):
         """``ln p̂(q)`` of the KDE on all keys (float64)."""
         q = self._queries(queries)
         bandwidth = _check_kernel(bandwidth, kernel)
-        qf = self.client.scatter(q, broadcast=True, hash=False)
-        lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), qf, bandwidth, kernel)
+        lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), q, bandwidth, kernel, what="log_density")
         return lm - math.log(self.n_keys)
 
     def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
@@ -232,7 +247,7 @@ class ShardedKeySet(_Sharded):
         :attr:`classes`); NaN rows for empty neighbourhoods."""
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
-        m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "labels")
+        m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "labels", "predict_proba")
         return _ratio(s, u)
 
     def classify(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
@@ -242,7 +257,7 @@ class ShardedKeySet(_Sharded):
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
         q = self._queries(queries)
-        m, s, u = self._merged_states(q, bandwidth, kernel, "labels")
+        m, s, u = self._merged_states(q, bandwidth, kernel, "labels", "classify")
         proba = _ratio(s, u)
         empty = np.isnan(proba[:, 0]) if proba.shape[1] else np.ones(len(q), dtype=bool)
         index = np.zeros(len(q), dtype=np.int64)
@@ -253,9 +268,8 @@ class ShardedKeySet(_Sharded):
         return self._classes[index]
 
     def _knn(self, q: np.ndarray, k: int) -> tuple:
-        qf = self.client.scatter(q, broadcast=True, hash=False)
         return self._map_reduce(
-            _knn_task, partial(_merge_knn, k=k), lambda i: (self.offsets[i],), qf, k
+            _knn_task, partial(_merge_knn, k=k), lambda i: (self.offsets[i],), q, k, what="knn"
         )
 
     def knn(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:

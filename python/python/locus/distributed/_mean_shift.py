@@ -21,7 +21,10 @@ from .._kernels import ProductKernel, kernel_arg
 from .._results import MeanShiftResult
 from ._keyset import _check_kernel, _states
 from ._merge import _merge_bins, _merge_extent, _ratio, _tree, merge_states
+from . import _watch
 from ._placement import (
+    DEFAULT_TIMEOUT,
+    Needs,
     _check_dask,
     _check_finite,
     _check_nonempty,
@@ -33,6 +36,7 @@ from ._placement import (
     _Shard,
     _Sharded,
     _workers,
+    check_timeout,
 )
 
 
@@ -81,6 +85,7 @@ def mean_shift(
     backend: str = "auto",
     shards: int | None = None,
     progress: Callable[[int, int, int], None] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> MeanShiftResult:
     """MeanShift of ``X`` (N × d, NumPy or Dask array) sharded over the
     cluster, with the results of :func:`locus.mean_shift` on the same data
@@ -100,6 +105,12 @@ def mean_shift(
     :func:`locus.mean_shift`: no bandwidth, each block in units of its own).
     ``progress(iteration, queried, moving)`` is called after each
     iteration with the seeds sent out and those still moving.
+
+    A worker that dies during the call makes it raise
+    :class:`ShardLostError` (within about a second of the scheduler
+    noticing), never a partial answer; ``timeout`` (seconds) bounds every
+    exchange that moves data or asks the scheduler, as in
+    :class:`ShardedKeySet`.
     """
     # Every parameter, and X and seeds where on the driver, are checked
     # before any task is sent.
@@ -143,6 +154,7 @@ def mean_shift(
     if not (math.isfinite(tol) and tol > 0):
         raise InputError(f"tol must be finite and > 0, got {tol}")
     shards = _check_shards(shards)
+    timeout = check_timeout(timeout)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable, got {type(progress).__name__}")
     if isinstance(seeds, str) and seeds not in ("binned", "all"):
@@ -167,18 +179,24 @@ def mean_shift(
         _check_finite(seeds_given, "seeds")
 
     if _is_dask(X):
-        xf, sizes = _dask_parts(client, X, "X", None, shards)
+        xf, sizes = _dask_parts(client, X, "X", None, shards, timeout)
     else:
-        xf, sizes = _scatter_blocks(client, workers, x, shards, "X")
+        xf, sizes = _scatter_blocks(client, workers, x, shards, "X", timeout)
+    # The blocks the passes before placement need (named in a ShardLostError).
+    blocks = Needs([(f, f"X block {i} of {len(xf)}") for i, f in enumerate(xf)])
+
+    def gather(futures: Any, what: str) -> Any:
+        return _watch.gather(client, futures, blocks, f"mean_shift: {what}", timeout)
+
     n_total = sum(sizes)
     if n_total == 0:
         _check_nonempty((0, d), "X")
     # The centre: the middle of the bounding box, rounded to f32 (as the engine).
     parts = [client.submit(_shard_extent, f, pure=False) for f in xf]
-    lo, hi = _tree(client, parts, _merge_extent).result()
+    lo, hi = gather(_tree(client, parts, _merge_extent), "the bounding box")
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         # A Dask X: find the first non-finite entry, by its row in X.
-        bad = client.gather([client.submit(_first_nonfinite, f, pure=False) for f in xf])
+        bad = gather([client.submit(_first_nonfinite, f, pure=False) for f in xf], "the check of X")
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         for off, b in zip(offsets, bad):
             if b is not None:
@@ -191,7 +209,7 @@ def mean_shift(
         seeds_xy = seeds_given
     elif seeds == "binned":
         parts = [client.submit(_bins, f, h, pure=False) for f in xf]
-        bins, counts = _tree(client, parts, _merge_bins).result()
+        bins, counts = gather(_tree(client, parts, _merge_bins), "the bins")
         kept = bins[counts >= min_bin_freq]
         if len(kept) == n_total:
             seeds_xy = None  # every point its own bin: the points are the seeds
@@ -200,18 +218,19 @@ def mean_shift(
     else:
         seeds_xy = None
 
-    sh = _Sharded(client)  # the points, centred; values = the points
+    sh = _Sharded(client, timeout)  # the points, centred; values = the points
     sh._place(
         None, None, None, None, backend, None,
         center=center, values_are_keys=True, key_futures=(xf, sizes),
     )
+    # The raw blocks are released: the shards hold the centred points.
     del xf
+    blocks = Needs()
     try:
         if seeds_xy is None:
             # Every point a seed: the shards' centred points, gathered once
             # (a new array, in row order).
-            parts = [client.submit(_points, s, pure=False) for s in sh.shards]
-            pos = np.concatenate(client.gather(parts))
+            pos = np.concatenate(sh._map_reduce(_points, None, lambda i: (), None, what="mean_shift: the seeds"))
         else:
             pos = (seeds_xy.astype(np.float64) - center).astype(np.float32)
         if len(pos) == 0:
@@ -223,8 +242,10 @@ def mean_shift(
         active = np.arange(len(pos))
         iterations, converged = 0, False
         for it in range(1, max_iter + 1):
-            qf = client.scatter(pos[active], broadcast=True, hash=False)
-            m, s, u = sh._map_reduce(_states, merge_states, lambda i: (), qf, h_kernel, kernel, "values")
+            m, s, u = sh._map_reduce(
+                _states, merge_states, lambda i: (), pos[active], h_kernel, kernel, "values",
+                what=f"mean_shift: iteration {it}",
+            )
             mean = _ratio(s, u)
             sub = pos[active]
             stop = _locus.shift_step(sub, mean, thr_sq)
@@ -240,14 +261,14 @@ def mean_shift(
         # Post-processing: distinct final positions, their populations.
         bits = np.unique(pos.view(np.uint32), axis=0)
         cand = np.ascontiguousarray(bits).view(np.float32)
-        qf = client.scatter(cand, broadcast=True, hash=False)
-        _, counts, _ = sh._map_reduce(_states, merge_states, lambda i: (), qf, h, "uniform", "none")
+        _, counts, _ = sh._map_reduce(
+            _states, merge_states, lambda i: (), cand, h, "uniform", "none",
+            what="mean_shift: the populations",
+        )
         modes_c, populations = _locus.rank_modes(cand, counts, h, len(pos))
-        mf = client.scatter(modes_c, broadcast=True, hash=False)
-        label_parts = [
-            client.submit(_label_points, s, mf, h, bool(cluster_all), pure=False) for s in sh.shards
-        ]
-        labels = np.concatenate(client.gather(label_parts))
+        labels = np.concatenate(sh._map_reduce(
+            _label_points, None, lambda i: (), modes_c, h, bool(cluster_all), what="mean_shift: the labels"
+        ))
     finally:
         sh.close()
     modes = (modes_c.astype(np.float64) + center).astype(np.float32)

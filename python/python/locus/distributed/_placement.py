@@ -5,9 +5,9 @@ GPU adapters."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
-from concurrent.futures import CancelledError
 from typing import Any, Callable, Sequence
 
 import dask
@@ -18,12 +18,11 @@ from dask.sizeof import sizeof
 from .._arrays import as_count, as_matrix
 from .._engine import engine_for
 from .._errors import InputError, LocusError
+from . import _watch
 from ._merge import _tree
+from ._watch import DEFAULT_TIMEOUT, Needs, ShardLostError, check_timeout
 
-
-class ShardLostError(LocusError, RuntimeError):
-    """A shard's key set is gone (its worker died, or its future was
-    released): the call is refused rather than answered without it."""
+__all__ = ["ShardLostError", "DEFAULT_TIMEOUT", "check_timeout"]
 
 
 def _fmt(v: float) -> str:
@@ -199,15 +198,19 @@ def _split_numpy(x: np.ndarray, shards: int, name: str = "keys") -> list[np.ndar
 
 
 def _scatter_blocks(
-    client: distributed.Client, workers: list[str], x: np.ndarray, shards: int | None, name: str
+    client: distributed.Client,
+    workers: list[str],
+    x: np.ndarray,
+    shards: int | None,
+    name: str,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> tuple[list, list[int]]:
     """``x`` cut into ``shards`` near-equal blocks (one per worker by
-    default), each scattered to a worker in turn; the futures and sizes."""
+    default), each scattered to a worker in turn (all at once, bounded by
+    ``timeout`` seconds); the futures and sizes."""
     parts = _split_numpy(x, shards if shards is not None else min(len(workers), len(x)), name)
-    futures = [
-        client.scatter(p, workers=[workers[i % len(workers)]], hash=False)
-        for i, p in enumerate(parts)
-    ]
+    items = [(p, workers[i % len(workers)]) for i, p in enumerate(parts)]
+    futures = _watch.scatter(client, items, f"placing the {name}", timeout)
     return futures, [len(p) for p in parts]
 
 
@@ -265,6 +268,7 @@ def _dask_parts(
     name: str,
     rows: Sequence[int] | None = None,
     shards: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> tuple[list, list[int]]:
     """Futures of the row blocks of the Dask array ``x`` (full rows per
     block), computed where Dask puts them, and their rows: blocks of
@@ -285,7 +289,13 @@ def _dask_parts(
         futs = client.compute(list(x.to_delayed().reshape(-1)))
     else:
         futs = client.compute(list(x.to_delayed().reshape(-1)))
-        sizes = client.gather([client.submit(len, f, pure=False) for f in futs])
+        sizes = _watch.gather(
+            client,
+            [client.submit(len, f, pure=False) for f in futs],
+            Needs([(f, f"{name} block {i}") for i, f in enumerate(futs)]),
+            f"placing the {name}",
+            timeout,
+        )
         n = sum(sizes)
         if rows is not None:
             if n != sum(rows):
@@ -303,10 +313,13 @@ def _dask_parts(
 
 
 class _Sharded:
-    """Futures of a cluster's shards, with the map/tree-reduce over them."""
+    """Futures of a cluster's shards, with the map/tree-reduce over them.
+    ``timeout``: seconds any exchange that moves data or asks the scheduler
+    may take (the wait for the workers' compute is watched, not bounded)."""
 
-    def __init__(self, client: distributed.Client) -> None:
+    def __init__(self, client: distributed.Client, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.client = client
+        self.timeout = check_timeout(timeout)
         self.shards: list[distributed.Future] = []
         self.rows: list[int] = []
         self.offsets: list[int] = []
@@ -330,33 +343,38 @@ class _Sharded:
         ``workers``; Dask keys: their chunks; or ``key_futures`` already
         placed), sends values and labels to the same workers and builds one
         key set per shard there."""
-        client = self.client
+        client, t = self.client, self.timeout
         keys_name = "X" if values_are_keys else "keys"
+        what = f"placing the {keys_name}"
         if key_futures is not None:
             kf, sizes = key_futures
         elif _is_dask(keys):
-            kf, sizes = _dask_parts(client, keys, "keys", None, shards)
+            kf, sizes = _dask_parts(client, keys, "keys", None, shards, t)
         else:
-            kf, sizes = _scatter_blocks(client, workers or _workers(client), keys, shards, "keys")
+            kf, sizes = _scatter_blocks(client, workers or _workers(client), keys, shards, "keys", t)
         if not kf:
             raise InputError(f"{keys_name} is empty (0 rows); it needs at least one row")
-        distributed.wait(kf)
-        who = client.who_has(kf)
+        _watch.wait(client, kf, [f"{keys_name} block {i}" for i in range(len(kf))], what, t)
+        for f in kf:
+            if f.status == "error":
+                f.result()  # raises the block's error
+        who = _watch.who_has(client, kf, what, t)
         offsets = [int(o) for o in np.concatenate([[0], np.cumsum(sizes)[:-1]])]
 
         def split_like(a: Any, name: str) -> list:
             if a is None:
                 return [None] * len(kf)
             if _is_dask(a):
-                return _dask_parts(client, a, name, sizes, None)[0]
+                return _dask_parts(client, a, name, sizes, None, t)[0]
             a = np.asarray(a)
             if a.shape[0] != sum(sizes):
                 raise InputError(f"{name} has {a.shape[0]} rows but there are {sum(sizes)} keys")
             cuts = np.cumsum(sizes)[:-1]
-            return [
-                client.scatter(p, workers=list(who[f.key]), hash=False)
-                for p, f in zip(np.split(a, cuts), kf)
-            ]
+            homes = [who.get(f.key, ()) for f in kf]
+            if not all(homes):
+                raise _watch.lost_error(what, [f"{keys_name} block {i}" for i, h in enumerate(homes) if not h])
+            items = [(p, h[0]) for p, h in zip(np.split(a, cuts), homes)]
+            return _watch.scatter(client, items, f"placing the {name}", t)
 
         vf, lf = split_like(values, "values"), split_like(labels, "labels")
         self.shards = [
@@ -371,14 +389,15 @@ class _Sharded:
                 values_are_keys,
                 off,
                 keys_name,
-                workers=list(who[k.key]),
+                workers=list(who.get(k.key, ())) or None,
                 allow_other_workers=True,
                 pure=False,
                 key=f"locus-shard-{uuid.uuid4().hex}",
             )
             for k, v, lab, off in zip(kf, vf, lf, offsets)
         ]
-        distributed.wait(self.shards)
+        names = [f"shard {i} of {len(kf)}" for i in range(len(kf))]
+        _watch.wait(client, self.shards, names, what, t)
         for f in self.shards:
             if f.status == "error":
                 f.result()  # raises the shard's error (an InputError naming the row)
@@ -387,7 +406,7 @@ class _Sharded:
         self.offsets = offsets
         # Asked once: every call sends its tasks there (or elsewhere, when a
         # shard has moved; a lost one is refused by `_check`).
-        who = client.who_has(self.shards)
+        who = _watch.who_has(client, self.shards, what, t)
         self.homes = [list(who.get(s.key, ())) for s in self.shards]
 
     def _check(self) -> None:
@@ -405,33 +424,72 @@ class _Sharded:
                     "no result is given without it (rebuild the sharded key set)"
                 )
 
-    def _map_reduce(self, task: Callable, merge: Callable, per_shard: Callable, *args: Any) -> Any:
-        """``merge`` of ``task(shard, *per_shard(i), *args)`` over every
-        shard, in a tree of pairwise merges on the workers."""
+    def _shard_name(self, i: int) -> str:
+        lo, n = self.offsets[i], self.rows[i]
+        on = ",".join(self.homes[i]) or "no worker"
+        return f"shard {i} of {len(self.shards)} (keys {lo}..{lo + n}, placed on {on})"
+
+    def _map_reduce(
+        self,
+        task: Callable,
+        merge: Callable | None,
+        per_shard: Callable,
+        queries: np.ndarray | None,
+        *args: Any,
+        what: str = "the call",
+    ) -> Any:
+        """``merge`` of ``task(shard, *per_shard(i), queries, *args)`` over
+        every shard, in a tree of pairwise merges on the workers (``merge``
+        None: the list of the shards' answers, in shard order; ``queries``
+        None: not passed).
+
+        The scheduler is asked first where every shard is: one held by no
+        live worker raises :class:`ShardLostError` before anything is sent.
+        The queries then go to the workers holding the shards, one scatter
+        per worker, all at once (a broadcast's replication can spin on a
+        worker that died since), bounded by :attr:`timeout`. The wait for
+        the answer is watched: a shard lost meanwhile ends it at once."""
         self._check()
-        client = self.client
-        parts = [
-            client.submit(
-                task,
-                s,
-                *per_shard(i),
-                *args,
-                workers=self.homes[i] or None,
-                allow_other_workers=True,
-                pure=False,
-            )
-            for i, s in enumerate(self.shards)
-        ]
-        root = _tree(client, parts, merge)
-        try:
-            out = root.result()
-        except CancelledError as e:
-            raise ShardLostError(
-                f"a shard was lost during the call ({e}); no result is given without it"
-            ) from e
-        finally:
-            del parts, root
-        return out
+        client, t = self.client, self.timeout
+        needs = Needs([(s, self._shard_name(i)) for i, s in enumerate(self.shards)])
+
+        async def go() -> Any:
+            lost, who, alive = await asyncio.wait_for(needs.probe(client), t)
+            homes = []
+            for i, s in enumerate(self.shards):
+                live = [w for w in who.get(s.key, ()) if w in alive]
+                if not live:
+                    lost.append(f"{self._shard_name(i)} (no live worker holds it)")
+                homes.append(live[0] if live else "")
+            if lost:
+                raise _watch.lost_error(what, sorted(set(lost)))
+            head: dict[str, list] = {w: [] for w in homes}
+            if queries is not None:
+                targets = sorted(head)
+                sends = asyncio.gather(
+                    *(client.scatter(queries, workers=[w], hash=False, timeout=t) for w in targets)
+                )
+                sent = Needs(needs.futures, [(w, f"worker {w}") for w in targets])
+                to = f"{what}: sending the queries to {', '.join(targets)}"
+                qf = await _watch.watched(client, sends, sent, to, t, t)
+                head = {w: [f] for w, f in zip(targets, qf)}
+            parts = [
+                client.submit(
+                    task,
+                    s,
+                    *per_shard(i),
+                    *head[homes[i]],
+                    *args,
+                    workers=[homes[i]],
+                    allow_other_workers=True,
+                    pure=False,
+                )
+                for i, s in enumerate(self.shards)
+            ]
+            root = parts if merge is None else _tree(client, parts, merge)
+            return await _watch.watched(client, client.gather(root), needs, what, None, t)
+
+        return _watch.run(client, go, what)
 
     def close(self) -> None:
         """Releases the shards (their key sets are dropped on the workers);
