@@ -360,7 +360,8 @@ mod tests {
             &with.soa(None),
             MatrixMode::SqDistance,
             &mut got,
-        );
+        )
+        .unwrap();
         kernel_matrix(
             None,
             &k,
@@ -369,7 +370,8 @@ mod tests {
             &without.soa(None),
             MatrixMode::SqDistance,
             &mut want,
-        );
+        )
+        .unwrap();
         assert_ne!(got, want, "the inner products were not used");
         for (i, g) in got.iter().enumerate() {
             let (r, j) = (i / n, i % n);
