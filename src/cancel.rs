@@ -167,6 +167,11 @@ impl Checkpoint {
         }
     }
 
+    /// The op's name.
+    pub(crate) fn op(&self) -> &'static str {
+        self.op
+    }
+
     /// `Err(Error::Cancelled)` once the op's token is cancelled.
     #[inline]
     pub(crate) fn check(&self) -> Result<()> {

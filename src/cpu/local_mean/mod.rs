@@ -12,7 +12,7 @@
 //! finished in `f64`), `portable.rs` and `avx2.rs` (the kernels).
 //!
 //! Imports: `super::{keys, panels, simd}`, `crate::cancel`, `crate::error`,
-//! `crate::kernel`, `crate::types`.
+//! `crate::kernel`, `crate::matrix`, `crate::types`.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -28,6 +28,7 @@ use super::simd::{Avx2Fma, KEY_BLOCK, Portable};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::kernel::Kernel;
+use crate::matrix::ensure_room;
 use crate::types::RowStates;
 
 pub(crate) use group::{GroupJob, GroupState, QUERY_GROUP};
@@ -52,6 +53,14 @@ pub(crate) fn group_states(
 ) -> Result<Vec<GroupState>> {
     let (n, q) = (keys.n, keys.q);
     let groups = queries.len().div_ceil(QUERY_GROUP * d);
+    // The groups' states are collected by rayon, which cannot fail: make
+    // sure their memory exists first (refuse rather than abort).
+    let per_group = std::mem::size_of::<GroupState>() + QUERY_GROUP * (q + 2) * 8;
+    ensure_room(
+        cp.op(),
+        "row states",
+        (groups as u64).saturating_mul(per_group as u64),
+    )?;
     let want = 4 * rayon::current_num_threads();
     if groups >= want && serve_sq_dists(kernel, keys.panels, d) {
         let states = panel_group_states(kernel, queries, d, keys, exclude_self, cp);
