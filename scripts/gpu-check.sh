@@ -16,7 +16,8 @@
 #                 when absent; checks the JSON it wrote (CI runs this)
 #
 # Parts: adapter (locus info), the bench at GPU sizes one op family at a
-# time with a hardware adapter required (kNN split across keys, attention
+# time with a hardware adapter required (kNN split across keys, at d = 128
+# by inner-product tiles (knn_ip.wgsl) since d ≥ 32 takes them, attention
 # training and decoding shapes among them), cold and warm start, the same
 # shapes through PyTorch (CUDA events after warm-up), then the report. Each part has its own
 # time limit and a failure in one does not lose the others; the whole run

@@ -1,7 +1,7 @@
-//! Dispatch of `shaders/knn.wgsl`: query tiles × dispatch windows of the
-//! key tiles (split across workgroups and merged when the queries alone
-//! leave the device idle), the running top-k list kept on the device
-//! between windows.
+//! Dispatch of `shaders/knn.wgsl` (from d = 32 `knn_ip.wgsl`, where its
+//! tiles fit): query tiles × dispatch windows of the key tiles (split
+//! across workgroups and merged when the queries alone leave the device
+//! idle), the running top-k list kept on the device between windows.
 
 use ndarray::Array2;
 
@@ -68,13 +68,21 @@ pub(crate) fn knn_on_tiles(
 ) -> Result<Neighbours> {
     let (ctx, queries, keys) = (call.ctx, call.queries, &call.keys);
     let (m, d) = (queries.rows(), keys.d);
-    let template = vec![
-        ("D", d as u32),
-        ("K", k as u32),
-        ("STAGE", plan.staged_keys as u32),
-        ("KB", plan.key_block as u32),
-    ];
-    let key = PipelineKey::new(ShaderId::Knn, template);
+    // From d = 32 the keys are filtered by inner-product tiles and the
+    // candidates re-measured (docs/numerics.md, "kNN by inner products
+    // (GPU)"): the same lists as the differences.
+    let (shader, mut template) = match plan.ip {
+        Some(resident) => (ShaderId::KnnIp, vec![("QRES", u32::from(resident))]),
+        None => (
+            ShaderId::Knn,
+            vec![
+                ("STAGE", plan.staged_keys as u32),
+                ("KB", plan.key_block as u32),
+            ],
+        ),
+    };
+    template.extend([("D", d as u32), ("K", k as u32)]);
+    let key = PipelineKey::new(shader, template);
     let windows: Vec<Window> = keys
         .tiles
         .iter()
@@ -119,7 +127,7 @@ pub(crate) fn knn_on_tiles(
         };
         let merge = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
         let program = Program::split(ctx, OP, &key, splits, merge)?;
-        let mut bindings = Bindings::new(ctx, OP, ShaderId::Knn, &records)?;
+        let mut bindings = Bindings::new(ctx, OP, shader, &records)?;
         let groups: Vec<_> = keys
             .tiles
             .iter()
@@ -155,3 +163,6 @@ pub(crate) fn knn_on_tiles(
     }
     Ok(Neighbours { indices, distances })
 }
+
+#[cfg(test)]
+mod tests;

@@ -245,7 +245,7 @@ mod tests {
     /// `plan/` constants its `WG` is generated from): what naga must read
     /// from the shader.
     fn dispatched(id: ShaderId) -> [usize; 3] {
-        const TABLE: [(ShaderId, [usize; 3]); 19] = [
+        const TABLE: [(ShaderId, [usize; 3]); 21] = [
             (ShaderId::LocalMean, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanIp, [LOCAL_MEAN_WG, 1, 1]),
@@ -254,6 +254,8 @@ mod tests {
             (ShaderId::LocalMomentsMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::Knn, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::KnnMerge, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::KnnIp, [LOCAL_MEAN_WG, 1, 1]),
+            (ShaderId::KnnIpMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::MeanShift, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::KernelMatrix, [MATRIX_WG, MATRIX_WG, 1]),
             (ShaderId::Fill, [FILL_WG, 1, 1]),

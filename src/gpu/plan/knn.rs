@@ -1,10 +1,14 @@
-//! Tiling of the kNN shader: query tiles × key tiles, each key tile swept
+//! Tiling of the kNN shaders: query tiles × key tiles, each key tile swept
 //! in dispatch windows (the work cap), each window's keys split across
 //! workgroups when the queries alone leave the device idle; the running
-//! top-k list of each query kept on the device between windows.
+//! top-k list of each query kept on the device between windows. From
+//! d = 32, where the device's workgroup memory holds its tiles, the keys
+//! are filtered by inner-product tiles (`knn_ip.wgsl`), else measured by
+//! differences (`knn.wgsl`).
 
 use crate::error::Result;
 
+use super::local_mean::{IP_CHUNK_DIMS, IP_MIN_D, IP_STEP_KEYS, IP_TILE_ROWS};
 use super::{
     DeviceLimits, LOCAL_MEAN_WG, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, budget_keys,
     dispatch_pairs, loop_budget, no_room_for_a_key, split_count, too_small,
@@ -39,6 +43,45 @@ pub(crate) struct KnnPlan {
     /// Keys one dispatch sweeps: a key tile is swept in windows of this
     /// many (the work cap, [`DISPATCH_WORK`](super::DISPATCH_WORK)).
     pub dispatch_keys: usize,
+    /// The inner-product tiles of `knn_ip.wgsl` (d ≥ 32, where they fit):
+    /// `Some(true)` with the queries staged once per dispatch,
+    /// `Some(false)` a chunk of them per step; `None`: `knn.wgsl`.
+    pub ip: Option<bool>,
+}
+
+/// Workgroup memory of `knn_ip.wgsl` in `d` dimensions, its queries
+/// `resident` (every coordinate of the tile's 64 rows, 64 words a
+/// coordinate) or one chunk of them (68 words a coordinate): the keys'
+/// chunk and then the 64 × 32 dot products (36 words a row), the keys'
+/// norms in two halves and their filter weights.
+pub(crate) fn knn_ip_workgroup_bytes(d: usize, resident: bool) -> usize {
+    let (tq, tk, kc) = (IP_TILE_ROWS, IP_STEP_KEYS, IP_CHUNK_DIMS);
+    let coords = if resident { d.div_ceil(kc) * kc } else { kc };
+    let row_units = tq / 4 + usize::from(!resident);
+    16 * (coords * row_units + tq * (tk / 4 + 1) + tk / 2 + tk / 4)
+}
+
+/// How `knn_ip.wgsl` runs in `d` dimensions on a device with
+/// `workgroup_bytes` of workgroup memory: `Some(true)` with the queries
+/// staged once for the dispatch, where they fit; `Some(false)` a chunk of
+/// them per chunk and step; `None` below d = 32 or where neither fits
+/// (then `knn.wgsl`).
+pub(crate) fn knn_ip_queries_resident(d: usize, workgroup_bytes: u32) -> Option<bool> {
+    let room = workgroup_bytes as usize;
+    [true, false]
+        .into_iter()
+        .find(|&resident| d >= IP_MIN_D && knn_ip_workgroup_bytes(d, resident) <= room)
+}
+
+/// Loop iterations per key of `knn_ip.wgsl` in `d` dimensions keeping `k`
+/// neighbours, as if nothing were unrolled and every key re-measured (a
+/// list not yet full, or a row too far for the filter): a 32-key step
+/// runs per 32-coordinate chunk its staging (the keys' 20, the queries' 40
+/// when they do not stay), the key norms (16) and the 8 × 4 block's
+/// loops (32 · 21); then the dot products' store (8) and the filter
+/// (40); per key the re-measure (`d`), the offer (`k`) and its loop.
+fn knn_ip_loop_per_key(d: usize, k: usize) -> usize {
+    (d.div_ceil(IP_CHUNK_DIMS) * 750 + 64).div_ceil(IP_STEP_KEYS) + d + k + 2
 }
 
 /// Loop iterations per key of `knn.wgsl` in `d` dimensions keeping `k`
@@ -73,9 +116,10 @@ pub(crate) fn plan_knn(
     if floats < per_row {
         return Err(too_small(binding, per_row));
     }
-    // Keys staged as vec4 groups, whole blocks of KB.
+    let ip = knn_ip_queries_resident(d, dev.workgroup_bytes);
+    // knn.wgsl: keys staged as vec4 groups, whole blocks of KB.
     let fit = (dev.workgroup_bytes as usize / 16 / d.div_ceil(4)).min(MAX_STAGED_KEYS);
-    if fit == 0 {
+    if fit == 0 && ip.is_none() {
         return Err(no_room_for_a_key("knn", d, dev));
     }
     let key_block = if fit >= KNN_KEY_BLOCK {
@@ -85,9 +129,17 @@ pub(crate) fn plan_knn(
     };
     let staged_keys = fit / key_block * key_block;
     // Under a loop budget: every key's iterations, and once per slice the
-    // query's load, the list's start and end and a partial last step.
-    let per_key = knn_loop_per_key(d, k, key_block);
-    let fixed = d + 2 * k + 4 + key_block * per_key;
+    // query's load (the tile's queries and norms), the list's start and
+    // end and a partial last step.
+    let (per_key, fixed) = if ip.is_some() {
+        let per_key = knn_ip_loop_per_key(d, k);
+        let queries = d.div_ceil(IP_CHUNK_DIMS) * 75;
+        let step = d.div_ceil(IP_CHUNK_DIMS) * 750 + 64;
+        (per_key, queries + 2 * k + 4 + step)
+    } else {
+        let per_key = knn_loop_per_key(d, k, key_block);
+        (per_key, d + 2 * k + 4 + key_block * per_key)
+    };
     let key_tile = (floats / d)
         .min(budget_keys(dev, fixed, per_key))
         .min(caps.key_rows.unwrap_or(usize::MAX))
@@ -112,6 +164,7 @@ pub(crate) fn plan_knn(
         staged_keys,
         key_block,
         dispatch_keys,
+        ip,
     })
 }
 
@@ -180,7 +233,15 @@ mod tests {
         // d = 3000: 750 groups, two keys fit, measured one at a time.
         let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 3000, 0), 5).unwrap();
         assert_eq!((p.key_block, p.staged_keys), (1, 2));
-        let e = plan_knn(&LAVAPIPE, &none, shape(10, 100, 9000, 0), 5);
+        // d = 9000 takes the inner-product tiles a chunk of queries at a
+        // time; where neither shader fits, the plan fails.
+        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 9000, 0), 5).unwrap();
+        assert_eq!(p.ip, Some(false));
+        let tiny = DeviceLimits {
+            workgroup_bytes: 16 << 10,
+            ..LAVAPIPE
+        };
+        let e = plan_knn(&tiny, &none, shape(10, 100, 9000, 0), 5);
         assert!(matches!(e, Err(crate::error::Error::Unsupported { .. })));
     }
 
@@ -216,6 +277,58 @@ mod tests {
         };
         let p = plan_knn(&LAVAPIPE, &small, shape(200, 1000, 3, 0), 4).unwrap();
         assert_eq!(p.key_splits(&LAVAPIPE, &small, 200), 3);
+    }
+
+    #[test]
+    fn inner_product_tiles_from_d_32_where_they_fit() {
+        use super::super::H200;
+        let none = TileLimits::default();
+        let ip = |dev: &DeviceLimits, d| plan_knn(dev, &none, shape(10, 100, d, 0), 16).unwrap().ip;
+        // H200, 48 KiB: queries stay up to d = 128 (41.4 KiB), then a
+        // chunk a step; lavapipe, 32 KiB: up to d = 64.
+        assert_eq!(knn_ip_workgroup_bytes(128, true), 42_368);
+        for (d, h200, lavapipe) in [
+            (31, None, None),
+            (32, Some(true), Some(true)),
+            (64, Some(true), Some(true)),
+            (65, Some(true), Some(false)),
+            (128, Some(true), Some(false)),
+            (129, Some(false), Some(false)),
+            (784, Some(false), Some(false)),
+        ] {
+            assert_eq!(ip(&H200, d), h200, "H200 d={d}");
+            assert_eq!(ip(&LAVAPIPE, d), lavapipe, "lavapipe d={d}");
+        }
+        // The benchmark (10⁴ × 10⁶, d = 128, k = 16) on the H200: one key
+        // tile, the same windows and slices as the differences.
+        let p = plan_knn(&H200, &none, shape(10_000, 1_000_000, 128, 0), 16).unwrap();
+        assert_eq!(
+            (p.ip, p.key_tile, p.dispatch_keys),
+            (Some(true), 1_000_000, 47_068)
+        );
+        assert_eq!(p.key_splits(&H200, &none, 10_000), 26);
+    }
+
+    #[test]
+    fn a_loop_budget_bounds_inner_product_key_tiles() {
+        // Every key re-measured (a list not yet full): the tile's loops,
+        // d for the re-measure and k for the offer, per key.
+        for (d, k) in [(32, 1), (128, 16), (784, 128)] {
+            let p = plan_knn(
+                &LOOP_CAPPED,
+                &TileLimits::default(),
+                shape(10, 1_000_000, d, 0),
+                k,
+            )
+            .unwrap();
+            assert!(p.ip.is_some());
+            let per_key = knn_ip_loop_per_key(d, k);
+            assert!(per_key > d + k);
+            let step = d.div_ceil(32) * 750 + 64;
+            let fixed = d.div_ceil(32) * 75 + 2 * k + 4 + step;
+            assert!(p.key_tile * per_key + fixed <= 65535 * 7 / 8, "d={d} k={k}");
+            assert!(p.key_tile >= 16, "d={d} k={k}: {}", p.key_tile);
+        }
     }
 
     #[test]

@@ -61,11 +61,13 @@ macro_rules! wgsl {
 }
 
 /// The shared files shaders import by name (the file's stem): the kernel
-/// profiles; the local-mean family's row state, its merge and a key
-/// tile's end; the attention row state, its merge, a key tile's end and
+/// profiles; the kNN shaders' top-k list, its windows and merge; the
+/// local-mean family's row state, its merge and a key tile's end; the
+/// attention row state, its merge, a key tile's end and
 /// the split merge pass.
-pub(crate) const LIBRARY: [(&str, WgslFile); 3] = [
+pub(crate) const LIBRARY: [(&str, WgslFile); 4] = [
     ("profiles", wgsl!("profiles.wgsl")),
+    ("knn_list", wgsl!("knn_list.wgsl")),
     ("row_state", wgsl!("row_state.wgsl")),
     ("softmax_state", wgsl!("softmax_state.wgsl")),
 ];
@@ -386,7 +388,7 @@ const FEATURE_CONSTS: &[Consts] = &[
 const MERGE: &str = "merge_splits";
 
 /// Every shader entry point (merge entries with their shader).
-pub(crate) const SHADERS: [ShaderSpec; 13] = [
+pub(crate) const SHADERS: [ShaderSpec; 14] = [
     ShaderSpec {
         id: ShaderId::LocalMean,
         file: wgsl!("local_mean.wgsl"),
@@ -469,6 +471,20 @@ pub(crate) const SHADERS: [ShaderSpec; 13] = [
         merge: Some((ShaderId::KnnMerge, MERGE)),
         placeholders: &[("D", 1), ("K", 1), ("STAGE", 256), ("KB", 4)],
         consts: &[LOCAL_WG, Consts::TileFlags],
+    },
+    ShaderSpec {
+        id: ShaderId::KnnIp,
+        file: wgsl!("knn_ip.wgsl"),
+        entry: "nearest_ip",
+        merge: Some((ShaderId::KnnIpMerge, MERGE)),
+        placeholders: &[("D", 32), ("K", 1), ("QRES", 1)],
+        consts: &[
+            LOCAL_WG,
+            Consts::TileFlags,
+            Consts::Size("TQ", IP_TILE_ROWS, "plan::local_mean::IP_TILE_ROWS"),
+            Consts::Size("TK", IP_STEP_KEYS, "plan::local_mean::IP_STEP_KEYS"),
+            Consts::Size("KC", IP_CHUNK_DIMS, "plan::local_mean::IP_CHUNK_DIMS"),
+        ],
     },
     ShaderSpec {
         id: ShaderId::MeanShift,
@@ -585,11 +601,16 @@ pub(crate) enum ShaderId {
     /// `shaders/knn.wgsl`, entry `merge_splits` (a key split's second
     /// pass: the slices' lists merged).
     KnnMerge,
+    /// `shaders/knn_ip.wgsl`: k nearest neighbours filtered by
+    /// inner-product tiles and re-measured by differences (d ≥ 32).
+    KnnIp,
+    /// `shaders/knn_ip.wgsl`, entry `merge_splits`.
+    KnnIpMerge,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 19] = [
+    pub(crate) const ALL: [ShaderId; 21] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -609,6 +630,8 @@ impl ShaderId {
         ShaderId::SoftmaxTiled,
         ShaderId::SoftmaxTiledMerge,
         ShaderId::KnnMerge,
+        ShaderId::KnnIp,
+        ShaderId::KnnIpMerge,
     ];
 
     /// The entry of [`SHADERS`] that declares this shader (a merge

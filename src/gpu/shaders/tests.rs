@@ -78,6 +78,11 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             vec![("D", 7), ("K", 128), ("STAGE", 64), ("KB", 4)],
             vec![("D", 3000), ("K", 5), ("STAGE", 2), ("KB", 1)],
         ],
+        ShaderId::KnnIp | ShaderId::KnnIpMerge => vec![
+            vec![("D", 33), ("K", 16), ("QRES", 1)],
+            vec![("D", 128), ("K", 128), ("QRES", 1)],
+            vec![("D", 784), ("K", 5), ("QRES", 0)],
+        ],
         ShaderId::MeanShift => vec![vec![("D", 2)], vec![("D", 64)]],
         ShaderId::Softmax | ShaderId::SoftmaxMerge => vec![
             vec![("D4", 1), ("QA4", 1), ("BK", 7)],
@@ -206,6 +211,14 @@ fn workgroup_memory_is_what_the_planner_counts() {
         assert_eq!(
             workgroup_bytes(ShaderId::LocalMeanIp, &values),
             crate::gpu::plan::local_mean::ip_workgroup_bytes(d as usize, cols as usize, resident),
+            "{values:?}"
+        );
+    }
+    for (d, resident) in [(32u32, true), (33, false), (128, true), (784, false)] {
+        let values = [("D", d), ("K", 16), ("QRES", u32::from(resident))];
+        assert_eq!(
+            workgroup_bytes(ShaderId::KnnIp, &values),
+            crate::gpu::plan::knn::knn_ip_workgroup_bytes(d as usize, resident),
             "{values:?}"
         );
     }

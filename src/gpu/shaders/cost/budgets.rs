@@ -59,6 +59,13 @@ fn budgets() -> Vec<Budget> {
             slots_per_pair: 327.75,
         },
         Budget {
+            name: "kNN inner-product tiles d=128 k=16",
+            shader: ShaderId::KnnIp,
+            template: vec![("D", 128), ("K", 16), ("QRES", 1)],
+            pairs: (IP_STEP_KEYS * IP_TILE_ROWS / LOCAL_MEAN_WG) as u64,
+            slots_per_pair: 185.16,
+        },
+        Budget {
             name: "inner-product tiles d=128 q=4",
             shader: ShaderId::LocalMeanIp,
             template: vec![("D", 128), ("QT", 4), ("QA", 4), ("QRES", 1)],
