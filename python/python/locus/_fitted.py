@@ -34,9 +34,27 @@ def weight_scale(sample_weight: np.ndarray) -> float:
 def check_points(est: Any, X: Any, *, reset: bool) -> np.ndarray:
     """``X`` validated as scikit-learn does (2-D, finite, non-empty, the
     number of features seen in ``fit``), float32 or float64 kept, anything
-    else converted to float64."""
+    else converted to float64.
+
+    After ``fit``, a C-contiguous float ndarray that passes every check is
+    returned as is without scikit-learn's validation (a tenth of a
+    millisecond, most of a small ``predict``); anything else, including
+    every input that fails a check, goes through it and gets its errors
+    and warnings."""
     from sklearn.utils.validation import validate_data
 
+    if (
+        not reset
+        and type(X) is np.ndarray
+        and X.dtype in FLOATS
+        and X.ndim == 2
+        and X.flags.c_contiguous
+        and X.shape[0] > 0
+        and X.shape[1] == getattr(est, "n_features_in_", -1)
+        and not hasattr(est, "feature_names_in_")
+        and np.isfinite(X).all()
+    ):
+        return X
     return validate_data(est, X, reset=reset, dtype=FLOATS, order="C")
 
 

@@ -101,7 +101,8 @@ class KernelRegression(RegressorMixin, KernelEstimator):
         if self.degree == 1:
             out = ks.local_polynomial(q, **kw, degree=1).astype(np.float64)
         else:
-            # The row states' float64 sums, divided in float64.
+            # Σ w K y and Σ w K as the row states' float64 sums, divided in
+            # float64 (so a weight of 2 and a repeated point agree to ~1e-15).
             _, total, u = ks.row_states(q, **kw)
             if self._weighted:
                 u, total = u[:, :-1], u[:, -1]
