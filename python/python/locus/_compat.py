@@ -66,7 +66,7 @@ def check_metric(metric: Any, p: Any = 2, metric_params: Any = None) -> None:
     params = dict(metric_params or {})
     if "p" in params:
         p = params.pop("p")
-    if p is not None and (isinstance(p, (bool, np.bool_)) or not isinstance(p, Real) or not p > 0):
+    if p is not None and (isinstance(p, (bool, np.bool_)) or not isinstance(p, Real) or not float(p) > 0):
         raise InputError(f"p must be a number > 0, got {p!r}")
     euclidean = metric in EUCLIDEAN or (metric == "minkowski" and (p is None or p == 2))
     if not euclidean or params:
@@ -81,7 +81,7 @@ def check_metric(metric: Any, p: Any = 2, metric_params: Any = None) -> None:
 
 def check_tolerance(value: Any, name: str) -> None:
     """A non-negative number (KernelDensity's ``atol``, ``rtol``)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real) or not value >= 0:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real) or not float(value) >= 0:
         raise InputError(f"{name} must be a number >= 0, got {value!r}")
 
 

@@ -475,8 +475,8 @@ def mean_shift(
         blurring=bool(blurring),
         cluster_all=bool(cluster_all),
     )
-    centers, *rest = _locus.mean_shift(_engine(backend), x, params)
-    return MeanShiftResult(as_dtype(centers, dtype), *rest)
+    centers, labels, populations, n_iter, converged, h = _locus.mean_shift(_engine(backend), x, params)
+    return MeanShiftResult(as_dtype(centers, dtype), labels, populations, n_iter, converged, h)
 
 
 def medoid_shift(
@@ -514,8 +514,8 @@ def medoid_shift(
         max_iter=as_count(max_iter, "max_iter"),
         distances=metric == "precomputed",
     )
-    centers, *rest = clustering
-    return MedoidShiftResult(medoids, as_dtype(centers, dtype), *rest)
+    centers, labels, populations, n_iter, converged, h = clustering
+    return MedoidShiftResult(medoids, as_dtype(centers, dtype), labels, populations, n_iter, converged, h)
 
 
 def estimate_bandwidth(
