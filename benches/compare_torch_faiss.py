@@ -163,7 +163,7 @@ def part_knn(a, tmp, fails):
         t_k = None
         if locus is not None:
             ks = locus.Engine("cpu").prepare(x)
-            t_k, (ki, _) = best(lambda: ks.knn(q, k), a.repeat)
+            t_k, (_, ki) = best(lambda: ks.knn(q, k), a.repeat)
             if not np.array_equal(ki, idx):
                 fails.append(f"knn d={d}: the key set's lists differ from the CLI's")
         fd = np.sqrt(np.maximum(fd.astype(np.float64), 0))

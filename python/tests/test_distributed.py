@@ -115,8 +115,8 @@ def test_knn_lists_are_identical_ties_included(client, data):
     single = locus.Engine("cpu").prepare(xg)
     sharded = ld.ShardedKeySet(client, xg, backend="cpu", shards=5)
     for k in (1, 16):
-        gi, gd = sharded.knn(qg, k)
-        wi, wd = single.knn(qg, k)
+        gd, gi = sharded.knn(qg, k)
+        wd, wi = single.knn(qg, k)
         np.testing.assert_array_equal(gi, wi)
         np.testing.assert_array_equal(gd, wd)
 
@@ -136,8 +136,8 @@ def test_dask_array_with_uneven_chunks(client, data):
     np.testing.assert_array_equal(
         sharded.classify(q, bandwidth=0.5, kernel="biweight"), single.classify(q, bandwidth=0.5, kernel="biweight")
     )
-    gi, gd = sharded.knn(q, 5)
-    wi, wd = single.knn(q, 5)
+    gd, gi = sharded.knn(q, 5)
+    wd, wi = single.knn(q, 5)
     np.testing.assert_array_equal(gi, wi)
     np.testing.assert_array_equal(gd, wd)
 
@@ -501,15 +501,15 @@ def test_awkward_but_valid_key_sets_equal_the_single_node_key_set(client):
         # (probabilities, not classify: on this grid two classes tie up to rounding)
         _close(s.predict_proba(q, bandwidth=2.0), single.predict_proba(q, bandwidth=2.0))
         for k in (1, 8, 20):  # 8 > a shard's rows, 20 = N
-            gi, gd = s.knn(q, k)
-            wi, wd = single.knn(q, k)
+            gd, gi = s.knn(q, k)
+            wd, wi = single.knn(q, k)
             np.testing.assert_array_equal(gi, wi)
             np.testing.assert_array_equal(gd, wd)
     # An empty chunk in the middle of a Dask array is no empty shard.
     xd = da.concatenate([da.from_array(xi[:10], chunks=(10, 2)), da.zeros((0, 2), chunks=(0, 2)), da.from_array(xi[10:], chunks=(10, 2))])
     assert ld.ShardedKeySet(client, xd, backend="cpu").n_keys == 20
     # Fewer keys than workers, default shards.
-    assert ld.ShardedKeySet(client, xi[:1], backend="cpu").knn(q, 1)[0].tolist() == [[0]] * 4
+    assert ld.ShardedKeySet(client, xi[:1], backend="cpu").knn(q, 1).indices.tolist() == [[0]] * 4
 
 
 def test_calls_after_close_raise_and_the_client_survives(client):
@@ -521,7 +521,7 @@ def test_calls_after_close_raise_and_the_client_survives(client):
         with pytest.raises(ld.ShardLostError, match="closed"):
             call()
     # The client still works (closing used to break its connection).
-    assert ld.ShardedKeySet(client, _X, backend="cpu").knn(_X[:1], 1)[0].tolist() == [[0]]
+    assert ld.ShardedKeySet(client, _X, backend="cpu").knn(_X[:1], 1).indices.tolist() == [[0]]
 
 
 def test_a_closed_client_is_refused():

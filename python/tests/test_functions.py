@@ -15,7 +15,7 @@ def test_local_mean_matches_reference(rng, kernel):
     x = rng.normal(size=(101, 3))
     y = rng.normal(size=(101, 2))
     got = locus.local_mean(q, x, y, bandwidth=1.3, kernel=kernel, backend=CPU)
-    assert got.dtype == np.float32 and got.shape == (37, 2)
+    assert got.dtype == np.float64 and got.shape == (37, 2)
     assert_close(got, local_mean(q, x, y, 1.3, kernel))
 
 
@@ -92,10 +92,10 @@ def test_density_matches_sklearn(rng, ours, theirs):
 def test_knn_matches_argsort(rng):
     q = rng.normal(size=(20, 4))
     x = rng.normal(size=(77, 4))
-    idx, dist = locus.knn(q, x, 6, backend=CPU)
+    dist, idx = locus.knn(q, x, 6, backend=CPU)
     d = np.sqrt(sq_dist(q, x))
     want = np.argsort(d, axis=1, kind="stable")[:, :6]
-    assert idx.dtype == np.int64 and dist.dtype == np.float32
+    assert idx.dtype == np.int64 and dist.dtype == np.float64
     np.testing.assert_array_equal(idx, want)
     assert_close(dist, np.take_along_axis(d, want, 1))
 

@@ -33,7 +33,7 @@ def test_local_linear_matches_reference(rng, kernel):
     h = 0.3 if kernel in ("gaussian", "cauchy") else 0.7
     fit, slopes = locus.local_polynomial(q, x, y, bandwidth=h, kernel=kernel, return_slopes=True, backend=CPU)
     want_fit, want_slopes = ref_local_linear(q, x, y, h, kernel)
-    assert fit.dtype == np.float32 and fit.shape == (40, 2) and slopes.shape == (40, 2, 2)
+    assert fit.dtype == np.float64 and fit.shape == (40, 2) and slopes.shape == (40, 2, 2)
     assert_close(fit, want_fit, rtol=1e-4, atol=1e-4)
     assert_close(slopes, want_slopes, rtol=1e-3, atol=1e-3)
 

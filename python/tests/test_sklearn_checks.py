@@ -14,16 +14,23 @@ ESTIMATORS = [
     locus.LocalModeClassifier(backend="cpu"),
     locus.KNeighborsClassifier(backend="cpu"),
     locus.KNeighborsRegressor(backend="cpu"),
+    locus.NearestNeighbors(backend="cpu"),
     locus.LocalMeanImputer(backend="cpu"),
 ]
 
-# Checks that fail only because locus computes in float32.
-F32 = "predictions are float32, the precision the engine computes in; the check requires float64"
+
+# The one check left failing: float32 kernel sums (accumulated by the
+# engine in its own order) make a point of weight 2 and a repeated point
+# agree to about 1e-6 relative; the check asks 1e-7.
+F32_SUMS = (
+    "kernel weights are summed by the engine in float32 blocks: weighted and repeated "
+    "points agree to ~1e-6 relative, the check asks 1e-7"
+)
 
 
 def expected_failed_checks(estimator):
-    if isinstance(estimator, locus.KernelRegression):
-        return {"check_regressor_multioutput": F32}
+    if isinstance(estimator, locus.LocalModeClassifier):
+        return {"check_sample_weight_equivalence_on_dense_data": F32_SUMS}
     return {}
 
 

@@ -93,8 +93,8 @@ def test_keyset_methods_agree_with_the_functions(rng):
     # an empty neighbourhood gets the nearest key's label
     far = np.array([[100.0, 0.0, 0.0]], np.float32)
     assert ks.classify(far, bandwidth=0.5, kernel="uniform")[0] == labels[np.argmax(x[:, 0])]
-    idx, dist = ks.knn(q, 4)
-    idx2, dist2 = locus.knn(q, x, 4, backend="cpu")
+    dist, idx = ks.knn(q, 4)
+    dist2, idx2 = locus.knn(q, x, 4, backend="cpu")
     np.testing.assert_array_equal(idx, idx2)
     m, s, u = ks.row_states(q, bandwidth=0.5)
     np.testing.assert_allclose(u / s[:, None], ks.local_mean(q, bandwidth=0.5), rtol=1e-5)
@@ -114,13 +114,13 @@ def test_keyset_from_a_thread_pool(rng):
     with ThreadPoolExecutor(8) as pool:
         together = list(pool.map(lambda q: ks.local_mean(q, bandwidth=0.4), queries))
         together_cls = list(pool.map(lambda q: ks.classify(q, bandwidth=0.4), queries))
-        knns = list(pool.map(lambda q: ks.knn(q, 3)[0], queries))
+        knns = list(pool.map(lambda q: ks.knn(q, 3).indices, queries))
     for a, b in zip(alone, together):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     for a, b in zip(alone_cls, together_cls):
         np.testing.assert_array_equal(a, b)
     for q, k in zip(queries, knns):
-        np.testing.assert_array_equal(k, locus.knn(q, x, 3, backend="cpu")[0])
+        np.testing.assert_array_equal(k, locus.knn(q, x, 3, backend="cpu").indices)
     stats = ks.stats()
     assert stats["direct"] + stats["batched_requests"] >= 3 * 64
 

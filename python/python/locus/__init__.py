@@ -12,7 +12,8 @@ array([0, 0, 0, 1, 1])
 
 The scikit-learn estimators (``locus.MeanShift``, ``locus.KernelDensity``,
 ``locus.KernelRegression``, ``locus.LocalModeClassifier``,
-``locus.KNeighborsClassifier``, ``locus.KNeighborsRegressor``) need
+``locus.KNeighborsClassifier``, ``locus.KNeighborsRegressor``,
+``locus.NearestNeighbors``) need
 scikit-learn: ``pip install 'locus-engine[sklearn]'``.
 """
 
@@ -41,7 +42,7 @@ from ._functions import (
 )
 from ._kernels import ProductKernel
 from ._locus import __version__
-from ._results import LocalPCAResult, MeanShiftResult, MedoidShiftResult, RowStates
+from ._results import KNNResult, LocalPCAResult, MeanShiftResult, MedoidShiftResult, RowStates
 
 _ESTIMATORS = {
     "MeanShift": "_cluster",
@@ -50,6 +51,7 @@ _ESTIMATORS = {
     "LocalModeClassifier": "_classification",
     "KNeighborsClassifier": "_neighbors",
     "KNeighborsRegressor": "_neighbors",
+    "NearestNeighbors": "_neighbors",
     "LocalMeanImputer": "_impute",
 }
 
@@ -58,6 +60,7 @@ __all__ = [
     "KeySet",
     "AttentionSet",
     "RowStates",
+    "KNNResult",
     "LocusError",
     "InputError",
     "DeviceError",

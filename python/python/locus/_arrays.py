@@ -41,6 +41,35 @@ def as_float32(x: Any, name: str, ndims: tuple[int, ...] = (2,)) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=np.float32)
 
 
+def result_dtype(*xs: Any) -> type[np.floating]:
+    """The floating dtype of a result computed from ``xs`` (``None``
+    entries ignored): ``float32`` when every input is float32 (or float16,
+    boolean), ``float64`` otherwise (float64, integer input, Python lists),
+    numpy's promotion. The engine computes in float32 either way; a float64
+    result is its float32 values widened."""
+    dtypes = []
+    for x in xs:
+        if x is None:
+            continue
+        dt = getattr(x, "dtype", None)
+        if not isinstance(dt, np.dtype):
+            try:
+                dt = np.asarray(x).dtype
+            except (ValueError, TypeError):
+                continue  # refused with its own message when converted
+        dtypes.append(dt)
+    try:
+        dt = np.result_type(np.float32, *dtypes)
+    except TypeError:
+        return np.float64
+    return np.float32 if dt.kind == "f" and dt.itemsize <= 4 else np.float64
+
+
+def as_dtype(a: np.ndarray, dtype: type[np.floating]) -> np.ndarray:
+    """``a`` in ``dtype`` (no copy when it already is)."""
+    return a if a.dtype == dtype else a.astype(dtype)
+
+
 def as_matrix(x: Any, name: str) -> np.ndarray:
     """``x`` as a C-contiguous float32 2-D array (see :func:`as_float32`)."""
     return as_float32(x, name, (2,))

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 from sklearn.base import ClassifierMixin
+from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
-from ._base import KernelEstimator, check_X, check_Xy, keep_params
-from ._functions import knn, local_mean
+from ._base import KernelEstimator, keep_params
+from ._fitted import FittedKeys, check_points, check_points_targets, weight_scale
 
 __all__ = ["LocalModeClassifier"]
 
@@ -18,16 +20,38 @@ __all__ = ["LocalModeClassifier"]
 class LocalModeClassifier(ClassifierMixin, KernelEstimator):
     """Local-mode classification: class probabilities are the
     Nadaraya–Watson local mean of one-hot labels,
-    ``P(c | x) = Σ_{j: y_j = c} K(x, x_j) / Σ_j K(x, x_j)``, and the
+    ``P(c | x) = Σ_{j: y_j = c} w_j K(x, x_j) / Σ_j w_j K(x, x_j)``, and the
     prediction the most probable class (ties to the smaller class).
 
-    ``bandwidth`` (positive), ``kernel`` (any locus kernel; default
-    gaussian), ``backend``. With a compact kernel, a query with no training
-    point within ``bandwidth`` gets its nearest training point's class
-    (probability 1). Labels may be anything numpy can sort (``classes_``).
+    Parameters
+    ----------
+    bandwidth : float, default=1.0
+        Positive (``None`` with a :class:`~locus.ProductKernel`).
+    kernel : str or ProductKernel, default="gaussian"
+        Any locus kernel.
+    backend : {"auto", "gpu", "cpu"}, default="auto"
+        Where the sums run.
 
-    Attributes: ``classes_``, ``X_`` (float32), ``y_`` (class indices),
-    ``n_features_in_``.
+    ``fit`` takes ``sample_weight`` (the ``w_j``, default 1) and a 2-D
+    ``y`` (one vote per output: ``classes_`` and ``predict_proba`` are then
+    lists, ``predict`` has one column per output). With a compact kernel, a
+    query with no training point of positive weight within ``bandwidth``
+    gets its nearest training point's class (probability 1). Labels may be
+    anything numpy can sort. Computed in float32 on points centred on their
+    mean; probabilities returned in float64. The training points stay
+    prepared on the engine, so a ``predict`` costs one
+    :class:`~locus.KeySet` call.
+
+    Attributes
+    ----------
+    classes_ : ndarray, or list of ndarrays (one per output)
+    X_ : ndarray of shape (n_samples, n_features)
+        The training points (float32 or float64 as given).
+    y_ : ndarray of int64
+        Class indices, ``(n_samples,)`` or ``(n_samples, n_outputs)``.
+    outputs_2d_ : bool
+        Whether ``y`` had several columns.
+    n_features_in_ : int
 
     >>> import numpy as np, locus
     >>> X = np.array([[0.0], [0.2], [1.0], [1.1]])
@@ -39,31 +63,98 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
     def __init__(self, *, bandwidth: float = 1.0, kernel: str = "gaussian", backend: str = "auto") -> None:
         keep_params(self, locals())
 
-    def fit(self, X: Any, y: Any) -> LocalModeClassifier:
-        """Stores the training points and their classes."""
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> LocalModeClassifier:
+        """Keeps the training points and their classes, prepared on the
+        engine.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the training points.
+        """
         self._kernel_args()
-        X, y = check_Xy(self, X, y)
+        X, y = check_points_targets(self, X, y, multi_output=True)
+        y = np.asarray(y)
+        if y.ndim == 1 or y.shape[1] == 1:
+            if y.ndim != 1:
+                warnings.warn(
+                    "A column-vector y was passed when a 1d array was expected. Please change "
+                    "the shape of y to (n_samples,), for example using ravel().",
+                    DataConversionWarning,
+                    stacklevel=2,
+                )
+            self.outputs_2d_ = False
+            y = y.reshape(-1, 1)
+        else:
+            self.outputs_2d_ = True
         check_classification_targets(y)
-        self.classes_, index = np.unique(y, return_inverse=True)
+        n = X.shape[0]
+        w = np.ones(n)
+        if sample_weight is not None:
+            w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+            if not w.sum() > 0:
+                raise ValueError("sample_weight sums to zero")
+            w = w * weight_scale(w)
+        classes, index, blocks = [], np.empty(y.shape, dtype=np.int64), []
+        for j in range(y.shape[1]):
+            c, index[:, j] = np.unique(y[:, j], return_inverse=True)
+            one_hot = np.zeros((n, len(c)))
+            one_hot[np.arange(n), index[:, j]] = w
+            classes.append(c)
+            blocks.append(one_hot)
+        self.classes_ = classes if self.outputs_2d_ else classes[0]
+        self.y_ = index if self.outputs_2d_ else index[:, 0]
+        values = np.ascontiguousarray(np.hstack(blocks), np.float32)
+        self._fitted = FittedKeys(X, self.backend, values, sample_weight=w)
+        self._fitted.keyset()
         self.X_ = X
-        self.y_ = index.reshape(-1).astype(np.int64)
         return self
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities (n × n_classes, float32), columns in the
-        order of ``classes_``."""
+    def _proba(self, X: Any) -> list[np.ndarray]:
         check_is_fitted(self)
-        X = check_X(self, X, reset=False)
-        one_hot = np.zeros((self.X_.shape[0], len(self.classes_)), dtype=np.float32)
-        one_hot[np.arange(self.X_.shape[0]), self.y_] = 1.0
-        proba = local_mean(X, self.X_, one_hot, **self._kernel_args())
-        empty = np.isnan(proba[:, 0])
-        if empty.any():
-            idx, _ = knn(X[empty], self.X_, 1, backend=self.backend)
-            proba[empty] = one_hot[idx[:, 0]]
-        return proba
+        X = check_points(self, X, reset=False)
+        fitted = self._fitted
+        q = fitted.queries(X)
+        kw = {k: v for k, v in self._kernel_args().items() if k != "backend"}
+        ks = fitted.keyset()
+        _, _, mean = ks.row_states(q, **kw)  # float64 sums of w_j K_j per class
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
+        y = self.y_.reshape(len(self.X_), -1)
+        nearest = None
+        out, start = [], 0
+        for j, c in enumerate(classes):
+            block = mean[:, start : start + len(c)]
+            start += len(c)
+            total = block.sum(axis=1, keepdims=True)
+            empty = ~(total[:, 0] > 0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                proba = block / total
+            if empty.any():
+                if nearest is None:
+                    nearest = ks.knn(q[empty], 1).indices[:, 0]
+                proba[empty] = 0.0
+                proba[np.flatnonzero(empty), y[nearest, j]] = 1.0
+            out.append(proba)
+        return out
+
+    def predict_proba(self, X: Any) -> Any:
+        """Class probabilities (n × n_classes, float64), columns in the
+        order of ``classes_``; a list of them, one per output, for a 2-D
+        ``y``."""
+        proba = self._proba(X)
+        return proba if self.outputs_2d_ else proba[0]
 
     def predict(self, X: Any) -> np.ndarray:
-        """The most probable class of each sample."""
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        """The most probable class of each sample (``(n,)``, or
+        ``(n, n_outputs)`` for a 2-D ``y``)."""
+        proba = self._proba(X)
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
+        out = [c[np.argmax(p, axis=1)] for c, p in zip(classes, proba)]
+        return np.stack(out, axis=1) if self.outputs_2d_ else out[0]
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags

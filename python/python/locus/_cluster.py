@@ -100,5 +100,5 @@ class MeanShift(ClusterMixin, BaseEstimator):
                 [h for d, _, h in self.kernel.blocks for _ in range(d)], dtype=np.float32
             )
             X, centres = X / scale, centres / scale
-        idx, _ = knn(X, centres, 1, backend=self.backend)
+        _, idx = knn(X, centres, 1, backend=self.backend)
         return idx[:, 0]

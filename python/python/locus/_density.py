@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -9,9 +10,11 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
-from ._base import check_bandwidth, check_X, keep_params, kernel_params
+from ._base import check_bandwidth, keep_params, kernel_params
+from ._compat import check_algorithm, check_metric, check_tolerance
 from ._engine import check_backend
-from ._functions import log_density
+from ._errors import InputError
+from ._fitted import FittedKeys, check_points, weight_scale
 from ._kernels import ProductKernel
 
 __all__ = ["KernelDensity"]
@@ -29,23 +32,51 @@ _OURS = ("uniform", "triangular", "laplacian", "biweight", "cauchy")
 
 class KernelDensity(BaseEstimator):
     """Kernel density estimation on the GPU or the CPU, a drop-in for
-    :class:`sklearn.neighbors.KernelDensity` (exact sums: no tree, no
-    tolerance).
-
-    ``bandwidth``: a positive number, or ``"scott"`` / ``"silverman"``
-    (scikit-learn's rules: ``n^(-1/(d+4))``, ``(n(d+2)/4)^(-1/(d+4))``).
-    ``kernel``: scikit-learn's names (``gaussian``, ``tophat``,
-    ``epanechnikov``, ``exponential``, ``linear``; ``cosine`` is not
-    available) or locus's (``uniform``, ``triangular``, ``laplacian``,
-    ``biweight``, ``cauchy`` in one dimension), or a
-    :class:`~locus.ProductKernel` with ``bandwidth=None`` (a density
-    normalized block by block). ``metric``: only
-    ``"euclidean"``. ``backend``: ``"auto"``, ``"gpu"``, ``"cpu"``. Points
-    are stored in float32; densities are float64 and agree with
+    :class:`sklearn.neighbors.KernelDensity`, with its constructor
+    arguments: exact sums over every point (no tree), computed in float32
+    on points centred on their mean, densities in float64 agreeing with
     scikit-learn's to about 1e-5 relative.
 
-    Attributes: ``bandwidth_``, ``n_features_in_``, ``X_`` (the points,
-    float32), ``sample_weight_`` (or None).
+    Parameters
+    ----------
+    bandwidth : float or {"scott", "silverman"}, default=1.0
+        A positive number, or scikit-learn's rules ``n^(-1/(d+4))``,
+        ``(n(d+2)/4)^(-1/(d+4))``; ``None`` with a :class:`~locus.ProductKernel`.
+    algorithm : {"auto", "kd_tree", "ball_tree"}, default="auto"
+        Accepted for scikit-learn compatibility; a no-op (exact sums).
+    kernel : str or ProductKernel, default="gaussian"
+        scikit-learn's names (``gaussian``, ``tophat``, ``epanechnikov``,
+        ``exponential``, ``linear``; ``cosine`` is not available and
+        raises :class:`~locus.InputError` at ``fit``), locus's
+        (``uniform``, ``triangular``, ``laplacian``, ``biweight``,
+        ``cauchy`` in one dimension), or a :class:`~locus.ProductKernel`
+        with ``bandwidth=None`` (normalized block by block).
+    metric : str, default="euclidean"
+        ``"euclidean"`` (or ``"l2"``, ``"minkowski"``); any other metric
+        raises :class:`~locus.InputError` at ``fit``.
+    atol, rtol : float, default=0
+        Accepted (non-negative). scikit-learn's tree stops refining within
+        ``atol + rtol·p̂``; locus sums every term, so its only error is
+        float32 rounding (about 1e-5 relative): at least as accurate as any
+        tolerance at or above that, and no coarser for smaller ones.
+    breadth_first : bool, default=True
+        Accepted; a no-op (no tree).
+    leaf_size : int, default=40
+        Accepted; a no-op (no tree).
+    metric_params : dict, default=None
+        Only ``None`` (or ``{"p": 2}``).
+    backend : {"auto", "gpu", "cpu"}, default="auto"
+        Where the sums run.
+
+    Attributes
+    ----------
+    bandwidth_ : float
+        The bandwidth used.
+    X_ : ndarray of shape (n_samples, n_features)
+        The points (float32 or float64 as given).
+    sample_weight_ : ndarray of shape (n_samples,) or None
+        The weights (float64).
+    n_features_in_ : int
 
     >>> import numpy as np, locus
     >>> X = np.random.default_rng(0).normal(size=(500, 2))
@@ -58,8 +89,14 @@ class KernelDensity(BaseEstimator):
         self,
         *,
         bandwidth: float | str = 1.0,
+        algorithm: str = "auto",
         kernel: str = "gaussian",
         metric: str = "euclidean",
+        atol: float = 0,
+        rtol: float = 0,
+        breadth_first: bool = True,
+        leaf_size: int = 40,
+        metric_params: dict | None = None,
         backend: str = "auto",
     ) -> None:
         keep_params(self, locals())
@@ -71,17 +108,43 @@ class KernelDensity(BaseEstimator):
             return _KERNELS[self.kernel]
         if self.kernel in _OURS:
             return self.kernel
-        raise ValueError(
+        if self.kernel == "cosine":
+            raise InputError(
+                "kernel='cosine' is not available yet: use one of "
+                f"{sorted(_KERNELS) + list(_OURS)}"
+            )
+        raise InputError(
             f"kernel must be one of {sorted(_KERNELS) + list(_OURS)}, got {self.kernel!r}"
         )
 
-    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> KernelDensity:
-        """Stores the points ``X`` (and positive ``sample_weight``)."""
+    def _check_params(self) -> None:
         check_backend(self.backend)
         self._profile()
-        if self.metric != "euclidean":
-            raise ValueError(f'metric must be "euclidean", got {self.metric!r}')
-        X = check_X(self, X, reset=True)
+        if self.algorithm not in ("auto", "kd_tree", "ball_tree"):
+            raise InputError(
+                f'algorithm must be "auto", "kd_tree" or "ball_tree", got {self.algorithm!r}'
+            )
+        check_algorithm(self.algorithm, self.leaf_size)
+        check_metric(self.metric, None, self.metric_params)
+        check_tolerance(self.atol, "atol")
+        check_tolerance(self.rtol, "rtol")
+        if not isinstance(self.breadth_first, (bool, np.bool_)):
+            raise InputError(f"breadth_first must be a bool, got {self.breadth_first!r}")
+
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> KernelDensity:
+        """Keeps the points ``X`` (and non-negative ``sample_weight``) and
+        prepares them on the engine.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : None
+            Ignored.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the points (non-negative, not all zero).
+        """
+        self._check_params()
+        X = check_points(self, X, reset=True)
         n, d = X.shape
         if isinstance(self.kernel, ProductKernel):
             # The blocks carry the bandwidths (kernel_params refuses another).
@@ -97,31 +160,42 @@ class KernelDensity(BaseEstimator):
                 )
         else:
             h = check_bandwidth(self.bandwidth)
+        values = None
         if sample_weight is not None:
             sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float32, ensure_non_negative=True
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True
             )
             if not sample_weight.sum() > 0:
                 raise ValueError("sample_weight sums to zero")
-            sample_weight = np.ascontiguousarray(sample_weight)
+            scaled = sample_weight * weight_scale(sample_weight)
+            values = scaled.astype(np.float32).reshape(-1, 1)
+            # ln(N / Σw) for the weights as the engine holds them.
+            self._log_weight_norm = math.log(n) - math.log(float(values.sum(dtype=np.float64)))
         self.bandwidth_ = None if h is None else float(h)
         self.X_ = X
         self.sample_weight_ = sample_weight
+        self._fitted = FittedKeys(X, self.backend, values, sample_weight=sample_weight)
+        self._fitted.keyset()
         return self
 
     def score_samples(self, X: Any) -> np.ndarray:
         """``ln p̂(x)`` for each sample (float64), normalized to be a
-        probability density."""
+        probability density: ``-inf`` outside a compact kernel's support."""
         check_is_fitted(self)
-        X = check_X(self, X, reset=False)
-        return log_density(
-            X,
-            self.X_,
-            bandwidth=self.bandwidth_,
-            kernel=self._profile(),
-            weights=self.sample_weight_,
-            backend=self.backend,
-        )
+        X = check_points(self, X, reset=False)
+        fitted = self._fitted
+        q = fitted.queries(X)
+        kw = {"bandwidth": self.bandwidth_, "kernel": self._profile()}
+        ks = fitted.keyset()
+        if fitted.values is None:
+            return ks.log_density(q, **kw)
+        # Σ_j w_j K_j / Σ_j w_j = (Σ_j K_j / N)·(u/s)·(N / Σ_j w_j), u/s the
+        # local mean of the weights.
+        lp = ks.log_density(q, **kw)
+        _, s, u = ks.row_states(q, **kw)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.log(u[:, 0] / s)
+        return np.where(s > 0, lp + ratio + self._log_weight_norm, -math.inf)
 
     def score(self, X: Any, y: Any = None) -> float:
         """The total log-likelihood of ``X``."""

@@ -11,16 +11,18 @@ from . import _locus
 from ._arrays import (
     as_count,
     as_degree,
+    as_dtype,
     as_float32,
     as_labels,
     as_matrix,
     as_seconds,
     as_values,
     fit_result,
+    result_dtype,
 )
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg
-from ._results import LocalPCAResult, RowStates
+from ._results import KNNResult, LocalPCAResult, RowStates
 
 __all__ = ["AttentionSet", "Engine", "KeySet", "check_backend", "engine_for"]
 
@@ -63,7 +65,7 @@ class Engine:
     >>> keys = np.array([[0.0, 0.0], [1.0, 0.0], [5.0, 5.0]], dtype=np.float32)
     >>> ks = engine.prepare(keys, values=np.array([1.0, 2.0, 9.0]))
     >>> ks.local_mean(np.array([[0.5, 0.0]]), bandwidth=0.5).round(3)
-    array([1.5], dtype=float32)
+    array([1.5])
     """
 
     def __init__(
@@ -108,7 +110,12 @@ class Engine:
         With ``batching``, small requests that arrive together from several
         threads are run as one call. ``max_request_rows`` bounds the rows of
         one request (default 2²⁰).
+
+        Results come back in the floating dtype of the keys, values and
+        queries together (float32 when all are float32, float64 otherwise);
+        the keys and values are held in float32.
         """
+        dtype = result_dtype(keys, values)
         x = as_matrix(keys, "keys")
         y, vector = (None, False) if values is None else as_values(values, "values")
         classes, index = (None, None) if labels is None else as_labels(labels, x.shape[0])
@@ -122,7 +129,7 @@ class Engine:
             max_request_rows=max_request_rows,
             nearest_fallback=True,
         )
-        return KeySet(inner, classes, vector)
+        return KeySet(inner, classes, vector, dtype)
 
     def prepare_attention(self, psi: Any, values: Any) -> AttentionSet:
         """Keeps attention keys ``psi`` (``(N, d)`` or batched
@@ -240,10 +247,24 @@ class KeySet:
     array([False,  True])
     """
 
-    def __init__(self, inner: Any, classes: np.ndarray | None, vector_values: bool) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        classes: np.ndarray | None,
+        vector_values: bool,
+        dtype: type[np.floating] = np.float32,
+    ) -> None:
         self._inner = inner
         self._classes = classes
         self._vector = vector_values
+        self._dtype = dtype
+
+    def _dtype_for(self, queries: Any) -> type[np.floating]:
+        """The results' dtype: float32 when the keys, values and queries
+        are all float32, float64 otherwise."""
+        if self._dtype == np.float32 and getattr(queries, "dtype", None) == np.float32:
+            return np.float32
+        return result_dtype(queries, np.empty(0, self._dtype))
 
     @property
     def n_keys(self) -> int:
@@ -277,7 +298,7 @@ class KeySet:
         out, _ = self._inner.local_mean(
             as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
-        return out[:, 0] if self._vector else out
+        return as_dtype(out[:, 0] if self._vector else out, self._dtype_for(queries))
 
     def local_polynomial(
         self,
@@ -295,7 +316,9 @@ class KeySet:
         fit, slopes, _, _ = self._inner.local_polynomial(
             as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth), degree=degree
         )
-        return fit_result(fit, slopes, self._vector, return_slopes)
+        dtype = self._dtype_for(queries)
+        slopes = None if slopes is None else as_dtype(slopes, dtype)
+        return fit_result(as_dtype(fit, dtype), slopes, self._vector, return_slopes)
 
     def local_pca(
         self,
@@ -310,7 +333,8 @@ class KeySet:
         means, variances, components, _ = self._inner.local_pca(
             as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth), components=k
         )
-        return LocalPCAResult(means, variances, components)
+        dtype = self._dtype_for(queries)
+        return LocalPCAResult(as_dtype(means, dtype), as_dtype(variances, dtype), as_dtype(components, dtype))
 
     def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
         """The row states ``(m, s, u)`` behind :meth:`local_mean` (``u`` has
@@ -340,7 +364,7 @@ class KeySet:
         out, _ = self._inner.predict_proba(
             as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
         )
-        return out
+        return as_dtype(out, self._dtype_for(queries))
 
     def classify(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """The most probable label per query (ties to the smaller label); a
@@ -352,10 +376,12 @@ class KeySet:
         )
         return self._classes[index]
 
-    def knn(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Indices (M × k, int64) and Euclidean distances (M × k, float32)
-        of the ``k`` nearest keys, nearest first."""
-        return self._inner.knn(as_matrix(queries, "queries"), as_count(k, "k"))
+    def knn(self, queries: Any, k: int) -> KNNResult:
+        """The ``k`` nearest keys, nearest first, as :func:`locus.knn`: a
+        :class:`~locus.KNNResult` ``(distances, indices)``, Euclidean
+        distances (M × k) and indices (M × k, int64)."""
+        idx, dist = self._inner.knn(as_matrix(queries, "queries"), as_count(k, "k"))
+        return KNNResult(as_dtype(dist, self._dtype_for(queries)), idx)
 
     def __repr__(self) -> str:
         return repr(self._inner)

@@ -3,8 +3,10 @@
 Every function converts its array inputs once to C-contiguous ``float32``
 (no copy when they already are), runs on the engine named by ``backend``
 (``"auto"``, ``"gpu"``, ``"cpu"`` or a :class:`~locus.Engine`) with the
-GIL released, and returns numpy arrays that own the engine's result (no
-copy). Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
+GIL released, and returns numpy arrays in the inputs' floating dtype:
+float32 for float32 inputs (the engine's result, no copy), float64 when any
+input is float64 (or integer, or a Python list): the float32 result widened.
+The engine computes in float32 either way; see docs/numerics.md. Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
 ``tophat``), ``triangular`` (``linear``), ``biweight`` (``quartic``),
 ``laplacian`` (``exponential``), ``cauchy``.
 """
@@ -16,11 +18,20 @@ from typing import Any
 import numpy as np
 
 from . import _locus
-from ._arrays import as_count, as_degree, as_float32, as_matrix, as_values, fit_result
+from ._arrays import (
+    as_count,
+    as_degree,
+    as_dtype,
+    as_float32,
+    as_matrix,
+    as_values,
+    fit_result,
+    result_dtype,
+)
 from ._engine import BackendLike, engine_for
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg, kernel_spec
-from ._results import LocalPCAResult, MeanShiftResult, MedoidShiftResult
+from ._results import KNNResult, LocalPCAResult, MeanShiftResult, MedoidShiftResult
 
 __all__ = [
     "local_mean",
@@ -67,13 +78,14 @@ def local_mean(
     >>> keys = np.array([[0.0], [1.0], [10.0]], dtype=np.float32)
     >>> locus.local_mean([[0.0], [20.0]], keys, [1.0, 3.0, 100.0], bandwidth=0.5,
     ...                  kernel="epanechnikov", backend="cpu")
-    array([ 1., nan], dtype=float32)
+    array([ 1., nan])
     """
+    dtype = result_dtype(queries, keys, values)
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     y, vector = (x, False) if values is None else as_values(values, "values")
     out, _ = _locus.local_mean(_engine(backend), q, x, y, kernel=kernel_arg(kernel, bandwidth))
-    return out[:, 0] if vector else out
+    return as_dtype(out[:, 0] if vector else out, dtype)
 
 
 def local_polynomial(
@@ -103,8 +115,9 @@ def local_polynomial(
     >>> x = np.linspace(0, 1, 101)[:, None]
     >>> locus.local_polynomial([[0.0], [1.0]], x, 2 * x[:, 0] + 1, bandwidth=0.1,
     ...                        backend="cpu").round(4)
-    array([1., 3.], dtype=float32)
+    array([1., 3.])
     """
+    dtype = result_dtype(queries, keys, values)
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     y, vector = as_values(values, "values")
@@ -112,6 +125,8 @@ def local_polynomial(
     fit, slopes, _, _ = _locus.local_polynomial(
         _engine(backend), q, x, y, kernel=kernel_arg(kernel, bandwidth), degree=degree
     )
+    fit = as_dtype(fit, dtype)
+    slopes = None if slopes is None else as_dtype(slopes, dtype)
     return fit_result(fit, slopes, vector, return_slopes)
 
 
@@ -134,15 +149,16 @@ def local_pca(
     >>> keys = np.stack([t, 2 * t], axis=1)
     >>> r = locus.local_pca([[0.5, 1.0]], keys, bandwidth=0.3, backend="cpu")
     >>> r.components[0, 0].round(3)
-    array([0.447, 0.894], dtype=float32)
+    array([0.447, 0.894])
     """
+    dtype = result_dtype(queries, keys)
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     k = as_count(n_components, "n_components")
     means, variances, components, _ = _locus.local_pca(
         _engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), components=k
     )
-    return LocalPCAResult(means, variances, components)
+    return LocalPCAResult(as_dtype(means, dtype), as_dtype(variances, dtype), as_dtype(components, dtype))
 
 
 def impute(
@@ -160,18 +176,20 @@ def impute(
     distances over the coordinates both rows observe, rescaled as
     scikit-learn's ``nan_euclidean``. ``iterations > 1`` re-imputes with
     distances between the completed rows. An entry no weighted row
-    observes gets the column mean of ``keys``. Returns a float32 copy.
+    observes gets the column mean of ``keys``. Returns a copy in ``X``'s
+    floating dtype (computed in float32).
 
     >>> import numpy as np, locus
     >>> X = np.array([[0.0, 0.0], [0.1, np.nan], [5.0, 5.0], [0.0, 0.2]])
-    >>> locus.impute(X, bandwidth=1.0, kernel="uniform", backend="cpu")[1]
-    array([0.1, 0.1], dtype=float32)
+    >>> locus.impute(X, bandwidth=1.0, kernel="uniform", backend="cpu")[1].round(6)
+    array([0.1, 0.1])
     """
+    dtype = result_dtype(X, keys)
     q = as_float32(X, "X", (2,))
     x = None if keys is None else as_float32(keys, "keys", (2,))
     it = as_count(iterations, "iterations")
     out, _, _ = _locus.impute(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), iterations=it)
-    return out
+    return as_dtype(out, dtype)
 
 
 def score(
@@ -191,12 +209,13 @@ def score(
     >>> keys = np.array([[-1.0], [1.0]], dtype=np.float32)
     >>> locus.score([[0.0], [2.0]], keys, bandwidth=1.0, backend="cpu").round(3)
     array([[ 0.   ],
-           [-1.036]], dtype=float32)
+           [-1.036]])
     """
+    dtype = result_dtype(queries, keys)
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
     out, _ = _locus.score(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth))
-    return out
+    return as_dtype(out, dtype)
 
 
 def self_local_mean(
@@ -210,11 +229,12 @@ def self_local_mean(
     ...                       kernel="uniform", backend="cpu")
     array([[0.5],
            [0.5],
-           [9. ]], dtype=float32)
+           [9. ]])
     """
+    dtype = result_dtype(points)
     x = as_matrix(points, "points")
     out, _ = _locus.self_local_mean(_engine(backend), x, kernel=kernel_arg(kernel, bandwidth))
-    return out
+    return as_dtype(out, dtype)
 
 
 def kernel_matrix(
@@ -227,7 +247,7 @@ def kernel_matrix(
     laplacian: bool = False,
     backend: BackendLike = "auto",
 ) -> np.ndarray:
-    """The kernel matrix ``K_ij = k(‖q_i − x_j‖ / h)`` (M × N, float32).
+    """The kernel matrix ``K_ij = k(‖q_i − x_j‖ / h)`` (M × N).
 
     ``normalize="rows"`` gives ``D⁻¹K`` (rows sum to 1, computed in the log
     domain; NaN rows where a row has no mass). ``laplacian=True`` gives the
@@ -238,26 +258,28 @@ def kernel_matrix(
     >>> x = np.array([[0.0], [1.0]])
     >>> locus.kernel_matrix(x, bandwidth=1.0, kernel="triangular", backend="cpu")
     array([[1., 0.],
-           [0., 1.]], dtype=float32)
+           [0., 1.]])
     >>> locus.kernel_matrix(x, bandwidth=2.0, kernel="triangular", laplacian=True, backend="cpu")
     array([[ 0.5, -0.5],
-           [-0.5,  0.5]], dtype=float32)
+           [-0.5,  0.5]])
     """
     if normalize not in (None, "rows"):
         raise InputError(f'normalize must be None or "rows", got {normalize!r}')
+    dtype = result_dtype(queries, keys)
     q = as_matrix(queries, "queries")
     e = _engine(backend)
     if laplacian:
         if keys is not None:
             raise InputError("laplacian=True is the Laplacian of the queries' graph; omit keys")
-        return _locus.laplacian(
+        lap = _locus.laplacian(
             e, q, kernel=kernel_arg(kernel, bandwidth), normalized=normalize == "rows"
         )
+        return as_dtype(lap, dtype)
     x = q if keys is None else as_matrix(keys, "keys")
     out, _ = _locus.kernel_matrix(
         e, q, x, kernel=kernel_arg(kernel, bandwidth), normalize=normalize == "rows"
     )
-    return out
+    return as_dtype(out, dtype)
 
 
 def log_density(
@@ -309,19 +331,24 @@ def density(
     )
 
 
-def knn(queries: Any, keys: Any, k: int, *, backend: BackendLike = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` nearest keys of each query by Euclidean distance: indices
-    (M × k, int64) and distances (M × k, float32), nearest first, equal
-    distances in index order; on a GPU ``k`` is at most 128.
+def knn(queries: Any, keys: Any, k: int, *, backend: BackendLike = "auto") -> KNNResult:
+    """The ``k`` nearest keys of each query by Euclidean distance, as
+    scikit-learn's ``kneighbors`` and faiss return them: a
+    :class:`~locus.KNNResult` ``(distances, indices)``, distances (M × k,
+    in the inputs' floating dtype, computed in float32) and indices (M × k,
+    int64), nearest first, equal distances in index order; on a GPU ``k``
+    is at most 128.
 
     >>> import numpy as np, locus
-    >>> idx, dist = locus.knn([[0.9]], [[0.0], [1.0], [3.0]], 2, backend="cpu")
-    >>> idx, dist.round(3)
-    (array([[1, 0]]), array([[0.1, 0.9]], dtype=float32))
+    >>> dist, idx = locus.knn([[0.9]], [[0.0], [1.0], [3.0]], 2, backend="cpu")
+    >>> dist.round(3), idx
+    (array([[0.1, 0.9]]), array([[1, 0]]))
     """
+    dtype = result_dtype(queries, keys)
     q = as_matrix(queries, "queries")
     x = as_matrix(keys, "keys")
-    return _locus.knn(_engine(backend), q, x, as_count(k, "k"))
+    idx, dist = _locus.knn(_engine(backend), q, x, as_count(k, "k"))
+    return KNNResult(as_dtype(dist, dtype), idx)
 
 
 def kernel_softmax(
@@ -343,12 +370,14 @@ def kernel_softmax(
     >>> out = locus.kernel_softmax(phi, 10 * phi, [[1.0], [2.0]], scale=1.0, backend="cpu")
     >>> out.round(3)
     array([[1.],
-           [2.]], dtype=float32)
+           [2.]])
     """
+    dtype = result_dtype(phi, psi, values)
     p = as_float32(phi, "phi", (2, 3))
     k = as_float32(psi, "psi", (2, 3))
     v = as_float32(values, "values", (2, 3))
-    return _locus.kernel_softmax(_engine(backend), p, k, v, scale=scale, causal=bool(causal))
+    out = _locus.kernel_softmax(_engine(backend), p, k, v, scale=scale, causal=bool(causal))
+    return as_dtype(out, dtype)
 
 
 def feature_local_mean(
@@ -360,13 +389,14 @@ def feature_local_mean(
 
     >>> import numpy as np, locus
     >>> locus.feature_local_mean([[1.0, 0.0]], [[1.0, 0.0], [3.0, 0.0]], [[2.0], [6.0]], backend="cpu")
-    array([[5.]], dtype=float32)
+    array([[5.]])
     """
+    dtype = result_dtype(phi, psi, values)
     p = as_float32(phi, "phi", (2, 3))
     k = as_float32(psi, "psi", (2, 3))
     v = as_float32(values, "values", (2, 3))
     out, _ = _locus.feature_local_mean(_engine(backend), p, k, v, causal=bool(causal))
-    return out
+    return as_dtype(out, dtype)
 
 
 def _shift_kernel(kernel: Any, bandwidth: Any, quantile: Any, n_samples: Any) -> Any:
@@ -430,6 +460,7 @@ def mean_shift(
     (array([0, 0, 0, 1, 1]), 2)
     """
     spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
+    dtype = result_dtype(X)
     x = as_matrix(X, "X")
     min_bin_freq = as_count(min_bin_freq, "min_bin_freq")
     if seeds is not None:
@@ -444,7 +475,8 @@ def mean_shift(
         blurring=bool(blurring),
         cluster_all=bool(cluster_all),
     )
-    return MeanShiftResult(*_locus.mean_shift(_engine(backend), x, params))
+    centers, labels, populations, n_iter, converged, h = _locus.mean_shift(_engine(backend), x, params)
+    return MeanShiftResult(as_dtype(centers, dtype), labels, populations, n_iter, converged, h)
 
 
 def medoid_shift(
@@ -473,6 +505,7 @@ def medoid_shift(
     if metric not in ("euclidean", "precomputed"):
         raise InputError(f'metric must be "euclidean" or "precomputed", got {metric!r}')
     spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
+    dtype = result_dtype(X)
     x = as_matrix(X, "X")
     medoids, clustering = _locus.medoid_shift(
         _engine(backend),
@@ -481,7 +514,8 @@ def medoid_shift(
         max_iter=as_count(max_iter, "max_iter"),
         distances=metric == "precomputed",
     )
-    return MedoidShiftResult(medoids, *clustering)
+    centers, labels, populations, n_iter, converged, h = clustering
+    return MedoidShiftResult(medoids, as_dtype(centers, dtype), labels, populations, n_iter, converged, h)
 
 
 def estimate_bandwidth(

@@ -1,111 +1,161 @@
-"""k-nearest-neighbour classification and regression as scikit-learn
-estimators."""
+"""k-nearest-neighbour search, classification and regression as
+scikit-learn estimators: ``NearestNeighbors``, ``KNeighborsClassifier``,
+``KNeighborsRegressor``, with scikit-learn's constructor arguments."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import check_positive_int, check_X, check_Xy, keep_params
-from ._engine import check_backend
-from ._functions import knn
+from ._base import keep_params
+from ._errors import InputError
+from ._fitted import check_points, check_points_targets
+from ._neighbors_queries import NeighborsQueries
 
-__all__ = ["KNeighborsClassifier", "KNeighborsRegressor"]
+__all__ = ["NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
+
+_PARAMS_DOC = """
+    Parameters
+    ----------
+    n_neighbors : int, default=5
+        Neighbours per query.
+    weights : {"uniform", "distance"} or callable, default="uniform"
+        Vote / mean weights: equal, ``1/distance`` (a neighbour at distance
+        0 takes all the weight), or a function of the distance array.
+    algorithm : {"auto", "ball_tree", "kd_tree", "brute"}, default="auto"
+        Accepted for scikit-learn compatibility; a no-op (always brute force).
+    leaf_size : int, default=30
+        Accepted; a no-op (no tree).
+    p : float, default=2
+        Minkowski power: only 2 (Euclidean) is computed.
+    metric : str, default="minkowski"
+        ``"minkowski"`` with ``p=2``, ``"euclidean"`` or ``"l2"``; any other
+        metric raises :class:`~locus.InputError` at ``fit``.
+    metric_params : dict, default=None
+        Only ``{"p": 2}`` (or nothing).
+    n_jobs : int, default=None
+        Accepted; the CPU backend uses its whole thread pool.
+    backend : {"auto", "gpu", "cpu"}, default="auto"
+        Where the search runs.
+"""
 
 
-class _KNeighbors(BaseEstimator):
-    """Shared by both estimators: parameters, ``fit`` and ``kneighbors``."""
+def _weights(weights: Any, dist: np.ndarray) -> np.ndarray:
+    """scikit-learn's neighbour weights for ``dist`` (float64)."""
+    if weights == "uniform":
+        return np.ones(dist.shape, dtype=np.float64)
+    if weights == "distance":
+        d = dist.astype(np.float64)
+        with np.errstate(divide="ignore"):
+            w = 1.0 / d
+        inf = np.isinf(w)
+        rows = inf.any(axis=1)
+        w[rows] = inf[rows]
+        return w
+    return np.asarray(weights(dist), dtype=np.float64)
+
+
+class _Supervised(NeighborsQueries):
+    """What the classifier and the regressor share."""
+
+    weights: Any
+
+    def _check_params(self) -> None:
+        self._check_neighbor_params()
+        w = self.weights
+        if not (w in ("uniform", "distance") or callable(w)):
+            raise InputError(f'weights must be "uniform", "distance" or a callable, got {w!r}')
+
+    def _neighbour_weights(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        dist, idx = self.kneighbors(X)
+        return _weights(self.weights, dist), idx
+
+
+class NearestNeighbors(NeighborsQueries):
+    """Unsupervised nearest-neighbour search on the GPU or the CPU, a
+    drop-in for :class:`sklearn.neighbors.NearestNeighbors` (brute force,
+    Euclidean): ``kneighbors``, ``kneighbors_graph``, ``radius_neighbors``,
+    ``radius_neighbors_graph``.
+
+    Candidates are found in float32 on the engine (points centred on their
+    mean first); the distances returned are computed in float64 from the
+    points as given, in their dtype.
+
+    Parameters
+    ----------
+    n_neighbors : int, default=5
+        Neighbours per query of :meth:`kneighbors`.
+    radius : float, default=1.0
+        Radius of :meth:`radius_neighbors`.
+    algorithm, leaf_size, metric, p, metric_params, n_jobs, backend
+        As :class:`KNeighborsClassifier`.
+
+    Attributes
+    ----------
+    X_ : ndarray of shape (n_samples, n_features)
+        The training points (float32 or float64 as given).
+    n_samples_fit_, n_features_in_, effective_metric_, effective_metric_params_
+
+    >>> import numpy as np, locus
+    >>> nn = locus.NearestNeighbors(n_neighbors=2, radius=1.5, backend="cpu").fit([[0.0], [3.0], [1.0]])
+    >>> nn.kneighbors([[0.9]])
+    KNNResult(distances=array([[0.1, 0.9]]), indices=array([[2, 0]]))
+    >>> nn.radius_neighbors_graph().toarray()
+    array([[0., 0., 1.],
+           [0., 0., 0.],
+           [1., 0., 0.]])
+    """
 
     def __init__(
         self,
-        n_neighbors: int = 5,
         *,
-        weights: Any = "uniform",
+        n_neighbors: int = 5,
+        radius: float = 1.0,
+        algorithm: str = "auto",
+        leaf_size: int = 30,
         metric: str = "minkowski",
         p: float = 2,
+        metric_params: dict | None = None,
+        n_jobs: int | None = None,
         backend: str = "auto",
     ) -> None:
         keep_params(self, locals())
 
-    def _check_params(self) -> None:
-        check_backend(self.backend)
-        check_positive_int(self.n_neighbors, "n_neighbors")
-        if not (self.weights in ("uniform", "distance") or callable(self.weights)):
-            raise ValueError(f'weights must be "uniform", "distance" or a callable, got {self.weights!r}')
-        if not (self.metric == "euclidean" or (self.metric == "minkowski" and self.p == 2)):
-            raise ValueError(
-                f"only the Euclidean metric is implemented (metric='minkowski' with p=2, "
-                f"or 'euclidean'), got metric={self.metric!r}, p={self.p!r}"
-            )
-
-    def kneighbors(
-        self, X: Any = None, n_neighbors: int | None = None, return_distance: bool = True
-    ) -> Any:
-        """The ``n_neighbors`` nearest training points of each sample:
-        distances (float32) and indices, nearest first. With ``X=None``,
-        of each training point, itself excluded."""
-        check_is_fitted(self)
-        k = check_positive_int(self.n_neighbors if n_neighbors is None else n_neighbors, "n_neighbors")
-        n_fit = self.X_.shape[0]
-        query_is_train = X is None
-        if query_is_train:
-            X, k_query = self.X_, k + 1
-        else:
-            X, k_query = check_X(self, X, reset=False), k
-        if k_query > n_fit:
-            raise ValueError(
-                f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {k_query}, "
-                f"n_samples_fit = {n_fit}, n_samples = {X.shape[0]}"
-            )
-        idx, dist = knn(X, self.X_, k_query, backend=self.backend)
-        if query_is_train:
-            # Drop each point itself (or, among duplicates, the farthest).
-            own = idx == np.arange(X.shape[0])[:, None]
-            own[~own.any(axis=1), -1] = True
-            own[np.cumsum(own, axis=1) > 1] = False
-            keep = ~own
-            idx = idx[keep].reshape(X.shape[0], k)
-            dist = dist[keep].reshape(X.shape[0], k)
-        return (dist, idx) if return_distance else idx
-
-    def _weights(self, dist: np.ndarray) -> np.ndarray:
-        if self.weights == "uniform":
-            return np.ones_like(dist, dtype=np.float64)
-        if self.weights == "distance":
-            d = dist.astype(np.float64)
-            with np.errstate(divide="ignore"):
-                w = 1.0 / d
-            inf = np.isinf(w)
-            rows = inf.any(axis=1)
-            w[rows] = inf[rows]
-            return w
-        return np.asarray(self.weights(dist), dtype=np.float64)
-
-    def _fit(self, X: Any, y: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
-        self._check_params()
-        X, y = check_Xy(self, X, y, **kw)
-        self.X_ = X
-        self.n_samples_fit_ = X.shape[0]
-        return X, y
+    def fit(self, X: Any, y: Any = None) -> NearestNeighbors:
+        """Keeps the training points ``X`` (``y`` is ignored) and prepares
+        them on the engine."""
+        self._check_neighbor_params()
+        self._radius(self.radius)
+        self._fit_points(check_points(self, X, reset=True))
+        return self
 
 
-class KNeighborsClassifier(ClassifierMixin, _KNeighbors):
-    """k-nearest-neighbour vote on the GPU or the CPU, as
-    :class:`sklearn.neighbors.KNeighborsClassifier` (Euclidean distance,
-    brute force in float32).
-
-    ``n_neighbors``, ``weights`` (``"uniform"``, ``"distance"`` or a
-    callable), ``metric`` (``"minkowski"`` with ``p=2``, or
-    ``"euclidean"``), ``backend``. Ties in the vote go to the smaller class;
-    equal distances to the lower training index.
-    On a GPU, ``n_neighbors`` is at most 128 (one pass keeps that many).
-
-    Attributes: ``classes_``, ``X_``, ``y_`` (class indices),
-    ``n_features_in_``, ``n_samples_fit_``.
+class KNeighborsClassifier(ClassifierMixin, _Supervised):
+    """k-nearest-neighbour vote on the GPU or the CPU, a drop-in for
+    :class:`sklearn.neighbors.KNeighborsClassifier` (brute force,
+    Euclidean), with its constructor arguments. ``y`` may have several
+    columns (one vote per output). Ties in the vote go to the smaller
+    class; equal distances to the lower training index. On a GPU,
+    ``n_neighbors`` is at most 128 (127 for the training points'
+    own neighbours, ``X=None``).
+    {params}
+    Attributes
+    ----------
+    classes_ : ndarray, or list of ndarrays (one per output)
+        The classes.
+    X_ : ndarray of shape (n_samples, n_features)
+        The training points (float32 or float64 as given).
+    y_ : ndarray of int64
+        Class indices, ``(n_samples,)`` or ``(n_samples, n_outputs)``.
+    outputs_2d_ : bool
+        Whether ``y`` had several columns.
+    n_features_in_, n_samples_fit_, effective_metric_, effective_metric_params_
 
     >>> import numpy as np, locus
     >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
@@ -114,39 +164,100 @@ class KNeighborsClassifier(ClassifierMixin, _KNeighbors):
     (array([0]), array([[0.667, 0.333]]))
     """
 
+    __doc__ = (__doc__ or "").replace("{params}", _PARAMS_DOC)
+
+    def __init__(
+        self,
+        n_neighbors: int = 5,
+        *,
+        weights: Any = "uniform",
+        algorithm: str = "auto",
+        leaf_size: int = 30,
+        p: float = 2,
+        metric: str = "minkowski",
+        metric_params: dict | None = None,
+        n_jobs: int | None = None,
+        backend: str = "auto",
+    ) -> None:
+        keep_params(self, locals())
+
     def fit(self, X: Any, y: Any) -> KNeighborsClassifier:
-        """Stores the training points and their classes."""
-        X, y = self._fit(X, y)
+        """Keeps the training points and their classes; ``y`` of shape
+        ``(n_samples,)`` or ``(n_samples, n_outputs)``."""
+        self._check_params()
+        X, y = check_points_targets(self, X, y, multi_output=True)
+        y = np.asarray(y)
+        if y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1):
+            if y.ndim != 1:
+                warnings.warn(
+                    "A column-vector y was passed when a 1d array was expected. Please change "
+                    "the shape of y to (n_samples,), for example using ravel().",
+                    DataConversionWarning,
+                    stacklevel=2,
+                )
+            self.outputs_2d_ = False
+            y = y.reshape(-1, 1)
+        else:
+            self.outputs_2d_ = True
         check_classification_targets(y)
-        self.classes_, index = np.unique(y, return_inverse=True)
-        self.y_ = index.reshape(-1).astype(np.int64)
+        classes, index = [], np.empty(y.shape, dtype=np.int64)
+        for j in range(y.shape[1]):
+            c, index[:, j] = np.unique(y[:, j], return_inverse=True)
+            classes.append(c)
+        self.classes_ = classes if self.outputs_2d_ else classes[0]
+        self.y_ = index if self.outputs_2d_ else index[:, 0]
+        self._fit_points(X)
         return self
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Weighted vote shares (n × n_classes, float64), columns in the
-        order of ``classes_``."""
-        dist, idx = self.kneighbors(X)
-        w = self._weights(dist)
-        votes = np.zeros((idx.shape[0], len(self.classes_)))
+    def _proba(self, X: Any) -> list[np.ndarray]:
+        check_is_fitted(self)
+        w, idx = self._neighbour_weights(X)
+        y = self.y_.reshape(self.n_samples_fit_, -1)
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
         rows = np.repeat(np.arange(idx.shape[0]), idx.shape[1])
-        np.add.at(votes, (rows, self.y_[idx].ravel()), w.ravel())
-        total = votes.sum(axis=1, keepdims=True)
-        total[total == 0] = 1.0
-        return votes / total
+        out = []
+        for j, c in enumerate(classes):
+            votes = np.zeros((idx.shape[0], len(c)))
+            np.add.at(votes, (rows, y[idx, j].ravel()), w.ravel())
+            total = votes.sum(axis=1, keepdims=True)
+            total[total == 0] = 1.0
+            out.append(votes / total)
+        return out
+
+    def predict_proba(self, X: Any) -> Any:
+        """Weighted vote shares (n × n_classes, float64), columns in the
+        order of ``classes_``; a list of them, one per output, for a 2-D
+        ``y``."""
+        proba = self._proba(X)
+        return proba if self.outputs_2d_ else proba[0]
 
     def predict(self, X: Any) -> np.ndarray:
-        """The class with the largest weighted vote among the neighbours."""
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        """The class with the largest weighted vote among the neighbours
+        (``(n,)``, or ``(n, n_outputs)`` for a 2-D ``y``)."""
+        proba = self._proba(X)
+        classes = self.classes_ if self.outputs_2d_ else [self.classes_]
+        out = [c[np.argmax(p, axis=1)] for c, p in zip(classes, proba)]
+        return np.stack(out, axis=1) if self.outputs_2d_ else out[0]
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
 
 
-class KNeighborsRegressor(RegressorMixin, _KNeighbors):
-    """k-nearest-neighbour regression on the GPU or the CPU, as
-    :class:`sklearn.neighbors.KNeighborsRegressor` (Euclidean distance,
-    brute force in float32): the (weighted) mean of the neighbours' targets.
-
-    Parameters as :class:`KNeighborsClassifier`. ``y`` may have several
-    columns. Attributes: ``X_``, ``y_``, ``n_features_in_``, ``n_samples_fit_``.
+class KNeighborsRegressor(RegressorMixin, _Supervised):
+    """k-nearest-neighbour regression on the GPU or the CPU, a drop-in for
+    :class:`sklearn.neighbors.KNeighborsRegressor` (brute force,
+    Euclidean): the (weighted) mean of the neighbours' targets, in float64.
+    ``y`` may have several columns.
+    {params}
+    Attributes
+    ----------
+    X_ : ndarray of shape (n_samples, n_features)
+        The training points (float32 or float64 as given).
+    y_ : ndarray of float64
+        The targets.
+    n_features_in_, n_samples_fit_, effective_metric_, effective_metric_params_
 
     >>> import numpy as np, locus
     >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
@@ -155,16 +266,36 @@ class KNeighborsRegressor(RegressorMixin, _KNeighbors):
     array([0.5])
     """
 
+    __doc__ = (__doc__ or "").replace("{params}", _PARAMS_DOC)
+
+    def __init__(
+        self,
+        n_neighbors: int = 5,
+        *,
+        weights: Any = "uniform",
+        algorithm: str = "auto",
+        leaf_size: int = 30,
+        p: float = 2,
+        metric: str = "minkowski",
+        metric_params: dict | None = None,
+        n_jobs: int | None = None,
+        backend: str = "auto",
+    ) -> None:
+        keep_params(self, locals())
+
     def fit(self, X: Any, y: Any) -> KNeighborsRegressor:
-        """Stores the training points and targets."""
-        _, y = self._fit(X, y, multi_output=True, y_numeric=True)
+        """Keeps the training points and targets."""
+        self._check_params()
+        X, y = check_points_targets(self, X, y, multi_output=True, y_numeric=True)
         self.y_ = np.asarray(y, dtype=np.float64)
+        self._fit_points(X)
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        """The weighted mean of the neighbours' targets (float64)."""
-        dist, idx = self.kneighbors(X)
-        w = self._weights(dist)
+        """The weighted mean of the neighbours' targets (float64; shape
+        ``(n,)`` or ``(n, n_outputs)`` as ``y``)."""
+        check_is_fitted(self)
+        w, idx = self._neighbour_weights(X)
         ys = self.y_[idx]
         if ys.ndim == 2:
             return (ys * w).sum(axis=1) / w.sum(axis=1)

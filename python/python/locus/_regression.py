@@ -6,10 +6,12 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import RegressorMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
-from ._base import KernelEstimator, check_X, check_Xy, keep_params
-from ._functions import local_mean, local_polynomial
+from ._arrays import result_dtype
+from ._base import KernelEstimator, keep_params
+from ._errors import InputError
+from ._fitted import FittedKeys, check_points, check_points_targets, weight_scale
 
 __all__ = ["KernelRegression"]
 
@@ -24,41 +26,91 @@ class KernelRegression(RegressorMixin, KernelEstimator):
 
     ``bandwidth`` (positive), ``kernel`` (any locus kernel; default
     gaussian), ``degree`` (0 or 1; 1 needs at most 64 features),
-    ``backend``. ``y`` may have several columns. Computed in float32; with a compact kernel a query with no
-    training point within ``bandwidth`` is predicted NaN. Exponential
-    kernels are summed in the log domain: a tiny bandwidth gives the
-    nearest training targets, not NaN.
+    ``backend``. ``y`` may have several columns; ``fit`` takes
+    ``sample_weight`` (``degree=0``). Computed in float32 on points and
+    targets centred on their means (a common offset costs no digits),
+    returned in float64 (float32 when ``X`` and ``y`` both are). With a
+    compact kernel a query with no training point within ``bandwidth`` is
+    predicted NaN. Exponential kernels are summed in the log domain: a tiny
+    bandwidth gives the nearest training targets, not NaN. The training
+    points stay prepared on the engine, so a ``predict`` costs one
+    :class:`~locus.KeySet` call.
 
-    Attributes: ``X_`` (float32), ``y_`` (float32), ``n_features_in_``.
+    Attributes: ``X_``, ``y_`` (as given, float32 or float64),
+    ``n_features_in_``.
 
     >>> import numpy as np, locus
     >>> X = np.linspace(0, 6, 200)[:, None]
     >>> reg = locus.KernelRegression(bandwidth=0.2, backend="cpu").fit(X, np.sin(X[:, 0]))
     >>> reg.predict([[np.pi / 2]]).round(2)
-    array([0.98], dtype=float32)
+    array([0.98])
     """
 
     def __init__(self, *, bandwidth: float = 1.0, kernel: str = "gaussian", degree: int = 0, backend: str = "auto") -> None:
         keep_params(self, locals())
 
-    def fit(self, X: Any, y: Any) -> KernelRegression:
-        """Stores the training points and targets."""
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> KernelRegression:
+        """Keeps the training points and targets, prepared on the engine.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights: ``ŷ(x) = Σ w_j K_j y_j / Σ w_j K_j``
+            (``degree=0`` only).
+        """
         self._kernel_args()
         if isinstance(self.degree, bool) or self.degree not in (0, 1):
             raise ValueError(f"degree must be 0 (local constant) or 1 (local linear), got {self.degree!r}")
-        X, y = check_Xy(self, X, y, multi_output=True, y_numeric=True)
+        X, y = check_points_targets(self, X, y, multi_output=True, y_numeric=True)
+        n = X.shape[0]
+        y2 = np.asarray(y, dtype=np.float64).reshape(n, -1)
+        w = None
+        if sample_weight is not None:
+            if self.degree != 0:
+                raise InputError("sample_weight is supported with degree=0 only")
+            w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+            if not w.sum() > 0:
+                raise ValueError("sample_weight sums to zero")
+            w = w * weight_scale(w)
+        # Targets centred on their mean (a local fit shifts with them), so
+        # float32 keeps their digits under a common offset.
+        self._y_offset = np.average(y2, axis=0, weights=w)
+        yc = y2 - self._y_offset
+        values = yc if w is None else np.column_stack([yc * w[:, None], w])
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        self._fitted = FittedKeys(X, self.backend, values, sample_weight=w)
+        self._fitted.keyset()
+        self._weighted = w is not None
         self.X_ = X
-        self.y_ = np.ascontiguousarray(y, dtype=np.float32)
+        self.y_ = y
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        """The local fit of the training targets at each sample (float32;
-        shape ``(n,)`` or ``(n, n_outputs)`` as ``y``)."""
+        """The local fit of the training targets at each sample (shape
+        ``(n,)`` or ``(n, n_outputs)`` as ``y``; float64 unless ``X`` and
+        ``y`` were both float32; NaN where a compact kernel finds no
+        training point)."""
         check_is_fitted(self)
-        X = check_X(self, X, reset=False)
+        X = check_points(self, X, reset=False)
+        fitted = self._fitted
+        q = fitted.queries(X)
+        kw = {k: v for k, v in self._kernel_args().items() if k != "backend"}
+        ks = fitted.keyset()
         if self.degree == 1:
-            return local_polynomial(X, self.X_, self.y_, **self._kernel_args(), degree=1)
-        return local_mean(X, self.X_, self.y_, **self._kernel_args())
+            out = ks.local_polynomial(q, **kw, degree=1).astype(np.float64)
+        else:
+            # Σ w K y and Σ w K as the row states' float64 sums, divided in
+            # float64 (so a weight of 2 and a repeated point agree to ~1e-15).
+            _, total, u = ks.row_states(q, **kw)
+            if self._weighted:
+                u, total = u[:, :-1], u[:, -1]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = u / total[:, None]
+        out += self._y_offset
+        out = out.astype(result_dtype(self.X_, self.y_), copy=False)
+        return out[:, 0] if self.y_.ndim == 1 else out
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

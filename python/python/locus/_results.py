@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["LocalPCAResult", "MeanShiftResult", "MedoidShiftResult", "RowStates"]
+__all__ = ["KNNResult", "LocalPCAResult", "MeanShiftResult", "MedoidShiftResult", "RowStates"]
 
 
 class RowStates(NamedTuple):
@@ -16,6 +16,17 @@ class RowStates(NamedTuple):
     max_log_weight: np.ndarray
     sum: np.ndarray
     weighted: np.ndarray
+
+
+class KNNResult(NamedTuple):
+    """The ``k`` nearest keys of each query, in scikit-learn's and faiss's
+    order: ``distances, indices = locus.knn(...)``."""
+
+    distances: np.ndarray
+    """Euclidean distances (M × k), nearest first; the queries' floating
+    dtype (float64 for float64 input), computed in float32."""
+    indices: np.ndarray
+    """Indices of the keys (M × k, int64); equal distances in index order."""
 
 
 class LocalPCAResult(NamedTuple):
@@ -33,7 +44,7 @@ class MeanShiftResult(NamedTuple):
     """What :func:`~locus.mean_shift` found."""
 
     cluster_centers: np.ndarray
-    """The modes (C × d, float32), most populated first."""
+    """The modes (C × d, in ``X``'s floating dtype), most populated first."""
     labels: np.ndarray
     """One label per point (int64): its mode's index, or −1 (``cluster_all=False``)."""
     populations: np.ndarray

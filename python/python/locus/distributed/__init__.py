@@ -22,7 +22,7 @@ merge into the states of all their keys.
 >>> m, s, u = ld.merge_states(engine.prepare(keys[:2], values[:2]).row_states(q, bandwidth=1.0),
 ...                           engine.prepare(keys[2:], values[2:]).row_states(q, bandwidth=1.0))
 >>> (u[:, 0] / s).round(5), engine.prepare(keys, values).local_mean(q, bandwidth=1.0).round(5)
-(array([1.80718]), array([1.80718], dtype=float32))
+(array([1.80718]), array([1.80718]))
 
 Example (a cluster of two local worker processes)::
 

@@ -16,7 +16,7 @@ from .._arrays import as_count, as_labels, as_matrix, as_values
 from .._engine import check_backend
 from .._errors import InputError
 from .._kernels import ProductKernel, kernel_arg
-from .._results import RowStates
+from .._results import KNNResult, RowStates
 from . import _watch
 from ._merge import _merge_knn, _ratio, merge_states
 from ._placement import (
@@ -53,7 +53,7 @@ def _log_mass(shard: _Shard, queries: np.ndarray, bandwidth: float, kernel: str)
 
 def _knn_task(shard: _Shard, offset: int, queries: np.ndarray, k: int) -> tuple:
     k = min(k, shard.n)
-    idx, dist = shard.keyset.knn(queries, k)
+    dist, idx = shard.keyset.knn(queries, k)
     d2 = _locus.neighbour_sq_dists(queries, shard.keys, idx)
     lab = None if shard.label_index is None else shard.label_index[idx]
     return dist, d2, idx + offset, lab
@@ -272,16 +272,17 @@ class ShardedKeySet(_Sharded):
             _knn_task, partial(_merge_knn, k=k), lambda i: (self.offsets[i],), q, k, what="knn"
         )
 
-    def knn(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Global indices (M × k, int64) and distances (M × k, float32) of
-        the ``k`` nearest keys over every shard, nearest first, equal
-        distances in global index order."""
+    def knn(self, queries: Any, k: int) -> KNNResult:
+        """The ``k`` nearest keys over every shard, nearest first, equal
+        distances in global index order: a :class:`~locus.KNNResult`
+        ``(distances, indices)``, distances (M × k, float32) and global
+        indices (M × k, int64), as scikit-learn's ``kneighbors``."""
         q = self._queries(queries)
         k = as_count(k, "k")
         if k == 0 or k > self.n_keys:
             raise InputError(f"k must be in 1..={self.n_keys} (the number of keys), got {k}")
         dist, _, idx, _ = self._knn(q, k)
-        return idx, dist
+        return KNNResult(dist, idx)
 
     def __repr__(self) -> str:
         return (

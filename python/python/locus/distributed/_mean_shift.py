@@ -64,7 +64,7 @@ def _points(shard: _Shard) -> np.ndarray:
 
 
 def _label_points(shard: _Shard, modes: np.ndarray, h: float, cluster_all: bool) -> np.ndarray:
-    idx, dist = knn(shard.keys, modes, 1, backend=engine_for(shard.backend))
+    dist, idx = knn(shard.keys, modes, 1, backend=engine_for(shard.backend))
     labels = idx[:, 0].astype(np.int64)
     if not cluster_all:
         labels[dist[:, 0] > h] = -1

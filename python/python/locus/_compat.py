@@ -1,0 +1,96 @@
+"""scikit-learn's constructor arguments that steer how scikit-learn
+computes, not what: checked at ``fit`` with scikit-learn's rules, and
+either honoured or, where they only tune scikit-learn's trees, accepted
+and documented as no-ops (locus computes exactly, by brute force).
+
+* ``algorithm`` (``"auto"``, ``"ball_tree"``, ``"kd_tree"``, ``"brute"``),
+  ``leaf_size``, ``breadth_first``: no-ops (there is no tree).
+* ``n_jobs``: accepted (``None`` or a non-zero integer); the CPU backend
+  runs on every core of its thread pool (rayon's, sized by
+  ``RAYON_NUM_THREADS``) whatever ``n_jobs`` says.
+* ``metric``, ``p``, ``metric_params``: the Euclidean distance
+  (``"euclidean"``, ``"l2"``, or ``"minkowski"`` with ``p=2``) is what the
+  engine computes; any other metric raises :class:`~locus.InputError`
+  naming what is supported (no other metric is computed in its place).
+* ``atol``, ``rtol`` (KernelDensity): accepted (non-negative); the sums are
+  exact, so the only error is float32 rounding (about 1e-6 relative per
+  term, 1e-5 on a density): at least as accurate as any tolerance at or
+  above that.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+from ._errors import InputError
+
+__all__ = [
+    "check_algorithm",
+    "check_metric",
+    "check_n_jobs",
+    "check_tolerance",
+    "csr",
+]
+
+ALGORITHMS = ("auto", "ball_tree", "kd_tree", "brute")
+EUCLIDEAN = ("euclidean", "l2")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (Integral, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def check_algorithm(algorithm: Any, leaf_size: Any) -> None:
+    """``algorithm`` one of scikit-learn's, ``leaf_size`` an integer ≥ 1
+    (both no-ops here)."""
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"algorithm must be one of {list(ALGORITHMS)}, got {algorithm!r}")
+    if not _is_int(leaf_size) or leaf_size < 1:
+        raise InputError(f"leaf_size must be an integer >= 1, got {leaf_size!r}")
+
+
+def check_n_jobs(n_jobs: Any) -> None:
+    """``None`` or a non-zero integer, as scikit-learn takes it."""
+    if n_jobs is not None and (not _is_int(n_jobs) or n_jobs == 0):
+        raise InputError(f"n_jobs must be None or a non-zero integer, got {n_jobs!r}")
+
+
+def check_metric(metric: Any, p: Any = 2, metric_params: Any = None) -> None:
+    """The Euclidean distance, however scikit-learn spells it; anything
+    else is refused, naming what is supported."""
+    if metric_params is not None and not isinstance(metric_params, dict):
+        raise InputError(f"metric_params must be None or a dict, got {metric_params!r}")
+    params = dict(metric_params or {})
+    if "p" in params:
+        p = params.pop("p")
+    if p is not None and (isinstance(p, (bool, np.bool_)) or not isinstance(p, Real) or not float(p) > 0):
+        raise InputError(f"p must be a number > 0, got {p!r}")
+    euclidean = metric in EUCLIDEAN or (metric == "minkowski" and (p is None or p == 2))
+    if not euclidean or params:
+        what = f"metric={metric!r}" + (f", p={p!r}" if metric == "minkowski" else "")
+        if params:
+            what += f", metric_params={metric_params!r}"
+        raise InputError(
+            f"{what} is not supported: locus computes the Euclidean distance only "
+            "(metric='euclidean' or 'l2', or 'minkowski' with p=2, no metric_params)"
+        )
+
+
+def check_tolerance(value: Any, name: str) -> None:
+    """A non-negative number (KernelDensity's ``atol``, ``rtol``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real) or not float(value) >= 0:
+        raise InputError(f"{name} must be a number >= 0, got {value!r}")
+
+
+def csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> Any:
+    """A CSR sparse matrix, in scikit-learn's configured sparse interface
+    (``scipy.sparse.csr_matrix`` by default, ``csr_array`` under
+    ``sparse_interface="sparray"``)."""
+    from scipy.sparse import csr_array, csr_matrix
+    from sklearn import get_config
+
+    cls = csr_array if get_config().get("sparse_interface") == "sparray" else csr_matrix
+    return cls((data, indices, indptr), shape=shape)

@@ -1,0 +1,124 @@
+"""What a fitted estimator keeps of its training points: the points as
+given (float32 or float64), their float64 mean, the points centred on it
+and rounded once to float32, and a :class:`~locus.KeySet` of them prepared
+on the estimator's engine, so that each ``predict`` costs one key-set call.
+
+Centring before rounding keeps the accuracy a common offset would take:
+``1e6 + x`` rounded to float32 keeps 3 significant digits of ``x``,
+``x − mean`` keeps 7. Every op an estimator calls (distances, kernels,
+local means of centred values) is unchanged by the shift.
+
+The key set lives on the engine, not in the pickle: it is dropped when the
+estimator is pickled and prepared again on first use after unpickling.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ._engine import KeySet, engine_for
+
+# The floating dtypes kept as given; anything else becomes float64.
+FLOATS = (np.float64, np.float32)
+
+
+def weight_scale(sample_weight: np.ndarray) -> float:
+    """A power of two that brings the weights' sum near their count: the
+    weights times it keep every bit in float32, whatever their units."""
+    return float(2.0 ** np.round(np.log2(len(sample_weight) / sample_weight.sum())))
+
+
+def check_points(est: Any, X: Any, *, reset: bool) -> np.ndarray:
+    """``X`` validated as scikit-learn does (2-D, finite, non-empty, the
+    number of features seen in ``fit``), float32 or float64 kept, anything
+    else converted to float64.
+
+    After ``fit``, a C-contiguous float ndarray that passes every check is
+    returned as is without scikit-learn's validation (a tenth of a
+    millisecond, most of a small ``predict``); anything else, including
+    every input that fails a check, goes through it and gets its errors
+    and warnings."""
+    from sklearn.utils.validation import validate_data
+
+    if (
+        not reset
+        and type(X) is np.ndarray
+        and X.dtype in FLOATS
+        and X.ndim == 2
+        and X.flags.c_contiguous
+        and X.shape[0] > 0
+        and X.shape[1] == getattr(est, "n_features_in_", -1)
+        and not hasattr(est, "feature_names_in_")
+        and np.isfinite(X).all()
+    ):
+        return X
+    return validate_data(est, X, reset=reset, dtype=FLOATS, order="C")
+
+
+def check_points_targets(est: Any, X: Any, y: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``X`` and ``y`` validated together (``X`` as :func:`check_points`)."""
+    from sklearn.utils.validation import validate_data
+
+    return validate_data(est, X, y, dtype=FLOATS, order="C", **kw)
+
+
+class FittedKeys:
+    """Training points ``X`` (N × d, float32 or float64) and optional
+    float32 ``values`` (N × q), prepared on the engine named ``backend``.
+
+    ``offset`` is the points' float64 mean (weighted by ``sample_weight``); ``keys`` the centred float32
+    points; :meth:`keyset` the prepared key set (values included);
+    :meth:`queries` centres queries the same way."""
+
+    def __init__(
+        self,
+        X: np.ndarray,
+        backend: Any,
+        values: np.ndarray | None = None,
+        sample_weight: np.ndarray | None = None,
+    ) -> None:
+        self.X = X
+        self.values = values
+        self.backend = backend
+        self._lock = threading.Lock()
+        self._keys: np.ndarray | None = None
+        self._keyset: KeySet | None = None
+        # Weighted as the points are, so that a weight of 2 and a repeated
+        # point give the same keys.
+        self.offset = np.average(X.astype(np.float64, copy=False), axis=0, weights=sample_weight)
+
+    @property
+    def keys(self) -> np.ndarray:
+        """The points minus their mean, float32 (C-contiguous)."""
+        if self._keys is None:
+            self._keys = self.queries(self.X)
+        return self._keys
+
+    def queries(self, X: np.ndarray) -> np.ndarray:
+        """``X − offset`` computed in float64, rounded to float32."""
+        return np.ascontiguousarray(np.subtract(X, self.offset, dtype=np.float64), dtype=np.float32)
+
+    def keyset(self) -> KeySet:
+        """The key set on the engine (prepared on first use)."""
+        ks = self._keyset
+        if ks is None:
+            with self._lock:
+                ks = self._keyset
+                if ks is None:
+                    ks = self._keyset = engine_for(self.backend).prepare(
+                        self.keys, self.values, batching=False
+                    )
+        return ks
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The key set and the float32 copy are rebuilt on first use.
+        return {"X": self.X, "values": self.values, "backend": self.backend, "offset": self.offset}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._keys = None
+        self._keyset = None
