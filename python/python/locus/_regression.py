@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sklearn.base import RegressorMixin
@@ -57,7 +57,8 @@ class KernelRegression(RegressorMixin, KernelEstimator):
         check_is_fitted(self)
         X = check_X(self, X, reset=False)
         if self.degree == 1:
-            return local_polynomial(X, self.X_, self.y_, **self._kernel_args(), degree=1)
+            # Without return_slopes, one array.
+            return cast(np.ndarray, local_polynomial(X, self.X_, self.y_, **self._kernel_args(), degree=1))
         return local_mean(X, self.X_, self.y_, **self._kernel_args())
 
     def __sklearn_tags__(self) -> Any:
