@@ -27,7 +27,9 @@ pub struct MeanShiftFit {
     /// nearest to where the point moved.
     pub labels: Array1<i64>,
     /// For each mode, the number of input points at distance < h from it
-    /// (what the modes are ranked by); blurring, of moved points.
+    /// (what the modes are ranked by); blurring, of moved points. A seed
+    /// that `max_iter` stopped is counted where it was before its last
+    /// step, as scikit-learn counts it.
     pub populations: Vec<usize>,
     /// Iterations run (the most shifts any seed took).
     pub iterations: usize,
