@@ -122,8 +122,27 @@ def check_kernel(kernel: Any) -> None:
 
 def kernel_params(bandwidth: Any, kernel: Any) -> dict[str, Any]:
     """An estimator's ``bandwidth`` and ``kernel`` as the functions take
-    them: a positive bandwidth with a profile name, or ``bandwidth=None``
-    with a :class:`~locus.ProductKernel` (its blocks carry theirs)."""
+    them.
+
+    Parameters
+    ----------
+    bandwidth : float or None
+        Positive with a profile name; None with a
+        :class:`~locus.ProductKernel` (its blocks carry theirs).
+    kernel : str or ProductKernel
+        A profile name the engine knows (any case), or a product kernel.
+
+    Returns
+    -------
+    dict
+        ``{"bandwidth": ..., "kernel": ...}``, checked.
+
+    Raises
+    ------
+    InputError
+        An unknown kernel name, a bandwidth not finite and positive, or a
+        product kernel with a bandwidth.
+    """
     check_kernel(kernel)
     if isinstance(kernel, ProductKernel):
         if bandwidth is not None:

@@ -30,6 +30,19 @@ class ProductKernel:
     Pass it as ``kernel=`` to any op, with no ``bandwidth`` (the blocks carry
     theirs); the data must have ``sum(dims)`` columns.
 
+    Parameters
+    ----------
+    blocks : iterable of (int, str, float)
+        The blocks in coordinate order: how many coordinates, the profile
+        (a name of :data:`PROFILES`, any case), the bandwidth (finite,
+        > 0).
+
+    Raises
+    ------
+    InputError
+        A malformed block, an unknown profile, a bandwidth not finite and
+        positive, or no block at all.
+
     >>> import numpy as np, locus
     >>> k = locus.ProductKernel([(2, "uniform", 8.0), (3, "gaussian", 6.0)])
     >>> k.dims
@@ -87,8 +100,25 @@ class ProductKernel:
 
 
 def kernel_spec(kernel: Any, bandwidth: Any) -> Any:
-    """``kernel`` as the engine takes it: a profile name as given, or a
-    :class:`ProductKernel`'s blocks, which may not come with a bandwidth."""
+    """``kernel`` as the engine takes it.
+
+    Parameters
+    ----------
+    kernel : str or ProductKernel
+        A profile name, or a product kernel.
+    bandwidth : float or None
+        Must be None with a product kernel.
+
+    Returns
+    -------
+    str or list of (int, str, float)
+        The profile name as given, or the product kernel's blocks.
+
+    Raises
+    ------
+    InputError
+        A product kernel with a bandwidth.
+    """
     if not isinstance(kernel, ProductKernel):
         return kernel
     if bandwidth is not None:
@@ -98,8 +128,28 @@ def kernel_spec(kernel: Any, bandwidth: Any) -> Any:
 
 def kernel_arg(kernel: Any, bandwidth: Any) -> Any:
     """``kernel`` and ``bandwidth`` as the ops of the engine take them, one
-    value: a profile name with its bandwidth, ``(name, bandwidth)``, or a
-    product kernel's blocks (they carry their bandwidths)."""
+    value.
+
+    Parameters
+    ----------
+    kernel : str or ProductKernel
+        A profile name, or a product kernel.
+    bandwidth : float or None
+        The profile's bandwidth; None with a product kernel.
+
+    Returns
+    -------
+    tuple of (str, float) or list of (int, str, float)
+        ``(name, bandwidth)``, or the product kernel's blocks (they carry
+        their bandwidths).
+
+    Raises
+    ------
+    TypeError
+        A kernel that is neither, or a profile name without a bandwidth.
+    InputError
+        A product kernel with a bandwidth.
+    """
     if isinstance(kernel, ProductKernel):
         return kernel_spec(kernel, bandwidth)
     if not isinstance(kernel, str):
