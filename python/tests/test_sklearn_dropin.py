@@ -207,6 +207,15 @@ def test_mean_shift_closed_balls_and_ties_as_sklearn():
     )
 
 
+@pytest.mark.parametrize("max_iter", [0, 1, 300])
+def test_gpu_mean_shift_as_sklearn(gpu, max_iter):
+    ref = cluster.MeanShift(bandwidth=1.2, max_iter=max_iter, cluster_all=False).fit(TOY)
+    ours = locus.MeanShift(bandwidth=1.2, max_iter=max_iter, cluster_all=False, backend="gpu").fit(TOY)
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, atol=1e-4)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    assert ours.n_iter_ == ref.n_iter_
+
+
 def test_mean_shift_float32_stays_float32():
     ms = locus.MeanShift(bandwidth=1.2, backend=CPU).fit(TOY.astype(np.float32))
     assert ms.cluster_centers_.dtype == np.float32
