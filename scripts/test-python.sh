@@ -4,6 +4,7 @@
 # compiled module's stubs) from the package index, the package built in
 # release (into the workspace's target/, so a rerun only rebuilds what
 # changed) and installed from its wheel, then pytest on python/tests.
+# mypy checks the package's own code first.
 # Exits non-zero when anything fails; the virtualenv is removed either way.
 #
 #   scripts/test-python.sh [pytest arguments]
@@ -24,13 +25,16 @@ echo "== virtualenv in $venv"
 "$python" -m venv "$venv"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-input \
-    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pytest mypy
+    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pandas pytest mypy
 
 echo "== building the package (release)"
 "$venv/bin/maturin" build --release --quiet --manifest-path python/Cargo.toml \
     --interpreter "$py" --out "$venv/wheels" </dev/null
 "$py" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
     "$venv"/wheels/*.whl
+
+echo "== mypy (configured in python/pyproject.toml)"
+(cd python && "$py" -m mypy)
 
 echo "== pytest"
 # Mesa's device-select layer warns on every process without XDG_RUNTIME_DIR.

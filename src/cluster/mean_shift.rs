@@ -27,7 +27,9 @@ pub struct MeanShiftFit {
     /// nearest to where the point moved.
     pub labels: Array1<i64>,
     /// For each mode, the number of input points at distance < h from it
-    /// (what the modes are ranked by); blurring, of moved points.
+    /// (what the modes are ranked by); blurring, of moved points. A seed
+    /// that `max_iter` stopped is counted where it was before its last
+    /// step, as scikit-learn counts it.
     pub populations: Vec<usize>,
     /// Iterations run (the most shifts any seed took).
     pub iterations: usize,
@@ -250,6 +252,13 @@ impl Engine {
             Some(s) => s,
             None => try_copy(OP, "seeds", &xc)?,
         };
+        // Where the seeds started, for a replay when some hit `max_iter`
+        // (every point's: `xc` itself).
+        let given = match params.seeds() {
+            Seeds::All => None,
+            _ if params.blurring() => None,
+            _ => Some(try_copy(OP, "seeds", &seeds)?),
+        };
         let xv = ArrayView2::from_shape((n, d), &xc).expect("n·d"); // ok: same shape as x
         let xm = Matrix::check(OP, "points", xv)?;
         let tol_h = params.tol() * f64::from(h);
@@ -278,7 +287,41 @@ impl Engine {
         } else {
             &xm
         };
-        let modes = select_modes(backend, h, &out.positions, d, data)?;
+        // scikit-learn counts a seed's population where it was before its
+        // last step (the neighbourhood its last mean came from). A seed
+        // that stopped within `tol·h` moved too little for that to matter;
+        // the seeds `max_iter` stopped are replayed one step short.
+        let before_last = if run.blurring || out.converged {
+            None
+        } else {
+            let start = match given {
+                Some(s) => s,
+                None => try_copy(OP, "seeds", &xc)?,
+            };
+            if run.max_iter <= 1 {
+                Some(start)
+            } else {
+                let short = ShiftRun {
+                    max_iter: run.max_iter - 1,
+                    ..run
+                };
+                let replay = backend.mean_shift(Shift {
+                    kernel: &kernel,
+                    points: &xm,
+                    seeds: start,
+                    rule: short,
+                    progress: &mut |_: &Progress| {},
+                })?;
+                Some(replay.positions)
+            }
+        };
+        let modes = select_modes(
+            backend,
+            h,
+            (&out.positions, before_last.as_deref()),
+            d,
+            data,
+        )?;
         let c = modes.populations.len();
         let mm = Matrix::check(
             OP,
@@ -461,6 +504,34 @@ mod tests {
                 want
             );
         }
+    }
+
+    #[test]
+    fn seeds_stopped_by_max_iter_are_counted_before_their_last_step() {
+        use crate::cluster::params::MeanShiftParams;
+        // From 0.2 the only point within 1.1 is 1.0: one step lands there,
+        // where three points are within 1.1; scikit-learn counts the one
+        // the step came from.
+        let x = Array2::from_shape_vec((4, 1), vec![-1.0f32, 1.0, 1.5, 2.0]).expect("4×1");
+        let seeds = Array2::from_shape_vec((1, 1), vec![0.2f32]).expect("1×1");
+        let e = Engine::cpu();
+        let fit = |max_iter| {
+            let p = MeanShiftParams::new()
+                .bandwidth(1.1)
+                .seeds(Seeds::Given(seeds.clone()))
+                .max_iter(max_iter)
+                .check()
+                .expect("valid");
+            e.mean_shift(&p, x.view()).expect("fit")
+        };
+        let one = fit(1);
+        assert!(!one.converged);
+        assert_eq!(one.modes[[0, 0]], 1.0);
+        assert_eq!(one.populations, vec![1]);
+        // Converged, the population is where the seed stopped.
+        let all = fit(300);
+        assert!(all.converged);
+        assert_eq!(all.populations, vec![3]);
     }
 
     #[test]

@@ -24,8 +24,11 @@ pub(crate) struct Modes {
 /// Ranks the final seed positions and removes near duplicates.
 ///
 /// 1. Seeds at exactly the same position are one candidate.
-/// 2. Its population is the number of points at distance < `h`; a
-///    candidate with none (an empty neighbourhood) is dropped.
+/// 2. Its population is the number of points at distance < `h` from where
+///    it was counted: `counted_at` (row-major, one row per seed, as
+///    `positions`), or its position when `None`; for seeds at one
+///    position, the last seed's. A candidate with none (an empty
+///    neighbourhood) is dropped.
 /// 3. Candidates are sorted by population, then by coordinates, both
 ///    descending (scikit-learn sorts `(intensity, centre)` the same way).
 /// 4. In that order, each candidate still standing removes every other
@@ -37,20 +40,39 @@ pub(crate) struct Modes {
 pub(crate) fn select_modes(
     backend: &dyn Backend,
     h: f32,
-    positions: &[f32],
+    (positions, counted_at): (&[f32], Option<&[f32]>),
     d: usize,
     points: &Matrix<'_>,
 ) -> Result<Modes> {
     let seeds = positions.len() / d;
-    let mut rows: Vec<&[f32]> = positions.chunks_exact(d).collect();
-    rows.sort_unstable_by(|a, b| cmp_rows(a, b));
-    rows.dedup_by(|a, b| cmp_rows(a, b).is_eq());
-    let cand: Vec<f32> = rows.concat();
+    let row = |v: &'_ [f32], i: usize| -> Vec<f32> { v[i * d..(i + 1) * d].to_vec() };
+    let mut order: Vec<usize> = (0..seeds).collect();
+    // By position, the last seed of each position first.
+    order.sort_unstable_by(|&a, &b| {
+        cmp_rows(
+            &positions[a * d..(a + 1) * d],
+            &positions[b * d..(b + 1) * d],
+        )
+        .then(b.cmp(&a))
+    });
+    order.dedup_by(|a, b| {
+        cmp_rows(
+            &positions[*a * d..(*a + 1) * d],
+            &positions[*b * d..(*b + 1) * d],
+        )
+        .is_eq()
+    });
+    let cand: Vec<f32> = order.iter().flat_map(|&i| row(positions, i)).collect();
+    let at: Vec<f32> = match counted_at {
+        Some(c) => order.iter().flat_map(|&i| row(c, i)).collect(),
+        None => cand.clone(),
+    };
     let c = cand.len() / d;
     let view = ArrayView2::from_shape((c, d), &cand).expect("c·d entries"); // ok: built above
+    let at_view = ArrayView2::from_shape((c, d), &at).expect("c·d entries"); // ok: built above
     // Row sums of the uniform kernel count the points at distance < h.
     let unit = Kernel::new(Profile::Uniform, h)?;
-    let cm = Matrix::check("mean_shift", "modes", view)?;
+    let cm = Matrix::check("mean_shift", "modes", at_view)?;
     let counts = call::row_states(backend, &unit, &cm, (points, None), false)?.sum;
     let (modes, populations) = rank_modes(view, counts.view(), h, seeds)?;
     Ok(Modes {

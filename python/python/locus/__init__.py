@@ -19,11 +19,20 @@ scikit-learn: ``pip install 'locus-engine[sklearn]'``.
 
 from __future__ import annotations
 
-from typing import Any
+import os as _os
+from typing import TYPE_CHECKING, Any
 
-from ._engine import AttentionSet, Engine, KeySet
-from ._errors import DeviceError, InputError, LocusError, LocusMemoryError
-from ._functions import (
+# Mesa's Vulkan device-select layer, which the loader runs while the engine
+# lists GPU adapters, wants a display server: without one (no valid
+# XDG_RUNTIME_DIR) it prints "error: XDG_RUNTIME_DIR is invalid or not set"
+# on stderr in every process. Device selection has no bearing on compute
+# (the engine chooses its adapter itself: LOCUS_ADAPTER), so the layer is
+# off unless the user set NODEVICE_SELECT, before the loader first runs.
+_os.environ.setdefault("NODEVICE_SELECT", "1")
+
+from ._engine import AttentionSet, Engine, KeySet  # noqa: E402
+from ._errors import DeviceError, InputError, LocusError, LocusMemoryError  # noqa: E402
+from ._functions import (  # noqa: E402
     density,
     estimate_bandwidth,
     feature_local_mean,
@@ -40,9 +49,25 @@ from ._functions import (
     score,
     self_local_mean,
 )
-from ._kernels import ProductKernel
-from ._locus import __version__
-from ._results import KNNResult, LocalPCAResult, MeanShiftResult, MedoidShiftResult, RowStates
+from ._kernels import ProductKernel  # noqa: E402
+from ._locus import __version__  # noqa: E402
+from ._results import (  # noqa: E402
+    KNNResult,
+    LocalPCAResult,
+    MeanShiftResult,
+    MedoidShiftResult,
+    RowStates,
+)
+
+if TYPE_CHECKING:
+    # Type checkers see the estimators' classes; at run time they load on
+    # first use (below), so that `import locus` needs no scikit-learn.
+    from ._classification import LocalModeClassifier
+    from ._cluster import MeanShift
+    from ._density import KernelDensity
+    from ._impute import LocalMeanImputer
+    from ._neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
+    from ._regression import KernelRegression
 
 _ESTIMATORS = {
     "MeanShift": "_cluster",
@@ -85,12 +110,36 @@ __all__ = [
     "score",
     "self_local_mean",
     "__version__",
-    *_ESTIMATORS,
+    "MeanShift",
+    "KernelDensity",
+    "KernelRegression",
+    "LocalModeClassifier",
+    "KNeighborsClassifier",
+    "KNeighborsRegressor",
+    "LocalMeanImputer",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """Imports the scikit-learn estimators on first use."""
+    """Imports the scikit-learn estimators on first use.
+
+    Parameters
+    ----------
+    name : str
+        The attribute asked for.
+
+    Returns
+    -------
+    type
+        The estimator class ``name``.
+
+    Raises
+    ------
+    AttributeError
+        ``name`` is not an attribute of locus.
+    ImportError
+        scikit-learn is not installed (the message says how to install it).
+    """
     module = _ESTIMATORS.get(name)
     if module is None:
         raise AttributeError(f"module 'locus' has no attribute {name!r}")
@@ -109,4 +158,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    """The public names, estimators included."""
     return sorted(__all__)

@@ -463,6 +463,7 @@ def mean_shift(
     dtype = result_dtype(X)
     x = as_matrix(X, "X")
     min_bin_freq = as_count(min_bin_freq, "min_bin_freq")
+    start: np.ndarray | int | None
     if seeds is not None:
         start = as_matrix(seeds, "seeds")
     else:

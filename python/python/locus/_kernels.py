@@ -7,6 +7,8 @@ import math
 from numbers import Integral, Real
 from typing import Any, Iterable
 
+import numpy as np
+
 from ._errors import InputError
 
 # The profile names (and aliases) the engine accepts.
@@ -28,6 +30,19 @@ class ProductKernel:
     Pass it as ``kernel=`` to any op, with no ``bandwidth`` (the blocks carry
     theirs); the data must have ``sum(dims)`` columns.
 
+    Parameters
+    ----------
+    blocks : iterable of (int, str, float)
+        The blocks in coordinate order: how many coordinates, the profile
+        (a name of :data:`PROFILES`, any case), the bandwidth (finite,
+        > 0).
+
+    Raises
+    ------
+    InputError
+        A malformed block, an unknown profile, a bandwidth not finite and
+        positive, or no block at all.
+
     >>> import numpy as np, locus
     >>> k = locus.ProductKernel([(2, "uniform", 8.0), (3, "gaussian", 6.0)])
     >>> k.dims
@@ -40,7 +55,7 @@ class ProductKernel:
     __slots__ = ("_blocks",)
 
     def __init__(self, blocks: Iterable[tuple[int, str, float]]) -> None:
-        parsed = []
+        parsed: list[tuple[int, str, float]] = []
         for b in blocks:
             try:
                 dims, profile, bandwidth = b
@@ -85,8 +100,25 @@ class ProductKernel:
 
 
 def kernel_spec(kernel: Any, bandwidth: Any) -> Any:
-    """``kernel`` as the engine takes it: a profile name as given, or a
-    :class:`ProductKernel`'s blocks, which may not come with a bandwidth."""
+    """``kernel`` as the engine takes it.
+
+    Parameters
+    ----------
+    kernel : str or ProductKernel
+        A profile name, or a product kernel.
+    bandwidth : float or None
+        Must be None with a product kernel.
+
+    Returns
+    -------
+    str or list of (int, str, float)
+        The profile name as given, or the product kernel's blocks.
+
+    Raises
+    ------
+    InputError
+        A product kernel with a bandwidth.
+    """
     if not isinstance(kernel, ProductKernel):
         return kernel
     if bandwidth is not None:
@@ -96,8 +128,28 @@ def kernel_spec(kernel: Any, bandwidth: Any) -> Any:
 
 def kernel_arg(kernel: Any, bandwidth: Any) -> Any:
     """``kernel`` and ``bandwidth`` as the ops of the engine take them, one
-    value: a profile name with its bandwidth, ``(name, bandwidth)``, or a
-    product kernel's blocks (they carry their bandwidths)."""
+    value.
+
+    Parameters
+    ----------
+    kernel : str or ProductKernel
+        A profile name, or a product kernel.
+    bandwidth : float or None
+        The profile's bandwidth; None with a product kernel.
+
+    Returns
+    -------
+    tuple of (str, float) or list of (int, str, float)
+        ``(name, bandwidth)``, or the product kernel's blocks (they carry
+        their bandwidths).
+
+    Raises
+    ------
+    TypeError
+        A kernel that is neither, or a profile name without a bandwidth.
+    InputError
+        A product kernel with a bandwidth.
+    """
     if isinstance(kernel, ProductKernel):
         return kernel_spec(kernel, bandwidth)
     if not isinstance(kernel, str):
@@ -107,3 +159,52 @@ def kernel_arg(kernel: Any, bandwidth: Any) -> Any:
             f"bandwidth must be a number for the kernel {kernel!r} (only a ProductKernel goes without)"
         )
     return (kernel, bandwidth)
+
+
+def log_profile(profile: str, t: np.ndarray) -> np.ndarray:
+    """A profile's log-weight ``ln k(r)`` at scaled squared distances
+    ``t = r² = ‖x − x'‖²/h²``, in float64 (``-inf`` outside a compact
+    profile's support; NaN where ``t`` is NaN).
+
+    Parameters
+    ----------
+    profile : str
+        A profile name or alias of :data:`PROFILES` (any case).
+    t : numpy.ndarray
+        Scaled squared distances, ``≥ 0`` or NaN.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``ln k(√t)``, the shape of ``t``; up to a constant, the weights
+        the engine gives (a weighted mean does not see the constant).
+
+    Raises
+    ------
+    InputError
+        An unknown profile name.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    r = np.sqrt(t)
+    name = profile.lower()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if name in ("gaussian", "rbf"):
+            return -0.5 * t
+        if name in ("laplacian", "exponential"):
+            return -r
+        if name == "cauchy":
+            return -np.log1p(t)
+        inside = t < 1.0
+        if name in ("uniform", "flat", "tophat"):
+            out = np.zeros_like(t)
+        elif name == "epanechnikov":
+            out = np.log1p(-np.minimum(t, 1.0))
+        elif name in ("triangular", "linear"):
+            out = np.log1p(-np.minimum(r, 1.0))
+        elif name in ("biweight", "quartic"):
+            out = 2.0 * np.log1p(-np.minimum(t, 1.0))
+        elif name == "cosine":
+            out = np.log(np.cos(0.5 * np.pi * np.minimum(r, 1.0)))
+        else:
+            raise InputError(f"kernel must be one of {sorted(PROFILES)}, got {profile!r}")
+        return np.where(inside, out, np.where(np.isnan(t), np.nan, -np.inf))

@@ -48,7 +48,9 @@ class MeanShiftResult(NamedTuple):
     labels: np.ndarray
     """One label per point (int64): its mode's index, or −1 (``cluster_all=False``)."""
     populations: np.ndarray
-    """Points within one bandwidth of each mode (what modes are ranked by)."""
+    """Points within one bandwidth of each mode (what modes are ranked by);
+    for a seed ``max_iter`` stopped, of where it was before its last step
+    (scikit-learn's count)."""
     n_iter: int
     """Iterations run (the most shifts any seed took)."""
     converged: bool

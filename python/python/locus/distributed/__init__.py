@@ -46,11 +46,11 @@ from __future__ import annotations
 try:
     import dask  # noqa: F401
     import distributed  # noqa: F401
-except ImportError as e:  # pragma: no cover - exercised without dask
+except ImportError as _missing:  # pragma: no cover - exercised without dask
     raise ImportError(
         "locus.distributed needs dask.distributed; install it with: "
         "pip install 'locus-engine[distributed]'"
-    ) from e
+    ) from _missing
 
 from ._keyset import ShardedKeySet
 from ._mean_shift import mean_shift

@@ -211,9 +211,11 @@ class ShardedKeySet(_Sharded):
         _check_finite(q, "queries")
         return q
 
-    def _merged_states(self, q: np.ndarray, bandwidth: float, kernel: str, cols: str, what: str) -> tuple:
-        bandwidth = _check_kernel(bandwidth, kernel)
-        return self._map_reduce(_states, merge_states, lambda i: (), q, bandwidth, kernel, cols, what=what)
+    def _merged_states(
+        self, q: np.ndarray, bandwidth: float | None, kernel: str | ProductKernel, cols: str, what: str
+    ) -> tuple:
+        h = _check_kernel(bandwidth, kernel)
+        return self._map_reduce(_states, merge_states, lambda i: (), q, h, kernel, cols, what=what)
 
     def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
         """The merged row states ``(m, s, u)`` over every shard (``u`` has

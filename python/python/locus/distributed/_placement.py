@@ -149,6 +149,8 @@ def _build_shard(
     index = None
     n_classes = 0
     if labels is not None:
+        if classes is None:
+            raise InputError("labels came without their classes")
         lab = np.asarray(labels).reshape(-1)
         if lab.shape[0] != x.shape[0]:
             raise InputError(f"a shard has {x.shape[0]} keys but {lab.shape[0]} labels")

@@ -119,7 +119,8 @@ async def watched(
     ``timeout`` seconds (None: no bound) pass."""
     loop = asyncio.get_running_loop()
     start = loop.time()
-    task = None if callable(work) else asyncio.ensure_future(work)
+    predicate = work if callable(work) else None
+    task = None if predicate is not None else asyncio.ensure_future(work)  # type: ignore[arg-type]
     poll = _POLL_FIRST
     try:
         while True:
@@ -138,7 +139,7 @@ async def watched(
                         if lost:
                             raise lost_error(what, lost) from e
                         raise
-            elif work():
+            elif predicate is not None and predicate():
                 return None
             else:
                 await asyncio.sleep(poll)
