@@ -22,7 +22,7 @@ import numpy as np
 from ._engine import KeySet, engine_for
 
 # The floating dtypes kept as given; anything else becomes float64.
-FLOATS = (np.float64, np.float32)
+FLOATS: tuple[type[np.floating[Any]], ...] = (np.float64, np.float32)
 
 
 def weight_scale(sample_weight: np.ndarray) -> float:
