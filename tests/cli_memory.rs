@@ -121,82 +121,76 @@ fn tall_keys(dir: &TempDir) {
     sparse_npy(dir.path(), "q.npy", &[10, 20]);
 }
 
-#[test]
-fn local_mean_under_a_memory_cap_is_an_error_not_an_abort() {
+/// Which input a case reads.
+#[derive(Clone, Copy)]
+enum Input {
+    Wide,
+    Tall,
+}
+
+/// Runs the tool with `args` on `input` under the cap and asserts a clean
+/// failure to allocate.
+fn fails_cleanly(input: Input, args: &[&str]) {
     if !have_prlimit() {
         return;
     }
     let dir = TempDir::new().unwrap();
-    wide_keys(&dir);
-    let out = capped(
-        dir.path(),
+    match input {
+        Input::Wide => wide_keys(&dir),
+        Input::Tall => tall_keys(&dir),
+    }
+    let out = capped(dir.path(), args);
+    out_of_memory(dir.path(), &out);
+}
+
+#[test]
+fn local_mean_under_a_memory_cap_is_an_error_not_an_abort() {
+    fails_cleanly(
+        Input::Wide,
         &["local-mean", "--keys", "wide.npy", "--bandwidth", "1"],
     );
-    out_of_memory(dir.path(), &out);
 }
 
 #[test]
 fn kde_under_a_memory_cap_is_an_error_not_an_abort() {
-    if !have_prlimit() {
-        return;
-    }
-    let dir = TempDir::new().unwrap();
-    wide_keys(&dir);
-    let out = capped(
-        dir.path(),
+    fails_cleanly(
+        Input::Wide,
         &["kde", "--keys", "wide.npy", "--bandwidth", "1"],
     );
-    out_of_memory(dir.path(), &out);
 }
 
 #[test]
 fn knn_under_a_memory_cap_is_an_error_not_an_abort() {
-    if !have_prlimit() {
-        return;
-    }
-    let dir = TempDir::new().unwrap();
-    wide_keys(&dir);
-    let out = capped(dir.path(), &["knn", "--keys", "wide.npy", "--k", "1"]);
-    out_of_memory(dir.path(), &out);
+    fails_cleanly(Input::Wide, &["knn", "--keys", "wide.npy", "--k", "1"]);
 }
 
 #[test]
 fn local_pca_under_a_memory_cap_is_an_error_not_an_abort() {
-    if !have_prlimit() {
-        return;
-    }
-    let dir = TempDir::new().unwrap();
-    tall_keys(&dir);
-    let args = ["local-pca", "--keys", "tall.npy", "--queries", "q.npy"];
-    let out = capped(dir.path(), &[&args[..], &["--bandwidth", "1"]].concat());
-    out_of_memory(dir.path(), &out);
+    let args = [
+        "local-pca",
+        "--keys",
+        "tall.npy",
+        "--queries",
+        "q.npy",
+        "--bandwidth",
+        "1",
+    ];
+    fails_cleanly(Input::Tall, &args);
 }
 
 #[test]
 fn local_linear_fit_under_a_memory_cap_is_an_error_not_an_abort() {
-    if !have_prlimit() {
-        return;
-    }
-    let dir = TempDir::new().unwrap();
-    tall_keys(&dir);
     let args = ["local-mean", "--keys", "tall.npy", "--queries", "q.npy"];
-    let out = capped(
-        dir.path(),
+    fails_cleanly(
+        Input::Tall,
         &[&args[..], &["--bandwidth", "1", "--degree", "1"]].concat(),
     );
-    out_of_memory(dir.path(), &out);
 }
 
 #[test]
 fn impute_under_a_memory_cap_is_an_error_not_an_abort() {
-    if !have_prlimit() {
-        return;
-    }
-    let dir = TempDir::new().unwrap();
-    tall_keys(&dir);
-    let out = capped(
-        dir.path(),
+    fails_cleanly(
+        Input::Tall,
         &["impute", "--input", "tall.npy", "--bandwidth", "1"],
     );
-    out_of_memory(dir.path(), &out);
 }
