@@ -6,32 +6,14 @@
 use ndarray::Array2;
 
 use super::knn_on_tiles;
-use crate::error::Error;
-use crate::gpu::adapter::{self, AdapterPolicy};
 use crate::gpu::context::GpuContext;
 use crate::gpu::keys::{DeviceKeys, OnTiles, upload_key_tiles};
 use crate::gpu::plan::{KnnPlan, Shape, TileLimits, plan_knn};
 use crate::matrix::Matrix;
 use crate::types::Neighbours;
 
-/// A context on any adapter; `None` (skipped) when there is none, except
-/// under `CI=true`, where that fails.
 fn context() -> Option<GpuContext> {
-    let policy = AdapterPolicy {
-        choice: None,
-        require_hardware: false,
-        accept_software: true,
-        required: true,
-    };
-    let adapter = match adapter::choose(&policy) {
-        Ok(a) => a.expect("required"),
-        Err(Error::NoAdapter { .. }) if std::env::var("CI").as_deref() != Ok("true") => {
-            eprintln!("SKIPPED: no GPU adapter; inner-product kNN not tested");
-            return None;
-        }
-        Err(e) => panic!("GPU adapter required (CI=true) but unavailable: {e}"),
-    };
-    Some(GpuContext::open(&adapter, TileLimits::default(), None, 16 << 20, false, None).unwrap())
+    crate::gpu::context::test_context(None)
 }
 
 /// Uniform values in `[lo, hi)` from a seeded generator.
