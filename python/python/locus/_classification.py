@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 from sklearn.base import ClassifierMixin
-from sklearn.exceptions import DataConversionWarning
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ._base import KernelEstimator, keep_params
-from ._fitted import FittedKeys, check_points, check_points_targets, weight_scale
+from ._fitted import (
+    FittedKeys,
+    check_points,
+    check_points_targets,
+    class_targets,
+    weight_scale,
+)
 
 __all__ = ["LocalModeClassifier"]
 
@@ -76,20 +79,7 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
         """
         self._kernel_args()
         X, y = check_points_targets(self, X, y, multi_output=True)
-        y = np.asarray(y)
-        if y.ndim == 1 or y.shape[1] == 1:
-            if y.ndim != 1:
-                warnings.warn(
-                    "A column-vector y was passed when a 1d array was expected. Please change "
-                    "the shape of y to (n_samples,), for example using ravel().",
-                    DataConversionWarning,
-                    stacklevel=2,
-                )
-            self.outputs_2d_ = False
-            y = y.reshape(-1, 1)
-        else:
-            self.outputs_2d_ = True
-        check_classification_targets(y)
+        self.outputs_2d_, classes, index = class_targets(y)
         n = X.shape[0]
         w = np.ones(n)
         if sample_weight is not None:
@@ -97,12 +87,10 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
             if not w.sum() > 0:
                 raise ValueError("sample_weight sums to zero")
             w = w * weight_scale(w)
-        classes, index, blocks = [], np.empty(y.shape, dtype=np.int64), []
-        for j in range(y.shape[1]):
-            c, index[:, j] = np.unique(y[:, j], return_inverse=True)
-            one_hot = np.zeros((n, len(c)))
+        blocks = []
+        for j, cj in enumerate(classes):
+            one_hot = np.zeros((n, len(cj)))
             one_hot[np.arange(n), index[:, j]] = w
-            classes.append(c)
             blocks.append(one_hot)
         self.classes_ = classes if self.outputs_2d_ else classes[0]
         self.y_ = index if self.outputs_2d_ else index[:, 0]

@@ -122,3 +122,31 @@ class FittedKeys:
         self._lock = threading.Lock()
         self._keys = None
         self._keyset = None
+
+
+def class_targets(y: Any) -> tuple[bool, list[np.ndarray], np.ndarray]:
+    """Class targets as scikit-learn's classifiers keep them: whether ``y``
+    has several outputs (a column vector warns and counts as one), each
+    output's sorted classes, and every sample's class index per output
+    (``n × n_outputs``)."""
+    import warnings
+
+    from sklearn.exceptions import DataConversionWarning
+    from sklearn.utils.multiclass import check_classification_targets
+
+    y = np.asarray(y)
+    outputs_2d = not (y.ndim == 1 or y.shape[1] == 1)
+    if y.ndim != 1 and not outputs_2d:
+        warnings.warn(
+            "A column-vector y was passed when a 1d array was expected. Please change "
+            "the shape of y to (n_samples,), for example using ravel().",
+            DataConversionWarning,
+            stacklevel=3,
+        )
+    y = y.reshape(len(y), -1)
+    check_classification_targets(y)
+    classes, index = [], np.empty(y.shape, dtype=np.int64)
+    for j in range(y.shape[1]):
+        c, index[:, j] = np.unique(y[:, j], return_inverse=True)
+        classes.append(c)
+    return outputs_2d, classes, index

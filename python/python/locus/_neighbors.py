@@ -4,18 +4,15 @@ scikit-learn estimators: ``NearestNeighbors``, ``KNeighborsClassifier``,
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 from sklearn.base import ClassifierMixin, RegressorMixin
-from sklearn.exceptions import DataConversionWarning
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import keep_params
 from ._errors import InputError
-from ._fitted import check_points, check_points_targets
+from ._fitted import check_points, check_points_targets, class_targets
 from ._neighbors_queries import NeighborsQueries
 
 __all__ = ["NearestNeighbors", "KNeighborsClassifier", "KNeighborsRegressor"]
@@ -186,24 +183,7 @@ class KNeighborsClassifier(ClassifierMixin, _Supervised):
         ``(n_samples,)`` or ``(n_samples, n_outputs)``."""
         self._check_params()
         X, y = check_points_targets(self, X, y, multi_output=True)
-        y = np.asarray(y)
-        if y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1):
-            if y.ndim != 1:
-                warnings.warn(
-                    "A column-vector y was passed when a 1d array was expected. Please change "
-                    "the shape of y to (n_samples,), for example using ravel().",
-                    DataConversionWarning,
-                    stacklevel=2,
-                )
-            self.outputs_2d_ = False
-            y = y.reshape(-1, 1)
-        else:
-            self.outputs_2d_ = True
-        check_classification_targets(y)
-        classes, index = [], np.empty(y.shape, dtype=np.int64)
-        for j in range(y.shape[1]):
-            c, index[:, j] = np.unique(y[:, j], return_inverse=True)
-            classes.append(c)
+        self.outputs_2d_, classes, index = class_targets(y)
         self.classes_ = classes if self.outputs_2d_ else classes[0]
         self.y_ = index if self.outputs_2d_ else index[:, 0]
         self._fit_points(X)
