@@ -89,24 +89,28 @@ pub(crate) fn to_py(py: Python<'_>, e: &Error) -> PyErr {
 /// How often the main thread looks for signals (Ctrl-C) while a call runs.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// The interpreter's main thread (`threading.main_thread().ident`).
-static MAIN_THREAD: PyOnceLock<u64> = PyOnceLock::new();
+/// The interpreter's main thread (`threading.main_thread().ident`) and
+/// `threading.get_ident`, looked up once.
+static MAIN_THREAD: PyOnceLock<(u64, Py<PyAny>)> = PyOnceLock::new();
 
 /// Whether this is the interpreter's main thread, the one Python runs
 /// signal handlers on.
 fn on_main_thread(py: Python<'_>) -> bool {
-    let main = MAIN_THREAD.get_or_try_init(py, || -> PyResult<u64> {
+    let main = MAIN_THREAD.get_or_try_init(py, || -> PyResult<(u64, Py<PyAny>)> {
         let threading = py.import("threading")?;
-        threading
+        let main = threading
             .call_method0("main_thread")?
             .getattr("ident")?
-            .extract()
+            .extract()?;
+        Ok((main, threading.getattr("get_ident")?.unbind()))
     });
-    let this = py
-        .import("threading")
-        .and_then(|t| t.call_method0("get_ident"))
-        .and_then(|i| i.extract::<u64>());
-    matches!((main, this), (Ok(&a), Ok(b)) if a == b)
+    match main {
+        Ok((main, get_ident)) => get_ident
+            .call0(py)
+            .and_then(|i| i.extract::<u64>(py))
+            .is_ok_and(|this| this == *main),
+        Err(_) => false,
+    }
 }
 
 /// Runs `f` with the GIL released (other Python threads run meanwhile),

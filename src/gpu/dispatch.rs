@@ -313,6 +313,36 @@ impl<'p> Submission<'p> {
     }
 }
 
+/// The keys `a..b` of key tile `key_tile` that one dispatch sweeps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Window {
+    pub key_tile: usize,
+    pub a: usize,
+    pub b: usize,
+}
+
+impl Window {
+    /// Every key tile's keys cut into windows of `dispatch_keys`, in order.
+    pub(crate) fn all(tiles: &[KeyTile], dispatch_keys: usize) -> Vec<Window> {
+        tiles
+            .iter()
+            .enumerate()
+            .flat_map(|(key_tile, kt)| {
+                super::plan::tiles(kt.len, dispatch_keys).map(move |(a, b)| Window {
+                    key_tile,
+                    a,
+                    b,
+                })
+            })
+            .collect()
+    }
+
+    /// Keys per workgroup of the window split `splits` ways.
+    pub(crate) fn split_keys(&self, splits: usize) -> usize {
+        (self.b - self.a).div_ceil(splits).max(1)
+    }
+}
+
 /// The buffer of a key split's partial row states, `floats` of them split
 /// `splits` ways; without a split, a 16-byte stand-in for the binding.
 pub(crate) fn partial_states<'p>(

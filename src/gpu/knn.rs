@@ -10,7 +10,7 @@ use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, tiles};
 use crate::types::Neighbours;
 
 use super::buffers::upload;
-use super::dispatch::{Bindings, Dispatch, Program, Workgroups, partial_states};
+use super::dispatch::{Bindings, Dispatch, Program, Window, Workgroups, partial_states};
 use super::keys::OnTiles;
 use super::pipelines::PipelineKey;
 use super::plan::check_u32;
@@ -30,14 +30,6 @@ struct KnnParams {
     split_keys: u32,
     splits: u32,
     _pad: u32,
-}
-
-/// The keys `a..b` of key tile `key_tile` that one dispatch sweeps.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    key_tile: usize,
-    a: usize,
-    b: usize,
 }
 
 /// Refuses `k` above what one GPU pass keeps.
@@ -60,13 +52,8 @@ pub(crate) fn check_gpu_k(k: usize) -> Result<()> {
 /// across workgroups when the rows alone give the device too few, with a
 /// merge dispatch after each split one (docs/tiling.md, "k nearest
 /// neighbours").
-pub(crate) fn knn_on_tiles(
-    call: &OnTiles<'_, '_>,
-    n: usize,
-    k: usize,
-    plan: &KnnPlan,
-) -> Result<Neighbours> {
-    let (ctx, queries, keys) = (call.ctx, call.queries, &call.keys);
+pub(crate) fn knn_on_tiles(call: &OnTiles<'_, '_>, n: usize, plan: &KnnPlan) -> Result<Neighbours> {
+    let (ctx, queries, keys, k) = (call.ctx, call.queries, &call.keys, plan.k);
     let (m, d) = (queries.rows(), keys.d);
     // From d = 32 the keys are filtered by inner-product tiles and the
     // candidates re-measured (docs/numerics.md, "kNN by inner products
@@ -83,14 +70,7 @@ pub(crate) fn knn_on_tiles(
     };
     template.extend([("D", d as u32), ("K", k as u32)]);
     let key = PipelineKey::new(shader, template);
-    let windows: Vec<Window> = keys
-        .tiles
-        .iter()
-        .enumerate()
-        .flat_map(|(key_tile, kt)| {
-            tiles(kt.len, plan.dispatch_keys).map(move |(a, b)| Window { key_tile, a, b })
-        })
-        .collect();
+    let windows = Window::all(keys.tiles, plan.dispatch_keys);
     let mut distances = Array2::<f32>::zeros((m, k));
     let mut indices = Array2::<i64>::zeros((m, k));
     let storage = wgpu::BufferUsages::STORAGE;
@@ -107,25 +87,26 @@ pub(crate) fn knn_on_tiles(
         let records = windows
             .iter()
             .enumerate()
-            .map(|(w, &Window { key_tile, a, b })| {
+            .map(|(w, win @ &Window { key_tile, a, b })| {
                 Ok(KnnParams {
                     rows: check_u32(OP, "query rows", rows)?,
                     keys: check_u32(OP, "key rows", b - a)?,
                     key0: check_u32(OP, "key rows", keys.tiles[key_tile].start + a)?,
                     flags: (u32::from(w == 0) * FIRST_TILE) | (u32::from(w == last) * LAST_TILE),
                     kbase: check_u32(OP, "key rows", a)?,
-                    split_keys: check_u32(OP, "key rows", (b - a).div_ceil(splits).max(1))?,
+                    split_keys: check_u32(OP, "key rows", win.split_keys(splits))?,
                     splits: check_u32(OP, "key splits", splits)?,
                     _pad: 0,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let row_groups = Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?;
         let workgroups = Workgroups {
-            x: Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?,
+            x: row_groups,
             y: check_u32(OP, "key splits", splits)?,
             z: 1,
         };
-        let merge = Workgroups::x(Workgroups::cover(OP, rows, LOCAL_MEAN_WG)?);
+        let merge = Workgroups::x(row_groups);
         let program = Program::split(ctx, OP, &key, splits, merge)?;
         let mut bindings = Bindings::new(ctx, OP, shader, &records)?;
         let groups: Vec<_> = keys

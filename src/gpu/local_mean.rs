@@ -11,7 +11,7 @@ use crate::types::{MomentLayout, RowNormalized, RowStates};
 
 use super::buffers::{Pooled, upload};
 use super::context::GpuContext;
-use super::dispatch::{Bindings, Dispatch, Program, Workgroups, partial_states};
+use super::dispatch::{Bindings, Dispatch, Program, Window, Workgroups, partial_states};
 use super::keys::{DeviceKeys, OnTiles, upload_key_tiles};
 use super::pipelines::PipelineKey;
 use super::plan::check_u32;
@@ -89,14 +89,6 @@ pub(crate) enum PassKind {
     Moments(MomentLayout),
 }
 
-/// The keys `a..b` of key tile `key_tile` that one dispatch sweeps.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    key_tile: usize,
-    a: usize,
-    b: usize,
-}
-
 impl<'a, 'p> Sweep<'a, 'p> {
     /// Local means (or row states) of `keys` with `kernel`, planned by
     /// `plan`, for `op`: the keys' value columns, every key, by the
@@ -168,20 +160,12 @@ impl<'a, 'p> Sweep<'a, 'p> {
         let inv_h2 = self.kernel.inv_h2();
         let block_inv_h = block_scales(self.kernel);
         let splits = self.plan.key_splits(&ctx.limits, &ctx.caps, tile.rows);
-        let windows: Vec<Window> = self
-            .keys
-            .tiles
-            .iter()
-            .enumerate()
-            .flat_map(|(key_tile, kt)| {
-                tiles(kt.len, self.plan.dispatch_keys).map(move |(a, b)| Window { key_tile, a, b })
-            })
-            .collect();
+        let windows = Window::all(self.keys.tiles, self.plan.dispatch_keys);
         let windows_n = windows.len();
         let records = windows
             .iter()
             .enumerate()
-            .map(|(w, &Window { key_tile, a, b })| {
+            .map(|(w, win @ &Window { key_tile, a, b })| {
                 let mut flags = 0;
                 if w == 0 {
                     flags |= FIRST_TILE;
@@ -202,7 +186,7 @@ impl<'a, 'p> Sweep<'a, 'p> {
                     row0,
                     key0: check_u32(op, "key rows", self.keys.tiles[key_tile].start + a)?,
                     kbase: check_u32(op, "key rows", a)?,
-                    split_keys: check_u32(op, "key rows", (b - a).div_ceil(splits).max(1))?,
+                    split_keys: check_u32(op, "key rows", win.split_keys(splits))?,
                     splits: check_u32(op, "key splits", splits)?,
                     _pad: 0,
                     block_inv_h,

@@ -406,7 +406,7 @@ impl PreparedKeys for GpuKeys<'_> {
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("k={k}")))?;
         let tiles = self.key_tiles(None);
-        let out = knn_on_tiles(&self.call(&scope, queries, &tiles, 0), self.n, k, &plan)?;
+        let out = knn_on_tiles(&self.call(&scope, queries, &tiles, 0), self.n, &plan)?;
         scope.finish(ctx)?;
         Ok(out)
     }

@@ -31,7 +31,7 @@ fn data(len: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
 
 /// The `k` nearest of `x` (n × d) to each row of `q` by `plan` (its key
 /// tiles uploaded for the call).
-fn run(ctx: &GpuContext, q: &[f32], x: &[f32], d: usize, k: usize, plan: &KnnPlan) -> Neighbours {
+fn run(ctx: &GpuContext, q: &[f32], x: &[f32], d: usize, plan: &KnnPlan) -> Neighbours {
     let (m, n) = (q.len() / d, x.len() / d);
     let qv = ndarray::ArrayView2::from_shape((m, d), q).unwrap();
     let xv = ndarray::ArrayView2::from_shape((n, d), x).unwrap();
@@ -51,7 +51,7 @@ fn run(ctx: &GpuContext, q: &[f32], x: &[f32], d: usize, k: usize, plan: &KnnPla
             q: 0,
         },
     };
-    let out = knn_on_tiles(&call, n, k, plan).unwrap();
+    let out = knn_on_tiles(&call, n, plan).unwrap();
     scope.finish(ctx).unwrap();
     out
 }
@@ -94,8 +94,8 @@ fn same_lists(ctx: &mut GpuContext, caps: TileLimits, q: &[f32], x: &[f32], d: u
     let ip = plan_knn(&ctx.limits, &caps, Shape { m, n, d, q: 0 }, k).unwrap();
     assert!(ip.ip.is_some(), "{what}: d ≥ 32 takes the tiles");
     let direct = KnnPlan { ip: None, ..ip };
-    let got = run(ctx, q, x, d, k, &ip);
-    let want = run(ctx, q, x, d, k, &direct);
+    let got = run(ctx, q, x, d, &ip);
+    let want = run(ctx, q, x, d, &direct);
     assert_eq!(got.indices, want.indices, "{what}");
     let bits = |a: &Array2<f32>| a.mapv(f32::to_bits);
     assert_eq!(bits(&got.distances), bits(&want.distances), "{what}");
@@ -106,7 +106,7 @@ fn same_lists(ctx: &mut GpuContext, caps: TileLimits, q: &[f32], x: &[f32], d: u
             ip: Some(false),
             ..ip
         };
-        let again = run(ctx, q, x, d, k, &chunked);
+        let again = run(ctx, q, x, d, &chunked);
         assert_eq!(again, got, "{what}: queries a chunk a step");
     }
 }

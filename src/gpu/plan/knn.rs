@@ -11,7 +11,7 @@ use crate::error::Result;
 use super::local_mean::{IP_CHUNK_DIMS, IP_MIN_D, IP_STEP_KEYS, IP_TILE_ROWS};
 use super::{
     DeviceLimits, LOCAL_MEAN_WG, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, budget_keys,
-    dispatch_pairs, loop_budget, no_room_for_a_key, split_count, too_small,
+    dispatch_window, loop_budget, no_room_for_a_key, split_count, too_small,
 };
 
 /// Most neighbours one GPU kNN pass keeps per query (private arrays).
@@ -152,11 +152,7 @@ pub(crate) fn plan_knn(
         .max(1);
     // The work cap: a full query tile against a window of keys, a pair
     // costing 2 + d + k pair-units.
-    let window = (dispatch_pairs(2 + d + k) / query_tile).max(MAX_STAGED_KEYS);
-    let dispatch_keys = window
-        .min(key_tile)
-        .min(caps.dispatch_keys.unwrap_or(usize::MAX))
-        .max(1);
+    let dispatch_keys = dispatch_window(caps, 2 + d + k, query_tile, key_tile);
     Ok(KnnPlan {
         k,
         query_tile,

@@ -6,7 +6,7 @@ use crate::types::MomentLayout;
 
 use super::{
     CHUNK_KEYS, DeviceLimits, MAX_STAGED_KEYS, Shape, TileLimits, binding_bytes, binding_floats,
-    budget_keys, chunked_budget_keys, dispatch_pairs, no_room_for_a_key, split_count, too_small,
+    budget_keys, chunked_budget_keys, dispatch_window, no_room_for_a_key, split_count, too_small,
 };
 
 /// Threads per workgroup of the local-mean shaders.
@@ -248,11 +248,7 @@ impl LocalMeanPlan {
     /// against a window of keys stays within [`DISPATCH_WORK`](super::DISPATCH_WORK) (`units`
     /// per pair), or the caps' window when lower.
     fn set_window(&mut self, caps: &TileLimits, units: usize) {
-        let window = (dispatch_pairs(units) / self.query_tile.max(1)).max(MAX_STAGED_KEYS);
-        self.dispatch_keys = window
-            .min(self.key_tile)
-            .min(caps.dispatch_keys.unwrap_or(usize::MAX))
-            .max(1);
+        self.dispatch_keys = dispatch_window(caps, units, self.query_tile, self.key_tile);
     }
 
     /// Workgroups that share one dispatch's keys for `rows` query rows:

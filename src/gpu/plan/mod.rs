@@ -177,6 +177,22 @@ pub(crate) fn dispatch_pairs(units: usize) -> usize {
     (DISPATCH_WORK / units.max(1) as u64).min(usize::MAX as u64) as usize
 }
 
+/// Keys one dispatch sweeps for a full query tile of `query_tile` rows,
+/// `units` pair-units a pair: within [`DISPATCH_WORK`] (at least a stage
+/// of keys), the key tile and the caps' window.
+pub(crate) fn dispatch_window(
+    caps: &TileLimits,
+    units: usize,
+    query_tile: usize,
+    key_tile: usize,
+) -> usize {
+    (dispatch_pairs(units) / query_tile.max(1))
+        .max(MAX_STAGED_KEYS)
+        .min(key_tile)
+        .min(caps.dispatch_keys.unwrap_or(usize::MAX))
+        .max(1)
+}
+
 /// Most workgroups that may share one dispatch's keys.
 pub(crate) const MAX_KEY_SPLITS: usize = 1024;
 
