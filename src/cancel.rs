@@ -48,6 +48,10 @@ struct Inner {
     all_of: Vec<CancelToken>,
 }
 
+/// How often a thread that waits (for memory, for its batch) looks at its
+/// cancellation token.
+pub(crate) const POLL: Duration = Duration::from_millis(50);
+
 thread_local! {
     /// The token of the innermost [`CancelToken::run`] on this thread.
     static CURRENT: RefCell<Option<CancelToken>> = const { RefCell::new(None) };

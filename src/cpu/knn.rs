@@ -16,7 +16,7 @@ use super::simd::{Avx2Fma, Avx512, KEY_BLOCK};
 use super::topk::{TopK, range};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
-use crate::matrix::{ensure_room, try_array};
+use crate::matrix::try_array;
 use crate::types::Neighbours;
 
 /// Coordinates from which a key set keeps panels for kNN (one-shot calls
@@ -54,15 +54,6 @@ pub(crate) fn knn(
     cp: &Checkpoint,
 ) -> Result<Vec<TopK>> {
     let isa = Avx2Fma::detect();
-    // The lists are collected by rayon, which cannot fail: make sure their
-    // memory exists first (refuse rather than abort).
-    let per_list = std::mem::size_of::<TopK>() + k * 8;
-    let m = (queries.len() / d) as u64;
-    ensure_room(
-        cp.op(),
-        "neighbour lists",
-        m.saturating_mul(per_list as u64),
-    )?;
     let lists = match blocked(d, queries.len() / d)
         .then(|| knn_blocked::knn(isa, queries, d, keys, k, cp))
         .flatten()

@@ -27,9 +27,9 @@ use crate::types::{Neighbours, RowNormalized, RowStates};
 /// the memory they hold.
 pub(crate) struct CpuKeys {
     keys: KeyColumns,
-    /// The budget and the reservation of the keys (a key set's, or one
-    /// call's working copy).
-    held: (Arc<MemoryBudget>, Reservation),
+    /// The reservation of the keys (a key set's, or one call's working
+    /// copy), on the budget requests are charged to.
+    held: Reservation,
 }
 
 impl std::fmt::Debug for CpuKeys {
@@ -38,7 +38,7 @@ impl std::fmt::Debug for CpuKeys {
             .field("n", &self.keys.n())
             .field("d", &self.keys.d())
             .field("sets", &self.keys.set_cols())
-            .field("bytes", &self.held.1.bytes())
+            .field("bytes", &self.held.bytes())
             .finish_non_exhaustive()
     }
 }
@@ -73,7 +73,7 @@ impl CpuKeys {
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
         Ok(CpuKeys {
             keys: KeyColumns::try_new("prepare", keys, sets, pack)?,
-            held: (Arc::clone(budget), held),
+            held,
         })
     }
 
@@ -103,14 +103,14 @@ impl CpuKeys {
         )?;
         Ok(CpuKeys {
             keys: KeyColumns::try_new(op, keys, sets, pack)?,
-            held: (Arc::clone(budget), held),
+            held,
         })
     }
 
     /// Charges a request of `bytes` working memory for as long as the guard
     /// lives.
     fn request(&self, op: &'static str, bytes: u64) -> Result<Reservation> {
-        self.held.0.reserve_working(op, "request", bytes)
+        self.held.budget().reserve_working(op, "request", bytes)
     }
 }
 
@@ -173,6 +173,6 @@ impl PreparedKeys for CpuKeys {
     }
 
     fn bytes(&self) -> u64 {
-        self.held.1.bytes()
+        self.held.bytes()
     }
 }

@@ -10,7 +10,7 @@
 //! calls' working memory waits for it, up to the engine's
 //! [`memory_wait`](crate::EngineOptions::memory_wait), and ends early with
 //! [`Error::Cancelled`] when the calling thread's cancellation token is
-//! cancelled (checked every [`WAIT_SLICE`]).
+//! cancelled (checked every [`POLL`](crate::cancel::POLL)).
 //!
 //! Waiters are served in the order they arrived (a ticket queue), so a
 //! large request is not passed forever by a stream of small ones: while
@@ -29,13 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::cancel::Checkpoint;
+use crate::cancel::{Checkpoint, POLL};
 use crate::error::{Error, Result};
 pub(crate) use hold::Hold;
-
-/// Longest a waiting charge sleeps between checks of its cancellation
-/// token and its deadline.
-pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// How much memory an engine holds, against its limit
 /// ([`EngineOptions::memory_limit`](crate::EngineOptions::memory_limit)).
@@ -263,8 +259,8 @@ impl MemoryBudget {
             let now = Instant::now();
             let slice = match deadline {
                 Some(d) if now >= d => break Err(s.refused(op, what, bytes)),
-                Some(d) => (d - now).min(WAIT_SLICE),
-                None => WAIT_SLICE,
+                Some(d) => (d - now).min(POLL),
+                None => POLL,
             };
             s = self
                 .freed
@@ -365,6 +361,11 @@ impl Reservation {
     /// Bytes charged.
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// The budget charged.
+    pub(crate) fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
     }
 }
 

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use ndarray::{ArrayView2, s};
 
-use crate::cancel::{CancelToken, Checkpoint};
+use crate::cancel::{CancelToken, Checkpoint, POLL};
 use crate::error::Result;
 use crate::matrix::{Matrix, try_owned, try_owned1};
 use crate::types::{Neighbours, RowNormalized, RowStates};
@@ -180,7 +180,7 @@ impl<T> Outcome<T> {
     }
 
     /// Waits for the delivery, or until `cp` is cancelled (looked at
-    /// every [`CANCEL_POLL`]).
+    /// every [`POLL`]; a member that cannot be cancelled just waits).
     fn wait(&self, cp: &Checkpoint) -> Result<Arc<Delivery<T>>> {
         let mut g = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -188,17 +188,18 @@ impl<T> Outcome<T> {
                 return Ok(Arc::clone(d));
             }
             cp.check()?;
-            g = self
-                .ready
-                .wait_timeout(g, CANCEL_POLL)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            g = match cp.token() {
+                Some(_) => {
+                    self.ready
+                        .wait_timeout(g, POLL)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                None => self.ready.wait(g).unwrap_or_else(|e| e.into_inner()),
+            };
         }
     }
 }
-
-/// How often a member waiting for its batch looks at its cancellation token.
-const CANCEL_POLL: Duration = Duration::from_millis(20);
 
 /// The leader's promise to its members: if it is dropped unkept (the
 /// leader unwound), they are told to run alone instead of waiting forever.
@@ -227,9 +228,9 @@ struct Open<T> {
     queries: Vec<f32>,
     rows: usize,
     members: usize,
-    /// The members' cancellation tokens (`None`: a member that cannot be
+    /// The members' cancellation tokens (`None` once a member that cannot
     /// cancelled, so neither can the batch).
-    tokens: Vec<Option<CancelToken>>,
+    tokens: Option<Vec<CancelToken>>,
     full: bool,
     outcome: Arc<Outcome<T>>,
 }
@@ -332,7 +333,10 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
                     b.queries.extend_from_slice(queries.as_slice());
                     b.rows += rows;
                     b.members += 1;
-                    b.tokens.push(cp.token().cloned());
+                    b.tokens = b.tokens.take().zip(cp.token().cloned()).map(|(mut ts, t)| {
+                        ts.push(t);
+                        ts
+                    });
                     b.full = b.rows >= max;
                     Some((r0, b.full, Arc::clone(&b.outcome)))
                 }
@@ -367,7 +371,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
                 queries: queries.as_slice().to_vec(),
                 rows,
                 members: 1,
-                tokens: vec![cp.token().cloned()],
+                tokens: cp.token().cloned().map(|t| vec![t]),
                 full: false,
                 outcome: Arc::clone(&outcome),
             },
@@ -418,8 +422,7 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
             .and_then(|v| Matrix::check("batch", "queries", v))
             .and_then(|m| {
                 // Cancelled only when every member is.
-                let shared = batch.tokens.iter().cloned().collect::<Option<Vec<_>>>();
-                CancelToken::all_of(shared.unwrap_or_default()).run(|| run(&m))
+                CancelToken::all_of(batch.tokens.clone().unwrap_or_default()).run(|| run(&m))
             });
         drop(running);
         match result {
