@@ -89,27 +89,37 @@ pub(crate) fn to_py(py: Python<'_>, e: &Error) -> PyErr {
 /// How often the main thread looks for signals (Ctrl-C) while a call runs.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// The interpreter's main thread (`threading.main_thread().ident`) and
-/// `threading.get_ident`, looked up once.
-static MAIN_THREAD: PyOnceLock<(u64, Py<PyAny>)> = PyOnceLock::new();
+/// The interpreter's main thread (`threading.main_thread().ident`).
+static MAIN_THREAD: PyOnceLock<u64> = PyOnceLock::new();
+
+thread_local! {
+    /// Whether this OS thread is the interpreter's main thread, once asked.
+    static IS_MAIN: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
 
 /// Whether this is the interpreter's main thread, the one Python runs
-/// signal handlers on.
+/// signal handlers on (asked of Python once per thread).
 fn on_main_thread(py: Python<'_>) -> bool {
-    let main = MAIN_THREAD.get_or_try_init(py, || -> PyResult<(u64, Py<PyAny>)> {
+    if let Some(known) = IS_MAIN.get() {
+        return known;
+    }
+    let main = MAIN_THREAD.get_or_try_init(py, || -> PyResult<u64> {
         let threading = py.import("threading")?;
-        let main = threading
+        threading
             .call_method0("main_thread")?
             .getattr("ident")?
-            .extract()?;
-        Ok((main, threading.getattr("get_ident")?.unbind()))
+            .extract()
     });
-    match main {
-        Ok((main, get_ident)) => get_ident
-            .call0(py)
-            .and_then(|i| i.extract::<u64>(py))
-            .is_ok_and(|this| this == *main),
-        Err(_) => false,
+    let this = py
+        .import("threading")
+        .and_then(|t| t.call_method0("get_ident"))
+        .and_then(|i| i.extract::<u64>());
+    match (main, this) {
+        (Ok(&main), Ok(this)) => {
+            IS_MAIN.set(Some(main == this));
+            main == this
+        }
+        _ => false,
     }
 }
 

@@ -252,13 +252,6 @@ impl Engine {
             Some(s) => s,
             None => try_copy(OP, "seeds", &xc)?,
         };
-        // Where the seeds started, for a replay when some hit `max_iter`
-        // (every point's: `xc` itself).
-        let given = match params.seeds() {
-            Seeds::All => None,
-            _ if params.blurring() => None,
-            _ => Some(try_copy(OP, "seeds", &seeds)?),
-        };
         let xv = ArrayView2::from_shape((n, d), &xc).expect("n·d"); // ok: same shape as x
         let xm = Matrix::check(OP, "points", xv)?;
         let tol_h = params.tol() * f64::from(h);
@@ -290,30 +283,12 @@ impl Engine {
         // scikit-learn counts a seed's population where it was before its
         // last step (the neighbourhood its last mean came from). A seed
         // that stopped within `tol·h` moved too little for that to matter;
-        // the seeds `max_iter` stopped are replayed one step short.
+        // for the seeds `max_iter` stopped, the backend kept the positions
+        // before the last step.
         let before_last = if run.blurring || out.converged {
             None
         } else {
-            let start = match given {
-                Some(s) => s,
-                None => try_copy(OP, "seeds", &xc)?,
-            };
-            if run.max_iter <= 1 {
-                Some(start)
-            } else {
-                let short = ShiftRun {
-                    max_iter: run.max_iter - 1,
-                    ..run
-                };
-                let replay = backend.mean_shift(Shift {
-                    kernel: &kernel,
-                    points: &xm,
-                    seeds: start,
-                    rule: short,
-                    progress: &mut |_: &Progress| {},
-                })?;
-                Some(replay.positions)
-            }
+            out.before_last
         };
         let modes = select_modes(
             backend,

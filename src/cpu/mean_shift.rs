@@ -283,8 +283,12 @@ pub(crate) fn mean_shift(shift: Shift<'_>) -> Result<ShiftOutcome> {
     let mut active = try_collect(OP, "moving points", m, 0..m as u32)?;
     let mut iterations = 0;
     let mut converged = false;
+    let mut before_last = None;
     for it in 1..=run.max_iter {
         cp.check()?;
+        if it == run.max_iter && !run.blurring {
+            before_last = Some(try_copy(OP, "positions", &pos)?);
+        }
         if run.blurring && it > 1 {
             keys = ShiftKeys::new(kernel, &pos, d)?;
         }
@@ -336,6 +340,7 @@ pub(crate) fn mean_shift(shift: Shift<'_>) -> Result<ShiftOutcome> {
         positions: pos,
         iterations,
         converged,
+        before_last: before_last.filter(|_| !converged),
     })
 }
 

@@ -138,7 +138,11 @@ pub(crate) fn mean_shift(ctx: &GpuContext, shift: Shift<'_>) -> Result<ShiftOutc
     let sizes = format!("M={m} N={n} d={d} blurring={}", run.blurring);
     let mut iterations = 0;
     let mut converged = false;
+    let mut before_last = None;
     for it in 1..=run.max_iter {
+        if it == run.max_iter && !run.blurring {
+            before_last = Some(read_positions(ctx, &chunks, &key_tiles, d, sizes.clone())?);
+        }
         let scope = ctx.scope(OP, sizes.clone())?;
         let mut sub = Submission::new(ctx);
         let live: Vec<usize> = (0..chunks.len())
@@ -217,8 +221,26 @@ pub(crate) fn mean_shift(ctx: &GpuContext, shift: Shift<'_>) -> Result<ShiftOutc
             break;
         }
     }
-    // Final positions, chunk by chunk.
+    let positions = read_positions(ctx, &chunks, &key_tiles, d, sizes)?;
+    Ok(ShiftOutcome {
+        positions,
+        iterations,
+        converged,
+        before_last: before_last.filter(|_| !converged),
+    })
+}
+
+/// Every seed's position (blurring: every point's), read back chunk by
+/// chunk in seed order.
+fn read_positions(
+    ctx: &GpuContext,
+    chunks: &[Chunk<'_>],
+    key_tiles: &[KeyTile<'_>],
+    d: usize,
+    sizes: String,
+) -> Result<Vec<f32>> {
     let scope = ctx.scope(OP, sizes)?;
+    let m: usize = chunks.iter().map(|ch| ch.len).sum();
     let mut positions = reserve(OP, "positions", (m as u64).saturating_mul(d as u64))?;
     for (c, ch) in chunks.iter().enumerate() {
         let buf = match &ch.positions {
@@ -234,11 +256,7 @@ pub(crate) fn mean_shift(ctx: &GpuContext, shift: Shift<'_>) -> Result<ShiftOutc
         positions.extend_from_slice(&read[0]);
     }
     scope.finish(ctx)?;
-    Ok(ShiftOutcome {
-        positions,
-        iterations,
-        converged,
-    })
+    Ok(positions)
 }
 
 /// The `mean_shift.wgsl` dispatches of one chunk in one iteration: one

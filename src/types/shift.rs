@@ -53,6 +53,10 @@ pub(crate) struct ShiftOutcome {
     pub iterations: usize,
     /// Whether every seed stopped within `max_iter`.
     pub converged: bool,
+    /// Without blurring, when `max_iter` stopped the run: the positions
+    /// before its last step (where scikit-learn counts a seed's
+    /// population); `None` otherwise.
+    pub before_last: Option<Vec<f32>>,
 }
 
 /// Shifts below `SHIFT_FLOOR · max_k |x_k|` are f32 rounding noise of the

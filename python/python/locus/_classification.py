@@ -6,13 +6,14 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import ClassifierMixin
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
 from ._base import KernelEstimator, keep_params
 from ._fitted import (
     FittedKeys,
     check_points,
     check_points_targets,
+    check_weights,
     class_targets,
     weight_scale,
 )
@@ -83,9 +84,7 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
         n = X.shape[0]
         w = np.ones(n)
         if sample_weight is not None:
-            w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-            if not w.sum() > 0:
-                raise ValueError("sample_weight sums to zero")
+            w = check_weights(sample_weight, X)
             w = w * weight_scale(w)
         blocks = []
         for j, cj in enumerate(classes):

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
 from ._base import check_bandwidth, keep_params, kernel_params
 from ._compat import check_algorithm, check_metric, check_tolerance
 from ._engine import check_backend
 from ._errors import InputError
-from ._fitted import FittedKeys, check_points, weight_scale
+from ._fitted import FittedKeys, check_points, check_weights, weight_scale
 from ._kernels import ProductKernel
 
 __all__ = ["KernelDensity"]
@@ -162,11 +162,7 @@ class KernelDensity(BaseEstimator):
             h = check_bandwidth(self.bandwidth)
         values = None
         if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                sample_weight, X, dtype=np.float64, ensure_non_negative=True
-            )
-            if not sample_weight.sum() > 0:
-                raise ValueError("sample_weight sums to zero")
+            sample_weight = check_weights(sample_weight, X)
             scaled = sample_weight * weight_scale(sample_weight)
             values = scaled.astype(np.float32).reshape(-1, 1)
             # ln(N / Σw) for the weights as the engine holds them.

@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 import numpy as np
+from sklearn.utils.validation import _check_sample_weight, validate_data
 
 from ._engine import KeySet, engine_for
 
@@ -31,6 +32,15 @@ def weight_scale(sample_weight: np.ndarray) -> float:
     return float(2.0 ** np.round(np.log2(len(sample_weight) / sample_weight.sum())))
 
 
+def check_weights(sample_weight: Any, X: np.ndarray) -> np.ndarray:
+    """``sample_weight`` checked as scikit-learn does (one non-negative
+    weight per sample), float64, not all zero."""
+    w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+    if not w.sum() > 0:
+        raise ValueError("sample_weight sums to zero")
+    return w
+
+
 def check_points(est: Any, X: Any, *, reset: bool) -> np.ndarray:
     """``X`` validated as scikit-learn does (2-D, finite, non-empty, the
     number of features seen in ``fit``), float32 or float64 kept, anything
@@ -41,8 +51,6 @@ def check_points(est: Any, X: Any, *, reset: bool) -> np.ndarray:
     millisecond, most of a small ``predict``); anything else, including
     every input that fails a check, goes through it and gets its errors
     and warnings."""
-    from sklearn.utils.validation import validate_data
-
     if (
         not reset
         and type(X) is np.ndarray
@@ -60,8 +68,6 @@ def check_points(est: Any, X: Any, *, reset: bool) -> np.ndarray:
 
 def check_points_targets(est: Any, X: Any, y: Any, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
     """``X`` and ``y`` validated together (``X`` as :func:`check_points`)."""
-    from sklearn.utils.validation import validate_data
-
     return validate_data(est, X, y, dtype=FLOATS, order="C", **kw)
 
 
@@ -99,7 +105,8 @@ class FittedKeys:
 
     def queries(self, X: np.ndarray) -> np.ndarray:
         """``X − offset`` computed in float64, rounded to float32."""
-        return np.ascontiguousarray(np.subtract(X, self.offset, dtype=np.float64), dtype=np.float32)
+        out = np.empty(X.shape, np.float32)
+        return np.subtract(X, self.offset, out=out, dtype=np.float64, casting="same_kind")
 
     def keyset(self) -> KeySet:
         """The key set on the engine (prepared on first use)."""

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from sklearn.base import RegressorMixin
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
 from ._arrays import result_dtype
 from ._base import KernelEstimator, keep_params
 from ._errors import InputError
-from ._fitted import FittedKeys, check_points, check_points_targets, weight_scale
+from ._fitted import FittedKeys, check_points, check_points_targets, check_weights, weight_scale
 
 __all__ = ["KernelRegression"]
 
@@ -70,9 +70,7 @@ class KernelRegression(RegressorMixin, KernelEstimator):
         if sample_weight is not None:
             if self.degree != 0:
                 raise InputError("sample_weight is supported with degree=0 only")
-            w = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-            if not w.sum() > 0:
-                raise ValueError("sample_weight sums to zero")
+            w = check_weights(sample_weight, X)
             w = w * weight_scale(w)
         # Targets centred on their mean (a local fit shifts with them), so
         # float32 keeps their digits under a common offset.
