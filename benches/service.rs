@@ -95,16 +95,6 @@ impl Figures {
     }
 }
 
-/// CPU seconds this process has used (user + system), on Linux; `None`
-/// elsewhere. On a shared machine the CPU time per request says what a
-/// request costs, whatever share of the cores the process got.
-fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
 /// Rounds in which the modes of a backend alternate.
 const ROUNDS: usize = 5;
 
@@ -144,14 +134,14 @@ fn load(per_thread: usize, call: &Call<'_>) -> Figures {
             .collect();
         barrier.wait();
         let t0 = Instant::now();
-        cpu0 = cpu_seconds();
+        cpu0 = http::cpu_seconds(None);
         for h in handles {
             lat.extend(h.join().expect("client thread"));
         }
         t0
     });
     let wall = t0.elapsed();
-    let cpu = cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
+    let cpu = http::cpu_seconds(None).zip(cpu0).map(|(b, a)| b - a);
     Figures::new(lat, wall, cpu)
 }
 

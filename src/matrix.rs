@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
+use ndarray::{Array, Array2, ArrayView, ArrayView2, Dimension};
 
 use crate::error::{Error, Result};
 
@@ -44,12 +44,7 @@ impl<'a> Matrix<'a> {
     ) -> Result<Self> {
         let (rows, cols) = view.dim();
         if rows == 0 || cols == 0 {
-            return Err(Error::EmptyInput {
-                op,
-                what,
-                rows,
-                cols,
-            });
+            return Err(empty(op, what, (rows, cols)));
         }
         let data: Cow<'a, [f32]> = match view.to_slice() {
             Some(s) => Cow::Borrowed(s),
@@ -67,12 +62,7 @@ impl<'a> Matrix<'a> {
         data: Vec<f32>,
     ) -> Result<Matrix<'static>> {
         if rows == 0 || cols == 0 {
-            return Err(Error::EmptyInput {
-                op,
-                what,
-                rows,
-                cols,
-            });
+            return Err(empty(op, what, (rows, cols)));
         }
         assert_eq!(data.len(), rows * cols, "rows·cols entries");
         Matrix::validated(op, what, Cow::Owned(data), (rows, cols), false)
@@ -231,28 +221,24 @@ pub(crate) fn try_array<T: Clone>(
     Ok(Array2::from_shape_vec((rows, cols), v).expect("rows·cols entries")) // ok: allocated so
 }
 
-/// An owned, row-major copy of `view` (a fallible `to_owned`).
-pub(crate) fn try_owned<T: Clone>(
-    op: &'static str,
-    what: &'static str,
-    view: ArrayView2<'_, T>,
-) -> Result<Array2<T>> {
-    let v = try_collect(op, what, view.len(), view.iter().cloned())?;
-    Ok(Array2::from_shape_vec(view.dim(), v).expect("rows·cols entries")) // ok: view.len() of them
-}
-
-/// An owned copy of `view` (a fallible `to_owned` of a 1-D array).
-pub(crate) fn try_owned1<T: Clone>(
-    op: &'static str,
-    what: &'static str,
-    view: ArrayView1<'_, T>,
-) -> Result<Array1<T>> {
-    Ok(Array1::from(try_collect(
+/// The error of an input with no rows or no columns.
+fn empty(op: &'static str, what: &'static str, (rows, cols): (usize, usize)) -> Error {
+    Error::EmptyInput {
         op,
         what,
-        view.len(),
-        view.iter().cloned(),
-    )?))
+        rows,
+        cols,
+    }
+}
+
+/// An owned, standard-layout copy of `view` (a fallible `to_owned`).
+pub(crate) fn try_owned<T: Clone, D: Dimension>(
+    op: &'static str,
+    what: &'static str,
+    view: ArrayView<'_, T, D>,
+) -> Result<Array<T, D>> {
+    let v = try_collect(op, what, view.len(), view.iter().cloned())?;
+    Ok(Array::from_shape_vec(view.raw_dim(), v).expect("every entry")) // ok: view.len() of them
 }
 
 /// An empty vector with room for `len` elements, or [`Error::TooLarge`]

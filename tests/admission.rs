@@ -75,11 +75,12 @@ fn run_concurrent(wait: Duration, batching: Batching) -> (usize, Vec<Error>) {
         match got {
             Ok(v) => {
                 // Batched or alone, the same answer up to rounding.
-                let diff = (&v - want).mapv(f32::abs);
-                let tol = want.mapv(|w| 1e-5 * w.abs() + 1e-7);
-                assert!(
-                    diff.iter().zip(&tol).all(|(d, t)| d <= t),
-                    "an admitted request's answer: {v} vs {want}"
+                assert_close(
+                    "an admitted request's answer",
+                    &v,
+                    &want.mapv(f64::from),
+                    1e-5,
+                    1e-7,
                 );
                 ok += 1;
             }

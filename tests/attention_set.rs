@@ -43,10 +43,6 @@ fn engines() -> Vec<(String, Engine)> {
     v
 }
 
-/// One set, several query batches (decoding: M = 1; a prefix; M = N; more
-/// queries than keys, whose query tiles make a stored group of batches run
-/// one batch at a time), causal or not: each equals the reference and the
-/// one-shot op.
 /// `set.attend(phi)` against the f64 reference and against the one-shot
 /// op on the same keys and values.
 fn check_attend(
@@ -74,6 +70,10 @@ fn check_attend(
     );
 }
 
+/// One set, several query batches (decoding: M = 1; a prefix; M = N; more
+/// queries than keys, whose query tiles make a stored group of batches run
+/// one batch at a time), causal or not: each equals the reference and the
+/// one-shot op.
 #[test]
 fn prepared_attention_matches_reference_and_one_shot() {
     for (name, e) in engines() {

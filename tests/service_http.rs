@@ -605,23 +605,6 @@ fn protocol_errors_are_answered_with_a_json_body() {
     assert_eq!(send(svc.addr, &body(&q, "")).0, 200);
 }
 
-/// The CPU time (user + system, seconds) the process `pid` has used.
-#[cfg(target_os = "linux")]
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (in parentheses): utime and stime are
-    // the 12th and 13th.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // The kernel's USER_HZ is 100 on every Linux architecture.
-    ticks / 100.0
-}
-
 #[cfg(target_os = "linux")]
 #[test]
 fn timed_out_work_stops_and_then_releases_its_permit() {
@@ -655,9 +638,9 @@ fn timed_out_work_stops_and_then_releases_its_permit() {
     // process uses (almost) no CPU.
     std::thread::sleep(Duration::from_secs(2));
     let pid = svc.child.id();
-    let before = cpu_seconds(pid);
+    let before = http::cpu_seconds(Some(pid)).unwrap();
     std::thread::sleep(Duration::from_secs(1));
-    let used = cpu_seconds(pid) - before;
+    let used = http::cpu_seconds(Some(pid)).unwrap() - before;
     assert!(
         used < 0.15,
         "{used:.2} s of CPU in the second 2 s after the last answer"

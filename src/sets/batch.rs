@@ -29,7 +29,7 @@ use ndarray::{ArrayView2, s};
 
 use crate::cancel::{CancelToken, Checkpoint, POLL};
 use crate::error::Result;
-use crate::matrix::{Matrix, try_owned, try_owned1};
+use crate::matrix::{Matrix, try_owned};
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// How a [`KeySet`](crate::KeySet) coalesces concurrent small requests.
@@ -136,8 +136,8 @@ impl Rows for RowNormalized {
 impl Rows for RowStates {
     fn rows(&self, r0: usize, r1: usize) -> Result<Self> {
         Ok(RowStates {
-            max_log_weight: try_owned1(OP, "rows", self.max_log_weight.slice(s![r0..r1]))?,
-            sum: try_owned1(OP, "rows", self.sum.slice(s![r0..r1]))?,
+            max_log_weight: try_owned(OP, "rows", self.max_log_weight.slice(s![r0..r1]))?,
+            sum: try_owned(OP, "rows", self.sum.slice(s![r0..r1]))?,
             weighted: try_owned(OP, "rows", self.weighted.slice(s![r0..r1, ..]))?,
         })
     }

@@ -185,3 +185,19 @@ pub fn temp_folder(tag: &str) -> tempfile::TempDir {
 pub fn temp_dir(tag: &str) -> PathBuf {
     temp_folder(tag).keep()
 }
+
+/// The CPU time (user + system, seconds) the process `pid` (`None`: this
+/// one) has used, from `/proc` (Linux).
+pub fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_string(),
+    };
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name (in parentheses): utime and stime are
+    // the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // The kernel's USER_HZ is 100 on every Linux architecture.
+    Some(ticks / 100.0)
+}
