@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use locus::{CancelToken, Error, Kernel, KeySet, Profile};
-use ndarray::Array2;
+use ndarray::{Array2, ArrayView1};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -47,16 +47,16 @@ struct Query {
 /// The answer of `/local-mean` (floats written as the shortest `f32`;
 /// NaN, an empty neighbourhood, as `null`).
 #[derive(Serialize)]
-struct Means {
-    values: Vec<Vec<f32>>,
+struct Means<'a> {
+    values: Rows<'a>,
     empty_rows: usize,
 }
 
 /// The answer of `/classify`.
 #[derive(Serialize)]
-struct Classes {
+struct Classes<'a> {
     labels: Vec<i64>,
-    proba: Vec<Vec<f32>>,
+    proba: Rows<'a>,
     empty_rows: usize,
 }
 
@@ -226,8 +226,22 @@ impl App {
     }
 }
 
-fn rows(a: &Array2<f32>) -> Vec<Vec<f32>> {
-    a.rows().into_iter().map(|r| r.to_vec()).collect()
+/// A matrix written as a list of its rows, without copying them.
+struct Rows<'a>(&'a Array2<f32>);
+
+impl Serialize for Rows<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.rows().into_iter().map(Row))
+    }
+}
+
+/// One row (serde_json writes NaN as `null`).
+struct Row<'a>(ArrayView1<'a, f32>);
+
+impl Serialize for Row<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
 }
 
 /// `POST /local-mean`.
@@ -242,7 +256,7 @@ pub async fn local_mean(
         .compute(deadline, move || set.local_mean(&kernel, queries.view()))
         .await?;
     Ok(axum::Json(Means {
-        values: rows(&m.values),
+        values: Rows(&m.values),
         empty_rows: m.empty_rows,
     })
     .into_response())
@@ -266,7 +280,7 @@ pub async fn classify(
         .await?;
     Ok(axum::Json(Classes {
         labels: c.labels.to_vec(),
-        proba: rows(&c.proba),
+        proba: Rows(&c.proba),
         empty_rows: c.empty_rows,
     })
     .into_response())

@@ -125,9 +125,9 @@ pub async fn guard(State(limits): State<Limits>, req: Request, next: Next) -> Re
 }
 
 /// Gives every error answer a JSON body `{"error": "..."}`: those of the
-/// routes already have one; the router's own (404, 405) and the body
-/// limit's (413) are rewritten here.
-pub async fn json_errors(State(limits): State<Limits>, req: Request, next: Next) -> Response {
+/// routes and of [`guard`] already have one; the router's own (404, 405)
+/// are rewritten here.
+pub async fn json_errors(req: Request, next: Next) -> Response {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let r = next.run(req).await;
     let status = r.status();
@@ -144,7 +144,6 @@ pub async fn json_errors(State(limits): State<Limits>, req: Request, next: Next)
             "no such endpoint: {method} {path} (POST /local-mean, POST /classify, GET /health, GET /stats)"
         ),
         StatusCode::METHOD_NOT_ALLOWED => format!("method {method} not allowed on {path}"),
-        StatusCode::PAYLOAD_TOO_LARGE => limits.too_large().1,
         _ => {
             let text = axum::body::to_bytes(r.into_body(), 64 << 10)
                 .await

@@ -279,9 +279,10 @@ async fn main() -> std::process::ExitCode {
         .route("/health", get(api::health))
         .route("/stats", get(api::stats))
         .with_state(Arc::new(app))
-        .layer(DefaultBodyLimit::max(body_bytes))
-        .layer(middleware::from_fn_with_state(limits.clone(), http::guard))
-        .layer(middleware::from_fn_with_state(limits, http::json_errors));
+        // The guard reads every body under the limit itself.
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(limits, http::guard))
+        .layer(middleware::from_fn(http::json_errors));
     println!("listening on http://{local}");
     use std::io::Write;
     let _ = std::io::stdout().flush();

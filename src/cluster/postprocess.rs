@@ -45,31 +45,25 @@ pub(crate) fn select_modes(
     points: &Matrix<'_>,
 ) -> Result<Modes> {
     let seeds = positions.len() / d;
-    let row = |v: &'_ [f32], i: usize| -> Vec<f32> { v[i * d..(i + 1) * d].to_vec() };
+    fn row(v: &[f32], i: usize, d: usize) -> &[f32] {
+        &v[i * d..(i + 1) * d]
+    }
     let mut order: Vec<usize> = (0..seeds).collect();
     // By position, the last seed of each position first.
     order.sort_unstable_by(|&a, &b| {
-        cmp_rows(
-            &positions[a * d..(a + 1) * d],
-            &positions[b * d..(b + 1) * d],
-        )
-        .then(b.cmp(&a))
+        cmp_rows(row(positions, a, d), row(positions, b, d)).then(b.cmp(&a))
     });
-    order.dedup_by(|a, b| {
-        cmp_rows(
-            &positions[*a * d..(*a + 1) * d],
-            &positions[*b * d..(*b + 1) * d],
-        )
-        .is_eq()
-    });
-    let cand: Vec<f32> = order.iter().flat_map(|&i| row(positions, i)).collect();
-    let at: Vec<f32> = match counted_at {
-        Some(c) => order.iter().flat_map(|&i| row(c, i)).collect(),
-        None => cand.clone(),
-    };
+    order.dedup_by(|a, b| cmp_rows(row(positions, *a, d), row(positions, *b, d)).is_eq());
+    let gather =
+        |v: &[f32]| -> Vec<f32> { order.iter().flat_map(|&i| row(v, i, d)).copied().collect() };
+    let cand = gather(positions);
+    let at = counted_at.map(gather);
     let c = cand.len() / d;
     let view = ArrayView2::from_shape((c, d), &cand).expect("c·d entries"); // ok: built above
-    let at_view = ArrayView2::from_shape((c, d), &at).expect("c·d entries"); // ok: built above
+    let at_view = match &at {
+        Some(at) => ArrayView2::from_shape((c, d), at).expect("c·d entries"), // ok: built above
+        None => view,
+    };
     // Row sums of the uniform kernel count the points at distance < h.
     let unit = Kernel::new(Profile::Uniform, h)?;
     let cm = Matrix::check("mean_shift", "modes", at_view)?;

@@ -81,7 +81,13 @@ pub(crate) fn knn_ip_queries_resident(d: usize, workgroup_bytes: u32) -> Option<
 /// loops (32 · 21); then the dot products' store (8) and the filter
 /// (40); per key the re-measure (`d`), the offer (`k`) and its loop.
 fn knn_ip_loop_per_key(d: usize, k: usize) -> usize {
-    (d.div_ceil(IP_CHUNK_DIMS) * 750 + 64).div_ceil(IP_STEP_KEYS) + d + k + 2
+    knn_ip_step_loops(d).div_ceil(IP_STEP_KEYS) + d + k + 2
+}
+
+/// Loop iterations of one 32-key step of `knn_ip.wgsl` in `d` dimensions
+/// before its keys are offered (see [`knn_ip_loop_per_key`]).
+fn knn_ip_step_loops(d: usize) -> usize {
+    d.div_ceil(IP_CHUNK_DIMS) * 750 + 64
 }
 
 /// Loop iterations per key of `knn.wgsl` in `d` dimensions keeping `k`
@@ -134,8 +140,7 @@ pub(crate) fn plan_knn(
     let (per_key, fixed) = if ip.is_some() {
         let per_key = knn_ip_loop_per_key(d, k);
         let queries = d.div_ceil(IP_CHUNK_DIMS) * 75;
-        let step = d.div_ceil(IP_CHUNK_DIMS) * 750 + 64;
-        (per_key, queries + 2 * k + 4 + step)
+        (per_key, queries + 2 * k + 4 + knn_ip_step_loops(d))
     } else {
         let per_key = knn_loop_per_key(d, k, key_block);
         (per_key, d + 2 * k + 4 + key_block * per_key)
