@@ -6,6 +6,8 @@
 //! dropped row, or debris left in the output folder.
 
 mod common;
+#[path = "support/npy.rs"]
+mod npy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, Output, Stdio};
@@ -16,6 +18,7 @@ use common::{Rng, cpu, gpu};
 use locus::{Kernel, Profile};
 use ndarray::{Array1, Array2};
 use ndarray_npy::{read_npy, write_npy};
+use npy::{prlimit, raw_npy, sparse_npy};
 use tempfile::TempDir;
 
 fn exe() -> &'static str {
@@ -38,20 +41,6 @@ fn file(dir: &TempDir, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
     let p = dir.path().join(name);
     std::fs::write(&p, bytes).unwrap();
     p
-}
-
-/// A `.npy` file with the header text `dict` (padded as NumPy pads it),
-/// then `data`.
-fn raw_npy(dict: &str, data: &[u8]) -> Vec<u8> {
-    let total = (10 + dict.len() + 1).div_ceil(64) * 64;
-    let hlen = total - 10;
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(hlen as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
-    out.resize(out.len() + hlen - dict.len() - 1, b' ');
-    out.push(b'\n');
-    out.extend_from_slice(data);
-    out
 }
 
 /// Asserts a usage or input error: exit 2, one line on stderr naming every
@@ -85,20 +74,6 @@ fn debris(dir: &Path, keep: &[&str]) -> Vec<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| !keep.contains(&n.as_str()))
         .collect()
-}
-
-/// `prlimit`, or a printed reason why a test that needs it is skipped.
-fn prlimit() -> Option<&'static str> {
-    let ok = Process::new("prlimit")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("SKIPPED: prlimit (util-linux) is not installed; address-space caps not tested");
-    }
-    ok.then_some("prlimit")
 }
 
 /// The tool under an address-space cap of `bytes`.
@@ -872,32 +847,6 @@ fn gpu_runs_print_nothing_on_stderr_without_a_runtime_folder() {
 
 // ---- memory ---------------------------------------------------------------------------
 
-/// A `.npy` of f32 whose header is consistent with the file, which is
-/// sparse: the data the shape claims are all there, mostly holes.
-fn sparse_npy(dir: &TempDir, name: &str, shape: &[u64]) -> PathBuf {
-    let dims = match shape {
-        [n] => format!("({n},)"),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let header = raw_npy(
-        &format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {dims}, }}"),
-        &[],
-    );
-    let p = dir.path().join(name);
-    let f = std::fs::File::create(&p).unwrap();
-    std::io::Write::write_all(&mut &f, &header).unwrap();
-    f.set_len(header.len() as u64 + shape.iter().product::<u64>() * 4)
-        .unwrap();
-    p
-}
-
 #[test]
 fn hostile_inputs_under_an_address_space_cap_are_errors_not_aborts() {
     if prlimit().is_none() {
@@ -928,8 +877,8 @@ fn hostile_inputs_under_an_address_space_cap_are_errors_not_aborts() {
     }
     // An honest header over 4 GB of data (a sparse file): more than the
     // cap lets the reader allocate.
-    sparse_npy(&dir, "big.npy", &[500_000_000, 2]);
-    sparse_npy(&dir, "many.npy", &[300_000_000]);
+    sparse_npy(dir.path(), "big.npy", &[500_000_000, 2]);
+    sparse_npy(dir.path(), "many.npy", &[300_000_000]);
     let out = capped(
         &dir,
         cap,

@@ -12,54 +12,17 @@
 //! second each.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use tempfile::TempDir;
+
+#[path = "support/npy.rs"]
+mod npy;
+use npy::sparse_npy;
 
 /// The address-space cap: room for the tool itself (about 100 MB with two
 /// threads), a 200 MB input and some slack, not for the working copies.
 const CAP: u64 = 500_000_000;
-
-/// `prlimit`, or a printed reason why the tests are skipped.
-fn have_prlimit() -> bool {
-    let ok = Command::new("prlimit")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("SKIPPED: prlimit (util-linux) is not installed; address-space caps not tested");
-    }
-    ok
-}
-
-/// A `.npy` of `f32` zeros of `shape` whose data is a hole in a sparse file.
-fn sparse_npy(dir: &Path, name: &str, shape: &[u64]) {
-    let dims = match shape {
-        [n] => format!("({n},)"),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {dims}, }}");
-    let total = (10 + dict.len() + 1).div_ceil(64) * 64;
-    let hlen = total - 10;
-    let mut header = b"\x93NUMPY\x01\x00".to_vec();
-    header.extend_from_slice(&(hlen as u16).to_le_bytes());
-    header.extend_from_slice(dict.as_bytes());
-    header.resize(header.len() + hlen - dict.len() - 1, b' ');
-    header.push(b'\n');
-    let f = std::fs::File::create(dir.join(name)).unwrap();
-    std::io::Write::write_all(&mut &f, &header).unwrap();
-    f.set_len(header.len() as u64 + shape.iter().product::<u64>() * 4)
-        .unwrap();
-}
 
 /// The tool on the CPU backend under [`CAP`], with two threads (the
 /// tool's own address space then does not grow with the machine's cores).
@@ -131,7 +94,7 @@ enum Input {
 /// Runs the tool with `args` on `input` under the cap and asserts a clean
 /// failure to allocate.
 fn fails_cleanly(input: Input, args: &[&str]) {
-    if !have_prlimit() {
+    if npy::prlimit().is_none() {
         return;
     }
     let dir = TempDir::new().unwrap();
