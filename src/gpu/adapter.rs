@@ -145,3 +145,40 @@ fn pick_adapter<'a>(
         },
     })
 }
+
+/// A context on any adapter (lavapipe included) for the GPU module's
+/// tests, its pipeline cache in `cache_dir` (none: in memory only, cold
+/// whatever other tests compiled); `None` (skipped) when there is no
+/// adapter, except under `CI=true`, where that fails.
+#[cfg(test)]
+pub(crate) fn test_context(
+    cache_dir: Option<&std::path::Path>,
+) -> Option<crate::gpu::context::GpuContext> {
+    use crate::gpu::context::GpuContext;
+    use crate::gpu::plan::TileLimits;
+    let policy = AdapterPolicy {
+        choice: None,
+        require_hardware: false,
+        accept_software: true,
+        required: true,
+    };
+    let adapter = match choose(&policy) {
+        Ok(a) => a.expect("required"),
+        Err(Error::NoAdapter { .. }) if std::env::var("CI").as_deref() != Ok("true") => {
+            eprintln!("SKIPPED: no GPU adapter; GPU module tests not run");
+            return None;
+        }
+        Err(e) => panic!("GPU adapter required (CI=true) but unavailable: {e}"),
+    };
+    Some(
+        GpuContext::open(
+            &adapter,
+            TileLimits::default(),
+            None,
+            16 << 20,
+            false,
+            cache_dir,
+        )
+        .expect("device opens"),
+    )
+}

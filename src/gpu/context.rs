@@ -329,40 +329,6 @@ impl ErrorScope {
     }
 }
 
-/// A context on any adapter (lavapipe included) for the GPU module's
-/// tests, its pipeline cache in `cache_dir` (none: in memory only, cold
-/// whatever other tests compiled); `None` (skipped) when there is no
-/// adapter, except under `CI=true`, where that fails.
-#[cfg(test)]
-pub(crate) fn test_context(cache_dir: Option<&Path>) -> Option<GpuContext> {
-    use crate::gpu::adapter::{self, AdapterPolicy};
-    let policy = AdapterPolicy {
-        choice: None,
-        require_hardware: false,
-        accept_software: true,
-        required: true,
-    };
-    let adapter = match adapter::choose(&policy) {
-        Ok(a) => a.expect("required"),
-        Err(Error::NoAdapter { .. }) if std::env::var("CI").as_deref() != Ok("true") => {
-            eprintln!("SKIPPED: no GPU adapter; GPU module tests not run");
-            return None;
-        }
-        Err(e) => panic!("GPU adapter required (CI=true) but unavailable: {e}"),
-    };
-    Some(
-        GpuContext::open(
-            &adapter,
-            TileLimits::default(),
-            None,
-            16 << 20,
-            false,
-            cache_dir,
-        )
-        .expect("device opens"),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Barrier;
@@ -375,7 +341,7 @@ mod tests {
     /// there is none, except under `CI=true`, where that fails. Its
     /// pipeline cache is its own: cold whatever other tests compiled.
     fn context() -> Option<GpuContext> {
-        test_context(None)
+        crate::gpu::adapter::test_context(None)
     }
 
     #[test]
@@ -492,7 +458,7 @@ mod tests {
     #[test]
     fn the_pipeline_cache_is_written_and_reloaded() {
         let dir = tempfile::tempdir().unwrap();
-        let Some(cold) = test_context(Some(dir.path())) else {
+        let Some(cold) = crate::gpu::adapter::test_context(Some(dir.path())) else {
             return;
         };
         if let PipelineCacheStatus::Unsupported { reason } = &cold.pipeline_cache {
@@ -519,7 +485,7 @@ mod tests {
 
         // A second device loads it; compiling the same pipelines through
         // it adds nothing, so the file is not written again.
-        let warm = test_context(Some(dir.path())).expect("adapter");
+        let warm = crate::gpu::adapter::test_context(Some(dir.path())).expect("adapter");
         match &warm.pipeline_cache {
             PipelineCacheStatus::Active {
                 loaded_bytes,
@@ -543,7 +509,7 @@ mod tests {
     #[test]
     fn a_corrupt_or_foreign_pipeline_cache_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
-        let Some(first) = test_context(Some(dir.path())) else {
+        let Some(first) = crate::gpu::adapter::test_context(Some(dir.path())) else {
             return;
         };
         if !first.pipeline_cache.is_active() {
@@ -565,7 +531,7 @@ mod tests {
             ("empty", Vec::new()),
         ] {
             std::fs::write(&path, &bytes).unwrap();
-            let ctx = test_context(Some(dir.path())).expect("adapter");
+            let ctx = crate::gpu::adapter::test_context(Some(dir.path())).expect("adapter");
             match &ctx.pipeline_cache {
                 PipelineCacheStatus::Active {
                     loaded_bytes: 0,

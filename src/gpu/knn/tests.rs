@@ -13,7 +13,7 @@ use crate::matrix::Matrix;
 use crate::types::Neighbours;
 
 fn context() -> Option<GpuContext> {
-    crate::gpu::context::test_context(None)
+    crate::gpu::adapter::test_context(None)
 }
 
 /// Uniform values in `[lo, hi)` from a seeded generator.
