@@ -8,7 +8,6 @@
 //! once and cached.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use locus::{CancelToken, Error};
@@ -127,8 +126,8 @@ fn on_main_thread(py: Python<'_>) -> bool {
 /// turning a Rust error into its Python exception and a panic into
 /// `locus.LocusError`, so nothing unwinds into the interpreter.
 ///
-/// On the main thread the call runs on a worker thread under a
-/// [`CancelToken`] while this thread checks for signals every
+/// On the main thread the call runs on the worker thread kept for such
+/// calls (`worker.rs`) under a [`CancelToken`] while this thread checks for signals every
 /// [`SIGNAL_POLL`]: Ctrl-C cancels the call (it stops at its next
 /// checkpoint, the engine untouched) and raises `KeyboardInterrupt` once
 /// the work has stopped. Other threads never receive signals, so they run
@@ -140,26 +139,12 @@ where
 {
     let outcome = if on_main_thread(py) {
         let token = CancelToken::new();
-        let finished = (Mutex::new(false), Condvar::new());
-        let outcome = std::thread::scope(|s| {
-            let worker = s.spawn(|| {
-                let out = token.run(|| catch_unwind(AssertUnwindSafe(f)));
-                *finished.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
-                finished.1.notify_all();
-                out
-            });
-            let mut interrupted = None;
-            loop {
-                let done = py.detach(|| {
-                    let g = finished.0.lock().unwrap_or_else(|e| e.into_inner());
-                    let (g, _) = finished
-                        .1
-                        .wait_timeout_while(g, SIGNAL_POLL, |done| !*done)
-                        .unwrap_or_else(|e| e.into_inner());
-                    *g
-                });
-                if done {
-                    break;
+        let mut interrupted = None;
+        let outcome = crate::worker::run(
+            || token.run(f),
+            |slot| {
+                if py.detach(|| slot.wait(SIGNAL_POLL)) {
+                    return;
                 }
                 if interrupted.is_none()
                     && let Err(e) = py.check_signals()
@@ -167,15 +152,12 @@ where
                     token.cancel();
                     interrupted = Some(e);
                 }
-            }
-            let joined = py.detach(|| worker.join());
-            (interrupted, joined)
-        });
-        match outcome {
-            (Some(interrupt), _) => return Err(interrupt),
-            (None, Ok(out)) => out,
-            (None, Err(panic)) => Err(panic),
+            },
+        );
+        if let Some(interrupt) = interrupted {
+            return Err(interrupt);
         }
+        outcome
     } else {
         py.detach(|| catch_unwind(AssertUnwindSafe(f)))
     };

@@ -14,6 +14,7 @@ mod keyset;
 mod ops;
 mod results;
 mod shard;
+mod worker;
 
 use pyo3::prelude::*;
 

@@ -72,3 +72,45 @@ def test_ctrl_c_interrupts_a_long_call_and_the_engine_stays_usable(op):
     finally:
         child.kill()
         child.wait()
+
+
+
+# Main-thread calls run on one kept worker thread, not a thread per call.
+ONE_WORKER = textwrap.dedent(
+    """
+    import os
+    import numpy as np
+    import locus
+
+    x = np.random.default_rng(1).normal(size=(300, 3)).astype(np.float32)
+    want = locus.local_mean(x, x, bandwidth=0.5, backend="cpu")
+
+    def threads():
+        names = {}
+        for t in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{t}/comm") as f:
+                names[t] = f.read().strip()
+        return names
+
+    # The worker (and the threads it started, which inherit its name).
+    first = threads()
+    assert "locus-calls" in first.values(), first
+    for _ in range(50):
+        got = locus.local_mean(x, x, bandwidth=0.5, backend="cpu")
+        np.testing.assert_array_equal(got, want)
+    assert threads() == first, "a thread per call"
+    print("ok")
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux /proc")
+def test_main_thread_calls_share_one_worker_thread():
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_WORKER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")
