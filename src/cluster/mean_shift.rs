@@ -114,7 +114,7 @@ impl Engine {
             return self.mean_shift_owned(params, try_owned(OP, "points", points)?, progress);
         }
         let start = self.shift_start(params, &x)?;
-        let xc = centred(x.as_slice(), &start.center)?;
+        let xc = self.install(|| centred(x.as_slice(), &start.center))?;
         drop(x);
         self.shift_from(params, start, xc, progress)
     }
@@ -159,10 +159,12 @@ impl Engine {
         let (mut xc, offset) = points.into_raw_vec_and_offset();
         xc.drain(..offset.unwrap_or(0).min(xc.len()));
         xc.truncate(len);
-        xc.par_chunks_exact_mut(start.d).for_each(|row| {
-            for (v, &c) in row.iter_mut().zip(&start.center) {
-                *v = (f64::from(*v) - c) as f32;
-            }
+        self.install(|| {
+            xc.par_chunks_exact_mut(start.d).for_each(|row| {
+                for (v, &c) in row.iter_mut().zip(&start.center) {
+                    *v = (f64::from(*v) - c) as f32;
+                }
+            });
         });
         self.shift_from(params, start, xc, progress)
     }
@@ -199,10 +201,9 @@ impl Engine {
         let center = midpoint(x.as_slice(), d);
         let seeds = match params.seeds() {
             Seeds::All => None,
-            Seeds::Binned { min_bin_freq } => Some(centred(
-                &bin_seeds(x.as_slice(), d, h, *min_bin_freq),
-                &center,
-            )?),
+            Seeds::Binned { min_bin_freq } => Some(
+                self.install(|| centred(&bin_seeds(x.as_slice(), d, h, *min_bin_freq), &center))?,
+            ),
             Seeds::Given(s) => {
                 if s.ncols() != d {
                     return Err(ClusterError::SeedDimension {
@@ -212,7 +213,7 @@ impl Engine {
                     .into());
                 }
                 let given = try_collect(OP, "seeds", s.len(), s.iter().copied())?;
-                Some(centred(&given, &center)?)
+                Some(self.install(|| centred(&given, &center))?)
             }
         };
         if seeds.as_ref().is_some_and(Vec::is_empty) {
