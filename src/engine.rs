@@ -409,7 +409,6 @@ mod tests {
     }
 
     use crate::cancel::CancelToken;
-    use crate::cluster::MeanShiftParams;
     use crate::kernel::{Kernel, Profile};
     use ndarray::Array2;
 
@@ -455,8 +454,6 @@ mod tests {
                 engine.local_pca(&k, q.view(), x.view(), 2)?;
                 let set = engine.prepare(x.view()).values(x.view()).build()?;
                 set.local_mean(&k, q.view())?;
-                let ms = MeanShiftParams::new().bandwidth(0.4).check()?;
-                engine.mean_shift(&ms, x.view())?;
                 Ok(())
             })
             .unwrap();

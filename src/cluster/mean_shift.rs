@@ -433,6 +433,26 @@ mod tests {
     }
 
     #[test]
+    fn an_engine_of_one_thread_shifts_on_it() {
+        let mut o = crate::EngineOptions::new(crate::Device::Cpu);
+        o.threads = std::num::NonZeroUsize::new(1);
+        let engine = Engine::with_options(o).unwrap();
+        let x = Array2::from_shape_vec((800, 2), crate::cpu::test_data(1600, 9)).unwrap();
+        let params = super::super::MeanShiftParams::new()
+            .bandwidth(0.4)
+            .check()
+            .unwrap();
+        let token = crate::CancelToken::probe();
+        token.run(|| engine.mean_shift(&params, x.view())).unwrap();
+        // The calling thread checks the token between iterations; every
+        // other thread that did is the engine's one.
+        let me = std::thread::current().name().map(str::to_owned);
+        let mut seen = token.threads_seen();
+        seen.retain(|n| *n != me);
+        assert_eq!(seen, [Some("locus-cpu-0".to_owned())]);
+    }
+
+    #[test]
     fn bin_seeds_follow_scikit_learn() {
         // x/h = 0.5 and 2.5 round half to even (to 0 and 2); −0.2 and 0.2
         // share bin 0 (no separate −0 bin).
