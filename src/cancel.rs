@@ -46,6 +46,10 @@ struct Inner {
     /// Work shared by several callers: cancelled once every one of these
     /// is (none: only by this token's own flag or deadline).
     all_of: Vec<CancelToken>,
+    /// Tests: the threads that looked at the token, and their names.
+    #[cfg(test)]
+    seen:
+        Option<std::sync::Mutex<std::collections::HashMap<std::thread::ThreadId, Option<String>>>>,
 }
 
 /// How often a thread that waits (for memory, for its batch) looks at its
@@ -101,8 +105,20 @@ impl CancelToken {
         }
     }
 
+    /// The token of the innermost [`run`](Self::run) on this thread, if
+    /// any (to carry it into another thread pool).
+    pub(crate) fn current() -> Option<CancelToken> {
+        CURRENT.with(|c| c.borrow().clone())
+    }
+
     /// Whether the token was cancelled or its deadline has passed.
     pub fn is_cancelled(&self) -> bool {
+        #[cfg(test)]
+        if let Some(seen) = &self.inner.seen {
+            let t = std::thread::current();
+            let mut seen = seen.lock().expect("not poisoned"); // ok: test probe
+            seen.insert(t.id(), t.name().map(str::to_owned));
+        }
         self.inner.cancelled.load(Ordering::Acquire)
             || self.inner.deadline.is_some_and(|d| Instant::now() >= d)
             || (!self.inner.all_of.is_empty()
@@ -143,6 +159,30 @@ impl CancelToken {
         }
     }
 
+    /// Tests: a token that records every thread that checks it (the
+    /// threads an op's work ran on), read by [`threads_seen`](Self::threads_seen).
+    #[cfg(test)]
+    pub(crate) fn probe() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                seen: Some(std::sync::Mutex::default()),
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Tests: the names of the threads that checked a [`probe`](Self::probe)
+    /// token (`None` for an unnamed thread), one per thread.
+    #[cfg(test)]
+    pub(crate) fn threads_seen(&self) -> Vec<Option<String>> {
+        let seen = self.inner.seen.as_ref().expect("a probe token");
+        seen.lock()
+            .expect("not poisoned")
+            .values()
+            .cloned()
+            .collect() // ok: test probe
+    }
+
     fn reason(&self) -> &'static str {
         if self.inner.deadline.is_some_and(|d| Instant::now() >= d) {
             "deadline passed"
@@ -167,7 +207,7 @@ impl Checkpoint {
     pub(crate) fn current(op: &'static str) -> Self {
         Self {
             op,
-            token: CURRENT.with(|c| c.borrow().clone()),
+            token: CancelToken::current(),
         }
     }
 

@@ -1,11 +1,12 @@
 //! The engine: picks a backend, owns it, exposes the ops (in `ops/`).
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Backend, BackendInfo, GpuLimits, PipelineCacheStatus};
-use crate::cpu::CpuBackend;
+use crate::cpu::{CpuBackend, Threads};
 use crate::error::{Error, Result};
 use crate::gpu::GpuBackend;
 use crate::gpu::adapter::{self, AdapterChoice, AdapterPolicy};
@@ -89,6 +90,15 @@ pub struct EngineOptions {
     /// to [`default_pipeline_cache_dir`]; see
     /// [`Engine::pipeline_cache`] for what became of it.
     pub pipeline_cache: Option<PathBuf>,
+    /// CPU threads the engine's work runs on (`None`: rayon's global pool,
+    /// sized by `RAYON_NUM_THREADS` or the machine's cores). With a count,
+    /// the engine builds a pool of its own, once, and every op of a CPU
+    /// engine runs in it — one-shot calls, key sets, their micro-batches
+    /// and attention sets alike — as does a GPU engine's host-side work
+    /// (MeanShift's seeding and post-processing, the local models' solves,
+    /// imputation, bandwidth estimation). A call's
+    /// [`CancelToken`](crate::CancelToken) reaches the pool's threads.
+    pub threads: Option<NonZeroUsize>,
 }
 
 /// How long a request waits for memory under a limit unless told
@@ -143,6 +153,7 @@ impl EngineOptions {
             require_hardware: false,
             gpu_timing: false,
             pipeline_cache: default_pipeline_cache_dir(),
+            threads: None,
         }
     }
 
@@ -208,6 +219,8 @@ impl Default for EngineOptions {
 #[derive(Debug, Clone)]
 pub struct Engine {
     backend: Arc<dyn Backend>,
+    /// Where the engine's CPU work runs (shared with a CPU backend).
+    threads: Threads,
     fallback: Option<Arc<str>>,
 }
 
@@ -219,8 +232,8 @@ impl Engine {
     /// [`fallback_reason`](Self::fallback_reason) says why.
     pub fn new() -> Engine {
         Engine::from_env(Device::Auto).unwrap_or_else(|e| Engine {
-            backend: Arc::new(CpuBackend::new()),
             fallback: Some(e.to_string().into()),
+            ..Engine::cpu()
         })
     }
 
@@ -228,6 +241,7 @@ impl Engine {
     pub fn cpu() -> Engine {
         Engine {
             backend: Arc::new(CpuBackend::new()),
+            threads: Threads::default(),
             fallback: None,
         }
     }
@@ -255,8 +269,8 @@ impl Engine {
         let options = EngineOptions::from_env(device)?;
         match Engine::with_options(options) {
             Err(e @ Error::DeviceRequest { .. }) if device == Device::Auto => Ok(Engine {
-                backend: Arc::new(CpuBackend::new()),
                 fallback: Some(e.to_string().into()),
+                ..Engine::cpu()
             }),
             r => r,
         }
@@ -267,14 +281,19 @@ impl Engine {
     /// # Errors
     /// Invalid tile limits; an adapter asked for that is not found or is
     /// refused ([`Error::AdapterNotFound`], [`Error::SoftwareAdapter`]);
-    /// with [`Device::Gpu`], no adapter or a device that cannot be opened.
+    /// with [`Device::Gpu`], no adapter or a device that cannot be opened;
+    /// [`Error::ThreadPool`] when the [`threads`](EngineOptions::threads)
+    /// cannot be started.
     pub fn with_options(options: EngineOptions) -> Result<Engine> {
         options.tile_limits.validate()?;
+        let threads = Threads::new(options.threads)?;
         let cpu = || Engine {
             backend: Arc::new(CpuBackend::with_memory_limit(
                 options.memory_limit,
                 options.memory_wait,
+                threads.clone(),
             )),
+            threads: threads.clone(),
             fallback: None,
         };
         if options.device == Device::Cpu {
@@ -301,6 +320,7 @@ impl Engine {
         ctx.pool.set_wait(options.memory_wait);
         Ok(Engine {
             backend: Arc::new(GpuBackend::new(ctx)),
+            threads,
             fallback: None,
         })
     }
@@ -347,8 +367,27 @@ impl Engine {
         adapter::describe_all()
     }
 
+    /// How many CPU threads the engine's work runs on: its own pool's
+    /// ([`EngineOptions::threads`]), else rayon's global pool's.
+    pub fn threads(&self) -> usize {
+        self.threads.count()
+    }
+
     pub(crate) fn backend_impl(&self) -> &dyn Backend {
         &*self.backend
+    }
+
+    /// The engine's CPU threads.
+    pub(crate) fn threads_impl(&self) -> &Threads {
+        &self.threads
+    }
+
+    /// Runs `f` on the engine's CPU threads, with the calling thread's
+    /// cancellation token (host-side parallel work of an op; the CPU
+    /// backend's kernels enter the pool themselves). Never wraps a wait
+    /// for memory.
+    pub(crate) fn install<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        self.threads.install(f)
     }
 }
 
@@ -367,5 +406,134 @@ mod tests {
         fn assert_send_sync<T: Send + Sync + Clone>() {}
         assert_send_sync::<Engine>();
         assert_send_sync::<EngineOptions>();
+    }
+
+    use crate::cancel::CancelToken;
+    use crate::kernel::{Kernel, Profile};
+    use ndarray::Array2;
+
+    fn on_threads(n: usize) -> Engine {
+        let mut o = EngineOptions::new(Device::Cpu);
+        o.threads = NonZeroUsize::new(n);
+        Engine::with_options(o).unwrap()
+    }
+
+    fn points(rows: usize, d: usize, seed: u64) -> Array2<f32> {
+        Array2::from_shape_vec((rows, d), crate::cpu::test_data(rows * d, seed)).unwrap()
+    }
+
+    /// The threads a probe token saw, less the calling thread (which
+    /// checks the token between iterations and waits for the pool).
+    fn workers(token: &CancelToken) -> Vec<Option<String>> {
+        let me = std::thread::current().name().map(str::to_owned);
+        let mut seen: Vec<_> = token
+            .threads_seen()
+            .into_iter()
+            .filter(|n| *n != me)
+            .collect();
+        seen.sort();
+        seen
+    }
+
+    #[test]
+    fn an_engine_of_one_thread_runs_every_op_there() {
+        let engine = on_threads(1);
+        assert_eq!(engine.threads(), 1);
+        assert!(matches!(
+            engine.backend(),
+            BackendInfo::Cpu { threads: 1, .. }
+        ));
+        let (q, x) = (points(300, 3, 1), points(2000, 3, 2));
+        let k = Kernel::new(Profile::Gaussian, 0.5).unwrap();
+        let token = CancelToken::probe();
+        token
+            .run(|| -> Result<()> {
+                engine.local_mean(&k, q.view(), x.view(), x.view())?;
+                engine.knn(q.view(), x.view(), 5)?;
+                engine.kernel_matrix(&k, q.view(), x.view())?;
+                engine.local_pca(&k, q.view(), x.view(), 2)?;
+                let set = engine.prepare(x.view()).values(x.view()).build()?;
+                set.local_mean(&k, q.view())?;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(workers(&token), [Some("locus-cpu-0".to_owned())]);
+    }
+
+    #[test]
+    fn an_engine_of_two_threads_uses_its_own_and_no_others() {
+        let engine = on_threads(2);
+        let (q, x) = (points(400, 3, 3), points(3000, 3, 4));
+        let k = Kernel::new(Profile::Gaussian, 0.5).unwrap();
+        let token = CancelToken::probe();
+        token
+            .run(|| engine.local_mean(&k, q.view(), x.view(), x.view()))
+            .unwrap();
+        let seen = workers(&token);
+        assert!(!seen.is_empty());
+        assert!(
+            seen.iter()
+                .all(|n| matches!(n.as_deref(), Some("locus-cpu-0" | "locus-cpu-1"))),
+            "{seen:?}"
+        );
+    }
+
+    #[test]
+    fn results_are_the_same_on_any_number_of_threads() {
+        // Enough queries that no op splits the keys across threads.
+        let (q, x) = (points(2000, 3, 5), points(2500, 3, 6));
+        let k = Kernel::new(Profile::Gaussian, 0.3).unwrap();
+        let run = |e: &Engine| {
+            let m = e.local_mean(&k, q.view(), x.view(), x.view()).unwrap();
+            let nn = e.knn(q.view(), x.view(), 4).unwrap();
+            (m.values, nn.indices, nn.distances)
+        };
+        let one = run(&on_threads(1));
+        assert_eq!(one, run(&on_threads(2)));
+        assert_eq!(one, run(&on_threads(3)));
+        assert_eq!(one, run(&Engine::cpu()));
+    }
+
+    #[test]
+    fn a_long_op_on_one_thread_is_cancelled() {
+        let engine = on_threads(1);
+        // ~1.6·10⁹ pairs: seconds on one thread, so the deadline comes first.
+        let x = points(40_000, 3, 7);
+        let k = Kernel::new(Profile::Gaussian, 0.5).unwrap();
+        let token = CancelToken::with_timeout(Duration::from_millis(50));
+        let out = token.run(|| engine.local_mean(&k, x.view(), x.view(), x.view()));
+        assert!(
+            matches!(
+                out,
+                Err(Error::Cancelled {
+                    op: "local_mean",
+                    ..
+                })
+            ),
+            "{out:?}"
+        );
+        // Ops that read the token inside the pool see it too.
+        let cancelled = CancelToken::new();
+        cancelled.cancel();
+        let small = points(50, 3, 8);
+        let out = cancelled.run(|| engine.kernel_matrix(&k, small.view(), small.view()));
+        assert!(matches!(out, Err(Error::Cancelled { .. })), "{out:?}");
+        let out = cancelled.run(|| engine.local_pca(&k, small.view(), small.view(), 1));
+        assert!(matches!(out, Err(Error::Cancelled { .. })), "{out:?}");
+        // The engine still works.
+        assert!(engine.self_local_mean(&k, small.view()).is_ok());
+    }
+
+    #[test]
+    fn too_many_threads_is_refused() {
+        let mut o = EngineOptions::new(Device::Cpu);
+        o.threads = NonZeroUsize::new(usize::MAX);
+        assert!(matches!(
+            Engine::with_options(o),
+            Err(Error::InvalidParameter {
+                name: "threads",
+                ..
+            })
+        ));
     }
 }

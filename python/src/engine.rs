@@ -1,5 +1,6 @@
 //! `Engine`: a locus engine on one backend, shared by every thread.
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use locus::{BackendInfo, Device, EmptyFallback, EngineOptions, KeySetOptions};
@@ -28,14 +29,16 @@ impl Engine {
     /// Opens an engine on `backend`, with at most `memory_limit` bytes held
     /// (key sets, GPU buffers) when given; under it a call that would fit
     /// once others end waits up to `memory_wait` seconds (default 10; 0:
-    /// it fails at once).
+    /// it fails at once). `threads`: the CPU work on a pool of that many
+    /// threads of the engine's own (default: rayon's global pool).
     #[new]
-    #[pyo3(signature = (backend = "auto", *, memory_limit = None, memory_wait = None))]
+    #[pyo3(signature = (backend = "auto", *, memory_limit = None, memory_wait = None, threads = None))]
     fn new(
         py: Python<'_>,
         backend: &str,
         memory_limit: Option<u64>,
         memory_wait: Option<f64>,
+        threads: Option<usize>,
     ) -> PyResult<Self> {
         let device = match backend {
             "auto" => Device::Auto,
@@ -57,19 +60,28 @@ impl Engine {
                 )
             })?,
         };
+        let threads =
+            match threads {
+                None => None,
+                Some(n) => Some(NonZeroUsize::new(n).ok_or_else(|| {
+                    input(py, "threads must be a positive number of threads, got 0")
+                })?),
+            };
         let inner = compute(py, || {
-            if device == Device::Auto && memory_limit.is_none() {
+            if device == Device::Auto && memory_limit.is_none() && threads.is_none() {
                 return Ok(locus::Engine::new());
             }
             let mut options = EngineOptions::from_env(device)?;
             options.memory_limit = memory_limit;
             options.memory_wait = memory_wait;
+            options.threads = threads;
             match locus::Engine::with_options(options) {
                 // As `Engine::new`: "auto" never fails for want of a GPU.
                 Err(_) if device == Device::Auto => {
                     let mut cpu = EngineOptions::new(Device::Cpu);
                     cpu.memory_limit = memory_limit;
                     cpu.memory_wait = memory_wait;
+                    cpu.threads = threads;
                     locus::Engine::with_options(cpu)
                 }
                 r => r,
@@ -133,6 +145,12 @@ impl Engine {
     #[getter]
     fn backend(&self) -> &'static str {
         self.inner.backend().kind()
+    }
+
+    /// How many CPU threads the engine's work runs on.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.inner.threads()
     }
 
     /// Makes `keys` (`N × d`), and optionally `values` (`N × q`) and class

@@ -90,13 +90,14 @@ impl Engine {
             let (mut sq, _) =
                 call::kernel_matrix(self.backend_impl(), &unit, &queries, &keys, mode)?;
             let flat = sq.as_slice_mut().expect("standard layout"); // ok: built row-major
-            total += flat
-                .par_chunks_mut(n)
-                .map(|row| {
-                    let (_, kth, _) = row.select_nth_unstable_by(k - 1, f32::total_cmp);
-                    f64::from(kth.max(0.0)).sqrt()
-                })
-                .sum::<f64>();
+            total += self.install(|| {
+                flat.par_chunks_mut(n)
+                    .map(|row| {
+                        let (_, kth, _) = row.select_nth_unstable_by(k - 1, f32::total_cmp);
+                        f64::from(kth.max(0.0)).sqrt()
+                    })
+                    .sum::<f64>()
+            });
         }
         Ok(total / n as f64)
     }

@@ -114,7 +114,7 @@ impl Engine {
             return self.mean_shift_owned(params, try_owned(OP, "points", points)?, progress);
         }
         let start = self.shift_start(params, &x)?;
-        let xc = centred(x.as_slice(), &start.center)?;
+        let xc = self.install(|| centred(x.as_slice(), &start.center))?;
         drop(x);
         self.shift_from(params, start, xc, progress)
     }
@@ -159,10 +159,12 @@ impl Engine {
         let (mut xc, offset) = points.into_raw_vec_and_offset();
         xc.drain(..offset.unwrap_or(0).min(xc.len()));
         xc.truncate(len);
-        xc.par_chunks_exact_mut(start.d).for_each(|row| {
-            for (v, &c) in row.iter_mut().zip(&start.center) {
-                *v = (f64::from(*v) - c) as f32;
-            }
+        self.install(|| {
+            xc.par_chunks_exact_mut(start.d).for_each(|row| {
+                for (v, &c) in row.iter_mut().zip(&start.center) {
+                    *v = (f64::from(*v) - c) as f32;
+                }
+            });
         });
         self.shift_from(params, start, xc, progress)
     }
@@ -199,10 +201,9 @@ impl Engine {
         let center = midpoint(x.as_slice(), d);
         let seeds = match params.seeds() {
             Seeds::All => None,
-            Seeds::Binned { min_bin_freq } => Some(centred(
-                &bin_seeds(x.as_slice(), d, h, *min_bin_freq),
-                &center,
-            )?),
+            Seeds::Binned { min_bin_freq } => Some(
+                self.install(|| centred(&bin_seeds(x.as_slice(), d, h, *min_bin_freq), &center))?,
+            ),
             Seeds::Given(s) => {
                 if s.ncols() != d {
                     return Err(ClusterError::SeedDimension {
@@ -212,7 +213,7 @@ impl Engine {
                     .into());
                 }
                 let given = try_collect(OP, "seeds", s.len(), s.iter().copied())?;
-                Some(centred(&given, &center)?)
+                Some(self.install(|| centred(&given, &center))?)
             }
         };
         if seeds.as_ref().is_some_and(Vec::is_empty) {
@@ -429,6 +430,26 @@ mod tests {
         let mut rows: Vec<Vec<f32>> = v.chunks(d).map(<[f32]>::to_vec).collect();
         rows.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
         rows
+    }
+
+    #[test]
+    fn an_engine_of_one_thread_shifts_on_it() {
+        let mut o = crate::EngineOptions::new(crate::Device::Cpu);
+        o.threads = std::num::NonZeroUsize::new(1);
+        let engine = Engine::with_options(o).unwrap();
+        let x = Array2::from_shape_vec((800, 2), crate::cpu::test_data(1600, 9)).unwrap();
+        let params = super::super::MeanShiftParams::new()
+            .bandwidth(0.4)
+            .check()
+            .unwrap();
+        let token = crate::CancelToken::probe();
+        token.run(|| engine.mean_shift(&params, x.view())).unwrap();
+        // The calling thread checks the token between iterations; every
+        // other thread that did is the engine's one.
+        let me = std::thread::current().name().map(str::to_owned);
+        let mut seen = token.threads_seen();
+        seen.retain(|n| *n != me);
+        assert_eq!(seen, [Some("locus-cpu-0".to_owned())]);
     }
 
     #[test]

@@ -157,7 +157,7 @@ impl Engine {
             Bandwidth::Quantile {
                 quantile,
                 n_samples,
-            } => quantile_from_matrix(&distances, quantile, n_samples)?,
+            } => self.install(|| quantile_from_matrix(&distances, quantile, n_samples))?,
             Bandwidth::Scott => {
                 return Err(ClusterError::RuleNeedsCoordinates { rule: "scott" }.into());
             }
@@ -174,7 +174,7 @@ impl Engine {
             "weight matrices",
             n.saturating_mul(n).saturating_mul(16),
         )?;
-        let next = medoid_targets(&kernel, &distances);
+        let next = self.install(|| medoid_targets(&kernel, &distances));
         let mut fit = follow(&next, params.max_iter(), h);
         fit.modes = Array2::zeros((fit.medoids.len(), 0));
         Ok(fit)

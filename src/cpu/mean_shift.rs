@@ -6,7 +6,7 @@
 //! cells within one bandwidth, so a step costs the seed's neighbourhood,
 //! not all N keys. Seeds that have converged leave the active list.
 //!
-//! Imports: `super::{keys, local_mean, panels}`, `crate::cancel`, `crate::error`,
+//! Imports: `super::{keys, local_mean, panels, threads}`, `crate::cancel`, `crate::error`,
 //! `crate::grid`, `crate::kernel`,
 //! `crate::matrix`, `crate::types`.
 
@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use super::keys::KeysSoa;
 use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group, local_mean};
 use super::panels::{self, CentredRows, Panels, serve_sq_dists};
+use super::threads::Threads;
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::grid::Grid;
@@ -272,14 +273,15 @@ impl ShiftKeys {
 /// MeanShift on the CPU: `seeds` (row-major, `d` columns) move over
 /// `points`, or, blurring, the points themselves move. The calling
 /// thread's cancellation token is checked before every iteration and
-/// within each.
-pub(crate) fn mean_shift(shift: Shift<'_>) -> Result<ShiftOutcome> {
+/// within each. Each iteration's local means run on `threads`; the loop,
+/// and `progress`, stay on the calling thread.
+pub(crate) fn mean_shift(shift: Shift<'_>, threads: &Threads) -> Result<ShiftOutcome> {
     let cp = Checkpoint::current("mean_shift");
     let (kernel, run, progress) = (shift.kernel, &shift.rule, shift.progress);
     let (d, points) = (shift.points.cols(), shift.points.as_slice());
     let mut pos = shift.seeds;
     let m = pos.len() / d;
-    let mut keys = ShiftKeys::new(kernel, points, d)?;
+    let mut keys = threads.install(|| ShiftKeys::new(kernel, points, d))?;
     let mut active = try_collect(OP, "moving points", m, 0..m as u32)?;
     let mut iterations = 0;
     let mut converged = false;
@@ -290,9 +292,9 @@ pub(crate) fn mean_shift(shift: Shift<'_>) -> Result<ShiftOutcome> {
             before_last = Some(try_copy(OP, "positions", &pos)?);
         }
         if run.blurring && it > 1 {
-            keys = ShiftKeys::new(kernel, &pos, d)?;
+            keys = threads.install(|| ShiftKeys::new(kernel, &pos, d))?;
         }
-        let (order, means) = keys.local_means(kernel, &pos, &active, &cp)?;
+        let (order, means) = threads.install(|| keys.local_means(kernel, &pos, &active, &cp))?;
         let mut next = reserve(OP, "moving points", order.len() as u64)?;
         let mut max_shift = 0.0f64;
         if run.blurring {

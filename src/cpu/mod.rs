@@ -24,6 +24,7 @@ mod panels;
 mod prepared;
 pub(crate) mod simd;
 mod softmax;
+mod threads;
 mod topk;
 mod weights;
 
@@ -39,32 +40,40 @@ use crate::types::{Shift, ShiftOutcome};
 
 use prepared::CpuKeys;
 use softmax::CpuAttention;
+pub(crate) use threads::Threads;
 
-/// The CPU backend: rayon's global thread pool, and the memory budget of
-/// its key sets.
+/// The CPU backend: its threads (rayon's global pool or the engine's
+/// own), and the memory budget of its key sets.
 #[derive(Debug)]
 pub(crate) struct CpuBackend {
     info: BackendInfo,
     budget: Arc<MemoryBudget>,
+    threads: Threads,
 }
 
 impl CpuBackend {
+    /// On rayon's global pool, without a memory limit.
     pub(crate) fn new() -> Self {
-        CpuBackend::with_memory_limit(None, std::time::Duration::ZERO)
+        CpuBackend::with_memory_limit(None, std::time::Duration::ZERO, Threads::default())
     }
 
-    /// A backend whose key sets (resident data and request working memory)
-    /// hold at most `limit` bytes; a request that would fit once others
-    /// end waits for them up to `wait`.
-    pub(crate) fn with_memory_limit(limit: Option<u64>, wait: std::time::Duration) -> Self {
+    /// A backend whose work runs on `threads` and whose key sets (resident
+    /// data and request working memory) hold at most `limit` bytes; a
+    /// request that would fit once others end waits for them up to `wait`.
+    pub(crate) fn with_memory_limit(
+        limit: Option<u64>,
+        wait: std::time::Duration,
+        threads: Threads,
+    ) -> Self {
         let budget = MemoryBudget::new(limit);
         budget.set_wait(wait);
         CpuBackend {
             info: BackendInfo::Cpu {
-                threads: rayon::current_num_threads(),
+                threads: threads.count(),
                 simd: simd::simd_name(),
             },
             budget: Arc::new(budget),
+            threads,
         }
     }
 }
@@ -75,7 +84,12 @@ impl Backend for CpuBackend {
     }
 
     fn prepare(&self, keys: &Matrix<'_>, sets: &[Matrix<'_>]) -> Result<Arc<dyn PreparedKeys>> {
-        Ok(Arc::new(CpuKeys::kept(&self.budget, keys, sets)?))
+        Ok(Arc::new(CpuKeys::kept(
+            &self.budget,
+            &self.threads,
+            keys,
+            sets,
+        )?))
     }
 
     fn prepare_call<'a>(
@@ -84,7 +98,14 @@ impl Backend for CpuBackend {
         sets: &[Matrix<'a>],
         call: &Call<'_>,
     ) -> Result<Box<dyn PreparedKeys + 'a>> {
-        Ok(Box::new(CpuKeys::for_call(&self.budget, keys, sets, call)?))
+        let threads = &self.threads;
+        Ok(Box::new(CpuKeys::for_call(
+            &self.budget,
+            threads,
+            keys,
+            sets,
+            call,
+        )?))
     }
 
     fn prepare_attention(
@@ -92,7 +113,12 @@ impl Backend for CpuBackend {
         psi: &Heads<'_>,
         values: &Heads<'_>,
     ) -> Result<Arc<dyn PreparedAttention>> {
-        Ok(Arc::new(CpuAttention::kept(&self.budget, psi, values)?))
+        Ok(Arc::new(CpuAttention::kept(
+            &self.budget,
+            &self.threads,
+            psi,
+            values,
+        )?))
     }
 
     fn prepare_attention_call<'a>(
@@ -100,7 +126,7 @@ impl Backend for CpuBackend {
         psi: &Heads<'a>,
         values: &Heads<'a>,
     ) -> Result<Box<dyn PreparedAttention + 'a>> {
-        Ok(Box::new(CpuAttention::for_call(psi, values)))
+        Ok(Box::new(CpuAttention::for_call(&self.threads, psi, values)))
     }
 
     fn masked_local_mean(
@@ -110,7 +136,8 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
-        masked::masked_local_mean(kernel, queries, keys, values)
+        self.threads
+            .install(|| masked::masked_local_mean(kernel, queries, keys, values))
     }
 
     fn memory(&self) -> MemoryUsage {
@@ -128,7 +155,8 @@ impl Backend for CpuBackend {
         psi: &Heads<'_>,
         attn: &Attention,
     ) -> Result<Vec<f32>> {
-        softmax::softmax_matrix(phi, psi, attn)
+        self.threads
+            .install(|| softmax::softmax_matrix(phi, psi, attn))
     }
 
     fn feature_local_mean(
@@ -138,11 +166,12 @@ impl Backend for CpuBackend {
         values: &Heads<'_>,
         causal: bool,
     ) -> Result<(Vec<f32>, usize)> {
-        softmax::feature_local_mean(phi, psi, values, causal)
+        self.threads
+            .install(|| softmax::feature_local_mean(phi, psi, values, causal))
     }
 
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
-        mean_shift::mean_shift(shift)
+        mean_shift::mean_shift(shift, &self.threads)
     }
 }
 

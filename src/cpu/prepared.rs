@@ -6,7 +6,7 @@
 //! for its one call, with the panels that call wants, and drops them. The
 //! ops are the same code either way.
 //!
-//! Imports: `super::{keys, knn, local_mean, kernel_matrix, moments, panels}`,
+//! Imports: `super::{keys, knn, local_mean, kernel_matrix, moments, panels, threads}`,
 //! `crate::backend`, `crate::error`, `crate::kernel`, `crate::matrix`,
 //! `crate::memory`, `crate::types`.
 
@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::keys::{KeyColumns, Pack};
 use super::local_mean::QUERY_GROUP;
 use super::simd::Avx2Fma;
+use super::threads::Threads;
 use super::{kernel_matrix, knn, local_mean, moments, panels};
 use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::cancel::Checkpoint;
@@ -27,6 +28,9 @@ use crate::types::{Neighbours, RowNormalized, RowStates};
 /// the memory they hold.
 pub(crate) struct CpuKeys {
     keys: KeyColumns,
+    /// Where the ops run (the memory they wait for is reserved before,
+    /// on the calling thread).
+    threads: Threads,
     /// The reservation of the keys (a key set's, or one call's working
     /// copy), on the budget requests are charged to.
     held: Reservation,
@@ -55,6 +59,7 @@ impl CpuKeys {
     /// their size to `budget`.
     pub(crate) fn kept(
         budget: &Arc<MemoryBudget>,
+        threads: &Threads,
         keys: &Matrix<'_>,
         sets: &[Matrix<'_>],
     ) -> Result<Self> {
@@ -72,7 +77,8 @@ impl CpuKeys {
         let bytes = KeyColumns::bytes(keys, sets, pack);
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
         Ok(CpuKeys {
-            keys: KeyColumns::try_new("prepare", keys, sets, pack)?,
+            keys: threads.install(|| KeyColumns::try_new("prepare", keys, sets, pack))?,
+            threads: threads.clone(),
             held,
         })
     }
@@ -83,6 +89,7 @@ impl CpuKeys {
     /// the call ends.
     pub(crate) fn for_call(
         budget: &Arc<MemoryBudget>,
+        threads: &Threads,
         keys: &Matrix<'_>,
         sets: &[Matrix<'_>],
         call: &Call<'_>,
@@ -102,7 +109,8 @@ impl CpuKeys {
             KeyColumns::bytes(keys, sets, pack),
         )?;
         Ok(CpuKeys {
-            keys: KeyColumns::try_new(op, keys, sets, pack)?,
+            keys: threads.install(|| KeyColumns::try_new(op, keys, sets, pack))?,
+            threads: threads.clone(),
             held,
         })
     }
@@ -124,7 +132,9 @@ impl PreparedKeys for CpuKeys {
         let (d, exclude) = (self.keys.d(), q.exclude_self);
         let cp = Checkpoint::current("local_mean");
         let rows = queries.as_slice();
-        let empty = local_mean::local_mean(q.kernel, rows, d, &soa, exclude, &mut out, &cp)?;
+        let empty = self
+            .threads
+            .install(|| local_mean::local_mean(q.kernel, rows, d, &soa, exclude, &mut out, &cp))?;
         Ok(RowNormalized::from_parts(m, cols, out, empty))
     }
 
@@ -134,7 +144,9 @@ impl PreparedKeys for CpuKeys {
         let _work = self.request("row_states", request_bytes(m, soa.q))?;
         let (rows, d) = (q.rows.as_slice(), self.keys.d());
         let cp = Checkpoint::current("row_states");
-        let groups = local_mean::group_states(q.kernel, rows, d, &soa, q.exclude_self, &cp)?;
+        let groups = self
+            .threads
+            .install(|| local_mean::group_states(q.kernel, rows, d, &soa, q.exclude_self, &cp))?;
         local_mean::row_states_of(&groups, m, soa.q)
     }
 
@@ -142,20 +154,16 @@ impl PreparedKeys for CpuKeys {
         let bytes = request_bytes(q.rows.rows(), pass.layout.cols());
         let _work = self.request("local_moments", bytes)?;
         let keys = self.keys.soa(pass.set);
-        moments::local_moments(q.kernel, q.rows, &keys, pass.layout)
+        self.threads
+            .install(|| moments::local_moments(q.kernel, q.rows, &keys, pass.layout))
     }
 
     fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
         let bytes = (queries.rows() as u64).saturating_mul(16 * k as u64);
         let _work = self.request("knn", bytes)?;
         let cp = Checkpoint::current("knn");
-        let lists = knn::knn(
-            queries.as_slice(),
-            self.keys.d(),
-            &self.keys.soa(None),
-            k,
-            &cp,
-        )?;
+        let (rows, d, soa) = (queries.as_slice(), self.keys.d(), self.keys.soa(None));
+        let lists = self.threads.install(|| knn::knn(rows, d, &soa, k, &cp))?;
         knn::neighbours(&lists, k)
     }
 
@@ -164,7 +172,9 @@ impl PreparedKeys for CpuKeys {
         let mut out = alloc_output("kernel_matrix", "output", m, n)?;
         let (rows, d, keys) = (q.rows.as_slice(), self.keys.d(), self.keys.soa(None));
         let isa = Avx2Fma::detect();
-        let empty = kernel_matrix::kernel_matrix(isa, q.kernel, rows, d, &keys, mode, &mut out)?;
+        let empty = self.threads.install(|| {
+            kernel_matrix::kernel_matrix(isa, q.kernel, rows, d, &keys, mode, &mut out)
+        })?;
         Ok(RowNormalized::from_parts(m, n, out, empty))
     }
 

@@ -293,6 +293,17 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// The engine's own CPU thread pool
+    /// ([`EngineOptions::threads`](crate::EngineOptions::threads)) could
+    /// not be started (the system refused a thread).
+    #[error("could not start a pool of {threads} CPU threads: {reason}")]
+    ThreadPool {
+        /// Threads asked for.
+        threads: usize,
+        /// The system's reason.
+        reason: String,
+    },
+
     /// A clustering parameter, or data a clustering method cannot use.
     #[error(transparent)]
     Cluster(#[from] ClusterError),

@@ -6,6 +6,7 @@
 use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 
+use crate::cpu::Threads;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
@@ -134,13 +135,14 @@ impl Engine {
             .map(|(s, &k)| (s / k as f64) as f32)
             .collect();
         let v = Matrix::check(OP, "values", v.view())?;
-        let backend = self.backend_impl();
+        let (backend, threads) = (self.backend_impl(), self.threads_impl());
 
         // Round 1: masked distances.
         let q = queries.unwrap_or(x);
         let mut qc = q.to_array(OP, "imputed rows")?;
         let r = backend.masked_local_mean(kernel, q, x, &v)?;
         let mut fallback = fill(
+            threads,
             &mut qc,
             q,
             &r.values,
@@ -154,6 +156,7 @@ impl Engine {
                 let mut xc = x.to_array(OP, "completed keys")?;
                 let r = backend.masked_local_mean(kernel, x, x, &v)?;
                 fill(
+                    threads,
                     &mut xc,
                     x,
                     &r.values,
@@ -183,6 +186,7 @@ impl Engine {
             {
                 let rk = call::local_mean(backend, kernel, km, (km, &v))?;
                 fill(
+                    threads,
                     xa,
                     x,
                     &rk.values,
@@ -190,7 +194,7 @@ impl Engine {
                     &Round::new(kernel, xs, d, km.as_slice(), km.as_slice()),
                 );
             }
-            fallback = fill(&mut qc, q, &r.values, &means, &ctx);
+            fallback = fill(threads, &mut qc, q, &r.values, &means, &ctx);
         }
         let imputed = q.as_slice().iter().filter(|v| v.is_nan()).count();
         Ok(Imputed {
@@ -242,6 +246,7 @@ impl<'a> Round<'a> {
 /// column mean where no weighted key observes the coordinate. Returns how
 /// many took the column mean.
 fn fill(
+    threads: &Threads,
     out: &mut Array2<f32>,
     orig: &Matrix<'_>,
     r: &Array2<f32>,
@@ -252,23 +257,25 @@ fn fill(
     let src = orig.as_slice();
     // Per row, its missing entries' values (None: the column mean); the
     // f64 log-weights of a row are formed at most once.
-    let rows: Vec<Vec<(usize, Option<f32>)>> = (0..orig.rows())
-        .into_par_iter()
-        .map(|i| {
-            let mut exact: Option<Vec<f64>> = None;
-            (0..d)
-                .filter(|&c| src[i * d + c].is_nan())
-                .map(|c| {
-                    let (num, den) = (r[[i, c]], r[[i, d + c]]);
-                    if den > EXACT_BELOW && num.is_finite() {
-                        return (c, Some(num / den));
-                    }
-                    let lw = exact.get_or_insert_with(|| row_log_weights(round, i));
-                    (c, observers_mean(round, lw, c).map(|v| v as f32))
-                })
-                .collect()
-        })
-        .collect();
+    let rows: Vec<Vec<(usize, Option<f32>)>> = threads.install(|| {
+        (0..orig.rows())
+            .into_par_iter()
+            .map(|i| {
+                let mut exact: Option<Vec<f64>> = None;
+                (0..d)
+                    .filter(|&c| src[i * d + c].is_nan())
+                    .map(|c| {
+                        let (num, den) = (r[[i, c]], r[[i, d + c]]);
+                        if den > EXACT_BELOW && num.is_finite() {
+                            return (c, Some(num / den));
+                        }
+                        let lw = exact.get_or_insert_with(|| row_log_weights(round, i));
+                        (c, observers_mean(round, lw, c).map(|v| v as f32))
+                    })
+                    .collect()
+            })
+            .collect()
+    });
     let mut fallback = 0;
     for (i, entries) in rows.into_iter().enumerate() {
         for (c, v) in entries {

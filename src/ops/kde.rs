@@ -160,6 +160,7 @@ impl Engine {
                 n,
                 d,
                 extent,
+                threads: self.threads_impl(),
             }
             .log_density(kernel, &q);
         };

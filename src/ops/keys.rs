@@ -10,6 +10,7 @@ use super::kde::{kernel_ln_normalizer, ln_density_scale};
 use super::knn::{SQ_DIST_LIMIT, check_k, check_room};
 use super::local_fit::{Centres, LocalFit, LocalPca, check_limits, fit_linear, fit_pca};
 use crate::backend::{Moments, PreparedKeys, Query};
+use crate::cpu::Threads;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
@@ -29,6 +30,8 @@ pub(crate) struct OnKeys<'a> {
     /// The keys' largest coordinate magnitude (kNN's range check, the
     /// local models' limits).
     pub extent: f32,
+    /// The engine's CPU threads (the local models' per-query solves).
+    pub threads: &'a Threads,
 }
 
 /// A value matrix of prepared keys: its index among the prepared sets, its
@@ -106,7 +109,13 @@ impl OnKeys<'_> {
         let shape = (&h[..], self.d, values.cols);
         let centre = vec![0.0; values.cols];
         let centres = (Centres::FirstMoments, &pass as _);
-        fit_linear("local_polynomial", q, shape, &centre, centres)
+        fit_linear(
+            ("local_polynomial", self.threads),
+            q,
+            shape,
+            &centre,
+            centres,
+        )
     }
 
     /// Local PCA with `components` directions at `q`.
@@ -123,7 +132,7 @@ impl OnKeys<'_> {
             self.keys.local_moments(&Query::new(kernel, m), pass)
         };
         let centres = (Centres::FirstMoments, &pass as _);
-        fit_pca("local_pca", q, (&h, components), centres)
+        fit_pca(("local_pca", self.threads), q, (&h, components), centres)
     }
 
     /// Fails unless this backend can return `k` of the `N` neighbours.

@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use super::linalg::sym_eigen;
 use super::{Inputs, call};
+use crate::cpu::Threads;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
@@ -122,7 +123,7 @@ impl Engine {
             call::local_moments(backend, kernel, qm, (x, y), layout)
         };
         fit_linear(
-            OP,
+            (OP, self.threads_impl()),
             q,
             (&h, d, qy),
             &centre,
@@ -154,7 +155,8 @@ impl Engine {
         let mean = |qm: &Matrix<'_>| Ok(call::local_mean(backend, kernel, qm, (&x, &x))?.values);
         let pass =
             |qm: &Matrix<'_>, layout| call::local_moments(backend, kernel, qm, (&x, None), layout);
-        fit_pca(OP, &q, (&h, components), (Centres::LocalMean(&mean), &pass))
+        let op = (OP, self.threads_impl());
+        fit_pca(op, &q, (&h, components), (Centres::LocalMean(&mean), &pass))
     }
 }
 
@@ -179,7 +181,7 @@ pub(crate) enum Centres<'a> {
 /// moments `pass` gives (values centred on `centre`, added back); `h` is
 /// the bandwidth of each coordinate.
 pub(crate) fn fit_linear(
-    op: &'static str,
+    (op, threads): (&'static str, &Threads),
     q: &Matrix<'_>,
     (h, d, qy): (&[f64], usize, usize),
     centre: &[f64],
@@ -197,18 +199,23 @@ pub(crate) fn fit_linear(
     let p = layout.cols();
     moment_chunks(op, q, (h, layout), centres, pass, |r0, mom, rows| {
         let r1 = r0 + mom.len() / p;
-        let kinds: Vec<RowKind> = fitted[r0 * qy..r1 * qy]
-            .par_chunks_mut(qy)
-            .zip(slopes[r0 * qy * d..r1 * qy * d].par_chunks_mut(qy * d))
-            .zip(mom.par_chunks(p))
-            .zip(rows.par_chunks(2 * d))
-            .map(|(((fit, slope), mo), row)| {
-                let shift: Vec<f64> = (0..d)
-                    .map(|a| f64::from(row[d + a]) - f64::from(row[a]))
-                    .collect();
-                linear_row(&layout, mo, (h, &shift), centre, fit, slope)
-            })
-            .collect();
+        let (fit, slope) = (
+            &mut fitted[r0 * qy..r1 * qy],
+            &mut slopes[r0 * qy * d..r1 * qy * d],
+        );
+        let kinds: Vec<RowKind> = threads.install(|| {
+            fit.par_chunks_mut(qy)
+                .zip(slope.par_chunks_mut(qy * d))
+                .zip(mom.par_chunks(p))
+                .zip(rows.par_chunks(2 * d))
+                .map(|(((fit, slope), mo), row)| {
+                    let shift: Vec<f64> = (0..d)
+                        .map(|a| f64::from(row[d + a]) - f64::from(row[a]))
+                        .collect();
+                    linear_row(&layout, mo, (h, &shift), centre, fit, slope)
+                })
+                .collect()
+        });
         empty += kinds.iter().filter(|&&k| k == RowKind::Empty).count();
         deficient += kinds.iter().filter(|&&k| k == RowKind::Deficient).count();
         Ok(())
@@ -223,7 +230,7 @@ pub(crate) fn fit_linear(
 
 /// Local PCA with `k` components at `q` from the moments `pass` gives.
 pub(crate) fn fit_pca(
-    op: &'static str,
+    (op, threads): (&'static str, &Threads),
     q: &Matrix<'_>,
     (h, k): (&[f64], usize),
     (centres, pass): (Centres<'_>, &MomentPass<'_>),
@@ -247,17 +254,23 @@ pub(crate) fn fit_pca(
     let p = layout.cols();
     moment_chunks(op, q, (h, layout), centres, pass, |r0, mom, rows| {
         let r1 = r0 + mom.len() / p;
-        empty += means[r0 * d..r1 * d]
-            .par_chunks_mut(d)
-            .zip(variances[r0 * k..r1 * k].par_chunks_mut(k))
-            .zip(vectors[r0 * k * d..r1 * k * d].par_chunks_mut(k * d))
-            .zip(mom.par_chunks(p))
-            .zip(rows.par_chunks(2 * d))
-            .map(|((((mean, var), vecs), mo), row)| {
-                pca_row(&layout, mo, (h, &row[d..]), mean, var, vecs)
-            })
-            .filter(|&ok| !ok)
-            .count();
+        let mean = &mut means[r0 * d..r1 * d];
+        let (var, vecs) = (
+            &mut variances[r0 * k..r1 * k],
+            &mut vectors[r0 * k * d..r1 * k * d],
+        );
+        empty += threads.install(|| {
+            mean.par_chunks_mut(d)
+                .zip(var.par_chunks_mut(k))
+                .zip(vecs.par_chunks_mut(k * d))
+                .zip(mom.par_chunks(p))
+                .zip(rows.par_chunks(2 * d))
+                .map(|((((mean, var), vecs), mo), row)| {
+                    pca_row(&layout, mo, (h, &row[d..]), mean, var, vecs)
+                })
+                .filter(|&ok| !ok)
+                .count()
+        });
         Ok(())
     })?;
     Ok(LocalPca {

@@ -438,6 +438,7 @@ impl KeySet {
             n: i.n,
             d: i.d,
             extent: i.extent,
+            threads: i.engine.threads_impl(),
         }
     }
 

@@ -15,6 +15,7 @@ from ._fitted import (
     check_points_targets,
     check_weights,
     class_targets,
+    merge_duplicates,
     weight_scale,
 )
 
@@ -81,20 +82,21 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
         self._kernel_args()
         X, y = check_points_targets(self, X, y, multi_output=True)
         self.outputs_2d_, classes, index = class_targets(y)
-        n = X.shape[0]
-        w = np.ones(n)
-        if sample_weight is not None:
-            w = check_weights(sample_weight, X)
-            w = w * weight_scale(w)
+        w = np.ones(X.shape[0]) if sample_weight is None else check_weights(sample_weight, X)
+        # A point of weight k and k copies of it become the same key, so
+        # the two fits sum the same terms in the same order.
+        keys, self._key_labels, w = merge_duplicates(X, index, w)
+        w = w * weight_scale(w)
+        n = keys.shape[0]
         blocks = []
         for j, cj in enumerate(classes):
             one_hot = np.zeros((n, len(cj)))
-            one_hot[np.arange(n), index[:, j]] = w
+            one_hot[np.arange(n), self._key_labels[:, j]] = w
             blocks.append(one_hot)
         self.classes_ = classes if self.outputs_2d_ else classes[0]
         self.y_ = index if self.outputs_2d_ else index[:, 0]
         values = np.ascontiguousarray(np.hstack(blocks), np.float32)
-        self._fitted = FittedKeys(X, self.backend, values, sample_weight=w)
+        self._fitted = FittedKeys(keys, self.backend, values, sample_weight=w)
         self._fitted.keyset()
         self.X_ = X
         return self
@@ -108,7 +110,7 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
         ks = fitted.keyset()
         _, _, mean = ks.row_states(q, **kw)  # float64 sums of w_j K_j per class
         classes = self.classes_ if self.outputs_2d_ else [self.classes_]
-        y = self.y_.reshape(len(self.X_), -1)
+        y = self._key_labels
         nearest = None
         out, start = [], 0
         for j, c in enumerate(classes):

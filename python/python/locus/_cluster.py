@@ -11,6 +11,7 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._base import LocusEstimator, check_bandwidth, check_bool, check_int, check_kernel, keep_params
+from ._engine import engine_for
 from ._errors import InputError
 from ._functions import estimate_bandwidth, mean_shift
 from ._kernels import ProductKernel
@@ -54,8 +55,8 @@ class MeanShift(ClusterMixin, LocusEstimator):
         False: a point farther than ``bandwidth`` from every centre is
         labelled −1.
     n_jobs : int or None, default=None
-        Accepted for compatibility; the engine uses every core (the CPU
-        thread count is set per engine).
+        CPU threads: None or -1 every core, k > 0 k threads, -2 all but
+        one (joblib's count); 0 raises.
     max_iter : int, default=300
         The most steps after the first a seed takes (≥ 0).
     kernel : str or ProductKernel, default="flat"
@@ -150,6 +151,7 @@ class MeanShift(ClusterMixin, LocusEstimator):
             if self.seeds is None
             else check_array(self.seeds, dtype=X.dtype, order="C", input_name="seeds")
         )
+        engine = engine_for(self.backend, self.n_jobs)
         product = isinstance(self.kernel, ProductKernel)
         h: float | None = None  # a ProductKernel's blocks carry theirs
         if not product:
@@ -158,7 +160,7 @@ class MeanShift(ClusterMixin, LocusEstimator):
             elif _zero_bandwidth(X):
                 h = 0.0
             else:
-                h = estimate_bandwidth(X, backend=self.backend)
+                h = estimate_bandwidth(X, backend=engine)
         if h == 0.0:
             return self._fit_zero_bandwidth(X, seeds)
         flat = not product and str(self.kernel).lower() in ("flat", "uniform", "tophat")
@@ -173,7 +175,7 @@ class MeanShift(ClusterMixin, LocusEstimator):
             min_bin_freq=int(self.min_bin_freq),
             cluster_all=bool(self.cluster_all),
             max_iter=int(self.max_iter) + 1,
-            backend=self.backend,
+            backend=engine,
         )
         self.cluster_centers_ = r.cluster_centers.astype(X.dtype)
         self.labels_ = r.labels

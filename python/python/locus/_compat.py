@@ -5,9 +5,12 @@ and documented as no-ops (locus computes exactly, by brute force).
 
 * ``algorithm`` (``"auto"``, ``"ball_tree"``, ``"kd_tree"``, ``"brute"``),
   ``leaf_size``, ``breadth_first``: no-ops (there is no tree).
-* ``n_jobs``: accepted (``None`` or a non-zero integer); the CPU backend
-  runs on every core of its thread pool (rayon's, sized by
-  ``RAYON_NUM_THREADS``) whatever ``n_jobs`` says.
+* ``n_jobs``: the number of CPU threads the estimator's work runs on
+  (:func:`threads_for_n_jobs`): ``None`` or ``-1`` every core (rayon's
+  global pool, sized by ``RAYON_NUM_THREADS`` when set), ``k > 0`` k
+  threads, ``-2`` all but one and ``-k`` all but ``k − 1`` (at least one),
+  as joblib counts; ``0`` raises, as in scikit-learn. Estimators with the
+  same ``backend`` and thread count share one engine (one thread pool).
 * ``metric``, ``p``, ``metric_params``: the Euclidean distance
   (``"euclidean"``, ``"l2"``, or ``"minkowski"`` with ``p=2``) is what the
   engine computes; any other metric raises :class:`~locus.InputError`
@@ -33,6 +36,7 @@ __all__ = [
     "check_n_jobs",
     "check_tolerance",
     "csr",
+    "threads_for_n_jobs",
 ]
 
 ALGORITHMS = ("auto", "ball_tree", "kd_tree", "brute")
@@ -56,6 +60,39 @@ def check_n_jobs(n_jobs: Any) -> None:
     """``None`` or a non-zero integer, as scikit-learn takes it."""
     if n_jobs is not None and (not _is_int(n_jobs) or n_jobs == 0):
         raise InputError(f"n_jobs must be None or a non-zero integer, got {n_jobs!r}")
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (its affinity mask where the
+    system has one), at least 1."""
+    import os
+
+    counter = getattr(os, "process_cpu_count", None)
+    if counter is not None:
+        n = counter()
+    elif hasattr(os, "sched_getaffinity"):
+        n = len(os.sched_getaffinity(0))
+    else:
+        n = os.cpu_count()
+    return max(int(n or 1), 1)
+
+
+def threads_for_n_jobs(n_jobs: Any) -> int | None:
+    """The CPU threads ``n_jobs`` asks for: ``None`` for ``None`` and
+    ``-1`` (every core: rayon's global pool), ``k`` for ``k > 0``, and
+    joblib's ``cores + 1 + n_jobs`` (at least 1) for ``n_jobs < -1``.
+
+    Raises
+    ------
+    InputError
+        ``n_jobs`` is 0 or not an integer.
+    """
+    check_n_jobs(n_jobs)
+    if n_jobs is None or n_jobs == -1:
+        return None
+    if n_jobs > 0:
+        return int(n_jobs)
+    return max(cpu_count() + 1 + int(n_jobs), 1)
 
 
 def check_metric(metric: Any, p: Any = 2, metric_params: Any = None) -> None:

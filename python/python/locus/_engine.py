@@ -20,6 +20,8 @@ from ._arrays import (
     fit_result,
     result_dtype,
 )
+from ._centre import add_offset, as_float64, centre, centre_on
+from ._compat import threads_for_n_jobs
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg
 from ._results import KNNResult, LocalPCAResult, RowStates
@@ -45,7 +47,11 @@ class Engine:
     (lavapipe) included, and raises :class:`~locus.DeviceError` when there
     is none; ``"cpu"`` runs on all cores with rayon. The environment
     variables ``LOCUS_ADAPTER`` and ``LOCUS_REQUIRE_HARDWARE`` choose among
-    adapters as for the command-line tool. ``memory_limit`` caps the bytes
+    adapters as for the command-line tool. ``threads`` runs the engine's CPU
+    work (every op of a CPU engine; a GPU engine's host-side work) on a pool
+    of that many threads of its own, built once with the engine; by
+    default it runs on rayon's global pool (every core, or
+    ``RAYON_NUM_THREADS``). ``memory_limit`` caps the bytes
     the engine holds (key sets, GPU buffers); a call that can never fit
     under it (more than the limit less the key sets held) raises
     :class:`~locus.LocusMemoryError` at once and the engine keeps working.
@@ -74,18 +80,30 @@ class Engine:
         *,
         memory_limit: int | None = None,
         memory_wait: float | None = None,
+        threads: int | None = None,
     ) -> None:
         check_backend(backend)
         if memory_limit is not None:
             memory_limit = as_count(memory_limit, "memory_limit")
         if memory_wait is not None:
             memory_wait = as_seconds(memory_wait, "memory_wait")
-        self._inner = _locus.Engine(backend, memory_limit=memory_limit, memory_wait=memory_wait)
+        if threads is not None:
+            threads = as_count(threads, "threads")
+        self._inner = _locus.Engine(
+            backend, memory_limit=memory_limit, memory_wait=memory_wait, threads=threads
+        )
 
     @property
     def backend(self) -> str:
         """``"cpu"`` or ``"gpu"``: where this engine runs."""
         return self._inner.backend
+
+    @property
+    def threads(self) -> int:
+        """How many CPU threads this engine's work runs on: its own pool's
+        (``threads=``), else rayon's global pool's (every core, or
+        ``RAYON_NUM_THREADS``)."""
+        return self._inner.threads
 
     def info(self) -> dict[str, Any]:
         """The backend: ``backend``, ``description``, ``software``, the
@@ -113,10 +131,13 @@ class Engine:
 
         Results come back in the floating dtype of the keys, values and
         queries together (float32 when all are float32, float64 otherwise);
-        the keys and values are held in float32.
+        the keys and values are held in float32. float64 keys are centred
+        near their float64 mean before they are rounded (and every query
+        by the same offset), so a common offset costs no accuracy; local
+        PCA's means get it back.
         """
         dtype = result_dtype(keys, values)
-        x = as_matrix(keys, "keys")
+        offset, x, _ = centre(keys)
         y, vector = (None, False) if values is None else as_values(values, "values")
         classes, index = (None, None) if labels is None else as_labels(labels, x.shape[0])
         if max_request_rows is not None:
@@ -129,7 +150,7 @@ class Engine:
             max_request_rows=max_request_rows,
             nearest_fallback=True,
         )
-        return KeySet(inner, classes, vector, dtype)
+        return KeySet(inner, classes, vector, dtype, offset)
 
     def prepare_attention(self, psi: Any, values: Any) -> AttentionSet:
         """Keeps attention keys ``psi`` (``(N, d)`` or batched
@@ -146,25 +167,29 @@ class Engine:
         return repr(self._inner)
 
 
-_engines: dict[str, Engine] = {}
+_engines: dict[tuple[str, int | None], Engine] = {}
 _engines_lock = threading.Lock()
 
 BackendLike = Union[str, Engine]
 
 
-def engine_for(backend: BackendLike) -> Engine:
+def engine_for(backend: BackendLike, n_jobs: int | None = None) -> Engine:
     """The engine for ``backend``: an :class:`Engine` as is, or the shared
-    engine of that name (created on first use)."""
+    engine of that name and of the threads ``n_jobs`` asks for
+    (scikit-learn's convention, see :func:`~locus._compat.threads_for_n_jobs`),
+    created on first use: estimators with the same backend and thread
+    count share one engine and its thread pool."""
     if isinstance(backend, Engine):
         return backend
     if backend not in BACKENDS:
         raise InputError(
             f'backend must be "auto", "gpu", "cpu" or a locus.Engine, got {backend!r}'
         )
+    threads = threads_for_n_jobs(n_jobs)
     with _engines_lock:
-        e = _engines.get(backend)
+        e = _engines.get((backend, threads))
         if e is None:
-            e = _engines[backend] = Engine(backend)
+            e = _engines[(backend, threads)] = Engine(backend, threads=threads)
         return e
 
 
@@ -253,11 +278,21 @@ class KeySet:
         classes: np.ndarray | None,
         vector_values: bool,
         dtype: type[np.floating] = np.float32,
+        offset: np.ndarray | None = None,
     ) -> None:
         self._inner = inner
         self._classes = classes
         self._vector = vector_values
         self._dtype = dtype
+        # Where the keys were centred (float64 keys), None: as given.
+        self._offset = offset
+
+    def _queries(self, queries: Any) -> np.ndarray:
+        """``queries`` as the engine takes them: float32, moved by the
+        keys' offset (in float64) when the keys were centred."""
+        if self._offset is None:
+            return as_matrix(queries, "queries")
+        return centre_on(as_float64(queries, "queries"), self._offset, "queries")
 
     def _dtype_for(self, queries: Any) -> type[np.floating]:
         """The results' dtype: float32 when the keys, values and queries
@@ -296,7 +331,7 @@ class KeySet:
         :func:`locus.local_mean` with these keys and values; NaN rows for
         empty neighbourhoods."""
         out, _ = self._inner.local_mean(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
+            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
         return as_dtype(out[:, 0] if self._vector else out, self._dtype_for(queries))
 
@@ -314,7 +349,7 @@ class KeySet:
         values are used as stored, not centred)."""
         degree = as_degree(degree, return_slopes)
         fit, slopes, _, _ = self._inner.local_polynomial(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth), degree=degree
+            self._queries(queries), kernel=kernel_arg(kernel, bandwidth), degree=degree
         )
         dtype = self._dtype_for(queries)
         slopes = None if slopes is None else as_dtype(slopes, dtype)
@@ -331,30 +366,31 @@ class KeySet:
         """Local PCA at ``queries`` over these keys, as :func:`locus.local_pca`."""
         k = as_count(n_components, "n_components")
         means, variances, components, _ = self._inner.local_pca(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth), components=k
+            self._queries(queries), kernel=kernel_arg(kernel, bandwidth), components=k
         )
         dtype = self._dtype_for(queries)
-        return LocalPCAResult(as_dtype(means, dtype), as_dtype(variances, dtype), as_dtype(components, dtype))
+        means = add_offset(means, self._offset, dtype)
+        return LocalPCAResult(means, as_dtype(variances, dtype), as_dtype(components, dtype))
 
     def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
         """The row states ``(m, s, u)`` behind :meth:`local_mean` (``u`` has
         no columns when the key set has no values); states of several key
         sets merge associatively."""
         m, s, u = self._inner.row_states(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
+            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
         return RowStates(m, s, u)
 
     def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`."""
         return self._inner.log_density(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
+            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
 
     def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`."""
         return self._inner.density(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
+            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
 
     def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
@@ -362,7 +398,7 @@ class KeySet:
         :attr:`classes`): the local mean of one-hot labels; NaN rows for
         empty neighbourhoods."""
         out, _ = self._inner.predict_proba(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
+            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
         return as_dtype(out, self._dtype_for(queries))
 
@@ -372,7 +408,7 @@ class KeySet:
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
         index, _, _ = self._inner.classify(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
+            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
         return self._classes[index]
 
@@ -380,7 +416,7 @@ class KeySet:
         """The ``k`` nearest keys, nearest first, as :func:`locus.knn`: a
         :class:`~locus.KNNResult` ``(distances, indices)``, Euclidean
         distances (M × k) and indices (M × k, int64)."""
-        idx, dist = self._inner.knn(as_matrix(queries, "queries"), as_count(k, "k"))
+        idx, dist = self._inner.knn(self._queries(queries), as_count(k, "k"))
         return KNNResult(as_dtype(dist, self._dtype_for(queries)), idx)
 
     def __repr__(self) -> str:

@@ -32,6 +32,25 @@ def weight_scale(sample_weight: np.ndarray) -> float:
     return float(2.0 ** np.round(np.log2(len(sample_weight) / sample_weight.sum())))
 
 
+def merge_duplicates(
+    X: np.ndarray, labels: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (point, labels) rows of ``X`` (n × d) and ``labels``
+    (n × outputs, int64), sorted, each with the sum of its rows' weights
+    ``w``; rows of weight 0 are left out. A point of integer weight k and
+    k copies of it (or a weight-0 point and none) then give the same keys,
+    values and order, so the kernel sums over them agree bit for bit, as
+    scikit-learn's sample-weight check asks."""
+    keep = w > 0
+    X, labels, w = X[keep], labels[keep], w[keep]
+    d = X.shape[1]
+    rows = np.hstack([X.astype(np.float64, copy=False), labels.astype(np.float64)])
+    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    merged = np.bincount(inverse.reshape(-1), weights=w, minlength=len(distinct))
+    keys = np.ascontiguousarray(distinct[:, :d], dtype=X.dtype)
+    return keys, distinct[:, d:].astype(np.int64), merged
+
+
 def check_weights(sample_weight: Any, X: np.ndarray) -> np.ndarray:
     """``sample_weight`` checked as scikit-learn does (one non-negative
     weight per sample), float64, not all zero."""
@@ -73,7 +92,8 @@ def check_points_targets(est: Any, X: Any, y: Any, **kw: Any) -> tuple[np.ndarra
 
 class FittedKeys:
     """Training points ``X`` (N × d, float32 or float64) and optional
-    float32 ``values`` (N × q), prepared on the engine named ``backend``.
+    float32 ``values`` (N × q), prepared on the engine named ``backend``
+    with the CPU threads ``n_jobs`` asks for.
 
     ``offset`` is the points' float64 mean (weighted by ``sample_weight``); ``keys`` the centred float32
     points; :meth:`keyset` the prepared key set (values included);
@@ -85,10 +105,12 @@ class FittedKeys:
         backend: Any,
         values: np.ndarray | None = None,
         sample_weight: np.ndarray | None = None,
+        n_jobs: int | None = None,
     ) -> None:
         self.X = X
         self.values = values
         self.backend = backend
+        self.n_jobs = n_jobs
         self._lock = threading.Lock()
         self._keys: np.ndarray | None = None
         self._keyset: KeySet | None = None
@@ -115,17 +137,23 @@ class FittedKeys:
             with self._lock:
                 ks = self._keyset
                 if ks is None:
-                    ks = self._keyset = engine_for(self.backend).prepare(
+                    ks = self._keyset = engine_for(self.backend, self.n_jobs).prepare(
                         self.keys, self.values, batching=False
                     )
         return ks
 
     def __getstate__(self) -> dict[str, Any]:
         # The key set and the float32 copy are rebuilt on first use.
-        return {"X": self.X, "values": self.values, "backend": self.backend, "offset": self.offset}
+        return {
+            "X": self.X,
+            "values": self.values,
+            "backend": self.backend,
+            "n_jobs": self.n_jobs,
+            "offset": self.offset,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"n_jobs": None, **state})
         self._lock = threading.Lock()
         self._keys = None
         self._keyset = None

@@ -6,13 +6,22 @@ Every function converts its array inputs once to C-contiguous ``float32``
 GIL released, and returns numpy arrays in the inputs' floating dtype:
 float32 for float32 inputs (the engine's result, no copy), float64 when any
 input is float64 (or integer, or a Python list): the float32 result widened.
-The engine computes in float32 either way; see docs/numerics.md. Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
+The engine computes in float32 either way; see docs/numerics.md. Where
+an op is unchanged by a common shift of keys and queries (local means of
+values, densities, neighbours, kernel matrices, MeanShift), float64 keys
+and queries are first centred near the keys' float64 mean and rounded to
+float32 once, so a common offset (``1e6 + x``) costs no accuracy;
+positions computed from them (the keys' own local means, MeanShift's
+centres, local PCA's means, imputed coordinates) get the offset back in
+float64. Attention (:func:`kernel_softmax`, :func:`feature_local_mean`)
+is not centred: dot products change with a shift. Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
 ``tophat``), ``triangular`` (``linear``), ``biweight`` (``quartic``),
 ``laplacian`` (``exponential``), ``cauchy``.
 """
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -28,6 +37,7 @@ from ._arrays import (
     fit_result,
     result_dtype,
 )
+from ._centre import add_offset, centre, centre_on
 from ._engine import BackendLike, engine_for
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg, kernel_spec
@@ -81,11 +91,14 @@ def local_mean(
     array([ 1., nan])
     """
     dtype = result_dtype(queries, keys, values)
-    q = as_matrix(queries, "queries")
-    x = as_matrix(keys, "keys")
-    y, vector = (x, False) if values is None else as_values(values, "values")
-    out, _ = _locus.local_mean(_engine(backend), q, x, y, kernel=kernel_arg(kernel, bandwidth))
-    return as_dtype(out[:, 0] if vector else out, dtype)
+    offset, x, (q,) = centre(keys, (queries, "queries"))
+    if values is not None:
+        y, vector = as_values(values, "values")
+        out, _ = _locus.local_mean(_engine(backend), q, x, y, kernel=kernel_arg(kernel, bandwidth))
+        return as_dtype(out[:, 0] if vector else out, dtype)
+    # The keys' own local means are positions: the offset comes back.
+    out, _ = _locus.local_mean(_engine(backend), q, x, x, kernel=kernel_arg(kernel, bandwidth))
+    return add_offset(out, offset, dtype)
 
 
 def local_polynomial(
@@ -118,8 +131,7 @@ def local_polynomial(
     array([1., 3.])
     """
     dtype = result_dtype(queries, keys, values)
-    q = as_matrix(queries, "queries")
-    x = as_matrix(keys, "keys")
+    _, x, (q,) = centre(keys, (queries, "queries"))
     y, vector = as_values(values, "values")
     degree = as_degree(degree, return_slopes)
     fit, slopes, _, _ = _locus.local_polynomial(
@@ -152,13 +164,13 @@ def local_pca(
     array([0.447, 0.894])
     """
     dtype = result_dtype(queries, keys)
-    q = as_matrix(queries, "queries")
-    x = as_matrix(keys, "keys")
+    offset, x, (q,) = centre(keys, (queries, "queries"))
     k = as_count(n_components, "n_components")
     means, variances, components, _ = _locus.local_pca(
         _engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), components=k
     )
-    return LocalPCAResult(as_dtype(means, dtype), as_dtype(variances, dtype), as_dtype(components, dtype))
+    means = add_offset(means, offset, dtype)
+    return LocalPCAResult(means, as_dtype(variances, dtype), as_dtype(components, dtype))
 
 
 def impute(
@@ -185,11 +197,20 @@ def impute(
     array([0.1, 0.1])
     """
     dtype = result_dtype(X, keys)
-    q = as_float32(X, "X", (2,))
-    x = None if keys is None else as_float32(keys, "keys", (2,))
+    if keys is None:
+        offset, q, _ = centre(X, name="X", nan=True)
+        x = None
+    else:
+        offset, x, (q,) = centre(keys, (X, "X"), nan=True)
     it = as_count(iterations, "iterations")
     out, _, _ = _locus.impute(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), iterations=it)
-    return as_dtype(out, dtype)
+    if offset is None:
+        return as_dtype(out, dtype)
+    # Imputed coordinates are positions; the observed ones are kept as given.
+    filled = np.array(X, dtype=np.float64)
+    missing = np.isnan(filled)
+    filled[missing] = (out.astype(np.float64) + offset)[missing]
+    return as_dtype(filled, dtype)
 
 
 def score(
@@ -212,8 +233,7 @@ def score(
            [-1.036]])
     """
     dtype = result_dtype(queries, keys)
-    q = as_matrix(queries, "queries")
-    x = as_matrix(keys, "keys")
+    _, x, (q,) = centre(keys, (queries, "queries"))
     out, _ = _locus.score(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth))
     return as_dtype(out, dtype)
 
@@ -232,9 +252,9 @@ def self_local_mean(
            [9. ]])
     """
     dtype = result_dtype(points)
-    x = as_matrix(points, "points")
+    offset, x, _ = centre(points, name="points")
     out, _ = _locus.self_local_mean(_engine(backend), x, kernel=kernel_arg(kernel, bandwidth))
-    return as_dtype(out, dtype)
+    return add_offset(out, offset, dtype)
 
 
 def kernel_matrix(
@@ -266,16 +286,20 @@ def kernel_matrix(
     if normalize not in (None, "rows"):
         raise InputError(f'normalize must be None or "rows", got {normalize!r}')
     dtype = result_dtype(queries, keys)
-    q = as_matrix(queries, "queries")
     e = _engine(backend)
     if laplacian:
         if keys is not None:
             raise InputError("laplacian=True is the Laplacian of the queries' graph; omit keys")
+        _, q, _ = centre(queries, name="queries")
         lap = _locus.laplacian(
             e, q, kernel=kernel_arg(kernel, bandwidth), normalized=normalize == "rows"
         )
         return as_dtype(lap, dtype)
-    x = q if keys is None else as_matrix(keys, "keys")
+    if keys is None:
+        _, q, _ = centre(queries, name="queries")
+        x = q
+    else:
+        _, x, (q,) = centre(keys, (queries, "queries"))
     out, _ = _locus.kernel_matrix(
         e, q, x, kernel=kernel_arg(kernel, bandwidth), normalize=normalize == "rows"
     )
@@ -302,8 +326,7 @@ def log_density(
     >>> float(locus.log_density([[0.0]], [[0.0]], bandwidth=1.0, backend="cpu")[0])  # ln(1/√(2π))
     -0.9189385332046727
     """
-    q = as_matrix(queries, "queries")
-    x = as_matrix(keys, "keys")
+    _, x, (q,) = centre(keys, (queries, "queries"))
     w = None if weights is None else as_float32(weights, "weights", (1,))
     return _locus.log_density(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), weights=w)
 
@@ -345,8 +368,7 @@ def knn(queries: Any, keys: Any, k: int, *, backend: BackendLike = "auto") -> KN
     (array([[0.1, 0.9]]), array([[1, 0]]))
     """
     dtype = result_dtype(queries, keys)
-    q = as_matrix(queries, "queries")
-    x = as_matrix(keys, "keys")
+    _, x, (q,) = centre(keys, (queries, "queries"))
     idx, dist = _locus.knn(_engine(backend), q, x, as_count(k, "k"))
     return KNNResult(as_dtype(dist, dtype), idx)
 
@@ -421,6 +443,18 @@ def _shift_kernel(kernel: Any, bandwidth: Any, quantile: Any, n_samples: Any) ->
     return (spec, float(bandwidth))
 
 
+def _whole_cells(offset: np.ndarray, bandwidth: Any) -> np.ndarray | None:
+    """``offset`` rounded to whole cells of side ``bandwidth`` (bin
+    seeding's grid); ``None`` unless the bandwidth is a positive number."""
+    if isinstance(bandwidth, (bool, np.bool_)) or not isinstance(bandwidth, Real):
+        return None
+    h = float(bandwidth)
+    if not (h > 0 and np.isfinite(h)):
+        return None
+    moved = np.round(offset / h) * h
+    return moved if np.all(np.isfinite(moved)) and np.any(moved) else None
+
+
 def mean_shift(
     X: Any,
     *,
@@ -461,13 +495,19 @@ def mean_shift(
     """
     spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
     dtype = result_dtype(X)
-    x = as_matrix(X, "X")
     min_bin_freq = as_count(min_bin_freq, "min_bin_freq")
+    binned = bool(bin_seeding) and seeds is None
+    offset, x, (given,) = centre(X, (seeds, "seeds"), name="X")
+    if binned and offset is not None:
+        # The bins are cells of side bandwidth from the origin: the points
+        # move by whole cells, or not at all (a bandwidth yet to be found).
+        offset = _whole_cells(offset, bandwidth)
+        x = centre_on(np.asarray(X, dtype=np.float64), offset, "X")
     start: np.ndarray | int | None
-    if seeds is not None:
-        start = as_matrix(seeds, "seeds")
+    if given is not None:
+        start = given
     else:
-        start = min_bin_freq if bin_seeding else None
+        start = min_bin_freq if binned else None
     params = _locus.MeanShiftParams(
         spec,
         seeds=start,
@@ -477,7 +517,8 @@ def mean_shift(
         cluster_all=bool(cluster_all),
     )
     centers, labels, populations, n_iter, converged, h = _locus.mean_shift(_engine(backend), x, params)
-    return MeanShiftResult(as_dtype(centers, dtype), labels, populations, n_iter, converged, h)
+    centers = add_offset(centers, offset, dtype)
+    return MeanShiftResult(centers, labels, populations, n_iter, converged, h)
 
 
 def medoid_shift(
@@ -507,7 +548,10 @@ def medoid_shift(
         raise InputError(f'metric must be "euclidean" or "precomputed", got {metric!r}')
     spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
     dtype = result_dtype(X)
-    x = as_matrix(X, "X")
+    if metric == "precomputed":
+        offset, x = None, as_matrix(X, "X")
+    else:
+        offset, x, _ = centre(X, name="X")
     medoids, clustering = _locus.medoid_shift(
         _engine(backend),
         x,
@@ -516,7 +560,8 @@ def medoid_shift(
         distances=metric == "precomputed",
     )
     centers, labels, populations, n_iter, converged, h = clustering
-    return MedoidShiftResult(medoids, as_dtype(centers, dtype), labels, populations, n_iter, converged, h)
+    centers = add_offset(centers, offset, dtype)
+    return MedoidShiftResult(medoids, centers, labels, populations, n_iter, converged, h)
 
 
 def estimate_bandwidth(
@@ -531,7 +576,7 @@ def estimate_bandwidth(
     >>> round(locus.estimate_bandwidth([[0.0], [1.0], [2.0], [3.0]], quantile=0.5, backend="cpu"), 3)
     1.0
     """
-    x = as_matrix(X, "X")
+    _, x, _ = centre(X, name="X")
     if n_samples is not None:
         n_samples = as_count(n_samples, "n_samples")
     return float(

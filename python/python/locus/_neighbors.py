@@ -37,7 +37,8 @@ _PARAMS_DOC = """
     metric_params : dict, default=None
         Only ``{"p": 2}`` (or nothing).
     n_jobs : int, default=None
-        Accepted; the CPU backend uses its whole thread pool.
+        CPU threads: None or -1 every core, k > 0 k threads, -2 all but
+        one (joblib's count); 0 raises.
     backend : {"auto", "gpu", "cpu"}, default="auto"
         Where the search runs.
 """

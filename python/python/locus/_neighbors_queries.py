@@ -20,7 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import check_positive_int
 from ._compat import check_algorithm, check_metric, check_n_jobs, csr
-from ._engine import check_backend
+from ._engine import check_backend, engine_for
 from ._errors import InputError
 from ._fitted import FittedKeys, check_points
 from ._functions import kernel_matrix
@@ -70,7 +70,7 @@ class NeighborsQueries(BaseEstimator):
 
     def _fit_points(self, X: np.ndarray) -> None:
         """Keeps the validated points and prepares their key set."""
-        self._fitted = FittedKeys(X, self.backend)
+        self._fitted = FittedKeys(X, self.backend, n_jobs=self.n_jobs)
         self._fitted.keyset()
         self.X_ = X
         self.n_samples_fit_ = X.shape[0]
@@ -212,13 +212,14 @@ class NeighborsQueries(BaseEstimator):
         big = float(np.max(np.einsum("ij,ij->i", keys, keys), initial=0.0))
         n_fit = self.n_samples_fit_
         step = max(1, _BLOCK // n_fit)
+        engine = engine_for(self.backend, self.n_jobs)
         dists: list[np.ndarray] = []
         inds: list[np.ndarray] = []
         for s in range(0, Q.shape[0], step):
             qb = qc[s : s + step]
             q2 = float(np.max(np.einsum("ij,ij->i", qb, qb), initial=0.0))
             h = float(np.sqrt(r * r + 1e-5 * (big + q2) + 1e-30)) * (1 + 1e-5)
-            member = kernel_matrix(qb, keys, bandwidth=h, kernel="uniform", backend=self.backend) > 0
+            member = kernel_matrix(qb, keys, bandwidth=h, kernel="uniform", backend=engine) > 0
             rows, cols = np.nonzero(member)
             d = _pair_dists(Q[s : s + step], self.X_, rows, cols)
             ok = d <= r

@@ -3,8 +3,10 @@
 
 use std::io::IsTerminal;
 
+use std::num::NonZeroUsize;
+
 use clap::ValueEnum;
-use locus::{Engine, Kernel, Profile};
+use locus::{Device, Engine, EngineOptions, Kernel, Profile};
 
 use crate::error::{CliError, CliResult};
 
@@ -20,16 +22,61 @@ pub enum BackendArg {
 }
 
 impl BackendArg {
-    /// Opens the engine this choice names.
-    pub fn engine(self) -> CliResult<Engine> {
+    /// Opens the engine this choice names, its CPU work on `threads`
+    /// threads of its own (`None`: rayon's global pool).
+    pub fn engine(self, threads: Option<NonZeroUsize>) -> CliResult<Engine> {
+        let Some(n) = threads else {
+            return self.engine_on_global_pool();
+        };
+        let device = match self {
+            BackendArg::Auto => Device::Auto,
+            BackendArg::Gpu => Device::Gpu,
+            BackendArg::Cpu => Device::Cpu,
+        };
+        let with_threads = |mut o: EngineOptions| {
+            o.threads = Some(n);
+            Engine::with_options(o)
+        };
+        let opened = match device {
+            Device::Cpu => with_threads(EngineOptions::new(Device::Cpu)),
+            _ => EngineOptions::from_env(device).and_then(with_threads),
+        };
+        match opened {
+            // As without --threads: "auto" takes the CPU when the GPU it
+            // found cannot be opened.
+            Err(locus::Error::DeviceRequest { .. }) if device == Device::Auto => {
+                with_threads(EngineOptions::new(Device::Cpu))
+            }
+            r => r,
+        }
+        .map_err(|e| match e {
+            locus::Error::ThreadPool { .. }
+            | locus::Error::InvalidParameter {
+                name: "threads", ..
+            } => with_context("--threads", e),
+            e => with_context(self.flag(), e),
+        })
+    }
+
+    /// The option as given, for error messages.
+    fn flag(self) -> &'static str {
+        match self {
+            BackendArg::Auto => "--backend auto",
+            BackendArg::Gpu => "--backend gpu",
+            BackendArg::Cpu => "--backend cpu",
+        }
+    }
+
+    /// [`engine`](Self::engine) on rayon's global pool.
+    fn engine_on_global_pool(self) -> CliResult<Engine> {
         match self {
             // The environment's adapter choice is checked: a misspelt
             // LOCUS_ADAPTER is an error, not a silent CPU run.
             BackendArg::Auto => {
-                Engine::from_env(locus::Device::Auto).map_err(|e| with_context("--backend auto", e))
+                Engine::from_env(Device::Auto).map_err(|e| with_context(self.flag(), e))
             }
             BackendArg::Cpu => Ok(Engine::cpu()),
-            BackendArg::Gpu => Engine::gpu().map_err(|e| with_context("--backend gpu", e)),
+            BackendArg::Gpu => Engine::gpu().map_err(|e| with_context(self.flag(), e)),
         }
     }
 }
@@ -64,7 +111,8 @@ impl Output {
     }
 }
 
-/// Options of every compute subcommand: `--backend`, `--verify`, and the
+/// Options of every compute subcommand: `--backend`, `--verify`,
+/// `--threads`, and the
 /// [`Output`] options.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Compute {
@@ -76,6 +124,10 @@ pub struct Compute {
     /// writing nothing, if it exceeds the op's tolerance.
     #[arg(long)]
     pub verify: bool,
+    /// CPU threads the op runs on, in a pool of its own (default: every
+    /// core, or RAYON_NUM_THREADS).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<NonZeroUsize>,
     #[command(flatten)]
     pub output: Output,
 }

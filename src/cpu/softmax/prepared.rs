@@ -5,7 +5,7 @@
 //! (`kernel_softmax`), the inputs borrowed and each batch packed as its
 //! group runs, so only one group's packing is in memory at a time.
 //!
-//! Imports: `super` (packing, attention), `super::super::simd`,
+//! Imports: `super` (packing, attention), `super::super::{simd, threads}`,
 //! `crate::backend`, `crate::error`, `crate::memory`, `crate::types`.
 
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::super::simd::Avx2Fma;
+use super::super::threads::Threads;
 use super::attention::attend_packed;
 use super::{BK, NR, Packed, pack};
 use crate::backend::PreparedAttention;
@@ -26,6 +27,8 @@ pub(crate) struct CpuAttention<'a> {
     stored: Stored<'a>,
     n: usize,
     q: usize,
+    /// Where the calls run.
+    threads: Threads,
 }
 
 enum Stored<'a> {
@@ -48,11 +51,12 @@ impl std::fmt::Debug for CpuAttention<'_> {
 impl<'a> CpuAttention<'a> {
     /// The keys and values of one call, borrowed: each batch is packed
     /// when its group runs.
-    pub(crate) fn for_call(psi: &Heads<'a>, values: &Heads<'a>) -> Self {
+    pub(crate) fn for_call(threads: &Threads, psi: &Heads<'a>, values: &Heads<'a>) -> Self {
         CpuAttention {
             n: psi.rows,
             q: values.cols(),
             stored: Stored::Borrowed(psi.clone(), values.clone()),
+            threads: threads.clone(),
         }
     }
 }
@@ -63,6 +67,7 @@ impl CpuAttention<'static> {
     /// packed column count) to `budget`.
     pub(crate) fn kept(
         budget: &Arc<MemoryBudget>,
+        threads: &Threads,
         psi: &Heads<'_>,
         values: &Heads<'_>,
     ) -> Result<Self> {
@@ -70,17 +75,20 @@ impl CpuAttention<'static> {
         let per_batch = (n.next_multiple_of(BK) * d + n * q.next_multiple_of(NR)) as u64 * 4;
         let bytes = per_batch.saturating_mul(nb as u64);
         let held = budget.reserve("prepare_attention", "attention keys and values", bytes)?;
-        let packed = (0..nb)
-            .into_par_iter()
-            .map(|b| {
-                let v = Some((values.batch_slice(b), q));
-                pack("prepare_attention", psi.batch_slice(b), n, d, v)
-            })
-            .collect::<Result<_>>()?;
+        let packed = threads.install(|| {
+            (0..nb)
+                .into_par_iter()
+                .map(|b| {
+                    let v = Some((values.batch_slice(b), q));
+                    pack("prepare_attention", psi.batch_slice(b), n, d, v)
+                })
+                .collect::<Result<_>>()
+        })?;
         Ok(CpuAttention {
             stored: Stored::Packed(packed, held),
             n,
             q,
+            threads: threads.clone(),
         })
     }
 }
@@ -111,7 +119,8 @@ impl CpuAttention<'_> {
 
 impl PreparedAttention for CpuAttention<'_> {
     fn attend(&self, phi: &Heads<'_>, attn: &Attention) -> Result<Vec<f32>> {
-        self.attend_on(phi, attn, Avx2Fma::detect())
+        self.threads
+            .install(|| self.attend_on(phi, attn, Avx2Fma::detect()))
     }
 
     fn bytes(&self) -> u64 {

@@ -89,7 +89,7 @@ fn portable_and_avx2_builds_match_reference() {
         }
         for isa in builds {
             let avx2 = isa.is_some();
-            let got = CpuAttention::for_call(&k, &v)
+            let got = CpuAttention::for_call(&Default::default(), &k, &v)
                 .attend_on(&p, &attn, isa)
                 .unwrap();
             let mat = softmax_matrix_on(&p, &k, &attn, isa).unwrap();

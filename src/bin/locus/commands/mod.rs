@@ -51,7 +51,7 @@ impl<'a> Job<'a> {
         Ok(Job {
             command,
             args,
-            engine: args.backend.engine()?,
+            engine: args.backend.engine(args.threads)?,
             seconds: 0.0,
             verification: None,
         })
@@ -198,6 +198,7 @@ mod tests {
         Compute {
             backend: BackendArg::Cpu,
             verify,
+            threads: None,
             output: Output {
                 json: false,
                 quiet: true,
