@@ -19,6 +19,7 @@ mod knn_blocked;
 mod local_mean;
 mod masked;
 mod mean_shift;
+mod metric;
 mod moments;
 mod panels;
 mod prepared;
@@ -110,6 +111,7 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
+        kernel.require_euclidean("masked_local_mean")?;
         masked::masked_local_mean(kernel, queries, keys, values)
     }
 
@@ -142,6 +144,7 @@ impl Backend for CpuBackend {
     }
 
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
+        shift.kernel.require_euclidean("mean_shift")?;
         mean_shift::mean_shift(shift)
     }
 }
