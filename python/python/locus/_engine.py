@@ -20,6 +20,7 @@ from ._arrays import (
     fit_result,
     result_dtype,
 )
+from ._compat import metric_spec
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg
 from ._results import KNNResult, LocalPCAResult, RowStates
@@ -336,26 +337,49 @@ class KeySet:
         dtype = self._dtype_for(queries)
         return LocalPCAResult(as_dtype(means, dtype), as_dtype(variances, dtype), as_dtype(components, dtype))
 
-    def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
+    def row_states(
+        self,
+        queries: Any,
+        *,
+        bandwidth: float | None = None,
+        kernel: str | ProductKernel = "gaussian",
+        metric: str = "euclidean",
+        p: float | None = None,
+    ) -> RowStates:
         """The row states ``(m, s, u)`` behind :meth:`local_mean` (``u`` has
-        no columns when the key set has no values); states of several key
+        no columns when the key set has no values), with ``r`` of ``k(r/h)``
+        under ``metric`` (``p`` for ``"minkowski"``); states of several key
         sets merge associatively."""
-        m, s, u = self._inner.row_states(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
-        )
+        kern = kernel_arg(kernel, bandwidth, metric_spec(metric, p))
+        m, s, u = self._inner.row_states(as_matrix(queries, "queries"), kernel=kern)
         return RowStates(m, s, u)
 
-    def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
-        """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`."""
-        return self._inner.log_density(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
-        )
+    def log_density(
+        self,
+        queries: Any,
+        *,
+        bandwidth: float | None = None,
+        kernel: str | ProductKernel = "gaussian",
+        metric: str = "euclidean",
+        p: float | None = None,
+    ) -> np.ndarray:
+        """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`
+        (``metric``, ``p`` as there)."""
+        kern = kernel_arg(kernel, bandwidth, metric_spec(metric, p))
+        return self._inner.log_density(as_matrix(queries, "queries"), kernel=kern)
 
-    def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
+    def density(
+        self,
+        queries: Any,
+        *,
+        bandwidth: float | None = None,
+        kernel: str | ProductKernel = "gaussian",
+        metric: str = "euclidean",
+        p: float | None = None,
+    ) -> np.ndarray:
         """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`."""
-        return self._inner.density(
-            as_matrix(queries, "queries"), kernel=kernel_arg(kernel, bandwidth)
-        )
+        kern = kernel_arg(kernel, bandwidth, metric_spec(metric, p))
+        return self._inner.density(as_matrix(queries, "queries"), kernel=kern)
 
     def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Class probabilities (M × C, columns in the order of
@@ -376,11 +400,13 @@ class KeySet:
         )
         return self._classes[index]
 
-    def knn(self, queries: Any, k: int) -> KNNResult:
+    def knn(self, queries: Any, k: int, *, metric: str = "euclidean", p: float | None = None) -> KNNResult:
         """The ``k`` nearest keys, nearest first, as :func:`locus.knn`: a
-        :class:`~locus.KNNResult` ``(distances, indices)``, Euclidean
-        distances (M × k) and indices (M × k, int64)."""
-        idx, dist = self._inner.knn(as_matrix(queries, "queries"), as_count(k, "k"))
+        :class:`~locus.KNNResult` ``(distances, indices)``, distances under
+        ``metric`` (Euclidean by default; ``p`` for ``"minkowski"``)
+        (M × k) and indices (M × k, int64)."""
+        m = metric_spec(metric, p)
+        idx, dist = self._inner.knn(as_matrix(queries, "queries"), as_count(k, "k"), m)
         return KNNResult(as_dtype(dist, self._dtype_for(queries)), idx)
 
     def __repr__(self) -> str:
