@@ -11,6 +11,11 @@
 // and then offers them in index order to its k best (knn_list.wgsl: the
 // list, its windows, key splits and their merge).
 //
+// METRIC (a pipeline override of the module `metric`): the distance the
+// keys are ranked by. 0: Euclidean, t the squared distance as above; the
+// others accumulate the metric's rank (metric_step), the list keeps it and
+// list_distance turns it into the distance written out.
+//
 // Template constants: D dimension, K neighbours, STAGE staged keys (a
 // multiple of KB), KB keys measured at once (4, or 1 where fewer than 4
 // keys fit the workgroup memory). Generated: WG, the flag bits
@@ -18,6 +23,7 @@
 
 #import consts
 #import knn_list
+#import metric
 
 const D: u32 = {{D}}u;
 const K: u32 = {{K}}u;
@@ -26,6 +32,14 @@ const KB: u32 = {{KB}}u;
 const D4: u32 = (D + 3u) / 4u;
 
 var<workgroup> stage_x: array<vec4<f32>, STAGE * D4>;
+
+// The distance of a listed rank (knn_list.wgsl's `finish`).
+fn list_distance(t: f32) -> f32 {
+    if METRIC == 0u {
+        return sqrt(t);
+    }
+    return metric_distance(t);
+}
 
 @compute @workgroup_size(WG)
 fn nearest(@builtin(workgroup_id) wid: vec3<u32>,
@@ -73,7 +87,12 @@ fn nearest(@builtin(workgroup_id) wid: vec3<u32>,
                             if k4 * 4u + c >= D {
                                 break;
                             }
-                            t[u] = fma(dv[c], dv[c], t[u]);
+                            if METRIC == 0u {
+                                t[u] = fma(dv[c], dv[c], t[u]);
+                            } else {
+                                let x0 = stage_x[(j + u) * D4][0];
+                                t[u] = metric_step(t[u], dv[c], k4 * 4u + c, x0, qx[0][0]);
+                            }
                         }
                     }
                 }

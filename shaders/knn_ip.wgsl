@@ -276,3 +276,8 @@ fn nearest_ip(@builtin(workgroup_id) wid: vec3<u32>,
         end_list(i, wid.y, &bd, &bi);
     }
 }
+
+// The distance of a listed squared distance (knn_list.wgsl's `finish`).
+fn list_distance(t: f32) -> f32 {
+    return sqrt(t);
+}

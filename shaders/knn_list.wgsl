@@ -104,10 +104,11 @@ fn end_list(i: u32, slice: u32, bd: ptr<function, array<f32, K>>, bi: ptr<functi
 }
 
 // Entry r of row i's list after this window: kept in `best` for the next
-// window, or, on the last, written out as (√t, index).
+// window, or, on the last, written out as (distance, index): the
+// importing shader's list_distance (√t for the Euclidean metric).
 fn finish(i: u32, r: u32, t: f32, j: u32) {
     if (p.flags & LAST_TILE) != 0u {
-        out_dist[i * K + r] = sqrt(t);
+        out_dist[i * K + r] = list_distance(t);
         out_idx[i * K + r] = j;
     } else {
         best[(i * K + r) * 2u] = bitcast<u32>(t);

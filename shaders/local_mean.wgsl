@@ -54,11 +54,18 @@
 // as values at or above MISSING), FORM (above), EXCL (1: leave each row's
 // own key out; queries are the keys). Generated: WG, the FORM_* codes,
 // FIRST_TILE, LAST_TILE, LOG2E and MISSING.
+//
+// METRIC (a pipeline override of the module `metric`): the distance r of
+// k(r/h). 0: Euclidean, t = Σ(x − q)² as above. The others (never with
+// FORM_SCALED, MASKED or PRODUCT: the host asks for FORM_EXACT) accumulate
+// the metric's rank over the coordinates (metric_step) and turn it into
+// t = r² at the key's end (metric_t); a padding key gets t = +∞.
 
 #import consts
 #import profiles
 #import product
 #import row_state
+#import metric
 
 const D: u32 = {{D}}u;
 const QT: u32 = {{QT}}u;
@@ -234,8 +241,10 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
                             }
                             // MASKED: a coordinate either row lacks (stored as a
                             // value at or above MISSING) is left out.
-                            if MASKED == 0u {
+                            if MASKED == 0u && METRIC == 0u {
                                 t[r] = fma(df, df, t[r]);
+                            } else if MASKED == 0u {
+                                t[r] = metric_step(t[r], df, k, stage_x[ch][c * D4][0], qx[r * D]);
                             } else if max(abs(xk), abs(qk)) < MISSING {
                                 t[r] = fma(df, df, t[r]);
                                 seen[r] += 1u;
@@ -257,6 +266,9 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
                 }
                 for (var r = 0u; r < R; r++) {
                     var v = t[r];
+                    if METRIC != 0u {
+                        v = metric_t(t[r], inf);
+                    }
                     if PRODUCT {
                         v = carrier[r];
                     } else if MASKED != 0u {

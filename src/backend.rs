@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Metric};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{
@@ -61,6 +61,8 @@ pub(crate) enum CallKind {
     Knn {
         /// Neighbours per query.
         k: usize,
+        /// Measured by differences (a metric other than the Euclidean one).
+        differences: bool,
     },
     /// A kernel matrix.
     Matrix,
@@ -88,13 +90,16 @@ impl<'k> Call<'k> {
         }
     }
 
-    /// The `k` nearest keys of `rows` queries.
-    pub(crate) fn knn(rows: usize, k: usize) -> Self {
+    /// The `k` nearest keys of `rows` queries under `metric`.
+    pub(crate) fn knn(rows: usize, k: usize, metric: &Metric) -> Self {
         Call {
             op: "knn",
             rows,
             kernel: None,
-            kind: CallKind::Knn { k },
+            kind: CallKind::Knn {
+                k,
+                differences: !metric.is_euclidean(),
+            },
         }
     }
 
@@ -173,8 +178,9 @@ pub(crate) trait PreparedKeys: Send + Sync + fmt::Debug {
     /// rows), and NaN (counted) where they have none at all.
     fn local_moments(&self, q: &Query<'_>, pass: Moments) -> Result<RowNormalized>;
 
-    /// The `k` nearest keys of every query.
-    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours>;
+    /// The `k` nearest keys of every query under `metric` (its dimension
+    /// checked by the caller), with their distances.
+    fn knn(&self, queries: &Matrix<'_>, k: usize, metric: &Metric) -> Result<Neighbours>;
 
     /// A kernel matrix of the queries against the keys (`M × N`) and, for
     /// the normalized modes, its count of empty rows.

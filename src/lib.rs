@@ -61,7 +61,7 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use gpu::adapter::AdapterChoice;
 pub use gpu::plan::TileLimits;
-pub use kernel::{Kernel, Profile};
+pub use kernel::{Kernel, Metric, Profile};
 pub use memory::MemoryUsage;
 pub use ops::{
     BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights, LaplacianKind,

@@ -4,7 +4,7 @@
 
 use std::ops::Deref;
 
-use locus::{Kernel, Profile, SoftmaxParams};
+use locus::{Kernel, Metric, Profile, SoftmaxParams};
 use ndarray::{ArrayView, Dimension};
 use numpy::PyReadonlyArray;
 use pyo3::prelude::*;
@@ -24,6 +24,9 @@ pub(crate) struct KernelArg(Kernel);
 /// [`KernelArg`] as given, before the check.
 #[derive(FromPyObject)]
 enum KernelParts {
+    /// A profile, its bandwidth and a metric (a name as `Metric`'s
+    /// `FromStr` takes it: `"manhattan"`, `"minkowski:3"`, …).
+    WithMetric(String, f64, String),
     /// A profile and its bandwidth.
     Radial(String, f64),
     /// A product kernel's blocks.
@@ -39,6 +42,14 @@ impl<'a, 'py> FromPyObject<'a, 'py> for KernelArg {
             KernelParts::Radial(name, h) => Kernel::new(profile(py, &name)?, h as f32)
                 .map(KernelArg)
                 .map_err(|e| to_py(py, &e)),
+            KernelParts::WithMetric(name, h, m) => {
+                let kernel =
+                    Kernel::new(profile(py, &name)?, h as f32).map_err(|e| to_py(py, &e))?;
+                kernel
+                    .with_metric(metric(py, &m)?)
+                    .map(KernelArg)
+                    .map_err(|e| to_py(py, &e))
+            }
             KernelParts::Product(blocks) => product(py, &blocks).map(KernelArg),
         }
     }
@@ -59,6 +70,11 @@ pub(crate) fn product(py: Python<'_>, blocks: &[Block]) -> PyResult<Kernel> {
         .map(|(d, p, h)| Ok((*d, profile(py, p)?, *h as f32)))
         .collect::<PyResult<Vec<_>>>()?;
     Kernel::product(spec).map_err(|e| to_py(py, &e))
+}
+
+/// The metric `spec` (`"manhattan"`, `"minkowski:3"`, …), checked.
+pub(crate) fn metric(py: Python<'_>, spec: &str) -> PyResult<Metric> {
+    spec.parse().map_err(|e| to_py(py, &e))
 }
 
 /// The profile `name`, checked.

@@ -40,6 +40,9 @@ pub(crate) fn kind(e: &Error) -> Kind {
     match e {
         Error::InvalidBandwidth { .. }
         | Error::UnknownProfile { .. }
+        | Error::UnknownMetric { .. }
+        | Error::MetricDimension { .. }
+        | Error::UnsupportedMetric { .. }
         | Error::DimensionMismatch { .. }
         | Error::KernelDimension { .. }
         | Error::RowMismatch { .. }

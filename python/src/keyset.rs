@@ -84,15 +84,18 @@ key_set_methods! {
 
     others {
         /// Indices (`M × k`, int64) and distances (`M × k`) of the `k`
-        /// nearest keys.
+        /// nearest keys under `metric` (`"euclidean"`, `"minkowski:3"`, …).
+        #[pyo3(signature = (queries, k, metric = "euclidean"))]
         fn knn<'py>(
             &self,
             py: Python<'py>,
             queries: PyReadonlyArray2<'py, f32>,
             k: usize,
+            metric: &str,
         ) -> PyResult<<Neighbours as IntoPython<'py>>::Output> {
+            let metric = crate::convert::metric(py, metric)?;
             let q = queries.as_array();
-            compute(py, || self.inner.knn(q, k)).map(|nb| nb.into_python(py))
+            compute(py, || self.inner.knn_metric(q, k, metric)).map(|nb| nb.into_python(py))
         }
 
         /// Number of keys.

@@ -109,18 +109,22 @@ kernel_ops! {
         -> Array1<f64> = |e, k| e.log_density(k, queries, keys, weights);
 }
 
-/// Indices (int64) and distances of the `k` nearest `keys` of each query.
+/// Indices (int64) and distances of the `k` nearest `keys` of each query
+/// under `metric` (`"euclidean"`, `"manhattan"`, `"minkowski:3"`, …).
 #[pyfunction]
+#[pyo3(signature = (engine, queries, keys, k, metric = "euclidean"))]
 pub(crate) fn knn<'py>(
     py: Python<'py>,
     engine: &Bound<'py, Engine>,
     queries: Rows<'py>,
     keys: Rows<'py>,
     k: usize,
+    metric: &str,
 ) -> PyResult<<Neighbours as IntoPython<'py>>::Output> {
+    let metric = crate::convert::metric(py, metric)?;
     let (q, x) = (queries.as_array(), keys.as_array());
     let e = &engine.get().inner;
-    compute(py, || e.knn(q, x, k)).map(|nb| nb.into_python(py))
+    compute(py, || e.knn_metric(q, x, k, metric)).map(|nb| nb.into_python(py))
 }
 
 /// `softmax(s·ΦΨᵀ)V` for 2-D `(M, d)` or batched 3-D `(B, M, d)` inputs.

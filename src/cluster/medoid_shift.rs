@@ -92,7 +92,8 @@ impl Engine {
         // k(0) = 1: every point is its own neighbour, so no row is empty.
         let means = call::local_mean(backend, &kernel, &x, (&x, &x))?;
         let mm = Matrix::check(OP, "local means", means.values.view())?;
-        let nearest = crate::ops::knn_scaled(backend, &mm, &x, 1)?;
+        let nearest =
+            crate::ops::knn_scaled(backend, &mm, &x, (1, &crate::kernel::Metric::Euclidean))?;
         let next: Vec<u32> = nearest.indices.iter().map(|&j| j as u32).collect();
         let mut fit = follow(&next, params.max_iter(), h);
         let d = x.cols();

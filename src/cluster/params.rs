@@ -5,7 +5,7 @@ use ndarray::Array2;
 
 use crate::error::ClusterError;
 use crate::error::Result;
-use crate::kernel::{Kernel, Profile};
+use crate::kernel::{Kernel, Metric, Profile};
 use crate::matrix::Matrix;
 
 /// How the bandwidth `h` is chosen.
@@ -97,8 +97,11 @@ macro_rules! kernel_setters {
         /// The kernel itself: a radial kernel sets the profile and a fixed
         /// bandwidth; a product kernel ([`Kernel::product`]) gives
         #[doc = $product]
+        ///
+        /// The kernel's metric must be Euclidean (`check` refuses another).
         pub fn kernel(mut self, kernel: Kernel) -> Self {
             (self.profile, self.bandwidth, self.product) = kernel_settings(kernel, self.profile);
+            self.metric = kernel.metric();
             self
         }
 
@@ -182,6 +185,7 @@ pub struct MeanShiftParams {
     bandwidth: Bandwidth,
     /// A product kernel, which replaces `profile` and `bandwidth`.
     product: Option<Kernel>,
+    metric: Metric,
     seeds: Seeds,
     max_iter: usize,
     tol: f64,
@@ -204,6 +208,7 @@ impl MeanShiftParams {
             profile: Profile::Uniform,
             bandwidth: Bandwidth::default(),
             product: None,
+            metric: Metric::Euclidean,
             seeds: Seeds::All,
             max_iter: 300,
             tol: 1e-3,
@@ -267,6 +272,7 @@ impl MeanShiftParams {
     /// [`Error::NonFinite`]: crate::Error::NonFinite
     pub fn check(self) -> Result<MeanShiftValidParams> {
         const OP: &str = "mean_shift";
+        self.metric.require_euclidean(OP)?;
         if self.max_iter == 0 {
             return Err(ClusterError::ZeroMaxIter { op: OP }.into());
         }
@@ -345,6 +351,7 @@ pub struct MedoidShiftParams {
     bandwidth: Bandwidth,
     /// A product kernel, which replaces `profile` and `bandwidth`.
     product: Option<Kernel>,
+    metric: Metric,
     max_iter: usize,
 }
 
@@ -361,6 +368,7 @@ impl MedoidShiftParams {
             profile: Profile::Gaussian,
             bandwidth: Bandwidth::default(),
             product: None,
+            metric: Metric::Euclidean,
             max_iter: 300,
         }
     }
@@ -378,6 +386,7 @@ impl MedoidShiftParams {
     /// # Errors
     /// As [`MeanShiftParams::check`] for the bandwidth and `max_iter`.
     pub fn check(self) -> Result<MedoidShiftValidParams> {
+        self.metric.require_euclidean("medoid_shift")?;
         if self.max_iter == 0 {
             return Err(ClusterError::ZeroMaxIter { op: "medoid_shift" }.into());
         }

@@ -100,7 +100,12 @@ pub(crate) fn label(
                 }
             })?;
         let block = Matrix::check("mean_shift", "points", rows)?;
-        let nearest = crate::ops::knn_scaled(backend, &block, modes, 1)?;
+        let nearest = crate::ops::knn_scaled(
+            backend,
+            &block,
+            modes,
+            (1, &crate::kernel::Metric::Euclidean),
+        )?;
         labels.extend(
             nearest
                 .indices

@@ -4,18 +4,20 @@
 //! from `knn_blocked.rs` (inner products as a filter, the same exact
 //! distances).
 //!
-//! Imports: `super::{keys, knn_blocked, panels, simd, topk}`, `crate::cancel`, `crate::error`,
-//! `crate::matrix`, `crate::types`.
+//! Imports: `super::{keys, knn_blocked, metric, panels, simd, topk}`, `crate::cancel`,
+//! `crate::error`, `crate::kernel`, `crate::matrix`, `crate::types`.
 
 use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::knn_blocked;
+use super::metric::rank_to_distance;
 use super::panels::MAX_D;
 use super::simd::{Avx2Fma, Avx512, KEY_BLOCK};
 use super::topk::{TopK, range};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
+use crate::kernel::Metric;
 use crate::matrix::try_array;
 use crate::types::Neighbours;
 
@@ -50,25 +52,33 @@ pub(crate) fn knn(
     queries: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
-    k: usize,
+    (k, metric): (usize, &Metric),
     cp: &Checkpoint,
 ) -> Result<Vec<TopK>> {
     let isa = Avx2Fma::detect();
+    // The inner products measure Euclidean distances only.
+    if !metric.is_euclidean() {
+        let lists = direct(isa, metric, queries, d, keys, k, cp);
+        cp.check()?;
+        return Ok(lists);
+    }
     let lists = match blocked(d, queries.len() / d)
         .then(|| knn_blocked::knn(isa, queries, d, keys, k, cp))
         .flatten()
     {
         Some(lists) => lists,
-        None => direct(isa, queries, d, keys, k, cp),
+        None => direct(isa, metric, queries, d, keys, k, cp),
     };
     cp.check()?;
     Ok(lists)
 }
 
-/// The `k` nearest keys of every query, one distance loop over `d` per
-/// pair; `isa`: the AVX2 + FMA token, or `None` for the portable build.
+/// The `k` nearest keys of every query under `metric`, one distance loop
+/// over `d` per pair; `isa`: the AVX2 + FMA token, or `None` for the
+/// portable build.
 pub(super) fn direct(
     isa: Option<Avx2Fma>,
+    metric: &Metric,
     queries: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
@@ -91,7 +101,7 @@ pub(super) fn direct(
                 .into_par_iter()
                 .map(|t| match cp.is_cancelled() {
                     true => TopK::new(k),
-                    false => range(isa, query, keys, k, t * per, ((t + 1) * per).min(n)),
+                    false => range(isa, metric, query, keys, k, t * per, ((t + 1) * per).min(n)),
                 })
                 .reduce_with(|a, b| a.merge(&b))
                 .unwrap_or_else(|| TopK::new(k))
@@ -99,16 +109,17 @@ pub(super) fn direct(
         .collect()
 }
 
-/// The lists as [`Neighbours`]: indices and Euclidean distances, `k` per
-/// query (or [`Error::TooLarge`](crate::Error::TooLarge)).
-pub(crate) fn neighbours(lists: &[TopK], k: usize) -> Result<Neighbours> {
+/// The lists as [`Neighbours`]: indices and distances under `metric`
+/// (from the lists' ranks), `k` per query (or
+/// [`Error::TooLarge`](crate::Error::TooLarge)).
+pub(crate) fn neighbours(lists: &[TopK], k: usize, metric: &Metric) -> Result<Neighbours> {
     let m = lists.len();
     let mut indices = try_array("knn", "indices", (m, k), 0i64)?;
     let mut distances = try_array("knn", "distances", (m, k), 0.0f32)?;
     for (i, l) in lists.iter().enumerate() {
         for c in 0..k {
             indices[[i, c]] = i64::from(l.idx[c]);
-            distances[[i, c]] = l.d2[c].sqrt();
+            distances[[i, c]] = rank_to_distance(metric, l.d2[c]);
         }
     }
     Ok(Neighbours { indices, distances })

@@ -15,6 +15,7 @@ use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile, far_nor
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, sq_dist, sq_dist_row};
 use super::topk::{TopK, range};
 use crate::cancel::Checkpoint;
+use crate::kernel::Metric;
 
 /// Queries per rayon task (groups of [`ROWS`] sharing each key block).
 const CHUNK: usize = 16 * ROWS;
@@ -203,7 +204,15 @@ fn chunk_impl<S: Isa>(
         .enumerate()
         .map(|(i, row)| {
             if row.far() {
-                range(isa, &chunk[i * d..(i + 1) * d], keys, k, 0, n)
+                range(
+                    isa,
+                    &Metric::Euclidean,
+                    &chunk[i * d..(i + 1) * d],
+                    keys,
+                    k,
+                    0,
+                    n,
+                )
             } else {
                 row.top
             }
@@ -232,7 +241,7 @@ mod tests {
         let soa = cols.soa(None);
         for isa in [None, Avx2Fma::detect()] {
             let cp = Checkpoint::current("knn");
-            let want = direct(isa, q, d, &soa, k, &cp);
+            let want = direct(isa, &Metric::Euclidean, q, d, &soa, k, &cp);
             let got = knn(isa, q, d, &soa, k, &cp).expect("blocked path runs");
             assert_eq!(got.len(), want.len(), "{what}");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -19,6 +19,7 @@ mod knn_blocked;
 mod local_mean;
 mod masked;
 mod mean_shift;
+mod metric;
 mod moments;
 mod panels;
 mod prepared;
@@ -136,6 +137,7 @@ impl Backend for CpuBackend {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
+        kernel.require_euclidean("masked_local_mean")?;
         self.threads
             .install(|| masked::masked_local_mean(kernel, queries, keys, values))
     }
@@ -171,6 +173,7 @@ impl Backend for CpuBackend {
     }
 
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
+        shift.kernel.require_euclidean("mean_shift")?;
         mean_shift::mean_shift(shift, &self.threads)
     }
 }

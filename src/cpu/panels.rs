@@ -44,7 +44,9 @@ pub(crate) const MIN_D: usize = 32;
 /// states and kernel matrices for queries in `d` dimensions under
 /// `kernel` (never a product kernel's: its distances are by blocks).
 pub(crate) fn serve_sq_dists(kernel: &Kernel, panels: Option<&Panels>, d: usize) -> bool {
-    !kernel.is_product() && panels.is_some_and(|p| p.d == d && d >= MIN_D)
+    !kernel.is_product()
+        && kernel.metric().is_euclidean()
+        && panels.is_some_and(|p| p.d == d && d >= MIN_D)
 }
 
 /// Queries from which a one-shot call builds panels: building them is a
@@ -60,7 +62,10 @@ pub(crate) const ONE_SHOT_MIN_M: usize = 32;
 /// once); never for a product kernel, which the panels do not serve
 /// ([`serve_sq_dists`]).
 pub(crate) fn wanted_for(kernel: &Kernel, d: usize, m: usize) -> bool {
-    !kernel.is_product() && (MIN_D..=MAX_D).contains(&d) && m >= ONE_SHOT_MIN_M
+    !kernel.is_product()
+        && kernel.metric().is_euclidean()
+        && (MIN_D..=MAX_D).contains(&d)
+        && m >= ONE_SHOT_MIN_M
 }
 
 /// The keys centred on their mean (taken in `f64`), rounded once to `f32`

@@ -20,6 +20,7 @@ use super::{kernel_matrix, knn, local_mean, moments, panels};
 use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
+use crate::kernel::Metric;
 use crate::matrix::{Matrix, alloc_output};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::types::{Neighbours, RowNormalized, RowStates};
@@ -96,7 +97,11 @@ impl CpuKeys {
     ) -> Result<Self> {
         let d = keys.cols();
         let pack = match (call.kind, call.kernel) {
-            (CallKind::Knn { .. }, _) if knn::blocked(d, call.rows) => Pack::PanelsAndRows,
+            (CallKind::Knn { differences, .. }, _)
+                if !differences && knn::blocked(d, call.rows) =>
+            {
+                Pack::PanelsAndRows
+            }
             (CallKind::Means { .. } | CallKind::Matrix, Some(kernel)) => {
                 Pack::panels_if(panels::wanted_for(kernel, d, call.rows))
             }
@@ -151,6 +156,7 @@ impl PreparedKeys for CpuKeys {
     }
 
     fn local_moments(&self, q: &Query<'_>, pass: Moments) -> Result<RowNormalized> {
+        q.kernel.require_euclidean("local_moments")?;
         let bytes = request_bytes(q.rows.rows(), pass.layout.cols());
         let _work = self.request("local_moments", bytes)?;
         let keys = self.keys.soa(pass.set);
@@ -158,16 +164,19 @@ impl PreparedKeys for CpuKeys {
             .install(|| moments::local_moments(q.kernel, q.rows, &keys, pass.layout))
     }
 
-    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+    fn knn(&self, queries: &Matrix<'_>, k: usize, metric: &Metric) -> Result<Neighbours> {
         let bytes = (queries.rows() as u64).saturating_mul(16 * k as u64);
         let _work = self.request("knn", bytes)?;
         let cp = Checkpoint::current("knn");
         let (rows, d, soa) = (queries.as_slice(), self.keys.d(), self.keys.soa(None));
-        let lists = self.threads.install(|| knn::knn(rows, d, &soa, k, &cp))?;
-        knn::neighbours(&lists, k)
+        let lists = self
+            .threads
+            .install(|| knn::knn(rows, d, &soa, (k, metric), &cp))?;
+        knn::neighbours(&lists, k, metric)
     }
 
     fn kernel_matrix(&self, q: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized> {
+        q.kernel.require_euclidean("kernel_matrix")?;
         let (m, n) = (q.rows.rows(), self.keys.n());
         let mut out = alloc_output("kernel_matrix", "output", m, n)?;
         let (rows, d, keys) = (q.rows.as_slice(), self.keys.d(), self.keys.soa(None));

@@ -3,10 +3,12 @@
 //! direct kNN path (`knn.rs`) and the blocked one (`knn_blocked.rs`) both
 //! keep and merge.
 //!
-//! Imports: `super::{keys, simd}`.
+//! Imports: `super::{keys, metric, simd}`, `crate::kernel`.
 
 use super::keys::KeysSoa;
+use super::metric::ranks;
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists};
+use crate::kernel::Metric;
 
 /// The `k` nearest keys of one query: squared distances ascending, ties in
 /// index order.
@@ -67,10 +69,12 @@ impl TopK {
     }
 }
 
-/// The nearest keys of one query among `k0..k1`, on the AVX2 + FMA build
-/// when `isa` holds the token.
+/// The nearest keys of one query among `k0..k1` under `metric` (the list
+/// holds its ranks: squared distances for the Euclidean metric), on the
+/// AVX2 + FMA build when `isa` holds the token.
 pub(super) fn range(
     isa: Option<Avx2Fma>,
+    metric: &Metric,
     query: &[f32],
     keys: &KeysSoa<'_>,
     k: usize,
@@ -81,34 +85,45 @@ pub(super) fn range(
     if let Some(isa) = isa {
         // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
         // detection found AVX2 and FMA.
-        return unsafe { range_avx2(isa, query, keys, k, k0, k1) };
+        return unsafe { range_avx2(isa, metric, query, keys, k, k0, k1) };
     }
     let _ = isa;
-    range_impl::<Portable>(query, keys, k, k0, k1)
+    range_impl::<Portable>(metric, query, keys, k, k0, k1)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn range_avx2(
     _isa: Avx2Fma,
+    metric: &Metric,
     query: &[f32],
     keys: &KeysSoa<'_>,
     k: usize,
     k0: usize,
     k1: usize,
 ) -> TopK {
-    range_impl::<Avx2Fma>(query, keys, k, k0, k1)
+    range_impl::<Avx2Fma>(metric, query, keys, k, k0, k1)
 }
 
 #[inline(always)]
-fn range_impl<S: Isa>(query: &[f32], keys: &KeysSoa<'_>, k: usize, k0: usize, k1: usize) -> TopK {
+fn range_impl<S: Isa>(
+    metric: &Metric,
+    query: &[f32],
+    keys: &KeysSoa<'_>,
+    k: usize,
+    k0: usize,
+    k1: usize,
+) -> TopK {
     let mut top = TopK::new(k);
     let mut buf = [0.0f32; KEY_BLOCK];
     let mut j0 = k0;
     while j0 < k1 {
         let len = KEY_BLOCK.min(k1 - j0);
         let t = &mut buf[..len];
-        scaled_sq_dists::<S>(keys.xt, keys.ld, j0, query, 1.0, t);
+        match metric {
+            Metric::Euclidean => scaled_sq_dists::<S>(keys.xt, keys.ld, j0, query, 1.0, t),
+            m => ranks::<S>(m, keys.xt, keys.ld, j0, query, t),
+        }
         let mut thr = top.d2[k - 1];
         for (jj, &tj) in t.iter().enumerate() {
             if tj < thr {

@@ -35,6 +35,38 @@ pub enum Error {
         name: String,
     },
 
+    /// A metric name that is not one of the supported ones.
+    #[error(
+        "unknown metric {name:?} (expected one of euclidean, l2, manhattan, cityblock, l1, chebyshev, infinity, minkowski (with p), haversine)"
+    )]
+    UnknownMetric {
+        /// The rejected name.
+        name: String,
+    },
+
+    /// Data whose column count the metric does not take (haversine: 2).
+    #[error("{op}: the {metric} metric takes {expected} columns but the data has {data}")]
+    MetricDimension {
+        /// Operation name.
+        op: &'static str,
+        /// The metric's name.
+        metric: &'static str,
+        /// Columns the metric takes.
+        expected: usize,
+        /// Columns of the data.
+        data: usize,
+    },
+
+    /// An op that computes Euclidean distances only was asked for another
+    /// metric (it never computes the Euclidean one in its place).
+    #[error("{op} supports the euclidean metric only, got {metric}")]
+    UnsupportedMetric {
+        /// Operation name.
+        op: &'static str,
+        /// The metric asked for.
+        metric: String,
+    },
+
     /// Queries and keys (or points) do not have the same number of columns.
     #[error("{op}: queries have dimension {queries} but keys have dimension {keys}")]
     DimensionMismatch {

@@ -353,6 +353,7 @@ mod tests {
             template: vec![("D", 5)],
             profile: Some(Profile::Cauchy.shader_code()),
             product: None,
+            metric: None,
         };
         const THREADS: usize = 8;
         let barrier = Barrier::new(THREADS);
@@ -376,6 +377,7 @@ mod tests {
         let other = PipelineKey {
             profile: Some(Profile::Gaussian.shader_code()),
             product: None,
+            metric: None,
             ..key.clone()
         };
         let p = ctx.pipeline("test", &other).unwrap();
@@ -403,6 +405,7 @@ mod tests {
             ],
             profile: Some(Profile::Gaussian.shader_code()),
             product: None,
+            metric: None,
         };
         for attempt in 1..=2 {
             let e = ctx.pipeline("test", &bad).err();
@@ -442,6 +445,7 @@ mod tests {
                 template: vec![("D", 3)],
                 profile: Some(p.shader_code()),
                 product: None,
+                metric: None,
             };
             ctx.pipeline("test", &key).expect("compiles");
         }

@@ -7,6 +7,7 @@ use ndarray::Array2;
 
 use crate::error::{Error, Result};
 use crate::gpu::plan::{KnnPlan, LOCAL_MEAN_WG, MAX_GPU_K, tiles};
+use crate::kernel::Metric;
 use crate::types::Neighbours;
 
 use super::buffers::upload;
@@ -52,13 +53,20 @@ pub(crate) fn check_gpu_k(k: usize) -> Result<()> {
 /// across workgroups when the rows alone give the device too few, with a
 /// merge dispatch after each split one (docs/tiling.md, "k nearest
 /// neighbours").
-pub(crate) fn knn_on_tiles(call: &OnTiles<'_, '_>, n: usize, plan: &KnnPlan) -> Result<Neighbours> {
+pub(crate) fn knn_on_tiles(
+    call: &OnTiles<'_, '_>,
+    (n, metric): (usize, &Metric),
+    plan: &KnnPlan,
+) -> Result<Neighbours> {
     let (ctx, queries, keys, k) = (call.ctx, call.queries, &call.keys, plan.k);
     let (m, d) = (queries.rows(), keys.d);
     // From d = 32 the keys are filtered by inner-product tiles and the
     // candidates re-measured (docs/numerics.md, "kNN by inner products
     // (GPU)"): the same lists as the differences.
-    let (shader, mut template) = match plan.ip {
+    // Another metric than the Euclidean one is measured by differences,
+    // its ranks and distances by `knn.wgsl`'s `METRIC`.
+    let ip = plan.ip.filter(|_| metric.is_euclidean());
+    let (shader, mut template) = match ip {
         Some(resident) => (ShaderId::KnnIp, vec![("QRES", u32::from(resident))]),
         None => (
             ShaderId::Knn,
@@ -69,7 +77,10 @@ pub(crate) fn knn_on_tiles(call: &OnTiles<'_, '_>, n: usize, plan: &KnnPlan) -> 
         ),
     };
     template.extend([("D", d as u32), ("K", k as u32)]);
-    let key = PipelineKey::new(shader, template);
+    let mut key = PipelineKey::new(shader, template);
+    if shader == ShaderId::Knn {
+        key = key.with_metric(metric);
+    }
     let windows = Window::all(keys.tiles, plan.dispatch_keys);
     let mut distances = Array2::<f32>::zeros((m, k));
     let mut indices = Array2::<i64>::zeros((m, k));

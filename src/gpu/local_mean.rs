@@ -122,7 +122,11 @@ impl<'a, 'p> Sweep<'a, 'p> {
             WeightForm::Root
         } else if !profile.is_exponential() {
             WeightForm::Plain
-        } else if self.differences || self.kernel.is_product() || self.kind != PassKind::Mean {
+        } else if self.differences
+            || self.kernel.is_product()
+            || !self.kernel.metric().is_euclidean()
+            || self.kind != PassKind::Mean
+        {
             WeightForm::Exact
         } else {
             WeightForm::Scaled
@@ -201,6 +205,7 @@ impl<'a, 'p> Sweep<'a, 'p> {
         let ip = (self.kind == PassKind::Mean
             && !self.differences
             && !self.kernel.is_product()
+            && self.kernel.metric().is_euclidean()
             && self.keys.d >= IP_MIN_D)
             .then(|| ip_queries_resident(self.keys.d, qt as usize, ctx.limits.workgroup_bytes))
             .flatten();
@@ -235,7 +240,10 @@ impl<'a, 'p> Sweep<'a, 'p> {
             }
         };
         template.extend([("D", self.keys.d as u32), ("QT", qt), ("QA", qt.max(1))]);
-        let key = PipelineKey::for_kernel(shader, template, self.kernel);
+        let mut key = PipelineKey::for_kernel(shader, template, self.kernel);
+        if shader == ShaderId::LocalMean && self.kind == PassKind::Mean {
+            key = key.with_metric(&self.kernel.metric());
+        }
         // Rows per workgroup: R per invocation in local_mean.wgsl; every plan
         // that may take another shader has R = 1. The merge has one row per
         // invocation.

@@ -107,6 +107,7 @@ impl Backend for GpuBackend {
         keys: &Matrix<'_>,
         values: &Matrix<'_>,
     ) -> Result<RowNormalized> {
+        kernel.require_euclidean("masked_local_mean")?;
         local_mean::masked_local_mean(&self.ctx, kernel, queries, keys, values)
     }
 
@@ -130,6 +131,7 @@ impl Backend for GpuBackend {
     }
 
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
+        shift.kernel.require_euclidean("mean_shift")?;
         mean_shift::mean_shift(&self.ctx, shift)
     }
 

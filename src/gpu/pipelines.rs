@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Metric};
 
 use super::shaders::{ProductCode, ShaderId};
 
@@ -32,6 +32,9 @@ pub(crate) struct PipelineKey {
     pub profile: Option<u32>,
     /// A product kernel's blocks, for shaders that use profiles.
     pub product: Option<ProductCode>,
+    /// The `METRIC` and `METRIC_P` overrides (code, bits of `p`), for the
+    /// shaders that measure by a metric (`local_mean.wgsl`, `knn.wgsl`).
+    pub metric: Option<(u32, u64)>,
 }
 
 impl PipelineKey {
@@ -42,7 +45,15 @@ impl PipelineKey {
             template,
             profile: None,
             product: None,
+            metric: None,
         }
+    }
+
+    /// The same key, its `METRIC` overrides set for `metric` (a shader
+    /// that declares them: `local_mean.wgsl`, `knn.wgsl`).
+    pub(crate) fn with_metric(mut self, metric: &Metric) -> Self {
+        self.metric = Some(metric.key());
+        self
     }
 
     /// `shader` with its placeholder values, specialized for `kernel`'s
@@ -57,6 +68,7 @@ impl PipelineKey {
             template,
             profile: Some(kernel.profile().shader_code()),
             product: ProductCode::of(kernel),
+            metric: None,
         }
     }
 }
@@ -209,11 +221,16 @@ impl Pipelines {
                 checks,
             )
         };
-        let constants: Vec<(&str, f64)> = key
+        let mut constants: Vec<(&str, f64)> = key
             .profile
             .map(|p| ("PROFILE", f64::from(p)))
             .into_iter()
             .collect();
+        if let Some((code, p)) = key.metric {
+            // `p` matters to Minkowski only; 2 keeps it finite otherwise.
+            let p = if code == 3 { f64::from_bits(p) } else { 2.0 };
+            constants.extend([("METRIC", f64::from(code)), ("METRIC_P", p)]);
+        }
         Ok(
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(key.shader.file()),
@@ -370,17 +387,22 @@ mod tests {
                 );
                 used_by_file.entry(id.file()).or_default().extend(used);
 
-                // The `PROFILE` override exactly when the key sets it.
+                // The `PROFILE` override exactly when the key sets it, and
+                // `METRIC`, `METRIC_P` where `with_metric` sets them.
                 let overrides: Vec<_> = module
                     .overrides
                     .iter()
                     .filter_map(|(_, o)| o.name.clone())
                     .collect();
-                let want: Vec<String> = if id.uses_profiles() {
+                let mut want: Vec<String> = if id.uses_profiles() {
                     vec!["PROFILE".into()]
                 } else {
                     vec![]
                 };
+                // The shaders that measure by a metric (PipelineKey::with_metric).
+                if matches!(id.file(), "local_mean.wgsl" | "knn.wgsl") {
+                    want.extend(["METRIC".into(), "METRIC_P".into()]);
+                }
                 assert_eq!(overrides, want, "{what}: override constants");
 
                 // (c) Generated constants hold exactly the Rust values.

@@ -28,7 +28,7 @@ use crate::gpu::plan::Shape;
 use crate::gpu::plan::{
     plan_kernel_matrix, plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles,
 };
-use crate::kernel::Profile;
+use crate::kernel::{Metric, Profile};
 use crate::matrix::{Matrix, reserve};
 use crate::memory::Reservation;
 use crate::types::{Neighbours, RowNormalized, RowStates};
@@ -187,7 +187,7 @@ impl<'a> GpuKeys<'a> {
         let op = call.op;
         let (m, n, d) = (call.rows, keys.rows(), keys.cols());
         let (limits, caps) = (&ctx.limits, &ctx.caps);
-        if let CallKind::Knn { k } = call.kind {
+        if let CallKind::Knn { k, .. } = call.kind {
             check_gpu_k(k)?;
         }
         check_u32(op, "query rows", m)?;
@@ -200,7 +200,9 @@ impl<'a> GpuKeys<'a> {
             CallKind::Moments(layout) => {
                 plan_local_moments(limits, caps, (m, n), &layout)?.key_tile
             }
-            CallKind::Knn { k } => plan_knn(limits, caps, shape, k)?.key_tile,
+            CallKind::Knn { k, differences } => {
+                plan_knn(limits, caps, shape, (k, differences))?.key_tile
+            }
             CallKind::Matrix => plan_kernel_matrix(limits, caps, shape)?.1.key_tile,
         };
         let scope = ctx.scope(op, format!("M={m} N={n} d={d} (keys)"))?;
@@ -377,6 +379,7 @@ impl PreparedKeys for GpuKeys<'_> {
     fn local_moments(&self, query: &Query<'_>, pass: Moments) -> Result<RowNormalized> {
         const OP: &str = "local_moments";
         let (kernel, queries) = (query.kernel, query.rows);
+        kernel.require_euclidean(OP)?;
         let Moments { layout, set } = pass;
         let (ctx, m) = (&*self.ctx, queries.rows());
         check_u32(OP, "query rows", m)?;
@@ -397,16 +400,18 @@ impl PreparedKeys for GpuKeys<'_> {
         Ok(out)
     }
 
-    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+    fn knn(&self, queries: &Matrix<'_>, k: usize, metric: &Metric) -> Result<Neighbours> {
         const OP: &str = "knn";
         let (ctx, m) = (&*self.ctx, queries.rows());
         check_gpu_k(k)?;
         check_u32(OP, "query rows", m)?;
-        let mut plan = plan_knn(&ctx.limits, &ctx.caps, self.shape(m, 0), k)?;
+        let differences = !metric.is_euclidean();
+        let mut plan = plan_knn(&ctx.limits, &ctx.caps, self.shape(m, 0), (k, differences))?;
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("k={k}")))?;
         let tiles = self.key_tiles(None);
-        let out = knn_on_tiles(&self.call(&scope, queries, &tiles, 0), self.n, &plan)?;
+        let call = self.call(&scope, queries, &tiles, 0);
+        let out = knn_on_tiles(&call, (self.n, metric), &plan)?;
         scope.finish(ctx)?;
         Ok(out)
     }
@@ -414,6 +419,7 @@ impl PreparedKeys for GpuKeys<'_> {
     fn kernel_matrix(&self, query: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized> {
         const OP: &str = "kernel_matrix";
         let (kernel, queries) = (query.kernel, query.rows);
+        kernel.require_euclidean(OP)?;
         let (ctx, m, n) = (&*self.ctx, queries.rows(), self.n);
         check_u32(OP, "query rows", m)?;
         // One set of key tiles and query tiles serves both the row sums and

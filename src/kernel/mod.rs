@@ -12,9 +12,11 @@ use crate::error::{Error, Result};
 pub(crate) mod exact;
 pub(crate) mod form;
 
+mod metric;
 mod profile;
 
 pub(crate) use form::T_FAR;
+pub use metric::{METRIC_NAMES, Metric};
 pub use profile::Profile;
 
 /// Smallest accepted bandwidth: `1/h²` must stay a finite `f32`.
@@ -60,6 +62,7 @@ pub struct Kernel {
     profile: Profile,
     bandwidth: f32,
     blocks: Option<Blocks>,
+    metric: Metric,
 }
 
 impl Kernel {
@@ -78,6 +81,7 @@ impl Kernel {
             profile,
             bandwidth,
             blocks: None,
+            metric: Metric::Euclidean,
         })
     }
 
@@ -147,7 +151,48 @@ impl Kernel {
                 len: blocks.len(),
                 items,
             }),
+            metric: Metric::Euclidean,
         })
+    }
+
+    /// The same radial kernel with `r = dist(x, x')` under `metric`:
+    /// `K(x, x') = k(dist(x, x')/h)`. Local means, row states, densities
+    /// and kNN's kernel weights honour it on both backends; the ops that
+    /// compute Euclidean distances only (local moments and fits, kernel
+    /// matrices, MeanShift, masked distances) refuse a kernel with another
+    /// metric ([`Error::UnsupportedMetric`]).
+    ///
+    /// ```
+    /// use locus::{Kernel, Metric, Profile};
+    /// let k = Kernel::new(Profile::Gaussian, 0.5)?.with_metric(Metric::Manhattan)?;
+    /// assert_eq!(k.metric(), Metric::Manhattan);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a product kernel other than with
+    /// the Euclidean metric (its blocks are Euclidean).
+    pub fn with_metric(mut self, metric: Metric) -> Result<Self> {
+        if self.is_product() && !metric.is_euclidean() {
+            return Err(Error::InvalidParameter {
+                name: "metric",
+                reason: format!("a product kernel's blocks are Euclidean, got {metric}"),
+            });
+        }
+        self.metric = metric;
+        Ok(self)
+    }
+
+    /// The metric of `r` (Euclidean unless set by
+    /// [`with_metric`](Self::with_metric)).
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+
+    /// Fails unless the kernel's metric is Euclidean (see
+    /// [`Metric::require_euclidean`]).
+    pub(crate) fn require_euclidean(&self, op: &'static str) -> Result<()> {
+        self.metric.require_euclidean(op)
     }
 
     /// The same kernel with every block's bandwidth 1 (a radial kernel
@@ -178,11 +223,13 @@ impl Kernel {
     }
 
     /// Checks that data with `d` columns suits the kernel: a product
-    /// kernel's blocks must cover exactly `d` coordinates.
+    /// kernel's blocks must cover exactly `d` coordinates, the haversine
+    /// metric takes 2.
     ///
     /// # Errors
-    /// [`Error::KernelDimension`] otherwise.
+    /// [`Error::KernelDimension`] or [`Error::MetricDimension`] otherwise.
     pub fn check_dim(&self, op: &'static str, d: usize) -> Result<()> {
+        self.metric.check_dim(op, d)?;
         match self.dims() {
             Some(k) if k != d => Err(Error::KernelDimension {
                 op,
@@ -263,6 +310,11 @@ impl Kernel {
                 .sum()
         };
         let Some(bs) = self.blocks() else {
+            if !self.metric.is_euclidean() {
+                let dist = self.metric.rank_to_distance(self.metric.rank_by(q, key));
+                let h = f64::from(self.bandwidth);
+                return exact::log_weight(self.profile, (dist / h) * (dist / h));
+            }
             return exact::log_weight(self.profile, t(0, q.len(), self.bandwidth));
         };
         let mut lw = 0.0;
@@ -338,6 +390,9 @@ pub(crate) struct ProductBlocks {
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.blocks() {
+            None if !self.metric.is_euclidean() => {
+                write!(f, "{}(h={}, {})", self.profile, self.bandwidth, self.metric)
+            }
             None => write!(f, "{}(h={})", self.profile, self.bandwidth),
             Some(bs) => {
                 f.write_str("product(")?;

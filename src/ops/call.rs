@@ -8,7 +8,7 @@ use ndarray::Array2;
 
 use crate::backend::{Backend, Call, MatrixMode, Moments, Query};
 use crate::error::Result;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Metric};
 use crate::matrix::Matrix;
 use crate::types::{MomentLayout, Neighbours, RowNormalized, RowStates};
 
@@ -67,15 +67,19 @@ pub(crate) fn local_moments(
         .local_moments(&Query::new(kernel, queries), pass)
 }
 
-/// The `k` nearest keys of every query (`1 ≤ k ≤ N`, checked).
+/// The `k` nearest keys of every query under `metric` (`1 ≤ k ≤ N` and
+/// the metric's dimension, checked).
 pub(crate) fn knn(
     backend: &dyn Backend,
     queries: &Matrix<'_>,
     keys: &Matrix<'_>,
     k: usize,
+    metric: &Metric,
 ) -> Result<Neighbours> {
-    let call = Call::knn(queries.rows(), k);
-    backend.prepare_call(keys, &[], &call)?.knn(queries, k)
+    let call = Call::knn(queries.rows(), k, metric);
+    backend
+        .prepare_call(keys, &[], &call)?
+        .knn(queries, k, metric)
 }
 
 /// A kernel matrix and, for the normalized modes, its count of empty rows.

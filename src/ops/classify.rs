@@ -122,7 +122,10 @@ impl LocalModeClassifier {
             self.classes.view(),
             (self.fallback == EmptyFallback::NearestNeighbour).then(|| self.labels.view()),
             queries,
-            |sub| self.engine.knn(sub, self.keys.view(), 1),
+            |sub| {
+                let metric = self.kernel.metric();
+                self.engine.knn_metric(sub, self.keys.view(), 1, metric)
+            },
         )?;
         Ok(Predictions {
             labels,

@@ -7,12 +7,12 @@ use ndarray::{Array1, ArrayView1, ArrayView2};
 
 use super::classify::{EmptyFallback, label_rows};
 use super::kde::{kernel_ln_normalizer, ln_density_scale};
-use super::knn::{SQ_DIST_LIMIT, check_k, check_room};
+use super::knn::{SQ_DIST_LIMIT, check_k, check_room, rank_bound};
 use super::local_fit::{Centres, LocalFit, LocalPca, check_limits, fit_linear, fit_pca};
 use crate::backend::{Moments, PreparedKeys, Query};
 use crate::cpu::Threads;
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Metric};
 use crate::matrix::Matrix;
 use crate::types::{MomentLayout, Neighbours, RowNormalized};
 
@@ -83,8 +83,9 @@ impl OnKeys<'_> {
         let nearest = (fallback == EmptyFallback::NearestNeighbour).then_some(labels.labels);
         let classes = label_rows(&proba, labels.classes, nearest, queries, |sub| {
             let sub = Matrix::check("classify", "queries", sub)?;
-            self.check_distances("classify", &sub)?;
-            self.keys.knn(&sub, 1)
+            let metric = kernel.metric();
+            self.check_distances("classify", &sub, &metric)?;
+            self.keys.knn(&sub, 1, &metric)
         })?;
         Ok((proba, classes))
     }
@@ -141,27 +142,33 @@ impl OnKeys<'_> {
         self.keys.check_k(k)
     }
 
-    /// The `k` nearest keys of every query (`k` checked by
+    /// The `k` nearest keys of every query under `metric` (`k` checked by
     /// [`check_k`](Self::check_k)).
-    pub(crate) fn knn(&self, q: &Matrix<'_>, k: usize) -> Result<Neighbours> {
-        self.check_distances("knn", q)?;
+    pub(crate) fn knn(&self, q: &Matrix<'_>, k: usize, metric: &Metric) -> Result<Neighbours> {
+        metric.check_dim("knn", self.d)?;
+        self.check_distances("knn", q, metric)?;
         check_room("knn", q.rows(), k)?;
-        self.keys.knn(q, k)
+        self.keys.knn(q, k, metric)
     }
 
     /// Fails when squared distances between `queries` and the keys could
     /// overflow `f32`. [`Engine::knn`](crate::Engine::knn) rescales such
     /// data; prepared keys cannot be rescaled per request.
-    fn check_distances(&self, op: &'static str, queries: &Matrix<'_>) -> Result<()> {
+    fn check_distances(
+        &self,
+        op: &'static str,
+        queries: &Matrix<'_>,
+        metric: &Metric,
+    ) -> Result<()> {
         let qx = queries.max_abs();
         let r = f64::from(qx) + f64::from(self.extent);
-        if self.d as f64 * r * r <= SQ_DIST_LIMIT {
+        if rank_bound(metric, self.d, r) <= SQ_DIST_LIMIT {
             return Ok(());
         }
         Err(Error::InvalidParameter {
             name: "queries",
             reason: format!(
-                "{op}: coordinates up to {qx:e} (keys up to {:e}) make squared distances overflow f32; rescale the data, or use Engine::knn, which rescales",
+                "{op}: coordinates up to {qx:e} (keys up to {:e}) make distances overflow f32; rescale the data, or use Engine::knn, which rescales",
                 self.extent
             ),
         })

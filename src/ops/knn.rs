@@ -5,7 +5,7 @@ use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 use crate::backend::Backend;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Metric};
 use crate::matrix::{Matrix, ensure_room};
 use crate::types::{Neighbours, RowNormalized};
 
@@ -22,6 +22,17 @@ pub enum KnnWeights {
     Kernel(Kernel),
 }
 
+impl KnnWeights {
+    /// The metric the neighbours are found by: the kernel's, Euclidean for
+    /// uniform weights.
+    fn metric(&self) -> Metric {
+        match self {
+            KnnWeights::Uniform => Metric::Euclidean,
+            KnnWeights::Kernel(k) => k.metric(),
+        }
+    }
+}
+
 impl Engine {
     /// The `k` nearest keys of every query, by Euclidean distance.
     ///
@@ -34,11 +45,41 @@ impl Engine {
         keys: ArrayView2<'_, f32>,
         k: usize,
     ) -> Result<Neighbours> {
+        self.knn_metric(queries, keys, k, Metric::Euclidean)
+    }
+
+    /// The `k` nearest keys of every query under `metric`, with their
+    /// distances under it; ties go to the lower key index, as
+    /// [`knn`](Self::knn)'s. Euclidean is `knn` itself; the other metrics
+    /// are measured by differences on both backends (docs/numerics.md,
+    /// "Metrics").
+    ///
+    /// ```
+    /// use locus::{Engine, Metric};
+    /// use ndarray::array;
+    /// let keys = array![[0.0f32, 0.0], [1.0, 1.0], [0.0, 1.5]];
+    /// let nb = Engine::cpu().knn_metric(array![[0.0f32, 0.0]].view(), keys.view(), 2, Metric::Manhattan)?;
+    /// assert_eq!(nb.indices.row(0).to_vec(), vec![0, 2]);
+    /// assert_eq!(nb.distances[[0, 1]], 1.5);
+    /// # Ok::<(), locus::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`knn`](Self::knn), plus [`Error::MetricDimension`] for
+    /// haversine on data of other than 2 columns.
+    pub fn knn_metric(
+        &self,
+        queries: ArrayView2<'_, f32>,
+        keys: ArrayView2<'_, f32>,
+        k: usize,
+        metric: Metric,
+    ) -> Result<Neighbours> {
         const OP: &str = "knn";
         let Inputs { q, x, .. } = Inputs::check(OP, None, queries, keys, None)?;
+        metric.check_dim(OP, x.cols())?;
         check_k(k, x.rows())?;
         check_room(OP, q.rows(), k)?;
-        knn_scaled(self.backend_impl(), &q, &x, k)
+        knn_scaled(self.backend_impl(), &q, &x, (k, &metric))
     }
 
     /// kNN regression: the (weighted) mean of the `k` nearest keys' values.
@@ -65,7 +106,7 @@ impl Engine {
         if let KnnWeights::Kernel(kernel) = &weights {
             kernel.check_dim(OP, keys.ncols())?;
         }
-        let nb = self.knn(queries, keys, k)?;
+        let nb = self.knn_metric(queries, keys, k, weights.metric())?;
         let (m, q) = (nb.indices.nrows(), y.cols());
         let mut out = Array2::<f32>::zeros((m, q));
         let mut empty = 0;
@@ -112,7 +153,7 @@ impl Engine {
         if let KnnWeights::Kernel(kernel) = &weights {
             kernel.check_dim("knn_classify", keys.ncols())?;
         }
-        let nb = self.knn(queries, keys, k)?;
+        let nb = self.knn_metric(queries, keys, k, weights.metric())?;
         let m = nb.indices.nrows();
         let mut out = Array1::<i64>::zeros(m);
         let mut empty = 0;
@@ -198,11 +239,18 @@ pub(crate) fn check_room(op: &'static str, m: usize, k: usize) -> Result<()> {
 /// coordinates are scaled down first (see [`knn_scaled`]).
 pub(crate) const SQ_DIST_LIMIT: f64 = 1e37;
 
-/// The largest squared distance between rows of `a` and `b` can reach:
-/// `d·(max|a| + max|b|)²`.
-fn sq_dist_bound(a: &Matrix<'_>, b: &Matrix<'_>) -> f64 {
-    let r = f64::from(a.max_abs()) + f64::from(b.max_abs());
-    a.cols() as f64 * r * r
+/// The largest rank under `metric` (`kernel/metric.rs`) between rows in
+/// `d` dimensions whose coordinates differ by at most `r`: `d·r²`, `d·r`,
+/// `r`, `d·r^p`, 1 (haversine's `a`).
+pub(crate) fn rank_bound(metric: &Metric, d: usize, r: f64) -> f64 {
+    let d = d as f64;
+    match *metric {
+        Metric::Euclidean => d * r * r,
+        Metric::Manhattan => d * r,
+        Metric::Chebyshev => r,
+        Metric::Minkowski { p } => d * r.powf(p),
+        Metric::Haversine => 1.0,
+    }
 }
 
 /// The `k` nearest keys of every query ([`call::knn`]), exact for coordinates of any finite size: when squared
@@ -213,15 +261,23 @@ pub(crate) fn knn_scaled(
     backend: &dyn Backend,
     queries: &Matrix<'_>,
     keys: &Matrix<'_>,
-    k: usize,
+    (k, metric): (usize, &Metric),
 ) -> Result<Neighbours> {
-    let bound = sq_dist_bound(queries, keys);
+    let r = f64::from(queries.max_abs()) + f64::from(keys.max_abs());
+    let bound = rank_bound(metric, queries.cols(), r);
     if bound <= SQ_DIST_LIMIT {
-        return call::knn(backend, queries, keys, k);
+        return call::knn(backend, queries, keys, k, metric);
     }
     // 2^e with bound / 4^e ≤ SQ_DIST_LIMIT; finite f32 inputs keep e below
-    // about 70 (plus log₄ d), so 2^−e is a normal f32.
-    let e = ((bound / SQ_DIST_LIMIT).log2() / 2.0).ceil() as i32;
+    // about 70 (plus log₄ d), so 2^−e is a normal f32. The other metrics
+    // (homogeneous of degree 1: their distances scale as the coordinates)
+    // take the smallest e whose bound fits.
+    let e = match metric {
+        Metric::Euclidean => ((bound / SQ_DIST_LIMIT).log2() / 2.0).ceil() as i32,
+        m => (1..=160)
+            .find(|&e| rank_bound(m, queries.cols(), r * 2f64.powi(-e)) <= SQ_DIST_LIMIT)
+            .unwrap_or(160),
+    };
     let down = 2.0f32.powi(-e);
     let scale = |m: &Matrix<'_>, what| -> Result<Array2<f32>> {
         let mut a = m.to_array("knn", what)?;
@@ -234,7 +290,7 @@ pub(crate) fn knn_scaled(
     );
     let q = Matrix::check("knn", "queries", qs.view())?;
     let x = Matrix::check("knn", "keys", xs.view())?;
-    let mut nb = call::knn(backend, &q, &x, k)?;
+    let mut nb = call::knn(backend, &q, &x, k, metric)?;
     let up = 2.0f64.powi(e);
     nb.distances.mapv_inplace(|v| (f64::from(v) * up) as f32);
     Ok(nb)

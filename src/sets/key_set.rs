@@ -18,7 +18,7 @@ use super::batch::{BatchStats, Batcher, Batching};
 use crate::backend::{MatrixMode, Moments, PreparedKeys, Query};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kernel::{Kernel, MAX_BLOCKS, Profile};
+use crate::kernel::{Kernel, MAX_BLOCKS, Metric, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::ops::check_degree;
@@ -203,9 +203,15 @@ impl<'a> KeySetBuilder<'a> {
 }
 
 /// A kernel, as a key that groups requests: same profile, same bandwidth
-/// bits, same blocks (dims, profile, bandwidth bits) for a product.
+/// bits, same blocks (dims, profile, bandwidth bits) for a product, same
+/// metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct KernelKey(Profile, u32, [(usize, Profile, u32); MAX_BLOCKS]);
+struct KernelKey(
+    Profile,
+    u32,
+    [(usize, Profile, u32); MAX_BLOCKS],
+    (u32, u64),
+);
 
 impl From<&Kernel> for KernelKey {
     fn from(k: &Kernel) -> Self {
@@ -213,7 +219,12 @@ impl From<&Kernel> for KernelKey {
         for (slot, b) in blocks.iter_mut().zip(k.blocks().unwrap_or(&[])) {
             *slot = (b.dims, b.profile, b.bandwidth.to_bits());
         }
-        KernelKey(k.profile(), k.bandwidth().to_bits(), blocks)
+        KernelKey(
+            k.profile(),
+            k.bandwidth().to_bits(),
+            blocks,
+            k.metric().key(),
+        )
     }
 }
 
@@ -224,7 +235,7 @@ struct Batched {
     prepared: Arc<dyn PreparedKeys>,
     means: Batcher<(KernelKey, usize), RowNormalized>,
     states: Batcher<(KernelKey, Option<usize>), RowStates>,
-    knn: Batcher<usize, Neighbours>,
+    knn: Batcher<(usize, (u32, u64)), Neighbours>,
 }
 
 impl PreparedKeys for Batched {
@@ -248,9 +259,10 @@ impl PreparedKeys for Batched {
         self.prepared.local_moments(q, pass)
     }
 
-    fn knn(&self, queries: &Matrix<'_>, k: usize) -> Result<Neighbours> {
+    fn knn(&self, queries: &Matrix<'_>, k: usize, metric: &Metric) -> Result<Neighbours> {
         let p = &self.prepared;
-        self.knn.submit(k, queries, &|m| p.knn(m, k))
+        let run = |m: &Matrix<'_>| p.knn(m, k, metric);
+        self.knn.submit((k, metric.key()), queries, &run)
     }
 
     fn kernel_matrix(&self, q: &Query<'_>, mode: MatrixMode) -> Result<RowNormalized> {
@@ -593,9 +605,24 @@ impl KeySet {
     /// `k = 0` or `k > N`; on the GPU `k` above 128; otherwise as
     /// [`local_mean`](Self::local_mean).
     pub fn knn(&self, queries: ArrayView2<'_, f32>, k: usize) -> Result<Neighbours> {
+        self.knn_metric(queries, k, Metric::Euclidean)
+    }
+
+    /// The `k` nearest keys of every query under `metric`, as
+    /// [`Engine::knn_metric`].
+    ///
+    /// # Errors
+    /// As [`knn`](Self::knn), plus [`Error::MetricDimension`](crate::Error::MetricDimension)
+    /// for haversine keys of other than 2 columns.
+    pub fn knn_metric(
+        &self,
+        queries: ArrayView2<'_, f32>,
+        k: usize,
+        metric: Metric,
+    ) -> Result<Neighbours> {
         self.on_keys().check_k(k)?;
         let q = self.queries("knn", queries)?;
-        self.on_keys().knn(&q, k)
+        self.on_keys().knn(&q, k, &metric)
     }
 }
 

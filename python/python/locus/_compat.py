@@ -11,10 +11,13 @@ and documented as no-ops (locus computes exactly, by brute force).
   threads, ``-2`` all but one and ``-k`` all but ``k − 1`` (at least one),
   as joblib counts; ``0`` raises, as in scikit-learn. Estimators with the
   same ``backend`` and thread count share one engine (one thread pool).
-* ``metric``, ``p``, ``metric_params``: the Euclidean distance
-  (``"euclidean"``, ``"l2"``, or ``"minkowski"`` with ``p=2``) is what the
-  engine computes; any other metric raises :class:`~locus.InputError`
-  naming what is supported (no other metric is computed in its place).
+* ``metric``, ``p``, ``metric_params``: honoured for the metrics the
+  engine computes — ``"euclidean"``/``"l2"``, ``"manhattan"``/
+  ``"cityblock"``/``"l1"``, ``"chebyshev"``/``"infinity"``,
+  ``"minkowski"`` with ``p ≥ 1`` (``p`` also through ``metric_params``)
+  and ``"haversine"`` (2 columns: latitude, longitude in radians); any
+  other metric raises :class:`~locus.InputError` naming the supported ones
+  (no other metric is computed in its place).
 * ``atol``, ``rtol`` (KernelDensity): accepted (non-negative); the sums are
   exact, so the only error is float32 rounding (about 1e-6 relative per
   term, 1e-5 on a density): at least as accurate as any tolerance at or
@@ -33,6 +36,7 @@ from ._errors import InputError
 __all__ = [
     "check_algorithm",
     "check_metric",
+    "metric_spec",
     "check_n_jobs",
     "check_tolerance",
     "csr",
@@ -41,6 +45,17 @@ __all__ = [
 
 ALGORITHMS = ("auto", "ball_tree", "kd_tree", "brute")
 EUCLIDEAN = ("euclidean", "l2")
+METRICS = {
+    "euclidean": "euclidean",
+    "l2": "euclidean",
+    "manhattan": "manhattan",
+    "cityblock": "manhattan",
+    "l1": "manhattan",
+    "chebyshev": "chebyshev",
+    "infinity": "chebyshev",
+    "minkowski": "minkowski",
+    "haversine": "haversine",
+}
 
 
 def _is_int(v: Any) -> bool:
@@ -96,24 +111,72 @@ def threads_for_n_jobs(n_jobs: Any) -> int | None:
 
 
 def check_metric(metric: Any, p: Any = 2, metric_params: Any = None) -> None:
-    """The Euclidean distance, however scikit-learn spells it; anything
+    """A metric the engine computes (see :func:`metric_spec`); anything
     else is refused, naming what is supported."""
+    metric_spec(metric, p, metric_params)
+
+
+def metric_spec(metric: Any, p: Any = 2, metric_params: Any = None) -> str:
+    """The metric as the engine takes it: ``"euclidean"``, ``"manhattan"``,
+    ``"chebyshev"``, ``"haversine"`` or ``"minkowski:P"`` (``p`` = 1, 2 and
+    ∞ give the named metrics), from scikit-learn's ``metric``, ``p`` and
+    ``metric_params`` (which may hold ``p``; nothing else). The engine's
+    spelling itself (``"minkowski:3.0"``) is accepted too.
+
+    Parameters
+    ----------
+    metric : str
+        A scikit-learn metric name.
+    p : float or None
+        Minkowski's exponent (ignored for the other names, as scikit-learn
+        ignores it); None for 2.
+    metric_params : dict or None
+        ``{"p": ...}`` at most.
+
+    Returns
+    -------
+    str
+        The engine's metric.
+
+    Raises
+    ------
+    InputError
+        An unknown metric, a ``p`` below 1, or other ``metric_params``.
+    """
     if metric_params is not None and not isinstance(metric_params, dict):
         raise InputError(f"metric_params must be None or a dict, got {metric_params!r}")
+    if isinstance(metric, str) and metric.startswith("minkowski:"):
+        # Already the engine's spelling (what this function returns).
+        try:
+            metric, p = "minkowski", float(metric.split(":", 1)[1])
+        except ValueError:
+            raise InputError(f"metric={metric!r}: the exponent is not a number") from None
     params = dict(metric_params or {})
     if "p" in params:
         p = params.pop("p")
-    if p is not None and (isinstance(p, (bool, np.bool_)) or not isinstance(p, Real) or not float(p) > 0):
-        raise InputError(f"p must be a number > 0, got {p!r}")
-    euclidean = metric in EUCLIDEAN or (metric == "minkowski" and (p is None or p == 2))
-    if not euclidean or params:
-        what = f"metric={metric!r}" + (f", p={p!r}" if metric == "minkowski" else "")
-        if params:
-            what += f", metric_params={metric_params!r}"
+    if params:
+        raise InputError(f"metric_params={metric_params!r} is not supported: only 'p' is taken")
+    name = METRICS.get(metric) if isinstance(metric, str) else None
+    if name is None:
         raise InputError(
-            f"{what} is not supported: locus computes the Euclidean distance only "
-            "(metric='euclidean' or 'l2', or 'minkowski' with p=2, no metric_params)"
+            f"metric={metric!r} is not supported; supported metrics: "
+            + ", ".join(repr(m) for m in METRICS)
+            + " (minkowski with p >= 1; haversine on (latitude, longitude) in radians)"
         )
+    if name != "minkowski":
+        return name
+    if p is None:
+        p = 2
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, Real) or not float(p) >= 1:
+        raise InputError(f"p must be a number >= 1 for the minkowski metric, got {p!r}")
+    p = float(p)
+    if p == 1:
+        return "manhattan"
+    if p == 2:
+        return "euclidean"
+    if np.isinf(p):
+        return "chebyshev"
+    return f"minkowski:{p!r}"
 
 
 def check_tolerance(value: Any, name: str) -> None:

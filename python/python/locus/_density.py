@@ -11,7 +11,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import check_bandwidth, keep_params, kernel_params
-from ._compat import check_algorithm, check_metric, check_tolerance
+from ._compat import check_algorithm, check_tolerance, metric_spec
 from ._engine import check_backend
 from ._errors import InputError
 from ._fitted import FittedKeys, check_points, check_weights, weight_scale
@@ -52,8 +52,15 @@ class KernelDensity(BaseEstimator):
         ``cauchy`` in one dimension), or a :class:`~locus.ProductKernel`
         with ``bandwidth=None`` (normalized block by block).
     metric : str, default="euclidean"
-        ``"euclidean"`` (or ``"l2"``, ``"minkowski"``); any other metric
-        raises :class:`~locus.InputError` at ``fit``.
+        The distance ``r`` of ``k(r/h)``: ``"euclidean"`` (``"l2"``),
+        ``"manhattan"`` (``"cityblock"``, ``"l1"``), ``"chebyshev"``
+        (``"infinity"``), ``"minkowski"`` (``p`` in ``metric_params``,
+        default 2) or ``"haversine"`` (2 columns: latitude, longitude in
+        radians; ``bandwidth`` in radians). The normalization is the
+        Euclidean kernel's for every metric, as scikit-learn's (so the
+        density of another metric is scikit-learn's, not a probability
+        density under that metric). Another name raises
+        :class:`~locus.InputError` at ``fit``.
     atol, rtol : float, default=0
         Accepted (non-negative). scikit-learn's tree stops refining within
         ``atol + rtol·p̂``; locus sums every term, so its only error is
@@ -64,7 +71,7 @@ class KernelDensity(BaseEstimator):
     leaf_size : int, default=40
         Accepted; a no-op (no tree).
     metric_params : dict, default=None
-        Only ``None`` (or ``{"p": 2}``).
+        ``None`` or ``{"p": p}`` (Minkowski's exponent, ``p ≥ 1``).
     backend : {"auto", "gpu", "cpu"}, default="auto"
         Where the sums run.
 
@@ -125,7 +132,7 @@ class KernelDensity(BaseEstimator):
                 f'algorithm must be "auto", "kd_tree" or "ball_tree", got {self.algorithm!r}'
             )
         check_algorithm(self.algorithm, self.leaf_size)
-        check_metric(self.metric, None, self.metric_params)
+        self._metric = metric_spec(self.metric, None, self.metric_params)
         check_tolerance(self.atol, "atol")
         check_tolerance(self.rtol, "rtol")
         if not isinstance(self.breadth_first, (bool, np.bool_)):
@@ -170,7 +177,11 @@ class KernelDensity(BaseEstimator):
         self.bandwidth_ = None if h is None else float(h)
         self.X_ = X
         self.sample_weight_ = sample_weight
-        self._fitted = FittedKeys(X, self.backend, values, sample_weight=sample_weight)
+        if self._metric == "haversine" and d != 2:
+            raise InputError(f"the haversine metric takes 2 columns (latitude, longitude), got {d}")
+        self._fitted = FittedKeys(
+            X, self.backend, values, sample_weight=sample_weight, centre=self._metric != "haversine"
+        )
         self._fitted.keyset()
         return self
 
@@ -181,7 +192,7 @@ class KernelDensity(BaseEstimator):
         X = check_points(self, X, reset=False)
         fitted = self._fitted
         q = fitted.queries(X)
-        kw = {"bandwidth": self.bandwidth_, "kernel": self._profile()}
+        kw = {"bandwidth": self.bandwidth_, "kernel": self._profile(), "metric": self._metric}
         ks = fitted.keyset()
         if fitted.values is None:
             return ks.log_density(q, **kw)

@@ -20,8 +20,9 @@ from ._arrays import (
     fit_result,
     result_dtype,
 )
-from ._centre import add_offset, as_float64, centre, centre_on
-from ._compat import threads_for_n_jobs
+from ._centre import add_offset, as_float64, centre_on
+from ._centre import centre as _centre_keys
+from ._compat import metric_spec, threads_for_n_jobs
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg
 from ._results import KNNResult, LocalPCAResult, RowStates
@@ -120,6 +121,7 @@ class Engine:
         *,
         batching: bool = True,
         max_request_rows: int | None = None,
+        centre: bool = True,
     ) -> KeySet:
         """Makes ``keys`` (N × d), and optionally ``values`` (N or N × q)
         and ``labels`` (N, any labels numpy can sort), resident on the
@@ -134,10 +136,13 @@ class Engine:
         the keys and values are held in float32. float64 keys are centred
         near their float64 mean before they are rounded (and every query
         by the same offset), so a common offset costs no accuracy; local
-        PCA's means get it back.
+        PCA's means get it back. ``centre=False`` keeps them as given (for
+        the haversine metric, which a shift would change).
         """
         dtype = result_dtype(keys, values)
-        offset, x, _ = centre(keys)
+        offset, x, _ = (
+            _centre_keys(keys) if centre else (None, as_matrix(keys, "keys"), [])
+        )
         y, vector = (None, False) if values is None else as_values(values, "values")
         classes, index = (None, None) if labels is None else as_labels(labels, x.shape[0])
         if max_request_rows is not None:
@@ -294,6 +299,17 @@ class KeySet:
             return as_matrix(queries, "queries")
         return centre_on(as_float64(queries, "queries"), self._offset, "queries")
 
+    def _metric(self, metric: Any, p: Any) -> str:
+        """``metric`` as the engine spells it; the haversine metric, which a
+        shift would change, only on keys that were not moved."""
+        m = metric_spec(metric, p)
+        if m == "haversine" and self._offset is not None:
+            raise InputError(
+                "the haversine metric needs the keys as given, but these float64 keys "
+                "were centred before rounding to float32; prepare them with centre=False"
+            )
+        return m
+
     def _dtype_for(self, queries: Any) -> type[np.floating]:
         """The results' dtype: float32 when the keys, values and queries
         are all float32, float64 otherwise."""
@@ -372,26 +388,49 @@ class KeySet:
         means = add_offset(means, self._offset, dtype)
         return LocalPCAResult(means, as_dtype(variances, dtype), as_dtype(components, dtype))
 
-    def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
+    def row_states(
+        self,
+        queries: Any,
+        *,
+        bandwidth: float | None = None,
+        kernel: str | ProductKernel = "gaussian",
+        metric: str = "euclidean",
+        p: float | None = None,
+    ) -> RowStates:
         """The row states ``(m, s, u)`` behind :meth:`local_mean` (``u`` has
-        no columns when the key set has no values); states of several key
+        no columns when the key set has no values), with ``r`` of ``k(r/h)``
+        under ``metric`` (``p`` for ``"minkowski"``); states of several key
         sets merge associatively."""
-        m, s, u = self._inner.row_states(
-            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
-        )
+        kern = kernel_arg(kernel, bandwidth, self._metric(metric, p))
+        m, s, u = self._inner.row_states(self._queries(queries), kernel=kern)
         return RowStates(m, s, u)
 
-    def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
-        """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`."""
-        return self._inner.log_density(
-            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
-        )
+    def log_density(
+        self,
+        queries: Any,
+        *,
+        bandwidth: float | None = None,
+        kernel: str | ProductKernel = "gaussian",
+        metric: str = "euclidean",
+        p: float | None = None,
+    ) -> np.ndarray:
+        """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`
+        (``metric``, ``p`` as there)."""
+        kern = kernel_arg(kernel, bandwidth, self._metric(metric, p))
+        return self._inner.log_density(self._queries(queries), kernel=kern)
 
-    def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
+    def density(
+        self,
+        queries: Any,
+        *,
+        bandwidth: float | None = None,
+        kernel: str | ProductKernel = "gaussian",
+        metric: str = "euclidean",
+        p: float | None = None,
+    ) -> np.ndarray:
         """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`."""
-        return self._inner.density(
-            self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
-        )
+        kern = kernel_arg(kernel, bandwidth, self._metric(metric, p))
+        return self._inner.density(self._queries(queries), kernel=kern)
 
     def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Class probabilities (M × C, columns in the order of
@@ -412,11 +451,13 @@ class KeySet:
         )
         return self._classes[index]
 
-    def knn(self, queries: Any, k: int) -> KNNResult:
+    def knn(self, queries: Any, k: int, *, metric: str = "euclidean", p: float | None = None) -> KNNResult:
         """The ``k`` nearest keys, nearest first, as :func:`locus.knn`: a
-        :class:`~locus.KNNResult` ``(distances, indices)``, Euclidean
-        distances (M × k) and indices (M × k, int64)."""
-        idx, dist = self._inner.knn(self._queries(queries), as_count(k, "k"))
+        :class:`~locus.KNNResult` ``(distances, indices)``, distances under
+        ``metric`` (Euclidean by default; ``p`` for ``"minkowski"``)
+        (M × k) and indices (M × k, int64)."""
+        m = self._metric(metric, p)
+        idx, dist = self._inner.knn(self._queries(queries), as_count(k, "k"), m)
         return KNNResult(as_dtype(dist, self._dtype_for(queries)), idx)
 
     def __repr__(self) -> str:

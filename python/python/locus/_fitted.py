@@ -97,7 +97,8 @@ class FittedKeys:
 
     ``offset`` is the points' float64 mean (weighted by ``sample_weight``); ``keys`` the centred float32
     points; :meth:`keyset` the prepared key set (values included);
-    :meth:`queries` centres queries the same way."""
+    :meth:`queries` centres queries the same way. With ``centre=False``
+    (the haversine metric, which a shift would change) the offset is 0."""
 
     def __init__(
         self,
@@ -106,6 +107,7 @@ class FittedKeys:
         values: np.ndarray | None = None,
         sample_weight: np.ndarray | None = None,
         n_jobs: int | None = None,
+        centre: bool = True,
     ) -> None:
         self.X = X
         self.values = values
@@ -116,7 +118,13 @@ class FittedKeys:
         self._keyset: KeySet | None = None
         # Weighted as the points are, so that a weight of 2 and a repeated
         # point give the same keys.
-        self.offset = np.average(X.astype(np.float64, copy=False), axis=0, weights=sample_weight)
+        # Not for the haversine metric (``centre=False``): it is not
+        # translation invariant.
+        self.offset = (
+            np.average(X.astype(np.float64, copy=False), axis=0, weights=sample_weight)
+            if centre
+            else np.zeros(X.shape[1])
+        )
 
     @property
     def keys(self) -> np.ndarray:

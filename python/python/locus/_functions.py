@@ -38,6 +38,7 @@ from ._arrays import (
     result_dtype,
 )
 from ._centre import add_offset, centre, centre_on
+from ._compat import metric_spec
 from ._engine import BackendLike, engine_for
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg, kernel_spec
@@ -314,21 +315,32 @@ def log_density(
     kernel: str | ProductKernel = "gaussian",
     weights: Any = None,
     backend: BackendLike = "auto",
+    metric: str = "euclidean",
+    p: float | None = None,
 ) -> np.ndarray:
     """``ln p̂(q)`` of the kernel density estimate on ``keys`` (float64),
     normalized with each kernel's exact constant in d dimensions (as
     scikit-learn's ``KernelDensity.score_samples``); optional non-negative
     per-key ``weights``. Computed in the log domain, so far from the data
     the value is finite and very negative for kernels with full support,
-    and ``-inf`` outside the support of compact ones.
+    and ``-inf`` outside the support of compact ones. ``metric`` (and
+    ``p`` for ``"minkowski"``): the distance ``r`` of ``k(r/h)``, as
+    scikit-learn's ``KernelDensity(metric=...)``, whose normalization
+    (the Euclidean one, for every metric) it keeps.
 
     >>> import numpy as np, locus
     >>> float(locus.log_density([[0.0]], [[0.0]], bandwidth=1.0, backend="cpu")[0])  # ln(1/√(2π))
     -0.9189385332046727
     """
-    _, x, (q,) = centre(keys, (queries, "queries"))
+    m = metric_spec(metric, p)
+    if m == "haversine":
+        # Not translation invariant: no centring.
+        q, x = as_matrix(queries, "queries"), as_matrix(keys, "keys")
+    else:
+        _, x, (q,) = centre(keys, (queries, "queries"))
     w = None if weights is None else as_float32(weights, "weights", (1,))
-    return _locus.log_density(_engine(backend), q, x, kernel=kernel_arg(kernel, bandwidth), weights=w)
+    kern = kernel_arg(kernel, bandwidth, m)
+    return _locus.log_density(_engine(backend), q, x, kernel=kern, weights=w)
 
 
 def density(
@@ -339,6 +351,8 @@ def density(
     kernel: str | ProductKernel = "gaussian",
     weights: Any = None,
     backend: BackendLike = "auto",
+    metric: str = "euclidean",
+    p: float | None = None,
 ) -> np.ndarray:
     """The kernel density estimate ``p̂(q)`` (float64): ``exp`` of
     :func:`log_density`, which may underflow to 0 far from the data.
@@ -349,13 +363,30 @@ def density(
     """
     return np.exp(
         log_density(
-            queries, keys, bandwidth=bandwidth, kernel=kernel, weights=weights, backend=backend
+            queries,
+            keys,
+            bandwidth=bandwidth,
+            kernel=kernel,
+            weights=weights,
+            backend=backend,
+            metric=metric,
+            p=p,
         )
     )
 
 
-def knn(queries: Any, keys: Any, k: int, *, backend: BackendLike = "auto") -> KNNResult:
-    """The ``k`` nearest keys of each query by Euclidean distance, as
+def knn(
+    queries: Any,
+    keys: Any,
+    k: int,
+    *,
+    backend: BackendLike = "auto",
+    metric: str = "euclidean",
+    p: float | None = None,
+) -> KNNResult:
+    """The ``k`` nearest keys of each query by Euclidean distance (or
+    ``metric``: ``"manhattan"``, ``"chebyshev"``, ``"minkowski"`` with
+    ``p``, ``"haversine"`` on (latitude, longitude) in radians), as
     scikit-learn's ``kneighbors`` and faiss return them: a
     :class:`~locus.KNNResult` ``(distances, indices)``, distances (M × k,
     in the inputs' floating dtype, computed in float32) and indices (M × k,
@@ -368,8 +399,13 @@ def knn(queries: Any, keys: Any, k: int, *, backend: BackendLike = "auto") -> KN
     (array([[0.1, 0.9]]), array([[1, 0]]))
     """
     dtype = result_dtype(queries, keys)
-    _, x, (q,) = centre(keys, (queries, "queries"))
-    idx, dist = _locus.knn(_engine(backend), q, x, as_count(k, "k"))
+    m = metric_spec(metric, p)
+    if m == "haversine":
+        # Not translation invariant: no centring.
+        q, x = as_matrix(queries, "queries"), as_matrix(keys, "keys")
+    else:
+        _, x, (q,) = centre(keys, (queries, "queries"))
+    idx, dist = _locus.knn(_engine(backend), q, x, as_count(k, "k"), m)
     return KNNResult(as_dtype(dist, dtype), idx)
 
 

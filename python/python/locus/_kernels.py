@@ -126,9 +126,9 @@ def kernel_spec(kernel: Any, bandwidth: Any) -> Any:
     return list(kernel.blocks)
 
 
-def kernel_arg(kernel: Any, bandwidth: Any) -> Any:
-    """``kernel`` and ``bandwidth`` as the ops of the engine take them, one
-    value.
+def kernel_arg(kernel: Any, bandwidth: Any, metric: str = "euclidean") -> Any:
+    """``kernel``, ``bandwidth`` and ``metric`` as the ops of the engine
+    take them, one value.
 
     Parameters
     ----------
@@ -136,21 +136,27 @@ def kernel_arg(kernel: Any, bandwidth: Any) -> Any:
         A profile name, or a product kernel.
     bandwidth : float or None
         The profile's bandwidth; None with a product kernel.
+    metric : str, default="euclidean"
+        The engine's metric (``_compat.metric_spec``): the distance ``r``
+        of ``k(r/h)``; a product kernel takes the Euclidean one only.
 
     Returns
     -------
-    tuple of (str, float) or list of (int, str, float)
-        ``(name, bandwidth)``, or the product kernel's blocks (they carry
-        their bandwidths).
+    tuple of (str, float), (str, float, str) or list of (int, str, float)
+        ``(name, bandwidth)``, ``(name, bandwidth, metric)`` for another
+        metric than the Euclidean one, or the product kernel's blocks (they
+        carry their bandwidths).
 
     Raises
     ------
     TypeError
         A kernel that is neither, or a profile name without a bandwidth.
     InputError
-        A product kernel with a bandwidth.
+        A product kernel with a bandwidth, or with another metric.
     """
     if isinstance(kernel, ProductKernel):
+        if metric != "euclidean":
+            raise InputError(f"a ProductKernel's blocks are Euclidean, got metric {metric!r}")
         return kernel_spec(kernel, bandwidth)
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a profile name or a ProductKernel, got {kernel!r}")
@@ -158,6 +164,8 @@ def kernel_arg(kernel: Any, bandwidth: Any) -> Any:
         raise TypeError(
             f"bandwidth must be a number for the kernel {kernel!r} (only a ProductKernel goes without)"
         )
+    if metric != "euclidean":
+        return (kernel, bandwidth, metric)
     return (kernel, bandwidth)
 
 

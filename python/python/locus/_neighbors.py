@@ -30,12 +30,16 @@ _PARAMS_DOC = """
     leaf_size : int, default=30
         Accepted; a no-op (no tree).
     p : float, default=2
-        Minkowski power: only 2 (Euclidean) is computed.
+        Minkowski power (``p ≥ 1``; 1 Manhattan, 2 Euclidean, ``inf``
+        Chebyshev), for ``metric="minkowski"``.
     metric : str, default="minkowski"
-        ``"minkowski"`` with ``p=2``, ``"euclidean"`` or ``"l2"``; any other
+        ``"minkowski"`` (with ``p``), ``"euclidean"``/``"l2"``,
+        ``"manhattan"``/``"cityblock"``/``"l1"``, ``"chebyshev"``/
+        ``"infinity"`` or ``"haversine"`` (2 columns: latitude, longitude
+        in radians), computed on the engine on every backend; any other
         metric raises :class:`~locus.InputError` at ``fit``.
     metric_params : dict, default=None
-        Only ``{"p": 2}`` (or nothing).
+        ``None`` or ``{"p": p}`` (overrides ``p``).
     n_jobs : int, default=None
         CPU threads: None or -1 every core, k > 0 k threads, -2 all but
         one (joblib's count); 0 raises.
@@ -78,7 +82,7 @@ class _Supervised(NeighborsQueries):
 class NearestNeighbors(NeighborsQueries):
     """Unsupervised nearest-neighbour search on the GPU or the CPU, a
     drop-in for :class:`sklearn.neighbors.NearestNeighbors` (brute force,
-    Euclidean): ``kneighbors``, ``kneighbors_graph``, ``radius_neighbors``,
+    under its ``metric``): ``kneighbors``, ``kneighbors_graph``, ``radius_neighbors``,
     ``radius_neighbors_graph``.
 
     Candidates are found in float32 on the engine (points centred on their
@@ -137,7 +141,7 @@ class NearestNeighbors(NeighborsQueries):
 class KNeighborsClassifier(ClassifierMixin, _Supervised):
     """k-nearest-neighbour vote on the GPU or the CPU, a drop-in for
     :class:`sklearn.neighbors.KNeighborsClassifier` (brute force,
-    Euclidean), with its constructor arguments. ``y`` may have several
+    under its metric), with its constructor arguments. ``y`` may have several
     columns (one vote per output). Ties in the vote go to the smaller
     class; equal distances to the lower training index. On a GPU,
     ``n_neighbors`` is at most 128 (127 for the training points'
@@ -229,7 +233,7 @@ class KNeighborsClassifier(ClassifierMixin, _Supervised):
 class KNeighborsRegressor(RegressorMixin, _Supervised):
     """k-nearest-neighbour regression on the GPU or the CPU, a drop-in for
     :class:`sklearn.neighbors.KNeighborsRegressor` (brute force,
-    Euclidean): the (weighted) mean of the neighbours' targets, in float64.
+    under its metric): the (weighted) mean of the neighbours' targets, in float64.
     ``y`` may have several columns.
     {params}
     Attributes

@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import check_positive_int
-from ._compat import check_algorithm, check_metric, check_n_jobs, csr
+from ._compat import check_algorithm, check_n_jobs, csr, metric_spec
 from ._engine import check_backend, engine_for
 from ._errors import InputError
 from ._fitted import FittedKeys, check_points
@@ -32,13 +32,32 @@ __all__ = ["NeighborsQueries"]
 _BLOCK = 1 << 22
 
 
-def _pair_dists(Q: np.ndarray, X: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Euclidean distances between ``Q[rows]`` and ``X[cols]``, in float64."""
+def _metric_dists(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
+    """Row-wise distances between ``a`` and ``b`` (float64) under the
+    engine's ``metric`` (``_compat.metric_spec``)."""
+    diff = np.subtract(a, b, dtype=np.float64)
+    if metric == "euclidean":
+        return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    if metric == "manhattan":
+        return np.abs(diff).sum(axis=1)
+    if metric == "chebyshev":
+        return np.abs(diff).max(axis=1, initial=0.0)
+    if metric == "haversine":
+        lat_a, lat_b = a[:, 0].astype(np.float64), b[:, 0].astype(np.float64)
+        h = np.sin(0.5 * diff[:, 0]) ** 2 + np.cos(lat_a) * np.cos(lat_b) * np.sin(0.5 * diff[:, 1]) ** 2
+        return 2.0 * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
+    p = float(metric.split(":", 1)[1])
+    return (np.abs(diff) ** p).sum(axis=1) ** (1.0 / p)
+
+
+def _pair_dists(
+    Q: np.ndarray, X: np.ndarray, rows: np.ndarray, cols: np.ndarray, metric: str = "euclidean"
+) -> np.ndarray:
+    """Distances under ``metric`` between ``Q[rows]`` and ``X[cols]``, in float64."""
     out = np.empty(len(rows), dtype=np.float64)
     step = max(1, _BLOCK // max(1, Q.shape[1]))
     for s in range(0, len(rows), step):
-        diff = np.subtract(Q[rows[s : s + step]], X[cols[s : s + step]], dtype=np.float64)
-        out[s : s + step] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        out[s : s + step] = _metric_dists(Q[rows[s : s + step]], X[cols[s : s + step]], metric)
     return out
 
 
@@ -65,17 +84,28 @@ class NeighborsQueries(BaseEstimator):
         check_backend(self.backend)
         check_positive_int(self.n_neighbors, "n_neighbors")
         check_algorithm(self.algorithm, self.leaf_size)
-        check_metric(self.metric, self.p, self.metric_params)
+        self._metric = metric_spec(self.metric, self.p, self.metric_params)
         check_n_jobs(self.n_jobs)
 
     def _fit_points(self, X: np.ndarray) -> None:
         """Keeps the validated points and prepares their key set."""
-        self._fitted = FittedKeys(X, self.backend, n_jobs=self.n_jobs)
+        metric = self._metric
+        if metric == "haversine" and X.shape[1] != 2:
+            raise InputError(
+                f"the haversine metric takes 2 columns (latitude, longitude), got {X.shape[1]}"
+            )
+        self._fitted = FittedKeys(
+            X, self.backend, n_jobs=self.n_jobs, centre=metric != "haversine"
+        )
         self._fitted.keyset()
         self.X_ = X
         self.n_samples_fit_ = X.shape[0]
-        self.effective_metric_ = "euclidean"
         self.effective_metric_params_: dict[str, Any] = {}
+        if metric.startswith("minkowski:"):
+            self.effective_metric_ = "minkowski"
+            self.effective_metric_params_ = {"p": float(metric.split(":", 1)[1])}
+        else:
+            self.effective_metric_ = metric
 
     def _queries(self, X: Any) -> tuple[np.ndarray, bool]:
         check_is_fitted(self)
@@ -104,7 +134,8 @@ class NeighborsQueries(BaseEstimator):
         Returns
         -------
         distances : ndarray of shape (n_queries, n_neighbors)
-            Euclidean distances, in the training points' dtype.
+            Distances under the estimator's metric, in the training
+            points' dtype.
         indices : ndarray of shape (n_queries, n_neighbors)
             Indices of the neighbours among the training points (int64).
         """
@@ -119,9 +150,9 @@ class NeighborsQueries(BaseEstimator):
             )
         fitted = self._fitted
         qc = fitted.keys if query_is_train else fitted.queries(Q)
-        _, idx = fitted.keyset().knn(qc, k_query)
+        _, idx = fitted.keyset().knn(qc, k_query, metric=self._metric)
         rows = np.repeat(np.arange(Q.shape[0]), k_query)
-        dist = _pair_dists(Q, self.X_, rows, idx.ravel()).reshape(idx.shape)
+        dist = _pair_dists(Q, self.X_, rows, idx.ravel(), self._metric).reshape(idx.shape)
         order = np.lexsort((idx, dist), axis=-1)
         idx = np.take_along_axis(idx, order, axis=1)
         dist = np.take_along_axis(dist, order, axis=1)
@@ -195,7 +226,8 @@ class NeighborsQueries(BaseEstimator):
         Returns
         -------
         distances : ndarray of shape (n_queries,) of arrays
-            Euclidean distances, in the training points' dtype.
+            Distances under the estimator's metric, in the training
+            points' dtype.
         indices : ndarray of shape (n_queries,) of arrays
             Indices of the neighbours (int64).
         """
@@ -208,7 +240,16 @@ class NeighborsQueries(BaseEstimator):
         qc = keys if query_is_train else fitted.queries(Q)
         # The engine's float32 squared distances are within about 1e-6 of
         # (|q|² + |x|²) of the exact ones: a margin of 1e-5 of that finds
-        # every candidate; the exact distances then decide.
+        # every candidate; the exact distances then decide. Candidates are
+        # Euclidean: within r under p ≤ 2 (Manhattan included) is within r
+        # Euclidean; under p > 2 (Chebyshev included) within r·√d; haversine
+        # (longitudes wrap around) takes every point as a candidate.
+        metric = self._metric
+        p = 1.0 if metric == "manhattan" else float(metric.split(":", 1)[1]) if ":" in metric else 2.0
+        if metric == "chebyshev" or p > 2:
+            r_e = r * float(np.sqrt(Q.shape[1]))
+        else:
+            r_e = r
         big = float(np.max(np.einsum("ij,ij->i", keys, keys), initial=0.0))
         n_fit = self.n_samples_fit_
         step = max(1, _BLOCK // n_fit)
@@ -218,10 +259,13 @@ class NeighborsQueries(BaseEstimator):
         for s in range(0, Q.shape[0], step):
             qb = qc[s : s + step]
             q2 = float(np.max(np.einsum("ij,ij->i", qb, qb), initial=0.0))
-            h = float(np.sqrt(r * r + 1e-5 * (big + q2) + 1e-30)) * (1 + 1e-5)
-            member = kernel_matrix(qb, keys, bandwidth=h, kernel="uniform", backend=engine) > 0
+            h = float(np.sqrt(r_e * r_e + 1e-5 * (big + q2) + 1e-30)) * (1 + 1e-5)
+            if metric == "haversine":
+                member = np.ones((len(qb), n_fit), dtype=bool)
+            else:
+                member = kernel_matrix(qb, keys, bandwidth=h, kernel="uniform", backend=engine) > 0
             rows, cols = np.nonzero(member)
-            d = _pair_dists(Q[s : s + step], self.X_, rows, cols)
+            d = _pair_dists(Q[s : s + step], self.X_, rows, cols, metric)
             ok = d <= r
             if query_is_train:
                 ok &= cols != rows + s

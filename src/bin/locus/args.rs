@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::num::NonZeroUsize;
 
 use clap::ValueEnum;
-use locus::{Device, Engine, EngineOptions, Kernel, Profile};
+use locus::{Device, Engine, EngineOptions, Kernel, Metric, Profile};
 
 use crate::error::{CliError, CliResult};
 
@@ -159,6 +159,27 @@ impl KernelArgs {
     /// parsers).
     pub fn kernel(&self) -> CliResult<Kernel> {
         kernel_from(&self.kernel, &self.bandwidth, self.blocks.as_deref())
+    }
+}
+
+/// The distance metric of `knn` and `kde`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MetricArgs {
+    /// Distance metric: euclidean (l2), manhattan (cityblock, l1),
+    /// chebyshev (infinity), minkowski (with --p), haversine (2 columns:
+    /// latitude, longitude in radians).
+    #[arg(long, value_name = "NAME", default_value = "euclidean")]
+    pub metric: String,
+    /// Minkowski's exponent p ≥ 1 (for --metric minkowski; default 2).
+    #[arg(long, value_name = "P", allow_hyphen_values = true)]
+    pub p: Option<f64>,
+}
+
+impl MetricArgs {
+    /// The metric, checked (unknown names and bad exponents are input
+    /// errors).
+    pub fn metric(&self) -> CliResult<Metric> {
+        Ok(Metric::from_name(&self.metric, self.p)?)
     }
 }
 

@@ -156,10 +156,10 @@ fn load(s: &[f32], o: usize) -> __m256 {
 }
 
 /// Row states of one group of queries over a key range (see [`GroupJob`]).
-/// A product kernel takes the portable kernel (its distances by blocks),
-/// compiled for AVX2 + FMA.
+/// A product kernel or a non-Euclidean metric takes the portable kernel
+/// (distances by blocks, or by the metric), compiled for AVX2 + FMA.
 pub(crate) fn group(isa: Avx2Fma, job: &GroupJob<'_>) -> GroupState {
-    if job.kernel.is_product() {
+    if job.kernel.is_product() || !job.kernel.metric().is_euclidean() {
         // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
         // detection found AVX2 and FMA.
         return unsafe { product(isa, job) };

@@ -6,10 +6,11 @@
 //! accumulates the weight sum and up to four value columns in lane
 //! registers.
 //!
-//! Imports: `super` (group job and state), `super::super::{keys,
+//! Imports: `super` (group job and state), `super::super::{keys, metric,
 //! panels, simd, weights}`, `crate::kernel`.
 
 use super::super::keys::KeysSoa;
+use super::super::metric::metric_ts;
 use super::super::panels::{SqDists, TileIsa};
 use super::super::simd::{Isa, KEY_BLOCK, LANES, dot, exp_nonpos, fmadd, fmax};
 use super::super::weights::{initial_max, product_ts};
@@ -34,6 +35,8 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>, tile: TileIsa) -> GroupState {
     let profile = kernel.profile();
     let inv_h2 = kernel.inv_h2();
     let product = kernel.product_blocks();
+    let metric = kernel.metric();
+    let direct = (!metric.is_euclidean()).then_some(metric);
     let (n, q) = (keys.ld, keys.q);
     let g = queries.len() / d;
     let mut st = GroupState::empty(profile, q);
@@ -52,9 +55,13 @@ pub(super) fn group<S: Isa>(job: &GroupJob<'_>, tile: TileIsa) -> GroupState {
                 .as_ref()
                 .filter(|_| use_ip.is_some_and(|u| u[r]))
                 .map(|ip| ip.row(r, len));
-            let mut bm = match &product {
-                Some(pb) => product_log_weights::<S>(pb, keys.xt, n, j0, query, w, &mut cmax),
-                None => {
+            let mut bm = match (&product, &direct) {
+                (Some(pb), _) => product_log_weights::<S>(pb, keys.xt, n, j0, query, w, &mut cmax),
+                (None, Some(m)) => {
+                    metric_ts::<S>(m, inv_h2, keys.xt, n, j0, query, w);
+                    with_form!(profile, P => weights_of_ts(w, &mut cmax, P::lane::<f32>))
+                }
+                (None, None) => {
                     let blk = QueryBlock {
                         xt: keys.xt,
                         n,
@@ -136,6 +143,24 @@ fn log_weights<S: Isa>(
     with_form!(profile, P => fused_dists::<S, _>(blk, inv_h2, w, cmax, P::lane::<f32>))
 }
 
+/// The profile's log-weights (or weights) of the scaled squared distances
+/// already in `w`, in place, with each lane group's maximum in `cmax`.
+/// Returns the block's maximum.
+#[inline(always)]
+fn weights_of_ts<F: Fn(f32) -> f32>(w: &mut [f32], cmax: &mut [f32], f: F) -> f32 {
+    let mut bm = f32::NEG_INFINITY;
+    for (c, chunk) in w.chunks_mut(LANES).enumerate() {
+        let mut cm = f32::NEG_INFINITY;
+        for x in chunk.iter_mut() {
+            *x = f(*x);
+            cm = fmax(cm, *x);
+        }
+        cmax[c] = cm;
+        bm = fmax(bm, cm);
+    }
+    bm
+}
+
 /// [`log_weights`] for a product kernel: the carrier's `t` by blocks
 /// (`cpu/weights.rs`), then its gaussian log-weights (the panels never
 /// serve a product).
@@ -150,17 +175,7 @@ fn product_log_weights<S: Isa>(
     cmax: &mut [f32],
 ) -> f32 {
     product_ts::<S>(pb, xt, n, j0, query, w);
-    let mut bm = f32::NEG_INFINITY;
-    for (c, chunk) in w.chunks_mut(LANES).enumerate() {
-        let mut cm = f32::NEG_INFINITY;
-        for x in chunk.iter_mut() {
-            *x = Gaussian::lane(*x);
-            cm = fmax(cm, *x);
-        }
-        cmax[c] = cm;
-        bm = fmax(bm, cm);
-    }
-    bm
+    weights_of_ts(w, cmax, Gaussian::lane::<f32>)
 }
 
 #[inline(always)]

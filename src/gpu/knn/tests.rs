@@ -51,7 +51,7 @@ fn run(ctx: &GpuContext, q: &[f32], x: &[f32], d: usize, plan: &KnnPlan) -> Neig
             q: 0,
         },
     };
-    let out = knn_on_tiles(&call, n, plan).unwrap();
+    let out = knn_on_tiles(&call, (n, &crate::kernel::Metric::Euclidean), plan).unwrap();
     scope.finish(ctx).unwrap();
     out
 }
@@ -91,7 +91,7 @@ fn same_lists(ctx: &mut GpuContext, caps: TileLimits, q: &[f32], x: &[f32], d: u
     ctx.caps = caps;
     let (m, n) = (q.len() / d, x.len() / d);
     let what = format!("M={m} N={n} d={d} k={k} {caps:?}");
-    let ip = plan_knn(&ctx.limits, &caps, Shape { m, n, d, q: 0 }, k).unwrap();
+    let ip = plan_knn(&ctx.limits, &caps, Shape { m, n, d, q: 0 }, (k, false)).unwrap();
     assert!(ip.ip.is_some(), "{what}: d ≥ 32 takes the tiles");
     let direct = KnnPlan { ip: None, ..ip };
     let got = run(ctx, q, x, d, &ip);

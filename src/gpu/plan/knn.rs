@@ -108,12 +108,13 @@ fn merge_loops(splits: usize, k: usize) -> usize {
 }
 
 /// Plans `k` nearest neighbours of `m` queries among `n` keys in `d`
-/// dimensions.
+/// dimensions (by differences only with `differences`: a metric other
+/// than the Euclidean one, which the inner-product tiles cannot measure).
 pub(crate) fn plan_knn(
     dev: &DeviceLimits,
     caps: &TileLimits,
     shape: Shape,
-    k: usize,
+    (k, differences): (usize, bool),
 ) -> Result<KnnPlan> {
     let Shape { m, n, d, .. } = shape;
     let binding = binding_bytes(dev, caps);
@@ -122,7 +123,7 @@ pub(crate) fn plan_knn(
     if floats < per_row {
         return Err(too_small(binding, per_row));
     }
-    let ip = knn_ip_queries_resident(d, dev.workgroup_bytes);
+    let ip = knn_ip_queries_resident(d, dev.workgroup_bytes).filter(|_| !differences);
     // knn.wgsl: keys staged as vec4 groups, whole blocks of KB.
     let fit = (dev.workgroup_bytes as usize / 16 / d.div_ceil(4)).min(MAX_STAGED_KEYS);
     if fit == 0 && ip.is_none() {
@@ -204,7 +205,7 @@ mod tests {
             &dev,
             &TileLimits::default(),
             shape(10, 1_000_000, 16, 0),
-            16,
+            (16, false),
         )
         .unwrap();
         assert!(p.key_tile * (2 + 16 + 16) < 65535);
@@ -226,23 +227,29 @@ mod tests {
     #[test]
     fn keys_stage_as_vec4_groups_in_whole_blocks() {
         let none = TileLimits::default();
-        let p = plan_knn(&HARDWARE, &none, shape(10_000, 1_000_000, 128, 0), 16).unwrap();
+        let p = plan_knn(
+            &HARDWARE,
+            &none,
+            shape(10_000, 1_000_000, 128, 0),
+            (16, false),
+        )
+        .unwrap();
         assert_eq!((p.key_block, p.staged_keys), (4, 96));
-        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 3, 0), 5).unwrap();
+        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 3, 0), (5, false)).unwrap();
         assert_eq!((p.key_block, p.staged_keys), (4, 256));
         // d = 5 stages two vec4 groups a key: 32 KiB / 32 B = 1024 → 256.
         // d = 3000: 750 groups, two keys fit, measured one at a time.
-        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 3000, 0), 5).unwrap();
+        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 3000, 0), (5, false)).unwrap();
         assert_eq!((p.key_block, p.staged_keys), (1, 2));
         // d = 9000 takes the inner-product tiles a chunk of queries at a
         // time; where neither shader fits, the plan fails.
-        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 9000, 0), 5).unwrap();
+        let p = plan_knn(&LAVAPIPE, &none, shape(10, 100, 9000, 0), (5, false)).unwrap();
         assert_eq!(p.ip, Some(false));
         let tiny = DeviceLimits {
             workgroup_bytes: 16 << 10,
             ..LAVAPIPE
         };
-        let e = plan_knn(&tiny, &none, shape(10, 100, 9000, 0), 5);
+        let e = plan_knn(&tiny, &none, shape(10, 100, 9000, 0), (5, false));
         assert!(matches!(e, Err(crate::error::Error::Unsupported { .. })));
     }
 
@@ -253,7 +260,7 @@ mod tests {
         // within the work cap, 26 slices a window (157 × 26 = 4082
         // workgroups of two warps).
         let (m, n, d, k) = (10_000, 1_000_000, 128, 16);
-        let p = plan_knn(&HARDWARE, &none, shape(m, n, d, 0), k).unwrap();
+        let p = plan_knn(&HARDWARE, &none, shape(m, n, d, 0), (k, false)).unwrap();
         assert_eq!((p.query_tile, p.key_tile), (m, n));
         assert!(m as u64 * p.dispatch_keys as u64 * (2 + d + k) as u64 <= DISPATCH_WORK);
         assert_eq!(p.dispatch_keys, 47_068);
@@ -267,7 +274,13 @@ mod tests {
             key_splits: Some(1024),
             ..TileLimits::default()
         };
-        let p = plan_knn(&LOOP_CAPPED, &forced, shape(100, 100_000, 8, 0), 128).unwrap();
+        let p = plan_knn(
+            &LOOP_CAPPED,
+            &forced,
+            shape(100, 100_000, 8, 0),
+            (128, false),
+        )
+        .unwrap();
         let s = p.key_splits(&LOOP_CAPPED, &forced, 100);
         assert!(s > 1 && merge_loops(s, 128) <= 65535 * 7 / 8, "{s}");
         // The slices' lists fit one binding.
@@ -276,7 +289,7 @@ mod tests {
             key_splits: Some(50),
             ..TileLimits::default()
         };
-        let p = plan_knn(&LAVAPIPE, &small, shape(200, 1000, 3, 0), 4).unwrap();
+        let p = plan_knn(&LAVAPIPE, &small, shape(200, 1000, 3, 0), (4, false)).unwrap();
         assert_eq!(p.key_splits(&LAVAPIPE, &small, 200), 3);
     }
 
@@ -284,7 +297,11 @@ mod tests {
     fn inner_product_tiles_from_d_32_where_they_fit() {
         use super::super::H200;
         let none = TileLimits::default();
-        let ip = |dev: &DeviceLimits, d| plan_knn(dev, &none, shape(10, 100, d, 0), 16).unwrap().ip;
+        let ip = |dev: &DeviceLimits, d| {
+            plan_knn(dev, &none, shape(10, 100, d, 0), (16, false))
+                .unwrap()
+                .ip
+        };
         // H200, 48 KiB: queries stay up to d = 128 (41.4 KiB), then a
         // chunk a step; lavapipe, 32 KiB: up to d = 64.
         assert_eq!(knn_ip_workgroup_bytes(128, true), 42_368);
@@ -302,7 +319,7 @@ mod tests {
         }
         // The benchmark (10⁴ × 10⁶, d = 128, k = 16) on the H200: one key
         // tile, the same windows and slices as the differences.
-        let p = plan_knn(&H200, &none, shape(10_000, 1_000_000, 128, 0), 16).unwrap();
+        let p = plan_knn(&H200, &none, shape(10_000, 1_000_000, 128, 0), (16, false)).unwrap();
         assert_eq!(
             (p.ip, p.key_tile, p.dispatch_keys),
             (Some(true), 1_000_000, 47_068)
@@ -319,7 +336,7 @@ mod tests {
                 &LOOP_CAPPED,
                 &TileLimits::default(),
                 shape(10, 1_000_000, d, 0),
-                k,
+                (k, false),
             )
             .unwrap();
             assert!(p.ip.is_some());
@@ -338,13 +355,13 @@ mod tests {
             dispatch_keys: Some(33),
             ..TileLimits::default()
         };
-        let p = plan_knn(&HARDWARE, &capped, shape(1000, 5000, 3, 0), 4).unwrap();
+        let p = plan_knn(&HARDWARE, &capped, shape(1000, 5000, 3, 0), (4, false)).unwrap();
         assert_eq!(p.dispatch_keys, 33);
         let p = plan_knn(
             &HARDWARE,
             &TileLimits::default(),
             shape(1000, 5000, 3, 0),
-            4,
+            (4, false),
         )
         .unwrap();
         assert_eq!(p.dispatch_keys, 5000);

@@ -17,9 +17,14 @@ pub(crate) fn resident_key_tile(
     d: usize,
     set_cols: &[usize],
 ) -> Result<usize> {
-    let mut key_tile = plan_knn(dev, caps, Shape { m: 1, n, d, q: 0 }, MAX_GPU_K.min(n))
-        .or_else(|_| plan_knn(dev, caps, Shape { m: 1, n, d, q: 0 }, 1))?
-        .key_tile;
+    let shape = Shape { m: 1, n, d, q: 0 };
+    let knn = |differences| {
+        plan_knn(dev, caps, shape, (MAX_GPU_K.min(n), differences))
+            .or_else(|_| plan_knn(dev, caps, shape, (1, differences)))
+            .map(|p| p.key_tile)
+    };
+    // kNN under any metric: by inner products or by differences.
+    let mut key_tile = knn(false)?.min(knn(true)?);
     for q in std::iter::once(0).chain(set_cols.iter().copied()) {
         key_tile = key_tile.min(plan_local_mean(dev, caps, Shape { m: 1, n, d, q })?.key_tile);
     }

@@ -177,7 +177,7 @@ fn every_planner_fits_an_h200_at_the_benchmark_sizes() {
 
     // kNN: 10⁴ queries over 10⁶ keys, d = 128, k = 16.
     let (s, k) = (shape(10_000, 1_000_000, 128, 0), 16);
-    let p = plan_knn(dev, &caps, s, k).unwrap();
+    let p = plan_knn(dev, &caps, s, (k, false)).unwrap();
     let need = Need {
         dev,
         what: format!("knn {s:?} {p:?}"),
@@ -192,7 +192,7 @@ fn every_planner_fits_an_h200_at_the_benchmark_sizes() {
     // Beyond the benchmark, where the binding size bounds the tiles: 10⁷
     // keys of d = 128 (5 GB) are cut into key tiles of at most 2³¹ bytes.
     let s = shape(10_000, 10_000_000, 128, 0);
-    let big = plan_knn(dev, &caps, s, k).unwrap();
+    let big = plan_knn(dev, &caps, s, (k, false)).unwrap();
     assert!(big.key_tile < s.n && big.key_tile * s.d * 4 > 1 << 30);
     let need = Need {
         dev,

@@ -9,7 +9,7 @@
 //!
 //! Each WGSL file names the modules it uses with `#import` lines at its
 //! top ([`imports`]): the shared files ([`LIBRARY`]: `profiles`,
-//! `row_state`, `softmax_state`) and three modules generated from Rust
+//! `metric`, `row_state`, `softmax_state`) and three modules generated from Rust
 //! values. Constants that have a Rust twin (workgroup sizes the dispatches
 //! divide by, flag bits and mode codes of the parameter blocks, profile
 //! codes, `T_FAR`, `SHIFT_FLOOR`) are not written in the shader files:
@@ -61,12 +61,14 @@ macro_rules! wgsl {
 }
 
 /// The shared files shaders import by name (the file's stem): the kernel
-/// profiles; the kNN shaders' top-k list, its windows and merge; the
+/// profiles; the distance metrics of the shaders that measure by
+/// differences; the kNN shaders' top-k list, its windows and merge; the
 /// local-mean family's row state, its merge and a key tile's end; the
 /// attention row state, its merge, a key tile's end and
 /// the split merge pass.
-pub(crate) const LIBRARY: [(&str, WgslFile); 4] = [
+pub(crate) const LIBRARY: [(&str, WgslFile); 5] = [
     ("profiles", wgsl!("profiles.wgsl")),
+    ("metric", wgsl!("metric.wgsl")),
     ("knn_list", wgsl!("knn_list.wgsl")),
     ("row_state", wgsl!("row_state.wgsl")),
     ("softmax_state", wgsl!("softmax_state.wgsl")),

@@ -145,9 +145,10 @@ fn every_shader_file_is_registered_and_validates() {
                 .expect("profiles.wgsl imports only its constants");
                 validate(file, &resolved.source);
             }
-            // row_state.wgsl and softmax_state.wgsl: parts of the
-            // local-mean family and of the two attention shaders (they use
-            // the importing shader's sizes), checked with them.
+            // row_state.wgsl, softmax_state.wgsl, metric.wgsl: parts of the
+            // local-mean family, the two attention shaders and the
+            // difference shaders (they use the importing shader's sizes and
+            // constants), checked with them.
             continue;
         }
         let id = ShaderId::ALL
@@ -403,6 +404,7 @@ fn shaders_name_their_imports() {
             "profiles",
             "product",
             "row_state",
+            "metric",
             "local_mean.wgsl"
         ]
     );

@@ -6,7 +6,7 @@ use ndarray::Array1;
 use serde_json::json;
 
 use super::Job;
-use crate::args::{Compute, KernelArgs};
+use crate::args::{Compute, KernelArgs, MetricArgs};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::report::Summary;
@@ -26,6 +26,8 @@ pub struct KdeArgs {
     weights: Option<PathBuf>,
     #[command(flatten)]
     kernel: KernelArgs,
+    #[command(flatten)]
+    metric: MetricArgs,
     /// Write ln p̂ instead of p̂ (finite far from the data for the gaussian,
     /// laplacian and cauchy profiles; −inf outside a compact support).
     #[arg(long)]
@@ -40,7 +42,7 @@ pub struct KdeArgs {
 /// Runs `locus kde`.
 pub fn run(a: &KdeArgs) -> CliResult<()> {
     io::check_output("--output", &a.output)?;
-    let kernel = a.kernel.kernel()?;
+    let kernel = a.kernel.kernel()?.with_metric(a.metric.metric()?)?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     let weights = a

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use super::{Job, pairs_per_second};
-use crate::args::Compute;
+use crate::args::{Compute, MetricArgs};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::report::{self, Summary};
@@ -27,9 +27,11 @@ pub struct KnnArgs {
     /// lower index).
     #[arg(long, short, value_name = "IDX")]
     output: PathBuf,
-    /// Where to write the M×k Euclidean distances.
+    /// Where to write the M×k distances (under --metric).
     #[arg(long, value_name = "D")]
     distances: Option<PathBuf>,
+    #[command(flatten)]
+    metric: MetricArgs,
     #[command(flatten)]
     common: Compute,
 }
@@ -37,6 +39,7 @@ pub struct KnnArgs {
 /// Runs `locus knn`.
 pub fn run(a: &KnnArgs) -> CliResult<()> {
     let distances = a.distances.as_deref();
+    let metric = a.metric.metric()?;
     io::check_outputs(&[("--output", Some(&a.output)), ("--distances", distances)])?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
@@ -50,7 +53,8 @@ pub fn run(a: &KnnArgs) -> CliResult<()> {
     }
     let x = keys.data.view();
     let q = queries.as_ref().map_or(x, |q| q.data.view());
-    let op = |e: &locus::Engine| e.knn(q, x, a.k);
+    metric.check_dim("knn", x.ncols())?;
+    let op = |e: &locus::Engine| e.knn_metric(q, x, a.k, metric);
 
     let mut job = Job::open("knn", &a.common)?;
     let nb = job.run(op)?;
