@@ -14,7 +14,7 @@ pub(crate) mod form;
 
 mod profile;
 
-pub(crate) use form::T_FAR;
+pub(crate) use form::{COSINE_POLY, T_FAR};
 pub use profile::Profile;
 
 /// Smallest accepted bandwidth: `1/h²` must stay a finite `f32`.
