@@ -7,7 +7,7 @@
 // is generated too (shaders::NEG_BIG): a finite stand-in for −inf, the
 // log-weight of a key without weight. All three are in the generated
 // module `profile_consts`, with the cosine profile's polynomial
-// COSINE_P0 … COSINE_P6 (kernel::COSINE_POLY).
+// COSINE_P0 … COSINE_P5 (kernel::COSINE_POLY).
 // The argument t is the scaled squared distance r²/h².
 
 #import profile_consts
@@ -37,8 +37,7 @@ fn profile_weight(t: f32) -> f32 {
 // to the support's edge, no sqrt, no cos (WGSL's cos promises only 2⁻¹¹
 // absolute).
 fn cosine_weight(t: f32) -> f32 {
-    var p = COSINE_P6;
-    p = p * t + COSINE_P5;
+    var p = COSINE_P5;
     p = p * t + COSINE_P4;
     p = p * t + COSINE_P3;
     p = p * t + COSINE_P2;

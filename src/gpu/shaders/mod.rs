@@ -217,7 +217,7 @@ impl GeneratedConst {
 }
 
 /// The constants of `profiles.wgsl`: `T_FAR`, `NEG_BIG`, the profile
-/// codes and the cosine profile's polynomial (`COSINE_P0` … `COSINE_P6`).
+/// codes and the cosine profile's polynomial (`COSINE_P0` … `COSINE_P5`).
 fn profile_consts() -> Vec<GeneratedConst> {
     let mut out = vec![
         GeneratedConst::new("T_FAR", ConstValue::F32(T_FAR), "kernel::T_FAR"),
