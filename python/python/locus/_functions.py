@@ -8,7 +8,7 @@ float32 for float32 inputs (the engine's result, no copy), float64 when any
 input is float64 (or integer, or a Python list): the float32 result widened.
 The engine computes in float32 either way; see docs/numerics.md. Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
 ``tophat``), ``triangular`` (``linear``), ``biweight`` (``quartic``),
-``laplacian`` (``exponential``), ``cauchy``.
+``laplacian`` (``exponential``), ``cauchy``, ``cosine``.
 """
 
 from __future__ import annotations
