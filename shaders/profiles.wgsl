@@ -1,12 +1,13 @@
 // Kernel profiles shared by every distance-kernel op (docs/numerics.md),
 // the module `profiles`: each op's shader imports it.
 //
-// PROFILE: one of the generated codes PROFILE_GAUSSIAN, …, PROFILE_CAUCHY
+// PROFILE: one of the generated codes PROFILE_GAUSSIAN, …, PROFILE_COSINE
 // (Profile::shader_code); T_FAR is generated too (kernel::T_FAR): t at or
 // beyond it is infinitely far, weight exactly 0 (as on the CPU); NEG_BIG
 // is generated too (shaders::NEG_BIG): a finite stand-in for −inf, the
 // log-weight of a key without weight. All three are in the generated
-// module `profile_consts`.
+// module `profile_consts`, with the cosine profile's polynomial
+// COSINE_P0 … COSINE_P5 (kernel::COSINE_POLY).
 // The argument t is the scaled squared distance r²/h².
 
 #import profile_consts
@@ -31,6 +32,20 @@ fn profile_weight(t: f32) -> f32 {
     return weight_of(PROFILE, t);
 }
 
+// The cosine profile, (1 − t)·P(t) with P(t) = cos(π√t/2)/(1 − t) the
+// polynomial of form.rs (Horner, the CPU's order): relative accuracy up
+// to the support's edge, no sqrt, no cos (WGSL's cos promises only 2⁻¹¹
+// absolute).
+fn cosine_weight(t: f32) -> f32 {
+    var p = COSINE_P5;
+    p = p * t + COSINE_P4;
+    p = p * t + COSINE_P3;
+    p = p * t + COSINE_P2;
+    p = p * t + COSINE_P1;
+    p = p * t + COSINE_P0;
+    return select(0.0, (1.0 - t) * p, t < 1.0);
+}
+
 // k of the profile with this code.
 fn weight_of(code: u32, t: f32) -> f32 {
     switch code {
@@ -39,6 +54,7 @@ fn weight_of(code: u32, t: f32) -> f32 {
         case PROFILE_TRIANGULAR: { return max(1.0 - sqrt(t), 0.0); }
         case PROFILE_BIWEIGHT: { let a = max(1.0 - t, 0.0); return a * a; }
         case PROFILE_CAUCHY: { return 1.0 / (1.0 + t); }
+        case PROFILE_COSINE: { return cosine_weight(t); }
         case PROFILE_LAPLACIAN: { return exp(-sqrt(t)); }
         default: { return exp(-0.5 * t); }
     }

@@ -1025,17 +1025,20 @@ fn kde_classify_knn_match_the_library() {
     write_npy(&lp, &labels).unwrap();
     let verify = if have_gpu() { vec!["--verify"] } else { vec![] };
 
-    // kde and --log
-    let k = Kernel::new(Profile::Biweight, 0.4).unwrap();
-    for log in [false, true] {
-        let out = dir.path().join(format!("p{log}.npy"));
+    // kde and --log, by a profile's name (cosine: scikit-learn's sixth)
+    for (p, log) in [Profile::Biweight, Profile::Cosine]
+        .into_iter()
+        .flat_map(|p| [(p, false), (p, true)])
+    {
+        let k = Kernel::new(p, 0.4).unwrap();
+        let out = dir.path().join(format!("p{p}{log}.npy"));
         let mut c = locus();
         c.args([
             "kde",
             "--backend",
             "cpu",
             "--kernel",
-            "biweight",
+            p.name(),
             "--bandwidth",
             "0.4",
         ])
@@ -1057,7 +1060,7 @@ fn kde_classify_knn_match_the_library() {
             let g = f64::from(got[i]);
             assert!(
                 g == w || (g - w).abs() <= 1e-5 * w.abs() + 1e-7,
-                "kde log={log} [{i}] {g} vs {w}"
+                "kde {p} log={log} [{i}] {g} vs {w}"
             );
         }
     }

@@ -135,6 +135,7 @@ fn local_linear_matches_the_weighted_least_squares_reference() {
                 (Profile::Biweight, 0.9),
                 (Profile::Laplacian, 0.4),
                 (Profile::Cauchy, 0.3),
+                (Profile::Cosine, 0.8),
             ] {
                 let k = Kernel::new(p, h).unwrap();
                 let got = e
@@ -418,6 +419,7 @@ fn scores_match_the_derivative_of_the_density() {
             Profile::Triangular,
             Profile::Laplacian,
             Profile::Cauchy,
+            Profile::Cosine,
         ] {
             let k = Kernel::new(p, 0.5).unwrap();
             let err = e.score(&k, q.view(), x.view()).unwrap_err();

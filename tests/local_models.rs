@@ -110,6 +110,7 @@ fn density_integrates_to_one() {
         Profile::Uniform,
         Profile::Triangular,
         Profile::Biweight,
+        Profile::Cosine,
     ]
     .into_iter()
     .enumerate()

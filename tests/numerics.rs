@@ -50,6 +50,13 @@ fn ref_log_k(p: Profile, t: f64) -> f64 {
         }
         Profile::Triangular => (1.0 - t.sqrt()).max(0.0).ln(),
         Profile::Biweight => 2.0 * (1.0 - t).max(0.0).ln(),
+        Profile::Cosine => {
+            if t < 1.0 {
+                (std::f64::consts::FRAC_PI_2 * t.sqrt()).cos().ln()
+            } else {
+                f64::NEG_INFINITY
+            }
+        }
     }
 }
 
@@ -320,6 +327,7 @@ fn weighted_density_matches_reference_on_random_weights_with_zeros() {
         Profile::Laplacian,
         Profile::Epanechnikov,
         Profile::Biweight,
+        Profile::Cosine,
     ] {
         let k = Kernel::new(p, 0.1).unwrap();
         let ln_c = ln_normalizer(p, 2).unwrap();
@@ -351,11 +359,12 @@ fn weighted_density_matches_reference_on_random_weights_with_zeros() {
     }
 }
 
-const COMPACT: [Profile; 4] = [
+const COMPACT: [Profile; 5] = [
     Profile::Epanechnikov,
     Profile::Uniform,
     Profile::Triangular,
     Profile::Biweight,
+    Profile::Cosine,
 ];
 
 #[test]
@@ -436,6 +445,8 @@ fn closed_form_constant(p: Profile, d: usize) -> f64 {
         (Profile::Triangular, 3) => pi / 3.0,
         (Profile::Laplacian, 2) => 2.0 * pi,
         (Profile::Laplacian, 3) => 8.0 * pi,
+        (Profile::Cosine, 2) => 4.0 - 8.0 / pi,
+        (Profile::Cosine, 3) => 8.0 - 64.0 / (pi * pi),
         _ => unreachable!(),
     }
 }
@@ -573,6 +584,7 @@ fn local_means_with_all_mass_at_the_support_edge_stay_within_the_documented_boun
         Profile::Epanechnikov,
         Profile::Biweight,
         Profile::Triangular,
+        Profile::Cosine,
     ] {
         let k = Kernel::new(p, 1.0).unwrap();
         let (_, want) = ref_row(&k, &[0.0, 0.0, 0.0], &x, &y, &vec![1.0; n]);

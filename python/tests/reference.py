@@ -10,6 +10,7 @@ PROFILES = {
     "biweight": lambda t: np.maximum(1 - t, 0) ** 2,
     "laplacian": lambda t: np.exp(-np.sqrt(t)),
     "cauchy": lambda t: 1 / (1 + t),
+    "cosine": lambda t: np.where(t < 1, np.cos(0.5 * np.pi * np.sqrt(np.minimum(t, 1))), 0.0),
 }
 
 

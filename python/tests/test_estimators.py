@@ -49,7 +49,7 @@ def test_mean_shift_cluster_all_false_and_gaussian_kernel(blobs):
     assert len(g.cluster_centers_) >= 1
 
 
-@pytest.mark.parametrize("kernel", ["gaussian", "tophat", "epanechnikov", "exponential", "linear"])
+@pytest.mark.parametrize("kernel", ["gaussian", "tophat", "epanechnikov", "exponential", "linear", "cosine"])
 @pytest.mark.parametrize("bandwidth", [0.3, "scott", "silverman"])
 def test_kernel_density_matches_sklearn(rng, kernel, bandwidth):
     x = rng.normal(size=(400, 3))
@@ -75,10 +75,13 @@ def test_kernel_density_sample_weight_and_sampling(rng):
         ref = neighbors.KernelDensity(bandwidth=0.5, kernel=kernel).fit(x)
         ours = locus.KernelDensity(bandwidth=0.5, kernel=kernel, backend="cpu").fit(x)
         np.testing.assert_allclose(ours.sample(50, random_state=7), ref.sample(50, random_state=7), rtol=1e-6)
-    with pytest.raises(NotImplementedError):
-        locus.KernelDensity(kernel="linear", backend="cpu").fit(x).sample()
+    # Every kernel samples; only the Euclidean metric does.
+    assert locus.KernelDensity(kernel="linear", backend="cpu").fit(x).sample(3).shape == (3, 2)
+    kde = locus.KernelDensity(kernel="cosine", backend="cpu").fit(x)
+    with pytest.raises(NotImplementedError, match="Euclidean"):
+        kde.set_params(metric="manhattan").sample()
     with pytest.raises(ValueError, match="kernel"):
-        locus.KernelDensity(kernel="cosine", backend="cpu").fit(x)
+        locus.KernelDensity(kernel="cosinus", backend="cpu").fit(x)
 
 
 def test_kernel_regression_is_nadaraya_watson(rng):

@@ -26,9 +26,9 @@ pub enum Error {
         value: f64,
     },
 
-    /// A profile name that is not one of the seven known ones.
+    /// A profile name that is not one of the eight known ones.
     #[error(
-        "unknown kernel profile {name:?} (expected one of gaussian, epanechnikov, uniform, triangular, biweight, laplacian, cauchy)"
+        "unknown kernel profile {name:?} (expected one of gaussian, epanechnikov, uniform, triangular, biweight, laplacian, cauchy, cosine)"
     )]
     UnknownProfile {
         /// The rejected name.

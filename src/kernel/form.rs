@@ -1,4 +1,4 @@
-//! The seven profiles' formulas, written once over a numeric [`Lane`]
+//! The eight profiles' formulas, written once over a numeric [`Lane`]
 //! type: the `f64` reference ([`Profile::eval_sq`], the far-row log
 //! weights of `exact.rs`), the scalar `f32` kernels of the CPU (one lane,
 //! vectorized by LLVM over lane groups) and the AVX2 kernel (eight lanes in
@@ -13,6 +13,24 @@ use super::profile::Profile;
 /// infinitely far: its weight is zero for every profile, on both backends
 /// (docs/numerics.md, "Far rows").
 pub(crate) const T_FAR: f32 = 1.0e37;
+
+/// The cosine profile's polynomial `P(t) = cos(π√t/2)/(1 − t)` on
+/// `0 ≤ t ≤ 1`, lowest power first: the coefficients are the partial sums
+/// `Σ_{m≤n} c_m` of the series `cos(π√t/2) = Σ c_m t^m`,
+/// `c_m = (−1)^m (π²/4)^m/(2m)!`, so that `(1 − t)·P(t)` is the profile
+/// with its zero at `t = 1` exact. Truncated after `t⁵`: `P` is off by at
+/// most `6.3·10⁻⁹` (of `P ≥ π/4`: 0.14 of an `f32` ulp), so the `f32`
+/// weight is accurate to a few units in the last place, relative, up to
+/// the support's edge. `profiles.wgsl` evaluates the same coefficients
+/// (generated).
+pub(crate) const COSINE_POLY: [f32; 6] = [
+    1.0,
+    -0.233_700_55,
+    0.019_968_958,
+    -8.945_23e-4,
+    2.473_727_6e-5,
+    -4.647_66e-7,
+];
 
 impl Profile {
     /// Whether the weights are exponentials, accumulated in the log domain
@@ -47,6 +65,10 @@ pub(crate) trait Lane: Copy {
     fn add(self, o: Self) -> Self;
     fn sub(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
+    /// `self·a + b`: one fused multiply-add where the lane type has the
+    /// instruction (the AVX2 lanes), else a multiply and an add (a fused
+    /// one in software would be far slower).
+    fn mul_add(self, a: Self, b: Self) -> Self;
     fn div(self, o: Self) -> Self;
     fn neg(self) -> Self;
     fn sqrt(self) -> Self;
@@ -76,6 +98,10 @@ impl Lane for f64 {
     #[inline(always)]
     fn mul(self, o: f64) -> f64 {
         self * o
+    }
+    #[inline(always)]
+    fn mul_add(self, a: f64, b: f64) -> f64 {
+        self * a + b
     }
     #[inline(always)]
     fn div(self, o: f64) -> f64 {
@@ -119,6 +145,10 @@ impl Lane for f32 {
     #[inline(always)]
     fn mul(self, o: f32) -> f32 {
         self * o
+    }
+    #[inline(always)]
+    fn mul_add(self, a: f32, b: f32) -> f32 {
+        self * a + b
     }
     #[inline(always)]
     fn div(self, o: f32) -> f32 {
@@ -188,6 +218,8 @@ pub(crate) struct Biweight;
 pub(crate) struct Laplacian;
 /// `1 / (1 + r²)`.
 pub(crate) struct Cauchy;
+/// `cos(πr/2)` for `r < 1`.
+pub(crate) struct Cosine;
 
 impl Form for Gaussian {
     const LOG: bool = true;
@@ -249,6 +281,36 @@ impl Form for Cauchy {
     #[inline]
     fn exact_log_weight(t: f64) -> f64 {
         -t.ln_1p()
+    }
+}
+
+impl Form for Cosine {
+    const LOG: bool = false;
+    /// `(1 − t)·P(t)` ([`COSINE_POLY`], Horner) inside the support: no
+    /// square root, no cosine, the same arithmetic on every lane.
+    #[inline(always)]
+    fn lane<L: Lane>(t: L) -> L {
+        let [c0, c1, c2, c3, c4, c5] = COSINE_POLY;
+        let mut p = t.lit(c5);
+        for c in [c4, c3, c2, c1, c0] {
+            p = p.mul_add(t, t.lit(c));
+        }
+        let one = t.lit(1.0);
+        t.select_lt(one, one.sub(t).mul(p), t.lit(0.0))
+    }
+    /// `cos(π√t/2)` for `t < 1` from `f64`'s own cosine: the reference the
+    /// polynomial is checked against.
+    #[inline]
+    fn eval(t: f64) -> f64 {
+        if t < 1.0 {
+            (std::f64::consts::FRAC_PI_2 * t.sqrt()).cos()
+        } else {
+            0.0
+        }
+    }
+    #[inline]
+    fn exact_log_weight(t: f64) -> f64 {
+        Self::eval(t).ln()
     }
 }
 
@@ -325,6 +387,10 @@ macro_rules! with_form {
                 type $P = $crate::kernel::form::Cauchy;
                 $body
             }
+            $crate::kernel::Profile::Cosine => {
+                type $P = $crate::kernel::form::Cosine;
+                $body
+            }
         }
     }};
 }
@@ -353,6 +419,7 @@ mod tests {
             0.5625,
             (-0.5f64).exp(),
             0.8,
+            (std::f64::consts::FRAC_PI_4).cos(),
         ];
         for (p, want) in Profile::ALL.into_iter().zip(half) {
             assert!((p.eval_sq(0.25) - want).abs() < 1e-15, "{p}");
@@ -380,5 +447,30 @@ mod tests {
             };
             assert_eq!(far, none, "{p} beyond T_FAR");
         }
+    }
+
+    /// The cosine polynomial against `f64`'s cosine on a fine grid of the
+    /// support: relative error within a few `f32` units in the last place
+    /// up to the edge, the edge itself exactly 0.
+    #[test]
+    fn cosine_polynomial_is_the_cosine() {
+        let mut worst = 0.0f64;
+        for i in 0..=4096 {
+            let t = i as f32 / 4096.0;
+            let want = Profile::Cosine.eval_sq(f64::from(t));
+            let got = f64::from(Cosine::lane(t));
+            if want > 0.0 {
+                worst = worst.max((got - want).abs() / want);
+            } else {
+                assert_eq!(got, 0.0, "t={t}");
+            }
+        }
+        assert!(worst < 4.0 * f64::from(f32::EPSILON), "worst {worst:e}");
+        // Just inside the edge, r = 1 − 2⁻¹²: k ≈ (π/2)·2⁻¹².
+        let t = (1.0f32 - 1.0 / 4096.0).powi(2);
+        let want = Profile::Cosine.eval_sq(f64::from(t));
+        assert!((f64::from(Cosine::lane(t)) / want - 1.0).abs() < 1e-6);
+        assert_eq!(Cosine::lane(1.0f32), 0.0);
+        assert_eq!(Cosine::lane(f32::INFINITY), 0.0);
     }
 }

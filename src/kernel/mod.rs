@@ -15,7 +15,7 @@ pub(crate) mod form;
 mod metric;
 mod profile;
 
-pub(crate) use form::T_FAR;
+pub(crate) use form::{COSINE_POLY, T_FAR};
 pub use metric::{METRIC_NAMES, Metric};
 pub use profile::Profile;
 

@@ -1,4 +1,4 @@
-//! The seven radial profiles by name: what they are called, which have a
+//! The eight radial profiles by name: what they are called, which have a
 //! compact support, their shader codes. Their formulas are `form.rs`'s.
 //!
 //! Imports: `crate::error`.
@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 /// | biweight | ((1 − r²)₊)² | r < 1 |
 /// | laplacian | exp(−r) | all |
 /// | cauchy | 1 / (1 + r²) | all |
+/// | cosine | cos(πr/2) for r < 1 | r < 1 |
 ///
 /// Every profile has `k(0) = 1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,11 +38,13 @@ pub enum Profile {
     Laplacian,
     /// `1 / (1 + r²)`.
     Cauchy,
+    /// `cos(πr/2)` for `r < 1`, else 0 (scikit-learn's `cosine`).
+    Cosine,
 }
 
 impl Profile {
-    /// All seven profiles, in the order of the table above.
-    pub const ALL: [Profile; 7] = [
+    /// All eight profiles, in the order of the table above.
+    pub const ALL: [Profile; 8] = [
         Profile::Gaussian,
         Profile::Epanechnikov,
         Profile::Uniform,
@@ -49,6 +52,7 @@ impl Profile {
         Profile::Biweight,
         Profile::Laplacian,
         Profile::Cauchy,
+        Profile::Cosine,
     ];
 
     /// The profile's name as accepted by [`FromStr`].
@@ -61,6 +65,7 @@ impl Profile {
             Profile::Biweight => "biweight",
             Profile::Laplacian => "laplacian",
             Profile::Cauchy => "cauchy",
+            Profile::Cosine => "cosine",
         }
     }
 
@@ -68,7 +73,11 @@ impl Profile {
     pub fn is_compact(self) -> bool {
         matches!(
             self,
-            Profile::Epanechnikov | Profile::Uniform | Profile::Triangular | Profile::Biweight
+            Profile::Epanechnikov
+                | Profile::Uniform
+                | Profile::Triangular
+                | Profile::Biweight
+                | Profile::Cosine
         )
     }
 
@@ -82,6 +91,7 @@ impl Profile {
             Profile::Biweight => 4,
             Profile::Laplacian => 5,
             Profile::Cauchy => 6,
+            Profile::Cosine => 7,
         }
     }
 }
@@ -106,6 +116,7 @@ impl FromStr for Profile {
             "biweight" | "quartic" => Profile::Biweight,
             "laplacian" | "exponential" => Profile::Laplacian,
             "cauchy" => Profile::Cauchy,
+            "cosine" => Profile::Cosine,
             _ => {
                 return Err(Error::UnknownProfile {
                     name: s.to_string(),

@@ -34,6 +34,8 @@ fn shadow(p: Profile) -> Result<(Profile, f64)> {
                     Profile::Uniform => "a uniform estimate is flat between jumps",
                     Profile::Triangular | Profile::Laplacian =>
                         "this one has no derivative at r = 0",
+                    Profile::Cosine =>
+                        "cosine's derivative sin(πr/2)/r (in t = r²) is not one of the profiles",
                     _ => "cauchy's derivative 1/(1 + r²)² is not one of the profiles",
                 }
             ),
@@ -83,7 +85,7 @@ impl Engine {
     /// # Errors
     /// The input errors of [`local_mean`](Self::local_mean), and
     /// [`Error::InvalidParameter`] for the profiles with no such form
-    /// (uniform, triangular, laplacian, cauchy) or coordinates above
+    /// (uniform, triangular, laplacian, cauchy, cosine) or coordinates above
     /// [`MAX_LOCAL_MAGNITUDE`](crate::MAX_LOCAL_MAGNITUDE).
     pub fn score(
         &self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -16,6 +16,7 @@ from ._engine import check_backend
 from ._errors import InputError
 from ._fitted import FittedKeys, check_points, check_weights, weight_scale
 from ._kernels import ProductKernel
+from ._sampling import check_sampled, pick_keys, unit_draws
 
 __all__ = ["KernelDensity"]
 
@@ -26,6 +27,7 @@ _KERNELS = {
     "epanechnikov": "epanechnikov",
     "exponential": "laplacian",
     "linear": "triangular",
+    "cosine": "cosine",
 }
 _OURS = ("uniform", "triangular", "laplacian", "biweight", "cauchy")
 
@@ -46,8 +48,10 @@ class KernelDensity(BaseEstimator):
         Accepted for scikit-learn compatibility; a no-op (exact sums).
     kernel : str or ProductKernel, default="gaussian"
         scikit-learn's names (``gaussian``, ``tophat``, ``epanechnikov``,
-        ``exponential``, ``linear``; ``cosine`` is not available and
-        raises :class:`~locus.InputError` at ``fit``), locus's
+        ``exponential``, ``linear``, ``cosine``: ``cos(πr/2)`` for
+        ``r < 1``, normalized exactly in every dimension, where
+        scikit-learn's constant for it is wrong in even dimensions, by a
+        factor ``(4 − 8/π)/4`` in two), locus's
         (``uniform``, ``triangular``, ``laplacian``, ``biweight``,
         ``cauchy`` in one dimension), or a :class:`~locus.ProductKernel`
         with ``bandwidth=None`` (normalized block by block).
@@ -115,11 +119,6 @@ class KernelDensity(BaseEstimator):
             return _KERNELS[self.kernel]
         if self.kernel in _OURS:
             return self.kernel
-        if self.kernel == "cosine":
-            raise InputError(
-                "kernel='cosine' is not available yet: use one of "
-                f"{sorted(_KERNELS) + list(_OURS)}"
-            )
         raise InputError(
             f"kernel must be one of {sorted(_KERNELS) + list(_OURS)}, got {self.kernel!r}"
         )
@@ -209,25 +208,75 @@ class KernelDensity(BaseEstimator):
         return float(np.sum(self.score_samples(X)))
 
     def sample(self, n_samples: int = 1, random_state: Any = None) -> np.ndarray:
-        """Random samples from the model (gaussian and tophat kernels), as
-        scikit-learn draws them."""
-        check_is_fitted(self)
-        if self._profile() not in ("gaussian", "uniform"):
-            raise NotImplementedError("sampling is implemented for the gaussian and tophat kernels")
-        data = self.X_.astype(np.float64)
-        rng = check_random_state(random_state)
-        u = rng.uniform(0, 1, size=n_samples)
-        if self.sample_weight_ is None:
-            i = (u * data.shape[0]).astype(np.int64)
-        else:
-            cumsum = np.cumsum(self.sample_weight_.astype(np.float64))
-            i = np.searchsorted(cumsum, u * cumsum[-1])
-        if self._profile() == "gaussian":
-            return np.atleast_2d(rng.normal(data[i], self.bandwidth_))
-        from scipy.special import gammainc
+        """Random samples from the fitted density, for every kernel (where
+        scikit-learn samples only the gaussian and tophat ones).
 
-        dim = data.shape[1]
-        Z = rng.normal(size=(n_samples, dim))
-        s_sq = np.einsum("ij,ij->i", Z, Z)
-        correction = gammainc(0.5 * dim, 0.5 * s_sq) ** (1.0 / dim) * self.bandwidth_ / np.sqrt(s_sq)
-        return data[i] + Z * correction[:, np.newaxis]
+        Each sample picks a training point with probability proportional to
+        its ``sample_weight`` (uniformly without) and adds the bandwidth
+        times a draw of the kernel's own density in ``d`` dimensions: a
+        direction uniform on the sphere times an exactly drawn radius
+        (``locus._sampling``). The gaussian and tophat kernels draw from
+        the same random stream as scikit-learn, so the same
+        ``random_state`` gives scikit-learn's samples. A
+        :class:`~locus.ProductKernel` draws each block on its own.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+            Number of samples (``>= 1``).
+        random_state : int, RandomState instance or None, default=None
+            As :func:`sklearn.utils.check_random_state` takes it.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features), float64
+
+        Raises
+        ------
+        InputError
+            The cauchy kernel in two or more dimensions (it has no density
+            there: ``score_samples`` refuses it too), or ``n_samples`` not
+            a positive integer.
+        NotImplementedError
+            A metric other than the Euclidean distance.
+        """
+        check_is_fitted(self)
+        if isinstance(n_samples, (bool, np.bool_)) or not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
+            raise InputError(f"n_samples must be an integer >= 1, got {n_samples!r}")
+        if not _is_euclidean(self.metric, self.metric_params):
+            raise NotImplementedError(f"sampling is implemented for the Euclidean metric only, not {self.metric!r}")
+        data = np.asarray(self.X_, dtype=np.float64)
+        n_keys, d = data.shape
+        profile = self._profile()
+        if isinstance(profile, ProductKernel):
+            blocks = [(dims, check_sampled(p, dims), h) for dims, p, h in profile.blocks]
+        else:
+            # fit set a bandwidth for every kernel but a product.
+            blocks = [(d, check_sampled(profile, d), cast(float, self.bandwidth_))]
+        rng = check_random_state(random_state)
+        n = int(n_samples)
+        i = pick_keys(n, n_keys, self.sample_weight_, rng)
+        if len(blocks) == 1 and blocks[0][1] in ("gaussian", "uniform"):
+            # scikit-learn's draws, in its order.
+            h = float(blocks[0][2])
+            if blocks[0][1] == "gaussian":
+                return np.atleast_2d(rng.normal(data[i], h))
+            from scipy.special import gammainc
+
+            Z = rng.normal(size=(n, d))
+            s_sq = np.einsum("ij,ij->i", Z, Z)
+            correction = gammainc(0.5 * d, 0.5 * s_sq) ** (1.0 / d) * h / np.sqrt(s_sq)
+            return data[i] + Z * correction[:, np.newaxis]
+        out = data[i]
+        start = 0
+        for dims, p, h in blocks:
+            out[:, start : start + dims] += float(h) * unit_draws(p, n, dims, rng)
+            start += dims
+        return out
+
+
+def _is_euclidean(metric: Any, metric_params: Any) -> bool:
+    """Whether ``metric`` (with ``metric_params``) is the Euclidean
+    distance, however scikit-learn spells it."""
+    p = dict(metric_params or {}).get("p", 2)
+    return metric in ("euclidean", "l2") or (metric == "minkowski" and p in (None, 2))

@@ -16,7 +16,7 @@ centres, local PCA's means, imputed coordinates) get the offset back in
 float64. Attention (:func:`kernel_softmax`, :func:`feature_local_mean`)
 is not centred: dot products change with a shift. Kernels: ``gaussian``, ``epanechnikov``, ``uniform`` (``flat``,
 ``tophat``), ``triangular`` (``linear``), ``biweight`` (``quartic``),
-``laplacian`` (``exponential``), ``cauchy``.
+``laplacian`` (``exponential``), ``cauchy``, ``cosine``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from ._errors import InputError
 PROFILES = frozenset(
     {
         "gaussian", "rbf", "epanechnikov", "uniform", "flat", "tophat", "triangular", "linear",
-        "biweight", "quartic", "laplacian", "exponential", "cauchy",
+        "biweight", "quartic", "laplacian", "exponential", "cauchy", "cosine",
     }
 )
 

@@ -139,7 +139,7 @@ pub struct Compute {
 #[derive(Debug, Clone, clap::Args)]
 pub struct KernelArgs {
     /// Kernel profile: gaussian, epanechnikov, uniform, triangular,
-    /// biweight, laplacian, cauchy; with --blocks, one per block
+    /// biweight, laplacian, cauchy, cosine; with --blocks, one per block
     /// (k1,k2,…) or one for all.
     #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile, value_delimiter = ',')]
     pub kernel: Vec<Profile>,

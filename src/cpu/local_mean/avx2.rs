@@ -58,6 +58,7 @@ impl Lane for V8 {
         fn add(o) => |s| _mm256_add_ps(s.v, o.v);
         fn sub(o) => |s| _mm256_sub_ps(s.v, o.v);
         fn mul(o) => |s| _mm256_mul_ps(s.v, o.v);
+        fn mul_add(a, b) => |s| _mm256_fmadd_ps(s.v, a.v, b.v);
         fn div(o) => |s| _mm256_div_ps(s.v, o.v);
         fn neg() => |s| _mm256_sub_ps(_mm256_setzero_ps(), s.v);
         fn sqrt() => |s| _mm256_sqrt_ps(s.v);

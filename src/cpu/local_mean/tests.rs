@@ -152,6 +152,7 @@ fn keys_at_exactly_one_bandwidth_weigh_nothing_in_both_versions() {
         Profile::Uniform,
         Profile::Triangular,
         Profile::Biweight,
+        Profile::Cosine,
     ] {
         let k = Kernel::new(p, 2.0).unwrap();
         let job = GroupJob {

@@ -36,7 +36,7 @@ use std::f32::consts::LOG2_E;
 use std::fmt::Write as _;
 
 use crate::backend::MatrixMode;
-use crate::kernel::{Profile, T_FAR};
+use crate::kernel::{COSINE_POLY, Profile, T_FAR};
 use crate::types::SHIFT_FLOOR;
 
 use crate::gpu::plan::local_mean::{IP_CHUNK_DIMS, IP_STEP_KEYS, IP_TILE_ROWS};
@@ -218,8 +218,8 @@ impl GeneratedConst {
     }
 }
 
-/// The constants of `profiles.wgsl`: `T_FAR`, `NEG_BIG` and the profile
-/// codes.
+/// The constants of `profiles.wgsl`: `T_FAR`, `NEG_BIG`, the profile
+/// codes and the cosine profile's polynomial (`COSINE_P0` … `COSINE_P5`).
 fn profile_consts() -> Vec<GeneratedConst> {
     let mut out = vec![
         GeneratedConst::new("T_FAR", ConstValue::F32(T_FAR), "kernel::T_FAR"),
@@ -230,6 +230,13 @@ fn profile_consts() -> Vec<GeneratedConst> {
             profile_const_name(p),
             ConstValue::U32(p.shader_code()),
             "Profile::shader_code",
+        )
+    }));
+    out.extend(COSINE_POLY.iter().enumerate().map(|(i, &c)| {
+        GeneratedConst::new(
+            format!("COSINE_P{i}"),
+            ConstValue::F32(c),
+            "kernel::COSINE_POLY",
         )
     }));
     out
