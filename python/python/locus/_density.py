@@ -243,7 +243,7 @@ class KernelDensity(BaseEstimator):
         check_is_fitted(self)
         if isinstance(n_samples, (bool, np.bool_)) or not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
             raise InputError(f"n_samples must be an integer >= 1, got {n_samples!r}")
-        if not _is_euclidean(self.metric, self.metric_params):
+        if metric_spec(self.metric, None, self.metric_params) != "euclidean":
             raise NotImplementedError(f"sampling is implemented for the Euclidean metric only, not {self.metric!r}")
         data = np.asarray(self.X_, dtype=np.float64)
         n_keys, d = data.shape
@@ -273,10 +273,3 @@ class KernelDensity(BaseEstimator):
             out[:, start : start + dims] += float(h) * unit_draws(p, n, dims, rng)
             start += dims
         return out
-
-
-def _is_euclidean(metric: Any, metric_params: Any) -> bool:
-    """Whether ``metric`` (with ``metric_params``) is the Euclidean
-    distance, however scikit-learn spells it."""
-    p = dict(metric_params or {}).get("p", 2)
-    return metric in ("euclidean", "l2") or (metric == "minkowski" and p in (None, 2))
