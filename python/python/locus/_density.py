@@ -78,6 +78,8 @@ class KernelDensity(BaseEstimator):
         The weights (float64).
     n_features_in_ : int
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> X = np.random.default_rng(0).normal(size=(500, 2))
     >>> kde = locus.KernelDensity(bandwidth=0.5, backend="cpu").fit(X)
@@ -142,6 +144,11 @@ class KernelDensity(BaseEstimator):
             Ignored.
         sample_weight : array-like of shape (n_samples,), default=None
             Weights of the points (non-negative, not all zero).
+
+        Returns
+        -------
+        KernelDensity
+            The fitted estimator.
         """
         self._check_params()
         X = check_points(self, X, reset=True)
@@ -176,7 +183,18 @@ class KernelDensity(BaseEstimator):
 
     def score_samples(self, X: Any) -> np.ndarray:
         """``ln p̂(x)`` for each sample (float64), normalized to be a
-        probability density: ``-inf`` outside a compact kernel's support."""
+        probability density: ``-inf`` outside a compact kernel's support.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples,)
+            The log-densities (float64).
+        """
         check_is_fitted(self)
         X = check_points(self, X, reset=False)
         fitted = self._fitted
@@ -194,12 +212,38 @@ class KernelDensity(BaseEstimator):
         return np.where(s > 0, lp + ratio + self._log_weight_norm, -math.inf)
 
     def score(self, X: Any, y: Any = None) -> float:
-        """The total log-likelihood of ``X``."""
+        """The total log-likelihood of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        float
+            ``Σ ln p̂(x)`` over the samples.
+        """
         return float(np.sum(self.score_samples(X)))
 
     def sample(self, n_samples: int = 1, random_state: Any = None) -> np.ndarray:
         """Random samples from the model (gaussian and tophat kernels), as
-        scikit-learn draws them."""
+        scikit-learn draws them.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+            How many samples.
+        random_state : int, RandomState instance or None, default=None
+            The random generator's seed or state.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples, n_features)
+            The samples (float64).
+        """
         check_is_fitted(self)
         if self._profile() not in ("gaussian", "uniform"):
             raise NotImplementedError("sampling is implemented for the gaussian and tophat kernels")
