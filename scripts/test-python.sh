@@ -4,12 +4,17 @@
 # compiled module's stubs) from the package index, the package built in
 # release (into the workspace's target/, so a rerun only rebuilds what
 # changed) and installed from its wheel, then pytest on python/tests.
-# mypy checks the package's own code first.
+# mypy checks the package's own code first; the documentation (python/docs:
+# the API reference from the installed package's docstrings, and the
+# gallery python/examples, every example run) is built last, with Sphinx's
+# warnings as errors.
 # Exits non-zero when anything fails; the virtualenv is removed either way.
 #
 #   scripts/test-python.sh [pytest arguments]
 #
 #   PYTHON   the interpreter to use (default: python3; CPython >= 3.10)
+#   LOCUS_DOCS_OUT  keep the built HTML documentation in this folder
+#                   (default: built in the throwaway virtualenv, removed)
 #   CI=true  GPU tests fail, rather than skip, when there is no adapter, and
 #            the stub test when mypy is missing
 set -euo pipefail
@@ -25,7 +30,8 @@ echo "== virtualenv in $venv"
 "$python" -m venv "$venv"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-input \
-    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pandas pytest mypy
+    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pandas pytest mypy \
+    -r python/docs/requirements.txt
 
 echo "== building the package (release)"
 "$venv/bin/maturin" build --release --quiet --manifest-path python/Cargo.toml \
@@ -41,4 +47,16 @@ echo "== pytest"
 export NODEVICE_SELECT=1
 # From the tests' folder, so `import locus` is the installed package.
 (cd python/tests && "$py" -m pytest -q -p no:cacheprovider "$@")
+
+echo "== docs (sphinx-build -W: API reference, gallery examples run)"
+# From a copy of python/docs and python/examples, so that the generated
+# pages and the gallery's output never land in the checkout.
+docs=$(cd "$venv" && pwd)/docs
+mkdir -p "$docs"
+cp -R python/docs python/examples "$docs/"
+rm -rf "$docs/docs/generated" "$docs/docs/auto_examples" "$docs/docs/_build"
+out=${LOCUS_DOCS_OUT:-$docs/html}
+docs_start=$(date +%s)
+MPLBACKEND=Agg "$venv/bin/sphinx-build" -W --keep-going -q -b html "$docs/docs" "$out"
+echo "== docs built in $(($(date +%s) - docs_start)) s: $out/index.html"
 echo "== python tests passed in $(($(date +%s) - start)) s"

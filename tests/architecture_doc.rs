@@ -8,12 +8,17 @@
 //! | `shaders/*.wgsl` | `shaders/local_mean.wgsl` |
 //! | `python/src/*.rs` | `python/src/ops.rs` |
 //! | `python/python/locus/**/*.py`, `*.pyi` | `locus/_base.py`, `locus/distributed/_merge.py` |
+//! | `python/docs/*.py`, `python/examples/*.py` | `python/docs/conf.py`, `python/examples/plot_mean_shift.py` |
 //!
 //! Test modules (`tests.rs`) are named with the module they test, so they
 //! are left out.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+
+/// What a Sphinx build in place writes into `python/docs/` (ignored by
+/// git): generated pages and copies of the gallery's examples, not sources.
+const BUILD_OUTPUT: [&str; 3] = ["generated", "auto_examples", "_build"];
 
 /// Every file below `dir` whose name ends with one of `exts`.
 fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
@@ -23,6 +28,13 @@ fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
     for entry in entries {
         let path = entry.expect("readable entry").path();
         if path.is_dir() {
+            if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| BUILD_OUTPUT.contains(&n))
+            {
+                continue;
+            }
             files(&path, exts, out);
         } else if path
             .extension()
@@ -37,11 +49,13 @@ fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
 /// The names the document must hold: each source file's path as its
 /// kind's root gives it.
 fn wanted(root: &Path) -> Vec<String> {
-    let kinds: [(&str, &str, &[&str]); 4] = [
+    let kinds: [(&str, &str, &[&str]); 6] = [
         ("src", "", &["rs"]),
         ("shaders", "shaders/", &["wgsl"]),
         ("python/src", "python/src/", &["rs"]),
         ("python/python/locus", "locus/", &["py", "pyi"]),
+        ("python/docs", "python/docs/", &["py"]),
+        ("python/examples", "python/examples/", &["py"]),
     ];
     let mut names = Vec::new();
     for (dir, prefix, exts) in kinds {

@@ -37,6 +37,8 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
     backend : {"auto", "gpu", "cpu"}, default="auto"
         Where the sums run.
 
+    Notes
+    -----
     ``fit`` takes ``sample_weight`` (the ``w_j``, default 1) and a 2-D
     ``y`` (one vote per output: ``classes_`` and ``predict_proba`` are then
     lists, ``predict`` has one column per output). With a compact kernel, a
@@ -58,6 +60,8 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
         Whether ``y`` had several columns.
     n_features_in_ : int
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> X = np.array([[0.0], [0.2], [1.0], [1.1]])
     >>> clf = locus.LocalModeClassifier(bandwidth=0.3, backend="cpu").fit(X, ["a", "a", "b", "b"])
@@ -78,6 +82,11 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights of the training points.
+
+        Returns
+        -------
+        LocalModeClassifier
+            The fitted estimator.
         """
         self._kernel_args()
         X, y = check_points_targets(self, X, y, multi_output=True)
@@ -131,13 +140,35 @@ class LocalModeClassifier(ClassifierMixin, KernelEstimator):
     def predict_proba(self, X: Any) -> Any:
         """Class probabilities (n × n_classes, float64), columns in the
         order of ``classes_``; a list of them, one per output, for a 2-D
-        ``y``."""
+        ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples, n_classes), or list of them
+            The probabilities (float64).
+        """
         proba = self._proba(X)
         return proba if self.outputs_2d_ else proba[0]
 
     def predict(self, X: Any) -> np.ndarray:
         """The most probable class of each sample (``(n,)``, or
-        ``(n, n_outputs)`` for a 2-D ``y``)."""
+        ``(n, n_outputs)`` for a 2-D ``y``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            The predicted classes.
+        """
         proba = self._proba(X)
         classes = self.classes_ if self.outputs_2d_ else [self.classes_]
         out = [c[np.argmax(p, axis=1)] for c, p in zip(classes, proba)]

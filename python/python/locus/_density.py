@@ -89,6 +89,8 @@ class KernelDensity(BaseEstimator):
         The weights (float64).
     n_features_in_ : int
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> X = np.random.default_rng(0).normal(size=(500, 2))
     >>> kde = locus.KernelDensity(bandwidth=0.5, backend="cpu").fit(X)
@@ -148,6 +150,11 @@ class KernelDensity(BaseEstimator):
             Ignored.
         sample_weight : array-like of shape (n_samples,), default=None
             Weights of the points (non-negative, not all zero).
+
+        Returns
+        -------
+        KernelDensity
+            The fitted estimator.
         """
         self._check_params()
         X = check_points(self, X, reset=True)
@@ -186,7 +193,18 @@ class KernelDensity(BaseEstimator):
 
     def score_samples(self, X: Any) -> np.ndarray:
         """``ln p̂(x)`` for each sample (float64), normalized to be a
-        probability density: ``-inf`` outside a compact kernel's support."""
+        probability density: ``-inf`` outside a compact kernel's support.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples,)
+            The log-densities (float64).
+        """
         check_is_fitted(self)
         X = check_points(self, X, reset=False)
         fitted = self._fitted
@@ -204,7 +222,20 @@ class KernelDensity(BaseEstimator):
         return np.where(s > 0, lp + ratio + self._log_weight_norm, -math.inf)
 
     def score(self, X: Any, y: Any = None) -> float:
-        """The total log-likelihood of ``X``."""
+        """The total log-likelihood of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        float
+            ``Σ ln p̂(x)`` over the samples.
+        """
         return float(np.sum(self.score_samples(X)))
 
     def sample(self, n_samples: int = 1, random_state: Any = None) -> np.ndarray:

@@ -65,6 +65,17 @@ class Engine:
     :mod:`locus` take ``backend=`` either as a name (one shared engine per
     name) or as an ``Engine``.
 
+    Parameters
+    ----------
+    backend : {"auto", "gpu", "cpu"}, default="auto"
+        The backend, as above.
+    memory_limit : int or None, default=None
+        Bytes the engine may hold at once; unlimited when None.
+    memory_wait : float or None, default=None
+        Seconds a call waits for memory others hold (10 when None).
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> engine = locus.Engine("cpu")
     >>> engine.info()["backend"]
@@ -110,7 +121,13 @@ class Engine:
         """The backend: ``backend``, ``description``, ``software``, the
         adapter's ``name``/``api``/``device_type``/``driver`` and ``limits``
         on a GPU, ``threads``/``simd`` on the CPU, ``fallback_reason`` (why
-        ``"auto"`` did not take a GPU it found) and ``memory`` in use."""
+        ``"auto"`` did not take a GPU it found) and ``memory`` in use.
+
+        Returns
+        -------
+        dict
+            The entries named above, by name.
+        """
         return self._inner.info()
 
     def prepare(
@@ -138,6 +155,26 @@ class Engine:
         by the same offset), so a common offset costs no accuracy; local
         PCA's means get it back. ``centre=False`` keeps them as given (for
         the haversine metric, which a shift would change).
+
+        Parameters
+        ----------
+        keys : array-like of shape (n_keys, n_features)
+            The keys (N × d).
+        values : array-like of shape (n_keys, n_values) or (n_keys,), default=None
+            Values of the local means and fits.
+        labels : array-like of shape (n_keys,), default=None
+            Labels of :meth:`KeySet.predict_proba` and :meth:`KeySet.classify`.
+        batching : bool, default=True
+            Coalesce concurrent small requests into one call.
+        max_request_rows : int or None, default=None
+            The most rows of one request (2²⁰ when None).
+        centre : bool, default=True
+            Centre float64 keys before rounding them to float32.
+
+        Returns
+        -------
+        KeySet
+            The prepared keys.
         """
         dtype = result_dtype(keys, values)
         offset, x, _ = (
@@ -163,6 +200,18 @@ class Engine:
         the backend, for many :meth:`AttentionSet.attend` calls that upload
         only their queries (decoding, a fixed memory queried by many
         requests). Counted against ``memory_limit`` until dropped.
+
+        Parameters
+        ----------
+        psi : array-like of shape (n_keys, d) or (batches, n_keys, d)
+            The keys Ψ.
+        values : array-like of shape (n_keys, q) or (batches, n_keys, q)
+            The values V.
+
+        Returns
+        -------
+        AttentionSet
+            The prepared keys and values.
         """
         k = as_float32(psi, "psi", (2, 3))
         v = as_float32(values, "values", (2, 3))
@@ -204,6 +253,8 @@ class AttentionSet:
     :func:`locus.kernel_softmax` gives on the same data. Thread-safe; each
     call releases the GIL.
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> psi = 10 * np.eye(2, dtype=np.float32)
     >>> s = locus.Engine("cpu").prepare_attention(psi, [[1.0], [2.0]])
@@ -223,7 +274,22 @@ class AttentionSet:
         """``softmax(scale·ΦΨᵀ)V`` of ``phi`` (``(M, d)``, or
         ``(B, M, d)`` with the set's B) against the prepared keys and
         values; ``scale`` defaults to ``1/√d``; ``causal`` lets query i see
-        the keys ``0..i + N − M``."""
+        the keys ``0..i + N − M``.
+
+        Parameters
+        ----------
+        phi : array-like of shape (n_queries, d) or (batches, n_queries, d)
+            The queries Φ.
+        scale : float or None, default=None
+            The factor of the scores; ``1/√d`` when None.
+        causal : bool, default=False
+            Query i sees the keys ``0..i + N − M``.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries, q) or (batches, n_queries, q)
+            ``softmax(scale·ΦΨᵀ)V`` (float32).
+        """
         p = as_float32(phi, "phi", (2, 3))
         return self._inner.attend(p, scale=scale, causal=bool(causal))
 
@@ -264,6 +330,8 @@ class KeySet:
     thread pool; each call releases the GIL, and concurrent small requests
     are coalesced into one engine call.
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> from concurrent.futures import ThreadPoolExecutor
     >>> rng = np.random.default_rng(0)
@@ -339,13 +407,37 @@ class KeySet:
 
     def stats(self) -> dict[str, int]:
         """How requests were served so far: ``direct``, ``batches``,
-        ``batched_requests``, ``largest_batch``, ``retried_alone``."""
+        ``batched_requests``, ``largest_batch``, ``retried_alone``.
+
+        Returns
+        -------
+        dict of str to int
+            The counters named above.
+        """
         return self._inner.stats()
 
     def local_mean(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Local means of the values at ``queries`` (M × d), as
         :func:`locus.local_mean` with these keys and values; NaN rows for
-        empty neighbourhoods."""
+        empty neighbourhoods.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel` (its blocks carry
+            theirs).
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+            :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries, n_values) or (n_queries,)
+            The local means (1-D for 1-D values).
+        """
         out, _ = self._inner.local_mean(
             self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
@@ -362,7 +454,31 @@ class KeySet:
     ) -> Any:
         """Local polynomial regression of the values at ``queries``, as
         :func:`locus.local_polynomial` with these keys and values (the
-        values are used as stored, not centred)."""
+        values are used as stored, not centred).
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel` (its blocks carry
+            theirs).
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+            :class:`~locus.ProductKernel`.
+        degree : {0, 1}, default=1
+            0: the local mean; 1: local linear regression.
+        return_slopes : bool, default=False
+            Also return the local slopes (``degree=1`` only).
+
+        Returns
+        -------
+        fit : numpy.ndarray of shape (n_queries, n_values) or (n_queries,)
+            The local fit at each query.
+        slopes : numpy.ndarray
+            The local slopes, only with ``return_slopes``.
+        """
         degree = as_degree(degree, return_slopes)
         fit, slopes, _, _ = self._inner.local_polynomial(
             self._queries(queries), kernel=kernel_arg(kernel, bandwidth), degree=degree
@@ -379,7 +495,27 @@ class KeySet:
         n_components: int = 1,
         kernel: str | ProductKernel = "gaussian",
     ) -> Any:
-        """Local PCA at ``queries`` over these keys, as :func:`locus.local_pca`."""
+        """Local PCA at ``queries`` over these keys, as :func:`locus.local_pca`.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel` (its blocks carry
+            theirs).
+        n_components : int, default=1
+            How many leading eigenpairs per query.
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+            :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        LocalPCAResult
+            ``(means, variances, components)``.
+        """
         k = as_count(n_components, "n_components")
         means, variances, components, _ = self._inner.local_pca(
             self._queries(queries), kernel=kernel_arg(kernel, bandwidth), components=k
@@ -400,7 +536,31 @@ class KeySet:
         """The row states ``(m, s, u)`` behind :meth:`local_mean` (``u`` has
         no columns when the key set has no values), with ``r`` of ``k(r/h)``
         under ``metric`` (``p`` for ``"minkowski"``); states of several key
-        sets merge associatively."""
+        sets merge associatively.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel` (its blocks carry
+            theirs).
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+            :class:`~locus.ProductKernel`.
+        metric : str, default="euclidean"
+            The distance ``r`` of ``k(r/h)``: ``"euclidean"``, ``"manhattan"``,
+            ``"chebyshev"``, ``"minkowski"`` (with ``p``) or ``"haversine"``
+            (keys prepared with ``centre=False``).
+        p : float or None, default=None
+            Minkowski's exponent (``>= 1``; None for 2).
+
+        Returns
+        -------
+        RowStates
+            ``(m, s, u)``: ``(M,)``, ``(M,)``, ``(M × q)``.
+        """
         kern = kernel_arg(kernel, bandwidth, self._metric(metric, p))
         m, s, u = self._inner.row_states(self._queries(queries), kernel=kern)
         return RowStates(m, s, u)
@@ -414,8 +574,31 @@ class KeySet:
         metric: str = "euclidean",
         p: float | None = None,
     ) -> np.ndarray:
-        """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`
-        (``metric``, ``p`` as there)."""
+        """``ln p̂(q)`` of the KDE on the keys (float64), as :func:`locus.log_density`.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel` (its blocks carry
+            theirs).
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+            :class:`~locus.ProductKernel`.
+        metric : str, default="euclidean"
+            The distance ``r`` of ``k(r/h)``: ``"euclidean"``, ``"manhattan"``,
+            ``"chebyshev"``, ``"minkowski"`` (with ``p``) or ``"haversine"``
+            (keys prepared with ``centre=False``).
+        p : float or None, default=None
+            Minkowski's exponent (``>= 1``; None for 2).
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries,)
+            ``ln p̂`` at each query (float64).
+        """
         kern = kernel_arg(kernel, bandwidth, self._metric(metric, p))
         return self._inner.log_density(self._queries(queries), kernel=kern)
 
@@ -428,14 +611,56 @@ class KeySet:
         metric: str = "euclidean",
         p: float | None = None,
     ) -> np.ndarray:
-        """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`."""
+        """``p̂(q)`` of the KDE on the keys (float64), as :func:`locus.density`.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel` (its blocks carry
+            theirs).
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+            :class:`~locus.ProductKernel`.
+        metric : str, default="euclidean"
+            The distance ``r`` of ``k(r/h)``: ``"euclidean"``, ``"manhattan"``,
+            ``"chebyshev"``, ``"minkowski"`` (with ``p``) or ``"haversine"``
+            (keys prepared with ``centre=False``).
+        p : float or None, default=None
+            Minkowski's exponent (``>= 1``; None for 2).
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries,)
+            ``p̂`` at each query (float64).
+        """
         kern = kernel_arg(kernel, bandwidth, self._metric(metric, p))
         return self._inner.density(self._queries(queries), kernel=kern)
 
     def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Class probabilities (M × C, columns in the order of
         :attr:`classes`): the local mean of one-hot labels; NaN rows for
-        empty neighbourhoods."""
+        empty neighbourhoods.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel` (its blocks carry
+            theirs).
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+            :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries, n_classes)
+            The probabilities.
+        """
         out, _ = self._inner.predict_proba(
             self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
@@ -443,7 +668,25 @@ class KeySet:
 
     def classify(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """The most probable label per query (ties to the smaller label); a
-        query with an empty neighbourhood gets its nearest key's label."""
+        query with an empty neighbourhood gets its nearest key's label.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel` (its blocks carry
+            theirs).
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+            :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries,)
+            The labels, of the labels' dtype.
+        """
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
         index, _, _ = self._inner.classify(
@@ -455,7 +698,26 @@ class KeySet:
         """The ``k`` nearest keys, nearest first, as :func:`locus.knn`: a
         :class:`~locus.KNNResult` ``(distances, indices)``, distances under
         ``metric`` (Euclidean by default; ``p`` for ``"minkowski"``)
-        (M × k) and indices (M × k, int64)."""
+        (M × k) and indices (M × k, int64).
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        k : int
+            Neighbours per query.
+        metric : str, default="euclidean"
+            The distance ``r`` of ``k(r/h)``: ``"euclidean"``, ``"manhattan"``,
+            ``"chebyshev"``, ``"minkowski"`` (with ``p``) or ``"haversine"``
+            (keys prepared with ``centre=False``).
+        p : float or None, default=None
+            Minkowski's exponent (``>= 1``; None for 2).
+
+        Returns
+        -------
+        KNNResult
+            ``(distances, indices)``.
+        """
         m = self._metric(metric, p)
         idx, dist = self._inner.knn(self._queries(queries), as_count(k, "k"), m)
         return KNNResult(as_dtype(dist, self._dtype_for(queries)), idx)

@@ -85,6 +85,34 @@ def local_mean(
     accumulated in the log domain, so a tiny bandwidth gives the nearest
     keys' average, not NaN.
 
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The query points (M × d).
+    keys : array-like of shape (n_keys, n_features)
+        The keys (N × d).
+    values : array-like of shape (n_keys, n_values) or (n_keys,), default=None
+        The values averaged; the keys themselves when None (one MeanShift
+        step of the queries).
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_queries, n_values) or (n_queries,)
+        The local means (1-D for 1-D values), in the inputs' floating dtype;
+        NaN rows for empty neighbourhoods.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> keys = np.array([[0.0], [1.0], [10.0]], dtype=np.float32)
     >>> locus.local_mean([[0.0], [20.0]], keys, [1.0, 3.0, 100.0], bandwidth=0.5,
@@ -125,6 +153,38 @@ def local_polynomial(
     around a query span fewer than d directions, the fit uses the
     directions they span (slopes 0 across the others).
 
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The query points (M × d).
+    keys : array-like of shape (n_keys, n_features)
+        The keys (N × d, d ≤ 64).
+    values : array-like of shape (n_keys, n_values) or (n_keys,)
+        The values fitted.
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    degree : {0, 1}, default=1
+        0: the local mean; 1: local linear regression.
+    return_slopes : bool, default=False
+        Also return the local slopes (``degree=1`` only).
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    fit : numpy.ndarray of shape (n_queries, n_values) or (n_queries,)
+        The local fit ``a`` at each query (1-D for 1-D values).
+    slopes : numpy.ndarray of shape (n_queries, n_values, n_features) or (n_queries, n_features)
+        The local slopes ``b``, only with ``return_slopes``.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> x = np.linspace(0, 1, 101)[:, None]
     >>> locus.local_polynomial([[0.0], [1.0]], x, 2 * x[:, 0] + 1, bandwidth=0.1,
@@ -157,6 +217,33 @@ def local_pca(
     eigenvalues and eigenvectors (local principal directions). Rows with
     an empty neighbourhood are NaN.
 
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The query points (M × d).
+    keys : array-like of shape (n_keys, n_features)
+        The keys (N × d).
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    n_components : int, default=1
+        How many leading eigenpairs per query (≤ d).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    LocalPCAResult
+        ``(means, variances, components)``: ``(M × d)``, ``(M × k)``,
+        ``(M × k × d)``, in the inputs' floating dtype.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> t = np.linspace(0, 1, 50)
     >>> keys = np.stack([t, 2 * t], axis=1)
@@ -192,6 +279,32 @@ def impute(
     observes gets the column mean of ``keys``. Returns a copy in ``X``'s
     floating dtype (computed in float32).
 
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        The rows to complete; NaN marks a missing entry.
+    keys : array-like of shape (n_keys, n_features), default=None
+        The rows to take values from (NaN where missing); ``X`` when None.
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    iterations : int, default=1
+        ``> 1`` re-imputes with distances between the completed rows.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_samples, n_features)
+        A completed copy of ``X``, in its floating dtype.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> X = np.array([[0.0, 0.0], [0.1, np.nan], [5.0, 5.0], [0.0, 0.2]])
     >>> locus.impute(X, bandwidth=1.0, kernel="uniform", backend="cpu")[1].round(6)
@@ -227,6 +340,30 @@ def score(
     kernel; epanechnikov and biweight use their derivative's profile.
     ``q + σ²·score`` is Tweedie's denoising step for gaussian noise σ.
 
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The query points (M × d).
+    keys : array-like of shape (n_keys, n_features)
+        The keys (N × d).
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_queries, n_features)
+        ``∇ log f̂`` at each query, in the inputs' floating dtype.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> keys = np.array([[-1.0], [1.0]], dtype=np.float32)
     >>> locus.score([[0.0], [2.0]], keys, bandwidth=1.0, backend="cpu").round(3)
@@ -245,6 +382,28 @@ def self_local_mean(
     """Every point replaced by the local mean of the points around it
     (``K̃X``, one blurring MeanShift step).
 
+    Parameters
+    ----------
+    points : array-like of shape (n_points, n_features)
+        The points, keys and queries at once.
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_points, n_features)
+        Each point's local mean, in the points' floating dtype.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> locus.self_local_mean(np.array([[0.0], [1.0], [9.0]]), bandwidth=2.0,
     ...                       kernel="uniform", backend="cpu")
@@ -275,6 +434,35 @@ def kernel_matrix(
     graph Laplacian of ``queries`` (``keys`` must be omitted): ``D − K``, or
     ``I − D⁻¹K`` with ``normalize="rows"``. ``keys`` defaults to ``queries``.
 
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The query points (M × d).
+    keys : array-like of shape (n_keys, n_features), default=None
+        The keys; ``queries`` when None.
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    normalize : {None, "rows"}, default=None
+        ``"rows"``: each row divided by its sum.
+    laplacian : bool, default=False
+        The graph Laplacian of ``queries`` instead (``keys`` omitted).
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_queries, n_keys)
+        The (normalized) kernel matrix or Laplacian, in the inputs' floating
+        dtype.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> x = np.array([[0.0], [1.0]])
     >>> locus.kernel_matrix(x, bandwidth=1.0, kernel="triangular", backend="cpu")
@@ -328,6 +516,32 @@ def log_density(
     scikit-learn's ``KernelDensity(metric=...)``, whose normalization
     (the Euclidean one, for every metric) it keeps.
 
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The query points (M × d).
+    keys : array-like of shape (n_keys, n_features)
+        The keys (N × d).
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    weights : array-like of shape (n_keys,), default=None
+        Non-negative weights of the keys (not all zero); equal when None.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_queries,)
+        ``ln p̂`` at each query (float64).
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> float(locus.log_density([[0.0]], [[0.0]], bandwidth=1.0, backend="cpu")[0])  # ln(1/√(2π))
     -0.9189385332046727
@@ -357,6 +571,32 @@ def density(
     """The kernel density estimate ``p̂(q)`` (float64): ``exp`` of
     :func:`log_density`, which may underflow to 0 far from the data.
 
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The query points (M × d).
+    keys : array-like of shape (n_keys, n_features)
+        The keys (N × d).
+    bandwidth : float or None, default=None
+        The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+        name, None with a :class:`~locus.ProductKernel` (its blocks carry
+        theirs).
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name (:doc:`/user_guide/functions`, "Kernels"), or a
+        :class:`~locus.ProductKernel`.
+    weights : array-like of shape (n_keys,), default=None
+        Non-negative weights of the keys; equal when None.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_queries,)
+        ``p̂`` at each query (float64).
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> locus.density([[0.0], [0.5]], [[0.0]], bandwidth=1.0, kernel="tophat", backend="cpu")
     array([0.5, 0.5])
@@ -393,6 +633,25 @@ def knn(
     int64), nearest first, equal distances in index order; on a GPU ``k``
     is at most 128.
 
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, n_features)
+        The query points (M × d).
+    keys : array-like of shape (n_keys, n_features)
+        The keys (N × d).
+    k : int
+        Neighbours per query (1 ≤ k ≤ N).
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    KNNResult
+        ``(distances, indices)``, each ``(M × k)``.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> dist, idx = locus.knn([[0.9]], [[0.0], [1.0], [3.0]], 2, backend="cpu")
     >>> dist.round(3), idx
@@ -423,6 +682,29 @@ def kernel_softmax(
     ``(N, d)``, ``(N, q)`` or batched 3-D ``(B, ·, ·)`` inputs; ``scale``
     defaults to ``1/√d``; ``causal`` lets query i see keys ``0..i``.
 
+    Parameters
+    ----------
+    phi : array-like of shape (n_queries, d) or (batches, n_queries, d)
+        The queries Φ.
+    psi : array-like of shape (n_keys, d) or (batches, n_keys, d)
+        The keys Ψ.
+    values : array-like of shape (n_keys, q) or (batches, n_keys, q)
+        The values V.
+    scale : float or None, default=None
+        The factor of the scores; ``1/√d`` when None.
+    causal : bool, default=False
+        Query i sees the keys ``0..i`` only.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_queries, q) or (batches, n_queries, q)
+        ``softmax(scale·ΦΨᵀ)V``, in the inputs' floating dtype.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> phi = np.eye(2, dtype=np.float32)
     >>> out = locus.kernel_softmax(phi, 10 * phi, [[1.0], [2.0]], scale=1.0, backend="cpu")
@@ -445,6 +727,27 @@ def feature_local_mean(
     ``Φ(ΨᵀV) ⊘ Φ(Ψᵀ1)`` (linear attention); features must be non-negative;
     NaN rows where a query has no weight. Shapes as :func:`kernel_softmax`.
 
+    Parameters
+    ----------
+    phi : array-like of shape (n_queries, d) or (batches, n_queries, d)
+        The queries' non-negative features Φ.
+    psi : array-like of shape (n_keys, d) or (batches, n_keys, d)
+        The keys' non-negative features Ψ.
+    values : array-like of shape (n_keys, q) or (batches, n_keys, q)
+        The values V.
+    causal : bool, default=False
+        Query i sees the keys ``0..i`` only (prefix sums).
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_queries, q) or (batches, n_queries, q)
+        ``(ΦΨᵀV) ⊘ (ΦΨᵀ1)``, NaN rows where a query has no weight.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> locus.feature_local_mean([[1.0, 0.0]], [[1.0, 0.0], [3.0, 0.0]], [[2.0], [6.0]], backend="cpu")
     array([[5.]])
@@ -523,6 +826,45 @@ def mean_shift(
     the modes come back in the data's units). ``blurring``: the points
     themselves move.
 
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        The points.
+    bandwidth : float, {"scott", "silverman"} or None, default=None
+        The bandwidth; None estimates it (:func:`estimate_bandwidth` with
+        ``quantile`` and ``n_samples``); None with a product kernel.
+    kernel : str or ProductKernel, default="uniform"
+        A profile name (``uniform``: scikit-learn's flat kernel) or a
+        :class:`~locus.ProductKernel`.
+    seeds : array-like of shape (n_seeds, n_features), default=None
+        Where the seeds start; None: every point (or the bins).
+    bin_seeding : bool, default=False
+        Seeds on a grid of side ``bandwidth``.
+    min_bin_freq : int, default=1
+        The fewest points a bin needs to give a seed.
+    cluster_all : bool, default=True
+        False: points farther than ``bandwidth`` from every mode get −1.
+    max_iter : int, default=300
+        The most shifts a seed takes.
+    tol : float, default=1e-3
+        A seed stops when it moves at most ``tol·bandwidth``.
+    blurring : bool, default=False
+        Blurring MeanShift: the points themselves move.
+    quantile : float, default=0.3
+        The quantile of the bandwidth estimate (``bandwidth=None``).
+    n_samples : int or None, default=None
+        Points the bandwidth estimate uses (all when None).
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    MeanShiftResult
+        ``(cluster_centers, labels, populations, n_iter, converged, bandwidth)``.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> X = np.array([[0, 0], [0.3, 0.1], [0.1, 0.4], [6, 6], [6.2, 5.9]])
     >>> r = locus.mean_shift(X, bandwidth=1.0, backend="cpu")
@@ -575,6 +917,33 @@ def medoid_shift(
     ``kernel`` a profile or a :class:`~locus.ProductKernel` (points only,
     no ``bandwidth``: local means in units of the blocks' bandwidths).
 
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features) or (n_samples, n_samples)
+        The points, or their distance matrix (``metric="precomputed"``).
+    bandwidth : float, {"scott", "silverman"} or None, default=None
+        As :func:`mean_shift`'s.
+    kernel : str or ProductKernel, default="gaussian"
+        A profile name or a :class:`~locus.ProductKernel` (points only).
+    max_iter : int, default=300
+        The most rounds of jumps.
+    metric : {"euclidean", "precomputed"}, default="euclidean"
+        Whether ``X`` holds points or distances.
+    quantile : float, default=0.3
+        The quantile of the bandwidth estimate (``bandwidth=None``).
+    n_samples : int or None, default=None
+        Points the bandwidth estimate uses (all when None).
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    MedoidShiftResult
+        ``(medoids, cluster_centers, labels, populations, n_iter, converged, bandwidth)``.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> r = locus.medoid_shift([[0.0], [0.2], [0.4], [5.0], [5.1], [5.3]], bandwidth=1.0, backend="cpu")
     >>> r.medoids, r.labels
@@ -608,6 +977,25 @@ def estimate_bandwidth(
     ``k = max(1, ⌊quantile·n⌋)``, on a fixed random subset of ``n_samples``
     points if given. O(n²d): give ``n_samples`` for large data.
 
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        The points.
+    quantile : float, default=0.3
+        Which neighbour: ``k = max(1, ⌊quantile·n⌋)``.
+    n_samples : int or None, default=None
+        Size of the fixed random subset used; every point when None.
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    float
+        The bandwidth.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> round(locus.estimate_bandwidth([[0.0], [1.0], [2.0], [3.0]], quantile=0.5, backend="cpu"), 3)
     1.0

@@ -43,6 +43,8 @@ class ProductKernel:
         A malformed block, an unknown profile, a bandwidth not finite and
         positive, or no block at all.
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> k = locus.ProductKernel([(2, "uniform", 8.0), (3, "gaussian", 6.0)])
     >>> k.dims

@@ -104,6 +104,8 @@ class NearestNeighbors(NeighborsQueries):
         The training points (float32 or float64 as given).
     n_samples_fit_, n_features_in_, effective_metric_, effective_metric_params_
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> nn = locus.NearestNeighbors(n_neighbors=2, radius=1.5, backend="cpu").fit([[0.0], [3.0], [1.0]])
     >>> nn.kneighbors([[0.9]])
@@ -131,7 +133,20 @@ class NearestNeighbors(NeighborsQueries):
 
     def fit(self, X: Any, y: Any = None) -> NearestNeighbors:
         """Keeps the training points ``X`` (``y`` is ignored) and prepares
-        them on the engine."""
+        them on the engine.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The training points.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        NearestNeighbors
+            The fitted estimator.
+        """
         self._check_neighbor_params()
         self._radius(self.radius)
         self._fit_points(check_points(self, X, reset=True))
@@ -159,6 +174,8 @@ class KNeighborsClassifier(ClassifierMixin, _Supervised):
         Whether ``y`` had several columns.
     n_features_in_, n_samples_fit_, effective_metric_, effective_metric_params_
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
     >>> clf = locus.KNeighborsClassifier(n_neighbors=3, backend="cpu").fit(X, [0, 0, 1, 1])
@@ -185,7 +202,20 @@ class KNeighborsClassifier(ClassifierMixin, _Supervised):
 
     def fit(self, X: Any, y: Any) -> KNeighborsClassifier:
         """Keeps the training points and their classes; ``y`` of shape
-        ``(n_samples,)`` or ``(n_samples, n_outputs)``."""
+        ``(n_samples,)`` or ``(n_samples, n_outputs)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The training points.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Their classes (any labels numpy can sort).
+
+        Returns
+        -------
+        KNeighborsClassifier
+            The fitted estimator.
+        """
         self._check_params()
         X, y = check_points_targets(self, X, y, multi_output=True)
         self.outputs_2d_, classes, index = class_targets(y)
@@ -212,13 +242,35 @@ class KNeighborsClassifier(ClassifierMixin, _Supervised):
     def predict_proba(self, X: Any) -> Any:
         """Weighted vote shares (n × n_classes, float64), columns in the
         order of ``classes_``; a list of them, one per output, for a 2-D
-        ``y``."""
+        ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples, n_classes), or list of them
+            The vote shares (float64).
+        """
         proba = self._proba(X)
         return proba if self.outputs_2d_ else proba[0]
 
     def predict(self, X: Any) -> np.ndarray:
         """The class with the largest weighted vote among the neighbours
-        (``(n,)``, or ``(n, n_outputs)`` for a 2-D ``y``)."""
+        (``(n,)``, or ``(n, n_outputs)`` for a 2-D ``y``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            The predicted classes.
+        """
         proba = self._proba(X)
         classes = self.classes_ if self.outputs_2d_ else [self.classes_]
         out = [c[np.argmax(p, axis=1)] for c, p in zip(classes, proba)]
@@ -244,6 +296,8 @@ class KNeighborsRegressor(RegressorMixin, _Supervised):
         The targets.
     n_features_in_, n_samples_fit_, effective_metric_, effective_metric_params_
 
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
     >>> reg = locus.KNeighborsRegressor(n_neighbors=2, backend="cpu").fit(X, [0.0, 0.0, 1.0, 1.0])
@@ -269,7 +323,20 @@ class KNeighborsRegressor(RegressorMixin, _Supervised):
         keep_params(self, locals())
 
     def fit(self, X: Any, y: Any) -> KNeighborsRegressor:
-        """Keeps the training points and targets."""
+        """Keeps the training points and targets.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The training points.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Their targets.
+
+        Returns
+        -------
+        KNeighborsRegressor
+            The fitted estimator.
+        """
         self._check_params()
         X, y = check_points_targets(self, X, y, multi_output=True, y_numeric=True)
         self.y_ = np.asarray(y, dtype=np.float64)
@@ -278,7 +345,18 @@ class KNeighborsRegressor(RegressorMixin, _Supervised):
 
     def predict(self, X: Any) -> np.ndarray:
         """The weighted mean of the neighbours' targets (float64; shape
-        ``(n,)`` or ``(n, n_outputs)`` as ``y``)."""
+        ``(n,)`` or ``(n, n_outputs)`` as ``y``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            The predictions (float64).
+        """
         check_is_fitted(self)
         w, idx = self._neighbour_weights(X)
         ys = self.y_[idx]

@@ -173,7 +173,24 @@ class NeighborsQueries(BaseEstimator):
         """The k-neighbours graph as a sparse CSR matrix (n_queries ×
         n_samples_fit), as scikit-learn's ``kneighbors_graph``: ones
         (``mode="connectivity"``) or distances (``mode="distance"``), each
-        row's entries nearest first."""
+        row's entries nearest first.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features), default=None
+            The query points; ``None`` for the training points (each point's
+            own entry left out).
+        n_neighbors : int, default=None
+            Neighbours per query (default: the estimator's ``n_neighbors``).
+        mode : {"connectivity", "distance"}, default="connectivity"
+            The entries: ones, or the distances.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix of shape (n_queries, n_samples_fit)
+            The graph (a ``csr_array`` under scikit-learn's
+            ``sparse_interface="sparray"``).
+        """
         if mode not in ("connectivity", "distance"):
             raise InputError(f'mode must be "connectivity" or "distance", got {mode!r}')
         k = self.n_neighbors if n_neighbors is None else n_neighbors
@@ -291,7 +308,26 @@ class NeighborsQueries(BaseEstimator):
     ) -> Any:
         """The radius-neighbours graph as a sparse CSR matrix (n_queries ×
         n_samples_fit), as scikit-learn's ``radius_neighbors_graph``: ones
-        (``mode="connectivity"``) or distances (``mode="distance"``)."""
+        (``mode="connectivity"``) or distances (``mode="distance"``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features), default=None
+            The query points; ``None`` for the training points (each point's
+            own entry left out).
+        radius : float, default=None
+            The radius (default: the estimator's ``radius``).
+        mode : {"connectivity", "distance"}, default="connectivity"
+            The entries: ones, or the distances.
+        sort_results : bool, default=False
+            Each row's entries by distance (``mode="distance"`` only).
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix of shape (n_queries, n_samples_fit)
+            The graph (a ``csr_array`` under scikit-learn's
+            ``sparse_interface="sparray"``).
+        """
         if mode not in ("connectivity", "distance"):
             raise InputError(f'mode must be "connectivity" or "distance", got {mode!r}')
         if mode == "connectivity":

@@ -39,6 +39,20 @@ class KernelRegression(RegressorMixin, KernelEstimator):
     Attributes: ``X_``, ``y_`` (as given, float32 or float64),
     ``n_features_in_``.
 
+    Parameters
+    ----------
+    bandwidth : float, default=1.0
+        The kernel's bandwidth (> 0; None with a
+        :class:`~locus.ProductKernel`).
+    kernel : str or ProductKernel, default="gaussian"
+        Any locus kernel.
+    degree : {0, 1}, default=0
+        0: Nadaraya–Watson; 1: local linear (at most 64 features).
+    backend : {"auto", "gpu", "cpu"}, default="auto"
+        Where the sums run.
+
+    Examples
+    --------
     >>> import numpy as np, locus
     >>> X = np.linspace(0, 6, 200)[:, None]
     >>> reg = locus.KernelRegression(bandwidth=0.2, backend="cpu").fit(X, np.sin(X[:, 0]))
@@ -59,6 +73,11 @@ class KernelRegression(RegressorMixin, KernelEstimator):
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights: ``ŷ(x) = Σ w_j K_j y_j / Σ w_j K_j``
             (``degree=0`` only).
+
+        Returns
+        -------
+        KernelRegression
+            The fitted estimator.
         """
         self._kernel_args()
         if isinstance(self.degree, bool) or self.degree not in (0, 1):
@@ -89,7 +108,18 @@ class KernelRegression(RegressorMixin, KernelEstimator):
         """The local fit of the training targets at each sample (shape
         ``(n,)`` or ``(n, n_outputs)`` as ``y``; float64 unless ``X`` and
         ``y`` were both float32; NaN where a compact kernel finds no
-        training point)."""
+        training point).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The samples.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            The predictions.
+        """
         check_is_fitted(self)
         X = check_points(self, X, reset=False)
         fitted = self._fitted

@@ -14,8 +14,12 @@ class RowStates(NamedTuple):
     log-weight ``m``, ``s = Σ e^{w−m}`` and ``u = Σ e^{w−m}·y``."""
 
     max_log_weight: np.ndarray
+    """``m``, the largest log-weight of each row (M, float32; −∞ for a
+    row with no weight)."""
     sum: np.ndarray
+    """``s = Σ e^{w−m}`` (M, float64)."""
     weighted: np.ndarray
+    """``u = Σ e^{w−m}·y`` (M × q, float64): the local mean is ``u / s``."""
 
 
 class KNNResult(NamedTuple):

@@ -99,6 +99,24 @@ class ShardedKeySet(_Sharded):
     the shards, sending the queries, each probe): past it the call raises
     :class:`ShardLostError`. The compute itself is not bounded, only
     watched; raise ``timeout`` for queries too large to send in 30 s.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The Dask client of the cluster.
+    keys : array-like or dask.array.Array of shape (n_keys, n_features)
+        The keys, NumPy or Dask.
+    values : array-like or dask.array.Array of shape (n_keys,) or (n_keys, q), default=None
+        Their values.
+    labels : array-like or dask.array.Array of shape (n_keys,), default=None
+        Their labels.
+    backend : {"auto", "gpu", "cpu"}, default="auto"
+        The engine each worker opens.
+    shards : int or None, default=None
+        How many shards (default: one per worker for NumPy input, the row
+        chunks for Dask input).
+    timeout : float, default=30
+        Seconds any exchange that moves data or asks the scheduler may take.
     """
 
     def __init__(
@@ -186,6 +204,7 @@ class ShardedKeySet(_Sharded):
 
     @property
     def n_shards(self) -> int:
+        """Number of shards."""
         return len(self.shards)
 
     @property
@@ -194,7 +213,13 @@ class ShardedKeySet(_Sharded):
         return list(self.rows)
 
     def where(self) -> list[str]:
-        """The worker holding each shard."""
+        """The worker holding each shard.
+
+        Returns
+        -------
+        list of str
+            The address of each shard's worker (comma-separated if several).
+        """
         who = _watch.who_has(self.client, self.shards, "where", self.timeout)
         return [",".join(who.get(s.key, ())) for s in self.shards]
 
@@ -219,14 +244,46 @@ class ShardedKeySet(_Sharded):
 
     def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
         """The merged row states ``(m, s, u)`` over every shard (``u`` has
-        the value columns, none without values)."""
+        the value columns, none without values).
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel`.
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name, or a :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        RowStates
+            ``(m, s, u)`` over all keys.
+        """
         q = self._queries(queries)
         m, s, u = self._merged_states(q, bandwidth, kernel, "values", "row_states")
         return RowStates(m, s, u)
 
     def local_mean(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Local means of the values over every shard's keys; NaN rows for
-        empty neighbourhoods."""
+        empty neighbourhoods.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel`.
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name, or a :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries, q) or (n_queries,)
+            The local means.
+        """
         if self._q is None:
             raise InputError("this key set was prepared without values")
         m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "values", "local_mean")
@@ -234,19 +291,67 @@ class ShardedKeySet(_Sharded):
         return out[:, 0] if self._vector else out
 
     def log_density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
-        """``ln p̂(q)`` of the KDE on all keys (float64)."""
+        """``ln p̂(q)`` of the KDE on all keys (float64).
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel`.
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name, or a :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries,)
+            ``ln p̂`` at each query.
+        """
         q = self._queries(queries)
         bandwidth = _check_kernel(bandwidth, kernel)
         lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), q, bandwidth, kernel, what="log_density")
         return lm - math.log(self.n_keys)
 
     def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
-        """``p̂(q)`` of the KDE on all keys (float64)."""
+        """``p̂(q)`` of the KDE on all keys (float64).
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel`.
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name, or a :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries,)
+            ``p̂`` at each query.
+        """
         return np.exp(self.log_density(queries, bandwidth=bandwidth, kernel=kernel))
 
     def predict_proba(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """Class probabilities (M × C, columns in the order of
-        :attr:`classes`); NaN rows for empty neighbourhoods."""
+        :attr:`classes`); NaN rows for empty neighbourhoods.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel`.
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name, or a :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries, n_classes)
+            The probabilities.
+        """
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
         m, s, u = self._merged_states(self._queries(queries), bandwidth, kernel, "labels", "predict_proba")
@@ -255,7 +360,23 @@ class ShardedKeySet(_Sharded):
     def classify(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
         """The most probable label per query (ties to the smaller label); a
         query with an empty neighbourhood gets its nearest key's label (the
-        lowest global index among equally near keys)."""
+        lowest global index among equally near keys).
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        bandwidth : float or None, default=None
+            The kernel's bandwidth ``h`` (finite, > 0); required with a profile
+            name, None with a :class:`~locus.ProductKernel`.
+        kernel : str or ProductKernel, default="gaussian"
+            A profile name, or a :class:`~locus.ProductKernel`.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries,)
+            The labels.
+        """
         if self._classes is None:
             raise InputError("this key set was prepared without labels")
         q = self._queries(queries)
@@ -278,7 +399,20 @@ class ShardedKeySet(_Sharded):
         """The ``k`` nearest keys over every shard, nearest first, equal
         distances in global index order: a :class:`~locus.KNNResult`
         ``(distances, indices)``, distances (M × k, float32) and global
-        indices (M × k, int64), as scikit-learn's ``kneighbors``."""
+        indices (M × k, int64), as scikit-learn's ``kneighbors``.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        k : int
+            Neighbours per query.
+
+        Returns
+        -------
+        KNNResult
+            ``(distances, indices)``.
+        """
         q = self._queries(queries)
         k = as_count(k, "k")
         if k == 0 or k > self.n_keys:

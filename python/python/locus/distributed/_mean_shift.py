@@ -111,6 +111,42 @@ def mean_shift(
     noticing), never a partial answer; ``timeout`` (seconds) bounds every
     exchange that moves data or asks the scheduler, as in
     :class:`ShardedKeySet`.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The Dask client of the cluster.
+    X : array-like or dask.array.Array of shape (n_samples, n_features)
+        The points.
+    bandwidth : float or None, default=None
+        The bandwidth (required, unless ``kernel`` is a product kernel).
+    kernel : str or ProductKernel, default="uniform"
+        A profile name (``uniform``: scikit-learn's flat kernel) or a
+        :class:`~locus.ProductKernel`.
+    seeds : {"binned", "all"} or array-like of shape (n_seeds, n_features), default="binned"
+        Where the seeds start.
+    min_bin_freq : int, default=1
+        The fewest points a bin needs to give a seed.
+    cluster_all : bool, default=True
+        False: points farther than ``bandwidth`` from every mode get −1.
+    max_iter : int, default=300
+        The most shifts a seed takes.
+    tol : float, default=1e-3
+        A seed stops when it moves at most ``tol·bandwidth``.
+    backend : {"auto", "gpu", "cpu"}, default="auto"
+        The engine each worker opens.
+    shards : int or None, default=None
+        How many shards (default: one per worker for NumPy input, the row
+        chunks for Dask input).
+    progress : callable or None, default=None
+        ``progress(iteration, queried, moving)``, called after each iteration.
+    timeout : float, default=30
+        Seconds any exchange that moves data or asks the scheduler may take.
+
+    Returns
+    -------
+    MeanShiftResult
+        As :func:`locus.mean_shift` returns it.
     """
     # Every parameter, and X and seeds where on the driver, are checked
     # before any task is sent.

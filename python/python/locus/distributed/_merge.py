@@ -18,6 +18,18 @@ def merge_states(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> tuple[np.n
     keys into the states over both (associative and commutative; rows with
     ``m = −∞``, i.e. no weight, merge as zeros), by the engine's rule.
 
+    Parameters
+    ----------
+    a, b : RowStates or tuple of (numpy.ndarray, numpy.ndarray, numpy.ndarray)
+        The states ``(m, s, u)`` of the same queries over two sets of keys.
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray, numpy.ndarray)
+        The states ``(m, s, u)`` over both.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> m, s, u = merge_states((np.float32([0.0]), np.array([1.0]), np.array([[2.0]])),
     ...                        (np.float32([-np.inf]), np.array([0.0]), np.array([[0.0]])))

@@ -511,6 +511,19 @@ def assign_adapters(client: distributed.Client, adapters: Sequence[int | str] | 
     the workers' sorted address order. Call it before anything opens an
     engine on the workers (an engine reads the variable when it opens).
     Returns ``{worker address: adapter}``.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The Dask client of the cluster.
+    adapters : sequence of int or str, default=None
+        One adapter (index or name, as ``LOCUS_ADAPTER`` takes it) per
+        worker; ``0, 1, …`` when None.
+
+    Returns
+    -------
+    dict
+        ``{worker address: adapter}``.
     """
     workers = _workers(client)
     adapters = list(range(len(workers))) if adapters is None else list(adapters)
