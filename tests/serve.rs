@@ -652,7 +652,16 @@ fn bad_requests_are_typed_json_errors() {
     let mut c = Client::connect(svc.addr).unwrap();
     let q = r#"{"queries": [[0.1, 0.2, 0.3]]}"#;
     let many = format!(r#"{{"queries": {}}}"#, rows_json(&Array2::zeros((21, 3))));
-    let cases: [(&str, &str, &[(&str, &str)], Vec<u8>, u16, &str); 12] = [
+    // Path, query string, headers, body, status, a word of the message.
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        Vec<u8>,
+        u16,
+        &'a str,
+    );
+    let cases: [Case; 12] = [
         ("/v1/sets/nope/density", "", &[], q.into(), 404, "no set"),
         ("/v1/sets/s/nope", "", &[], q.into(), 404, "no op"),
         (

@@ -144,10 +144,9 @@ impl Reply {
 /// The `locus` executable (built with the `serve` feature for the tests
 /// and benchmarks that use this file).
 pub fn locus_binary() -> PathBuf {
-    PathBuf::from(
-        option_env!("CARGO_BIN_EXE_locus")
-            .expect("the locus binary is built for integration tests and benchmarks"),
-    )
+    option_env!("CARGO_BIN_EXE_locus")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("the locus binary is not built (feature `serve`)"))
 }
 
 /// A running `locus serve`, killed when dropped.

@@ -127,13 +127,12 @@ pub fn parse(text: &str) -> Result<Exposition, String> {
                         return Err(at("TYPE after the family's samples".into()));
                     }
                 }
-                (Some("HELP"), Some(name)) => {
+                (Some("HELP"), Some(name))
                     if e.help
                         .insert(name.into(), tail.unwrap_or("").into())
-                        .is_some()
-                    {
-                        return Err(at("repeated HELP".into()));
-                    }
+                        .is_some() =>
+                {
+                    return Err(at("repeated HELP".into()));
                 }
                 _ => {}
             }
@@ -168,7 +167,7 @@ pub fn parse(text: &str) -> Result<Exposition, String> {
             }
             current = Some(family.clone());
         }
-        if e.types[&family] == "counter" && !(v >= 0.0) {
+        if e.types[&family] == "counter" && (v < 0.0 || v.is_nan()) {
             return Err(at("negative counter".into()));
         }
         if !seen.insert((name.to_string(), format!("{labels:?}"))) {
@@ -207,7 +206,8 @@ fn check_histograms(e: &Exposition) -> Result<(), String> {
         }
         for (key, buckets) in series {
             for w in buckets.windows(2) {
-                if !(w[0].0 < w[1].0) || w[1].1 < w[0].1 {
+                let increasing = w[0].0.partial_cmp(&w[1].0) == Some(std::cmp::Ordering::Less);
+                if !increasing || w[1].1 < w[0].1 {
                     return Err(format!("{family}{key}: buckets out of order or decreasing"));
                 }
             }
