@@ -118,6 +118,12 @@ fn needed(method: &Method, path: &str) -> Option<Role> {
     }
 }
 
+/// The key of an `Authorization: Bearer KEY` value (the scheme in any case).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, key) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(key.trim())
+}
+
 /// The layer that checks the key of every request (before its body is read).
 pub async fn require(State(keys): State<Arc<Keys>>, req: Request, next: Next) -> Response {
     if !keys.enabled() {
@@ -130,11 +136,17 @@ pub async fn require(State(keys): State<Arc<Keys>>, req: Request, next: Next) ->
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(bearer);
     let role = presented.and_then(|k| keys.role(k.as_bytes()));
-    match role {
-        Some(r) if r >= need => next.run(req).await,
+    // A refused request's body is never read: the connection is closed
+    // after the answer, and the answer says so.
+    let has_body = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
+        || req.headers().contains_key(header::TRANSFER_ENCODING);
+    let mut refusal = match role {
+        Some(r) if r >= need => return next.run(req).await,
         Some(_) => Failure(
             StatusCode::FORBIDDEN,
             "this key may only query: changing sets needs an admin key".into(),
@@ -151,7 +163,13 @@ pub async fn require(State(keys): State<Arc<Keys>>, req: Request, next: Next) ->
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             r
         }
+    };
+    if has_body {
+        refusal
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    refusal
 }
 
 #[cfg(test)]
@@ -188,5 +206,7 @@ mod tests {
         assert_eq!(needed(&Method::GET, "/readyz"), None);
         assert!(constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert_eq!(bearer("bearer k"), Some("k"));
+        assert_eq!(bearer("Basic k"), None);
     }
 }

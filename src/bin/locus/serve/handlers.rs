@@ -192,6 +192,35 @@ fn run_op(entry: &Entry, op: Op, kernel: Option<Kernel>, req: &Request) -> Resul
     })
 }
 
+/// Bodies from this size on are parsed on a blocking thread, not on the
+/// threads that serve the connections.
+const PARSE_OFF_THREAD: usize = 256 << 10;
+
+/// [`parse_request`], on a blocking thread for a large body.
+async fn parse(
+    body: Bytes,
+    format: super::wire::Format,
+    query: Option<&str>,
+    field: &'static str,
+    d: Option<usize>,
+    max_rows: usize,
+) -> Result<Request, Failure> {
+    if body.len() < PARSE_OFF_THREAD {
+        return parse_request(&body, format, query, field, d, max_rows);
+    }
+    let query = query.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        parse_request(&body, format, query.as_deref(), field, d, max_rows)
+    })
+    .await
+    .map_err(|e| {
+        Failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {e}"),
+        )
+    })?
+}
+
 /// 404 for an unknown set.
 fn no_set(app: &App, name: &str) -> Failure {
     Failure(
@@ -220,8 +249,7 @@ pub async fn query(
     let entry = app.sets.get(&name).ok_or_else(|| no_set(&app, &name))?;
     let format = request_format(&headers)?;
     let d = entry.set.dim();
-    let req = parse_request(&body, format, uri.query(), "queries", Some(d), app.max_rows)?;
-    drop(body);
+    let req = parse(body, format, uri.query(), "queries", Some(d), app.max_rows).await?;
     check_params(op.name(), &req.params)?;
     let kernel = match op {
         Op::Knn => None,
@@ -260,8 +288,7 @@ pub async fn mean_shift(
 ) -> Result<Response, Failure> {
     app.check_ready()?;
     let format = request_format(&headers)?;
-    let req = parse_request(&body, format, uri.query(), "points", None, app.max_rows)?;
-    drop(body);
+    let req = parse(body, format, uri.query(), "points", None, app.max_rows).await?;
     check_params("mean-shift", &req.params)?;
     let kernel = kernel_of(&app, &req.params, req.rows.ncols())?;
     let mut params = MeanShiftParams::new().kernel(kernel);
