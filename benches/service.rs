@@ -4,11 +4,11 @@
 //!
 //! Per backend: (a) a fresh `Engine::local_mean` per request, keys passed
 //! each time; (b) a `KeySet` without batching; (c) a `KeySet` with
-//! batching. Then a bounded load test of the example HTTP service on
-//! loopback (built by `cargo build --release --example service`).
+//! batching. Then a bounded load test of `locus serve` on loopback (JSON
+//! requests to `POST /v1/sets/bench/local-mean`).
 //!
 //! ```text
-//! cargo build --release --example service && cargo bench --bench service
+//! cargo bench --bench service
 //! ```
 //!
 //! Environment: `LOCUS_SERVICE_REQUESTS` (per thread, default 1000; a
@@ -16,8 +16,6 @@
 //! nothing about GPU speed), `LOCUS_SERVICE_HTTP_REQUESTS` (per thread,
 //! default 200), `LOCUS_BENCH_BACKENDS` (any of `cpu,gpu,http`).
 
-#[path = "../tests/support/examples.rs"]
-mod examples;
 #[path = "../tests/support/http.rs"]
 mod http;
 
@@ -224,12 +222,8 @@ fn bench_backend(
 }
 
 fn bench_http(per_thread: usize, keys: &Array2<f32>, values: &Array2<f32>) {
-    let bin = examples::example_path("service");
-    if !bin.exists() {
-        println!(
-            "\nHTTP load test skipped: {} is missing (cargo build --release --example service)",
-            bin.display()
-        );
+    if option_env!("CARGO_BIN_EXE_locus").is_none() {
+        println!("\nHTTP load test skipped: the locus binary is not built (feature `serve`)");
         return;
     }
     let dir = http::temp_dir("bench");
@@ -248,7 +242,17 @@ fn bench_http(per_thread: usize, keys: &Array2<f32>, values: &Array2<f32>) {
     let services: Vec<http::Service> = modes
         .iter()
         .map(|(_, extra)| {
-            let mut args = vec!["--keys", &k, "--values", &v, "--bandwidth", &h];
+            let mut args = vec![
+                "--set",
+                "bench",
+                "--keys",
+                &k,
+                "--values",
+                &v,
+                "--bandwidth",
+                &h,
+                "--quiet",
+            ];
             args.extend(extra);
             http::Service::start(&args, Duration::from_secs(120))
         })
@@ -274,19 +278,26 @@ fn bench_http(per_thread: usize, keys: &Array2<f32>, values: &Array2<f32>) {
                     serde_json::to_string(&rows).expect("json")
                 );
                 let mut c = conns[thread].lock().expect("client");
-                let (status, b) = c.request("POST", "/local-mean", &body).expect("request");
+                let (status, b) = c
+                    .request("POST", "/v1/sets/bench/local-mean", &body)
+                    .expect("request");
                 assert_eq!(status, 200, "{b}");
             }));
         }
     }
     for ((mode, _), (figs, mut svc)) in modes.iter().zip(totals.into_iter().zip(services)) {
         let mut c = http::Client::connect(svc.addr).expect("connect");
-        let (_, health) = c.request("GET", "/health", "").expect("health");
-        let (_, stats) = c.request("GET", "/stats", "").expect("stats");
-        let backend = serde_json::from_str::<serde_json::Value>(&health)
+        let (_, sets) = c.request("GET", "/v1/sets", "").expect("sets");
+        let (_, metrics) = c.request("GET", "/metrics", "").expect("metrics");
+        let backend = serde_json::from_str::<serde_json::Value>(&sets)
             .ok()
             .and_then(|v| v["backend"].as_str().map(str::to_string))
             .unwrap_or_default();
+        let stats: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("locus_set_batch"))
+            .collect();
+        let stats = stats.join(", ");
         // The service is another process: this one's CPU time says nothing.
         let figs = Figures {
             cpu: None,

@@ -984,33 +984,12 @@ fn binned_mean_shift_peak_memory_is_bounded_per_point() {
     assert_eq!(labels.len(), n);
 }
 
-// ---- the example service's loading -----------------------------------------------
+// ---- `locus serve`'s loading ------------------------------------------------------
 
-/// The example service's executable beside this test's profile directory
-/// (`cargo test` builds it), or None with the reason printed.
-fn example_service() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe
-        .parent()?
-        .parent()?
-        .join("examples")
-        .join(format!("service{}", std::env::consts::EXE_SUFFIX));
-    if !bin.exists() {
-        eprintln!(
-            "SKIPPED: {} is missing (a filtered `cargo test` does not build examples; \
-             run `cargo build --release --example service` first)",
-            bin.display()
-        );
-        return None;
-    }
-    Some(bin)
-}
-
+#[cfg(feature = "serve")]
 #[test]
-fn the_example_service_refuses_forged_headers_at_start_up() {
-    let Some(service) = example_service() else {
-        return;
-    };
+fn serve_refuses_forged_headers_at_start_up() {
+    let service = env!("CARGO_BIN_EXE_locus");
     let dir = TempDir::new().unwrap();
     npy(&dir, "v.npy", &Array2::zeros((4, 1)));
     npy(&dir, "k.npy", &Array2::zeros((4, 2)));
@@ -1020,15 +999,16 @@ fn the_example_service_refuses_forged_headers_at_start_up() {
             ["--keys", name, "--values", "v.npy"],
             ["--keys", "k.npy", "--values", name],
         ] {
-            let out = Process::new(&service)
+            let out = Process::new(service)
                 .current_dir(dir.path())
+                .args(["serve", "--set", "s"])
                 .args(args)
                 .args(["--port", "0", "--backend", "cpu"])
                 .output()
                 .unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
-            // A message and exit 1, not an abort.
-            assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+            // A message and exit 2 (bad input), not an abort.
+            assert_eq!(out.status.code(), Some(2), "{name}: {err}");
             assert!(
                 err.contains(name)
                     && (err.contains("truncated or corrupt") || err.contains("given twice")),
@@ -1043,9 +1023,12 @@ fn the_example_service_refuses_forged_headers_at_start_up() {
         "bad_l.npy",
         raw_npy(&forged_headers()[0].1, &[0u8; 64]),
     );
-    let out = Process::new(&service)
+    let out = Process::new(service)
         .current_dir(dir.path())
         .args([
+            "serve",
+            "--set",
+            "s",
             "--keys",
             "k.npy",
             "--values",
@@ -1056,6 +1039,6 @@ fn the_example_service_refuses_forged_headers_at_start_up() {
         .args(["--port", "0", "--backend", "cpu"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad_l.npy"));
 }

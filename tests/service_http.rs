@@ -1,10 +1,10 @@
-//! The example service (`examples/service/`) as a client sees it: started
-//! on 127.0.0.1 on a free port with `.npy` files, real HTTP requests, valid
-//! and invalid, from several connections at once; then shut down.
+//! The protections of `locus serve` as a client sees them: started on
+//! 127.0.0.1 on a free port with one set from `.npy` files, real HTTP
+//! requests, valid and invalid, from several connections at once (limits,
+//! timeouts, shedding, protocol errors, shutdown). tests/serve.rs tests
+//! the API itself.
 
 mod common;
-#[path = "support/examples.rs"]
-mod examples;
 #[path = "support/http.rs"]
 mod http;
 
@@ -63,6 +63,8 @@ fn start_with(f: &Files, labels: bool, extra: &[&str]) -> Service {
         f.path("labels.npy"),
     );
     let mut args = vec![
+        "--set",
+        "default",
         "--keys",
         &k,
         "--values",
@@ -110,7 +112,7 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
     let q = Rng::new(6).matrix(7, 3, 0.0, 1.0);
 
     // Local mean with the start-up kernel, then with another one.
-    let (status, b) = c.request("POST", "/local-mean", &body(&q, "")).unwrap();
+    let (status, b) = c.request("POST", LM, &body(&q, "")).unwrap();
     assert_eq!(status, 200, "{b}");
     let k = Kernel::gaussian(0.3).unwrap();
     let want = engine
@@ -124,7 +126,7 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
         1e-6,
     );
     let extra = r#", "kernel": "epanechnikov", "bandwidth": 0.05"#;
-    let (status, b) = c.request("POST", "/local-mean", &body(&q, extra)).unwrap();
+    let (status, b) = c.request("POST", LM, &body(&q, extra)).unwrap();
     assert_eq!(status, 200, "{b}");
     let k = Kernel::new(Profile::Epanechnikov, 0.05).unwrap();
     let want = engine
@@ -144,7 +146,7 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
 
     // A product kernel over coordinate blocks.
     let extra = r#", "blocks": [[1, "uniform", 0.4], [2, "gaussian", 0.2]]"#;
-    let (status, b) = c.request("POST", "/local-mean", &body(&q, extra)).unwrap();
+    let (status, b) = c.request("POST", LM, &body(&q, extra)).unwrap();
     assert_eq!(status, 200, "{b}");
     let k = Kernel::product([(1, Profile::Uniform, 0.4), (2, Profile::Gaussian, 0.2)]).unwrap();
     let want = engine
@@ -159,7 +161,7 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
     );
 
     // Classification.
-    let (status, b) = c.request("POST", "/classify", &body(&q, "")).unwrap();
+    let (status, b) = c.request("POST", CL, &body(&q, "")).unwrap();
     assert_eq!(status, 200, "{b}");
     let v = json(&b);
     let k = Kernel::gaussian(0.3).unwrap();
@@ -184,47 +186,43 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
 
     // Bad input: 400 with a message, and the service stays up.
     let bad = [
-        ("/local-mean", "not json".to_string(), "invalid request"),
-        ("/local-mean", r#"{"queries": []}"#.to_string(), "empty"),
+        (LM, "not json".to_string(), "invalid request"),
+        (LM, r#"{"queries": []}"#.to_string(), "empty"),
         (
-            "/local-mean",
+            LM,
             r#"{"queries": [[0.1, 0.2]]}"#.to_string(),
             "coordinates",
         ),
         (
-            "/local-mean",
+            LM,
             r#"{"queries": [[0.1, 0.2, 0.3], [1]]}"#.to_string(),
             "query 1",
         ),
         (
-            "/local-mean",
+            LM,
             r#"{"queries": [[0.1, 1e300, 0.3]]}"#.to_string(),
             "finite",
         ),
         (
-            "/local-mean",
+            LM,
             r#"{"queries": [[0.1, "x", 0.3]]}"#.to_string(),
             "invalid request",
         ),
         (
-            "/local-mean",
+            LM,
             r#"{"points": [[0.1, 0.2, 0.3]]}"#.to_string(),
             "invalid request",
         ),
+        (CL, body(&q, r#", "kernel": "boxcar""#), "unknown kernel"),
+        (CL, body(&q, r#", "bandwidth": -1"#), "bandwidth"),
+        (CL, body(&q, r#", "bandwidth": 0"#), "bandwidth"),
         (
-            "/classify",
-            body(&q, r#", "kernel": "boxcar""#),
-            "unknown kernel",
-        ),
-        ("/classify", body(&q, r#", "bandwidth": -1"#), "bandwidth"),
-        ("/classify", body(&q, r#", "bandwidth": 0"#), "bandwidth"),
-        (
-            "/local-mean",
+            LM,
             body(&q, r#", "blocks": [[1, "uniform", 0.4]]"#),
             "cover 1 coordinates",
         ),
         (
-            "/local-mean",
+            LM,
             body(&q, r#", "blocks": [[3, "gaussian", 1]], "bandwidth": 1"#),
             "send no",
         ),
@@ -238,11 +236,11 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
     // (A server may close a connection whose request body it did not read.)
     let (status, b) = Client::connect(svc.addr)
         .unwrap()
-        .request("GET", "/local-mean", "")
+        .request("GET", LM, "")
         .unwrap();
     assert_eq!(status, 405);
     let msg = json(&b)["error"].as_str().unwrap().to_string();
-    assert!(msg.contains("GET") && msg.contains("/local-mean"), "{msg}");
+    assert!(msg.contains("GET") && msg.contains(LM), "{msg}");
     let (status, b) = Client::connect(svc.addr)
         .unwrap()
         .request("POST", "/nowhere", "{}")
@@ -250,7 +248,7 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
     assert_eq!(status, 404);
     let msg = json(&b)["error"].as_str().unwrap().to_string();
     assert!(
-        msg.contains("/nowhere") && msg.contains("/local-mean"),
+        msg.contains("/nowhere") && msg.contains("/v1/sets/{name}/{op}"),
         "{msg}"
     );
 
@@ -269,7 +267,7 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
                     .local_mean(&k, q.view(), f.keys.view(), f.values.view())
                     .unwrap();
                 for _ in 0..10 {
-                    let (status, b) = c.request("POST", "/local-mean", &body(q, "")).unwrap();
+                    let (status, b) = c.request("POST", LM, &body(q, "")).unwrap();
                     assert_eq!(status, 200, "{b}");
                     assert_close(
                         "concurrent",
@@ -282,25 +280,28 @@ fn the_service_answers_valid_requests_and_refuses_bad_ones() {
             });
         }
     });
-    let (status, b) = c.request("GET", "/stats", "").unwrap();
+    let (status, b) = c.request("GET", "/metrics", "").unwrap();
     assert_eq!(status, 200);
-    assert_eq!(json(&b)["batched_requests"].as_u64(), Some(80 + 4), "{b}");
-    let (status, b) = c.request("GET", "/health", "").unwrap();
+    assert!(
+        b.contains("locus_set_batched_requests_total{set=\"default\"} 84\n"),
+        "{b}"
+    );
+    let (status, b) = c.request("GET", "/v1/sets/default", "").unwrap();
     assert_eq!(status, 200);
     assert_eq!(json(&b)["keys"].as_u64(), Some(500));
     assert!(svc.running(), "{}", svc.stderr.lock().unwrap());
 }
 
 #[test]
-fn without_labels_classify_is_a_clear_400_and_bad_files_fail_at_start() {
+fn without_labels_classify_is_a_clear_422_and_bad_files_fail_at_start() {
     let f = files();
     let svc = start(&f, false);
     let mut c = Client::connect(svc.addr).unwrap();
     let (status, b) = c
-        .request("POST", "/classify", r#"{"queries": [[0.1, 0.2, 0.3]]}"#)
+        .request("POST", CL, r#"{"queries": [[0.1, 0.2, 0.3]]}"#)
         .unwrap();
-    assert_eq!(status, 400, "{b}");
-    assert!(b.contains("--labels"), "{b}");
+    assert_eq!(status, 422, "{b}");
+    assert!(b.contains("without labels"), "{b}");
     drop(svc);
 
     // Values with the wrong number of rows: the service refuses to start.
@@ -309,8 +310,11 @@ fn without_labels_classify_is_a_clear_400_and_bad_files_fail_at_start() {
         &Array2::<f32>::zeros((3, 1)),
     )
     .unwrap();
-    let out = std::process::Command::new(examples::example_binary("service"))
+    let out = std::process::Command::new(http::locus_binary())
         .args([
+            "serve",
+            "--set",
+            "default",
             "--keys",
             &f.path("keys.npy"),
             "--values",
@@ -361,14 +365,14 @@ fn too_many_rows_and_too_large_bodies_are_413_with_the_limit() {
     let svc = start_with(&f, false, &["--max-rows", "5"]);
     let mut c = Client::connect(svc.addr).unwrap();
     let q = Rng::new(1).matrix(6, 3, 0.0, 1.0);
-    let (status, b) = c.request("POST", "/local-mean", &body(&q, "")).unwrap();
+    let (status, b) = c.request("POST", LM, &body(&q, "")).unwrap();
     assert_eq!(status, 413, "{b}");
     let msg = json(&b)["error"].as_str().unwrap().to_string();
     assert!(msg.contains("too many rows (limit 5)"), "{msg}");
     let (status, b) = c
         .request(
             "POST",
-            "/local-mean",
+            LM,
             &body(&q.slice(ndarray::s![..5, ..]).to_owned(), ""),
         )
         .unwrap();
@@ -376,7 +380,7 @@ fn too_many_rows_and_too_large_bodies_are_413_with_the_limit() {
     // A body announced far beyond what 5 rows need is refused before it is read.
     let mut s = raw(svc.addr);
     s.write_all(
-        b"POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500000000\r\n\r\n{\"queries\": [",
+        b"POST /v1/sets/default/local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500000000\r\n\r\n{\"queries\": [",
     )
     .unwrap();
     let (text, _) = read_until_closed(&mut s, Duration::from_secs(10));
@@ -401,7 +405,7 @@ fn idle_and_half_sent_connections_are_closed_after_the_header_timeout() {
         .map(|i| {
             let mut s = raw(svc.addr);
             if i % 2 == 0 {
-                s.write_all(b"POST /local-mean HTTP/1.1\r\nHost: x\r\n")
+                s.write_all(b"POST /v1/sets/default/local-mean HTTP/1.1\r\nHost: x\r\n")
                     .unwrap();
             }
             s
@@ -411,7 +415,7 @@ fn idle_and_half_sent_connections_are_closed_after_the_header_timeout() {
     let t0 = Instant::now();
     let (status, b) = Client::connect(svc.addr)
         .unwrap()
-        .request("GET", "/health", "")
+        .request("GET", "/livez", "")
         .unwrap();
     assert_eq!(status, 200, "{b}");
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
@@ -438,6 +442,8 @@ fn start_large(dir: &tempfile::TempDir, extra: &[&str]) -> Service {
         dir.path().join("values.npy").to_string_lossy().into_owned(),
     );
     let mut args = vec![
+        "--set",
+        "default",
         "--keys",
         &k,
         "--values",
@@ -465,11 +471,15 @@ fn large_body(rows: usize, d: usize) -> String {
     format!(r#"{{"queries": [{}]}}"#, rows.join(","))
 }
 
+/// The local-mean and classify routes of the service's one set.
+const LM: &str = "/v1/sets/default/local-mean";
+const CL: &str = "/v1/sets/default/classify";
+
 /// Sends one request on a fresh connection; the status and the body.
 fn send(addr: std::net::SocketAddr, body: &str) -> (u16, String) {
     Client::connect(addr)
         .unwrap()
-        .request("POST", "/local-mean", body)
+        .request("POST", LM, body)
         .unwrap()
 }
 
@@ -492,15 +502,15 @@ fn requests_beyond_the_in_flight_limit_are_shed() {
     });
     std::thread::sleep(Duration::from_millis(1000));
     let mut c = Client::connect(addr).unwrap();
-    let (status, b) = c.request("POST", "/local-mean", &small).unwrap();
+    let (status, b) = c.request("POST", LM, &small).unwrap();
     let first_done = rx.try_recv().is_ok();
     // (Unless the first request already finished, on a much faster machine.)
     if !first_done {
         assert_eq!(status, 503, "{b}");
         let msg = json(&b)["error"].as_str().unwrap().to_string();
         assert!(msg.contains("busy") && msg.contains("limit 1"), "{msg}");
-        // /health is exempt.
-        let (status, _) = c.request("GET", "/health", "").unwrap();
+        // /livez is exempt.
+        let (status, _) = c.request("GET", "/livez", "").unwrap();
         assert_eq!(status, 200);
     }
     // The long request is answered 503 at its deadline (or done earlier).
@@ -533,7 +543,7 @@ fn slow_uploads_hold_no_permit_and_are_answered_408() {
         .map(|_| {
             let mut s = raw(svc.addr);
             s.write_all(
-                b"POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+                b"POST /v1/sets/default/local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
             )
             .unwrap();
             s
@@ -570,15 +580,15 @@ fn protocol_errors_are_answered_with_a_json_body() {
     let svc = start(&f, false);
     let many_headers: String = (0..101).map(|i| format!("X-Extra-{i}: y\r\n")).collect();
     let cases = [
-        ("POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_string(), 400, "Content-Length"),
-        ("POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_string(), 400, "Content-Length"),
+        ("POST /v1/sets/default/local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_string(), 400, "Content-Length"),
+        ("POST /v1/sets/default/local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_string(), 400, "Content-Length"),
         (
-            "POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n{}".to_string(),
+            "POST /v1/sets/default/local-mean HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n{}".to_string(),
             400,
             "Content-Length",
         ),
         ("GARBAGE\r\n\r\n".to_string(), 400, "malformed"),
-        (format!("GET /health HTTP/1.1\r\nHost: x\r\n{many_headers}\r\n"), 431, "100 headers"),
+        (format!("GET /livez HTTP/1.1\r\nHost: x\r\n{many_headers}\r\n"), 431, "100 headers"),
     ];
     for (request, want, needle) in cases {
         let mut s = raw(svc.addr);
@@ -661,7 +671,7 @@ fn sigterm_finishes_the_request_in_flight_then_exits() {
     let mut s = raw(svc.addr);
     write!(
         s,
-        "POST /local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{head}",
+        "POST /v1/sets/default/local-mean HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{head}",
         full.len()
     )
     .unwrap();
@@ -676,7 +686,7 @@ fn sigterm_finishes_the_request_in_flight_then_exits() {
     // No new connections are served once the signal arrived.
     assert!(
         Client::connect(svc.addr)
-            .and_then(|mut c| c.request("GET", "/health", ""))
+            .and_then(|mut c| c.request("GET", "/livez", ""))
             .is_err(),
         "a new connection was served after SIGTERM"
     );

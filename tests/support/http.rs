@@ -1,6 +1,6 @@
 //! A minimal HTTP/1.1 client over one keep-alive connection, and a way to
-//! run the example service: enough to test and load the example service
-//! on loopback without another dependency.
+//! run `locus serve`: enough to test and load the service on loopback
+//! without another dependency.
 #![allow(dead_code)]
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -30,19 +30,36 @@ impl Client {
         })
     }
 
-    /// Sends a request and returns the status and the body.
+    /// Sends a JSON request and returns the status and the body.
     pub fn request(&mut self, method: &str, path: &str, body: &str) -> io::Result<(u16, String)> {
+        let r = self.send(
+            method,
+            path,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )?;
+        Ok((r.status, String::from_utf8_lossy(&r.body).into_owned()))
+    }
+
+    /// Sends a request with `headers` and returns the whole answer.
+    pub fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> io::Result<Reply> {
         if self.closed {
             *self = Client::connect(self.addr)?;
         }
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            self.addr,
-            body.len()
-        );
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
         let s = self.reader.get_mut();
         s.write_all(head.as_bytes())?;
-        s.write_all(body.as_bytes())?;
+        s.write_all(body)?;
         s.flush()?;
         let mut line = String::new();
         self.reader.read_line(&mut line)?;
@@ -53,6 +70,7 @@ impl Client {
             .ok_or_else(|| io::Error::other(format!("bad status line {line:?}")))?;
         let mut len = None;
         let mut chunked = false;
+        let mut answer_headers = Vec::new();
         loop {
             line.clear();
             self.reader.read_line(&mut line)?;
@@ -61,6 +79,9 @@ impl Client {
                 break;
             }
             let lower = l.to_ascii_lowercase();
+            if let Some((k, v)) = lower.split_once(':') {
+                answer_headers.push((k.trim().to_string(), v.trim().to_string()));
+            }
             if let Some(v) = lower.strip_prefix("content-length:") {
                 len = v.trim().parse::<usize>().ok();
             }
@@ -90,11 +111,45 @@ impl Client {
             self.reader.read_exact(&mut b)?;
             body = b;
         }
-        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        Ok(Reply {
+            status,
+            headers: answer_headers,
+            body,
+        })
     }
 }
 
-/// A running example service, killed when dropped.
+/// An answer: status, headers (names lower-case), body.
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// The value of header `name` (lower-case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// The `locus` executable (built with the `serve` feature for the tests
+/// and benchmarks that use this file).
+pub fn locus_binary() -> PathBuf {
+    option_env!("CARGO_BIN_EXE_locus")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("the locus binary is not built (feature `serve`)"))
+}
+
+/// A running `locus serve`, killed when dropped.
 pub struct Service {
     pub child: Child,
     pub addr: SocketAddr,
@@ -103,10 +158,11 @@ pub struct Service {
 }
 
 impl Service {
-    /// Starts the service with `args` on 127.0.0.1 and a free port, and
-    /// waits (up to `timeout`) until it accepts connections.
+    /// Starts `locus serve` with `args` on 127.0.0.1 and a free port, and
+    /// waits (up to `timeout`) until `/readyz` answers 200.
     pub fn start(args: &[&str], timeout: Duration) -> Service {
-        let mut child = Command::new(crate::examples::example_binary("service"))
+        let mut child = Command::new(locus_binary())
+            .arg("serve")
             .args(args)
             .args(["--host", "127.0.0.1", "--port", "0"])
             .env("NODEVICE_SELECT", "1")
@@ -114,7 +170,7 @@ impl Service {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start the example service");
+            .expect("start locus serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = Arc::new(Mutex::new(String::new()));
         if let Some(e) = child.stderr.take() {
@@ -150,10 +206,28 @@ impl Service {
                 panic!("the service did not listen within {timeout:?}");
             }
         };
-        Service {
+        let mut svc = Service {
             child,
             addr,
             stderr,
+        };
+        loop {
+            let ready = Client::connect(addr)
+                .and_then(|mut c| c.request("GET", "/readyz", ""))
+                .is_ok_and(|(status, _)| status == 200);
+            if ready {
+                break svc;
+            }
+            if !svc.running() {
+                std::thread::sleep(Duration::from_millis(200));
+                let err = svc.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                panic!("the service exited before it was ready: {err}");
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "the service was not ready within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -42,7 +42,7 @@ impl CliError {
     }
 
     /// The message.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "serve"))]
     pub fn message(&self) -> &str {
         &self.message
     }

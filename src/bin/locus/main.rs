@@ -8,7 +8,8 @@
 //! `Job` every compute subcommand runs through), `report` (text and
 //! `--json`), `verify` (tolerances and deviations), `progress` (the stderr
 //! bar), `plot` (PNG scatter plots), `data` (generated data), `error`
-//! (messages and exit codes).
+//! (messages and exit codes), `serve` (`locus serve`, the HTTP service;
+//! feature `serve`).
 
 mod args;
 mod atomic;
@@ -21,12 +22,14 @@ mod npy;
 mod plot;
 mod progress;
 mod report;
+#[cfg(feature = "serve")]
+mod serve;
 mod verify;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use commands::{
     bench, classify, demo, impute, info, kde, kernel_matrix, knn, local_mean, local_pca,
@@ -90,9 +93,14 @@ enum Command {
     /// Cluster generated 2-D blobs with MeanShift on the best backend; print
     /// the clusters, backend and time; draw demo.png.
     Demo(demo::DemoArgs),
+    /// Serve the ops over HTTP on named key sets (JSON and .npy; API keys,
+    /// metrics, readiness, back-pressure): see docs/serve.md.
+    #[cfg(feature = "serve")]
+    Serve(serve::ServeArgs),
 }
 
-fn run(command: &Command) -> CliResult<()> {
+fn run(command: &Command, matches: &ArgMatches) -> CliResult<()> {
+    let _ = matches;
     match command {
         Command::Info(a) => info::run(a),
         Command::LocalMean(a) => local_mean::run(a),
@@ -107,6 +115,8 @@ fn run(command: &Command) -> CliResult<()> {
         Command::Softmax(a) => softmax::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Demo(a) => demo::run(a),
+        #[cfg(feature = "serve")]
+        Command::Serve(a) => serve::run(a, matches.subcommand_matches("serve")),
     }
 }
 
@@ -159,8 +169,12 @@ fn main() -> ExitCode {
             eprintln!("error: internal error{at}: {}", error::one_line(&msg));
         }
     }));
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    // The matches too: `serve` groups its set flags by their positions.
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let (cli, matches) = match parsed {
+        Ok(p) => p,
         Err(e) => return error::clap_exit(e),
     };
     io::set_header_rule(match (cli.header, cli.no_header) {
@@ -168,8 +182,16 @@ fn main() -> ExitCode {
         (_, true) => delimited::HeaderRule::NoHeader,
         _ => delimited::HeaderRule::Auto,
     });
-    clean_up_on_signals();
-    match panic::catch_unwind(AssertUnwindSafe(|| run(&cli.command))) {
+    // `serve` handles SIGTERM and SIGINT itself (it drains, then exits 0)
+    // and writes no files.
+    #[cfg(feature = "serve")]
+    let serving = matches!(cli.command, Command::Serve(_));
+    #[cfg(not(feature = "serve"))]
+    let serving = false;
+    if !serving {
+        clean_up_on_signals();
+    }
+    match panic::catch_unwind(AssertUnwindSafe(|| run(&cli.command, &matches))) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => e.report(),
         Err(_) => ExitCode::from(EXIT_COMPUTE),

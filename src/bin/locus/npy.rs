@@ -565,6 +565,13 @@ impl Element for f32 {
     }
 }
 
+impl Element for f64 {
+    const DESCR: &'static str = "<f8";
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
 impl Element for i64 {
     const DESCR: &'static str = "<i8";
     fn put(self, out: &mut Vec<u8>) {
@@ -634,6 +641,49 @@ pub fn write<T: Element>(
         )));
     }
     Ok(())
+}
+
+/// The length in bytes of the `.npy` file at the start of `bytes` (header
+/// and data), so that files sent one after the other can be split: the
+/// header is parsed and checked as [`read_header`] does, and its data must
+/// lie within `bytes`.
+///
+/// # Errors
+/// As [`read_header`]; data that would run past the end of `bytes`.
+pub fn part_len(bytes: &[u8]) -> Result<usize, NpyError> {
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return format_err("no .npy magic string at the start");
+    }
+    let (len, start): (usize, usize) = match bytes[6] {
+        1 => (usize::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10),
+        2 | 3 if bytes.len() >= 12 => {
+            let l = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+            (usize::try_from(l).unwrap_or(usize::MAX), 12)
+        }
+        v => return format_err(format!("unknown format version {v}.{}", bytes[7])),
+    };
+    let Some(text) = start
+        .checked_add(len)
+        .filter(|&end| len <= MAX_HEADER && end <= bytes.len())
+        .map(|end| &bytes[start..end])
+    else {
+        return format_err(format!("a header of {len} bytes does not fit"));
+    };
+    let Ok(text) = std::str::from_utf8(text) else {
+        return format_err("the header is not ASCII text");
+    };
+    let header = parse_dict(text)?;
+    (header.len as u64)
+        .checked_mul(header.dtype.size as u64)
+        .and_then(|need| u64::try_from(start + len).ok()?.checked_add(need))
+        .filter(|&end| end <= bytes.len() as u64)
+        .map(|end| end as usize)
+        .ok_or_else(|| {
+            NpyError::Format(format!(
+                "truncated or corrupt: the header's shape {:?} needs more data than was sent",
+                header.shape
+            ))
+        })
 }
 
 /// Reads a whole `.npy` file held in memory as `f32` (for tests and small

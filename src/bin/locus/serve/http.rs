@@ -1,7 +1,9 @@
 //! The HTTP layer: connections (header deadline, connection cap, graceful
 //! shutdown, JSON bodies on hyper's own error answers), request bodies
-//! read whole under their deadline before anything else, and JSON bodies
-//! on every error answer.
+//! read whole under their deadline before anything else, JSON bodies on
+//! every error answer, and every answer counted and logged.
+//!
+//! Imports: `super::{app, handlers, metrics, protocol}`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,8 +20,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::Semaphore;
 
-use crate::api::{Deadline, Failure};
-use crate::protocol::{JsonErrors, MAX_HEADERS};
+use super::app::{App, Deadline, Failure};
+use super::handlers::route_of;
+use super::metrics::{LogLine, Served};
+use super::protocol::{JsonErrors, MAX_HEADERS};
 
 /// The limits of the HTTP layer.
 #[derive(Clone)]
@@ -28,20 +32,28 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// `--body-timeout-ms`: from a request's headers to the end of its body.
     pub body_timeout: Duration,
+    /// `--max-rows`, for the messages.
     pub max_rows: usize,
-    /// Largest body accepted.
+    /// Largest query body accepted (`--max-body-mib`).
     pub body_bytes: usize,
+    /// Largest set upload accepted (`--max-upload-mib`).
+    pub upload_bytes: usize,
 }
 
 impl Limits {
-    fn too_large(&self) -> Failure {
-        Failure(
-            StatusCode::PAYLOAD_TOO_LARGE,
+    fn too_large(&self, upload: bool) -> Failure {
+        let msg = if upload {
             format!(
-                "too many rows (limit {}): the request body exceeds {} bytes",
+                "set upload too large: the body exceeds {} bytes (--max-upload-mib)",
+                self.upload_bytes
+            )
+        } else {
+            format!(
+                "too many rows (limit {}) or too large: the request body exceeds {} bytes",
                 self.max_rows, self.body_bytes
-            ),
-        )
+            )
+        };
+        Failure(StatusCode::PAYLOAD_TOO_LARGE, msg)
     }
 }
 
@@ -68,16 +80,22 @@ async fn read_body(mut body: Body, limit: usize) -> Result<Vec<u8>, BodyError> {
     Ok(bytes)
 }
 
-/// The HTTP layer around every route (`/health` is exempt, so it answers
-/// under load): a body announced too large is refused unread; the body is
+/// The HTTP layer around every route (the probes and `/metrics` are
+/// exempt, so they answer under load): a body announced too large is refused unread; the body is
 /// then read whole within `--body-timeout-ms` (and the request's deadline)
 /// or the request is answered 408 and its connection closed; only then do
 /// the routes see it, with the request's [`Deadline`]. No compute permit is
 /// held while a body arrives: the routes take one after parsing it.
 pub async fn guard(State(limits): State<Limits>, req: Request, next: Next) -> Response {
-    if req.uri().path() == "/health" {
+    if matches!(req.uri().path(), "/livez" | "/readyz" | "/metrics") {
         return next.run(req).await;
     }
+    let upload = req.method() == axum::http::Method::PUT;
+    let limit = if upload {
+        limits.upload_bytes
+    } else {
+        limits.body_bytes
+    };
     let start = Instant::now();
     let deadline = start + limits.request_timeout;
     // A body announced larger than any allowed request: refused unread.
@@ -86,18 +104,18 @@ pub async fn guard(State(limits): State<Limits>, req: Request, next: Next) -> Re
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > limits.body_bytes as u64) {
-        return limits.too_large().into_response();
+    if announced.is_some_and(|n| n > limit as u64) {
+        return limits.too_large(upload).into_response();
     }
     let body_deadline = deadline.min(start + limits.body_timeout);
     let (mut parts, body) = req.into_parts();
     let read = tokio::time::timeout_at(
         tokio::time::Instant::from_std(body_deadline),
-        read_body(body, limits.body_bytes),
+        read_body(body, limit),
     );
     let bytes = match read.await {
         Ok(Ok(b)) => b,
-        Ok(Err(BodyError::TooLarge)) => return limits.too_large().into_response(),
+        Ok(Err(BodyError::TooLarge)) => return limits.too_large(upload).into_response(),
         Ok(Err(BodyError::Broken(e))) => {
             return Failure(
                 StatusCode::BAD_REQUEST,
@@ -141,7 +159,8 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     }
     let msg = match status {
         StatusCode::NOT_FOUND => format!(
-            "no such endpoint: {method} {path} (POST /local-mean, POST /classify, GET /health, GET /stats)"
+            "no such endpoint: {method} {path} (POST /v1/sets/{{name}}/{{op}}, POST /v1/mean-shift, \
+             GET /v1/sets, GET|PUT|DELETE /v1/sets/{{name}}, GET /livez, /readyz, /metrics)"
         ),
         StatusCode::METHOD_NOT_ALLOWED => format!("method {method} not allowed on {path}"),
         _ => {
@@ -160,19 +179,57 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     Failure(status, msg).into_response()
 }
 
-/// Serves `router` on `listener` until a shutdown signal: each connection
+/// The layer around every route: times the request, counts its answer by
+/// op and status, writes its log line.
+pub async fn observe(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let t0 = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let r = next.run(req).await;
+    let seconds = t0.elapsed().as_secs_f64();
+    let (op, set) = route_of(&method, &path);
+    let rows = r.extensions().get::<Served>().map_or(0, |s| s.rows);
+    let status = r.status().as_u16();
+    app.metrics.record(op, status, seconds, rows);
+    app.metrics.log(&LogLine {
+        method: &method,
+        path: &path,
+        op,
+        set,
+        status,
+        rows,
+        seconds,
+    });
+    r
+}
+
+/// How connections are served.
+pub struct Connections {
+    /// `--header-timeout-ms`: for a request's headers, and an idle connection.
+    pub header_timeout: Duration,
+    /// `--max-connections`.
+    pub max_connections: usize,
+    /// `--shutdown-grace-ms`: longest wait for the open connections.
+    pub grace: Duration,
+}
+
+/// Serves `router` on `listener` until `stop` resolves: each connection
 /// under the header-read timeout, at most `max_connections` at once; then
 /// waits for the open ones (up to `grace`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
-    header_timeout: Duration,
-    max_connections: usize,
-    grace: Duration,
+    c: Connections,
+    stop: impl std::future::Future<Output = ()>,
 ) {
+    let Connections {
+        header_timeout,
+        max_connections,
+        grace,
+    } = c;
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(max_connections));
-    let mut stop = std::pin::pin!(shutdown_signal());
+    let mut stop = std::pin::pin!(stop);
     loop {
         let slot = tokio::select! {
             s = Arc::clone(&slots).acquire_owned() => match s {
@@ -221,7 +278,7 @@ pub async fn serve(
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

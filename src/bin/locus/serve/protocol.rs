@@ -11,6 +11,8 @@
 //! The automatic answers are recognised by their head alone: a `4xx` whose
 //! `content-length` is `0`. Every error answer of the routes has a JSON body
 //! (see `http::json_errors`), so no answer of theirs can be mistaken for one.
+//!
+//! Imports: nothing of the service.
 
 use std::io;
 use std::pin::Pin;
@@ -58,23 +60,29 @@ fn automatic_error(head: &[u8]) -> Option<u16> {
 
 /// The answer written instead of hyper's automatic one for `status`.
 fn json_answer(status: u16) -> Vec<u8> {
-    let (reason, msg) = match status {
+    let (reason, kind, msg) = match status {
         431 => (
             "Request Header Fields Too Large",
+            "headers_too_large",
             format!(
                 "request header fields too large: send at most {MAX_HEADERS} headers, \
                  and headers of a few kilobytes"
             ),
         ),
-        414 => ("URI Too Long", "the request URI is too long".to_string()),
+        414 => (
+            "URI Too Long",
+            "uri_too_long",
+            "the request URI is too long".to_string(),
+        ),
         _ => (
             "Bad Request",
+            "bad_request",
             "malformed HTTP request: the request line, a header or the Content-Length \
              could not be parsed (Content-Length must be one non-negative integer)"
                 .to_string(),
         ),
     };
-    let body = json!({ "error": msg }).to_string();
+    let body = json!({ "error": msg, "kind": kind }).to_string();
     format!(
         "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()

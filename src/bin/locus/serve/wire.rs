@@ -1,0 +1,580 @@
+//! Wire formats. A query op's request is a JSON body (`{"queries":
+//! [[…]], "kernel": …}`) or an `.npy` body (`Content-Type:
+//! application/x-npy`, parameters in the query string); its answer is a
+//! JSON object, or one of its arrays as `.npy` (`Accept:
+//! application/x-npy`, the array chosen by `output=`, the counts in
+//! `x-locus-*` headers). A set upload is a JSON object of arrays or `.npy`
+//! files sent one after the other (`parts=keys,values,…`).
+//!
+//! Imports: `super::{app, sets}`, `crate::npy`.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ndarray::{Array1, Array2, ArrayD, ArrayViewD, Axis, Ix1, Ix2};
+use serde::{Deserialize, Serialize};
+
+use super::app::{Failure, bad, too_many_rows};
+use super::sets::SetData;
+use crate::npy;
+
+/// The media type of `.npy` bodies.
+pub const NPY: &str = "application/x-npy";
+
+/// A body's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `application/json` (or no `Content-Type`).
+    Json,
+    /// `application/x-npy`.
+    Npy,
+}
+
+/// The format of a request's body, by its `Content-Type` (415 for others).
+pub fn request_format(headers: &HeaderMap) -> Result<Format, Failure> {
+    let Some(ct) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(Format::Json);
+    };
+    let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+    let media = ct.split(';').next().unwrap_or("").trim();
+    match media {
+        "application/json" | "" => Ok(Format::Json),
+        NPY => Ok(Format::Npy),
+        other => Err(Failure(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Content-Type {other:?}: send application/json or {NPY}"),
+        )),
+    }
+}
+
+/// The format an answer is asked in, by `Accept` (JSON unless it names
+/// `.npy`).
+pub fn answer_format(headers: &HeaderMap) -> Format {
+    let asks_npy = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains(NPY));
+    if asks_npy { Format::Npy } else { Format::Json }
+}
+
+/// A query op's parameters, from a JSON body or a query string.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Params {
+    /// Kernel profile.
+    pub kernel: Option<String>,
+    /// Bandwidth.
+    pub bandwidth: Option<f64>,
+    /// A product kernel: `(dims, profile, bandwidth)` per block.
+    pub blocks: Option<Vec<(usize, String, f64)>>,
+    /// Local polynomial degree (local-mean).
+    pub degree: Option<usize>,
+    /// Neighbours (knn).
+    pub k: Option<usize>,
+    /// Most MeanShift iterations.
+    pub max_iter: Option<usize>,
+    /// Which array an `.npy` answer carries.
+    pub output: Option<String>,
+}
+
+/// A JSON query request.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonQuery {
+    queries: Option<Vec<Vec<f64>>>,
+    points: Option<Vec<Vec<f64>>>,
+    kernel: Option<String>,
+    bandwidth: Option<f64>,
+    blocks: Option<Vec<(usize, String, f64)>>,
+    degree: Option<usize>,
+    k: Option<usize>,
+    max_iter: Option<usize>,
+}
+
+/// A parsed query request.
+pub struct Request {
+    /// Its parameters.
+    pub params: Params,
+    /// The query points (`M × d`).
+    pub rows: Array2<f32>,
+}
+
+/// Decodes `%XX` and `+` in a query-string component.
+fn percent_decode(s: &str) -> Result<String, Failure> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = b
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| bad(format!("bad percent escape in the query string: {s:?}")))?;
+                out.push(hex);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| bad("the query string is not UTF-8"))
+}
+
+fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, Failure> {
+    v.trim()
+        .parse()
+        .map_err(|_| bad(format!("query parameter {key}={v:?} is not a number")))
+}
+
+/// Parameters from a query string: `kernel`, `bandwidth`, `blocks`
+/// (`dims:profile:bandwidth,…`), `degree`, `k`, `max_iter`, `output`.
+pub fn params_from_query(query: Option<&str>) -> Result<Params, Failure> {
+    let mut p = Params::default();
+    let mut seen = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (k, v) = (percent_decode(k)?, percent_decode(v)?);
+        if seen.contains(&k) {
+            return Err(bad(format!("query parameter {k:?} given twice")));
+        }
+        match k.as_str() {
+            "kernel" => p.kernel = Some(v),
+            "bandwidth" => p.bandwidth = Some(number(&k, &v)?),
+            "degree" => p.degree = Some(number(&k, &v)?),
+            "k" => p.k = Some(number(&k, &v)?),
+            "max_iter" => p.max_iter = Some(number(&k, &v)?),
+            "output" => p.output = Some(v),
+            "blocks" => {
+                let blocks = v
+                    .split(',')
+                    .map(|b| match b.split(':').collect::<Vec<_>>().as_slice() {
+                        [d, prof, h] => Ok((number(&k, d)?, prof.to_string(), number(&k, h)?)),
+                        _ => Err(bad(format!(
+                            "blocks={v:?}: write dims:profile:bandwidth per block, comma separated"
+                        ))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                p.blocks = Some(blocks);
+            }
+            _ => {
+                return Err(bad(format!(
+                    "unknown query parameter {k:?} (kernel, bandwidth, blocks, degree, k, max_iter, output)"
+                )));
+            }
+        }
+        seen.push(k);
+    }
+    Ok(p)
+}
+
+/// Rows of JSON numbers as an `f32` matrix: non-empty, every row of one
+/// width (`d` when given), every number a finite `f32`.
+pub fn matrix_from_rows(
+    what: &str,
+    rows: &[Vec<f64>],
+    d: Option<usize>,
+) -> Result<Array2<f32>, Failure> {
+    let Some(first) = rows.first() else {
+        return Err(bad(format!("{what:?} is empty; send at least one point")));
+    };
+    let d = d.unwrap_or(first.len());
+    let mut data = Vec::new();
+    data.try_reserve_exact(rows.len().saturating_mul(d))
+        .map_err(|_| Failure(StatusCode::SERVICE_UNAVAILABLE, "out of memory".into()))?;
+    for (i, row) in rows.iter().enumerate() {
+        if row.len() != d {
+            return Err(bad(match what {
+                "queries" => format!("query {i} has {} coordinates; the keys have {d}", row.len()),
+                "points" => format!("point {i} has {} coordinates; point 0 has {d}", row.len()),
+                _ => format!("{what} row {i} has {} columns; row 0 has {d}", row.len()),
+            }));
+        }
+        for (j, &v) in row.iter().enumerate() {
+            let f = v as f32;
+            if !f.is_finite() {
+                return Err(bad(format!(
+                    "{what} row {i} column {j} is {v}, not a finite 32-bit float"
+                )));
+            }
+            data.push(f);
+        }
+    }
+    Array2::from_shape_vec((rows.len(), d), data).map_err(|e| bad(format!("{what}: {e}")))
+}
+
+/// An `.npy` body as a matrix (a 1-D array is one column).
+fn npy_matrix(what: &str, bytes: &[u8]) -> Result<Array2<f32>, Failure> {
+    let a = npy::f32_from_bytes(bytes).map_err(|e| bad(format!("{what}: {e}")))?;
+    let a = match a.ndim() {
+        1 => a.insert_axis(Axis(1)),
+        2 => a,
+        n => return Err(bad(format!("{what}: {n} axes; send a 1-D or 2-D array"))),
+    };
+    a.into_dimensionality::<Ix2>()
+        .map_err(|e| bad(format!("{what}: {e}")))
+}
+
+/// Parses a query op's request. `field` names the JSON array of points
+/// (`queries`, or `points` for MeanShift); `d` is the width they must have
+/// (checked again by the op).
+pub fn parse_request(
+    body: &[u8],
+    format: Format,
+    query: Option<&str>,
+    field: &'static str,
+    d: Option<usize>,
+    max_rows: usize,
+) -> Result<Request, Failure> {
+    let req = match format {
+        Format::Npy => {
+            let params = params_from_query(query)?;
+            let rows = npy_matrix(field, body)?;
+            if rows.nrows() > max_rows {
+                return Err(too_many_rows(max_rows, rows.nrows()));
+            }
+            Request { params, rows }
+        }
+        Format::Json => {
+            let from_query = params_from_query(query)?;
+            if from_query
+                != (Params {
+                    output: from_query.output.clone(),
+                    ..Params::default()
+                })
+            {
+                return Err(bad(
+                    "with a JSON body the parameters go in the body (the query string takes only output=)",
+                ));
+            }
+            let q: JsonQuery =
+                serde_json::from_slice(body).map_err(|e| bad(format!("invalid request: {e}")))?;
+            let (points, other) = match field {
+                "points" => (q.points, q.queries.map(|_| "queries")),
+                _ => (q.queries, q.points.map(|_| "points")),
+            };
+            if let Some(other) = other {
+                return Err(bad(format!(
+                    "invalid request: this op takes its points as {field:?}, not {other:?}"
+                )));
+            }
+            let points =
+                points.ok_or_else(|| bad(format!("invalid request: missing field `{field}`")))?;
+            if points.len() > max_rows {
+                return Err(too_many_rows(max_rows, points.len()));
+            }
+            let rows = matrix_from_rows(field, &points, d)?;
+            drop(points);
+            Request {
+                rows,
+                params: Params {
+                    kernel: q.kernel,
+                    bandwidth: q.bandwidth,
+                    blocks: q.blocks,
+                    degree: q.degree,
+                    k: q.k,
+                    max_iter: q.max_iter,
+                    output: from_query.output,
+                },
+            }
+        }
+    };
+    Ok(req)
+}
+
+/// One field of an answer.
+pub enum Field {
+    /// An array of `f32` (NaN written as `null` in JSON).
+    F32(ArrayD<f32>),
+    /// An array of `f64`.
+    F64(ArrayD<f64>),
+    /// An array of integers.
+    I64(ArrayD<i64>),
+    /// A count.
+    Count(usize),
+    /// A number.
+    Number(f64),
+    /// A flag.
+    Flag(bool),
+}
+
+impl Field {
+    fn is_array(&self) -> bool {
+        matches!(self, Field::F32(_) | Field::F64(_) | Field::I64(_))
+    }
+}
+
+/// An array written as nested JSON lists, without a copy.
+struct Nested<'a, T>(ArrayViewD<'a, T>);
+
+impl<T: Serialize> Serialize for Nested<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.ndim() {
+            0 => self.0.iter().next().serialize(s),
+            1 => s.collect_seq(self.0.iter()),
+            _ => s.collect_seq(self.0.outer_iter().map(Nested)),
+        }
+    }
+}
+
+impl Serialize for Field {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Field::F32(a) => Nested(a.view()).serialize(s),
+            Field::F64(a) => Nested(a.view()).serialize(s),
+            Field::I64(a) => Nested(a.view()).serialize(s),
+            Field::Count(n) => n.serialize(s),
+            Field::Number(x) => x.serialize(s),
+            Field::Flag(b) => b.serialize(s),
+        }
+    }
+}
+
+/// An op's answer: named fields, in order (the first array is what an
+/// `.npy` answer carries unless `output=` names another).
+#[derive(Default)]
+pub struct Answer {
+    /// The fields.
+    pub fields: Vec<(&'static str, Field)>,
+}
+
+impl Serialize for Answer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.fields.iter().map(|(k, v)| (*k, v)))
+    }
+}
+
+impl Answer {
+    /// Adds a field.
+    pub fn with(mut self, name: &'static str, f: Field) -> Self {
+        self.fields.push((name, f));
+        self
+    }
+
+    /// Writes the answer in `format`; `output` chooses the `.npy` array.
+    pub fn respond(self, format: Format, output: Option<&str>) -> Result<Response, Failure> {
+        let arrays: Vec<&str> = self
+            .fields
+            .iter()
+            .filter(|(_, f)| f.is_array())
+            .map(|(n, _)| *n)
+            .collect();
+        if let Some(o) = output
+            && !arrays.contains(&o)
+        {
+            return Err(bad(format!(
+                "output={o:?}: this answer's arrays are {arrays:?}"
+            )));
+        }
+        if format == Format::Json {
+            return Ok(axum::Json(self).into_response());
+        }
+        let chosen = output.or(arrays.first().copied()).unwrap_or_default();
+        let mut body = Vec::new();
+        let mut headers = HeaderMap::new();
+        for (name, f) in &self.fields {
+            let written = match f {
+                Field::F32(a) if *name == chosen => {
+                    npy::write(&mut body, a.shape(), a.iter().copied())
+                }
+                Field::F64(a) if *name == chosen => {
+                    npy::write(&mut body, a.shape(), a.iter().copied())
+                }
+                Field::I64(a) if *name == chosen => {
+                    npy::write(&mut body, a.shape(), a.iter().copied())
+                }
+                Field::Count(_) | Field::Number(_) | Field::Flag(_) => {
+                    let v = serde_json::to_string(f).unwrap_or_default();
+                    let h = format!("x-locus-{}", name.replace('_', "-"));
+                    if let (Ok(h), Ok(v)) = (HeaderName::try_from(h), HeaderValue::try_from(v)) {
+                        headers.insert(h, v);
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            written.map_err(|e| {
+                Failure(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("writing .npy: {e}"),
+                )
+            })?;
+        }
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(NPY));
+        if let Ok(v) = HeaderValue::try_from(chosen) {
+            headers.insert(HeaderName::from_static("x-locus-array"), v);
+        }
+        Ok((headers, body).into_response())
+    }
+}
+
+/// Values as rows, or one value per key.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Column {
+    Matrix(Vec<Vec<f64>>),
+    Vector(Vec<f64>),
+}
+
+/// A JSON set upload.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonSet {
+    keys: Vec<Vec<f64>>,
+    values: Option<Column>,
+    labels: Option<Vec<i64>>,
+    weights: Option<Vec<f64>>,
+}
+
+/// One value per key, as an `N × 1` matrix.
+fn column(what: &str, v: &[f64]) -> Result<Array2<f32>, Failure> {
+    let rows: Vec<Vec<f64>> = v.iter().map(|x| vec![*x]).collect();
+    matrix_from_rows(what, &rows, Some(1))
+}
+
+/// Parses a set upload: JSON `{"keys", "values", "labels", "weights"}`, or
+/// `.npy` files one after the other as `parts=` (default `keys`) lists them.
+pub fn parse_set(body: &[u8], format: Format, query: Option<&str>) -> Result<SetData, Failure> {
+    let mut parts_list = None;
+    for pair in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
+        match pair.split_once('=') {
+            Some(("parts", v)) if parts_list.is_none() => parts_list = Some(percent_decode(v)?),
+            _ => {
+                return Err(bad(format!(
+                    "unknown query parameter {pair:?} (parts=keys,values,labels,weights)"
+                )));
+            }
+        }
+    }
+    if format == Format::Json {
+        if parts_list.is_some() {
+            return Err(bad("parts= is for .npy uploads"));
+        }
+        let s: JsonSet =
+            serde_json::from_slice(body).map_err(|e| bad(format!("invalid set: {e}")))?;
+        let keys = matrix_from_rows("keys", &s.keys, None)?;
+        let values = match &s.values {
+            Some(Column::Matrix(m)) => Some(matrix_from_rows("values", m, None)?),
+            Some(Column::Vector(v)) => Some(column("values", v)?),
+            None => None,
+        };
+        let weights = match &s.weights {
+            Some(w) => Some(column("weights", w)?.column(0).to_owned()),
+            None => None,
+        };
+        return Ok(SetData {
+            keys,
+            values,
+            labels: s.labels.map(Array1::from),
+            weights,
+        });
+    }
+    let names = parts_list.unwrap_or_else(|| "keys".into());
+    let mut data = SetData {
+        keys: Array2::zeros((0, 0)),
+        values: None,
+        labels: None,
+        weights: None,
+    };
+    let (mut rest, mut have_keys) = (body, false);
+    for name in names.split(',') {
+        let n = npy::part_len(rest).map_err(|e| bad(format!("part {name:?}: {e}")))?;
+        let (part, tail) = rest.split_at(n);
+        rest = tail;
+        let seen = match name {
+            "keys" => std::mem::replace(&mut have_keys, true),
+            "values" => data.values.is_some(),
+            "labels" => data.labels.is_some(),
+            "weights" => data.weights.is_some(),
+            _ => {
+                return Err(bad(format!(
+                    "part {name:?}: parts are keys, values, labels, weights"
+                )));
+            }
+        };
+        if seen {
+            return Err(bad(format!("part {name:?} given twice")));
+        }
+        match name {
+            "keys" => data.keys = npy_matrix("keys", part)?,
+            "values" => data.values = Some(npy_matrix("values", part)?),
+            "labels" => {
+                let l = npy::i64_from_bytes(part).map_err(|e| bad(format!("labels: {e}")))?;
+                let n = l.len();
+                let l = l
+                    .into_shape_with_order(n)
+                    .map_err(|e| bad(format!("labels: {e}")))?;
+                data.labels = Some(
+                    l.into_dimensionality::<Ix1>()
+                        .map_err(|e| bad(e.to_string()))?,
+                );
+            }
+            _ => {
+                let w = npy_matrix("weights", part)?;
+                if w.ncols() != 1 {
+                    return Err(bad("weights: send one weight per key (a 1-D array)"));
+                }
+                data.weights = Some(w.column(0).to_owned());
+            }
+        }
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!(
+            "{} bytes after the parts {names:?}; name every part in parts=",
+            rest.len()
+        )));
+    }
+    if !have_keys {
+        return Err(bad("parts= must include keys"));
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_parse_and_refuse_unknown_parameters() {
+        let p = params_from_query(Some(
+            "kernel=uniform&bandwidth=0.5&k=3&blocks=1:uniform:0.4%2C2:gaussian:0.2",
+        ))
+        .unwrap();
+        assert_eq!(p.kernel.as_deref(), Some("uniform"));
+        assert_eq!(p.bandwidth, Some(0.5));
+        assert_eq!(p.k, Some(3));
+        assert_eq!(
+            p.blocks,
+            Some(vec![
+                (1, "uniform".into(), 0.4),
+                (2, "gaussian".into(), 0.2)
+            ])
+        );
+        for bad in ["nope=1", "k=x", "k=1&k=2", "blocks=1:uniform", "kernel=%zz"] {
+            assert!(params_from_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn npy_parts_split_where_their_headers_say() {
+        let mut body = Vec::new();
+        npy::write(&mut body, &[2, 1], [1.0f32, 2.0]).unwrap();
+        let first = body.len();
+        npy::write(&mut body, &[2], [0i64, 1]).unwrap();
+        assert_eq!(npy::part_len(&body).unwrap(), first);
+        let d = parse_set(&body, Format::Npy, Some("parts=keys,labels")).unwrap();
+        assert_eq!(d.keys.shape(), &[2, 1]);
+        assert_eq!(d.labels.unwrap().to_vec(), vec![0, 1]);
+        assert!(parse_set(&body, Format::Npy, Some("parts=keys")).is_err());
+        assert!(
+            parse_set(
+                &body[..body.len() - 1],
+                Format::Npy,
+                Some("parts=keys,labels")
+            )
+            .is_err()
+        );
+        assert!(parse_set(&body, Format::Npy, Some("parts=keys,keys")).is_err());
+    }
+}
