@@ -222,6 +222,7 @@ mod tests {
         workgroup_bytes: 48 << 10,
         loop_budget: None,
         fill_workgroups: 4096,
+        chunk_keys: super::super::local_mean::LOCAL_MEAN_CHUNK as u32,
     };
 
     #[test]

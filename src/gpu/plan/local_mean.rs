@@ -26,6 +26,10 @@ const MIN_SPLIT_KEYS: usize = 512;
 /// shared by `C` keys, and the chunk's key values stay in registers
 /// (`R · C` of them). Staged keys are whole chunks where one fits.
 pub(crate) const LOCAL_MEAN_CHUNK: usize = 16;
+/// [`LOCAL_MEAN_CHUNK`] on a software adapter
+/// ([`DeviceLimits::chunk_keys`]): on lavapipe a local mean at 8000² takes
+/// 10–15 % longer with chunks of 16 keys than of 8.
+pub(crate) const SOFTWARE_CHUNK: usize = 8;
 /// Workgroups of `local_mean.wgsl` resident on a multiprocessor, as a
 /// fraction of the 32 of 64 invocations that
 /// [`DeviceLimits::fill_workgroups`] counts: each invocation holds its
@@ -120,6 +124,10 @@ pub(crate) struct LocalMeanPlan {
     pub col_tile: usize,
     /// Keys staged in workgroup memory per step inside a dispatch.
     pub staged_keys: usize,
+    /// Keys per register chunk of `local_mean.wgsl` (`C`): the device's
+    /// [`chunk_keys`](DeviceLimits::chunk_keys), or the whole stage where
+    /// fewer keys fit (`staged_keys` is a multiple of it either way).
+    pub chunk: usize,
     /// Query rows per invocation (register blocking; 1 for the moments
     /// shader).
     pub rows_per_thread: usize,
@@ -164,8 +172,11 @@ fn plan_with_cols(
     let col_slots = col_tile.max(1);
     // Keys and value rows are staged as vec4 groups.
     let (d4, qa4) = (d.div_ceil(4), col_slots.div_ceil(4));
-    let staged_keys =
-        whole_chunks((dev.workgroup_bytes as usize / 16 / (d4 + qa4)).min(MAX_STAGED_KEYS));
+    let chunk = (dev.chunk_keys as usize).max(1);
+    let staged_keys = whole_chunks(
+        (dev.workgroup_bytes as usize / 16 / (d4 + qa4)).min(MAX_STAGED_KEYS),
+        chunk,
+    );
     if staged_keys == 0 {
         return Err(no_room_for_a_key("local_mean", d, dev));
     }
@@ -175,7 +186,7 @@ fn plan_with_cols(
     // in whole chunks; from d = 32 the inner-product shader's cost too
     // (32 keys a step), whichever is lower.
     let per_key = local_mean_loop_per_key(d, col_slots, rpt);
-    let mut budget = padded_budget_keys(dev, per_key, staged_keys);
+    let mut budget = padded_budget_keys(dev, per_key, chunk.min(staged_keys));
     if ip && d >= IP_MIN_D {
         budget = budget.min(chunked_budget_keys(
             dev,
@@ -205,6 +216,7 @@ fn plan_with_cols(
         key_tile,
         col_tile,
         staged_keys,
+        chunk: chunk.min(staged_keys),
         rows_per_thread: rpt,
         dispatch_keys: key_tile,
     };
@@ -218,11 +230,10 @@ fn resident_workgroups(dev: &DeviceLimits) -> usize {
 }
 
 /// Staged keys of `local_mean.wgsl` rounded down to whole chunks of
-/// [`LOCAL_MEAN_CHUNK`] (when there is room for one; fewer stage as one
-/// chunk).
-fn whole_chunks(staged: usize) -> usize {
-    if staged >= LOCAL_MEAN_CHUNK {
-        staged / LOCAL_MEAN_CHUNK * LOCAL_MEAN_CHUNK
+/// `chunk` keys (when there is room for one; fewer stage as one chunk).
+fn whole_chunks(staged: usize, chunk: usize) -> usize {
+    if staged >= chunk {
+        staged / chunk * chunk
     } else {
         staged
     }
@@ -230,18 +241,16 @@ fn whole_chunks(staged: usize) -> usize {
 
 /// Keys one dispatch of `local_mean.wgsl` may sweep under the loop
 /// budget when a key costs `per_key` iterations, `staged` keys a stage:
-/// an invocation's sweep pads its last stage up to a whole chunk.
-fn padded_budget_keys(dev: &DeviceLimits, per_key: usize, staged: usize) -> usize {
-    let chunk = LOCAL_MEAN_CHUNK.min(staged.max(1));
-    budget_keys(dev, per_key * chunk, per_key)
+/// an invocation's sweep pads its last stage up to a whole chunk of
+/// `chunk` keys.
+fn padded_budget_keys(dev: &DeviceLimits, per_key: usize, chunk: usize) -> usize {
+    budget_keys(dev, per_key * chunk.max(1), per_key)
 }
 
 impl LocalMeanPlan {
-    /// Keys per chunk of `local_mean.wgsl` (its template constant `C`):
-    /// [`LOCAL_MEAN_CHUNK`], or the whole stage where fewer keys fit
-    /// (`staged_keys` is a multiple of it either way).
+    /// Keys per chunk of `local_mean.wgsl` (its template constant `C`).
     pub(crate) fn chunk_keys(&self) -> usize {
-        LOCAL_MEAN_CHUNK.min(self.staged_keys.max(1))
+        self.chunk
     }
 
     /// Sets the dispatch window for the tiles chosen: a full query tile
@@ -588,8 +597,11 @@ mod tests {
             assert!((1..=LOCAL_MEAN_CHUNK).contains(&c), "d={d}: chunk {c}");
             assert_eq!(p.staged_keys % c, 0, "d={d}: {} staged", p.staged_keys);
         }
+        // A software adapter's chunks are 8 keys, a GPU's 16.
         let p = plan_local_mean(&LAVAPIPE, &none, shape(10, 10_000, 3, 4)).unwrap();
-        assert_eq!((p.staged_keys, p.chunk_keys()), (256, 16));
+        assert_eq!((p.staged_keys, p.chunk_keys()), (256, SOFTWARE_CHUNK));
+        let p = plan_local_mean(&HARDWARE, &none, shape(10, 10_000, 3, 4)).unwrap();
+        assert_eq!(p.chunk_keys(), LOCAL_MEAN_CHUNK);
         // d = 2000: 4 keys fit 32 KiB; they are one chunk.
         let p = plan_local_mean(&LAVAPIPE, &none, shape(10, 10_000, 2000, 1)).unwrap();
         assert_eq!((p.staged_keys, p.chunk_keys()), (4, 4));

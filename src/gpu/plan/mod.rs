@@ -126,6 +126,13 @@ pub(crate) struct DeviceLimits {
     /// queries alone give fewer. 0 (software adapters, whose "cores" are
     /// the host's few threads): never split.
     pub fill_workgroups: u32,
+    /// Keys per register chunk of `local_mean.wgsl` (its template
+    /// constant `C`): [`LOCAL_MEAN_CHUNK`](local_mean::LOCAL_MEAN_CHUNK) on
+    /// a GPU, whose invocations hold a chunk's `R · C = 64` key values in
+    /// registers; [`SOFTWARE_CHUNK`](local_mean::SOFTWARE_CHUNK) on a
+    /// software adapter, which runs invocations as the SIMD lanes of a host
+    /// core with 16 vector registers, where 64 values spill.
+    pub chunk_keys: u32,
 }
 
 /// Largest storage binding the shaders may index, whatever the device
@@ -159,6 +166,11 @@ impl DeviceLimits {
             // multiprocessors × 32 resident workgroups); a software
             // adapter runs workgroups on the host's threads: no split.
             fill_workgroups: if software { 0 } else { 4096 },
+            chunk_keys: if software {
+                local_mean::SOFTWARE_CHUNK
+            } else {
+                local_mean::LOCAL_MEAN_CHUNK
+            } as u32,
         }
     }
 }
@@ -353,6 +365,7 @@ pub(crate) const LAVAPIPE: DeviceLimits = DeviceLimits {
     workgroup_bytes: 32 << 10,
     loop_budget: None,
     fill_workgroups: 0,
+    chunk_keys: local_mean::SOFTWARE_CHUNK as u32,
 };
 
 /// The limits wgpu 30 reports for an NVIDIA H200 through Vulkan, for the
@@ -384,6 +397,7 @@ pub(crate) const H200: DeviceLimits = DeviceLimits {
     workgroup_bytes: 48 << 10,
     loop_budget: None,
     fill_workgroups: 4096,
+    chunk_keys: local_mean::LOCAL_MEAN_CHUNK as u32,
 };
 
 /// [`LAVAPIPE`] with llvmpipe's loop cap, for the loop-budget tests.
