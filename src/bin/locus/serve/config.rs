@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// Memory limit of the engine, in MiB (sets and requests).
     #[arg(long)]
     pub memory_limit_mib: Option<u64>,
+    /// CPU threads of the engine's own pool (default: every core).
+    #[arg(long)]
+    pub threads: Option<std::num::NonZeroUsize>,
     /// Longest a batch waits for more requests, in microseconds (default 1000).
     #[arg(long)]
     pub max_wait_us: Option<u64>,
@@ -131,6 +134,7 @@ struct FileConfig {
     bandwidth: Option<f32>,
     backend: Option<String>,
     memory_limit_mib: Option<u64>,
+    threads: Option<std::num::NonZeroUsize>,
     max_wait_us: Option<u64>,
     no_batching: Option<bool>,
     max_rows: Option<usize>,
@@ -280,6 +284,8 @@ pub struct Config {
     pub backend: BackendArg,
     /// Engine memory limit, bytes.
     pub memory_limit: Option<u64>,
+    /// `--threads`: the engine's own CPU pool (`None`: rayon's global one).
+    pub threads: Option<std::num::NonZeroUsize>,
     /// How sets are prepared.
     pub set_options: KeySetOptions,
     /// `--queue-depth`.
@@ -412,6 +418,7 @@ impl Config {
             sets,
             kernel,
             backend,
+            threads: a.threads.or(f.threads),
             memory_limit: a
                 .memory_limit_mib
                 .or(f.memory_limit_mib)
@@ -476,7 +483,7 @@ impl Config {
     /// by every subcommand), under the memory limit.
     pub fn engine(&self) -> CliResult<Engine> {
         if self.memory_limit.is_none() {
-            return self.backend.engine();
+            return self.backend.engine(self.threads);
         }
         let device = match self.backend {
             BackendArg::Auto => Device::Auto,
@@ -485,6 +492,7 @@ impl Config {
         };
         let mut o = EngineOptions::from_env(device)?;
         o.memory_limit = self.memory_limit;
+        o.threads = self.threads;
         Ok(Engine::with_options(o)?)
     }
 }
