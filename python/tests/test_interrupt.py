@@ -114,3 +114,49 @@ def test_main_thread_calls_share_one_worker_thread():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("ok")
+
+
+# A child forked after the parent ran work (its worker thread and CPU
+# pools started) computes the same: threads do not survive a fork, so the
+# child starts its own.
+FORKED = textwrap.dedent(
+    """
+    import multiprocessing as mp
+    import numpy as np
+    import locus
+
+    x = np.random.default_rng(1).normal(size=(300, 3)).astype(np.float32)
+    own = locus.Engine("cpu", threads=2)
+    want = locus.local_mean(x, x, bandwidth=0.5, backend="cpu")
+    want_own = locus.local_mean(x, x, bandwidth=0.5, backend=own)
+
+    def child(q):
+        q.put((
+            locus.local_mean(x, x, bandwidth=0.5, backend="cpu"),
+            locus.local_mean(x, x, bandwidth=0.5, backend=own),
+        ))
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    got, got_own = q.get(timeout=60)
+    p.join(60)
+    assert p.exitcode == 0, p.exitcode
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_own, want_own)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_a_forked_child_computes_on_threads_of_its_own():
+    out = subprocess.run(
+        [sys.executable, "-c", FORKED],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")

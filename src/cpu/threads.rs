@@ -9,18 +9,61 @@
 //! for memory under the engine's limit: a worker blocked on memory held by
 //! a call queued behind it in the same pool would wait for nothing.
 //!
+//! A pool's threads do not survive `fork` (Python's `multiprocessing`
+//! forks by default on Linux before 3.14): in a child, work sent to a pool
+//! started before the fork — the engine's own or rayon's global one —
+//! would wait forever. So each pool remembers the process it was started
+//! in, and in another process the work runs on a pool of the same size
+//! started there (one per size and process, kept).
+//!
 //! Imports: `crate::cancel`, `crate::error`.
 
 use std::num::NonZeroUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 
-/// Rayon's global pool (`None`), or the engine's own.
+/// Rayon's global pool (`None`), or the engine's own, and the process
+/// that started it.
 #[derive(Clone, Default)]
 pub(crate) struct Threads {
     pool: Option<Arc<rayon::ThreadPool>>,
+    pid: u32,
+}
+
+/// The process that first ran work on rayon's global pool through
+/// [`Threads::install`].
+static GLOBAL_POOL_PID: OnceLock<u32> = OnceLock::new();
+
+/// Pools started in a forked child for work whose pool was started before
+/// the fork: `(process, threads, pool)`.
+static FORKED: Mutex<Vec<(u32, usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
+
+/// A pool of `n` threads (0: rayon's default count) named `locus-cpu-i`.
+fn build_pool(n: usize) -> std::result::Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("locus-cpu-{i}"))
+        .build()
+}
+
+/// This process's pool of `n` threads for work whose pool was started in
+/// another process (before a `fork`), started on first use. Where not even
+/// one thread can be started, there is no thread left to run the work on.
+fn forked_pool(n: usize) -> Arc<rayon::ThreadPool> {
+    let pid = std::process::id();
+    let mut pools = FORKED.lock().unwrap_or_else(PoisonError::into_inner);
+    pools.retain(|(p, _, _)| *p == pid);
+    if let Some((_, _, pool)) = pools.iter().find(|(_, k, _)| *k == n) {
+        return Arc::clone(pool);
+    }
+    let pool = match build_pool(n).or_else(|_| build_pool(1)) {
+        Ok(p) => Arc::new(p),
+        Err(e) => panic!("cannot start a CPU thread in this process (after a fork): {e}"),
+    };
+    pools.push((pid, n, Arc::clone(&pool)));
+    pool
 }
 
 impl std::fmt::Debug for Threads {
@@ -41,8 +84,9 @@ impl Threads {
     /// ([`rayon::max_num_threads`]); [`Error::ThreadPool`] when the
     /// system cannot start them.
     pub(crate) fn new(count: Option<NonZeroUsize>) -> Result<Self> {
+        let pid = std::process::id();
         let Some(count) = count else {
-            return Ok(Threads::default());
+            return Ok(Threads { pool: None, pid });
         };
         let n = count.get();
         let max = rayon::max_num_threads();
@@ -52,16 +96,13 @@ impl Threads {
                 reason: format!("{n} threads asked for; rayon runs at most {max}"),
             });
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .thread_name(|i| format!("locus-cpu-{i}"))
-            .build()
-            .map_err(|e| Error::ThreadPool {
-                threads: n,
-                reason: e.to_string(),
-            })?;
+        let pool = build_pool(n).map_err(|e| Error::ThreadPool {
+            threads: n,
+            reason: e.to_string(),
+        })?;
         Ok(Threads {
             pool: Some(Arc::new(pool)),
+            pid,
         })
     }
 
@@ -77,9 +118,22 @@ impl Threads {
     /// calling thread's cancellation token current in it; the caller
     /// waits for the result. Called from one of the pool's own workers, `f`
     /// runs right there.
+    /// In a process forked after the pool started, `f` runs on a pool of
+    /// the same size started in this process.
     pub(crate) fn install<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let Some(pool) = &self.pool else {
-            return f();
+        let pid = std::process::id();
+        let forked;
+        let pool = match &self.pool {
+            Some(pool) if self.pid == pid || self.pid == 0 => pool,
+            Some(pool) => {
+                forked = forked_pool(pool.current_num_threads());
+                &forked
+            }
+            None if *GLOBAL_POOL_PID.get_or_init(|| pid) == pid => return f(),
+            None => {
+                forked = forked_pool(0);
+                &forked
+            }
         };
         let token = CancelToken::current();
         pool.install(move || match token {
