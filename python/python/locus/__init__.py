@@ -32,9 +32,9 @@ _os.environ.setdefault("NODEVICE_SELECT", "1")
 
 from ._engine import AttentionSet, Engine, KeySet  # noqa: E402
 from ._errors import DeviceError, InputError, LocusError, LocusMemoryError  # noqa: E402
+from ._cluster_functions import estimate_bandwidth, mean_shift, medoid_shift  # noqa: E402
 from ._functions import (  # noqa: E402
     density,
-    estimate_bandwidth,
     feature_local_mean,
     impute,
     kernel_matrix,
@@ -44,8 +44,6 @@ from ._functions import (  # noqa: E402
     local_pca,
     local_polynomial,
     log_density,
-    mean_shift,
-    medoid_shift,
     score,
     self_local_mean,
 )

@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._base import LocusEstimator, check_bandwidth, check_bool, check_int, check_kernel, keep_params
 from ._engine import engine_for
 from ._errors import InputError
-from ._functions import estimate_bandwidth, mean_shift
+from ._cluster_functions import estimate_bandwidth, mean_shift
 from ._kernels import ProductKernel
 
 __all__ = ["MeanShift"]
