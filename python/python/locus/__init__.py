@@ -114,6 +114,7 @@ __all__ = [
     "LocalModeClassifier",
     "KNeighborsClassifier",
     "KNeighborsRegressor",
+    "NearestNeighbors",
     "LocalMeanImputer",
 ]
 

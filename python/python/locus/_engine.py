@@ -73,6 +73,9 @@ class Engine:
         Bytes the engine may hold at once; unlimited when None.
     memory_wait : float or None, default=None
         Seconds a call waits for memory others hold (10 when None).
+    threads : int or None, default=None
+        CPU threads of the engine's own pool; rayon's global pool (every
+        core, or ``RAYON_NUM_THREADS``) when None.
 
     Examples
     --------

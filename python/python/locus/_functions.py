@@ -530,6 +530,14 @@ def log_density(
     backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
         Where the op runs: a backend name (one shared engine per name) or an
         :class:`~locus.Engine`.
+    metric : str, default="euclidean"
+        The distance: ``"euclidean"`` (``"l2"``), ``"manhattan"``
+        (``"cityblock"``, ``"l1"``), ``"chebyshev"`` (``"infinity"``),
+        ``"minkowski"`` (with ``p``) or ``"haversine"`` (2 columns:
+        latitude, longitude in radians; float64 points are then not
+        centred).
+    p : float or None, default=None
+        Minkowski's exponent (``>= 1``; None for 2).
 
     Returns
     -------
@@ -585,6 +593,14 @@ def density(
     backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
         Where the op runs: a backend name (one shared engine per name) or an
         :class:`~locus.Engine`.
+    metric : str, default="euclidean"
+        The distance: ``"euclidean"`` (``"l2"``), ``"manhattan"``
+        (``"cityblock"``, ``"l1"``), ``"chebyshev"`` (``"infinity"``),
+        ``"minkowski"`` (with ``p``) or ``"haversine"`` (2 columns:
+        latitude, longitude in radians; float64 points are then not
+        centred).
+    p : float or None, default=None
+        Minkowski's exponent (``>= 1``; None for 2).
 
     Returns
     -------
@@ -640,6 +656,14 @@ def knn(
     backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
         Where the op runs: a backend name (one shared engine per name) or an
         :class:`~locus.Engine`.
+    metric : str, default="euclidean"
+        The distance: ``"euclidean"`` (``"l2"``), ``"manhattan"``
+        (``"cityblock"``, ``"l1"``), ``"chebyshev"`` (``"infinity"``),
+        ``"minkowski"`` (with ``p``) or ``"haversine"`` (2 columns:
+        latitude, longitude in radians; float64 points are then not
+        centred).
+    p : float or None, default=None
+        Minkowski's exponent (``>= 1``; None for 2).
 
     Returns
     -------
