@@ -6,7 +6,8 @@
 // shader's own fma loop; nothing here is used), 1 Manhattan, 2 Chebyshev,
 // 3 Minkowski of exponent METRIC_P, 4 haversine (D = 2: latitude,
 // longitude in radians). A key's rank is accumulated over its coordinates
-// (metric_step): Σ|Δ|, max|Δ|, Σ|Δ|^p, or haversine's
+// (metric_step): Σ|Δ|, max|Δ|, Minkowski's distance itself (combined
+// coordinate by coordinate without under- or overflow), or haversine's
 // a = sin²(Δφ/2) + cos φ_q cos φ_x sin²(Δλ/2); metric_distance turns it
 // into the distance and metric_t into t = r² (before 1/h²).
 //
@@ -57,7 +58,13 @@ fn metric_step(t: f32, df: f32, k: u32, x0: f32, q0: f32) -> f32 {
         return max(t, abs(df));
     }
     if METRIC == 3u {
-        return t + pow(abs(df), METRIC_P);
+        // The distance so far and |Δ| combined as hi·(1 + (lo/hi)^p)^(1/p)
+        // (kernel/metric.rs): no underflow or overflow for any p.
+        let x = abs(df);
+        let hi = max(t, x);
+        let r = min(t, x) / hi;
+        let rp = select(select(pow(r, METRIC_P), 1.0, r >= 1.0), 0.0, r <= 0.0);
+        return select(hi * pow(1.0 + rp, 1.0 / METRIC_P), hi, hi <= 0.0 || hi > 3.40282347e38);
     }
     let big = 3.40282347e38;
     let pad = abs(df) > big || abs(x0) > big;
@@ -73,11 +80,8 @@ fn metric_step(t: f32, df: f32, k: u32, x0: f32, q0: f32) -> f32 {
 
 // The distance of a rank (METRIC ≠ 0; haversine's rank clamped to [0, 1]).
 fn metric_distance(rank: f32) -> f32 {
-    if METRIC == 1u || METRIC == 2u {
+    if METRIC == 1u || METRIC == 2u || METRIC == 3u {
         return rank;
-    }
-    if METRIC == 3u {
-        return pow(rank, 1.0 / METRIC_P);
     }
     return 2.0 * metric_asin(sqrt(clamp(rank, 0.0, 1.0)));
 }
@@ -85,9 +89,6 @@ fn metric_distance(rank: f32) -> f32 {
 // t = r² of a rank (METRIC ≠ 0), +∞ for a padding key (`inf`: +∞ formed
 // by the caller, WGSL has no infinite literal).
 fn metric_t(rank: f32, inf: f32) -> f32 {
-    if METRIC == 3u {
-        return pow(rank, 2.0 / METRIC_P);
-    }
     let r = metric_distance(rank);
     return select(r * r, inf, METRIC == 4u && rank >= 2.0);
 }

@@ -1,5 +1,6 @@
 //! Metrics other than the Euclidean one: kNN, local means and densities
-//! under Manhattan, Chebyshev, Minkowski (p = 3) and haversine on the CPU
+//! under Manhattan, Chebyshev, Minkowski (p = 3, and large p at extreme
+//! scales) and haversine on the CPU
 //! and the GPU (one-shot and through a key set) against plain `f64`
 //! references computed here, and the typed errors of what does not fit.
 #![allow(clippy::needless_range_loop)] // index loops mirror the formulas
@@ -76,6 +77,48 @@ fn knn_under_every_metric_matches_the_f64_reference() {
             let set = engine.prepare(x.view()).build().unwrap();
             let kept = set.knn_metric(q.view(), 5, m).unwrap();
             check_knn(&format!("{name} key set"), &m, &q, &x, &kept);
+        }
+    }
+}
+
+/// Minkowski with a large `p` at scales where `Σ|Δ|^p` leaves `f32`
+/// (`p = 30` on differences of 10⁻³ underflows, `p = 40` on differences of
+/// 100 overflows, `p = 10⁶` is Chebyshev's): kNN, local means and
+/// densities still match the `f64` definition, one-shot and key set.
+#[test]
+fn minkowski_of_a_large_p_keeps_every_scale() {
+    let mut rng = Rng::new(41);
+    for (name, engine) in engines_and_tiny_tiles(7, 13) {
+        for (p, scale) in [(30.0, 0.01f32), (40.0, 100.0), (1e6, 1.0)] {
+            let m = Metric::minkowski(p).unwrap();
+            let q = rng.matrix(9, 3, 0.0, scale);
+            let x = rng.matrix(40, 3, 0.0, scale);
+            let nb = engine.knn_metric(q.view(), x.view(), 5, m).unwrap();
+            check_knn(name, &m, &q, &x, &nb);
+            let set = engine.prepare(x.view()).build().unwrap();
+            let kept = set.knn_metric(q.view(), 5, m).unwrap();
+            check_knn(&format!("{name} key set"), &m, &q, &x, &kept);
+            let y = rng.matrix(40, 2, -1.0, 1.0);
+            let kernel = Kernel::new(Profile::Gaussian, 0.3 * scale)
+                .unwrap()
+                .with_metric(m)
+                .unwrap();
+            let (want, dens) = reference(&kernel, &q, &x, &y);
+            let what = format!("{name} {kernel}");
+            let got = engine
+                .local_mean(&kernel, q.view(), x.view(), y.view())
+                .unwrap();
+            assert_close(&what, &got.values, &want, 1e-4, 1e-5);
+            let got = engine.density(&kernel, q.view(), x.view(), None).unwrap();
+            for i in 0..q.nrows() {
+                let tol = 1e-4 * dens[i];
+                assert!(
+                    (got[i] - dens[i]).abs() <= tol,
+                    "{what} row {i}: {} vs {}",
+                    got[i],
+                    dens[i]
+                );
+            }
         }
     }
 }

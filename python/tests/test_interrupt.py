@@ -129,22 +129,25 @@ FORKED = textwrap.dedent(
     own = locus.Engine("cpu", threads=2)
     want = locus.local_mean(x, x, bandwidth=0.5, backend="cpu")
     want_own = locus.local_mean(x, x, bandwidth=0.5, backend=own)
+    want_ms = locus.mean_shift(x, bandwidth=1.0, backend=own).labels
 
     def child(q):
         q.put((
             locus.local_mean(x, x, bandwidth=0.5, backend="cpu"),
             locus.local_mean(x, x, bandwidth=0.5, backend=own),
+            locus.mean_shift(x, bandwidth=1.0, backend=own).labels,
         ))
 
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     p = ctx.Process(target=child, args=(q,))
     p.start()
-    got, got_own = q.get(timeout=60)
+    got, got_own, got_ms = q.get(timeout=60)
     p.join(60)
     assert p.exitcode == 0, p.exitcode
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got_own, want_own)
+    np.testing.assert_array_equal(got_ms, want_ms)
     print("ok")
     """
 )

@@ -291,13 +291,7 @@ impl Engine {
         } else {
             out.before_last
         };
-        let modes = select_modes(
-            backend,
-            h,
-            (&out.positions, before_last.as_deref()),
-            d,
-            data,
-        )?;
+        let modes = select_modes(self, h, (&out.positions, before_last.as_deref()), d, data)?;
         let c = modes.populations.len();
         let mm = Matrix::check(
             OP,

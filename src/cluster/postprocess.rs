@@ -7,6 +7,7 @@ use ndarray::ArrayView2;
 
 use super::shard::{cmp_rows, rank_modes};
 use crate::backend::Backend;
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
@@ -38,7 +39,7 @@ pub(crate) struct Modes {
 /// # Errors
 /// [`ClusterError::NoModes`](crate::ClusterError::NoModes) when no candidate has a point within `h`.
 pub(crate) fn select_modes(
-    backend: &dyn Backend,
+    engine: &Engine,
     h: f32,
     (positions, counted_at): (&[f32], Option<&[f32]>),
     d: usize,
@@ -67,8 +68,9 @@ pub(crate) fn select_modes(
     // Row sums of the uniform kernel count the points at distance < h.
     let unit = Kernel::new(Profile::Uniform, h)?;
     let cm = Matrix::check("mean_shift", "modes", at_view)?;
-    let counts = call::row_states(backend, &unit, &cm, (points, None), false)?.sum;
-    let (modes, populations) = rank_modes(view, counts.view(), h, seeds)?;
+    let counts = call::row_states(engine.backend_impl(), &unit, &cm, (points, None), false)?.sum;
+    // On the engine's threads (its own pool, or the child's after a fork).
+    let (modes, populations) = engine.install(|| rank_modes(view, counts.view(), h, seeds))?;
     Ok(Modes {
         modes: modes.into_iter().collect(),
         populations,

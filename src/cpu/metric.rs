@@ -3,16 +3,16 @@
 //! metric only): each metric's rank (`kernel/metric.rs`) accumulated over
 //! the coordinates in lane groups of [`LANES`] keys, the loops written so
 //! LLVM vectorizes them in the portable and the AVX2 + FMA builds
-//! (Minkowski's `|Δ|^p` and haversine's trigonometry call `libm` per
+//! (Minkowski's step and haversine's trigonometry call `libm` per
 //! pair). kNN ranks keys by it; the local-mean kernel turns it into the
 //! scaled squared distance `t = dist²/h²` ([`metric_ts`]).
 //!
 //! Imports: `super::simd`, `crate::kernel`.
 
 use super::simd::{Isa, LANES, fmax};
-use crate::kernel::Metric;
+use crate::kernel::{Metric, minkowski_step};
 
-/// The ranks (`Σ|Δ|`, `max|Δ|`, `Σ|Δ|^p`, haversine's `a`) from `query` to
+/// The ranks (`Σ|Δ|`, `max|Δ|`, Minkowski's distance, haversine's `a`) from `query` to
 /// the keys `j0..j0 + out.len()` of transposed keys `xt` (coordinate `k`
 /// of key `j` at `xt[k·n + j]`). A lane and a tail key give the same
 /// value (same operations, same order). Euclidean gives the squared distance (as `simd::sq_dist` without
@@ -32,7 +32,9 @@ pub(crate) fn ranks<S: Isa>(
         Metric::Chebyshev => by_coords(xt, n, j0, query, out, |a, df| fmax(a, df.abs())),
         Metric::Minkowski { p } => {
             let p = p as f32;
-            by_coords(xt, n, j0, query, out, |a, df| a + df.abs().powf(p))
+            by_coords(xt, n, j0, query, out, |a, df| {
+                minkowski_step(a, df.abs(), p)
+            })
         }
         Metric::Haversine => {
             for (jj, o) in out.iter_mut().enumerate() {
@@ -92,7 +94,7 @@ pub(crate) fn rank_to_distance(metric: &Metric, rank: f32) -> f32 {
     match *metric {
         Metric::Euclidean => rank.sqrt(),
         Metric::Manhattan | Metric::Chebyshev => rank,
-        Metric::Minkowski { p } => rank.powf((1.0 / p) as f32),
+        Metric::Minkowski { .. } => rank,
         Metric::Haversine => 2.0 * rank.sqrt().asin(),
     }
 }
@@ -112,10 +114,8 @@ pub(crate) fn metric_ts<S: Isa>(
     ranks::<S>(metric, xt, n, j0, query, t);
     match *metric {
         Metric::Euclidean => t.iter_mut().for_each(|x| *x *= inv_h2),
-        Metric::Manhattan | Metric::Chebyshev => t.iter_mut().for_each(|x| *x = *x * *x * inv_h2),
-        Metric::Minkowski { p } => {
-            let e = (2.0 / p) as f32;
-            t.iter_mut().for_each(|x| *x = x.powf(e) * inv_h2);
+        Metric::Manhattan | Metric::Chebyshev | Metric::Minkowski { .. } => {
+            t.iter_mut().for_each(|x| *x = *x * *x * inv_h2)
         }
         Metric::Haversine => t.iter_mut().for_each(|x| {
             let ang = 2.0 * x.sqrt().asin();

@@ -9,8 +9,14 @@
 //!
 //! Each metric has a *rank*: a monotone function of the distance that is
 //! cheap to accumulate over coordinates (the squared distance for
-//! Euclidean, `Σ|Δ|` for Manhattan, `max|Δ|` for Chebyshev, `Σ|Δ|^p` for
-//! Minkowski, the haversine `a = sin²(Δφ/2) + cos φ₁ cos φ₂ sin²(Δλ/2)`).
+//! Euclidean, `Σ|Δ|` for Manhattan, `max|Δ|` for Chebyshev, the haversine
+//! `a = sin²(Δφ/2) + cos φ₁ cos φ₂ sin²(Δλ/2)`). Minkowski's rank is the
+//! distance itself, accumulated coordinate by coordinate as
+//! `(a^p + |Δ|^p)^(1/p) = hi·(1 + (lo/hi)^p)^(1/p)` ([`minkowski_step`],
+//! `hi`/`lo` the larger and smaller of the two): `Σ|Δ|^p` itself would
+//! underflow or overflow `f32` for a large `p` or an unusual scale (`p = 30`
+//! on differences of 10⁻³), and this form stays within `[hi, 2^(1/p)·hi]`
+//! for any `p` (`p = ∞` gives Chebyshev's).
 //! kNN ranks keys by it; [`Metric::rank_to_distance`] turns it into the
 //! distance, and a kernel's scaled squared distance is `t = dist²/h²`.
 //!
@@ -185,7 +191,7 @@ impl Metric {
         match *self {
             Metric::Euclidean => rank.sqrt(),
             Metric::Manhattan | Metric::Chebyshev => rank,
-            Metric::Minkowski { p } => rank.powf(1.0 / p),
+            Metric::Minkowski { .. } => rank,
             Metric::Haversine => 2.0 * rank.clamp(0.0, 1.0).sqrt().asin(),
         }
     }
@@ -208,7 +214,7 @@ impl Metric {
             Metric::Euclidean => ks.map(|k| diff(k) * diff(k)).sum(),
             Metric::Manhattan => ks.map(|k| diff(k).abs()).sum(),
             Metric::Chebyshev => ks.map(|k| diff(k).abs()).fold(0.0, f64::max),
-            Metric::Minkowski { p } => ks.map(|k| diff(k).abs().powf(p)).sum(),
+            Metric::Minkowski { p } => ks.fold(0.0, |a, k| minkowski_step(a, diff(k).abs(), p)),
             Metric::Haversine => {
                 let (q0, q1) = (f64::from(q[0]), f64::from(q[1]));
                 let (x0, x1) = (f64::from(key(0)), f64::from(key(1)));
@@ -218,6 +224,56 @@ impl Metric {
             }
         }
     }
+}
+
+/// One coordinate's step of Minkowski's rank (the distance so far `a`,
+/// the next `|Δ| = x`): `(a^p + x^p)^(1/p)` as `hi·(1 + (lo/hi)^p)^(1/p)`,
+/// which neither underflows nor overflows for any `p ≥ 1` (∞ included).
+#[inline(always)]
+pub(crate) fn minkowski_step<F: num_like::Float>(a: F, x: F, p: F) -> F {
+    let (hi, lo) = if x > a { (x, a) } else { (a, x) };
+    if hi == F::ZERO || hi.is_infinite() {
+        return hi;
+    }
+    let r = (lo / hi).powf(p);
+    hi * (F::ONE + r).powf(F::ONE / p)
+}
+
+/// The two floating types [`minkowski_step`] runs in.
+pub(crate) mod num_like {
+    /// `f32` or `f64`: what [`minkowski_step`](super::minkowski_step) uses.
+    pub trait Float:
+        Copy
+        + PartialOrd
+        + std::ops::Mul<Output = Self>
+        + std::ops::Div<Output = Self>
+        + std::ops::Add<Output = Self>
+    {
+        /// 0.
+        const ZERO: Self;
+        /// 1.
+        const ONE: Self;
+        /// `self^e`.
+        fn powf(self, e: Self) -> Self;
+        /// Whether `±∞`.
+        fn is_infinite(self) -> bool;
+    }
+    macro_rules! float {
+        ($t:ty) => {
+            impl Float for $t {
+                const ZERO: Self = 0.0;
+                const ONE: Self = 1.0;
+                fn powf(self, e: Self) -> Self {
+                    <$t>::powf(self, e)
+                }
+                fn is_infinite(self) -> bool {
+                    <$t>::is_infinite(self)
+                }
+            }
+        };
+    }
+    float!(f32);
+    float!(f64);
 }
 
 impl fmt::Display for Metric {

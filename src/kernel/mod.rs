@@ -16,6 +16,7 @@ mod metric;
 mod profile;
 
 pub(crate) use form::{COSINE_POLY, T_FAR};
+pub(crate) use metric::minkowski_step;
 pub use metric::{METRIC_NAMES, Metric};
 pub use profile::Profile;
 

@@ -248,7 +248,8 @@ pub(crate) fn rank_bound(metric: &Metric, d: usize, r: f64) -> f64 {
         Metric::Euclidean => d * r * r,
         Metric::Manhattan => d * r,
         Metric::Chebyshev => r,
-        Metric::Minkowski { p } => d * r.powf(p),
+        // The distance itself (kernel/metric.rs), at most Manhattan's.
+        Metric::Minkowski { .. } => d * r,
         Metric::Haversine => 1.0,
     }
 }
