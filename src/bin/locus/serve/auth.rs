@@ -108,14 +108,17 @@ fn needed(method: &Method, path: &str) -> Option<Role> {
     if matches!(path, "/livez" | "/readyz") {
         return None;
     }
-    let is_set = path
-        .strip_prefix("/v1/sets/")
-        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
-    if is_set && matches!(*method, Method::PUT | Method::DELETE) {
+    if is_set_route(path) && matches!(*method, Method::PUT | Method::DELETE) {
         Some(Role::Admin)
     } else {
         Some(Role::Read)
     }
+}
+
+/// Whether `path` names one set (`/v1/sets/{name}`): the route uploads go to.
+pub fn is_set_route(path: &str) -> bool {
+    path.strip_prefix("/v1/sets/")
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
 }
 
 /// The key of an `Authorization: Bearer KEY` value (the scheme in any case).

@@ -90,7 +90,10 @@ pub async fn guard(State(limits): State<Limits>, req: Request, next: Next) -> Re
     if matches!(req.uri().path(), "/livez" | "/readyz" | "/metrics") {
         return next.run(req).await;
     }
-    let upload = req.method() == axum::http::Method::PUT;
+    // Only a set upload may be as large as an upload; any other PUT (a
+    // route that does not take one) gets the query bodies' limit.
+    let upload =
+        req.method() == axum::http::Method::PUT && super::auth::is_set_route(req.uri().path());
     let limit = if upload {
         limits.upload_bytes
     } else {

@@ -80,8 +80,10 @@ pub struct Params {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonQuery {
-    queries: Option<Vec<Vec<f64>>>,
-    points: Option<Vec<Vec<f64>>>,
+    #[serde(default, deserialize_with = "query_rows")]
+    queries: Option<Rows>,
+    #[serde(default, deserialize_with = "point_rows")]
+    points: Option<Rows>,
     kernel: Option<String>,
     bandwidth: Option<f64>,
     blocks: Option<Vec<(usize, String, f64)>>,
@@ -170,6 +172,112 @@ pub fn params_from_query(query: Option<&str>) -> Result<Params, Failure> {
 }
 
 /// Rows of JSON numbers as an `f32` matrix: non-empty, every row of one
+
+/// Rows of numbers parsed straight into one flat `f32` buffer, a row at a
+/// time: a JSON body of `n` values costs about `4n` bytes (a list of
+/// lists of `f64` cost about 18 bytes a value before any limit could be
+/// checked). Each row must be as wide as the first; every value must be a
+/// finite `f32`.
+pub struct Rows {
+    values: Vec<f32>,
+    rows: usize,
+    width: usize,
+}
+
+impl Rows {
+    /// The rows as an `M × d` matrix, `d` the keys' width when given
+    /// (`what` names them in errors: `queries`, `points`, `keys`).
+    fn into_matrix(self, what: &str, d: Option<usize>) -> Result<Array2<f32>, Failure> {
+        if self.rows == 0 {
+            return Err(bad(format!("{what:?} is empty; send at least one point")));
+        }
+        if let Some(d) = d
+            && d != self.width
+        {
+            return Err(bad(format!(
+                "{} 0 has {} coordinates; the keys have {d}",
+                noun(what),
+                self.width
+            )));
+        }
+        Array2::from_shape_vec((self.rows, self.width), self.values)
+            .map_err(|e| bad(format!("{what}: {e}")))
+    }
+}
+
+/// A row's name in errors.
+fn noun(what: &str) -> &'static str {
+    match what {
+        "queries" => "query",
+        "points" => "point",
+        _ => "row",
+    }
+}
+
+/// Reads [`Rows`], naming a row `noun` in errors.
+struct RowsVisitor(&'static str);
+
+impl<'de> serde::de::Visitor<'de> for RowsVisitor {
+    type Value = Rows;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of rows of numbers")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Rows, A::Error> {
+        use serde::de::Error;
+        let mut out = Rows {
+            values: Vec::new(),
+            rows: 0,
+            width: 0,
+        };
+        while let Some(row) = seq.next_element::<Vec<f64>>()? {
+            let i = out.rows;
+            if i == 0 {
+                out.width = row.len();
+            } else if row.len() != out.width {
+                return Err(A::Error::custom(format!(
+                    "{} {i} has {} coordinates; {} 0 has {}",
+                    self.0,
+                    row.len(),
+                    self.0,
+                    out.width
+                )));
+            }
+            if out.values.try_reserve(row.len()).is_err() {
+                return Err(A::Error::custom("out of memory"));
+            }
+            for (j, &v) in row.iter().enumerate() {
+                let f = v as f32;
+                if !f.is_finite() {
+                    return Err(A::Error::custom(format!(
+                        "{} {i} column {j} is {v}, not a finite 32-bit float",
+                        self.0
+                    )));
+                }
+                out.values.push(f);
+            }
+            out.rows += 1;
+        }
+        Ok(out)
+    }
+}
+
+/// `queries` of a JSON request.
+fn query_rows<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Rows>, D::Error> {
+    d.deserialize_seq(RowsVisitor("query")).map(Some)
+}
+
+/// `points` of a JSON request.
+fn point_rows<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Rows>, D::Error> {
+    d.deserialize_seq(RowsVisitor("point")).map(Some)
+}
+
+/// `keys` of a JSON set upload.
+fn key_rows<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Rows, D::Error> {
+    d.deserialize_seq(RowsVisitor("row"))
+}
+
 /// width (`d` when given), every number a finite `f32`.
 pub fn matrix_from_rows(
     what: &str,
@@ -261,11 +369,10 @@ pub fn parse_request(
             }
             let points =
                 points.ok_or_else(|| bad(format!("invalid request: missing field `{field}`")))?;
-            if points.len() > max_rows {
-                return Err(too_many_rows(max_rows, points.len()));
+            if points.rows > max_rows {
+                return Err(too_many_rows(max_rows, points.rows));
             }
-            let rows = matrix_from_rows(field, &points, d)?;
-            drop(points);
+            let rows = points.into_matrix(field, d)?;
             Request {
                 rows,
                 params: Params {
@@ -421,7 +528,8 @@ enum Column {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonSet {
-    keys: Vec<Vec<f64>>,
+    #[serde(deserialize_with = "key_rows")]
+    keys: Rows,
     values: Option<Column>,
     labels: Option<Vec<i64>>,
     weights: Option<Vec<f64>>,
@@ -453,7 +561,7 @@ pub fn parse_set(body: &[u8], format: Format, query: Option<&str>) -> Result<Set
         }
         let s: JsonSet =
             serde_json::from_slice(body).map_err(|e| bad(format!("invalid set: {e}")))?;
-        let keys = matrix_from_rows("keys", &s.keys, None)?;
+        let keys = s.keys.into_matrix("keys", None)?;
         let values = match &s.values {
             Some(Column::Matrix(m)) => Some(matrix_from_rows("values", m, None)?),
             Some(Column::Vector(v)) => Some(column("values", v)?),
