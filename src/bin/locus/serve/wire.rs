@@ -171,8 +171,6 @@ pub fn params_from_query(query: Option<&str>) -> Result<Params, Failure> {
     Ok(p)
 }
 
-/// Rows of JSON numbers as an `f32` matrix: non-empty, every row of one
-
 /// Rows of numbers parsed straight into one flat `f32` buffer, a row at a
 /// time: a JSON body of `n` values costs about `4n` bytes (a list of
 /// lists of `f64` cost about 18 bytes a value before any limit could be
@@ -278,6 +276,7 @@ fn key_rows<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Rows, D::Error> {
     d.deserialize_seq(RowsVisitor("row"))
 }
 
+/// Rows of JSON numbers as an `f32` matrix: non-empty, every row of one
 /// width (`d` when given), every number a finite `f32`.
 pub fn matrix_from_rows(
     what: &str,
