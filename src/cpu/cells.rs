@@ -13,7 +13,7 @@
 //! Leave-one-out row states keep the brute-force path (their rows are tied
 //! to the keys' original order).
 //!
-//! Imports: `super::{keys, local_mean, threads}`, `crate::cancel`, `crate::error`,
+//! Imports: `super::{keys, local_mean, simd, threads}`, `crate::cancel`, `crate::error`,
 //! `crate::grid`, `crate::kernel`, `crate::matrix`, `crate::memory`,
 //! `crate::types`.
 
@@ -23,6 +23,7 @@ use rayon::prelude::*;
 
 use super::keys::KeyColumns;
 use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group};
+use super::simd::KEY_BLOCK;
 use super::threads::Threads;
 use crate::cancel::Checkpoint;
 use crate::error::Result;
@@ -148,6 +149,8 @@ impl CellIndex {
         let q = soa.q;
         let per_group = std::mem::size_of::<GroupState>() + QUERY_GROUP * (q + 2) * 8;
         let chunk = (CHUNK_BYTES / per_group).max(16);
+        let want = 4 * rayon::current_num_threads();
+        let few = bounds.len() < want;
         for part in bounds.chunks(chunk) {
             let states: Vec<GroupState> = part
                 .par_iter()
@@ -165,9 +168,8 @@ impl CellIndex {
                         let (lo, hi) = self.query_box(buf, d);
                         ranges.clear();
                         grid.ranges(&lo, &hi, ranges);
-                        let mut st = GroupState::empty(kernel.profile(), q);
-                        for &(k0, k1) in ranges.iter() {
-                            let part = group(&GroupJob {
+                        let job = |(k0, k1): (usize, usize)| {
+                            group(&GroupJob {
                                 kernel,
                                 queries: buf,
                                 d,
@@ -176,10 +178,20 @@ impl CellIndex {
                                 k1,
                                 self_row: None,
                                 centred: None,
-                            });
-                            st.merge(&part, q);
+                            })
+                        };
+                        let merge = |mut a: GroupState, b: GroupState| {
+                            a.merge(&b, q);
+                            a
+                        };
+                        let empty = || GroupState::empty(kernel.profile(), q);
+                        if few {
+                            // Too few groups to occupy every thread: the
+                            // keys within reach are split as well.
+                            let pieces = split(ranges, want);
+                            return pieces.into_par_iter().map(job).reduce(empty, merge);
                         }
-                        st
+                        ranges.iter().map(|&r| job(r)).fold(empty(), merge)
                     },
                 )
                 .collect();
@@ -265,6 +277,18 @@ impl CellIndex {
     }
 }
 
+/// The key ranges `ranges` cut into about `parts` pieces of at least
+/// `4·KEY_BLOCK` keys (pieces never straddle two ranges).
+fn split(ranges: &[(usize, usize)], parts: usize) -> Vec<(usize, usize)> {
+    let total: usize = ranges.iter().map(|&(a, b)| b - a).sum();
+    let per = total.div_ceil(parts.max(1)).max(4 * KEY_BLOCK);
+    let mut out = Vec::new();
+    for &(a, b) in ranges {
+        out.extend((a..b).step_by(per).map(|k| (k, (k + per).min(b))));
+    }
+    out
+}
+
 /// What building an index gave.
 enum Built {
     Index(Arc<CellIndex>),
@@ -275,11 +299,14 @@ enum Built {
     NoMemory,
 }
 
+/// The cache's entry: a reach and its index (`None`: found useless).
+type Entry = Option<(Vec<f64>, Option<Arc<CellIndex>>)>;
+
 /// A key set's cell index for the last reach asked (at most one), or the
 /// reach for which an index was found useless.
 #[derive(Default)]
 pub(crate) struct CellCache {
-    slot: Mutex<Option<(Vec<f64>, Option<Arc<CellIndex>>)>>,
+    slot: Mutex<Entry>,
 }
 
 impl CellCache {
@@ -333,7 +360,7 @@ impl CellCache {
             .map_or(0, |ix| ix.bytes())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<(Vec<f64>, Option<Arc<CellIndex>>)>> {
+    fn lock(&self) -> MutexGuard<'_, Entry> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
