@@ -336,6 +336,20 @@ fn without_memory_for_the_index_the_key_set_answers_over_every_key() {
     assert!(base < 150_000, "key set of {base} bytes");
     check_mean("limited", &ks, &k, &q, &x, &y);
     assert_eq!(ks.resident_bytes(), base, "the index cannot have fitted");
+    // The index (a copy of the keys and values, 12 bytes a key of cells)
+    // is built when it takes at most half of the memory free.
+    let index = base + 12 * N as u64;
+    for (limit, built) in [
+        (base + 2 * index - 4096, false),
+        (base + 2 * index + 8192, true),
+    ] {
+        let mut o = EngineOptions::new(Device::Cpu);
+        o.memory_limit = Some(limit);
+        let e = Engine::with_options(o).unwrap();
+        let ks = set(&e, &x, &y);
+        check_mean(&format!("limit {limit}"), &ks, &k, &q, &x, &y);
+        assert_eq!(ks.resident_bytes() > base, built, "limit {limit}");
+    }
 }
 
 #[test]

@@ -8,8 +8,9 @@
 //! The index depends on the bandwidth: it is built on the first request
 //! that can use it and kept ([`CellCache`], one entry, replaced when a
 //! request brings another reach), shared by concurrent requests, and
-//! charged to the key set's memory budget. When its memory is not free it
-//! is not built and the request runs over all keys, as it would without.
+//! charged to the key set's memory budget. When it would take more than
+//! half of the memory free it is not built and the request runs over all
+//! keys, as it would without.
 //! Leave-one-out row states keep the brute-force path (their rows are tied
 //! to the keys' original order).
 //!
@@ -76,8 +77,8 @@ pub(crate) struct CellIndex {
 }
 
 impl CellIndex {
-    /// The index of `keys` for `reach`, charged to `budget` when its
-    /// memory is free now.
+    /// The index of `keys` for `reach`, charged to `budget` when it takes
+    /// at most half of the memory free now.
     fn build(
         keys: &KeyColumns,
         reach: &[f64],
@@ -90,7 +91,8 @@ impl CellIndex {
         let (n, d) = (keys.n(), keys.d());
         let (grid_bytes, grid_peak) = Grid::bytes(n);
         let bytes = keys.unpacked_bytes().saturating_add(grid_bytes);
-        let Some(held) = budget.reserve_if_free(bytes) else {
+        // At most half of the memory free now: the rest stays for requests.
+        let Some(held) = budget.reserve_if_free(bytes, bytes) else {
             return Built::NoMemory;
         };
         if ensure_room("prepare", "cell index", grid_peak).is_err() {
@@ -313,7 +315,7 @@ impl CellCache {
     /// The index of `keys` for `kernel`'s requests (`exclude_self`: leave-
     /// one-out), built and kept on first use; `None` when the request runs
     /// over all keys ([`reach_for`], a grid that cannot prune, or the
-    /// index's memory is not free now).
+    /// index would take more than half of the memory free now).
     ///
     /// The index is built without the lock held, on `threads`, so a
     /// request never waits on the lock while the pool works (two requests

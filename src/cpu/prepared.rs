@@ -135,6 +135,9 @@ impl CpuKeys {
     /// The cell index that serves `q`, when the keys keep one and the
     /// kernel's reach is bounded (see `cells.rs`).
     fn cell_index(&self, q: &Query<'_>) -> Option<Arc<CellIndex>> {
+        if u32::try_from(q.rows.rows()).is_err() {
+            return None; // rows are numbered in `u32` there
+        }
         let budget = self.held.budget();
         self.cells
             .as_ref()?

@@ -315,8 +315,8 @@ struct Inner {
 /// the keys sorted by grid cell on the first such request, kept for that
 /// bandwidth (replaced when another comes), so a query visits only the
 /// keys within reach. Its memory counts against the limit too
-/// ([`resident_bytes`](Self::resident_bytes)); without room for it the
-/// request runs over every key (docs/scaling.md, "Key sets that index
+/// ([`resident_bytes`](Self::resident_bytes)); when it would take more
+/// than half of the memory free, the request runs over every key (docs/scaling.md, "Key sets that index
 /// space").
 ///
 /// A key set is `Send + Sync` and cheap to clone: share it between
