@@ -9,12 +9,50 @@
 
 use rayon::prelude::*;
 
+use crate::kernel::Kernel;
+
 /// Bits per cell coordinate in a key (at most 2^20 + 1 cells per axis).
 const BITS: u32 = 21;
 /// Most cells per axis; a wider range gets wider cells.
 const MAX_CELLS: f64 = (1u64 << 20) as f64;
 /// Most gridded coordinates.
 const MAX_AXES: usize = 3;
+
+/// Grid cells per bandwidth: a box of side 2h then spans about 5 cells
+/// per axis, 2.5h wide instead of 3h with cells of side h.
+const CELLS_PER_H: f64 = 2.0;
+
+/// Slack on a compact kernel's reach, so f32 rounding at the kernel's edge
+/// can never drop a key the kernel would count.
+const REACH_SLACK: f64 = 1e-4;
+
+/// Per coordinate, how far a key with weight under `kernel` (Euclidean)
+/// can lie from the query along it: the bandwidth of a compact profile (a
+/// product's compact blocks) plus slack; infinite elsewhere.
+pub(crate) fn reach(kernel: &Kernel, d: usize) -> Vec<f64> {
+    let of = |compact: bool, h: f32| match compact {
+        true => f64::from(h) * (1.0 + REACH_SLACK),
+        false => f64::INFINITY,
+    };
+    match kernel.blocks() {
+        None => vec![of(kernel.profile().is_compact(), kernel.bandwidth()); d],
+        Some(bs) => bs
+            .iter()
+            .flat_map(|b| std::iter::repeat_n(of(b.profile.is_compact(), b.bandwidth), b.dims))
+            .collect(),
+    }
+}
+
+/// The cells for `reach`: their side (a fraction of the smallest reach)
+/// and the coordinates that may be gridded (those of finite reach); `None`
+/// when no coordinate has a finite reach.
+pub(crate) fn cells_for(reach: &[f64]) -> Option<(f64, Vec<bool>)> {
+    let bounded: Vec<bool> = reach.iter().map(|r| r.is_finite()).collect();
+    let h = reach.iter().copied().fold(f64::INFINITY, f64::min) / (1.0 + REACH_SLACK);
+    bounded
+        .contains(&true)
+        .then_some((h / CELLS_PER_H, bounded))
+}
 
 /// Points sorted by cell.
 #[derive(Debug, Clone)]
@@ -37,13 +75,45 @@ impl Grid {
     /// `None`). Coordinates whose whole range fits in one cell are left
     /// out; with none left, every point is in the one cell.
     pub(crate) fn new(points: &[f32], d: usize, side: f64, eligible: Option<&[bool]>) -> Grid {
-        let n = points.len() / d;
+        Grid::build(points.len() / d, d, side, eligible, |i, k| {
+            points[i * d + k]
+        })
+    }
+
+    /// [`new`](Self::new) for `n` points stored column-major: coordinate
+    /// `k` of point `i` at `xt[k·ld + i]`.
+    pub(crate) fn from_columns(
+        xt: &[f32],
+        (n, ld, d): (usize, usize, usize),
+        side: f64,
+        eligible: Option<&[bool]>,
+    ) -> Grid {
+        Grid::build(n, d, side, eligible, |i, k| xt[k * ld + i])
+    }
+
+    /// Bytes a grid of `n` points holds (its sorted order and cell keys),
+    /// and the most it holds while it is built.
+    pub(crate) fn bytes(n: usize) -> (u64, u64) {
+        let n = n as u64;
+        (n.saturating_mul(12), n.saturating_mul(16 + 12))
+    }
+
+    /// The grid of `n` points in `d` coordinates, coordinate `k` of point
+    /// `i` given by `at(i, k)`.
+    fn build(
+        n: usize,
+        d: usize,
+        side: f64,
+        eligible: Option<&[bool]>,
+        at: impl Fn(usize, usize) -> f32 + Sync,
+    ) -> Grid {
         let mut lo = vec![f64::INFINITY; d];
         let mut hi = vec![f64::NEG_INFINITY; d];
-        for row in points.chunks_exact(d) {
-            for (k, &v) in row.iter().enumerate() {
-                lo[k] = lo[k].min(f64::from(v));
-                hi[k] = hi[k].max(f64::from(v));
+        for i in 0..n {
+            for k in 0..d {
+                let v = f64::from(at(i, k));
+                lo[k] = lo[k].min(v);
+                hi[k] = hi[k].max(v);
             }
         }
         let mut by_range: Vec<usize> = (0..d)
@@ -71,19 +141,16 @@ impl Grid {
             order: Vec::new(),
             keys: Vec::new(),
         };
-        let mut keyed: Vec<(u64, u32)> = points
-            .par_chunks_exact(d)
-            .enumerate()
-            .map(|(i, row)| (grid.key_of(row), i as u32))
+        let mut keyed: Vec<(u64, u32)> = (0..n)
+            .into_par_iter()
+            .map(|i| (grid.key_by(|k| at(i, k)), i as u32))
             .collect();
         keyed.par_sort_unstable();
-        debug_assert_eq!(keyed.len(), n);
         (grid.keys, grid.order) = keyed.into_iter().unzip();
         grid
     }
 
     /// Number of gridded coordinates (0: one cell holds everything).
-    #[cfg(test)]
     pub(crate) fn axes(&self) -> usize {
         self.axes.len()
     }
@@ -97,9 +164,15 @@ impl Grid {
 
     /// The key of the cell holding `row` (clamped into the grid).
     pub(crate) fn key_of(&self, row: &[f32]) -> u64 {
+        self.key_by(|k| row[k])
+    }
+
+    /// The key of the cell holding the point whose coordinate `k` is
+    /// `at(k)` (clamped into the grid).
+    fn key_by(&self, at: impl Fn(usize) -> f32) -> u64 {
         let mut key = 0u64;
         for (a, &k) in self.axes.iter().enumerate() {
-            let c = self.coord(a, f64::from(row[k])).clamp(0, self.last[a]);
+            let c = self.coord(a, f64::from(at(k))).clamp(0, self.last[a]);
             key = (key << BITS) | c as u64;
         }
         key

@@ -8,9 +8,11 @@
 //!
 //! Imports: `super::panels`, `crate::error`, `crate::matrix`.
 
+use rayon::prelude::*;
+
 use super::panels::Panels;
 use crate::error::Result;
-use crate::matrix::{Matrix, padded_stride, reserve};
+use crate::matrix::{Matrix, padded_stride, reserve, try_vec};
 
 /// Keys and values stored column-major for unit-stride lane loads.
 pub(crate) struct KeysSoa<'a> {
@@ -107,6 +109,49 @@ impl KeyColumns {
             d,
             ld,
             panels,
+        })
+    }
+
+    /// Bytes of this copy's transposed keys and values (its panels left
+    /// out), as [`permuted`](Self::permuted) allocates them.
+    pub(crate) fn unpacked_bytes(&self) -> u64 {
+        let cols = self.d + self.sets.iter().map(|s| s.1).sum::<usize>();
+        (self.ld as u64)
+            .saturating_mul(cols as u64)
+            .saturating_mul(4)
+    }
+
+    /// The same keys and value matrices, key `order[p]` at position `p`
+    /// (`order` a permutation of the keys), without panels; or
+    /// [`Error::TooLarge`](crate::Error::TooLarge) for `op` when the copy
+    /// cannot be allocated. Runs on the current thread pool.
+    pub(crate) fn permuted(&self, op: &'static str, order: &[u32]) -> Result<Self> {
+        debug_assert_eq!(order.len(), self.n);
+        let ld = self.ld;
+        let gather = |src: &[f32], cols: usize, what| -> Result<Vec<f32>> {
+            let len = (ld as u64).saturating_mul(cols as u64);
+            let mut out = try_vec(op, what, len, 0.0f32)?;
+            out.par_chunks_mut(ld)
+                .zip(src.par_chunks(ld))
+                .for_each(|(o, c)| {
+                    for (o, &i) in o.iter_mut().zip(order) {
+                        *o = c[i as usize];
+                    }
+                });
+            Ok(out)
+        };
+        let xt = gather(&self.xt, self.d, "sorted keys")?;
+        let mut sets = reserve(op, "sorted values", self.sets.len() as u64)?;
+        for (v, q) in &self.sets {
+            sets.push((gather(v, *q, "sorted values")?, *q));
+        }
+        Ok(KeyColumns {
+            xt,
+            sets,
+            n: self.n,
+            d: self.d,
+            ld,
+            panels: None,
         })
     }
 

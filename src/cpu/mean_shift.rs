@@ -18,17 +18,13 @@ use super::panels::{self, CentredRows, Panels, serve_sq_dists};
 use super::threads::Threads;
 use crate::cancel::Checkpoint;
 use crate::error::Result;
-use crate::grid::Grid;
+use crate::grid::{self, Grid};
 use crate::kernel::Kernel;
 use crate::matrix::{padded_stride, reserve, try_collect, try_copy, try_vec};
 use crate::types::{Progress, Shift, ShiftOutcome, ShiftRun, stop_sq};
 
 /// The op the allocations here report.
 const OP: &str = "mean_shift";
-
-/// Grid cells per bandwidth: a box of side 2h then spans about 5 cells
-/// per axis, 2.5h wide instead of 3h with cells of side h.
-const CELLS_PER_H: f64 = 2.0;
 
 /// Keys stored column-major (values are the keys themselves), sorted by
 /// cell when the profile is compact.
@@ -54,30 +50,11 @@ impl ShiftKeys {
     pub(crate) fn new(kernel: &Kernel, points: &[f32], d: usize) -> Result<Self> {
         let n = points.len() / d;
         let ld = padded_stride(n);
-        let reach: Vec<f64> = match kernel.blocks() {
-            None if kernel.profile().is_compact() => {
-                vec![f64::from(kernel.bandwidth()) * (1.0 + 1e-4); d]
-            }
-            None => vec![f64::INFINITY; d],
-            Some(bs) => bs
-                .iter()
-                .flat_map(|b| {
-                    let r = if b.profile.is_compact() {
-                        f64::from(b.bandwidth) * (1.0 + 1e-4)
-                    } else {
-                        f64::INFINITY
-                    };
-                    std::iter::repeat_n(r, b.dims)
-                })
-                .collect(),
-        };
+        let reach = grid::reach(kernel, d);
         // A grid on the coordinates of bounded reach, cells a fraction of
         // the smallest reach.
-        let bounded: Vec<bool> = reach.iter().map(|r| r.is_finite()).collect();
-        let h = reach.iter().copied().fold(f64::INFINITY, f64::min) / (1.0 + 1e-4);
-        let grid = bounded
-            .contains(&true)
-            .then(|| Grid::new(points, d, h / CELLS_PER_H, Some(&bounded)));
+        let grid = grid::cells_for(&reach)
+            .map(|(side, bounded)| Grid::new(points, d, side, Some(&bounded)));
         let mut xt = try_vec(
             OP,
             "transposed points",

@@ -3,7 +3,9 @@
 //! This file is the [`Backend`] impl; `prepared.rs` holds keys prepared
 //! for queries ([`PreparedKeys`]: transposed into `keys.rs`'s
 //! `KeyColumns`), kept by a key set or built for one call, and runs every
-//! op over keys on them. The kernels:
+//! op over keys on them; a key set's local means and row states under a
+//! kernel of bounded reach go through its cell index (`cells.rs`). The
+//! kernels:
 //! `local_mean/` (fused local mean and row states; portable and AVX2),
 //! `kernel_matrix.rs`, `knn.rs`, `mean_shift.rs`, `softmax/` (attention,
 //! its matrix, the feature local mean), over the building blocks of
@@ -12,6 +14,7 @@
 //! Imports: `crate::{backend, error, grid, kernel, matrix, memory, types}`;
 //! never `gpu/`, `engine`, `ops/`, `cluster/` or `sets/`.
 
+mod cells;
 pub(crate) mod kernel_matrix;
 mod keys;
 mod knn;

@@ -6,12 +6,13 @@
 //! for its one call, with the panels that call wants, and drops them. The
 //! ops are the same code either way.
 //!
-//! Imports: `super::{keys, knn, local_mean, kernel_matrix, moments, panels, threads}`,
+//! Imports: `super::{cells, keys, knn, local_mean, kernel_matrix, moments, panels, threads}`,
 //! `crate::backend`, `crate::error`, `crate::kernel`, `crate::matrix`,
 //! `crate::memory`, `crate::types`.
 
 use std::sync::Arc;
 
+use super::cells::{self, CellCache, CellIndex};
 use super::keys::{KeyColumns, Pack};
 use super::local_mean::QUERY_GROUP;
 use super::simd::Avx2Fma;
@@ -35,6 +36,9 @@ pub(crate) struct CpuKeys {
     /// The reservation of the keys (a key set's, or one call's working
     /// copy), on the budget requests are charged to.
     held: Reservation,
+    /// A key set's cell index for kernels of bounded reach (`cells.rs`);
+    /// none for one call's keys.
+    cells: Option<CellCache>,
 }
 
 impl std::fmt::Debug for CpuKeys {
@@ -43,7 +47,7 @@ impl std::fmt::Debug for CpuKeys {
             .field("n", &self.keys.n())
             .field("d", &self.keys.d())
             .field("sets", &self.keys.set_cols())
-            .field("bytes", &self.held.bytes())
+            .field("bytes", &self.bytes())
             .finish_non_exhaustive()
     }
 }
@@ -81,6 +85,7 @@ impl CpuKeys {
             keys: threads.install(|| KeyColumns::try_new("prepare", keys, sets, pack))?,
             threads: threads.clone(),
             held,
+            cells: Some(CellCache::default()),
         })
     }
 
@@ -117,6 +122,7 @@ impl CpuKeys {
             keys: threads.install(|| KeyColumns::try_new(op, keys, sets, pack))?,
             threads: threads.clone(),
             held,
+            cells: None,
         })
     }
 
@@ -125,6 +131,24 @@ impl CpuKeys {
     fn request(&self, op: &'static str, bytes: u64) -> Result<Reservation> {
         self.held.budget().reserve_working(op, "request", bytes)
     }
+
+    /// The cell index that serves `q`, when the keys keep one and the
+    /// kernel's reach is bounded (see `cells.rs`).
+    fn cell_index(&self, q: &Query<'_>) -> Option<Arc<CellIndex>> {
+        if u32::try_from(q.rows.rows()).is_err() {
+            return None; // rows are numbered in `u32` there
+        }
+        let budget = self.held.budget();
+        self.cells
+            .as_ref()?
+            .get(q.kernel, q.exclude_self, &self.keys, budget, &self.threads)
+    }
+}
+
+/// [`request_bytes`] with what a request over a cell index adds.
+fn indexed_request_bytes(m: usize, q: usize) -> u64 {
+    let extra = (m as u64).saturating_mul(cells::BYTES_PER_QUERY);
+    request_bytes(m, q).saturating_add(extra)
 }
 
 impl PreparedKeys for CpuKeys {
@@ -132,11 +156,19 @@ impl PreparedKeys for CpuKeys {
         let soa = self.keys.soa(Some(set));
         let (queries, cols) = (q.rows, soa.q);
         let m = queries.rows();
+        let cp = Checkpoint::current("local_mean");
+        let rows = queries.as_slice();
+        if let Some(ix) = self.cell_index(q) {
+            let _work = self.request("local_mean", indexed_request_bytes(m, cols))?;
+            let mut out = alloc_output("local_mean", "output", m, cols)?;
+            let empty = self
+                .threads
+                .install(|| ix.local_mean(q.kernel, rows, set, &mut out, &cp))?;
+            return Ok(RowNormalized::from_parts(m, cols, out, empty));
+        }
         let _work = self.request("local_mean", request_bytes(m, cols))?;
         let mut out = alloc_output("local_mean", "output", m, cols)?;
         let (d, exclude) = (self.keys.d(), q.exclude_self);
-        let cp = Checkpoint::current("local_mean");
-        let rows = queries.as_slice();
         let empty = self
             .threads
             .install(|| local_mean::local_mean(q.kernel, rows, d, &soa, exclude, &mut out, &cp))?;
@@ -146,9 +178,15 @@ impl PreparedKeys for CpuKeys {
     fn row_states(&self, q: &Query<'_>, set: Option<usize>) -> Result<RowStates> {
         let soa = self.keys.soa(set);
         let m = q.rows.rows();
-        let _work = self.request("row_states", request_bytes(m, soa.q))?;
         let (rows, d) = (q.rows.as_slice(), self.keys.d());
         let cp = Checkpoint::current("row_states");
+        if let Some(ix) = self.cell_index(q) {
+            let _work = self.request("row_states", indexed_request_bytes(m, soa.q))?;
+            return self
+                .threads
+                .install(|| ix.row_states(q.kernel, rows, set, &cp));
+        }
+        let _work = self.request("row_states", request_bytes(m, soa.q))?;
         let groups = self
             .threads
             .install(|| local_mean::group_states(q.kernel, rows, d, &soa, q.exclude_self, &cp))?;
@@ -192,6 +230,7 @@ impl PreparedKeys for CpuKeys {
     }
 
     fn bytes(&self) -> u64 {
-        self.held.bytes()
+        let cells = self.cells.as_ref().map_or(0, CellCache::bytes);
+        self.held.bytes().saturating_add(cells)
     }
 }

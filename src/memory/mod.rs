@@ -327,6 +327,30 @@ impl MemoryBudget {
         })
     }
 
+    /// Charges `bytes` of resident data, as [`reserve`](Self::reserve),
+    /// only when they fit now with `headroom` more bytes left free and
+    /// nobody waiting: never waits, `None` otherwise (for optional data
+    /// such as a spatial index, which its owner can do without, and which
+    /// must not take the room requests need).
+    pub(crate) fn reserve_if_free(
+        self: &Arc<Self>,
+        bytes: u64,
+        headroom: u64,
+    ) -> Option<Reservation> {
+        let mut s = self.lock();
+        let free = s.queue.is_empty() && s.holding_waiters.is_empty();
+        if !(free && s.fits(bytes.saturating_add(headroom))) {
+            return None;
+        }
+        s.take(bytes, Use::Resident);
+        Some(Reservation {
+            budget: Arc::clone(self),
+            bytes,
+            use_: Use::Resident,
+            _hold: None,
+        })
+    }
+
     /// Charges `bytes` of a call's working memory for as long as the
     /// returned guard lives, the calling thread marked as holding them
     /// (see [`charge`](Self::charge)).

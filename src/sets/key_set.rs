@@ -308,6 +308,17 @@ struct Inner {
 /// kernels stream. Either way they count against the engine's memory limit
 /// and are freed when the last clone is dropped.
 ///
+/// On the CPU, local means and row states (and the densities and class
+/// probabilities computed from them) under a kernel of bounded reach — a
+/// compact profile, or a product kernel with a compact block — in up to 8
+/// Euclidean dimensions over at least 4096 keys go through a cell index:
+/// the keys sorted by grid cell on the first such request, kept for that
+/// bandwidth (replaced when another comes), so a query visits only the
+/// keys within reach. Its memory counts against the limit too
+/// ([`resident_bytes`](Self::resident_bytes)); when it would take more
+/// than half of the memory free, the request runs over every key (docs/scaling.md, "Key sets that index
+/// space").
+///
 /// A key set is `Send + Sync` and cheap to clone: share it between
 /// threads. Small requests that arrive together are coalesced into one
 /// call ([`Batching`]); large ones run at once on the caller's thread.
@@ -378,7 +389,8 @@ impl KeySet {
         self.inner.class_labels.as_ref().map(|c| c.view())
     }
 
-    /// Bytes held by the backend for the keys, values and labels.
+    /// Bytes held by the backend for the keys, values and labels (on the
+    /// CPU, with the cell index of the last bounded kernel, if built).
     pub fn resident_bytes(&self) -> u64 {
         self.inner.keys.bytes()
     }

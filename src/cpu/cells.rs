@@ -1,0 +1,368 @@
+//! A key set's cell index on the CPU: for a kernel of bounded reach (a
+//! compact profile, or a product kernel with compact blocks; Euclidean),
+//! the keys and values sorted by grid cell (`grid.rs`), so a group of
+//! queries that share a cell visits only the key ranges of the cells
+//! within reach and merges the ranges' row states with the associative
+//! rule, as MeanShift's keys do (`mean_shift.rs`).
+//!
+//! The index depends on the bandwidth: it is built on the first request
+//! that can use it and kept ([`CellCache`], one entry, replaced when a
+//! request brings another reach), shared by concurrent requests, and
+//! charged to the key set's memory budget. When it would take more than
+//! half of the memory free it is not built and the request runs over all
+//! keys, as it would without.
+//! Leave-one-out row states keep the brute-force path (their rows are tied
+//! to the keys' original order).
+//!
+//! Imports: `super::{keys, local_mean, simd, threads}`, `crate::cancel`, `crate::error`,
+//! `crate::grid`, `crate::kernel`, `crate::matrix`, `crate::memory`,
+//! `crate::types`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rayon::prelude::*;
+
+use super::keys::KeyColumns;
+use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group};
+use super::simd::KEY_BLOCK;
+use super::threads::Threads;
+use crate::cancel::Checkpoint;
+use crate::error::Result;
+use crate::grid::{self, Grid};
+use crate::kernel::Kernel;
+use crate::matrix::{ensure_room, reserve, try_vec};
+use crate::memory::{MemoryBudget, Reservation};
+use crate::types::RowStates;
+
+/// Most coordinates a key set is indexed in: beyond, a box of a few cells
+/// per gridded axis holds most keys along the others anyway.
+pub(crate) const MAX_D: usize = 8;
+
+/// Fewest keys worth an index: below, one pass over all keys is cheap.
+pub(crate) const MIN_KEYS: usize = 4096;
+
+/// Bytes of group states a request holds at a time (groups are finished
+/// in chunks of this size, so a request's working memory stays bounded).
+const CHUNK_BYTES: usize = 4 << 20;
+
+/// Working memory a request over the index adds per query row: the
+/// queries' cell keys and row numbers, and the groups' bounds.
+pub(crate) const BYTES_PER_QUERY: u64 = 24;
+
+/// The reach of `kernel` when an index over `n` keys in `d` coordinates
+/// can serve it (bounded, Euclidean, low `d`, enough keys, no
+/// leave-one-out); `None` when the request runs over all keys.
+pub(crate) fn reach_for(
+    kernel: &Kernel,
+    n: usize,
+    d: usize,
+    exclude_self: bool,
+) -> Option<Vec<f64>> {
+    let fits = !exclude_self
+        && kernel.metric().is_euclidean()
+        && (1..=MAX_D).contains(&d)
+        && (MIN_KEYS..=u32::MAX as usize).contains(&n);
+    let reach = grid::reach(kernel, d);
+    (fits && reach.iter().any(|r| r.is_finite())).then_some(reach)
+}
+
+/// Keys and values sorted by the cell of a grid built for one reach.
+pub(crate) struct CellIndex {
+    /// The reach the grid was built for (the cache's key).
+    reach: Vec<f64>,
+    grid: Grid,
+    keys: KeyColumns,
+    /// The index's memory on the key set's budget.
+    held: Reservation,
+}
+
+impl CellIndex {
+    /// The index of `keys` for `reach`, charged to `budget` when it takes
+    /// at most half of the memory free now.
+    fn build(
+        keys: &KeyColumns,
+        reach: &[f64],
+        budget: &Arc<MemoryBudget>,
+        threads: &Threads,
+    ) -> Built {
+        let Some((side, bounded)) = grid::cells_for(reach) else {
+            return Built::Useless;
+        };
+        let (n, d) = (keys.n(), keys.d());
+        let (grid_bytes, grid_peak) = Grid::bytes(n);
+        let bytes = keys.unpacked_bytes().saturating_add(grid_bytes);
+        // At most half of the memory free now: the rest stays for requests.
+        let Some(held) = budget.reserve_if_free(bytes, bytes) else {
+            return Built::NoMemory;
+        };
+        if ensure_room("prepare", "cell index", grid_peak).is_err() {
+            return Built::NoMemory;
+        }
+        let soa = keys.soa(None);
+        let grid =
+            threads.install(|| Grid::from_columns(soa.xt, (n, soa.ld, d), side, Some(&bounded)));
+        if grid.axes() == 0 {
+            // Every key in one cell: nothing to prune.
+            return Built::Useless;
+        }
+        match threads.install(|| keys.permuted("prepare", &grid.order)) {
+            Ok(sorted) => Built::Index(Arc::new(CellIndex {
+                reach: reach.to_vec(),
+                grid,
+                keys: sorted,
+                held,
+            })),
+            Err(_) => Built::NoMemory,
+        }
+    }
+
+    /// Row states of `queries` (row-major, `d` columns) over value matrix
+    /// `set`: `sink(row, state, r)` receives, for every query row, the
+    /// state of its group and its place `r` in it. Groups that find `cp`
+    /// cancelled are skipped, and the call fails.
+    fn states(
+        &self,
+        kernel: &Kernel,
+        queries: &[f32],
+        set: Option<usize>,
+        cp: &Checkpoint,
+        sink: &mut dyn FnMut(usize, &GroupState, usize),
+    ) -> Result<()> {
+        let (op, d) = (cp.op(), self.keys.d());
+        let m = queries.len() / d;
+        let grid = &self.grid;
+        // Queries sorted by cell, then cut into groups of one cell each.
+        ensure_room(op, "query cells", (m as u64).saturating_mul(16))?;
+        let mut keyed: Vec<(u64, u32)> = queries
+            .par_chunks_exact(d)
+            .enumerate()
+            .map(|(i, row)| (grid.key_of(row), i as u32))
+            .collect();
+        keyed.par_sort_unstable();
+        let mut bounds = reserve::<(u32, u32)>(op, "query groups", m as u64)?;
+        let mut start = 0;
+        for i in 1..=m {
+            if i == m || i - start == QUERY_GROUP || keyed[i].0 != keyed[start].0 {
+                bounds.push((start as u32, i as u32));
+                start = i;
+            }
+        }
+        let soa = self.keys.soa(set);
+        let q = soa.q;
+        let per_group = std::mem::size_of::<GroupState>() + QUERY_GROUP * (q + 2) * 8;
+        let chunk = (CHUNK_BYTES / per_group).max(16);
+        let want = 4 * rayon::current_num_threads();
+        let few = bounds.len() < want;
+        for part in bounds.chunks(chunk) {
+            let states: Vec<GroupState> = part
+                .par_iter()
+                .map_init(
+                    || (Vec::new(), Vec::new()),
+                    |(buf, ranges), &(a, b)| {
+                        if cp.is_cancelled() {
+                            return GroupState::empty(kernel.profile(), q);
+                        }
+                        buf.clear();
+                        for &(_, i) in &keyed[a as usize..b as usize] {
+                            let i = i as usize;
+                            buf.extend_from_slice(&queries[i * d..(i + 1) * d]);
+                        }
+                        let (lo, hi) = self.query_box(buf, d);
+                        ranges.clear();
+                        grid.ranges(&lo, &hi, ranges);
+                        let job = |(k0, k1): (usize, usize)| {
+                            group(&GroupJob {
+                                kernel,
+                                queries: buf,
+                                d,
+                                keys: &soa,
+                                k0,
+                                k1,
+                                self_row: None,
+                                centred: None,
+                            })
+                        };
+                        let merge = |mut a: GroupState, b: GroupState| {
+                            a.merge(&b, q);
+                            a
+                        };
+                        let empty = || GroupState::empty(kernel.profile(), q);
+                        if few {
+                            // Too few groups to occupy every thread: the
+                            // keys within reach are split as well.
+                            let pieces = split(ranges, want);
+                            return pieces.into_par_iter().map(job).reduce(empty, merge);
+                        }
+                        ranges.iter().map(|&r| job(r)).fold(empty(), merge)
+                    },
+                )
+                .collect();
+            cp.check()?;
+            for (&(a, b), st) in part.iter().zip(&states) {
+                for (r, &(_, i)) in keyed[a as usize..b as usize].iter().enumerate() {
+                    sink(i as usize, st, r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The box every key with weight at some query of `rows` lies in.
+    fn query_box(&self, rows: &[f32], d: usize) -> (Vec<f64>, Vec<f64>) {
+        let mut lo = vec![f64::INFINITY; d];
+        let mut hi = vec![f64::NEG_INFINITY; d];
+        for row in rows.chunks_exact(d) {
+            for (k, &v) in row.iter().enumerate() {
+                lo[k] = lo[k].min(f64::from(v) - self.reach[k]);
+                hi[k] = hi[k].max(f64::from(v) + self.reach[k]);
+            }
+        }
+        (lo, hi)
+    }
+
+    /// Local means of value matrix `set` at `queries` into `out`
+    /// (row-major, the set's columns); returns the number of empty rows
+    /// (written as NaN).
+    pub(crate) fn local_mean(
+        &self,
+        kernel: &Kernel,
+        queries: &[f32],
+        set: usize,
+        out: &mut [f32],
+        cp: &Checkpoint,
+    ) -> Result<usize> {
+        let q = self.keys.soa(Some(set)).q;
+        let mut empty = 0;
+        let mut row = try_vec(cp.op(), "row", q as u64, 0.0f32)?;
+        self.states(kernel, queries, Some(set), cp, &mut |i, st, r| {
+            // Finalize as a group does, for row `r` alone.
+            let (s, u) = (st.s[r], &st.u[r * q..(r + 1) * q]);
+            if s > 0.0 {
+                for (o, &uc) in row.iter_mut().zip(u) {
+                    *o = (uc / s) as f32;
+                }
+            } else {
+                row.fill(f32::NAN);
+                empty += 1;
+            }
+            out[i * q..(i + 1) * q].copy_from_slice(&row);
+        })?;
+        Ok(empty)
+    }
+
+    /// Row states of `queries` with value matrix `set` (`None`: row sums
+    /// only), rows with no mass normalized.
+    pub(crate) fn row_states(
+        &self,
+        kernel: &Kernel,
+        queries: &[f32],
+        set: Option<usize>,
+        cp: &Checkpoint,
+    ) -> Result<RowStates> {
+        let q = self.keys.soa(set).q;
+        let m = queries.len() / self.keys.d();
+        let mut states = RowStates::empty(cp.op(), m, q)?;
+        self.states(kernel, queries, set, cp, &mut |i, st, r| {
+            states.max_log_weight[i] = st.m[r];
+            states.sum[i] = st.s[r];
+            for c in 0..q {
+                states.weighted[[i, c]] = st.u[r * q + c];
+            }
+        })?;
+        states.normalize_empty();
+        Ok(states)
+    }
+
+    /// Bytes the index holds.
+    fn bytes(&self) -> u64 {
+        self.held.bytes()
+    }
+}
+
+/// The key ranges `ranges` cut into about `parts` pieces of at least
+/// `4·KEY_BLOCK` keys (pieces never straddle two ranges).
+fn split(ranges: &[(usize, usize)], parts: usize) -> Vec<(usize, usize)> {
+    let total: usize = ranges.iter().map(|&(a, b)| b - a).sum();
+    let per = total.div_ceil(parts.max(1)).max(4 * KEY_BLOCK);
+    let mut out = Vec::new();
+    for &(a, b) in ranges {
+        out.extend((a..b).step_by(per).map(|k| (k, (k + per).min(b))));
+    }
+    out
+}
+
+/// What building an index gave.
+enum Built {
+    Index(Arc<CellIndex>),
+    /// The grid cannot prune (unbounded reach, or every key in one cell):
+    /// remembered, so later requests with that reach do not try again.
+    Useless,
+    /// Its memory was not free: not remembered (it may be later).
+    NoMemory,
+}
+
+/// The cache's entry: a reach and its index (`None`: found useless).
+type Entry = Option<(Vec<f64>, Option<Arc<CellIndex>>)>;
+
+/// A key set's cell index for the last reach asked (at most one), or the
+/// reach for which an index was found useless.
+#[derive(Default)]
+pub(crate) struct CellCache {
+    slot: Mutex<Entry>,
+}
+
+impl CellCache {
+    /// The index of `keys` for `kernel`'s requests (`exclude_self`: leave-
+    /// one-out), built and kept on first use; `None` when the request runs
+    /// over all keys ([`reach_for`], a grid that cannot prune, or the
+    /// index would take more than half of the memory free now).
+    ///
+    /// The index is built without the lock held, on `threads`, so a
+    /// request never waits on the lock while the pool works (two requests
+    /// may then build the same index; the first kept is shared). An index
+    /// for another reach is dropped from the cache first, so its memory
+    /// goes back once the requests using it end.
+    pub(crate) fn get(
+        &self,
+        kernel: &Kernel,
+        exclude_self: bool,
+        keys: &KeyColumns,
+        budget: &Arc<MemoryBudget>,
+        threads: &Threads,
+    ) -> Option<Arc<CellIndex>> {
+        let reach = reach_for(kernel, keys.n(), keys.d(), exclude_self)?;
+        {
+            let mut slot = self.lock();
+            match &*slot {
+                Some((r, ix)) if *r == reach => return ix.clone(),
+                _ => *slot = None,
+            }
+        }
+        let built = match CellIndex::build(keys, &reach, budget, threads) {
+            Built::Index(ix) => Some(ix),
+            Built::Useless => None,
+            Built::NoMemory => return None,
+        };
+        let mut slot = self.lock();
+        match &*slot {
+            // Another request built the same index meanwhile: share it.
+            Some((r, ix)) if *r == reach => ix.clone(),
+            _ => {
+                *slot = Some((reach, built.clone()));
+                built
+            }
+        }
+    }
+
+    /// Bytes of the kept index (0 without one).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.lock()
+            .as_ref()
+            .and_then(|(_, ix)| ix.as_ref())
+            .map_or(0, |ix| ix.bytes())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Entry> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

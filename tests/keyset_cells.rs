@@ -1,0 +1,396 @@
+//! Key sets indexed by grid cell on the CPU: for kernels of bounded reach
+//! (compact profiles, product kernels with compact blocks) a key set's
+//! local means, row states, densities and class probabilities visit only
+//! the cells within reach. Each is checked against the one-shot op, which
+//! runs over every key (no index), within the numerics contract; the
+//! index is seen in the key set's resident bytes.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use locus::{CancelToken, Device, Engine, EngineOptions, Error, Kernel, KeySet, Profile};
+use ndarray::{Array1, Array2, concatenate, s};
+
+/// Fewest keys the index is built for (`cpu/cells.rs`); the data here
+/// have more.
+const N: usize = 6000;
+
+const COMPACT: [Profile; 5] = [
+    Profile::Epanechnikov,
+    Profile::Uniform,
+    Profile::Triangular,
+    Profile::Biweight,
+    Profile::Cosine,
+];
+
+/// `n` keys in `d` coordinates: clumps in [0, 10)^d, and a few outliers
+/// far away.
+fn keys(n: usize, d: usize, seed: u64) -> Array2<f32> {
+    let mut rng = Rng::new(seed);
+    let centres = rng.matrix(5, d, 0.0, 10.0);
+    let mut x = Array2::from_shape_fn((n, d), |(i, k)| {
+        centres[[i % 5, k]] + 1.5 * (rng.uniform() - 0.5) + 0.6 * (rng.uniform() - 0.5)
+    });
+    for (i, far) in [(7usize, 1e4f32), (n / 2, -3e3), (n - 1, 1e6)] {
+        x.row_mut(i).fill(far);
+    }
+    x
+}
+
+/// Queries: near the keys, between the clumps, outside the data, and on
+/// the far outliers.
+fn queries(x: &Array2<f32>, m: usize, seed: u64) -> Array2<f32> {
+    let (n, d) = x.dim();
+    let mut rng = Rng::new(seed);
+    let mut q = Array2::from_shape_fn((m, d), |(i, k)| match i % 4 {
+        0 | 1 => x[[(i * 37) % n, k]] + 0.3 * (rng.uniform() - 0.5),
+        2 => 12.0 * rng.uniform() - 1.0,
+        _ => -50.0 + 200.0 * rng.uniform(),
+    });
+    if m > 5 {
+        q.row_mut(3).fill(1e4);
+        q.row_mut(5).fill(1e6 + 0.01);
+    }
+    q
+}
+
+fn values(n: usize, q: usize, seed: u64) -> Array2<f32> {
+    Rng::new(seed).matrix(n, q, -2.0, 3.0)
+}
+
+fn set(e: &Engine, x: &Array2<f32>, y: &Array2<f32>) -> KeySet {
+    e.prepare(x.view())
+        .values(y.view())
+        .build()
+        .expect("key set")
+}
+
+/// The one-shot local mean (every key visited), in f64 for `assert_close`.
+fn brute_mean(
+    e: &Engine,
+    k: &Kernel,
+    q: &Array2<f32>,
+    x: &Array2<f32>,
+    y: &Array2<f32>,
+) -> (Array2<f64>, usize) {
+    let r = e
+        .local_mean(k, q.view(), x.view(), y.view())
+        .expect("one-shot local mean");
+    (r.values.mapv(f64::from), r.empty_rows)
+}
+
+/// The key set's local mean equals the one-shot op's within the contract
+/// (1e-4 relative + 1e-5 absolute), with the same empty rows.
+fn check_mean(
+    what: &str,
+    ks: &KeySet,
+    k: &Kernel,
+    q: &Array2<f32>,
+    x: &Array2<f32>,
+    y: &Array2<f32>,
+) {
+    let e = cpu();
+    let (want, want_empty) = brute_mean(e, k, q, x, y);
+    let got = ks.local_mean(k, q.view()).expect("key set local mean");
+    assert_close(what, &got.values, &want, 1e-4, 1e-5);
+    assert_eq!(got.empty_rows, want_empty, "{what}: empty rows");
+    assert!(
+        want_empty > 0,
+        "{what}: the queries should include empty neighbourhoods"
+    );
+    assert!(
+        want_empty < q.nrows(),
+        "{what}: the queries should include non-empty neighbourhoods"
+    );
+}
+
+#[test]
+fn every_compact_profile_in_every_dimension_matches_the_one_shot_op() {
+    let e = cpu();
+    for (d, h) in [(1usize, 0.05f32), (2, 0.3), (3, 0.5), (5, 0.9)] {
+        let x = keys(N + 17 * d, d, d as u64);
+        let y = values(x.nrows(), 3, 11);
+        let q = queries(&x, 203, 5 + d as u64);
+        let ks = set(e, &x, &y);
+        let base = ks.resident_bytes();
+        for p in COMPACT {
+            let k = Kernel::new(p, h).unwrap();
+            check_mean(&format!("{p:?} d={d}"), &ks, &k, &q, &x, &y);
+        }
+        assert!(ks.resident_bytes() > base, "d={d}: no index was built");
+    }
+}
+
+#[test]
+fn product_kernels_with_compact_and_gaussian_blocks_match() {
+    let e = cpu();
+    let x = keys(N, 3, 21);
+    let y = values(N, 2, 22);
+    let q = queries(&x, 151, 23);
+    let ks = set(e, &x, &y);
+    let kernels = [
+        Kernel::product([(2, Profile::Uniform, 0.4), (1, Profile::Gaussian, 0.7)]).unwrap(),
+        Kernel::product([(1, Profile::Gaussian, 0.5), (2, Profile::Epanechnikov, 0.6)]).unwrap(),
+        Kernel::product([(1, Profile::Biweight, 0.3), (2, Profile::Triangular, 0.8)]).unwrap(),
+    ];
+    for (i, k) in kernels.iter().enumerate() {
+        check_mean(&format!("product {i}"), &ks, k, &q, &x, &y);
+    }
+    // A product with no compact block has no reach to index by.
+    let base = ks.resident_bytes();
+    let k = Kernel::product([(2, Profile::Gaussian, 0.4), (1, Profile::Laplacian, 0.7)]).unwrap();
+    let (want, _) = brute_mean(e, &k, &q, &x, &y);
+    assert_close(
+        "unbounded product",
+        &ks.local_mean(&k, q.view()).unwrap().values,
+        &want,
+        1e-4,
+        1e-5,
+    );
+    assert_eq!(
+        ks.resident_bytes(),
+        base,
+        "the last index stays; none is added"
+    );
+}
+
+#[test]
+fn densities_and_class_probabilities_go_through_the_index() {
+    let e = cpu();
+    let x = keys(N, 2, 31);
+    let q = queries(&x, 180, 32);
+    let labels = Array1::from_shape_fn(N, |j| {
+        i64::from(x[[j, 0]] > 5.0) + 2 * i64::from(j % 3 == 0)
+    });
+    let ks = e
+        .prepare(x.view())
+        .labels(labels.view())
+        .build()
+        .expect("key set");
+    let base = ks.resident_bytes();
+    for p in [Profile::Epanechnikov, Profile::Uniform] {
+        let k = Kernel::new(p, 0.35).unwrap();
+        let got = ks.log_density(&k, q.view()).unwrap();
+        let want = e.log_density(&k, q.view(), x.view(), None).unwrap();
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            if w == f64::NEG_INFINITY {
+                assert_eq!(g, w, "{p:?} row {i}: empty");
+            } else {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{p:?} row {i}: {g} vs {w}"
+                );
+            }
+        }
+        assert!(want.iter().any(|w| w.is_infinite()) && want.iter().any(|w| w.is_finite()));
+        // One-hot labels (classes 0..4) as values, over every key.
+        let one_hot =
+            Array2::from_shape_fn((N, 4), |(j, c)| f32::from(u8::from(labels[j] == c as i64)));
+        let (want, want_empty) = brute_mean(e, &k, &q, &x, &one_hot);
+        let got = ks.predict_proba(&k, q.view()).unwrap();
+        assert_close(&format!("{p:?} proba"), &got.values, &want, 1e-4, 1e-5);
+        assert_eq!(got.empty_rows, want_empty);
+    }
+    assert!(ks.resident_bytes() > base, "no index was built");
+}
+
+#[test]
+fn row_states_of_two_indexed_halves_merge_into_the_whole() {
+    let e = cpu();
+    let x = keys(2 * N, 2, 41);
+    let y = values(2 * N, 2, 42);
+    let q = queries(&x, 160, 43);
+    let k = Kernel::new(Profile::Biweight, 0.4).unwrap();
+    let halves = [s![..N, ..], s![N.., ..]];
+    let mut merged = None;
+    for h in halves {
+        let (xh, yh) = (x.slice(h).to_owned(), y.slice(h).to_owned());
+        let ks = set(e, &xh, &yh);
+        let base = ks.resident_bytes();
+        let st = ks.row_states(&k, q.view()).unwrap();
+        assert!(ks.resident_bytes() > base, "no index was built");
+        let want = e
+            .row_states(&k, q.view(), xh.view(), Some(yh.view()), false)
+            .unwrap();
+        assert_states_close(&st, &want);
+        match &mut merged {
+            None => merged = Some(st),
+            Some(m) => m.merge(&st).unwrap(),
+        }
+    }
+    let whole = e
+        .row_states(&k, q.view(), x.view(), Some(y.view()), false)
+        .unwrap();
+    assert_states_close(&merged.unwrap(), &whole);
+}
+
+/// Same total weight `e^m·s` and weighted sums `e^m·u`, and the same
+/// empty rows (`m = −inf`, `s = 0`, `u = 0`).
+fn assert_states_close(got: &locus::RowStates, want: &locus::RowStates) {
+    for i in 0..want.rows() {
+        let (gm, wm) = (got.max_log_weight[i], want.max_log_weight[i]);
+        if want.sum[i] == 0.0 {
+            assert_eq!((gm, got.sum[i]), (wm, 0.0), "row {i}: empty");
+            assert!(got.weighted.row(i).iter().all(|&u| u == 0.0));
+            continue;
+        }
+        let (gs, ws) = (
+            f64::from(gm).exp() * got.sum[i],
+            f64::from(wm).exp() * want.sum[i],
+        );
+        assert!((gs - ws).abs() <= 1e-4 * ws, "row {i}: sum {gs} vs {ws}");
+        for c in 0..want.weighted.ncols() {
+            let g = f64::from(gm).exp() * got.weighted[[i, c]];
+            let w = f64::from(wm).exp() * want.weighted[[i, c]];
+            assert!(
+                (g - w).abs() <= 1e-4 * (w.abs() + ws),
+                "row {i} col {c}: {g} vs {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_new_bandwidth_replaces_the_index() {
+    let e = cpu();
+    let x = keys(N, 2, 51);
+    let y = values(N, 2, 52);
+    let q = queries(&x, 120, 53);
+    let ks = set(e, &x, &y);
+    let base = ks.resident_bytes();
+    let (small, large) = (
+        Kernel::new(Profile::Uniform, 0.2).unwrap(),
+        Kernel::new(Profile::Uniform, 0.9).unwrap(),
+    );
+    check_mean("h = 0.2", &ks, &small, &q, &x, &y);
+    let one = ks.resident_bytes();
+    assert!(one > base);
+    for (i, k) in [large, small, large].iter().enumerate() {
+        check_mean(&format!("change {i}"), &ks, k, &q, &x, &y);
+        assert_eq!(ks.resident_bytes(), one, "change {i}: one index at a time");
+    }
+    // Leave-one-out row states run over every key, as before.
+    let loo = ks.engine().clone();
+    let got = loo
+        .row_states(&small, x.view(), x.view(), Some(y.view()), true)
+        .unwrap();
+    assert_eq!(got.rows(), N);
+    assert_eq!(ks.resident_bytes(), one);
+}
+
+#[test]
+fn concurrent_requests_with_two_bandwidths_share_the_key_set() {
+    let e = cpu();
+    let x = Arc::new(keys(N, 2, 61));
+    let y = Arc::new(values(N, 2, 62));
+    let q = Arc::new(queries(&x, 100, 63));
+    let ks = set(e, &x, &y);
+    let kernels = [
+        Kernel::new(Profile::Uniform, 0.25).unwrap(),
+        Kernel::new(Profile::Epanechnikov, 0.6).unwrap(),
+    ];
+    let wants: Vec<_> = kernels
+        .iter()
+        .map(|k| brute_mean(e, k, &q, &x, &y))
+        .collect();
+    std::thread::scope(|sc| {
+        for t in 0..4 {
+            let (ks, q, kernels, wants) = (&ks, &q, &kernels, &wants);
+            sc.spawn(move || {
+                for i in 0..6 {
+                    let j = (t + i) % 2;
+                    let got = ks.local_mean(&kernels[j], q.view()).unwrap();
+                    assert_close(
+                        &format!("thread {t} call {i}"),
+                        &got.values,
+                        &wants[j].0,
+                        1e-4,
+                        1e-5,
+                    );
+                    assert_eq!(got.empty_rows, wants[j].1);
+                }
+            });
+        }
+    });
+    // Whatever request came last left its index, and only one.
+    let _ = ks.local_mean(&kernels[0], q.view()).unwrap();
+    let one = ks.resident_bytes();
+    let _ = ks.local_mean(&kernels[1], q.view()).unwrap();
+    assert_eq!(ks.resident_bytes(), one);
+}
+
+#[test]
+fn without_memory_for_the_index_the_key_set_answers_over_every_key() {
+    let x = keys(N, 2, 71);
+    let y = values(N, 2, 72);
+    let q = queries(&x, 90, 73);
+    let k = Kernel::new(Profile::Uniform, 0.3).unwrap();
+    // Room for the key set and a request, not for a sorted copy beside it.
+    let mut o = EngineOptions::new(Device::Cpu);
+    o.memory_limit = Some(200_000);
+    let e = Engine::with_options(o).unwrap();
+    let ks = set(&e, &x, &y);
+    let base = ks.resident_bytes();
+    assert!(base < 150_000, "key set of {base} bytes");
+    check_mean("limited", &ks, &k, &q, &x, &y);
+    assert_eq!(ks.resident_bytes(), base, "the index cannot have fitted");
+    // The index (a copy of the keys and values, 12 bytes a key of cells)
+    // is built when it takes at most half of the memory free.
+    let index = base + 12 * N as u64;
+    for (limit, built) in [
+        (base + 2 * index - 4096, false),
+        (base + 2 * index + 8192, true),
+    ] {
+        let mut o = EngineOptions::new(Device::Cpu);
+        o.memory_limit = Some(limit);
+        let e = Engine::with_options(o).unwrap();
+        let ks = set(&e, &x, &y);
+        check_mean(&format!("limit {limit}"), &ks, &k, &q, &x, &y);
+        assert_eq!(ks.resident_bytes() > base, built, "limit {limit}");
+    }
+}
+
+#[test]
+fn a_cancelled_request_over_the_index_fails_and_the_next_succeeds() {
+    let e = cpu();
+    let x = keys(N, 2, 81);
+    let y = values(N, 2, 82);
+    let q = queries(&x, 300, 83);
+    let k = Kernel::new(Profile::Uniform, 0.3).unwrap();
+    let ks = set(e, &x, &y);
+    let token = CancelToken::new();
+    token.cancel();
+    let r = token.run(|| ks.local_mean(&k, q.view()));
+    assert!(matches!(r, Err(Error::Cancelled { .. })), "{r:?}");
+    check_mean("after the cancelled one", &ks, &k, &q, &x, &y);
+    // Duplicated queries come back in their own rows.
+    let qq = concatenate![ndarray::Axis(0), q, q];
+    let got = ks.local_mean(&k, qq.view()).unwrap();
+    let (want, _) = brute_mean(e, &k, &q, &x, &y);
+    assert_close(
+        "second copy",
+        &got.values.slice(s![q.nrows().., ..]).to_owned(),
+        &want,
+        1e-4,
+        1e-5,
+    );
+}
+
+#[test]
+fn a_few_queries_split_the_keys_within_reach() {
+    let e = cpu();
+    let x = keys(4 * N, 2, 91);
+    let y = values(4 * N, 2, 92);
+    let k = Kernel::new(Profile::Epanechnikov, 3.0).unwrap();
+    let ks = set(e, &x, &y);
+    for rows in [1usize, 2, 4] {
+        let q = queries(&x, rows, 93).mapv(|v| v.clamp(0.0, 10.0));
+        let (want, want_empty) = brute_mean(e, &k, &q, &x, &y);
+        let got = ks.local_mean(&k, q.view()).unwrap();
+        assert_close(&format!("{rows} rows"), &got.values, &want, 1e-4, 1e-5);
+        assert_eq!(got.empty_rows, want_empty);
+        assert!(want_empty < rows);
+    }
+}
