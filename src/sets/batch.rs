@@ -184,10 +184,12 @@ impl<T> Outcome<T> {
     fn wait(&self, cp: &Checkpoint) -> Result<Arc<Delivery<T>>> {
         let mut g = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         loop {
+            // A cancelled member is answered `Cancelled` even when its
+            // batch has already delivered.
+            cp.check()?;
             if let Some(d) = g.as_ref() {
                 return Ok(Arc::clone(d));
             }
-            cp.check()?;
             g = match cp.token() {
                 Some(_) => {
                     self.ready
@@ -317,6 +319,8 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
     ) -> Result<T> {
         let rows = queries.rows();
         let cp = Checkpoint::current("batched request");
+        // Already cancelled: neither run nor joined.
+        cp.check()?;
         let mut p = self.lock();
         if !self.opts.enabled || rows >= self.opts.direct_rows || rows >= self.opts.max_batch_rows {
             p.stats.direct += 1;
@@ -429,6 +433,8 @@ impl<K: Hash + Eq + Copy, T: Rows> Batcher<K, T> {
             Ok(out) => {
                 let mine = out.rows(0, rows);
                 promise.keep(Delivery::Done(out));
+                // The leader's own cancel (the batch ran for the others).
+                cp.check()?;
                 mine
             }
             // Every member was cancelled: each finds its own token
