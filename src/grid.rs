@@ -54,6 +54,20 @@ pub(crate) fn cells_for(reach: &[f64]) -> Option<(f64, Vec<bool>)> {
         .then_some((h / CELLS_PER_H, bounded))
 }
 
+/// The box every key within `reach` (per coordinate) of some row of
+/// `rows` (row-major, `d` columns) lies in: `(lo, hi)`.
+pub(crate) fn query_box(rows: &[f32], d: usize, reach: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let mut lo = vec![f64::INFINITY; d];
+    let mut hi = vec![f64::NEG_INFINITY; d];
+    for row in rows.chunks_exact(d) {
+        for (k, &v) in row.iter().enumerate() {
+            lo[k] = lo[k].min(f64::from(v) - reach[k]);
+            hi[k] = hi[k].max(f64::from(v) + reach[k]);
+        }
+    }
+    (lo, hi)
+}
+
 /// Points sorted by cell.
 #[derive(Debug, Clone)]
 pub(crate) struct Grid {

@@ -23,14 +23,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rayon::prelude::*;
 
 use super::keys::KeyColumns;
-use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group};
+use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group, put_row};
 use super::simd::KEY_BLOCK;
 use super::threads::Threads;
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::grid::{self, Grid};
 use crate::kernel::Kernel;
-use crate::matrix::{ensure_room, reserve, try_vec};
+use crate::matrix::{ensure_room, reserve};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::types::RowStates;
 
@@ -167,7 +167,7 @@ impl CellIndex {
                             let i = i as usize;
                             buf.extend_from_slice(&queries[i * d..(i + 1) * d]);
                         }
-                        let (lo, hi) = self.query_box(buf, d);
+                        let (lo, hi) = grid::query_box(buf, d, &self.reach);
                         ranges.clear();
                         grid.ranges(&lo, &hi, ranges);
                         let job = |(k0, k1): (usize, usize)| {
@@ -207,19 +207,6 @@ impl CellIndex {
         Ok(())
     }
 
-    /// The box every key with weight at some query of `rows` lies in.
-    fn query_box(&self, rows: &[f32], d: usize) -> (Vec<f64>, Vec<f64>) {
-        let mut lo = vec![f64::INFINITY; d];
-        let mut hi = vec![f64::NEG_INFINITY; d];
-        for row in rows.chunks_exact(d) {
-            for (k, &v) in row.iter().enumerate() {
-                lo[k] = lo[k].min(f64::from(v) - self.reach[k]);
-                hi[k] = hi[k].max(f64::from(v) + self.reach[k]);
-            }
-        }
-        (lo, hi)
-    }
-
     /// Local means of value matrix `set` at `queries` into `out`
     /// (row-major, the set's columns); returns the number of empty rows
     /// (written as NaN).
@@ -233,19 +220,8 @@ impl CellIndex {
     ) -> Result<usize> {
         let q = self.keys.soa(Some(set)).q;
         let mut empty = 0;
-        let mut row = try_vec(cp.op(), "row", q as u64, 0.0f32)?;
         self.states(kernel, queries, Some(set), cp, &mut |i, st, r| {
-            // Finalize as a group does, for row `r` alone.
-            let (s, u) = (st.s[r], &st.u[r * q..(r + 1) * q]);
-            if s > 0.0 {
-                for (o, &uc) in row.iter_mut().zip(u) {
-                    *o = (uc / s) as f32;
-                }
-            } else {
-                row.fill(f32::NAN);
-                empty += 1;
-            }
-            out[i * q..(i + 1) * q].copy_from_slice(&row);
+            empty += usize::from(!st.finalize_row(r, q, &mut out[i * q..(i + 1) * q]));
         })?;
         Ok(empty)
     }
@@ -263,11 +239,7 @@ impl CellIndex {
         let m = queries.len() / self.keys.d();
         let mut states = RowStates::empty(cp.op(), m, q)?;
         self.states(kernel, queries, set, cp, &mut |i, st, r| {
-            states.max_log_weight[i] = st.m[r];
-            states.sum[i] = st.s[r];
-            for c in 0..q {
-                states.weighted[[i, c]] = st.u[r * q + c];
-            }
+            put_row(&mut states, i, st, r, q);
         })?;
         states.normalize_empty();
         Ok(states)

@@ -150,14 +150,7 @@ impl ShiftKeys {
         let Some(grid) = &self.grid else {
             return group(&job(0, self.n));
         };
-        let mut lo = vec![f64::INFINITY; d];
-        let mut hi = vec![f64::NEG_INFINITY; d];
-        for row in buf.chunks_exact(d) {
-            for (k, &v) in row.iter().enumerate() {
-                lo[k] = lo[k].min(f64::from(v) - self.reach[k]);
-                hi[k] = hi[k].max(f64::from(v) + self.reach[k]);
-            }
-        }
+        let (lo, hi) = grid::query_box(buf, d, &self.reach);
         ranges.clear();
         grid.ranges(&lo, &hi, ranges);
         let mut st = GroupState::empty(kernel.profile(), soa.q);

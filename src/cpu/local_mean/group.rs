@@ -56,16 +56,23 @@ impl GroupState {
     pub(crate) fn finalize(&self, q: usize, out: &mut [f32]) -> usize {
         let mut empty = 0;
         for (r, o) in out.chunks_mut(q).enumerate() {
-            if self.s[r] > 0.0 {
-                for (oc, &uc) in o.iter_mut().zip(&self.u[r * q..(r + 1) * q]) {
-                    *oc = (uc / self.s[r]) as f32;
-                }
-            } else {
-                o.fill(f32::NAN);
-                empty += 1;
-            }
+            empty += usize::from(!self.finalize_row(r, q, o));
         }
         empty
+    }
+
+    /// Writes row `r`'s `u / s` into `out` (`q` entries; NaN where
+    /// `s = 0`); returns whether the row had mass.
+    pub(crate) fn finalize_row(&self, r: usize, q: usize, out: &mut [f32]) -> bool {
+        let s = self.s[r];
+        if s > 0.0 {
+            for (oc, &uc) in out.iter_mut().zip(&self.u[r * q..(r + 1) * q]) {
+                *oc = (uc / s) as f32;
+            }
+        } else {
+            out.fill(f32::NAN);
+        }
+        s > 0.0
     }
 }
 

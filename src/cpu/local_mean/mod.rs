@@ -179,16 +179,20 @@ pub(crate) fn row_states_of(groups: &[GroupState], m: usize, q: usize) -> Result
     let mut states = RowStates::empty("row_states", m, q)?;
     for (g, st) in groups.iter().enumerate() {
         for r in 0..QUERY_GROUP.min(m.saturating_sub(g * QUERY_GROUP)) {
-            let i = g * QUERY_GROUP + r;
-            states.max_log_weight[i] = st.m[r];
-            states.sum[i] = st.s[r];
-            for c in 0..q {
-                states.weighted[[i, c]] = st.u[r * q + c];
-            }
+            put_row(&mut states, g * QUERY_GROUP + r, st, r, q);
         }
     }
     states.normalize_empty();
     Ok(states)
+}
+
+/// Row `i` of `states` from row `r` of group state `st` (`q` columns).
+pub(crate) fn put_row(states: &mut RowStates, i: usize, st: &GroupState, r: usize, q: usize) {
+    states.max_log_weight[i] = st.m[r];
+    states.sum[i] = st.s[r];
+    for c in 0..q {
+        states.weighted[[i, c]] = st.u[r * q + c];
+    }
 }
 
 /// Local means of `queries` (row-major, `d` columns) into `out` (`q`
