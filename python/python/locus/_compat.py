@@ -36,6 +36,7 @@ from ._errors import InputError
 __all__ = [
     "check_algorithm",
     "check_metric",
+    "check_metric_columns",
     "metric_spec",
     "check_n_jobs",
     "check_tolerance",
@@ -178,6 +179,12 @@ def metric_spec(metric: Any, p: Any = 2, metric_params: Any = None) -> str:
         return "chebyshev"
     return f"minkowski:{p!r}"
 
+
+def check_metric_columns(metric: str, d: int) -> None:
+    """Refuses the haversine metric (as :func:`metric_spec` returns it) on
+    points that are not 2 columns (latitude, longitude)."""
+    if metric == "haversine" and d != 2:
+        raise InputError(f"the haversine metric takes 2 columns (latitude, longitude), got {d}")
 
 def check_tolerance(value: Any, name: str) -> None:
     """A non-negative number (KernelDensity's ``atol``, ``rtol``)."""
