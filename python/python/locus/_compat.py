@@ -35,7 +35,6 @@ from ._errors import InputError
 
 __all__ = [
     "check_algorithm",
-    "check_metric",
     "check_metric_columns",
     "metric_spec",
     "check_n_jobs",
@@ -45,7 +44,6 @@ __all__ = [
 ]
 
 ALGORITHMS = ("auto", "ball_tree", "kd_tree", "brute")
-EUCLIDEAN = ("euclidean", "l2")
 METRICS = {
     "euclidean": "euclidean",
     "l2": "euclidean",
@@ -109,12 +107,6 @@ def threads_for_n_jobs(n_jobs: Any) -> int | None:
     if n_jobs > 0:
         return int(n_jobs)
     return max(cpu_count() + 1 + int(n_jobs), 1)
-
-
-def check_metric(metric: Any, p: Any = 2, metric_params: Any = None) -> None:
-    """A metric the engine computes (see :func:`metric_spec`); anything
-    else is refused, naming what is supported."""
-    metric_spec(metric, p, metric_params)
 
 
 def metric_spec(metric: Any, p: Any = 2, metric_params: Any = None) -> str:
