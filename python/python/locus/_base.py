@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import validate_data
 
+from ._compat import check_n_jobs
 from ._engine import check_backend
 from ._errors import InputError
 from ._kernels import PROFILES, ProductKernel
@@ -173,13 +174,7 @@ class LocusEstimator(BaseEstimator):
         """
         if hasattr(self, "backend"):
             check_backend(self.backend)
-        n_jobs = getattr(self, "n_jobs", None)
-        if n_jobs is not None and (
-            isinstance(n_jobs, (bool, np.bool_))
-            or not isinstance(n_jobs, (int, np.integer))
-            or n_jobs == 0
-        ):
-            raise InputError(f"n_jobs must be None or a non-zero integer, got {n_jobs!r}")
+        check_n_jobs(getattr(self, "n_jobs", None))
 
 
 class KernelEstimator(LocusEstimator):

@@ -18,16 +18,13 @@ from ._arrays import (
     result_dtype,
 )
 from ._centre import add_offset, centre, centre_on
-from ._engine import BackendLike, engine_for
+from ._engine import BackendLike
 from ._errors import InputError
+from ._functions import _engine
 from ._kernels import ProductKernel, kernel_spec
 from ._results import MeanShiftResult, MedoidShiftResult
 
 __all__ = ["mean_shift", "medoid_shift", "estimate_bandwidth"]
-
-
-def _engine(backend: BackendLike) -> Any:
-    return engine_for(backend)._inner
 
 
 def _shift_kernel(kernel: Any, bandwidth: Any, quantile: Any, n_samples: Any) -> Any:

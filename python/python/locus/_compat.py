@@ -35,7 +35,7 @@ from ._errors import InputError
 
 __all__ = [
     "check_algorithm",
-    "check_metric",
+    "check_metric_columns",
     "metric_spec",
     "check_n_jobs",
     "check_tolerance",
@@ -44,7 +44,6 @@ __all__ = [
 ]
 
 ALGORITHMS = ("auto", "ball_tree", "kd_tree", "brute")
-EUCLIDEAN = ("euclidean", "l2")
 METRICS = {
     "euclidean": "euclidean",
     "l2": "euclidean",
@@ -110,12 +109,6 @@ def threads_for_n_jobs(n_jobs: Any) -> int | None:
     return max(cpu_count() + 1 + int(n_jobs), 1)
 
 
-def check_metric(metric: Any, p: Any = 2, metric_params: Any = None) -> None:
-    """A metric the engine computes (see :func:`metric_spec`); anything
-    else is refused, naming what is supported."""
-    metric_spec(metric, p, metric_params)
-
-
 def metric_spec(metric: Any, p: Any = 2, metric_params: Any = None) -> str:
     """The metric as the engine takes it: ``"euclidean"``, ``"manhattan"``,
     ``"chebyshev"``, ``"haversine"`` or ``"minkowski:P"`` (``p`` = 1, 2 and
@@ -178,6 +171,12 @@ def metric_spec(metric: Any, p: Any = 2, metric_params: Any = None) -> str:
         return "chebyshev"
     return f"minkowski:{p!r}"
 
+
+def check_metric_columns(metric: str, d: int) -> None:
+    """Refuses the haversine metric (as :func:`metric_spec` returns it) on
+    points that are not 2 columns (latitude, longitude)."""
+    if metric == "haversine" and d != 2:
+        raise InputError(f"the haversine metric takes 2 columns (latitude, longitude), got {d}")
 
 def check_tolerance(value: Any, name: str) -> None:
     """A non-negative number (KernelDensity's ``atol``, ``rtol``)."""

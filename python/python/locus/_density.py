@@ -11,7 +11,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import check_bandwidth, keep_params, kernel_params
-from ._compat import check_algorithm, check_tolerance, metric_spec
+from ._compat import check_algorithm, check_metric_columns, check_tolerance, metric_spec
 from ._engine import check_backend
 from ._errors import InputError
 from ._fitted import FittedKeys, check_points, check_weights, weight_scale
@@ -183,8 +183,7 @@ class KernelDensity(BaseEstimator):
         self.bandwidth_ = None if h is None else float(h)
         self.X_ = X
         self.sample_weight_ = sample_weight
-        if self._metric == "haversine" and d != 2:
-            raise InputError(f"the haversine metric takes 2 columns (latitude, longitude), got {d}")
+        check_metric_columns(self._metric, d)
         self._fitted = FittedKeys(
             X, self.backend, values, sample_weight=sample_weight, centre=self._metric != "haversine"
         )

@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import check_positive_int
-from ._compat import check_algorithm, check_n_jobs, csr, metric_spec
+from ._compat import check_algorithm, check_metric_columns, check_n_jobs, csr, metric_spec
 from ._engine import check_backend, engine_for
 from ._errors import InputError
 from ._fitted import FittedKeys, check_points
@@ -90,10 +90,7 @@ class NeighborsQueries(BaseEstimator):
     def _fit_points(self, X: np.ndarray) -> None:
         """Keeps the validated points and prepares their key set."""
         metric = self._metric
-        if metric == "haversine" and X.shape[1] != 2:
-            raise InputError(
-                f"the haversine metric takes 2 columns (latitude, longitude), got {X.shape[1]}"
-            )
+        check_metric_columns(metric, X.shape[1])
         self._fitted = FittedKeys(
             X, self.backend, n_jobs=self.n_jobs, centre=metric != "haversine"
         )
