@@ -63,10 +63,11 @@ pub(crate) fn knn_on_tiles(
     // From d = 32 the keys are filtered by inner-product tiles and the
     // candidates re-measured (docs/numerics.md, "kNN by inner products
     // (GPU)"): the same lists as the differences.
-    // Another metric than the Euclidean one is measured by differences,
-    // its ranks and distances by `knn.wgsl`'s `METRIC`.
-    let ip = plan.ip.filter(|_| metric.is_euclidean());
-    let (shader, mut template) = match ip {
+    // Another metric than the Euclidean one is measured by differences
+    // (`plan_knn` plans no inner-product tiles for it), its ranks and
+    // distances by `knn.wgsl`'s `METRIC`.
+    debug_assert!(plan.ip.is_none() || metric.is_euclidean());
+    let (shader, mut template) = match plan.ip {
         Some(resident) => (ShaderId::KnnIp, vec![("QRES", u32::from(resident))]),
         None => (
             ShaderId::Knn,
