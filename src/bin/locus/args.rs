@@ -28,11 +28,7 @@ impl BackendArg {
         let Some(n) = threads else {
             return self.engine_on_global_pool();
         };
-        let device = match self {
-            BackendArg::Auto => Device::Auto,
-            BackendArg::Gpu => Device::Gpu,
-            BackendArg::Cpu => Device::Cpu,
-        };
+        let device = self.device();
         let with_threads = |mut o: EngineOptions| {
             o.threads = Some(n);
             Engine::with_options(o)
@@ -56,6 +52,15 @@ impl BackendArg {
             } => with_context("--threads", e),
             e => with_context(self.flag(), e),
         })
+    }
+
+    /// The device this choice names.
+    pub fn device(self) -> Device {
+        match self {
+            BackendArg::Auto => Device::Auto,
+            BackendArg::Gpu => Device::Gpu,
+            BackendArg::Cpu => Device::Cpu,
+        }
     }
 
     /// The option as given, for error messages.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::ArgMatches;
-use locus::{Batching, Device, Engine, EngineOptions, Kernel, KeySetOptions, Profile};
+use locus::{Batching, Engine, EngineOptions, Kernel, KeySetOptions, Profile};
 use serde::Deserialize;
 
 use super::sets::{SetData, check_name};
@@ -485,12 +485,7 @@ impl Config {
         if self.memory_limit.is_none() {
             return self.backend.engine(self.threads);
         }
-        let device = match self.backend {
-            BackendArg::Auto => Device::Auto,
-            BackendArg::Cpu => Device::Cpu,
-            BackendArg::Gpu => Device::Gpu,
-        };
-        let mut o = EngineOptions::from_env(device)?;
+        let mut o = EngineOptions::from_env(self.backend.device())?;
         o.memory_limit = self.memory_limit;
         o.threads = self.threads;
         Ok(Engine::with_options(o)?)

@@ -276,9 +276,10 @@ fn key_rows<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Rows, D::Error> {
     d.deserialize_seq(RowsVisitor("row"))
 }
 
-/// Rows of JSON numbers as an `f32` matrix: non-empty, every row of one
-/// width (`d` when given), every number a finite `f32`.
-pub fn matrix_from_rows(
+/// Rows of JSON numbers (`values`, `weights` of a set upload) as an `f32`
+/// matrix: non-empty, every row of one width (`d` when given), every
+/// number a finite `f32`.
+fn matrix_from_rows(
     what: &str,
     rows: &[Vec<f64>],
     d: Option<usize>,
@@ -292,11 +293,10 @@ pub fn matrix_from_rows(
         .map_err(|_| Failure(StatusCode::SERVICE_UNAVAILABLE, "out of memory".into()))?;
     for (i, row) in rows.iter().enumerate() {
         if row.len() != d {
-            return Err(bad(match what {
-                "queries" => format!("query {i} has {} coordinates; the keys have {d}", row.len()),
-                "points" => format!("point {i} has {} coordinates; point 0 has {d}", row.len()),
-                _ => format!("{what} row {i} has {} columns; row 0 has {d}", row.len()),
-            }));
+            return Err(bad(format!(
+                "{what} row {i} has {} columns; row 0 has {d}",
+                row.len()
+            )));
         }
         for (j, &v) in row.iter().enumerate() {
             let f = v as f32;
