@@ -124,7 +124,7 @@ impl Threads {
         let pid = std::process::id();
         let forked;
         let pool = match &self.pool {
-            Some(pool) if self.pid == pid || self.pid == 0 => pool,
+            Some(pool) if self.pid == pid => pool,
             Some(pool) => {
                 forked = forked_pool(pool.current_num_threads());
                 &forked

@@ -241,7 +241,7 @@ pub(crate) const SQ_DIST_LIMIT: f64 = 1e37;
 
 /// The largest rank under `metric` (`kernel/metric.rs`) between rows in
 /// `d` dimensions whose coordinates differ by at most `r`: `d·r²`, `d·r`,
-/// `r`, `d·r^p`, 1 (haversine's `a`).
+/// `r`, `d·r` (Minkowski's rank is its distance), 1 (haversine's `a`).
 pub(crate) fn rank_bound(metric: &Metric, d: usize, r: f64) -> f64 {
     let d = d as f64;
     match *metric {
