@@ -203,8 +203,10 @@ fn a_large_waiter_is_not_passed_by_later_small_ones() {
     };
     let large = spawn("large", 90);
     until_waiting(&b, 1);
-    // 10 bytes would fit beside the 30 held, but the large one came first.
-    let later = spawn("later", 10);
+    // 11 bytes would fit beside the 30 held, but the large one came first
+    // (and they do not fit beside the large one's 90, so the order of the
+    // two grants is the order they are recorded in).
+    let later = spawn("later", 11);
     until_waiting(&b, 2);
     assert!(order.lock().unwrap().is_empty());
     drop(small);
