@@ -62,12 +62,17 @@ impl<R> Drop for Joined<'_, R> {
 
 /// The worker's queue in this process, starting the worker if there is
 /// none (or it was started before a `fork`); `None` if no thread can be
-/// started.
+/// started. The lock is held only to read or install the queue, never
+/// while a thread starts, so a `fork` from another thread finds it held
+/// for at most those few instructions.
 fn queue() -> Option<Sender<Job>> {
     let pid = std::process::id();
-    let mut w = WORKER.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(w) = w.as_ref().filter(|w| w.pid == pid) {
-        return Some(w.jobs.clone());
+    let current = || {
+        let w = WORKER.lock().unwrap_or_else(PoisonError::into_inner);
+        w.as_ref().filter(|w| w.pid == pid).map(|w| w.jobs.clone())
+    };
+    if let Some(jobs) = current() {
+        return Some(jobs);
     }
     let (jobs, rx) = channel::<Job>();
     std::thread::Builder::new()
@@ -78,6 +83,12 @@ fn queue() -> Option<Sender<Job>> {
             }
         })
         .ok()?;
+    let mut w = WORKER.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(theirs) = w.as_ref().filter(|w| w.pid == pid) {
+        // Another thread installed a worker meanwhile: use it; ours ends
+        // when its queue's only sender is dropped here.
+        return Some(theirs.jobs.clone());
+    }
     *w = Some(Worker {
         pid,
         jobs: jobs.clone(),
