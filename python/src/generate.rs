@@ -63,7 +63,9 @@ pub(crate) fn generate<'py>(
                 other => {
                     return Err(input(
                         py,
-                        format!("sigmas must be \"geometric\", \"linear\" or a list of levels, got {other:?}"),
+                        format!(
+                            "sigmas must be \"geometric\", \"linear\" or a list of levels, got {other:?}"
+                        ),
                     ));
                 }
             },
