@@ -169,11 +169,14 @@ fn noised_data_have_the_schedules_spread_and_level_zero_is_the_data() {
         .unwrap();
     let plan = params.resolve(x.view()).unwrap();
     assert_eq!(plan.noised(x.view(), 0).unwrap(), x);
-    assert!((plan.noise_level(3) - 0.09f64.sqrt()).abs() < 1e-12);
+    assert!((plan.noise_level(3).unwrap() - 0.09f64.sqrt()).abs() < 1e-12);
+    assert_eq!(plan.noise_level(4), None);
+    assert_eq!(plan.kernel(0), None);
+    assert_eq!(plan.kernel(3).unwrap().bandwidth(), 0.2);
     for t in 1..=3 {
         let z = (plan.noised(x.view(), t).unwrap() - &x).mapv(f64::from);
         let var = z.mapv(|v| v * v).mean().unwrap();
-        let s2 = plan.noise_level(t).powi(2);
+        let s2 = plan.noise_level(t).unwrap().powi(2);
         // 4000 draws: the variance's relative standard error is √(2/4000) ≈ 2.2 %.
         assert!(
             (var / s2 - 1.0).abs() < 0.1,

@@ -137,7 +137,8 @@ impl Engine {
                     keys.as_slice_mut().expect("standard layout"),
                 ) // ok: made so
             });
-            let next = self.local_mean(plan.kernel(t), samples.view(), keys.view(), keys.view())?;
+            let kernel = &plan.kernels()[t - 1];
+            let next = self.local_mean(kernel, samples.view(), keys.view(), keys.view())?;
             let mut moved = next.values;
             if next.empty_rows > 0 {
                 empty_rows += stay_put(&mut moved, &samples);

@@ -425,21 +425,21 @@ impl Diffusion {
         &self.bandwidths
     }
 
-    /// The kernel of level `t` (`1 ≤ t ≤ T`): the local mean that takes
-    /// `X′_t` to `X′_{t−1}`.
-    ///
-    /// # Panics
-    /// When `t` is not a level.
-    pub fn kernel(&self, t: usize) -> &Kernel {
-        &self.kernels[t - 1] // ok: a caller's out-of-range level, as indexing
+    /// The kernel of level `t`, the local mean that takes `X′_t` to
+    /// `X′_{t−1}`; `None` unless `1 ≤ t ≤ T`.
+    pub fn kernel(&self, t: usize) -> Option<&Kernel> {
+        self.kernels.get(t.checked_sub(1)?)
     }
 
-    /// `s_t`, the standard deviation of the noise in `X_t` (`s_0 = 0`).
-    ///
-    /// # Panics
-    /// When `t > T`.
-    pub fn noise_level(&self, t: usize) -> f64 {
-        self.levels[t] // ok: a caller's out-of-range level, as indexing
+    /// `s_t`, the standard deviation of the noise in `X_t` (`s_0 = 0`);
+    /// `None` when `t > T`.
+    pub fn noise_level(&self, t: usize) -> Option<f64> {
+        self.levels.get(t).copied()
+    }
+
+    /// The kernels, level 1 first.
+    pub(crate) fn kernels(&self) -> &[Kernel] {
+        &self.kernels
     }
 
     /// How many samples are generated.
