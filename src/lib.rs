@@ -44,6 +44,7 @@ mod engine;
 mod ops;
 
 mod cluster;
+mod generate;
 mod sets;
 
 pub use backend::{BackendInfo, GpuLimits, PipelineCacheStatus};
@@ -59,6 +60,10 @@ pub use engine::{
     REQUIRE_HARDWARE_ENV, default_pipeline_cache_dir,
 };
 pub use error::{Error, Result};
+pub use generate::{
+    DEFAULT_SIGMA_MAX, DEFAULT_SIGMA_MIN, DEFAULT_STEPS, Diffusion, DiffusionParams,
+    DiffusionValidParams, Generated, LevelBandwidths, MAX_STEPS, NoiseSchedule, Spacing,
+};
 pub use gpu::adapter::AdapterChoice;
 pub use gpu::plan::TileLimits;
 pub use kernel::{Kernel, Metric, Profile};

@@ -3,7 +3,7 @@
 //! of a lower layer, or of its own layer where that layer allows it.
 //!
 //! ```text
-//! error → cancel, kernel, matrix, memory, grid → types → backend → cpu | gpu → engine → ops → cluster, sets
+//! error → cancel, kernel, matrix, memory, grid → types → backend → cpu | gpu → engine → ops → cluster, generate, sets
 //! ```
 
 use std::fs;
@@ -25,6 +25,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("engine", 5),
     ("ops", 6),
     ("cluster", 7),
+    ("generate", 7),
     ("sets", 7),
 ];
 

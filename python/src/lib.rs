@@ -10,6 +10,7 @@ mod cluster;
 mod convert;
 mod engine;
 mod errors;
+mod generate;
 mod keyset;
 mod ops;
 mod results;
@@ -40,6 +41,7 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::mean_shift, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::medoid_shift, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::estimate_bandwidth, m)?)?;
+    m.add_function(wrap_pyfunction!(generate::generate, m)?)?;
     m.add_function(wrap_pyfunction!(shard::merge_states, m)?)?;
     m.add_function(wrap_pyfunction!(shard::shift_step, m)?)?;
     m.add_function(wrap_pyfunction!(shard::rank_modes, m)?)?;

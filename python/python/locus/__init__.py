@@ -47,6 +47,7 @@ from ._functions import (  # noqa: E402
     score,
     self_local_mean,
 )
+from ._generate import GenerateResult, generate  # noqa: E402
 from ._kernels import ProductKernel  # noqa: E402
 from ._locus import __version__  # noqa: E402
 from ._results import (  # noqa: E402
@@ -91,10 +92,12 @@ __all__ = [
     "MeanShiftResult",
     "MedoidShiftResult",
     "LocalPCAResult",
+    "GenerateResult",
     "ProductKernel",
     "density",
     "estimate_bandwidth",
     "feature_local_mean",
+    "generate",
     "impute",
     "kernel_matrix",
     "kernel_softmax",

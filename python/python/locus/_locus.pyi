@@ -16,7 +16,7 @@ __all__ = [
     "Engine", "KeySet", "AttentionSet", "MeanShiftParams",
     "local_mean", "self_local_mean", "local_polynomial", "local_pca", "score", "impute",
     "kernel_matrix", "laplacian", "log_density", "knn", "kernel_softmax", "feature_local_mean",
-    "mean_shift", "medoid_shift", "estimate_bandwidth",
+    "mean_shift", "medoid_shift", "estimate_bandwidth", "generate",
     "merge_states", "shift_step", "rank_modes", "neighbour_sq_dists", "check_kernel",
     "__version__",
 ]
@@ -140,6 +140,17 @@ def medoid_shift(
     engine: Engine, points: _F32, *, kernel: _ShiftKernel, max_iter: int = 300, distances: bool = False
 ) -> tuple[_I64, _Clustering]: ...
 def estimate_bandwidth(engine: Engine, points: _F32, *, quantile: float = 0.3, n_samples: int | None = None) -> float: ...
+def generate(
+    engine: Engine,
+    data: _F32,
+    *,
+    schedule: tuple[str, int, float | None, float | None] | list[float],
+    bandwidths: float | list[float],
+    kernel: str,
+    samples: int | None = None,
+    seed: int = 0,
+    trajectory: bool = False,
+) -> tuple[_F32, list[_F32], list[float], list[float], int]: ...
 
 # What locus.distributed computes on the driver.
 def merge_states(a: _States, b: _States) -> _States: ...

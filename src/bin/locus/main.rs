@@ -32,7 +32,7 @@ use std::process::ExitCode;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use commands::{
-    bench, classify, demo, impute, info, kde, kernel_matrix, knn, local_mean, local_pca,
+    bench, classify, demo, generate, impute, info, kde, kernel_matrix, knn, local_mean, local_pca,
     mean_shift, medoid_shift, softmax,
 };
 use error::{CliResult, EXIT_COMPUTE};
@@ -84,6 +84,9 @@ enum Command {
     MeanShift(mean_shift::MeanShiftArgs),
     /// MedoidShift clustering: labels, medoids (sample points), plot.
     MedoidShift(medoid_shift::MedoidShiftArgs),
+    /// New points like the input's by local-mean diffusion: iterated local
+    /// means under a Gaussian noise schedule.
+    Generate(generate::GenerateArgs),
     /// Kernel softmax (attention) softmax(s·ΦΨᵀ)V per head, or the linear
     /// feature local mean (ΦΨᵀV) ⊘ (ΦΨᵀ1).
     Softmax(softmax::SoftmaxArgs),
@@ -112,6 +115,7 @@ fn run(command: &Command, matches: &ArgMatches) -> CliResult<()> {
         Command::Knn(a) => knn::run(a),
         Command::MeanShift(a) => mean_shift::run(a),
         Command::MedoidShift(a) => medoid_shift::run(a),
+        Command::Generate(a) => generate::run(a),
         Command::Softmax(a) => softmax::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Demo(a) => demo::run(a),

@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod classify;
 pub mod demo;
+pub mod generate;
 pub mod impute;
 pub mod info;
 pub mod kde;
