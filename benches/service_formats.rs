@@ -7,14 +7,17 @@
 //! alternate in rounds so that a change in the machine's load touches all
 //! alike. Two kernels: a uniform one of a tiny bandwidth (few neighbours,
 //! the keys' cell grid: the compute is small and the bodies' handling
-//! shows) and the realistic gaussian (h = 0.3).
+//! shows) and the realistic gaussian (h = 0.3); and, to time the
+//! request's handling alone, the same requests with a parameter local
+//! means do not take (`k`): the whole body is read and checked, then
+//! refused (400) without any compute.
 //!
 //! ```text
 //! cargo bench --bench service_formats
 //! ```
 //!
 //! Environment: `LOCUS_FORMAT_REQUESTS` (requests per format, kernel and
-//! round; default 20), `LOCUS_FORMAT_ROUNDS` (default 3; the best round
+//! round, 50 times as many refused ones; default 20), `LOCUS_FORMAT_ROUNDS` (default 3; the best round
 //! of each is reported).
 
 #[path = "../tests/support/arrow.rs"]
@@ -55,17 +58,22 @@ struct Format {
     body: Vec<u8>,
 }
 
-/// Local means of `q` with kernel `profile` of bandwidth `h`, in each format.
-fn formats(q: &Array2<f32>, profile: &str, h: &str) -> Vec<Format> {
+/// Local means of `q` with kernel `profile` of bandwidth `h`, in each
+/// format; with `refused`, a parameter local means do not take (`k`), so
+/// that the service reads the whole body and answers 400 without
+/// computing.
+fn formats(q: &Array2<f32>, profile: &str, h: &str, refused: bool) -> Vec<Format> {
     let rows: Vec<Vec<f32>> = q.rows().into_iter().map(|r| r.to_vec()).collect();
+    let k = if refused { ", \"k\": 1" } else { "" };
     let json = format!(
-        r#"{{"queries": {}, "kernel": "{profile}", "bandwidth": {h}}}"#,
+        r#"{{"queries": {}, "kernel": "{profile}", "bandwidth": {h}{k}}}"#,
         serde_json::to_string(&rows).expect("json")
     );
     let mut npy = Vec::new();
     ndarray_npy::WriteNpyExt::write_npy(q, &mut npy).expect("npy");
     let path = "/v1/sets/bench/local-mean";
-    let with_query = format!("{path}?kernel={profile}&bandwidth={h}");
+    let k = if refused { "&k=1" } else { "" };
+    let with_query = format!("{path}?kernel={profile}&bandwidth={h}{k}");
     vec![
         Format {
             name: "JSON",
@@ -136,20 +144,27 @@ fn main() {
         "| kernel | format | body bytes | server CPU µs/row | wall ms/request | JSON / this |"
     );
     println!("|---|---|---|---|---|---|");
-    for (profile, h) in [("uniform", "0.002"), ("gaussian", "0.3")] {
-        let formats = formats(&q, profile, h);
+    for (what, profile, h, refused) in [
+        ("request read, then refused (k=)", "uniform", "0.002", true),
+        ("uniform h = 0.002", "uniform", "0.002", false),
+        ("gaussian h = 0.3", "gaussian", "0.3", false),
+    ] {
+        let want = if refused { 400 } else { 200 };
+        // CPU time is counted in 10 ms ticks: many more of the cheap ones.
+        let requests = if refused { requests * 50 } else { requests };
+        let formats = formats(&q, profile, h, refused);
         let mut best = vec![(f64::INFINITY, f64::INFINITY); formats.len()];
         for _ in 0..rounds {
             for (i, f) in formats.iter().enumerate() {
                 let (path, body) = (&f.path, &f.body);
                 // One request first: connection and caches warm.
                 let r = c.send("POST", path, &f.headers, body).expect("request");
-                assert_eq!(r.status, 200, "{}: {}", f.name, r.text());
+                assert_eq!(r.status, want, "{}: {}", f.name, r.text());
                 let cpu0 = http::cpu_seconds(Some(pid)).expect("/proc");
                 let t0 = Instant::now();
                 for _ in 0..requests {
                     let r = c.send("POST", path, &f.headers, body).expect("request");
-                    assert_eq!(r.status, 200, "{}: {}", f.name, r.text());
+                    assert_eq!(r.status, want, "{}: {}", f.name, r.text());
                 }
                 let wall = t0.elapsed().as_secs_f64();
                 let cpu = http::cpu_seconds(Some(pid)).expect("/proc") - cpu0;
@@ -162,7 +177,7 @@ fn main() {
         }
         for (i, f) in formats.iter().enumerate() {
             println!(
-                "| {profile} h = {h} | {} | {} | {:.3} | {:.2} | {:.2}× |",
+                "| {what} | {} | {} | {:.3} | {:.2} | {:.2}× |",
                 f.name,
                 f.body.len(),
                 best[i].0,
