@@ -76,12 +76,32 @@ class ServiceError(LocusError):
 
 class ServiceInputError(ServiceError, InputError):
     """A 4xx answer: a bad request, no such set, too large (also an
-    :class:`InputError` and a ``ValueError``)."""
+    :class:`InputError` and a ``ValueError``).
+
+    Parameters
+    ----------
+    status : int
+        The HTTP status.
+    kind : str
+        The service's kind of error.
+    message : str
+        The service's message.
+    """
 
 
 class ServiceAuthError(ServiceError, PermissionError):
     """401 or 403: no, an unknown, or a read-only API key (also a
-    ``PermissionError``)."""
+    ``PermissionError``).
+
+    Parameters
+    ----------
+    status : int
+        The HTTP status.
+    kind : str
+        The service's kind of error.
+    message : str
+        The service's message.
+    """
 
 
 class ServiceBusyError(ServiceError):
