@@ -12,6 +12,7 @@ MODULES = [
     "locus._engine",
     "locus._functions",
     "locus._cluster_functions",
+    "locus._client",
     "locus._cluster",
     "locus._density",
     "locus._regression",
@@ -26,7 +27,7 @@ MODULES = [
 def test_docstring_examples(name):
     if name.startswith("locus.distributed"):
         pytest.importorskip("distributed")
-    elif name not in ("locus", "locus._errors", "locus._engine", "locus._functions", "locus._cluster_functions"):
+    elif name not in ("locus", "locus._errors", "locus._engine", "locus._functions", "locus._cluster_functions", "locus._client"):
         pytest.importorskip("sklearn")
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)

@@ -11,6 +11,10 @@ and an :class:`InputError`), 401/403 a :class:`ServiceAuthError`, 429/503 a
 :class:`ServiceBusyError` carrying ``retry_after``, anything else a
 :class:`ServiceError`; each has the HTTP ``status``, the service's ``kind``
 and its message.
+
+>>> import locus
+>>> locus.Client("http://127.0.0.1:8080", arrow=False)  # connects on the first call
+Client('http://127.0.0.1:8080', arrow=False)
 """
 
 from __future__ import annotations
