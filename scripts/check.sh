@@ -5,7 +5,8 @@
 #   3. the API docs, rustdoc warnings (broken links) as errors;
 #   4. the library alone, without the CLI's dependencies
 #      (--no-default-features), as a service embedding it builds it, and
-#      free of the `serve` feature's runtime (tokio, axum, hyper);
+#      free of the `serve` feature's runtime (tokio, axum, hyper) and of its
+#      Arrow and Parquet crates;
 #   5. the benchmarks compile (cargo bench --no-run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 
 step "library without default features"
 cargo build --release --lib --no-default-features
-if cargo tree --no-default-features -e normal --prefix none | grep -E '^(tokio|axum|hyper|hyper-util|toml) '; then
+if cargo tree --no-default-features -e normal --prefix none | grep -E '^(tokio|axum|hyper|hyper-util|toml|arrow-[a-z]+|parquet) '; then
     echo "the library without default features depends on the service's crates" >&2
     exit 1
 fi

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The Python package's tests: a throwaway virtualenv, maturin, numpy,
-# scikit-learn, dask[distributed], pytest and mypy (whose stubtest checks the
+# scikit-learn, dask[distributed], pyarrow, pytest and mypy (whose stubtest checks the
 # compiled module's stubs) from the package index, the package built in
 # release (into the workspace's target/, so a rerun only rebuilds what
-# changed) and installed from its wheel, then pytest on python/tests.
+# changed) and installed from its wheel, then pytest on python/tests
+# (test_client.py runs the `locus` binary, built here in release unless
+# LOCUS_BIN names one).
 # mypy checks the package's own code first; the documentation (python/docs:
 # the API reference from the installed package's docstrings, and the
 # gallery python/examples, every example run) is built last, with Sphinx's
@@ -13,6 +15,8 @@
 #   scripts/test-python.sh [pytest arguments]
 #
 #   PYTHON   the interpreter to use (default: python3; CPython >= 3.10)
+#   LOCUS_BIN  the `locus` binary test_client.py serves with (default: built
+#              here, target/release/locus)
 #   LOCUS_DOCS_OUT  keep the built HTML documentation in this folder
 #                   (default: built in the throwaway virtualenv, removed)
 #   CI=true  GPU tests fail, rather than skip, when there is no adapter, and
@@ -30,7 +34,7 @@ echo "== virtualenv in $venv"
 "$python" -m venv "$venv"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-input \
-    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pandas pytest mypy \
+    "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pandas pyarrow pytest mypy \
     -r python/docs/requirements.txt
 
 echo "== building the package (release)"
@@ -38,6 +42,13 @@ echo "== building the package (release)"
     --interpreter "$py" --out "$venv/wheels" </dev/null
 "$py" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
     "$venv"/wheels/*.whl
+
+if [ -z "${LOCUS_BIN:-}" ]; then
+    echo "== building the locus binary (release) for test_client.py"
+    cargo build --release --quiet --bin locus </dev/null
+    LOCUS_BIN="$root/target/release/locus"
+fi
+export LOCUS_BIN
 
 echo "== mypy (configured in python/pyproject.toml)"
 (cd python && "$py" -m mypy)

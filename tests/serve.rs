@@ -1,11 +1,13 @@
 //! `locus serve`'s API as a client sees it: the real binary on a free
-//! loopback port; every op in JSON and in `.npy` against the library's
+//! loopback port; every op in JSON, `.npy` and Arrow against the library's
 //! own results, typed errors for bad requests, the metrics parsed by a
 //! strict reader of the Prometheus text format, the TOML configuration.
 //! tests/serve_sets.rs tests set management, API keys, back-pressure and
 //! shutdown; tests/service_http.rs the HTTP protections (timeouts,
 //! shedding, protocol errors).
 
+#[path = "support/arrow.rs"]
+mod arrow;
 mod common;
 #[path = "support/http.rs"]
 mod http;
@@ -24,7 +26,7 @@ use ndarray::Array2;
 use serve::*;
 
 #[test]
-fn every_op_answers_as_the_library_in_json_and_npy() {
+fn every_op_answers_as_the_library_in_json_npy_and_arrow() {
     let d = data();
     let svc = start(&d, &[]);
     let mut c = Client::connect(svc.addr).unwrap();

@@ -3,6 +3,8 @@
 //! request, listed and dropped; API keys (401/403); a full queue (429);
 //! `/readyz` and draining on SIGTERM.
 
+#[path = "support/arrow.rs"]
+mod arrow;
 mod common;
 #[path = "support/http.rs"]
 mod http;

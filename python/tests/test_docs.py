@@ -13,6 +13,7 @@ MODULES = [
     "locus._functions",
     "locus._cluster_functions",
     "locus._generate",
+    "locus._client",
     "locus._cluster",
     "locus._density",
     "locus._regression",
@@ -28,7 +29,7 @@ def test_docstring_examples(name):
     if name.startswith("locus.distributed"):
         pytest.importorskip("distributed")
     elif name not in ("locus", "locus._errors", "locus._engine", "locus._functions", "locus._cluster_functions",
-                      "locus._generate"):
+                      "locus._generate", "locus._client"):
         pytest.importorskip("sklearn")
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)

@@ -1,10 +1,12 @@
 //! What the tests of `locus serve` share: the test sets written as files,
 //! the service started on them, JSON and `.npy` bodies and answers, and
-//! [`ask`], which asks an op in both formats and checks they agree.
+//! [`ask`], which asks an op in JSON, `.npy` and Arrow and checks they
+//! agree.
 #![allow(dead_code)]
 
 use std::time::Duration;
 
+use crate::arrow::{ARROW, arrow_answer, arrow_body};
 use crate::common::Rng;
 use crate::http::{Client, Reply, Service, temp_folder};
 use ndarray::{Array1, Array2, ArrayD, IxDyn};
@@ -148,8 +150,10 @@ pub fn rows_json(q: &Array2<f32>) -> String {
 }
 
 /// Asks `op` on `set` with `params` (JSON fields) in JSON, and each of
-/// `arrays` as `.npy` (parameters in the query string, `output=`): the
-/// `.npy` answers must equal the JSON ones; returns the JSON answer.
+/// `arrays` as `.npy` (parameters in the query string, `output=`), and in
+/// Arrow (every per-row array as a column, the scalars in the schema's
+/// metadata; then each of `arrays` alone by `output=`): the `.npy` and
+/// Arrow answers must equal the JSON ones; returns the JSON answer.
 pub fn ask(
     c: &mut Client,
     set: &str,
@@ -208,6 +212,53 @@ pub fn ask(
             &array(&answer[*name]),
             0.0,
         );
+    }
+    // Arrow: float32 queries once, float64 (rounded to f32 as JSON) once.
+    for (i, output) in std::iter::once(None)
+        .chain(arrays.iter().map(|a| Some(*a)))
+        .enumerate()
+    {
+        let mut url = format!("{path}?{}", query.join("&"));
+        if let Some(o) = output {
+            url.push_str(&format!("&output={o}"));
+        }
+        let r = c
+            .send(
+                "POST",
+                &url,
+                &[("Content-Type", ARROW), ("Accept", ARROW)],
+                &arrow_body(q, "queries", i % 2 == 1),
+            )
+            .unwrap();
+        assert_eq!(r.status, 200, "{op} Arrow {output:?}: {}", r.text());
+        let a = arrow_answer(&r);
+        let obj = answer.as_object().unwrap();
+        let mut left_out: Vec<String> = Vec::new();
+        for (name, v) in obj {
+            if v.is_array() {
+                match a.columns.get(name) {
+                    Some(col) => same(&format!("{op} {name} Arrow vs JSON"), col, &array(v), 0.0),
+                    None => left_out.push(name.clone()),
+                }
+            } else {
+                assert_eq!(a.meta.get(name), Some(&v.to_string()), "{op} {name}");
+            }
+        }
+        match output {
+            Some(o) => assert_eq!(a.columns.keys().collect::<Vec<_>>(), vec![o]),
+            None => {
+                // Left out: the arrays whose rows are not the queries'.
+                let listed: Vec<String> = a
+                    .meta
+                    .get("locus.other_arrays")
+                    .map(|s| serde_json::from_str(s).unwrap())
+                    .unwrap_or_default();
+                assert_eq!(listed, left_out, "{op}");
+                for col in a.columns.values() {
+                    assert_eq!(col.shape()[0], q.nrows(), "{op}");
+                }
+            }
+        }
     }
     answer
 }

@@ -31,7 +31,17 @@ from typing import TYPE_CHECKING, Any
 _os.environ.setdefault("NODEVICE_SELECT", "1")
 
 from ._engine import AttentionSet, Engine, KeySet  # noqa: E402
-from ._errors import DeviceError, InputError, LocusError, LocusMemoryError  # noqa: E402
+from ._errors import (  # noqa: E402
+    DeviceError,
+    InputError,
+    LocusError,
+    LocusMemoryError,
+    ServiceAuthError,
+    ServiceBusyError,
+    ServiceError,
+    ServiceInputError,
+)
+from ._client import Client  # noqa: E402
 from ._cluster_functions import estimate_bandwidth, mean_shift, medoid_shift  # noqa: E402
 from ._functions import (  # noqa: E402
     density,
@@ -89,6 +99,11 @@ __all__ = [
     "InputError",
     "DeviceError",
     "LocusMemoryError",
+    "ServiceError",
+    "ServiceInputError",
+    "ServiceAuthError",
+    "ServiceBusyError",
+    "Client",
     "MeanShiftResult",
     "MedoidShiftResult",
     "LocalPCAResult",

@@ -14,6 +14,7 @@ use locus::{Batching, Engine, EngineOptions, Kernel, KeySetOptions, Profile};
 use serde::Deserialize;
 
 use super::sets::{SetData, check_name};
+use super::tables;
 use crate::args::{BackendArg, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
 use crate::io;
@@ -171,25 +172,39 @@ pub struct SetSpec {
 }
 
 impl SetSpec {
-    /// Reads the set's files (.npy or .csv, checked as every input of the tool).
+    /// Reads the set's files (.npy or .csv, checked as every input of the
+    /// tool; Arrow IPC or Parquet, read by the `tables` module).
     pub fn load(&self) -> CliResult<SetData> {
         let at = |e: CliError| CliError::input(format!("set {:?}: {}", self.name, e.message()));
-        let keys = io::read_matrix("--keys", &self.keys).map_err(at)?;
+        let matrix = |flag: &str, p: &Path| {
+            if tables::is_table(p) {
+                tables::read_matrix(flag, p, flag.trim_start_matches('-')).map_err(CliError::input)
+            } else {
+                io::read_matrix(flag, p)
+            }
+        };
+        let keys = matrix("--keys", &self.keys).map_err(at)?;
         let values = self
             .values
             .as_deref()
-            .map(|p| io::read_matrix("--values", p))
+            .map(|p| matrix("--values", p))
             .transpose()
             .map_err(at)?;
         let labels = self
             .labels
             .as_deref()
-            .map(|p| io::read_labels("--labels", p))
+            .map(|p| {
+                if tables::is_table(p) {
+                    tables::read_labels("--labels", p).map_err(CliError::input)
+                } else {
+                    io::read_labels("--labels", p)
+                }
+            })
             .transpose()
             .map_err(at)?;
         let weights = match &self.weights {
             Some(p) => {
-                let w = io::read_matrix("--weights", p).map_err(at)?;
+                let w = matrix("--weights", p).map_err(at)?;
                 if w.ncols() != 1 {
                     return Err(CliError::input(format!(
                         "set {:?}: --weights {} must have one column (or be 1-D)",

@@ -177,7 +177,7 @@ fn run_op(entry: &Entry, op: Op, kernel: Option<Kernel>, req: &Request) -> Resul
                 .map_or_else(|| Array1::zeros(0), |c| c.to_owned());
             a.with("labels", Field::I64(c.labels.into_dyn()))
                 .with("proba", Field::F32(c.proba.into_dyn()))
-                .with("classes", Field::I64(classes.into_dyn()))
+                .with_other("classes", Field::I64(classes.into_dyn()))
                 .with("empty_rows", Field::Count(c.empty_rows))
         }
         Op::Knn => {
@@ -306,9 +306,9 @@ pub async fn mean_shift(
         .await?;
     let populations: Vec<i64> = fit.populations.iter().map(|&p| p as i64).collect();
     let answer = Answer::default()
-        .with("modes", Field::F32(fit.modes.into_dyn()))
+        .with_other("modes", Field::F32(fit.modes.into_dyn()))
         .with("labels", Field::I64(fit.labels.into_dyn()))
-        .with(
+        .with_other(
             "populations",
             Field::I64(Array1::from(populations).into_dyn()),
         )

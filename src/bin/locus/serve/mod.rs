@@ -20,6 +20,7 @@
 //! children), `crate::error`.
 
 mod app;
+mod arrow;
 mod auth;
 pub mod config;
 mod handlers;
@@ -27,6 +28,7 @@ mod http;
 mod metrics;
 mod protocol;
 mod sets;
+mod tables;
 mod wire;
 
 use std::net::SocketAddr;

@@ -4,9 +4,11 @@
 //! JSON object, or one of its arrays as `.npy` (`Accept:
 //! application/x-npy`, the array chosen by `output=`, the counts in
 //! `x-locus-*` headers). A set upload is a JSON object of arrays or `.npy`
-//! files sent one after the other (`parts=keys,values,…`).
+//! files sent one after the other (`parts=keys,values,…`). Arrow IPC
+//! streams (`application/vnd.apache.arrow.stream`) serve all three; the
+//! `arrow` module reads and writes them.
 //!
-//! Imports: `super::{app, sets}`, `crate::npy`.
+//! Imports: `super::{app, arrow, sets}`, `crate::npy`.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +16,7 @@ use ndarray::{Array1, Array2, ArrayD, ArrayViewD, Axis, Ix1, Ix2};
 use serde::{Deserialize, Serialize};
 
 use super::app::{Failure, bad, too_many_rows};
+use super::arrow::{self, ARROW};
 use super::sets::SetData;
 use crate::npy;
 
@@ -27,6 +30,8 @@ pub enum Format {
     Json,
     /// `application/x-npy`.
     Npy,
+    /// `application/vnd.apache.arrow.stream`.
+    Arrow,
 }
 
 /// The format of a request's body, by its `Content-Type` (415 for others).
@@ -39,22 +44,31 @@ pub fn request_format(headers: &HeaderMap) -> Result<Format, Failure> {
     match media {
         "application/json" | "" => Ok(Format::Json),
         NPY => Ok(Format::Npy),
+        ARROW => Ok(Format::Arrow),
         other => Err(Failure(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("Content-Type {other:?}: send application/json or {NPY}"),
+            format!("Content-Type {other:?}: send application/json, {NPY} or {ARROW}"),
         )),
     }
 }
 
 /// The format an answer is asked in, by `Accept` (JSON unless it names
-/// `.npy`).
+/// Arrow or `.npy`; Arrow when it names both).
 pub fn answer_format(headers: &HeaderMap) -> Format {
-    let asks_npy = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.to_ascii_lowercase().contains(NPY));
-    if asks_npy { Format::Npy } else { Format::Json }
+    let asks = |media: &str| {
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.to_ascii_lowercase().contains(media))
+    };
+    if asks(ARROW) {
+        Format::Arrow
+    } else if asks(NPY) {
+        Format::Npy
+    } else {
+        Format::Json
+    }
 }
 
 /// A query op's parameters, from a JSON body or a query string.
@@ -343,6 +357,11 @@ pub fn parse_request(
             }
             Request { params, rows }
         }
+        Format::Arrow => {
+            let params = params_from_query(query)?;
+            let rows = arrow::query_rows(body, field, noun(field), d, max_rows)?;
+            Request { params, rows }
+        }
         Format::Json => {
             let from_query = params_from_query(query)?;
             if from_query
@@ -443,6 +462,9 @@ impl Serialize for Field {
 pub struct Answer {
     /// The fields.
     pub fields: Vec<(&'static str, Field)>,
+    /// The arrays whose leading axis is not the query rows (an Arrow
+    /// answer carries them only when `output=` names them).
+    pub others: Vec<&'static str>,
 }
 
 impl Serialize for Answer {
@@ -456,6 +478,13 @@ impl Answer {
     pub fn with(mut self, name: &'static str, f: Field) -> Self {
         self.fields.push((name, f));
         self
+    }
+
+    /// Adds an array whose leading axis is not the query rows (MeanShift's
+    /// modes, the class labels).
+    pub fn with_other(mut self, name: &'static str, f: Field) -> Self {
+        self.others.push(name);
+        self.with(name, f)
     }
 
     /// Writes the answer in `format`; `output` chooses the `.npy` array.
@@ -473,8 +502,13 @@ impl Answer {
                 "output={o:?}: this answer's arrays are {arrays:?}"
             )));
         }
-        if format == Format::Json {
-            return Ok(axum::Json(self).into_response());
+        match format {
+            Format::Json => return Ok(axum::Json(self).into_response()),
+            Format::Arrow => {
+                let body = arrow::answer(&self.fields, &self.others, output)?;
+                return Ok(([(header::CONTENT_TYPE, ARROW)], body).into_response());
+            }
+            Format::Npy => {}
         }
         let chosen = output.or(arrays.first().copied()).unwrap_or_default();
         let mut body = Vec::new();
@@ -554,10 +588,13 @@ pub fn parse_set(body: &[u8], format: Format, query: Option<&str>) -> Result<Set
             }
         }
     }
+    if format != Format::Npy && parts_list.is_some() {
+        return Err(bad("parts= is for .npy uploads"));
+    }
+    if format == Format::Arrow {
+        return arrow::set_data(body);
+    }
     if format == Format::Json {
-        if parts_list.is_some() {
-            return Err(bad("parts= is for .npy uploads"));
-        }
         let s: JsonSet =
             serde_json::from_slice(body).map_err(|e| bad(format!("invalid set: {e}")))?;
         let keys = s.keys.into_matrix("keys", None)?;
