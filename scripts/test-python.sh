@@ -4,6 +4,10 @@
 # compiled module's stubs) from the package index, the package built in
 # release (into the workspace's target/, so a rerun only rebuilds what
 # changed) and installed from its wheel, then pytest on python/tests.
+# The `locus` binary is built too (cargo build --release --bin locus) and
+# passed to the tests as LOCUS_BIN: python/tests/test_serve_schema.py
+# fuzzes a running `locus serve` against its OpenAPI description
+# (schemathesis, openapi-spec-validator).
 # mypy checks the package's own code first; the documentation (python/docs:
 # the API reference from the installed package's docstrings, and the
 # gallery python/examples, every example run) is built last, with Sphinx's
@@ -15,8 +19,11 @@
 #   PYTHON   the interpreter to use (default: python3; CPython >= 3.10)
 #   LOCUS_DOCS_OUT  keep the built HTML documentation in this folder
 #                   (default: built in the throwaway virtualenv, removed)
-#   CI=true  GPU tests fail, rather than skip, when there is no adapter, and
-#            the stub test when mypy is missing
+#   LOCUS_BIN  the `locus` binary the service tests run (default: the one
+#            built here, target/release/locus)
+#   CI=true  GPU tests fail, rather than skip, when there is no adapter, the
+#            stub test when mypy is missing, and the service tests when
+#            there is no binary
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -31,6 +38,7 @@ echo "== virtualenv in $venv"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-input \
     "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pandas pytest mypy \
+    schemathesis openapi-spec-validator \
     -r python/docs/requirements.txt
 
 echo "== building the package (release)"
@@ -38,6 +46,10 @@ echo "== building the package (release)"
     --interpreter "$py" --out "$venv/wheels" </dev/null
 "$py" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
     "$venv"/wheels/*.whl
+
+echo "== building the locus binary (release), for the service tests"
+cargo build --release --quiet --bin locus </dev/null
+export LOCUS_BIN=${LOCUS_BIN:-$root/target/release/locus}
 
 echo "== mypy (configured in python/pyproject.toml)"
 (cd python && "$py" -m mypy)
