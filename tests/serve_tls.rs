@@ -104,16 +104,16 @@ fn an_https_service_answers_an_authenticated_query_and_drains() {
     assert!(svc.https, "the listening line names https");
     let addr = svc.addr;
     let t0 = Instant::now();
-    while (https(&client, addr, "GET /readyz", None, "")).map_or(true, |(s, _)| s != 200) {
+    while !https(&client, addr, "GET /readyz", None, "").is_ok_and(|(s, _)| s == 200) {
         assert!(t0.elapsed() < Duration::from_secs(60), "never ready");
         std::thread::sleep(Duration::from_millis(50));
     }
 
     let query = r#"{"queries": [[0.1, 0.2, 0.3], [0.9, 0.8, 0.7]], "k": 3}"#;
     let knn = "POST /v1/sets/s/knn";
-    let (status, body) = (https(&client, addr, knn, None, query)).unwrap();
+    let (status, body) = https(&client, addr, knn, None, query).unwrap();
     assert_eq!(status, 401, "{body}");
-    let (status, body) = (https(&client, addr, knn, Some(READ_KEY), query)).unwrap();
+    let (status, body) = https(&client, addr, knn, Some(READ_KEY), query).unwrap();
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     let engine = locus::Engine::cpu();

@@ -49,10 +49,10 @@ fn matches(template: &str, path: &str) -> bool {
 /// Checks `value` against `schema`; `at` names the place in errors.
 pub fn validate(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
     let s = resolve(doc, schema);
-    if let Some(any) = s.get("anyOf").and_then(Value::as_array) {
-        if !any.iter().any(|a| validate(doc, a, value, at).is_ok()) {
-            return Err(format!("{at}: {value} matches none of anyOf"));
-        }
+    if let Some(any) = s.get("anyOf").and_then(Value::as_array)
+        && !any.iter().any(|a| validate(doc, a, value, at).is_ok())
+    {
+        return Err(format!("{at}: {value} matches none of anyOf"));
     }
     if value.is_null() {
         let nullable = s.get("nullable").and_then(Value::as_bool) == Some(true);

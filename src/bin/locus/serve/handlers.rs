@@ -628,7 +628,7 @@ mod tests {
                 params,
                 rows: rows.clone(),
             };
-            let answer = run_op(&entry, op, Some(kernel.clone()), &req).unwrap();
+            let answer = run_op(&entry, op, Some(kernel), &req).unwrap();
             schema::conforms(op.name(), &answer).unwrap();
             // A field the declaration lacks is caught.
             let more = answer.with("extra", Field::Count(0));
