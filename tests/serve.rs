@@ -517,14 +517,19 @@ fn the_openapi_description_is_served_and_is_the_documented_copy() {
     }
     // The client's check refuses what the description does not declare.
     let undeclared = r#"{"values": [[1.0]], "empty_rows": 0, "extra": 1}"#;
+    let json_type = [("content-type".to_string(), "application/json".to_string())];
     let e = http::openapi::check(
         "POST",
         "/v1/sets/s/local-mean",
         200,
-        Some("application/json"),
+        &json_type,
         undeclared.as_bytes(),
     )
     .unwrap_err();
     assert!(e.contains("extra"), "{e}");
-    assert!(http::openapi::check("GET", "/livez", 418, Some("application/json"), b"{}").is_err());
+    assert!(http::openapi::check("GET", "/livez", 418, &json_type, b"{}").is_err());
+    let busy = r#"{"error": "busy", "kind": "queue_full"}"#;
+    let e = http::openapi::check("POST", "/v1/sets/s/knn", 429, &json_type, busy.as_bytes())
+        .unwrap_err();
+    assert!(e.contains("retry-after"), "{e}");
 }

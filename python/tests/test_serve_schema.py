@@ -22,8 +22,13 @@ import urllib.request
 import numpy as np
 import pytest
 
-schemathesis = pytest.importorskip("schemathesis")
-openapi_spec_validator = pytest.importorskip("openapi_spec_validator")
+try:
+    import openapi_spec_validator
+    import schemathesis
+except ImportError as e:  # scripts/test-python.sh installs both
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip(f"{e.name} is not installed", allow_module_level=True)
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
@@ -135,6 +140,7 @@ schema = schemathesis.openapi.from_dict(docs_copy())
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
+    database=None,
     derandomize="LOCUS_SCHEMA_EXAMPLES" not in os.environ,
     suppress_health_check=list(HealthCheck),
 )

@@ -121,13 +121,7 @@ impl Client {
             body,
         };
         #[cfg(test)]
-        if let Err(e) = openapi::check(
-            method,
-            path,
-            reply.status,
-            reply.header("content-type"),
-            &reply.body,
-        ) {
+        if let Err(e) = openapi::check(method, path, reply.status, &reply.headers, &reply.body) {
             panic!("an answer the OpenAPI description does not declare: {e}");
         }
         Ok(reply)

@@ -1,7 +1,7 @@
 //! The OpenAPI description docs/openapi.json holds, and a check of an answer
 //! against it: its route and method declared (or an error status a router
 //! gives an undeclared one), its status declared for the operation, its
-//! media type declared for the status, and a JSON body valid under the
+//! media type declared for the status, its required headers there, and a JSON body valid under the
 //! declared schema (the subset of JSON Schema the description uses: `$ref`,
 //! `type` with `nullable`, `properties`, `required`,
 //! `additionalProperties: false`, `items`, `minItems`, `maxItems`, `enum`,
@@ -144,15 +144,19 @@ pub fn validate(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<
 /// body checks that run before routing, hyper's protocol errors).
 const UNROUTED: [u16; 9] = [400, 401, 403, 404, 405, 408, 413, 414, 431];
 
-/// Checks an answer (`content_type` its header, `body` its bytes) to
-/// `method path` against the description.
+/// Checks an answer (`headers` its headers, names lower-case; `body` its
+/// bytes) to `method path` against the description.
 pub fn check(
     method: &str,
     path: &str,
     status: u16,
-    content_type: Option<&str>,
+    headers: &[(String, String)],
     body: &[u8],
 ) -> Result<(), String> {
+    let content_type = headers
+        .iter()
+        .find(|(k, _)| k == "content-type")
+        .map(|(_, v)| v.as_str());
     let doc = document();
     let path = path.split('?').next().unwrap_or_default();
     let paths = doc["paths"].as_object().expect("paths");
@@ -179,6 +183,16 @@ pub fn check(
         .get(status.to_string())
         .ok_or_else(|| format!("{method} {path}: status {status} is not declared"))?;
     let answer = resolve(doc, answer);
+    let required = answer.get("headers").and_then(Value::as_object);
+    for (name, h) in required.into_iter().flatten() {
+        let name = name.to_ascii_lowercase();
+        if h.get("required") == Some(&Value::Bool(true)) && !headers.iter().any(|(k, _)| *k == name)
+        {
+            return Err(format!(
+                "{method} {path} {status}: the required header {name:?} is missing"
+            ));
+        }
+    }
     let Some(content) = answer.get("content").and_then(Value::as_object) else {
         return if body.is_empty() {
             Ok(())

@@ -162,7 +162,7 @@ fn param_schema(name: &str) -> Value {
             "description": "0: local means; 1: local linear fits (default 0)",
         }),
         "k" => {
-            json!({ "type": "integer", "minimum": 1, "description": "the neighbours sought (required)" })
+            json!({ "type": "integer", "minimum": 1, "description": "the neighbours sought (knn needs it)" })
         }
         "max_iter" => {
             json!({ "type": "integer", "minimum": 1, "description": "most MeanShift iterations" })
@@ -424,7 +424,7 @@ fn components() -> Value {
         }),
     );
     let retry = json!({
-        "Retry-After": { "description": "seconds to wait", "schema": { "type": "integer" } },
+        "Retry-After": { "description": "seconds to wait", "required": true, "schema": { "type": "integer" } },
     });
     let mut answers = Map::new();
     for (code, about) in ERRORS {
@@ -434,7 +434,7 @@ fn components() -> Value {
         }
         if code == 401 {
             v["headers"] = json!({
-                "WWW-Authenticate": { "description": "Bearer", "schema": { "type": "string" } },
+                "WWW-Authenticate": { "description": "Bearer", "required": true, "schema": { "type": "string" } },
             });
         }
         answers.insert(format!("E{code}"), v);
