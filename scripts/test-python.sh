@@ -3,9 +3,11 @@
 # scikit-learn, dask[distributed], pyarrow, pytest and mypy (whose stubtest checks the
 # compiled module's stubs) from the package index, the package built in
 # release (into the workspace's target/, so a rerun only rebuilds what
-# changed) and installed from its wheel, then pytest on python/tests
-# (test_client.py runs the `locus` binary, built here in release unless
-# LOCUS_BIN names one).
+# changed) and installed from its wheel, then pytest on python/tests.
+# The `locus` binary is built too (cargo build --release --bin locus) and
+# passed to the tests as LOCUS_BIN: python/tests/test_serve_schema.py
+# fuzzes a running `locus serve` against its OpenAPI description
+# (schemathesis, openapi-spec-validator), test_client.py queries one.
 # mypy checks the package's own code first; the documentation (python/docs:
 # the API reference from the installed package's docstrings, and the
 # gallery python/examples, every example run) is built last, with Sphinx's
@@ -15,12 +17,13 @@
 #   scripts/test-python.sh [pytest arguments]
 #
 #   PYTHON   the interpreter to use (default: python3; CPython >= 3.10)
-#   LOCUS_BIN  the `locus` binary test_client.py serves with (default: built
-#              here, target/release/locus)
 #   LOCUS_DOCS_OUT  keep the built HTML documentation in this folder
 #                   (default: built in the throwaway virtualenv, removed)
-#   CI=true  GPU tests fail, rather than skip, when there is no adapter, and
-#            the stub test when mypy is missing
+#   LOCUS_BIN  the `locus` binary the service tests run (test_client.py,
+#            test_serve_schema.py; default: built here, target/release/locus)
+#   CI=true  GPU tests fail, rather than skip, when there is no adapter, the
+#            stub test when mypy is missing, and the service tests when
+#            there is no binary
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -35,6 +38,7 @@ echo "== virtualenv in $venv"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-input \
     "maturin>=1.9,<2" numpy scikit-learn statsmodels "dask[distributed]" pandas pyarrow pytest mypy \
+    schemathesis openapi-spec-validator \
     -r python/docs/requirements.txt
 
 echo "== building the package (release)"

@@ -452,3 +452,86 @@ fn a_config_file_names_the_sets_and_flags_override_it() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_rows"));
 }
+
+/// `GET /openapi.json` (no key needed) is docs/openapi.json, byte for byte
+/// as `--print-openapi` prints it; every route the router serves is in it
+/// (an undeclared one would be a 404 here); every answer of these tests
+/// is checked against it by the client (support/openapi.rs).
+#[test]
+fn the_openapi_description_is_served_and_is_the_documented_copy() {
+    let d = data();
+    let keys = d.dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{READ_KEY} read\n")).unwrap();
+    let kp = keys.to_string_lossy().into_owned();
+    let svc = start(&d, &["--api-keys", &kp]);
+    let mut c = Client::connect(svc.addr).unwrap();
+    let r = c.send("GET", "/openapi.json", &[], b"").unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let served: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let copy = http::openapi::docs_copy();
+    assert_eq!(
+        &served,
+        http::openapi::document(),
+        "docs/openapi.json is stale: locus serve --print-openapi > docs/openapi.json"
+    );
+    let printed = std::process::Command::new(http::locus_binary())
+        .args(["serve", "--print-openapi"])
+        .output()
+        .unwrap();
+    assert!(printed.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout).trim_end(),
+        copy.trim_end()
+    );
+
+    // Every declared route answers (with the read key), as declared.
+    let auth = format!("Bearer {READ_KEY}");
+    let headers = [("Authorization", auth.as_str())];
+    let paths = served["paths"].as_object().unwrap();
+    assert_eq!(paths.len(), 13);
+    for (template, item) in paths {
+        let path = template.replace("{name}", "s");
+        for method in item.as_object().unwrap().keys() {
+            let method = method.to_ascii_uppercase();
+            if method == "DELETE" || method == "PUT" {
+                continue;
+            }
+            let body = if method == "POST" {
+                let field = if path.ends_with("mean-shift") {
+                    "points"
+                } else {
+                    "queries"
+                };
+                format!(r#"{{"{field}": [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]], "k": 1}}"#)
+            } else {
+                String::new()
+            };
+            let r = c.send(&method, &path, &headers, body.as_bytes()).unwrap();
+            // 400: a `k` sent to an op that takes none; never a 404.
+            assert!(
+                matches!(r.status, 200 | 400),
+                "{method} {path}: {} {}",
+                r.status,
+                r.text()
+            );
+        }
+    }
+    // The client's check refuses what the description does not declare.
+    let undeclared = r#"{"values": [[1.0]], "empty_rows": 0, "extra": 1}"#;
+    let json_type = [("content-type".to_string(), "application/json".to_string())];
+    let e = http::openapi::check(
+        "POST",
+        "/v1/sets/s/local-mean",
+        200,
+        &json_type,
+        undeclared.as_bytes(),
+    )
+    .unwrap_err();
+    assert!(e.contains("extra"), "{e}");
+    assert!(http::openapi::check("GET", "/livez", 418, &json_type, b"{}").is_err());
+    let busy = r#"{"error": "busy", "kind": "queue_full"}"#;
+    let e = http::openapi::check("POST", "/v1/sets/s/knn", 429, &json_type, busy.as_bytes())
+        .unwrap_err();
+    assert!(e.contains("retry-after"), "{e}");
+}

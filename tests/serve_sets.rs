@@ -249,6 +249,77 @@ fn api_keys_guard_queries_and_set_changes() {
 }
 
 #[test]
+fn api_keys_from_the_environment_join_those_of_the_file() {
+    let d = data();
+    let keys = d.dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{ADMIN_KEY} admin\n")).unwrap();
+    let kp = keys.to_string_lossy().into_owned();
+    let k = d.path("k.npy");
+    let env_key = "env-reader-0123456789";
+    let env = format!("{env_key} read, other-reader-0123456789 read");
+    let svc = http::Service::start_with_env(
+        &[
+            "--set",
+            "s",
+            "--keys",
+            &k,
+            "--backend",
+            "cpu",
+            "--api-keys",
+            &kp,
+        ],
+        &[("LOCUS_API_KEYS", &env)],
+        Duration::from_secs(60),
+    );
+    let mut c = Client::connect(svc.addr).unwrap();
+    let q = r#"{"queries": [[0.1, 0.2, 0.3]]}"#;
+    let put = r#"{"keys": [[0], [1]]}"#;
+    let ask = |c: &mut Client, method: &str, path: &str, key: &str, body: &str| {
+        let auth = format!("Bearer {key}");
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Authorization", auth.as_str()),
+        ];
+        c.send(method, path, &headers, body.as_bytes())
+            .unwrap()
+            .status
+    };
+    assert_eq!(ask(&mut c, "POST", "/v1/sets/s/density", env_key, q), 200);
+    assert_eq!(ask(&mut c, "PUT", "/v1/sets/x", env_key, put), 403);
+    assert_eq!(ask(&mut c, "PUT", "/v1/sets/x", ADMIN_KEY, put), 201);
+    assert_eq!(
+        ask(
+            &mut c,
+            "POST",
+            "/v1/sets/s/density",
+            "nope-0123456789abc",
+            q
+        ),
+        401
+    );
+    drop(svc);
+
+    // A bad entry, an empty value, or a key in both places stop the start.
+    let bad = [
+        ("short read".to_string(), Some(&kp), "LOCUS_API_KEYS"),
+        (" , ".to_string(), None, "LOCUS_API_KEYS"),
+        (format!("{ADMIN_KEY} read"), Some(&kp), "both"),
+    ];
+    for (value, file, says) in bad {
+        let mut cmd = std::process::Command::new(http::locus_binary());
+        cmd.args(["serve", "--port", "0", "--backend", "cpu"])
+            .env("LOCUS_API_KEYS", &value);
+        if let Some(f) = file {
+            cmd.args(["--api-keys", f]);
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value:?}: {err}");
+        assert!(err.contains(says), "{value:?}: {err}");
+    }
+}
+
+#[test]
 fn a_full_queue_is_429_with_retry_after() {
     // A set large enough that a 3000-query request computes for a while.
     let dir = temp_folder("serve-queue");

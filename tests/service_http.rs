@@ -719,3 +719,70 @@ fn sigterm_finishes_the_request_in_flight_then_exits() {
     assert!(status.success(), "{status}");
     assert!(svc.stderr.lock().unwrap().contains("shutting down"));
 }
+
+/// Every JSON body the service parses (queries, MeanShift points, the
+/// parameters, set uploads and each of their fields) nested 10⁵ deep is a
+/// 400 (serde_json's recursion limit), never a stack overflow: the
+/// service answers on.
+#[test]
+fn deeply_nested_json_is_a_400_not_a_stack_overflow() {
+    let f = files();
+    let mut svc = start(&f, true);
+    let mut c = Client::connect(svc.addr).unwrap();
+    let deep = "[".repeat(100_000);
+    let deep_map = r#"{"a":"#.repeat(100_000);
+    let cases: Vec<(&str, &str, String)> = vec![
+        ("POST", "/v1/sets/default/local-mean", deep.clone()),
+        ("POST", "/v1/sets/default/local-mean", deep_map.clone()),
+        (
+            "POST",
+            "/v1/sets/default/local-mean",
+            format!(r#"{{"queries": {deep}"#),
+        ),
+        (
+            "POST",
+            "/v1/sets/default/local-mean",
+            format!(r#"{{"queries": [[0.1, 0.2, 0.3]], "blocks": {deep}"#),
+        ),
+        (
+            "POST",
+            "/v1/sets/default/knn",
+            format!(r#"{{"queries": [[0.1, 0.2, 0.3]], "k": {deep_map}"#),
+        ),
+        ("POST", "/v1/mean-shift", deep.clone()),
+        ("POST", "/v1/mean-shift", format!(r#"{{"points": {deep}"#)),
+        ("PUT", "/v1/sets/nested", deep.clone()),
+        ("PUT", "/v1/sets/nested", deep_map.clone()),
+        ("PUT", "/v1/sets/nested", format!(r#"{{"keys": {deep}"#)),
+        (
+            "PUT",
+            "/v1/sets/nested",
+            format!(r#"{{"keys": [[0]], "values": {deep}"#),
+        ),
+        (
+            "PUT",
+            "/v1/sets/nested",
+            format!(r#"{{"keys": [[0]], "values": [{deep_map}"#),
+        ),
+        (
+            "PUT",
+            "/v1/sets/nested",
+            format!(r#"{{"keys": [[0]], "labels": {deep}"#),
+        ),
+        (
+            "PUT",
+            "/v1/sets/nested",
+            format!(r#"{{"keys": [[0]], "weights": {deep}"#),
+        ),
+    ];
+    for (method, path, body) in &cases {
+        let (status, text) = c.request(method, path, body).unwrap();
+        assert_eq!(status, 400, "{method} {path} {}…: {text}", &body[..40]);
+        assert_eq!(json(&text)["kind"], "bad_request");
+        assert!(svc.running(), "the service died on {method} {path}");
+    }
+    let (status, _) = c.request("GET", "/livez", "").unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = c.request("GET", "/v1/sets/nested", "").unwrap();
+    assert_eq!(status, 404, "no set was made");
+}

@@ -1,7 +1,11 @@
 //! A minimal HTTP/1.1 client over one keep-alive connection, and a way to
 //! run `locus serve`: enough to test and load the service on loopback
-//! without another dependency.
+//! without another dependency. In a test, every answer the client reads is
+//! checked against the OpenAPI description (support/openapi.rs).
 #![allow(dead_code)]
+
+#[path = "openapi.rs"]
+pub mod openapi;
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -111,11 +115,16 @@ impl Client {
             self.reader.read_exact(&mut b)?;
             body = b;
         }
-        Ok(Reply {
+        let reply = Reply {
             status,
             headers: answer_headers,
             body,
-        })
+        };
+        #[cfg(test)]
+        if let Err(e) = openapi::check(method, path, reply.status, &reply.headers, &reply.body) {
+            panic!("an answer the OpenAPI description does not declare: {e}");
+        }
+        Ok(reply)
     }
 }
 
@@ -153,6 +162,8 @@ pub fn locus_binary() -> PathBuf {
 pub struct Service {
     pub child: Child,
     pub addr: SocketAddr,
+    /// It printed `listening on https://`.
+    pub https: bool,
     /// What it wrote on stderr so far.
     pub stderr: Arc<Mutex<String>>,
 }
@@ -161,11 +172,43 @@ impl Service {
     /// Starts `locus serve` with `args` on 127.0.0.1 and a free port, and
     /// waits (up to `timeout`) until `/readyz` answers 200.
     pub fn start(args: &[&str], timeout: Duration) -> Service {
+        Service::start_with_env(args, &[], timeout)
+    }
+
+    /// [`Service::start`] with `env` set in the service's environment.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Service {
+        let t0 = Instant::now();
+        let mut svc = Service::launch(args, env, timeout);
+        loop {
+            let ready = Client::connect(svc.addr)
+                .and_then(|mut c| c.request("GET", "/readyz", ""))
+                .is_ok_and(|(status, _)| status == 200);
+            if ready {
+                break svc;
+            }
+            if !svc.running() {
+                std::thread::sleep(Duration::from_millis(200));
+                let err = svc.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                panic!("the service exited before it was ready: {err}");
+            }
+            assert!(
+                t0.elapsed() < timeout,
+                "the service was not ready within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts `locus serve` with `args` and `env` on 127.0.0.1 and a free
+    /// port, and waits (up to `timeout`) for its `listening on
+    /// http://ADDR` (or `https://`) line only.
+    pub fn launch(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Service {
         let mut child = Command::new(locus_binary())
             .arg("serve")
             .args(args)
             .args(["--host", "127.0.0.1", "--port", "0"])
             .env("NODEVICE_SELECT", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -186,15 +229,15 @@ impl Service {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(a) = line.strip_prefix("listening on http://") {
+                if let Some(a) = line.strip_prefix("listening on ") {
                     let _ = tx.send(a.trim().to_string());
                 }
             }
         });
         let t0 = Instant::now();
-        let addr = loop {
+        let url = loop {
             if let Ok(a) = rx.recv_timeout(Duration::from_millis(100)) {
-                break a.parse().expect("printed address");
+                break a;
             }
             if let Some(status) = child.try_wait().expect("child status") {
                 std::thread::sleep(Duration::from_millis(200));
@@ -206,28 +249,16 @@ impl Service {
                 panic!("the service did not listen within {timeout:?}");
             }
         };
-        let mut svc = Service {
-            child,
-            addr,
-            stderr,
+        let (https, addr) = match url.split_once("://") {
+            Some(("https", a)) => (true, a),
+            Some(("http", a)) => (false, a),
+            _ => panic!("printed {url:?}, not http(s)://ADDR"),
         };
-        loop {
-            let ready = Client::connect(addr)
-                .and_then(|mut c| c.request("GET", "/readyz", ""))
-                .is_ok_and(|(status, _)| status == 200);
-            if ready {
-                break svc;
-            }
-            if !svc.running() {
-                std::thread::sleep(Duration::from_millis(200));
-                let err = svc.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                panic!("the service exited before it was ready: {err}");
-            }
-            assert!(
-                t0.elapsed() < timeout,
-                "the service was not ready within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        Service {
+            child,
+            addr: addr.parse().expect("printed address"),
+            https,
+            stderr,
         }
     }
 

@@ -59,6 +59,9 @@ struct Cli {
     command: Command,
 }
 
+// One value per process, parsed once: the size of its largest variant
+// (`serve`'s many options) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// List GPU adapters, the backend `auto` chooses, limits and features.

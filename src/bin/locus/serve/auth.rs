@@ -1,5 +1,6 @@
 //! API keys: a file of `KEY ROLE` lines (`read` for queries, `admin` for
-//! set management too), checked on every route but the probes. Clients
+//! set management too) and the same entries in `LOCUS_API_KEYS` (comma-
+//! or newline-separated; both together are their union), checked on every route but the probes. Clients
 //! send `Authorization: Bearer KEY`; a missing or unknown key is 401, a
 //! read key on an admin route 403. A presented key is compared with every
 //! configured key in time that does not depend on where they differ.
@@ -36,13 +37,28 @@ impl Keys {
     /// Parses a keys file's text: one `KEY ROLE` per line; blank lines
     /// and `#` comments skipped.
     pub fn parse(text: &str) -> Result<Keys, String> {
-        let mut keys = Vec::new();
-        for (i, line) in text.lines().enumerate() {
+        Keys::parse_entries(text.lines(), "line")
+    }
+
+    /// Parses `LOCUS_API_KEYS`: `KEY ROLE` entries separated by commas
+    /// or newlines (so a key given there holds no comma).
+    pub fn parse_env(text: &str) -> Result<Keys, String> {
+        Keys::parse_entries(text.split([',', '\n']), "entry")
+    }
+
+    /// `KEY ROLE` entries (`#` comments, blank ones skipped); `unit`
+    /// names an entry in errors.
+    fn parse_entries<'a>(
+        entries: impl Iterator<Item = &'a str>,
+        unit: &str,
+    ) -> Result<Keys, String> {
+        let mut keys = Keys::default();
+        for (i, line) in entries.enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
                 continue;
             }
-            let at = |m: String| format!("line {}: {m}", i + 1);
+            let at = |m: String| format!("{unit} {}: {m}", i + 1);
             let fields: Vec<&str> = line.split_whitespace().collect();
             let [key, role] = fields.as_slice() else {
                 return Err(at("write `KEY ROLE` (ROLE: read or admin)".into()));
@@ -57,15 +73,46 @@ impl Keys {
                     "a key is at least {MIN_KEY} printable characters without spaces"
                 )));
             }
-            if keys.iter().any(|(k, _)| k == key.as_bytes()) {
-                return Err(at("this key is listed twice".into()));
-            }
-            keys.push((key.as_bytes().to_vec(), role));
+            keys.add(key.as_bytes(), role).map_err(at)?;
         }
-        if keys.is_empty() {
-            return Err("no key in the file".into());
+        if keys.0.is_empty() {
+            return Err(format!("no key (no `KEY ROLE` {unit})"));
         }
-        Ok(Keys(keys))
+        Ok(keys)
+    }
+
+    /// Adds a key; a key listed twice is an error (even with one role).
+    fn add(&mut self, key: &[u8], role: Role) -> Result<(), String> {
+        if self.0.iter().any(|(k, _)| k == key) {
+            return Err("this key is listed twice".into());
+        }
+        self.0.push((key.to_vec(), role));
+        Ok(())
+    }
+
+    /// The keys of both: a key in both is an error, whatever its roles.
+    pub fn union(mut self, other: Keys) -> Result<Keys, String> {
+        for (k, role) in other.0 {
+            self.add(&k, role).map_err(|_| {
+                "a key is listed both in the file and in LOCUS_API_KEYS".to_string()
+            })?;
+        }
+        Ok(self)
+    }
+
+    /// The keys of `--api-keys FILE` and of `LOCUS_API_KEYS` (its value
+    /// `env`), together. `LOCUS_API_KEYS` set but holding no key is an
+    /// error, not a service without keys.
+    pub fn configured(file: Option<&Path>, env: Option<&str>) -> Result<Keys, String> {
+        let from_file = match file {
+            Some(p) => Keys::load(p).map_err(|e| format!("--api-keys {e}"))?,
+            None => Keys::default(),
+        };
+        let Some(env) = env else {
+            return Ok(from_file);
+        };
+        let from_env = Keys::parse_env(env).map_err(|e| format!("LOCUS_API_KEYS: {e}"))?;
+        from_file.union(from_env)
     }
 
     /// Reads a keys file.
@@ -105,7 +152,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The role a request needs: none for the probes, admin to change sets.
 fn needed(method: &Method, path: &str) -> Option<Role> {
-    if matches!(path, "/livez" | "/readyz") {
+    if matches!(path, "/livez" | "/readyz" | "/openapi.json") {
         return None;
     }
     if is_set_route(path) && matches!(*method, Method::PUT | Method::DELETE) {
@@ -200,6 +247,26 @@ mod tests {
     }
 
     #[test]
+    fn keys_from_the_environment_join_those_of_the_file() {
+        let k =
+            Keys::parse_env("reader-key-0123456789 read, admin-key-0123456789 admin\n").unwrap();
+        assert_eq!(k.role(b"reader-key-0123456789"), Some(Role::Read));
+        assert_eq!(k.role(b"admin-key-0123456789"), Some(Role::Admin));
+        for bad in ["", " , \n", "reader-key-0123456789", "short read, x admin"] {
+            assert!(Keys::parse_env(bad).is_err(), "{bad:?}");
+        }
+        let file = Keys::parse("file-key-0123456789 admin").unwrap();
+        let both = file.clone().union(k).unwrap();
+        assert_eq!(both.role(b"file-key-0123456789"), Some(Role::Admin));
+        assert_eq!(both.role(b"reader-key-0123456789"), Some(Role::Read));
+        let twice = Keys::parse_env("file-key-0123456789 read").unwrap();
+        assert!(file.union(twice).is_err());
+        let e = Keys::configured(None, Some("")).unwrap_err();
+        assert!(e.starts_with("LOCUS_API_KEYS"), "{e}");
+        assert!(!Keys::configured(None, None).unwrap().enabled());
+    }
+
+    #[test]
     fn admin_routes_are_the_set_changes() {
         assert_eq!(needed(&Method::PUT, "/v1/sets/a"), Some(Role::Admin));
         assert_eq!(needed(&Method::DELETE, "/v1/sets/a"), Some(Role::Admin));
@@ -207,6 +274,7 @@ mod tests {
         assert_eq!(needed(&Method::POST, "/v1/sets/a/knn"), Some(Role::Read));
         assert_eq!(needed(&Method::GET, "/metrics"), Some(Role::Read));
         assert_eq!(needed(&Method::GET, "/readyz"), None);
+        assert_eq!(needed(&Method::GET, "/openapi.json"), None);
         assert!(constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"abcd"));
         assert_eq!(bearer("bearer k"), Some("k"));

@@ -41,6 +41,17 @@ pub struct ServeArgs {
     /// Serve without API keys on a non-loopback address.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Serve HTTPS: the certificate chain (PEM, the server's first);
+    /// needs --tls-key.
+    #[arg(long, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// Print the OpenAPI description of the API (what GET /openapi.json
+    /// answers) and exit.
+    #[arg(long)]
+    pub print_openapi: bool,
     /// A set loaded at start; the --keys, --values, --labels and --weights
     /// after it are its files (.npy or .csv). Repeatable.
     #[arg(long, value_name = "NAME")]
@@ -131,6 +142,8 @@ struct FileConfig {
     host: Option<IpAddr>,
     api_keys: Option<PathBuf>,
     insecure_no_auth: Option<bool>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     kernel: Option<String>,
     bandwidth: Option<f32>,
     backend: Option<String>,
@@ -291,6 +304,8 @@ pub struct Config {
     pub api_keys: Option<PathBuf>,
     /// `--insecure-no-auth`.
     pub insecure_no_auth: bool,
+    /// `--tls-cert` and `--tls-key`: serve HTTPS.
+    pub tls: Option<(PathBuf, PathBuf)>,
     /// The sets loaded at start.
     pub sets: Vec<SetSpec>,
     /// The default kernel.
@@ -366,8 +381,11 @@ fn read_file(path: &Path) -> CliResult<FileConfig> {
             *p = base.join(&*p);
         }
     }
-    if let Some(k) = &mut f.api_keys {
-        *k = base.join(&*k);
+    for p in [&mut f.api_keys, &mut f.tls_cert, &mut f.tls_key]
+        .into_iter()
+        .flatten()
+    {
+        *p = base.join(&*p);
     }
     Ok(f)
 }
@@ -392,6 +410,15 @@ impl Config {
                 return Err(CliError::input(format!("set {:?} named twice", s.name)));
             }
         }
+        let tls = match (
+            a.tls_cert.clone().or(f.tls_cert),
+            a.tls_key.clone().or(f.tls_key),
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(_), None) => return Err(CliError::input("--tls-cert needs --tls-key")),
+            (None, Some(_)) => return Err(CliError::input("--tls-key needs --tls-cert")),
+        };
         let profile = match (a.kernel, &f.kernel) {
             (Some(p), _) => p,
             (None, Some(s)) => {
@@ -430,6 +457,7 @@ impl Config {
             port,
             api_keys: a.api_keys.clone().or(f.api_keys),
             insecure_no_auth: a.insecure_no_auth || f.insecure_no_auth == Some(true),
+            tls,
             sets,
             kernel,
             backend,
@@ -548,6 +576,8 @@ mod tests {
             &["--port", "0", "--set", "a/b", "--keys", "k"],
             &["--set", "a", "--keys", "k"],
             &["--port", "0", "--max-rows", "0"],
+            &["--port", "0", "--tls-cert", "c.pem"],
+            &["--port", "0", "--tls-key", "k.pem"],
         ] {
             assert!(settle(bad).is_err(), "{bad:?}");
         }
@@ -560,7 +590,7 @@ mod tests {
         let path = dir.join("c.toml");
         std::fs::write(
             &path,
-            "port = 8080\nmax-rows = 7\nkernel = \"uniform\"\n[[set]]\nname = \"s\"\nkeys = \"k.npy\"\n",
+            "port = 8080\nmax-rows = 7\nkernel = \"uniform\"\ntls-cert = \"c.pem\"\ntls-key = \"k.pem\"\n[[set]]\nname = \"s\"\nkeys = \"k.npy\"\n",
         )
         .unwrap();
         let p = path.to_string_lossy().into_owned();
@@ -568,6 +598,7 @@ mod tests {
         assert_eq!((c.port, c.max_rows), (8080, 9));
         assert_eq!(c.kernel.profile(), Profile::Uniform);
         assert_eq!(c.sets[0].keys, dir.join("k.npy"));
+        assert_eq!(c.tls, Some((dir.join("c.pem"), dir.join("k.pem"))));
         std::fs::write(&path, "port = 1\nmax_rows = 7\n").unwrap();
         let e = settle(&["--config", &p]).err().unwrap();
         assert!(e.message().contains("max_rows"), "{}", e.message());

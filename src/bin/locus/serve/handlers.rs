@@ -3,7 +3,7 @@
 //! and the request's deadline, answered in the asked format), the set
 //! management routes, and the probes.
 //!
-//! Imports: `super::{app, metrics, sets, wire}`.
+//! Imports: `super::{app, metrics, openapi, schema, sets, wire}`.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::app::{App, Deadline, Failure, Phase, bad};
 use super::metrics::{Served, escape, family};
+use super::schema;
 use super::sets::{Entry, check_name};
 use super::wire::{
     Answer, Field, Params, Request, answer_format, parse_request, parse_set, request_format,
@@ -98,7 +99,7 @@ fn kernel_of(app: &App, p: &Params, d: usize) -> Result<Kernel, Failure> {
 /// Refuses parameters `op` does not take (a `k` on a local mean is a
 /// mistake, not something to ignore).
 fn check_params(op: &str, p: &Params) -> Result<(), Failure> {
-    let given = [
+    let given: [(&str, bool); schema::PARAMS.len()] = [
         ("kernel", p.kernel.is_some()),
         ("bandwidth", p.bandwidth.is_some()),
         ("blocks", p.blocks.is_some()),
@@ -106,12 +107,7 @@ fn check_params(op: &str, p: &Params) -> Result<(), Failure> {
         ("k", p.k.is_some()),
         ("max_iter", p.max_iter.is_some()),
     ];
-    let takes: &[&str] = match op {
-        "knn" => &["k"],
-        "local-mean" => &["kernel", "bandwidth", "blocks", "degree"],
-        "mean-shift" => &["kernel", "bandwidth", "blocks", "max_iter"],
-        _ => &["kernel", "bandwidth", "blocks"],
-    };
+    let takes = schema::params(op);
     match given.iter().find(|(n, g)| *g && !takes.contains(n)) {
         Some((n, _)) => Err(bad(format!(
             "{op} takes no {n:?} (it takes {})",
@@ -273,6 +269,7 @@ pub async fn query(
             run_op(&e, op, kernel, &req)
         })
         .await?;
+    declared(op.name(), &answer)?;
     let mut r = answer.respond(answer_format(&headers), output.as_deref())?;
     r.extensions_mut().insert(Served { rows });
     Ok(r)
@@ -304,8 +301,28 @@ pub async fn mean_shift(
             engine.mean_shift_owned(&params, points, |_| {})
         })
         .await?;
+    let answer = mean_shift_answer(fit);
+    declared("mean-shift", &answer)?;
+    let mut r = answer.respond(answer_format(&headers), req.params.output.as_deref())?;
+    r.extensions_mut().insert(Served { rows });
+    Ok(r)
+}
+
+/// 500 for an answer whose fields are not those `schema` declares (and
+/// the OpenAPI description): never sent. A test keeps this from happening.
+fn declared(op: &str, answer: &Answer) -> Result<(), Failure> {
+    schema::conforms(op, answer).map_err(|e| {
+        Failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: an answer not as declared: {e}"),
+        )
+    })
+}
+
+/// MeanShift's answer.
+fn mean_shift_answer(fit: locus::MeanShiftFit) -> Answer {
     let populations: Vec<i64> = fit.populations.iter().map(|&p| p as i64).collect();
-    let answer = Answer::default()
+    Answer::default()
         .with_other("modes", Field::F32(fit.modes.into_dyn()))
         .with("labels", Field::I64(fit.labels.into_dyn()))
         .with_other(
@@ -314,10 +331,7 @@ pub async fn mean_shift(
         )
         .with("iterations", Field::Count(fit.iterations))
         .with("converged", Field::Flag(fit.converged))
-        .with("bandwidth", Field::Number(f64::from(fit.bandwidth)));
-    let mut r = answer.respond(answer_format(&headers), req.params.output.as_deref())?;
-    r.extensions_mut().insert(Served { rows });
-    Ok(r)
+        .with("bandwidth", Field::Number(f64::from(fit.bandwidth)))
 }
 
 /// What `GET /v1/sets` says of a set.
@@ -431,6 +445,11 @@ pub async fn readyz(State(app): State<Arc<App>>) -> Response {
         )
         .into_response(),
     }
+}
+
+/// `GET /openapi.json`: the OpenAPI description of the API.
+pub async fn openapi() -> Response {
+    axum::Json(super::openapi::document()).into_response()
 }
 
 /// `GET /metrics`: Prometheus text format — the request counters, then
@@ -556,6 +575,7 @@ pub fn route_of<'a>(method: &Method, path: &'a str) -> (&'static str, Option<&'a
         (_, ["livez"]) => ("livez", None),
         (_, ["readyz"]) => ("readyz", None),
         (_, ["metrics"]) => ("metrics", None),
+        (_, ["openapi.json"]) => ("openapi", None),
         _ => ("unknown", None),
     }
 }
@@ -572,6 +592,57 @@ mod tests {
         assert_eq!(route_of(&Method::PUT, "/v1/sets/a"), ("put-set", Some("a")));
         assert_eq!(route_of(&m, "/v1/mean-shift"), ("mean-shift", None));
         assert_eq!(route_of(&m, "/anything/else"), ("unknown", None));
+    }
+
+    /// Every op's answer has the fields `schema` declares (and so the
+    /// OpenAPI description), with both degrees of the local mean.
+    #[test]
+    fn every_answer_is_as_declared() {
+        use super::super::sets::SetData;
+        use super::super::wire::Request;
+        let engine = locus::Engine::cpu();
+        let keys = Array2::from_shape_fn((12, 2), |(i, j)| (i * (j + 1)) as f32 * 0.25);
+        let data = SetData {
+            values: Some(keys.mapv(|x| x * 2.0)),
+            labels: Some(Array1::from_shape_fn(12, |i| (i % 3) as i64)),
+            weights: Some(Array1::from_elem(12, 1.0)),
+            keys: keys.clone(),
+        };
+        let entry = data
+            .build(&engine, locus::KeySetOptions::default(), 4)
+            .unwrap();
+        let kernel = Kernel::new(Profile::Gaussian, 1.0).unwrap();
+        let rows = keys.slice(ndarray::s![..3, ..]).to_owned();
+        let cases = Op::ALL.iter().map(|&op| (op, Params::default())).chain([(
+            Op::LocalMean,
+            Params {
+                degree: Some(1),
+                ..Params::default()
+            },
+        )]);
+        for (op, mut params) in cases {
+            if op == Op::Knn {
+                params.k = Some(3);
+            }
+            let req = Request {
+                params,
+                rows: rows.clone(),
+            };
+            let answer = run_op(&entry, op, Some(kernel), &req).unwrap();
+            schema::conforms(op.name(), &answer).unwrap();
+            // A field the declaration lacks is caught.
+            let more = answer.with("extra", Field::Count(0));
+            assert!(schema::conforms(op.name(), &more).is_err());
+        }
+        let fit = engine
+            .mean_shift_owned(
+                &MeanShiftParams::new().kernel(kernel).check().unwrap(),
+                keys,
+                |_| {},
+            )
+            .unwrap();
+        schema::conforms("mean-shift", &mean_shift_answer(fit)).unwrap();
+        assert_eq!(schema::OPS[..6], Op::ALL.map(Op::name));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The HTTP layer: connections (header deadline, connection cap, graceful
-//! shutdown, JSON bodies on hyper's own error answers), request bodies
+//! The HTTP layer: connections, plain or TLS (header deadline, the TLS
+//! handshake under it too, connection cap, graceful shutdown, JSON bodies
+//! on hyper's own error answers), request bodies
 //! read whole under their deadline before anything else, JSON bodies on
 //! every error answer, and every answer counted and logged.
 //!
@@ -16,7 +17,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::Semaphore;
 
@@ -87,7 +88,10 @@ async fn read_body(mut body: Body, limit: usize) -> Result<Vec<u8>, BodyError> {
 /// the routes see it, with the request's [`Deadline`]. No compute permit is
 /// held while a body arrives: the routes take one after parsing it.
 pub async fn guard(State(limits): State<Limits>, req: Request, next: Next) -> Response {
-    if matches!(req.uri().path(), "/livez" | "/readyz" | "/metrics") {
+    if matches!(
+        req.uri().path(),
+        "/livez" | "/readyz" | "/metrics" | "/openapi.json"
+    ) {
         return next.run(req).await;
     }
     // Only a set upload may be as large as an upload; any other PUT (a
@@ -163,7 +167,8 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     let msg = match status {
         StatusCode::NOT_FOUND => format!(
             "no such endpoint: {method} {path} (POST /v1/sets/{{name}}/{{op}}, POST /v1/mean-shift, \
-             GET /v1/sets, GET|PUT|DELETE /v1/sets/{{name}}, GET /livez, /readyz, /metrics)"
+             GET /v1/sets, GET|PUT|DELETE /v1/sets/{{name}}, GET /livez, /readyz, /metrics, \
+             /openapi.json)"
         ),
         StatusCode::METHOD_NOT_ALLOWED => format!("method {method} not allowed on {path}"),
         _ => {
@@ -208,17 +213,40 @@ pub async fn observe(State(app): State<Arc<App>>, req: Request, next: Next) -> R
 
 /// How connections are served.
 pub struct Connections {
-    /// `--header-timeout-ms`: for a request's headers, and an idle connection.
+    /// `--header-timeout-ms`: for a request's headers, an idle connection,
+    /// and a TLS handshake.
     pub header_timeout: Duration,
     /// `--max-connections`.
     pub max_connections: usize,
     /// `--shutdown-grace-ms`: longest wait for the open connections.
     pub grace: Duration,
+    /// `--tls-cert`, `--tls-key`: each connection's TLS handshake.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// Serves HTTP/1.1 on `io` (a socket, or a TLS stream over one) until the
+/// client closes it, the header timeout passes, or a graceful shutdown
+/// lets its request in flight finish.
+async fn serve_connection<I>(io: I, router: Router, header_timeout: Duration, watcher: Watcher)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .max_headers(MAX_HEADERS)
+        .keep_alive(true);
+    let conn = http.serve_connection(
+        JsonErrors::new(TokioIo::new(io)),
+        TowerToHyperService::new(router),
+    );
+    let _ = watcher.watch(conn).await;
 }
 
 /// Serves `router` on `listener` until `stop` resolves: each connection
-/// under the header-read timeout, at most `max_connections` at once; then
-/// waits for the open ones (up to `grace`).
+/// under the header-read timeout (and its TLS handshake too), at most
+/// `max_connections` at once; then waits for the open ones, handshakes
+/// included (up to `grace`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
@@ -229,6 +257,7 @@ pub async fn serve(
         header_timeout,
         max_connections,
         grace,
+        tls,
     } = c;
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(max_connections));
@@ -255,18 +284,19 @@ pub async fn serve(
             _ = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let mut http = http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .max_headers(MAX_HEADERS)
-            .keep_alive(true);
-        let conn = http.serve_connection(
-            JsonErrors::new(TokioIo::new(stream)),
-            TowerToHyperService::new(router.clone()),
-        );
-        let conn = graceful.watch(conn);
+        let (router, tls, watcher) = (router.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
-            let _ = conn.await;
+            match tls {
+                None => serve_connection(stream, router, header_timeout, watcher).await,
+                Some(tls) => {
+                    // A failed or slow handshake closes the connection.
+                    if let Ok(Ok(stream)) =
+                        tokio::time::timeout(header_timeout, tls.accept(stream)).await
+                    {
+                        serve_connection(stream, router, header_timeout, watcher).await;
+                    }
+                }
+            }
             drop(slot);
         });
     }

@@ -5,7 +5,9 @@
 //! answers), `handlers` (the routes), `app` (shared state, errors, the
 //! compute permits), `auth` (API keys), `metrics` (counters and the
 //! request log), `http` (connections, bodies, the layers), `protocol`
-//! (JSON bodies on hyper's own error answers). docs/serve.md describes
+//! (JSON bodies on hyper's own error answers), `tls` (HTTPS), `schema`
+//! (each op's parameters and answer fields), `openapi` (the API's
+//! OpenAPI description, from `schema`). docs/serve.md describes
 //! the API.
 //!
 //! Start-up: the address is bound and printed (`listening on
@@ -16,7 +18,7 @@
 //! then none; the requests in flight finish (up to
 //! `--shutdown-grace-ms`) and the process exits 0.
 //!
-//! Imports: `super::{app, auth, config, handlers, http, sets}` (its
+//! Imports: `super::{app, auth, config, handlers, http, openapi, sets, tls}` (its
 //! children), `crate::error`.
 
 mod app;
@@ -26,9 +28,12 @@ pub mod config;
 mod handlers;
 mod http;
 mod metrics;
+mod openapi;
 mod protocol;
+mod schema;
 mod sets;
 mod tables;
+mod tls;
 mod wire;
 
 use std::net::SocketAddr;
@@ -51,30 +56,41 @@ use metrics::Metrics;
 /// Runs `locus serve` until a shutdown signal; `m` holds the flags'
 /// positions, which group the set flags by `--set`.
 pub fn run(a: &ServeArgs, m: Option<&ArgMatches>) -> CliResult<()> {
+    if a.print_openapi {
+        println!("{}", openapi::pretty());
+        return Ok(());
+    }
     let c = Config::settle(a, m)?;
-    let keys = match &c.api_keys {
-        Some(p) => Keys::load(p).map_err(|e| CliError::input(format!("--api-keys {e}")))?,
-        None => Keys::default(),
-    };
+    let env = std::env::var_os("LOCUS_API_KEYS")
+        .map(|v| {
+            v.into_string()
+                .map_err(|_| CliError::input("LOCUS_API_KEYS is not UTF-8"))
+        })
+        .transpose()?;
+    let keys = Keys::configured(c.api_keys.as_deref(), env.as_deref()).map_err(CliError::input)?;
     if !keys.enabled() {
         if !c.host.is_loopback() && !c.insecure_no_auth {
             return Err(CliError::input(format!(
-                "no --api-keys: refusing to serve on {}, which is not a loopback address \
-                 (give --api-keys FILE, or --insecure-no-auth)",
+                "no --api-keys or LOCUS_API_KEYS: refusing to serve on {}, which is not a \
+                 loopback address (give --api-keys FILE, or --insecure-no-auth)",
                 c.host
             )));
         }
         eprintln!(
-            "warning: no API keys (--api-keys): whoever reaches {} may query and change the sets",
+            "warning: no API keys (--api-keys, LOCUS_API_KEYS): whoever reaches {} may query and change the sets",
             c.host
         );
     }
+    let tls = match &c.tls {
+        Some((cert, key)) => Some(tls::acceptor(cert, key).map_err(CliError::input)?),
+        None => None,
+    };
     let engine = c.engine()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::compute(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(serve(c, keys, engine))
+    rt.block_on(serve(c, keys, tls, engine))
 }
 
 /// The routes and their layers (outermost last: every answer is counted,
@@ -93,6 +109,7 @@ fn router(app: Arc<App>, keys: Keys, limits: Limits) -> Router {
         .route("/livez", get(handlers::livez))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
+        .route("/openapi.json", get(handlers::openapi))
         .with_state(Arc::clone(&app))
         // The guard reads every body under its limit itself.
         .layer(DefaultBodyLimit::disable())
@@ -147,7 +164,12 @@ fn load_sets(app: &App, specs: &[SetSpec]) -> CliResult<()> {
     Ok(())
 }
 
-async fn serve(c: Config, keys: Keys, engine: locus::Engine) -> CliResult<()> {
+async fn serve(
+    c: Config,
+    keys: Keys,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    engine: locus::Engine,
+) -> CliResult<()> {
     let addr = SocketAddr::new(c.host, c.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -172,7 +194,8 @@ async fn serve(c: Config, keys: Keys, engine: locus::Engine) -> CliResult<()> {
         upload_bytes: c.upload_bytes,
     };
     let router = router(Arc::clone(&app), keys, limits);
-    println!("listening on http://{local}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("listening on {scheme}://{local}");
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
@@ -209,6 +232,7 @@ async fn serve(c: Config, keys: Keys, engine: locus::Engine) -> CliResult<()> {
         header_timeout: c.header_timeout,
         max_connections: c.max_connections,
         grace: c.shutdown_grace,
+        tls,
     };
     http::serve(listener, router, connections, stop).await;
     if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
