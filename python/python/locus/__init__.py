@@ -33,6 +33,11 @@ _os.environ.setdefault("NODEVICE_SELECT", "1")
 from ._engine import AttentionSet, Engine, KeySet  # noqa: E402
 from ._errors import DeviceError, InputError, LocusError, LocusMemoryError  # noqa: E402
 from ._cluster_functions import estimate_bandwidth, mean_shift, medoid_shift  # noqa: E402
+from ._bandwidth_selection import (  # noqa: E402
+    PerFeatureBandwidths,
+    loo_error_per_feature,
+    select_bandwidths_per_feature,
+)
 from ._functions import (  # noqa: E402
     density,
     feature_local_mean,
@@ -90,6 +95,7 @@ __all__ = [
     "LocusMemoryError",
     "MeanShiftResult",
     "MedoidShiftResult",
+    "PerFeatureBandwidths",
     "LocalPCAResult",
     "ProductKernel",
     "density",
@@ -103,9 +109,11 @@ __all__ = [
     "local_pca",
     "local_polynomial",
     "log_density",
+    "loo_error_per_feature",
     "mean_shift",
     "medoid_shift",
     "score",
+    "select_bandwidths_per_feature",
     "self_local_mean",
     "__version__",
     "MeanShift",
