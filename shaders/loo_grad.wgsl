@@ -173,19 +173,19 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
                     }
                     let sl = slope_of(t);
                     let cf = select(0.0, select(sl, wt * sl, is_log), near);
-                    if wt == 0.0 && cf == 0.0 {
-                        continue;
-                    }
-                    let j = ch + c;
+                    // A key without weight (past the stage's keys, the
+                    // row's own, beyond T_FAR) adds zeros, without a branch.
+                    let j = min(ch + c, STAGE - 1u);
                     s += wt;
                     var dl: array<f32, Q>;
                     for (var q = 0u; q < Q; q++) {
-                        dl[q] = sy[j * Q + q] - yi[q];
+                        dl[q] = select(0.0, sy[j * Q + q] - yi[q], near);
                         w[q] = fma(wt, dl[q], w[q]);
                     }
                     for (var a = 0u; a < D; a++) {
                         let u = sx[j * D + a] - xi[a];
-                        let e = cf * (u * u);
+                        // 0, not 0·∞, where a weightless key's offset overflows.
+                        let e = select(0.0, cf * (u * u), cf != 0.0);
                         g[a] += e;
                         for (var q = 0u; q < Q; q++) {
                             h[a * Q + q] = fma(e, dl[q], h[a * Q + q]);

@@ -12,7 +12,8 @@ use crate::kernel::{Kernel, Metric, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{
-    Attention, GradStates, Heads, MomentLayout, Neighbours, RowNormalized, RowStates, Shift, ShiftOutcome,
+    Attention, GradStates, Heads, MomentLayout, Neighbours, RowNormalized, RowStates, Shift,
+    ShiftOutcome,
 };
 
 /// Which matrix [`PreparedKeys::kernel_matrix`] produces.

@@ -67,8 +67,8 @@ pub use ops::{
     BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights, LaplacianKind,
     LocalFit, LocalModeClassifier, LocalPca, LooScore, MAX_IMPUTE_ITERATIONS, MAX_LOCAL_DIM,
     MAX_LOCAL_MAGNITUDE, MultiKernel, PerFeatureLoo, PerFeatureOptions, PerFeatureSelection,
-    Predictions, RANK_TOLERANCE, SoftmaxParams, labels_from_f32,
-    ln_normalizer, merge_heads, split_heads,
+    Predictions, RANK_TOLERANCE, SoftmaxParams, labels_from_f32, ln_normalizer, merge_heads,
+    split_heads,
 };
 pub use sets::{
     AttentionSet, BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions,

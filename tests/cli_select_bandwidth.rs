@@ -44,7 +44,13 @@ fn per_feature_matches_the_library() {
     for backend in backends {
         let run = locus()
             .current_dir(dir.path())
-            .args(["select-bandwidth", "--per-feature", "--json", "--backend", backend])
+            .args([
+                "select-bandwidth",
+                "--per-feature",
+                "--json",
+                "--backend",
+                backend,
+            ])
             .args(["--points", "x.npy", "--values", "y.npy", "--output"])
             .arg(&out)
             .assert()
@@ -61,7 +67,11 @@ fn per_feature_matches_the_library() {
             )
             .unwrap();
         let err = s["error"].as_f64().unwrap();
-        assert!((err - want.error).abs() <= 1e-3 * want.error, "{backend}: {err} vs {}", want.error);
+        assert!(
+            (err - want.error).abs() <= 1e-3 * want.error,
+            "{backend}: {err} vs {}",
+            want.error
+        );
         let h: Vec<f64> = s["bandwidths"]
             .as_array()
             .unwrap()
@@ -86,13 +96,32 @@ fn scalar_mode_matches_select_bandwidth() {
     let (x, y) = data(&dir);
     let run = locus()
         .current_dir(dir.path())
-        .args(["select-bandwidth", "--json", "--backend", "cpu", "--kernel", "biweight"])
-        .args(["--points", "x.npy", "--values", "y.npy", "--candidates", "0.3,0.6,1.2,2.4"])
+        .args([
+            "select-bandwidth",
+            "--json",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "biweight",
+        ])
+        .args([
+            "--points",
+            "x.npy",
+            "--values",
+            "y.npy",
+            "--candidates",
+            "0.3,0.6,1.2,2.4",
+        ])
         .assert()
         .success();
     let j = json_of(&run.get_output().stdout);
     let want = cpu()
-        .select_bandwidth(Profile::Biweight, x.view(), Some(y.view()), &[0.3, 0.6, 1.2, 2.4])
+        .select_bandwidth(
+            Profile::Biweight,
+            x.view(),
+            Some(y.view()),
+            &[0.3, 0.6, 1.2, 2.4],
+        )
         .unwrap();
     let s = &j["summary"];
     assert_eq!(s["mode"], "scalar");

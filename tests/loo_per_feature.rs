@@ -206,7 +206,9 @@ fn far_rows_are_finished_in_f64() {
                     .map(|i| {
                         let t = |j: usize| {
                             (0..2)
-                                .map(|a| (f64::from(x[[j, a]] - x[[i, a]]) / f64::from(h[a])).powi(2))
+                                .map(|a| {
+                                    (f64::from(x[[j, a]] - x[[i, a]]) / f64::from(h[a])).powi(2)
+                                })
                                 .sum::<f64>()
                         };
                         let nn = (0..40)
@@ -238,7 +240,10 @@ fn empty_rows_are_counted_as_loo_error_counts_them() {
         let scalar = e.loo_error(&k, x.view(), Some(y.view())).unwrap();
         assert!(got.empty_rows > 0, "{name}");
         assert_eq!(got.empty_rows, scalar.empty_rows, "{name}");
-        assert!((got.error - scalar.error).abs() <= 1e-4 * scalar.error, "{name}");
+        assert!(
+            (got.error - scalar.error).abs() <= 1e-4 * scalar.error,
+            "{name}"
+        );
     }
 }
 
@@ -247,9 +252,21 @@ fn bad_inputs_are_typed_errors() {
     let (x, y) = data(6, 20, 2, 1);
     let e = cpu();
     let uniform = e.loo_error_per_feature(Profile::Uniform, &[1.0, 1.0], x.view(), Some(y.view()));
-    assert!(matches!(uniform, Err(Error::InvalidParameter { name: "profile", .. })));
+    assert!(matches!(
+        uniform,
+        Err(Error::InvalidParameter {
+            name: "profile",
+            ..
+        })
+    ));
     let count = e.loo_error_per_feature(Profile::Gaussian, &[1.0], x.view(), Some(y.view()));
-    assert!(matches!(count, Err(Error::InvalidParameter { name: "bandwidths", .. })));
+    assert!(matches!(
+        count,
+        Err(Error::InvalidParameter {
+            name: "bandwidths",
+            ..
+        })
+    ));
     let zero = e.loo_error_per_feature(Profile::Gaussian, &[1.0, 0.0], x.view(), Some(y.view()));
     assert!(matches!(zero, Err(Error::InvalidBandwidth { .. })));
     let rows = y.slice(ndarray::s![..10, ..]);
@@ -264,20 +281,38 @@ fn bad_inputs_are_typed_errors() {
         ..PerFeatureOptions::default()
     };
     let r = e.select_bandwidths_per_feature(Profile::Gaussian, x.view(), None, &opts);
-    assert!(matches!(r, Err(Error::InvalidParameter { name: "bound_factor", .. })));
+    assert!(matches!(
+        r,
+        Err(Error::InvalidParameter {
+            name: "bound_factor",
+            ..
+        })
+    ));
     let opts = PerFeatureOptions {
         max_iterations: 0,
         ..PerFeatureOptions::default()
     };
     let r = e.select_bandwidths_per_feature(Profile::Gaussian, x.view(), None, &opts);
-    assert!(matches!(r, Err(Error::InvalidParameter { name: "max_iterations", .. })));
+    assert!(matches!(
+        r,
+        Err(Error::InvalidParameter {
+            name: "max_iterations",
+            ..
+        })
+    ));
     // The GPU's register sums are bounded; the CPU takes any size.
     let (wide, _) = data(7, 12, 33, 1);
     let h = vec![1.0f32; 33];
-    assert!(e.loo_error_per_feature(Profile::Gaussian, &h, wide.view(), None).is_ok());
+    assert!(
+        e.loo_error_per_feature(Profile::Gaussian, &h, wide.view(), None)
+            .is_ok()
+    );
     if let Some(g) = gpu() {
         let r = g.loo_error_per_feature(Profile::Gaussian, &h, wide.view(), None);
-        assert!(matches!(r, Err(Error::Unsupported { backend: "gpu", .. })), "{r:?}");
+        assert!(
+            matches!(r, Err(Error::Unsupported { backend: "gpu", .. })),
+            "{r:?}"
+        );
     }
 }
 
@@ -302,7 +337,11 @@ fn search_finds_the_relevant_feature() {
             )
             .unwrap();
         assert!(s.converged, "{name}: {s:?}");
-        assert!(s.bandwidths[1] > 5.0 * s.bandwidths[0], "{name}: {:?}", s.bandwidths);
+        assert!(
+            s.bandwidths[1] > 5.0 * s.bandwidths[0],
+            "{name}: {:?}",
+            s.bandwidths
+        );
         assert!(s.trace.windows(2).all(|w| w[1] <= w[0]), "{name}");
         assert!(s.error <= s.trace[0]);
         let hd: Vec<f64> = s.bandwidths.iter().map(|&v| f64::from(v)).collect();
@@ -314,16 +353,28 @@ fn search_finds_the_relevant_feature() {
         let scalar = e
             .select_bandwidth(Profile::Gaussian, x.view(), Some(y.view()), &candidates)
             .unwrap();
-        let best = scalar.curve.iter().map(|c| c.error).fold(f64::INFINITY, f64::min);
+        let best = scalar
+            .curve
+            .iter()
+            .map(|c| c.error)
+            .fold(f64::INFINITY, f64::min);
         assert!(s.error < best, "{name}: {} vs scalar {best}", s.error);
         errors.push(s.error);
     }
     if errors.len() == 2 {
-        assert!((errors[0] - errors[1]).abs() <= 1e-3 * errors[0], "{errors:?}");
+        assert!(
+            (errors[0] - errors[1]).abs() <= 1e-3 * errors[0],
+            "{errors:?}"
+        );
     }
     // Self-supervised runs too (paper Eq. 85), with the points as targets.
     let s = cpu()
-        .select_bandwidths_per_feature(Profile::Cauchy, x.view(), None, &PerFeatureOptions::default())
+        .select_bandwidths_per_feature(
+            Profile::Cauchy,
+            x.view(),
+            None,
+            &PerFeatureOptions::default(),
+        )
         .unwrap();
     assert_eq!(s.bandwidths.len(), 2);
     assert!(s.error <= s.trace[0]);

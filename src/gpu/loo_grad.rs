@@ -85,7 +85,11 @@ pub(crate) fn loo_grad_states(
     for (what, floats) in [("points", n * d), ("values", n * q), ("states", n * stride)] {
         let bytes = floats as u64 * 4;
         if bytes > ctx.limits.binding_bytes {
-            return Err(Error::TooLarge { op: OP, what, bytes });
+            return Err(Error::TooLarge {
+                op: OP,
+                what,
+                bytes,
+            });
         }
     }
     let scope = ctx.scope(OP, format!("N={n} d={d} q={q}"))?;
@@ -111,7 +115,11 @@ pub(crate) fn loo_grad_states(
                 flags: if w == 0 { FIRST_TILE } else { 0 },
                 _pad: [0; 3],
             });
-            shapes.push(Workgroups::x(Workgroups::cover(OP, r1 - r0, LOCAL_MEAN_WG)?));
+            shapes.push(Workgroups::x(Workgroups::cover(
+                OP,
+                r1 - r0,
+                LOCAL_MEAN_WG,
+            )?));
         }
     }
     let key = PipelineKey {

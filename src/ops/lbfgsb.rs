@@ -123,7 +123,11 @@ where
             }
             evaluations += 1;
             if let Some((fnew, gnew)) = f(&xn)? {
-                let decrease: f64 = g.iter().zip(xn.iter().zip(&x)).map(|(g, (a, b))| g * (a - b)).sum();
+                let decrease: f64 = g
+                    .iter()
+                    .zip(xn.iter().zip(&x))
+                    .map(|(g, (a, b))| g * (a - b))
+                    .sum();
                 if fnew.is_finite() && fnew <= fx + 1e-4 * decrease {
                     accepted = Some((xn, fnew, gnew));
                     break;
@@ -238,7 +242,10 @@ mod tests {
         let ninf = [f64::NEG_INFINITY; 2];
         let m = minimize(rosenbrock, &[-1.2, 1.0], (&ninf, &inf), &settings(200)).unwrap();
         assert!(m.converged, "{m:?}");
-        assert!((m.x[0] - 1.0).abs() < 1e-5 && (m.x[1] - 1.0).abs() < 1e-5, "{m:?}");
+        assert!(
+            (m.x[0] - 1.0).abs() < 1e-5 && (m.x[1] - 1.0).abs() < 1e-5,
+            "{m:?}"
+        );
         assert!(m.iterations < 100, "{}", m.iterations);
         assert!(m.trace.windows(2).all(|w| w[1] <= w[0]));
     }

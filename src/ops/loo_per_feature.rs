@@ -255,9 +255,12 @@ impl Engine {
         // The points in units of their bandwidths; f32 range kept (a
         // coordinate whose quotient overflows is far from every other).
         let inv: Vec<f32> = hf.iter().map(|&v| 1.0 / v).collect();
-        let scaled = data.x.as_slice().iter().enumerate().map(|(k, &v)| {
-            (v * inv[k % d]).clamp(f32::MIN, f32::MAX)
-        });
+        let scaled = data
+            .x
+            .as_slice()
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| (v * inv[k % d]).clamp(f32::MIN, f32::MAX));
         let scaled = try_collect(OP, "scaled points", n * d, scaled)?;
         let scaled = Array2::from_shape_vec((n, d), scaled).expect("n·d entries"); // ok: same shape
         let xs = Matrix::check(OP, "scaled points", scaled.view())?;
@@ -302,7 +305,10 @@ fn check_bandwidths(h: &[f32], d: usize) -> Result<Vec<f64>> {
     if h.len() != d {
         return Err(Error::InvalidParameter {
             name: "bandwidths",
-            reason: format!("{} bandwidths for {d} features; give one per feature", h.len()),
+            reason: format!(
+                "{} bandwidths for {d} features; give one per feature",
+                h.len()
+            ),
         });
     }
     h.iter()
@@ -316,7 +322,10 @@ fn check_options(o: &PerFeatureOptions) -> Result<()> {
         return bad("max_iterations", "must be at least 1".into());
     }
     if !(o.tolerance >= 0.0 && o.tolerance.is_finite()) {
-        return bad("tolerance", format!("must be finite and ≥ 0, got {}", o.tolerance));
+        return bad(
+            "tolerance",
+            format!("must be finite and ≥ 0, got {}", o.tolerance),
+        );
     }
     if !(o.gradient_tolerance >= 0.0 && o.gradient_tolerance.is_finite()) {
         return bad(

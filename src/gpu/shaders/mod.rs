@@ -344,13 +344,15 @@ impl Consts {
                 ),
             ]),
             Consts::Causal => out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL")),
-            Consts::CosineSlope => out.extend(COSINE_SLOPE_POLY.iter().enumerate().map(|(i, &c)| {
-                C::new(
-                    format!("COSINE_S{i}"),
-                    ConstValue::F32(c),
-                    "kernel::slope::COSINE_SLOPE_POLY",
-                )
-            })),
+            Consts::CosineSlope => {
+                out.extend(COSINE_SLOPE_POLY.iter().enumerate().map(|(i, &c)| {
+                    C::new(
+                        format!("COSINE_S{i}"),
+                        ConstValue::F32(c),
+                        "kernel::slope::COSINE_SLOPE_POLY",
+                    )
+                }))
+            }
             Consts::Forms => out.extend(
                 WeightForm::ALL
                     .iter()

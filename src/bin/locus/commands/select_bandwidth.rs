@@ -38,7 +38,12 @@ pub struct SelectBandwidthArgs {
     #[arg(long)]
     per_feature: bool,
     /// With --per-feature: most quasi-Newton iterations.
-    #[arg(long, value_name = "N", default_value_t = 100, requires = "per_feature")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100,
+        requires = "per_feature"
+    )]
     max_iter: usize,
     /// Where to write the chosen bandwidth(s), one row (.npy or .csv).
     #[arg(long, short, value_name = "OUT")]
@@ -138,7 +143,14 @@ pub fn run(a: &SelectBandwidthArgs) -> CliResult<()> {
         Deviation::between(one(&chosen).view(), one(other).view(), tolerance)
     })?;
     let mut fields = vec![
-        ("mode", json!(if a.per_feature { "per-feature" } else { "scalar" })),
+        (
+            "mode",
+            json!(if a.per_feature {
+                "per-feature"
+            } else {
+                "scalar"
+            }),
+        ),
         ("profile", json!(a.kernel.name())),
         ("bandwidths", json!(chosen.bandwidths)),
         ("error", json!(chosen.error)),

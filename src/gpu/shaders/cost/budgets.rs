@@ -85,7 +85,7 @@ fn budgets() -> Vec<Budget> {
             shader: ShaderId::LooGrad,
             template: vec![("D", 4), ("Q", 1), ("STAGE", 32)],
             pairs: crate::gpu::plan::CHUNK_KEYS as u64,
-            slots_per_pair: 35.75,
+            slots_per_pair: 80.25,
         },
         Budget {
             name: "local moments d=3 q=1 (local linear)",
