@@ -1,9 +1,9 @@
 """Per-feature bandwidths by leave-one-out against statsmodels'
 ``KernelReg(var_type="c"*d, reg_type="lc", bw="cv_ls")`` on scikit-learn's
-diabetes data (442 rows, standardized features and target), first 4 and
-all 10 features.
+diabetes data (standardized features and target; the first ``--n`` of
+its 442 rows), first 4 and all 10 features.
 
-    python benches/compare_loo_per_feature.py [--dims 4,10] [--repeat 3] [--backend cpu]
+    python benches/compare_loo_per_feature.py [--dims 4,10] [--n 442] [--repeat 3] [--backend cpu]
 
 Needs numpy, scikit-learn, statsmodels and the locus Python package.
 statsmodels' gaussian product kernel is the radial gaussian
@@ -36,13 +36,16 @@ def ref_loo(X, y, h):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dims", default="4,10")
+    ap.add_argument("--n", type=int, default=442)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--backend", default="cpu")
     a = ap.parse_args()
     X, y = load_diabetes(return_X_y=True)
     X = (X - X.mean(0)) / X.std(0)
     y = (y - y.mean()) / y.std()
+    X, y = X[: a.n], y[: a.n]
     e = locus.Engine(a.backend)
+    print(f"n = {len(X)}")
     print("| d | LOO error locus | LOO error statsmodels | locus fit (s) | statsmodels fit (s) "
           "| statsmodels / locus | locus iterations |")
     print("|---|---|---|---|---|---|---|")

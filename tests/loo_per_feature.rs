@@ -40,14 +40,14 @@ fn reference(p: Profile, x: &Array2<f32>, y: &Array2<f32>, h: &[f64]) -> (f64, V
                 p.slope_sq(t)
             };
             s += k;
-            for c in 0..q {
-                w[c] += k * f(y, j, c);
+            for (c, wc) in w.iter_mut().enumerate() {
+                *wc += k * f(y, j, c);
             }
-            for a in 0..d {
+            for (a, dwa) in dw.iter_mut().enumerate() {
                 let dk = -2.0 * kp * u[a] * u[a];
                 ds[a] += dk;
-                for c in 0..q {
-                    dw[a][c] += dk * f(y, j, c);
+                for (c, v) in dwa.iter_mut().enumerate() {
+                    *v += dk * f(y, j, c);
                 }
             }
         }

@@ -78,7 +78,13 @@ where
         name: "bounds",
         reason,
     };
-    if lo.len() != n || hi.len() != n || lo.iter().zip(hi).any(|(l, h)| !(l <= h)) {
+    if lo.len() != n
+        || hi.len() != n
+        || lo
+            .iter()
+            .zip(hi)
+            .any(|(l, h)| l.is_nan() || h.is_nan() || l > h)
+    {
         return Err(bad(format!("{n} variables need {n} bounds with lo ≤ hi")));
     }
     let mut x = x0.to_vec();
@@ -102,7 +108,7 @@ where
             .collect();
         let mut d = direction(&g, &pairs, &free);
         let slope = dot(&g, &d, &free);
-        if !(slope < 0.0) {
+        if slope.is_nan() || slope >= 0.0 {
             pairs.clear();
             d = direction(&g, &pairs, &free);
         }

@@ -66,7 +66,8 @@ impl Default for PerFeatureOptions {
 /// The result of [`Engine::select_bandwidths_per_feature`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PerFeatureSelection {
-    /// The chosen bandwidth of each feature.
+    /// The chosen bandwidth of each feature (`10¹⁸` for a feature
+    /// dropped: one that does not lower the error).
     pub bandwidths: Vec<f32>,
     /// The leave-one-out error there.
     pub error: f64,
@@ -136,7 +137,10 @@ impl Engine {
     /// quasi-Newton (projected L-BFGS) on `ln h` from each feature's
     /// standard deviation times the best of a short log grid of factors
     /// (or [`PerFeatureOptions::initial`]). A step may not leave more
-    /// points without a prediction than the start does.
+    /// points without a prediction than the start does. A feature whose
+    /// bandwidth ends on its upper bound is then dropped — its bandwidth
+    /// set to the largest accepted, `10¹⁸` — when that does not raise the
+    /// error.
     ///
     /// ```
     /// use locus::{Engine, PerFeatureOptions, Profile};
@@ -202,15 +206,32 @@ impl Engine {
             Ok((s.empty_rows <= allowed && s.error.is_finite()).then_some((s.error, s.gradient)))
         };
         let m = minimize(objective, &theta0, (&lo, &hi), &settings)?;
-        let h: Vec<f64> = m.x.iter().map(|t| t.exp()).collect();
-        let last = self.evaluate(profile, &data, &h)?;
+        let mut h: Vec<f64> = m.x.iter().map(|t| t.exp()).collect();
+        let mut last = self.evaluate(profile, &data, &h)?;
+        // A feature whose bandwidth reached its upper bound is dropped
+        // (h = MAX_BANDWIDTH: its offsets vanish) unless that raises the
+        // error: the search's limit for a feature that does not help.
+        let mut drops = 0;
+        for a in 0..d {
+            if m.x[a] < hi[a] || hi[a] >= lmax {
+                continue;
+            }
+            let mut wide = h.clone();
+            wide[a] = f64::from(MAX_BANDWIDTH);
+            let s = self.evaluate(profile, &data, &wide)?;
+            drops += 1;
+            if s.empty_rows <= allowed && s.error <= last.error {
+                h = wide;
+                last = s;
+            }
+        }
         Ok(PerFeatureSelection {
             bandwidths: last.bandwidths,
             error: last.error,
             empty_rows: last.empty_rows,
             initial: start.iter().map(|&v| v as f32).collect(),
             iterations: m.iterations,
-            evaluations: evaluations + m.evaluations + 2,
+            evaluations: evaluations + m.evaluations + 2 + drops,
             converged: m.converged,
             trace: m.trace,
         })
@@ -380,8 +401,8 @@ fn finish_far_rows(profile: Profile, data: &Data<'_>, h: &[f32], states: &mut Gr
     for i in 0..n {
         let s = states.row(i)[1];
         let far = match profile {
-            Profile::Cauchy => !(s >= CAUCHY_EXACT_BELOW),
-            _ => !(s > 0.0),
+            Profile::Cauchy => s.is_nan() || s < CAUCHY_EXACT_BELOW,
+            _ => s.is_nan() || s <= 0.0,
         };
         if !far {
             continue;

@@ -136,7 +136,9 @@ def select_bandwidths_per_feature(
     bounded quasi-Newton (projected L-BFGS) on ``log h``, from each
     feature's standard deviation times the best factor of a short log grid
     around Scott's ``n^(-1/(d+4))``. A step may not leave more points
-    without a prediction than the start does.
+    without a prediction than the start does. A feature whose bandwidth
+    ends on its upper bound is dropped (bandwidth ``1e18``) when that does
+    not raise the error.
 
     Parameters
     ----------
