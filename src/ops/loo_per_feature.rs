@@ -138,9 +138,9 @@ impl Engine {
     /// standard deviation times the best of a short log grid of factors
     /// (or [`PerFeatureOptions::initial`]). A step may not leave more
     /// points without a prediction than the start does. A feature whose
-    /// bandwidth ends on its upper bound is then dropped — its bandwidth
-    /// set to the largest accepted, `10¹⁸` — when that does not raise the
-    /// error.
+    /// bandwidth ends above ten times its standard deviation (or on its
+    /// upper bound) is then dropped — its bandwidth set to the largest
+    /// accepted, `10¹⁸` — when that does not raise the error.
     ///
     /// ```
     /// use locus::{Engine, PerFeatureOptions, Profile};
@@ -208,12 +208,14 @@ impl Engine {
         let m = minimize(objective, &theta0, (&lo, &hi), &settings)?;
         let mut h: Vec<f64> = m.x.iter().map(|t| t.exp()).collect();
         let mut last = self.evaluate(profile, &data, &h)?;
-        // A feature whose bandwidth reached its upper bound is dropped
-        // (h = MAX_BANDWIDTH: its offsets vanish) unless that raises the
-        // error: the search's limit for a feature that does not help.
+        // A feature whose bandwidth ended above ten times its spread (or
+        // on its upper bound) is dropped (h = MAX_BANDWIDTH: its offsets
+        // vanish) unless that raises the error: the limit the search
+        // approaches ever more slowly for a feature that does not help.
+        let sd = column_sd(&data.x);
         let mut drops = 0;
         for a in 0..d {
-            if m.x[a] < hi[a] || hi[a] >= lmax {
+            if (h[a] < 10.0 * sd[a] && m.x[a] < hi[a]) || hi[a] >= lmax {
                 continue;
             }
             let mut wide = h.clone();

@@ -21,33 +21,22 @@ __all__ = ["PerFeatureBandwidths", "loo_error_per_feature", "select_bandwidths_p
 
 
 class PerFeatureBandwidths(NamedTuple):
-    """The result of :func:`select_bandwidths_per_feature`.
-
-    Attributes
-    ----------
-    bandwidths : numpy.ndarray of shape (n_features,)
-        The chosen bandwidth of each feature.
-    error : float
-        The leave-one-out error there.
-    empty_rows : int
-        Points without a prediction there.
-    n_iter : int
-        Quasi-Newton iterations taken.
-    converged : bool
-        Whether a tolerance stopped the search (not ``max_iter``).
-    trace : numpy.ndarray
-        The error at the start and after each iteration.
-    initial : numpy.ndarray of shape (n_features,)
-        The starting bandwidths.
-    """
+    """What :func:`~locus.select_bandwidths_per_feature` found."""
 
     bandwidths: np.ndarray
+    """The chosen bandwidth of each feature (``1e18``: a feature dropped)."""
     error: float
+    """The leave-one-out error there."""
     empty_rows: int
+    """Points without a prediction there."""
     n_iter: int
+    """Quasi-Newton iterations taken."""
     converged: bool
+    """Whether a tolerance stopped the search (not ``max_iter``)."""
     trace: np.ndarray
+    """The error at the start and after each iteration."""
     initial: np.ndarray
+    """The starting bandwidths."""
 
 
 def _profile(kernel: Any) -> str:
@@ -137,8 +126,8 @@ def select_bandwidths_per_feature(
     feature's standard deviation times the best factor of a short log grid
     around Scott's ``n^(-1/(d+4))``. A step may not leave more points
     without a prediction than the start does. A feature whose bandwidth
-    ends on its upper bound is dropped (bandwidth ``1e18``) when that does
-    not raise the error.
+    ends above ten times its standard deviation (or on its upper bound)
+    is dropped (bandwidth ``1e18``) when that does not raise the error.
 
     Parameters
     ----------
