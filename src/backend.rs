@@ -8,11 +8,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::kernel::{Kernel, Metric};
+use crate::kernel::{Kernel, Metric, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{
-    Attention, Heads, MomentLayout, Neighbours, RowNormalized, RowStates, Shift, ShiftOutcome,
+    Attention, GradStates, Heads, MomentLayout, Neighbours, RowNormalized, RowStates, Shift,
+    ShiftOutcome,
 };
 
 /// Which matrix [`PreparedKeys::kernel_matrix`] produces.
@@ -283,6 +284,19 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         values: &Heads<'_>,
         causal: bool,
     ) -> Result<(Vec<f32>, usize)>;
+
+    /// The leave-one-out gradient's row sums (`types::GradStates`) of
+    /// every point of `points` (already divided by per-feature bandwidths,
+    /// Euclidean) with targets `values`, each row leaving its own key
+    /// out: the per-feature bandwidth search's one pass over the keys.
+    /// Rows whose every key lies beyond the `f32` range come back empty;
+    /// the caller finishes them in `f64`.
+    fn loo_grad_states(
+        &self,
+        profile: Profile,
+        points: &Matrix<'_>,
+        values: &Matrix<'_>,
+    ) -> Result<GradStates>;
 
     /// MeanShift iterations: the seeds move to their local means over the
     /// points until each shift is within tolerance, or, blurring, the

@@ -71,8 +71,9 @@ pub use memory::MemoryUsage;
 pub use ops::{
     BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights, LaplacianKind,
     LocalFit, LocalModeClassifier, LocalPca, LooScore, MAX_IMPUTE_ITERATIONS, MAX_LOCAL_DIM,
-    MAX_LOCAL_MAGNITUDE, MultiKernel, Predictions, RANK_TOLERANCE, SoftmaxParams, labels_from_f32,
-    ln_normalizer, merge_heads, split_heads,
+    MAX_LOCAL_MAGNITUDE, MultiKernel, PerFeatureLoo, PerFeatureOptions, PerFeatureSelection,
+    Predictions, RANK_TOLERANCE, SoftmaxParams, labels_from_f32, ln_normalizer, merge_heads,
+    split_heads,
 };
 pub use sets::{
     AttentionSet, BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions,

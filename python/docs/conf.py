@@ -66,7 +66,7 @@ numpydoc_validation_checks = {"GL08", "PR01", "PR02", "RT01"}
 numpydoc_validation_exclude = {
     # Named tuples: their fields are documented one by one, as attributes
     # (no one builds them but the package).
-    r"^locus\.(KNNResult|RowStates|LocalPCAResult|MeanShiftResult|MedoidShiftResult|GenerateResult)(\.\w+)?$",
+    r"^locus\.(KNNResult|RowStates|LocalPCAResult|MeanShiftResult|MedoidShiftResult|GenerateResult|PerFeatureBandwidths)(\.\w+)?$",
     # Made by Engine.prepare / prepare_attention, never by their constructor.
     r"^locus\.(KeySet|AttentionSet)$",
 }

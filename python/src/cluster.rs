@@ -1,4 +1,5 @@
-//! MeanShift, MedoidShift and the bandwidth estimate.
+//! MeanShift, MedoidShift and the bandwidth estimates (the quantile rule,
+//! leave-one-out per-feature bandwidths).
 
 use locus::{
     Bandwidth, Kernel, MeanShiftFit, MeanShiftValidParams, MedoidShiftFit, Profile, Seeds,
@@ -194,4 +195,68 @@ pub(crate) fn estimate_bandwidth<'py>(
     let x = points.as_array();
     let e = &engine.get().inner;
     compute(py, || e.estimate_bandwidth(x, quantile, n_samples))
+}
+
+/// The leave-one-out error of the local mean under per-feature
+/// bandwidths, its gradient in `ln h` and the rows without a prediction.
+#[pyfunction]
+#[pyo3(signature = (engine, points, values, *, profile_name, bandwidths))]
+pub(crate) fn loo_error_per_feature<'py>(
+    py: Python<'py>,
+    engine: &Bound<'py, Engine>,
+    points: PyReadonlyArray2<'py, f32>,
+    values: Option<PyReadonlyArray2<'py, f32>>,
+    profile_name: &str,
+    bandwidths: Vec<f32>,
+) -> PyResult<(f64, Vec<f64>, usize)> {
+    let p = profile(py, profile_name)?;
+    let x = points.as_array();
+    let y = values.as_ref().map(|v| v.as_array());
+    let e = &engine.get().inner;
+    let s = compute(py, || e.loo_error_per_feature(p, &bandwidths, x, y))?;
+    Ok((s.error, s.gradient, s.empty_rows))
+}
+
+/// Per-feature bandwidths by bounded quasi-Newton on the leave-one-out
+/// error: `(bandwidths, error, empty_rows, iterations, converged, trace,
+/// initial)`.
+#[pyfunction]
+#[pyo3(signature = (
+    engine, points, values, *, profile_name, max_iter = 100, tol = 1e-7,
+    gradient_tol = 1e-5, initial = None, bound_factor = 1e3
+))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub(crate) fn select_bandwidths_per_feature<'py>(
+    py: Python<'py>,
+    engine: &Bound<'py, Engine>,
+    points: PyReadonlyArray2<'py, f32>,
+    values: Option<PyReadonlyArray2<'py, f32>>,
+    profile_name: &str,
+    max_iter: usize,
+    tol: f64,
+    gradient_tol: f64,
+    initial: Option<Vec<f32>>,
+    bound_factor: f64,
+) -> PyResult<(Vec<f32>, f64, usize, usize, bool, Vec<f64>, Vec<f32>)> {
+    let p = profile(py, profile_name)?;
+    let x = points.as_array();
+    let y = values.as_ref().map(|v| v.as_array());
+    let e = &engine.get().inner;
+    let options = locus::PerFeatureOptions {
+        max_iterations: max_iter,
+        tolerance: tol,
+        gradient_tolerance: gradient_tol,
+        initial,
+        bound_factor,
+    };
+    let s = compute(py, || e.select_bandwidths_per_feature(p, x, y, &options))?;
+    Ok((
+        s.bandwidths,
+        s.error,
+        s.empty_rows,
+        s.iterations,
+        s.converged,
+        s.trace,
+        s.initial,
+    ))
 }

@@ -42,6 +42,8 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::medoid_shift, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::estimate_bandwidth, m)?)?;
     m.add_function(wrap_pyfunction!(generate::generate, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::loo_error_per_feature, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::select_bandwidths_per_feature, m)?)?;
     m.add_function(wrap_pyfunction!(shard::merge_states, m)?)?;
     m.add_function(wrap_pyfunction!(shard::shift_step, m)?)?;
     m.add_function(wrap_pyfunction!(shard::rank_modes, m)?)?;

@@ -7,7 +7,8 @@
 //! kernel of bounded reach go through its cell index (`cells.rs`). The
 //! kernels:
 //! `local_mean/` (fused local mean and row states; portable and AVX2),
-//! `kernel_matrix.rs`, `knn.rs`, `mean_shift.rs`, `softmax/` (attention,
+//! `kernel_matrix.rs`, `knn.rs`, `loo_grad.rs` (the per-feature bandwidth
+//! gradient's row sums), `mean_shift.rs`, `softmax/` (attention,
 //! its matrix, the feature local mean), over the building blocks of
 //! `simd.rs` (lane loops, the [`simd::Avx2Fma`] token) and `weights.rs`.
 //!
@@ -20,6 +21,7 @@ mod keys;
 mod knn;
 mod knn_blocked;
 mod local_mean;
+mod loo_grad;
 mod masked;
 mod mean_shift;
 mod metric;
@@ -36,11 +38,11 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, BackendInfo, Call, PreparedAttention, PreparedKeys};
 use crate::error::Result;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::{MemoryBudget, MemoryUsage};
 use crate::types::{Attention, Heads, RowNormalized};
-use crate::types::{Shift, ShiftOutcome};
+use crate::types::{GradStates, Shift, ShiftOutcome};
 
 use prepared::CpuKeys;
 use softmax::CpuAttention;
@@ -173,6 +175,16 @@ impl Backend for CpuBackend {
     ) -> Result<(Vec<f32>, usize)> {
         self.threads
             .install(|| softmax::feature_local_mean(phi, psi, values, causal))
+    }
+
+    fn loo_grad_states(
+        &self,
+        profile: Profile,
+        points: &Matrix<'_>,
+        values: &Matrix<'_>,
+    ) -> Result<GradStates> {
+        self.threads
+            .install(|| loo_grad::loo_grad_states(profile, points, values))
     }
 
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {

@@ -10,6 +10,7 @@ mod kernel_matrix;
 mod keys;
 mod knn;
 mod local_mean;
+mod loo_grad;
 mod mean_shift;
 pub(crate) mod pipeline_cache;
 mod pipelines;
@@ -27,11 +28,11 @@ use crate::backend::{
     Backend, BackendInfo, Call, GpuLimits, PipelineCacheStatus, PreparedAttention, PreparedKeys,
 };
 use crate::error::Result;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{Attention, Heads, RowNormalized};
-use crate::types::{Shift, ShiftOutcome};
+use crate::types::{GradStates, Shift, ShiftOutcome};
 
 use context::GpuContext;
 use prepared::GpuKeys;
@@ -128,6 +129,15 @@ impl Backend for GpuBackend {
         causal: bool,
     ) -> Result<(Vec<f32>, usize)> {
         softmax::feature_local_mean(&self.ctx, phi, psi, values, causal)
+    }
+
+    fn loo_grad_states(
+        &self,
+        profile: Profile,
+        points: &Matrix<'_>,
+        values: &Matrix<'_>,
+    ) -> Result<GradStates> {
+        loo_grad::loo_grad_states(&self.ctx, profile, points, values)
     }
 
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {

@@ -262,7 +262,7 @@ mod tests {
     /// `plan/` constants its `WG` is generated from): what naga must read
     /// from the shader.
     fn dispatched(id: ShaderId) -> [usize; 3] {
-        const TABLE: [(ShaderId, [usize; 3]); 21] = [
+        const TABLE: [(ShaderId, [usize; 3]); 22] = [
             (ShaderId::LocalMean, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanIp, [LOCAL_MEAN_WG, 1, 1]),
@@ -287,6 +287,7 @@ mod tests {
             (ShaderId::FeatureSums, [SUM_WG, 1, 1]),
             (ShaderId::FeaturePrefix, [SUM_WG, 1, 1]),
             (ShaderId::FeatureFinish, [FINISH_WG, 1, 1]),
+            (ShaderId::LooGrad, [LOCAL_MEAN_WG, 1, 1]),
         ];
         TABLE
             .iter()

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 
 pub(crate) mod exact;
 pub(crate) mod form;
+pub(crate) mod slope;
 
 mod metric;
 mod profile;

@@ -6,12 +6,14 @@
 //! layer (`ops`, `cluster`, `sets`) that re-exports them.
 
 mod heads;
+mod loo_grad;
 mod moments;
 mod neighbours;
 mod shift;
 mod states;
 
 pub(crate) use heads::{Attention, Heads};
+pub(crate) use loo_grad::{GradStates, merge_record};
 pub(crate) use moments::MomentLayout;
 pub use neighbours::Neighbours;
 pub use shift::Progress;

@@ -43,6 +43,11 @@ from ._errors import (  # noqa: E402
 )
 from ._client import Client  # noqa: E402
 from ._cluster_functions import estimate_bandwidth, mean_shift, medoid_shift  # noqa: E402
+from ._bandwidth_selection import (  # noqa: E402
+    PerFeatureBandwidths,
+    loo_error_per_feature,
+    select_bandwidths_per_feature,
+)
 from ._functions import (  # noqa: E402
     density,
     feature_local_mean,
@@ -106,6 +111,7 @@ __all__ = [
     "Client",
     "MeanShiftResult",
     "MedoidShiftResult",
+    "PerFeatureBandwidths",
     "LocalPCAResult",
     "GenerateResult",
     "ProductKernel",
@@ -121,9 +127,11 @@ __all__ = [
     "local_pca",
     "local_polynomial",
     "log_density",
+    "loo_error_per_feature",
     "mean_shift",
     "medoid_shift",
     "score",
+    "select_bandwidths_per_feature",
     "self_local_mean",
     "__version__",
     "MeanShift",

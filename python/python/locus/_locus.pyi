@@ -17,6 +17,7 @@ __all__ = [
     "local_mean", "self_local_mean", "local_polynomial", "local_pca", "score", "impute",
     "kernel_matrix", "laplacian", "log_density", "knn", "kernel_softmax", "feature_local_mean",
     "mean_shift", "medoid_shift", "estimate_bandwidth", "generate",
+    "loo_error_per_feature", "select_bandwidths_per_feature",
     "merge_states", "shift_step", "rank_modes", "neighbour_sq_dists", "check_kernel",
     "__version__",
 ]
@@ -151,6 +152,21 @@ def generate(
     seed: int = 0,
     trajectory: bool = False,
 ) -> tuple[_F32, list[_F32], list[float], list[float], int]: ...
+def loo_error_per_feature(
+    engine: Engine, points: _F32, values: _F32 | None, *, profile_name: str, bandwidths: list[float]
+) -> tuple[float, list[float], int]: ...
+def select_bandwidths_per_feature(
+    engine: Engine,
+    points: _F32,
+    values: _F32 | None,
+    *,
+    profile_name: str,
+    max_iter: int = 100,
+    tol: float = 1e-07,
+    gradient_tol: float = 1e-05,
+    initial: list[float] | None = None,
+    bound_factor: float = 1000.0,
+) -> tuple[list[float], float, int, int, bool, list[float], list[float]]: ...
 
 # What locus.distributed computes on the driver.
 def merge_states(a: _States, b: _States) -> _States: ...

@@ -9,11 +9,15 @@ from sklearn.base import RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._arrays import result_dtype
-from ._base import KernelEstimator, keep_params
+from ._bandwidth_selection import select_bandwidths_per_feature
+from ._base import KernelEstimator, keep_params, kernel_params
 from ._errors import InputError
 from ._fitted import FittedKeys, check_points, check_points_targets, check_weights, weight_scale
 
 __all__ = ["KernelRegression"]
+
+#: The ``bandwidth`` that learns one bandwidth per feature by leave-one-out.
+PER_FEATURE = "loo-per-feature"
 
 
 class KernelRegression(RegressorMixin, KernelEstimator):
@@ -36,14 +40,23 @@ class KernelRegression(RegressorMixin, KernelEstimator):
     points stay prepared on the engine, so a ``predict`` costs one
     :class:`~locus.KeySet` call.
 
+    ``bandwidth="loo-per-feature"`` learns one bandwidth per feature at
+    ``fit`` (a diagonal metric: :func:`~locus.select_bandwidths_per_feature`
+    on the training data, ``degree=0``, no ``sample_weight``); ``predict``
+    then weighs by exactly that kernel, ``K = k(Σ_a ((x_a − x'_a)/h_a)²)``
+    (the features divided by their bandwidths, bandwidth 1).
+
     Attributes: ``X_``, ``y_`` (as given, float32 or float64),
-    ``n_features_in_``.
+    ``n_features_in_``, ``bandwidth_`` (the bandwidth used: a float, the
+    array of ``n_features`` bandwidths with ``"loo-per-feature"``, None
+    with a product kernel), ``loo_error_`` (``"loo-per-feature"``: the
+    leave-one-out error at ``bandwidth_``).
 
     Parameters
     ----------
-    bandwidth : float, default=1.0
+    bandwidth : float or "loo-per-feature", default=1.0
         The kernel's bandwidth (> 0; None with a
-        :class:`~locus.ProductKernel`).
+        :class:`~locus.ProductKernel`), or ``"loo-per-feature"``.
     kernel : str or ProductKernel, default="gaussian"
         Any locus kernel.
     degree : {0, 1}, default=0
@@ -60,8 +73,24 @@ class KernelRegression(RegressorMixin, KernelEstimator):
     array([0.98])
     """
 
-    def __init__(self, *, bandwidth: float = 1.0, kernel: str = "gaussian", degree: int = 0, backend: str = "auto") -> None:
+    def __init__(
+        self, *, bandwidth: float | str = 1.0, kernel: str = "gaussian", degree: int = 0, backend: str = "auto"
+    ) -> None:
         keep_params(self, locals())
+
+    def _per_feature(self) -> bool:
+        if isinstance(self.bandwidth, str):
+            if self.bandwidth != PER_FEATURE:
+                raise InputError(f"bandwidth must be a positive number or {PER_FEATURE!r}, got {self.bandwidth!r}")
+            return True
+        return False
+
+    def _args(self) -> dict[str, Any]:
+        """The kernel as the engine takes it: with per-feature bandwidths,
+        the profile at bandwidth 1 over the scaled features."""
+        if self._per_feature():
+            return {**kernel_params(1.0, self.kernel), "backend": self.backend}
+        return self._kernel_args()
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> KernelRegression:
         """Keeps the training points and targets, prepared on the engine.
@@ -79,12 +108,25 @@ class KernelRegression(RegressorMixin, KernelEstimator):
         KernelRegression
             The fitted estimator.
         """
-        self._kernel_args()
+        per_feature = self._per_feature()
+        self._args()
         if isinstance(self.degree, bool) or self.degree not in (0, 1):
             raise ValueError(f"degree must be 0 (local constant) or 1 (local linear), got {self.degree!r}")
+        if per_feature and (self.degree != 0 or sample_weight is not None):
+            raise InputError(f"bandwidth={PER_FEATURE!r} supports degree=0 without sample_weight only")
         X, y = check_points_targets(self, X, y, multi_output=True, y_numeric=True)
         n = X.shape[0]
         y2 = np.asarray(y, dtype=np.float64).reshape(n, -1)
+        keys = X
+        self._scale: np.ndarray | None = None
+        if per_feature:
+            sel = select_bandwidths_per_feature(X, y2, kernel=self.kernel, backend=self.backend)
+            self.bandwidth_: Any = sel.bandwidths
+            self.loo_error_ = sel.error
+            self._scale = 1.0 / sel.bandwidths
+            keys = np.asarray(X, dtype=np.float64) * self._scale
+        else:
+            self.bandwidth_ = None if self.bandwidth is None else float(self.bandwidth)
         w = None
         if sample_weight is not None:
             if self.degree != 0:
@@ -97,7 +139,7 @@ class KernelRegression(RegressorMixin, KernelEstimator):
         yc = y2 - self._y_offset
         values = yc if w is None else np.column_stack([yc * w[:, None], w])
         values = np.ascontiguousarray(values, dtype=np.float32)
-        self._fitted = FittedKeys(X, self.backend, values, sample_weight=w)
+        self._fitted = FittedKeys(keys, self.backend, values, sample_weight=w)
         self._fitted.keyset()
         self._weighted = w is not None
         self.X_ = X
@@ -123,8 +165,10 @@ class KernelRegression(RegressorMixin, KernelEstimator):
         check_is_fitted(self)
         X = check_points(self, X, reset=False)
         fitted = self._fitted
+        if self._scale is not None:
+            X = np.asarray(X, dtype=np.float64) * self._scale
         q = fitted.queries(X)
-        kw = {k: v for k, v in self._kernel_args().items() if k != "backend"}
+        kw = {k: v for k, v in self._args().items() if k != "backend"}
         ks = fitted.keyset()
         if self.degree == 1:
             out = ks.local_polynomial(q, **kw, degree=1).astype(np.float64)

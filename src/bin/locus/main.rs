@@ -33,7 +33,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use commands::{
     bench, classify, demo, generate, impute, info, kde, kernel_matrix, knn, local_mean, local_pca,
-    mean_shift, medoid_shift, softmax,
+    mean_shift, medoid_shift, select_bandwidth, softmax,
 };
 use error::{CliResult, EXIT_COMPUTE};
 
@@ -79,6 +79,9 @@ enum Command {
     KernelMatrix(kernel_matrix::KernelMatrixArgs),
     /// Kernel density estimates (or log-densities) at query points.
     Kde(kde::KdeArgs),
+    /// The bandwidth with the least leave-one-out error of the local
+    /// mean: one from candidates, or one per feature (--per-feature).
+    SelectBandwidth(select_bandwidth::SelectBandwidthArgs),
     /// Local-mode classification: the class with the largest kernel vote.
     Classify(classify::ClassifyArgs),
     /// The k nearest keys of each query (indices and distances).
@@ -114,6 +117,7 @@ fn run(command: &Command, matches: &ArgMatches) -> CliResult<()> {
         Command::Impute(a) => impute::run(a),
         Command::KernelMatrix(a) => kernel_matrix::run(a),
         Command::Kde(a) => kde::run(a),
+        Command::SelectBandwidth(a) => select_bandwidth::run(a),
         Command::Classify(a) => classify::run(a),
         Command::Knn(a) => knn::run(a),
         Command::MeanShift(a) => mean_shift::run(a),

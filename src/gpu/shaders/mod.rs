@@ -36,6 +36,7 @@ use std::f32::consts::LOG2_E;
 use std::fmt::Write as _;
 
 use crate::backend::MatrixMode;
+use crate::kernel::slope::COSINE_SLOPE_POLY;
 use crate::kernel::{COSINE_POLY, Profile, T_FAR};
 use crate::types::SHIFT_FLOOR;
 
@@ -285,6 +286,9 @@ pub(crate) enum Consts {
     /// `FORM_SCALED`, `FORM_EXACT`, `FORM_ROOT`, `FORM_PLAIN`: the
     /// [`WeightForm`] codes.
     Forms,
+    /// `COSINE_S0` … `COSINE_S6`: the cosine profile's slope polynomial
+    /// (`kernel::slope::COSINE_SLOPE_POLY`).
+    CosineSlope,
 }
 
 impl Consts {
@@ -340,6 +344,15 @@ impl Consts {
                 ),
             ]),
             Consts::Causal => out.push(C::u32("CAUSAL", CAUSAL, "shaders::CAUSAL")),
+            Consts::CosineSlope => {
+                out.extend(COSINE_SLOPE_POLY.iter().enumerate().map(|(i, &c)| {
+                    C::new(
+                        format!("COSINE_S{i}"),
+                        ConstValue::F32(c),
+                        "kernel::slope::COSINE_SLOPE_POLY",
+                    )
+                }))
+            }
             Consts::Forms => out.extend(
                 WeightForm::ALL
                     .iter()
@@ -397,7 +410,7 @@ const FEATURE_CONSTS: &[Consts] = &[
 const MERGE: &str = "merge_splits";
 
 /// Every shader entry point (merge entries with their shader).
-pub(crate) const SHADERS: [ShaderSpec; 14] = [
+pub(crate) const SHADERS: [ShaderSpec; 15] = [
     ShaderSpec {
         id: ShaderId::LocalMean,
         file: wgsl!("local_mean.wgsl"),
@@ -545,6 +558,14 @@ pub(crate) const SHADERS: [ShaderSpec; 14] = [
             Consts::Log2e,
         ],
     },
+    ShaderSpec {
+        id: ShaderId::LooGrad,
+        file: wgsl!("loo_grad.wgsl"),
+        entry: "accumulate",
+        merge: None,
+        placeholders: &[("D", 3), ("Q", 1), ("STAGE", 32)],
+        consts: &[LOCAL_WG, CHUNK, Consts::TileFlags, Consts::CosineSlope],
+    },
     feature_entry(ShaderId::FeatureSums, "chunk_sums"),
     feature_entry(ShaderId::FeaturePrefix, "prefix"),
     feature_entry(ShaderId::FeatureFinish, "finish"),
@@ -615,11 +636,14 @@ pub(crate) enum ShaderId {
     KnnIp,
     /// `shaders/knn_ip.wgsl`, entry `merge_splits`.
     KnnIpMerge,
+    /// `shaders/loo_grad.wgsl`: the leave-one-out error's row sums and
+    /// their derivatives in per-feature bandwidths.
+    LooGrad,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 21] = [
+    pub(crate) const ALL: [ShaderId; 22] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -641,6 +665,7 @@ impl ShaderId {
         ShaderId::KnnMerge,
         ShaderId::KnnIp,
         ShaderId::KnnIpMerge,
+        ShaderId::LooGrad,
     ];
 
     /// The entry of [`SHADERS`] that declares this shader (a merge

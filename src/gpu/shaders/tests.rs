@@ -99,6 +99,10 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
         ShaderId::FeatureSums | ShaderId::FeaturePrefix | ShaderId::FeatureFinish => {
             vec![vec![("QA", 16)]]
         }
+        ShaderId::LooGrad => vec![
+            vec![("D", 10), ("Q", 10), ("STAGE", 32)],
+            vec![("D", 1), ("Q", 32), ("STAGE", 32)],
+        ],
     };
     let mut all = vec![id.spec().placeholders.to_vec()];
     all.extend(others);

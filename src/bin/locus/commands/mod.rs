@@ -24,6 +24,7 @@ pub mod local_mean;
 pub mod local_pca;
 pub mod mean_shift;
 pub mod medoid_shift;
+pub mod select_bandwidth;
 pub mod softmax;
 
 use std::time::Instant;

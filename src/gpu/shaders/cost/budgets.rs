@@ -79,6 +79,14 @@ fn budgets() -> Vec<Budget> {
             pairs: 4 * 32 / 4,
             slots_per_pair: 167.84,
         },
+        // One run of the hot loop: a chunk of keys against the row.
+        Budget {
+            name: "leave-one-out per feature d=4 q=1",
+            shader: ShaderId::LooGrad,
+            template: vec![("D", 4), ("Q", 1), ("STAGE", 32)],
+            pairs: crate::gpu::plan::CHUNK_KEYS as u64,
+            slots_per_pair: 80.25,
+        },
         Budget {
             name: "local moments d=3 q=1 (local linear)",
             shader: ShaderId::LocalMoments,
