@@ -7,7 +7,8 @@
 //! kernel of bounded reach go through its cell index (`cells.rs`). The
 //! kernels:
 //! `local_mean/` (fused local mean and row states; portable and AVX2),
-//! `kernel_matrix.rs`, `knn.rs`, `mean_shift.rs`, `softmax/` (attention,
+//! `kernel_matrix.rs`, `knn.rs`, `mean_shift.rs`, `variable.rs` (variable
+//! bandwidths), `softmax/` (attention,
 //! its matrix, the feature local mean), over the building blocks of
 //! `simd.rs` (lane loops, the [`simd::Avx2Fma`] token) and `weights.rs`.
 //!
@@ -30,6 +31,7 @@ pub(crate) mod simd;
 mod softmax;
 mod threads;
 mod topk;
+mod variable;
 mod weights;
 
 use std::sync::Arc;
@@ -39,7 +41,7 @@ use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::matrix::Matrix;
 use crate::memory::{MemoryBudget, MemoryUsage};
-use crate::types::{Attention, Heads, RowNormalized};
+use crate::types::{Attention, Heads, RowNormalized, RowStates, VariablePass};
 use crate::types::{Shift, ShiftOutcome};
 
 use prepared::CpuKeys;
@@ -178,6 +180,10 @@ impl Backend for CpuBackend {
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
         shift.kernel.require_euclidean("mean_shift")?;
         mean_shift::mean_shift(shift, &self.threads)
+    }
+
+    fn variable_states(&self, pass: &VariablePass<'_>) -> Result<RowStates> {
+        variable::variable_states(pass, &self.threads)
     }
 }
 

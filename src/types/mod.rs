@@ -10,6 +10,7 @@ mod moments;
 mod neighbours;
 mod shift;
 mod states;
+mod variable;
 
 pub(crate) use heads::{Attention, Heads};
 pub(crate) use moments::MomentLayout;
@@ -17,3 +18,4 @@ pub use neighbours::Neighbours;
 pub use shift::Progress;
 pub(crate) use shift::{SHIFT_FLOOR, Shift, ShiftOutcome, ShiftRun, stop_sq};
 pub use states::{RowNormalized, RowStates, merge_states};
+pub(crate) use variable::{Scales, VariablePass};
