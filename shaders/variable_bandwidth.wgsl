@@ -88,6 +88,7 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>) {
     var ss = 0.0;
     var us: array<f32, QA>;
     var staged = 0u;
+    // cost: hot loop
     for (var jj = 0u; jj < p.keys; jj++) {
         let j = p.key0 + jj;
         let sc = key_scale[j];
