@@ -402,7 +402,8 @@ pub(crate) use with_form;
 /// outside a compact profile's support.
 #[inline]
 pub(crate) fn log_weight_f32(profile: Profile, t: f32) -> f32 {
-    if !(t < T_FAR) {
+    // NaN (an overflowed difference times 0) is far too.
+    if t.is_nan() || t >= T_FAR {
         return f32::NEG_INFINITY;
     }
     with_form!(profile, P => {

@@ -77,10 +77,11 @@ impl VariablePass<'_> {
     /// is then not negligible beside it. A compact profile's empty row is
     /// empty in exact arithmetic too.
     pub(crate) fn needs_exact(&self, m: f32, s: f64) -> bool {
+        let empty = s.is_nan() || s <= 0.0;
         match self.profile {
             p if p.is_compact() => false,
-            Profile::Cauchy => !(s > 0.0) || f64::from(m) < CAUCHY_EXACT_BELOW.ln(),
-            _ => !(s > 0.0),
+            Profile::Cauchy => empty || f64::from(m) < CAUCHY_EXACT_BELOW.ln(),
+            _ => empty,
         }
     }
 
