@@ -14,6 +14,7 @@ mod keyset;
 mod ops;
 mod results;
 mod shard;
+mod variable;
 mod worker;
 
 use pyo3::prelude::*;
@@ -40,6 +41,8 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::mean_shift, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::medoid_shift, m)?)?;
     m.add_function(wrap_pyfunction!(cluster::estimate_bandwidth, m)?)?;
+    m.add_function(wrap_pyfunction!(variable::log_density_variable, m)?)?;
+    m.add_function(wrap_pyfunction!(variable::knn_bandwidths, m)?)?;
     m.add_function(wrap_pyfunction!(shard::merge_states, m)?)?;
     m.add_function(wrap_pyfunction!(shard::shift_step, m)?)?;
     m.add_function(wrap_pyfunction!(shard::rank_modes, m)?)?;
