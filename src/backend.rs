@@ -13,7 +13,7 @@ use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{
     Attention, GradStates, Heads, MomentLayout, Neighbours, RowNormalized, RowStates, Shift,
-    ShiftOutcome,
+    ShiftOutcome, VariablePass,
 };
 
 /// Which matrix [`PreparedKeys::kernel_matrix`] produces.
@@ -302,6 +302,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// points until each shift is within tolerance, or, blurring, the
     /// seeds are the points and move together.
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome>;
+
+    /// Row states with variable bandwidths (per-query and per-key scales,
+    /// per-key log-weights; docs/numerics.md, "Variable bandwidths"), far
+    /// rows finished in `f64`.
+    fn variable_states(&self, pass: &VariablePass<'_>) -> Result<RowStates>;
 
     /// The device's limits and features; `None` on the CPU.
     fn gpu_limits(&self) -> Option<&GpuLimits> {

@@ -50,9 +50,9 @@ mod sets;
 pub use backend::{BackendInfo, GpuLimits, PipelineCacheStatus};
 pub use cancel::CancelToken;
 pub use cluster::{
-    Bandwidth, ClusterError, MeanShiftFit, MeanShiftParams, MeanShiftValidParams, MedoidShiftFit,
-    MedoidShiftParams, MedoidShiftValidParams, Progress, Seeds, scott_bandwidth,
-    silverman_bandwidth,
+    AdaptiveBandwidth, Bandwidth, ClusterError, MeanShiftFit, MeanShiftParams,
+    MeanShiftValidParams, MedoidShiftFit, MedoidShiftParams, MedoidShiftValidParams, Progress,
+    Seeds, scott_bandwidth, silverman_bandwidth,
 };
 pub use cluster::{neighbour_sq_dists, rank_modes, shift_step};
 pub use engine::{
@@ -72,8 +72,8 @@ pub use ops::{
     BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights, LaplacianKind,
     LocalFit, LocalModeClassifier, LocalPca, LooScore, MAX_IMPUTE_ITERATIONS, MAX_LOCAL_DIM,
     MAX_LOCAL_MAGNITUDE, MultiKernel, PerFeatureLoo, PerFeatureOptions, PerFeatureSelection,
-    Predictions, RANK_TOLERANCE, SoftmaxParams, labels_from_f32, ln_normalizer, merge_heads,
-    split_heads,
+    Predictions, RANK_TOLERANCE, SoftmaxParams, VariableBandwidth, labels_from_f32, ln_normalizer,
+    merge_heads, split_heads,
 };
 pub use sets::{
     AttentionSet, BatchStats, Batching, Classification, KeySet, KeySetBuilder, KeySetOptions,

@@ -5,6 +5,8 @@
 //! the header timeout; SIGTERM still drains and exits 0; bad certificate
 //! or key files refused at start with a clear message and exit 2.
 
+#[path = "support/arrow.rs"]
+mod arrow;
 mod common;
 #[path = "support/http.rs"]
 mod http;

@@ -108,6 +108,9 @@ impl Engine {
         points: ArrayView2<'_, f32>,
         progress: impl FnMut(&Progress),
     ) -> Result<MeanShiftFit> {
+        if let Some(rule) = params.adaptive_bandwidth() {
+            return self.variable_shift(params, rule, points, progress);
+        }
         let x = Matrix::check(OP, "points", points)?;
         if params.product_kernel().is_some() {
             drop(x);
@@ -132,6 +135,9 @@ impl Engine {
         points: Array2<f32>,
         progress: impl FnMut(&Progress),
     ) -> Result<MeanShiftFit> {
+        if let Some(rule) = params.adaptive_bandwidth() {
+            return self.variable_shift(params, rule, points.view(), progress);
+        }
         let points = if points.is_standard_layout() {
             points
         } else {
@@ -328,7 +334,7 @@ struct ShiftStart {
 }
 
 /// The middle of the bounding box, per coordinate (exact for constant data).
-fn midpoint(x: &[f32], d: usize) -> Vec<f64> {
+pub(super) fn midpoint(x: &[f32], d: usize) -> Vec<f64> {
     let mut lo = vec![f64::INFINITY; d];
     let mut hi = vec![f64::NEG_INFINITY; d];
     for row in x.chunks_exact(d) {
@@ -343,7 +349,7 @@ fn midpoint(x: &[f32], d: usize) -> Vec<f64> {
         .collect()
 }
 
-fn centred(x: &[f32], center: &[f64]) -> Result<Vec<f32>> {
+pub(super) fn centred(x: &[f32], center: &[f64]) -> Result<Vec<f32>> {
     let d = center.len();
     let mut out = try_vec(OP, "centred points", x.len() as u64, 0.0f32)?;
     out.par_chunks_exact_mut(d)

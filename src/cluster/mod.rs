@@ -10,6 +10,7 @@ mod medoid_shift;
 mod params;
 mod postprocess;
 mod shard;
+mod variable_shift;
 
 use ndarray::ArrayViewMut2;
 
@@ -19,8 +20,8 @@ pub use bandwidth::{scott_bandwidth, silverman_bandwidth};
 pub use mean_shift::MeanShiftFit;
 pub use medoid_shift::MedoidShiftFit;
 pub use params::{
-    Bandwidth, MeanShiftParams, MeanShiftValidParams, MedoidShiftParams, MedoidShiftValidParams,
-    Seeds,
+    AdaptiveBandwidth, Bandwidth, MeanShiftParams, MeanShiftValidParams, MedoidShiftParams,
+    MedoidShiftValidParams, Seeds,
 };
 pub use shard::{neighbour_sq_dists, rank_modes, shift_step};
 

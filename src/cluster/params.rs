@@ -146,6 +146,25 @@ macro_rules! kernel_getters {
     };
 }
 
+/// Per-point bandwidths of variable-bandwidth MeanShift (Comaniciu, Ramesh
+/// & Meer 2001): point `j` spreads with its own `h_j`, and each shift is
+/// `m(x) = Σ_j x_j h_j^{−(d+2)} g(‖x − x_j‖²/h_j²) / Σ_j h_j^{−(d+2)} g(…) − x`
+/// with `g` the params' profile. See [`MeanShiftParams::adaptive_bandwidth`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum AdaptiveBandwidth {
+    /// These bandwidths, one per point (finite, within `[1e-18, 1e18]`).
+    PerPoint(Vec<f32>),
+    /// `h_j = alpha·r_k(j)`, `r_k(j)` the distance from point `j` to its
+    /// `k`-th nearest other point
+    /// ([`Engine::knn_bandwidths`](crate::Engine::knn_bandwidths)).
+    Knn {
+        /// Which neighbour (at least 1, fewer than the points).
+        k: usize,
+        /// The factor (finite, positive).
+        alpha: f32,
+    },
+}
+
 /// Where MeanShift starts its seeds.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Seeds {
@@ -191,6 +210,8 @@ pub struct MeanShiftParams {
     tol: f64,
     blurring: bool,
     cluster_all: bool,
+    /// Per-point bandwidths, which replace `bandwidth`.
+    adaptive: Option<AdaptiveBandwidth>,
 }
 
 impl Default for MeanShiftParams {
@@ -214,7 +235,23 @@ impl MeanShiftParams {
             tol: 1e-3,
             blurring: false,
             cluster_all: true,
+            adaptive: None,
         }
+    }
+
+    /// Variable-bandwidth MeanShift: every point its own bandwidth
+    /// ([`AdaptiveBandwidth`]), in place of the fixed bandwidth rule. A
+    /// seed stops when its shift is at most `tol·h` with `h` the bandwidth
+    /// of the point nearest where it started; modes are ranked by the
+    /// points within their own scale `h_c` (the bandwidth of the point
+    /// nearest the mode), a mode within `h_c` of a stronger one is
+    /// dropped, and with `cluster_all = false` a point farther than its
+    /// mode's `h_c` is labelled −1. Bin seeding bins on the median
+    /// bandwidth. Not with blurring or a product kernel (`check` refuses
+    /// them).
+    pub fn adaptive_bandwidth(mut self, rule: AdaptiveBandwidth) -> Self {
+        self.adaptive = Some(rule);
+        self
     }
 
     kernel_setters!(
@@ -294,7 +331,39 @@ impl MeanShiftParams {
         if self.blurring && self.seeds != Seeds::All {
             return Err(ClusterError::BlurringNeedsAllSeeds.into());
         }
+        if let Some(rule) = &self.adaptive {
+            check_adaptive(rule, self.blurring, self.product.is_some())?;
+        }
         Ok(MeanShiftValidParams(self))
+    }
+}
+
+/// What [`AdaptiveBandwidth`] can be checked for without data.
+fn check_adaptive(rule: &AdaptiveBandwidth, blurring: bool, product: bool) -> Result<()> {
+    use crate::error::Error;
+    if blurring || product {
+        return Err(Error::InvalidParameter {
+            name: "adaptive_bandwidth",
+            reason: "variable-bandwidth MeanShift moves seeds over fixed points with a radial profile: not with blurring or a product kernel".into(),
+        });
+    }
+    match rule {
+        AdaptiveBandwidth::PerPoint(h) => crate::ops::check_bandwidths(h, h.len(), "points"),
+        AdaptiveBandwidth::Knn { k, alpha } => {
+            if *k == 0 {
+                return Err(Error::InvalidParameter {
+                    name: "k",
+                    reason: "the k-th nearest neighbour needs k ≥ 1".into(),
+                });
+            }
+            if !(alpha.is_finite() && *alpha > 0.0) {
+                return Err(Error::InvalidParameter {
+                    name: "alpha",
+                    reason: format!("alpha must be finite and positive, got {alpha}"),
+                });
+            }
+            Ok(())
+        }
     }
 }
 
@@ -318,6 +387,10 @@ impl MeanShiftValidParams {
             Matrix::check("mean_shift", "seeds", s.view())?;
         }
         Ok(MeanShiftValidParams(p))
+    }
+    /// The per-point bandwidths, when given.
+    pub fn adaptive_bandwidth(&self) -> Option<&AdaptiveBandwidth> {
+        self.0.adaptive.as_ref()
     }
     /// The seeding.
     pub fn seeds(&self) -> &Seeds {

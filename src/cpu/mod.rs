@@ -8,7 +8,8 @@
 //! kernels:
 //! `local_mean/` (fused local mean and row states; portable and AVX2),
 //! `kernel_matrix.rs`, `knn.rs`, `loo_grad.rs` (the per-feature bandwidth
-//! gradient's row sums), `mean_shift.rs`, `softmax/` (attention,
+//! gradient's row sums), `mean_shift.rs`, `variable.rs` (variable
+//! bandwidths), `softmax/` (attention,
 //! its matrix, the feature local mean), over the building blocks of
 //! `simd.rs` (lane loops, the [`simd::Avx2Fma`] token) and `weights.rs`.
 //!
@@ -32,6 +33,7 @@ pub(crate) mod simd;
 mod softmax;
 mod threads;
 mod topk;
+mod variable;
 mod weights;
 
 use std::sync::Arc;
@@ -41,7 +43,7 @@ use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::{MemoryBudget, MemoryUsage};
-use crate::types::{Attention, Heads, RowNormalized};
+use crate::types::{Attention, Heads, RowNormalized, RowStates, VariablePass};
 use crate::types::{GradStates, Shift, ShiftOutcome};
 
 use prepared::CpuKeys;
@@ -190,6 +192,10 @@ impl Backend for CpuBackend {
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
         shift.kernel.require_euclidean("mean_shift")?;
         mean_shift::mean_shift(shift, &self.threads)
+    }
+
+    fn variable_states(&self, pass: &VariablePass<'_>) -> Result<RowStates> {
+        variable::variable_states(pass, &self.threads)
     }
 }
 

@@ -21,6 +21,7 @@ pub(crate) mod shaders;
 mod softmax;
 mod submission;
 mod timing;
+mod variable;
 
 use std::sync::Arc;
 
@@ -31,7 +32,7 @@ use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::types::{Attention, Heads, RowNormalized};
+use crate::types::{Attention, Heads, RowNormalized, RowStates, VariablePass};
 use crate::types::{GradStates, Shift, ShiftOutcome};
 
 use context::GpuContext;
@@ -143,6 +144,10 @@ impl Backend for GpuBackend {
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome> {
         shift.kernel.require_euclidean("mean_shift")?;
         mean_shift::mean_shift(&self.ctx, shift)
+    }
+
+    fn variable_states(&self, pass: &VariablePass<'_>) -> Result<RowStates> {
+        variable::variable_states(&self.ctx, pass)
     }
 
     fn memory(&self) -> MemoryUsage {

@@ -262,7 +262,7 @@ mod tests {
     /// `plan/` constants its `WG` is generated from): what naga must read
     /// from the shader.
     fn dispatched(id: ShaderId) -> [usize; 3] {
-        const TABLE: [(ShaderId, [usize; 3]); 22] = [
+        const TABLE: [(ShaderId, [usize; 3]); 23] = [
             (ShaderId::LocalMean, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::LocalMeanIp, [LOCAL_MEAN_WG, 1, 1]),
@@ -274,6 +274,10 @@ mod tests {
             (ShaderId::KnnIp, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::KnnIpMerge, [LOCAL_MEAN_WG, 1, 1]),
             (ShaderId::MeanShift, [LOCAL_MEAN_WG, 1, 1]),
+            (
+                ShaderId::VariableBandwidth,
+                [crate::gpu::plan::variable::VARIABLE_WG, 1, 1],
+            ),
             (ShaderId::KernelMatrix, [MATRIX_WG, MATRIX_WG, 1]),
             (ShaderId::Fill, [FILL_WG, 1, 1]),
             (ShaderId::Softmax, [ATTEND_WG, 1, 1]),

@@ -396,6 +396,22 @@ macro_rules! with_form {
 }
 pub(crate) use with_form;
 
+/// `ln k(t)` in `f32` as the variable-bandwidth kernels weigh a key
+/// (docs/numerics.md, "Variable bandwidths"): the profile's `f32` lane,
+/// its log for the plain-weight profiles; −inf beyond [`T_FAR`] and
+/// outside a compact profile's support.
+#[inline]
+pub(crate) fn log_weight_f32(profile: Profile, t: f32) -> f32 {
+    // NaN (an overflowed difference times 0) is far too.
+    if t.is_nan() || t >= T_FAR {
+        return f32::NEG_INFINITY;
+    }
+    with_form!(profile, P => {
+        let v = P::lane(t);
+        if P::LOG { v } else if v > 0.0 { v.ln() } else { f32::NEG_INFINITY }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 //! an op over keys it does not keep prepares them for its one call
 //! (`call.rs`) and runs the code a [`KeySet`](crate::KeySet) runs.
 
+mod adaptive;
 pub(crate) mod call;
 mod classify;
 mod impute;
@@ -20,6 +21,7 @@ mod multi_kernel;
 mod score;
 mod softmax;
 mod states;
+mod variable;
 
 pub(crate) use classify::Classes;
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
@@ -36,6 +38,8 @@ pub use loo_per_feature::{PerFeatureLoo, PerFeatureOptions, PerFeatureSelection}
 pub use multi_kernel::MultiKernel;
 pub(crate) use softmax::OnAttention;
 pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};
+pub use variable::VariableBandwidth;
+pub(crate) use variable::{check_bandwidths, variable_states};
 
 use ndarray::ArrayView2;
 

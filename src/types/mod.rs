@@ -11,6 +11,7 @@ mod moments;
 mod neighbours;
 mod shift;
 mod states;
+mod variable;
 
 pub(crate) use heads::{Attention, Heads};
 pub(crate) use loo_grad::{GradStates, merge_record};
@@ -19,3 +20,4 @@ pub use neighbours::Neighbours;
 pub use shift::Progress;
 pub(crate) use shift::{SHIFT_FLOOR, Shift, ShiftOutcome, ShiftRun, stop_sq};
 pub use states::{RowNormalized, RowStates, merge_states};
+pub(crate) use variable::{Scales, VariablePass};

@@ -501,6 +501,7 @@ def log_density(
     backend: BackendLike = "auto",
     metric: str = "euclidean",
     p: float | None = None,
+    bandwidths: Any = None,
 ) -> np.ndarray:
     """``ln p̂(q)`` of the kernel density estimate on ``keys`` (float64),
     normalized with each kernel's exact constant in d dimensions (as
@@ -538,6 +539,12 @@ def log_density(
         centred).
     p : float or None, default=None
         Minkowski's exponent (``>= 1``; None for 2).
+    bandwidths : array-like of shape (n_keys,), default=None
+        Variable (sample-point) bandwidths, one per key, in place of
+        ``bandwidth``: ``p̂(q) = (1/N) Σ_j k(‖q − x_j‖/h_j) / (c_k h_j^d)``,
+        each key normalized by its own ``h_j`` (it integrates to 1);
+        :func:`knn_bandwidths` sets them by the k-nearest-neighbour rule.
+        A profile name, Euclidean, no ``weights``.
 
     Returns
     -------
@@ -551,6 +558,8 @@ def log_density(
     -0.9189385332046727
     """
     m = metric_spec(metric, p)
+    if bandwidths is not None:
+        return _variable_log_density(queries, keys, bandwidths, bandwidth, kernel, weights, m, backend)
     if m == "haversine":
         # Not translation invariant: no centring.
         q, x = as_matrix(queries, "queries"), as_matrix(keys, "keys")
@@ -559,6 +568,69 @@ def log_density(
     w = None if weights is None else as_float32(weights, "weights", (1,))
     kern = kernel_arg(kernel, bandwidth, m)
     return _locus.log_density(_engine(backend), q, x, kernel=kern, weights=w)
+
+
+def _variable_log_density(
+    queries: Any,
+    keys: Any,
+    bandwidths: Any,
+    bandwidth: float | None,
+    kernel: str | ProductKernel,
+    weights: Any,
+    metric: str,
+    backend: BackendLike,
+) -> np.ndarray:
+    """:func:`log_density` with per-key ``bandwidths``."""
+    if bandwidth is not None:
+        raise InputError("give either bandwidth or bandwidths, not both")
+    if not isinstance(kernel, str):
+        raise InputError("bandwidths take a profile name as kernel, not a product kernel")
+    if weights is not None:
+        raise InputError("bandwidths cannot be combined with weights")
+    if metric != "euclidean":
+        raise InputError("bandwidths take the euclidean metric")
+    _, x, (q,) = centre(keys, (queries, "queries"))
+    h = as_float32(bandwidths, "bandwidths", (1,))
+    return _locus.log_density_variable(_engine(backend), q, x, h, profile=kernel)
+
+
+def knn_bandwidths(
+    points: Any,
+    k: int,
+    *,
+    alpha: float = 1.0,
+    backend: BackendLike = "auto",
+) -> np.ndarray:
+    """Sample-point bandwidths by the k-nearest-neighbour rule:
+    ``h_j = alpha·r_k(j)``, the distance from point ``j`` to its ``k``-th
+    nearest other point (Breiman, Meisel & Purcell; Silverman, §5.3), for
+    the ``bandwidths`` of :func:`log_density` and :func:`density`.
+
+    Parameters
+    ----------
+    points : array-like of shape (n_points, n_features)
+        The points (N × d).
+    k : int
+        Which neighbour (``1 <= k < N``).
+    alpha : float, default=1.0
+        The factor (finite, > 0).
+    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
+        Where the op runs: a backend name (one shared engine per name) or an
+        :class:`~locus.Engine`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_points,)
+        The bandwidths (float32).
+
+    Examples
+    --------
+    >>> import locus
+    >>> locus.knn_bandwidths([[0.0], [1.0], [3.0]], 1, alpha=2.0, backend="cpu").tolist()
+    [2.0, 2.0, 4.0]
+    """
+    x = as_matrix(points, "points")
+    return _locus.knn_bandwidths(_engine(backend), x, k, alpha)
 
 
 def density(
@@ -571,6 +643,7 @@ def density(
     backend: BackendLike = "auto",
     metric: str = "euclidean",
     p: float | None = None,
+    bandwidths: Any = None,
 ) -> np.ndarray:
     """The kernel density estimate ``p̂(q)`` (float64): ``exp`` of
     :func:`log_density`, which may underflow to 0 far from the data.
@@ -601,6 +674,9 @@ def density(
         centred).
     p : float or None, default=None
         Minkowski's exponent (``>= 1``; None for 2).
+    bandwidths : array-like of shape (n_keys,), default=None
+        Variable (sample-point) bandwidths, one per key, in place of
+        ``bandwidth`` (see :func:`log_density`).
 
     Returns
     -------
@@ -623,6 +699,7 @@ def density(
             backend=backend,
             metric=metric,
             p=p,
+            bandwidths=bandwidths,
         )
     )
 

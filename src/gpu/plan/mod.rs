@@ -17,6 +17,7 @@ pub(crate) mod local_mean;
 pub(crate) mod matrix;
 mod resident;
 pub(crate) mod softmax;
+pub(crate) mod variable;
 
 pub(crate) use knn::{KnnPlan, MAX_GPU_K, plan_knn};
 pub(crate) use local_mean::{

@@ -42,6 +42,7 @@ use crate::types::SHIFT_FLOOR;
 
 use crate::gpu::plan::local_mean::{IP_CHUNK_DIMS, IP_STEP_KEYS, IP_TILE_ROWS};
 use crate::gpu::plan::softmax::{ATTEND_WG, FINISH_WG, MATRIX_WG as SOFTMAX_MATRIX_WG, SUM_WG};
+use crate::gpu::plan::variable::VARIABLE_WG;
 use crate::gpu::plan::{CHUNK_KEYS, FILL_WG, LOCAL_MEAN_WG, MATRIX_WG};
 
 /// A WGSL file under `shaders/`: its name and text.
@@ -410,7 +411,7 @@ const FEATURE_CONSTS: &[Consts] = &[
 const MERGE: &str = "merge_splits";
 
 /// Every shader entry point (merge entries with their shader).
-pub(crate) const SHADERS: [ShaderSpec; 15] = [
+pub(crate) const SHADERS: [ShaderSpec; 16] = [
     ShaderSpec {
         id: ShaderId::LocalMean,
         file: wgsl!("local_mean.wgsl"),
@@ -566,6 +567,18 @@ pub(crate) const SHADERS: [ShaderSpec; 15] = [
         placeholders: &[("D", 3), ("Q", 1), ("STAGE", 32)],
         consts: &[LOCAL_WG, CHUNK, Consts::TileFlags, Consts::CosineSlope],
     },
+    ShaderSpec {
+        id: ShaderId::VariableBandwidth,
+        file: wgsl!("variable_bandwidth.wgsl"),
+        entry: "accumulate",
+        merge: None,
+        placeholders: &[("D", 1), ("QT", 0), ("QA", 1), ("STAGE", 256)],
+        consts: &[
+            wg(VARIABLE_WG, "plan::variable::VARIABLE_WG"),
+            Consts::TileFlags,
+            Consts::MStart,
+        ],
+    },
     feature_entry(ShaderId::FeatureSums, "chunk_sums"),
     feature_entry(ShaderId::FeaturePrefix, "prefix"),
     feature_entry(ShaderId::FeatureFinish, "finish"),
@@ -639,11 +652,14 @@ pub(crate) enum ShaderId {
     /// `shaders/loo_grad.wgsl`: the leave-one-out error's row sums and
     /// their derivatives in per-feature bandwidths.
     LooGrad,
+    /// `shaders/variable_bandwidth.wgsl`: row states with per-query and
+    /// per-key bandwidths.
+    VariableBandwidth,
 }
 
 impl ShaderId {
     /// Every shader.
-    pub(crate) const ALL: [ShaderId; 22] = [
+    pub(crate) const ALL: [ShaderId; 23] = [
         ShaderId::LocalMean,
         ShaderId::LocalMoments,
         ShaderId::KernelMatrix,
@@ -666,6 +682,7 @@ impl ShaderId {
         ShaderId::KnnIp,
         ShaderId::KnnIpMerge,
         ShaderId::LooGrad,
+        ShaderId::VariableBandwidth,
     ];
 
     /// The entry of [`SHADERS`] that declares this shader (a merge

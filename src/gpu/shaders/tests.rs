@@ -84,6 +84,10 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
             vec![("D", 784), ("K", 5), ("QRES", 0)],
         ],
         ShaderId::MeanShift => vec![vec![("D", 2)], vec![("D", 64)]],
+        ShaderId::VariableBandwidth => vec![
+            vec![("D", 2), ("QT", 2), ("QA", 2), ("STAGE", 256)],
+            vec![("D", 784), ("QT", 8), ("QA", 8), ("STAGE", 3)],
+        ],
         ShaderId::Softmax | ShaderId::SoftmaxMerge => vec![
             vec![("D4", 1), ("QA4", 1), ("BK", 7)],
             vec![("D4", 16), ("QA4", 16), ("BK", 32)],

@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 
+use locus::{Kernel, Profile, VariableBandwidth};
 use ndarray::Array1;
 use serde_json::json;
 
 use super::Job;
-use crate::args::{Compute, KernelArgs, MetricArgs};
+use crate::args::{Compute, MetricArgs, kernel_from, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::report::Summary;
@@ -24,8 +25,46 @@ pub struct KdeArgs {
     /// Optional per-key weights (N values, non-negative).
     #[arg(long, value_name = "W")]
     weights: Option<PathBuf>,
-    #[command(flatten)]
-    kernel: KernelArgs,
+    /// Kernel profile: gaussian, epanechnikov, uniform, triangular,
+    /// biweight, laplacian, cauchy, cosine; with --blocks, one per block
+    /// (k1,k2,…) or one for all.
+    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile, value_delimiter = ',')]
+    kernel: Vec<Profile>,
+    /// Bandwidth h > 0 (distances are divided by h); with --blocks, one
+    /// per block (h1,h2,…); with --abramson, the pilot's.
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, value_delimiter = ',', required_unless_present_any = ["bandwidths", "adaptive_k"])]
+    bandwidth: Option<Vec<f32>>,
+    /// A product (joint, bilateral) kernel over consecutive coordinate
+    /// blocks of these sizes (d1,d2,… summing to the data's columns), each
+    /// with its own --kernel and --bandwidth.
+    #[arg(long, value_name = "D", value_delimiter = ',')]
+    blocks: Option<Vec<usize>>,
+    /// Variable bandwidths from a file: one per key (N values; the
+    /// sample-point estimate, each key normalized by its own h_j), or
+    /// with --balloon one per query (M values).
+    #[arg(long, value_name = "B", conflicts_with_all = ["bandwidth", "adaptive_k", "abramson"])]
+    bandwidths: Option<PathBuf>,
+    /// Variable bandwidths by the k-NN rule: h_j = alpha × the distance
+    /// from key j to its K-th nearest other key (with --balloon: from
+    /// query i to its K-th nearest key).
+    #[arg(long, value_name = "K", conflicts_with_all = ["bandwidth", "abramson"])]
+    adaptive_k: Option<usize>,
+    /// The factor of --adaptive-k.
+    #[arg(
+        long,
+        value_name = "A",
+        default_value_t = 1.0,
+        allow_hyphen_values = true,
+        requires = "adaptive_k"
+    )]
+    alpha: f32,
+    /// Per-key bandwidths by Abramson's square-root law from a pilot
+    /// density of --kernel and --bandwidth: h_j = h·(f̂(x_j)/g)^(−1/2).
+    #[arg(long, requires = "bandwidth")]
+    abramson: bool,
+    /// --bandwidths and --adaptive-k give one bandwidth per query (balloon).
+    #[arg(long)]
+    balloon: bool,
     #[command(flatten)]
     metric: MetricArgs,
     /// Write ln p̂ instead of p̂ (finite far from the data for the gaussian,
@@ -42,7 +81,12 @@ pub struct KdeArgs {
 /// Runs `locus kde`.
 pub fn run(a: &KdeArgs) -> CliResult<()> {
     io::check_output("--output", &a.output)?;
-    let kernel = a.kernel.kernel()?.with_metric(a.metric.metric()?)?;
+    if a.bandwidths.is_some() || a.adaptive_k.is_some() || a.abramson {
+        return run_variable(a);
+    }
+    let bandwidth = a.bandwidth.as_deref().unwrap_or(&[]);
+    let kernel =
+        kernel_from(&a.kernel, bandwidth, a.blocks.as_deref())?.with_metric(a.metric.metric()?)?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     let weights = a
@@ -58,7 +102,7 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
     // A profile with no finite integral in this dimension has no density:
     // a usage error, found before any work.
     kernel.check_dim("kde", x.ncols())?;
-    let parts: Vec<(locus::Profile, usize)> = match kernel.blocks() {
+    let parts: Vec<(Profile, usize)> = match kernel.blocks() {
         None => vec![(kernel.profile(), x.ncols())],
         Some(bs) => bs.iter().map(|b| (b.profile, b.dims)).collect(),
     };
@@ -72,9 +116,119 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
     let q = queries.as_ref().map_or(x, |q| q.data.view());
     let w = weights.as_ref().map(|w| w.data.column(0));
     let op = |e: &locus::Engine| e.log_density(&kernel, q, x, w);
+    let sizes = vec![("M", q.nrows()), ("N", x.nrows()), ("d", x.ncols())];
+    let fields = vec![("weighted", json!(w.is_some()))];
+    estimate(a, op, Some(kernel), sizes, fields)
+}
 
+/// `locus kde` with variable bandwidths (`--bandwidths`, `--adaptive-k`,
+/// `--abramson`): one radial profile, Euclidean, no weights.
+fn run_variable(a: &KdeArgs) -> CliResult<()> {
+    let profile = match a.kernel.as_slice() {
+        [p] => *p,
+        ps => {
+            return Err(CliError::input(format!(
+                "--kernel gives {} profiles; variable bandwidths take one radial profile",
+                ps.len()
+            )));
+        }
+    };
+    let refuse = |what: &str| {
+        Err(CliError::input(format!(
+            "{what} cannot be combined with variable bandwidths (--bandwidths, --adaptive-k, --abramson)"
+        )))
+    };
+    if a.blocks.is_some() {
+        return refuse("--blocks");
+    }
+    if a.weights.is_some() {
+        return refuse("--weights");
+    }
+    if !a.metric.metric()?.is_euclidean() {
+        return refuse("--metric other than euclidean");
+    }
+    if a.abramson && a.balloon {
+        return refuse("--balloon with --abramson (per-key bandwidths)");
+    }
+    let pilot = match (a.abramson, a.bandwidth.as_deref()) {
+        (true, Some([h])) => Some(Kernel::new(profile, *h)?),
+        (true, _) => return Err(CliError::input("--abramson takes one pilot --bandwidth")),
+        (false, _) => None,
+    };
+    let keys = Input::load("--keys", &a.keys)?;
+    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
+    let x = keys.data.view();
+    let q = queries.as_ref().map_or(x, |q| q.data.view());
+    if locus::ln_normalizer(profile, x.ncols()).is_err() {
+        return Err(CliError::input(format!(
+            "--kernel {profile}: the profile has no finite integral in d = {}, so it cannot be normalized into a density; use another kernel",
+            x.ncols()
+        )));
+    }
+    let given = a
+        .bandwidths
+        .as_deref()
+        .map(|p| Input::load("--bandwidths", p))
+        .transpose()?;
+    if let Some(g) = &given {
+        io::one_column(g)?;
+        let (want, of) = if a.balloon {
+            (q.nrows(), "query")
+        } else {
+            (x.nrows(), "key")
+        };
+        if g.data.nrows() != want {
+            return Err(CliError::input(format!(
+                "--bandwidths has {} values; one per {of} ({want}) expected",
+                g.data.nrows()
+            )));
+        }
+    }
+    let op = |e: &locus::Engine| {
+        let h = match (&given, a.adaptive_k, &pilot) {
+            (Some(g), _, _) => g.data.column(0).to_vec(),
+            (None, Some(k), _) if a.balloon => e.balloon_bandwidths(q, x, k, a.alpha)?,
+            (None, Some(k), _) => e.knn_bandwidths(x, k, a.alpha)?,
+            (None, None, Some(pilot)) => e.abramson_bandwidths(pilot, x)?,
+            (None, None, None) => {
+                return Err(locus::Error::InvalidParameter {
+                    name: "bandwidths",
+                    reason: "no variable-bandwidth rule given".into(),
+                });
+            }
+        };
+        let bw = if a.balloon {
+            VariableBandwidth::PerQuery(h)
+        } else {
+            VariableBandwidth::PerKey(h)
+        };
+        e.log_density_variable(profile, &bw, q, x)
+    };
+    let sizes = vec![("M", q.nrows()), ("N", x.nrows()), ("d", x.ncols())];
+    let rule = match (&given, a.adaptive_k) {
+        (Some(_), _) => json!("file"),
+        (None, Some(k)) => json!(format!("knn k={k} alpha={}", a.alpha)),
+        (None, None) => json!("abramson"),
+    };
+    let fields = vec![
+        ("variable_bandwidths", rule),
+        ("balloon", json!(a.balloon)),
+        ("profile", json!(profile.name())),
+    ];
+    estimate(a, op, pilot, sizes, fields)
+}
+
+/// Runs `op` (log densities at the queries), checks it with `--verify`,
+/// and writes the densities (or their logs).
+fn estimate(
+    a: &KdeArgs,
+    op: impl Fn(&locus::Engine) -> locus::Result<Array1<f64>>,
+    kernel: Option<Kernel>,
+    sizes: Vec<(&'static str, usize)>,
+    mut fields: Vec<(&'static str, serde_json::Value)>,
+) -> CliResult<()> {
     let mut job = Job::open("kde", &a.common)?;
-    let log_p = job.run(op)?;
+    let log_p = job.run(&op)?;
     let shown = |l: &Array1<f64>| -> Array1<f32> {
         if a.log {
             l.mapv(|v| v as f32)
@@ -89,7 +243,7 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
         .iter()
         .filter(|v| v.is_finite())
         .fold(0.0f32, |s, v| s.max(v.abs()));
-    job.verify(op, |other| {
+    job.verify(&op, |other| {
         Deviation::between(
             comparable(&result).view(),
             comparable(&shown(other)).view(),
@@ -99,17 +253,15 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
             },
         )
     })?;
+    fields.insert(0, ("log", json!(a.log)));
+    fields.push((
+        "max_log_density",
+        json!(log_p.iter().cloned().fold(f64::NEG_INFINITY, f64::max)),
+    ));
     let summary = Summary {
-        kernel: Some(kernel),
-        sizes: vec![("M", q.nrows()), ("N", x.nrows()), ("d", x.ncols())],
-        fields: vec![
-            ("log", json!(a.log)),
-            ("weighted", json!(w.is_some())),
-            (
-                "max_log_density",
-                json!(log_p.iter().cloned().fold(f64::NEG_INFINITY, f64::max)),
-            ),
-        ],
+        kernel,
+        sizes,
+        fields,
         outputs: vec![("output", a.output.clone())],
     };
     job.finish(summary, || {

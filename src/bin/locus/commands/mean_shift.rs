@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 
 use clap::ValueEnum;
-use locus::{Bandwidth, Engine, MeanShiftFit, MeanShiftParams, Profile, Seeds};
+use locus::{AdaptiveBandwidth, Bandwidth, Engine, MeanShiftFit, MeanShiftParams, Profile, Seeds};
 use serde_json::json;
 
 use super::Job;
@@ -69,6 +69,24 @@ pub struct MeanShiftArgs {
     /// Move the points themselves (blurring MeanShift).
     #[arg(long)]
     blurring: bool,
+    /// Variable-bandwidth MeanShift (Comaniciu–Ramesh–Meer) with these
+    /// per-point bandwidths (N values, .npy or .csv).
+    #[arg(long, value_name = "B", conflicts_with_all = ["bandwidth", "quantile", "adaptive_k", "blocks", "blurring"])]
+    bandwidths: Option<PathBuf>,
+    /// Variable-bandwidth MeanShift with h_j = alpha × the distance from
+    /// point j to its K-th nearest other point; tol, the modes' merging
+    /// and the unassigned reach use each seed's or mode's own h.
+    #[arg(long, value_name = "K", conflicts_with_all = ["bandwidth", "quantile", "blocks", "blurring"])]
+    adaptive_k: Option<usize>,
+    /// The factor of --adaptive-k.
+    #[arg(
+        long,
+        value_name = "A",
+        default_value_t = 1.0,
+        allow_hyphen_values = true,
+        requires = "adaptive_k"
+    )]
+    alpha: f32,
     /// Label points farther than h from every mode −1 instead of assigning
     /// them to the nearest.
     #[arg(long)]
@@ -135,8 +153,22 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
             min_bin_freq: a.min_bin_freq,
         },
     };
+    let adaptive = match (&a.bandwidths, a.adaptive_k) {
+        (Some(path), _) => {
+            let b = Input::load("--bandwidths", path)?;
+            io::one_column(&b)?;
+            io::same_rows(&b, &input)?;
+            Some(AdaptiveBandwidth::PerPoint(b.data.column(0).to_vec()))
+        }
+        (None, Some(k)) => Some(AdaptiveBandwidth::Knn { k, alpha: a.alpha }),
+        (None, None) => None,
+    };
     let build = |rule: Bandwidth| {
         let p = MeanShiftParams::new().profile(profile).bandwidth_rule(rule);
+        let p = match &adaptive {
+            Some(ad) => p.adaptive_bandwidth(ad.clone()),
+            None => p,
+        };
         match product {
             Some(k) => p.kernel(k),
             None => p,
@@ -154,9 +186,11 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     let (n, d) = input.data.dim();
 
     let mut job = Job::open("mean-shift", &a.common)?;
-    // The bandwidth is resolved once, so both backends of --verify use it.
+    // The bandwidth is resolved once, so both backends of --verify use it
+    // (variable bandwidths: resolved by each run, the same on both).
     let h = match rule {
         Bandwidth::Fixed(h) => h,
+        _ if adaptive.is_some() => 1.0,
         _ => {
             let q = a.quantile.unwrap_or(0.3);
             job.engine()
@@ -202,10 +236,13 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
                 };
                 compare(&unit(&fit), &unit(other), 1.0)
             }
+            None if adaptive.is_some() => compare(&fit, other, fit.bandwidth),
             None => compare(&fit, other, h),
         },
     )?;
 
+    // Variable bandwidths: the median of the points' bandwidths.
+    let h = if adaptive.is_some() { fit.bandwidth } else { h };
     let clusters = fit.modes.nrows();
     let summary = Summary {
         kernel: Some(match product {
@@ -223,7 +260,18 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
                     json!(h)
                 },
             ),
-            ("bandwidth_estimated", json!(a.bandwidth.is_none())),
+            (
+                "bandwidth_estimated",
+                json!(a.bandwidth.is_none() && adaptive.is_none()),
+            ),
+            (
+                "adaptive",
+                match (&a.bandwidths, a.adaptive_k) {
+                    (Some(_), _) => json!("per-point bandwidths from --bandwidths"),
+                    (None, Some(k)) => json!(format!("knn k={k} alpha={}", a.alpha)),
+                    (None, None) => json!(null),
+                },
+            ),
             ("clusters", json!(clusters)),
             ("populations", json!(fit.populations)),
             ("iterations", json!(fit.iterations)),

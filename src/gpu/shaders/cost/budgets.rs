@@ -111,6 +111,13 @@ fn budgets() -> Vec<Budget> {
             slots_per_pair: 219.0,
         },
         Budget {
+            name: "variable bandwidths d=3 q=1",
+            shader: ShaderId::VariableBandwidth,
+            template: vec![("D", 3), ("QT", 1), ("QA", 1), ("STAGE", 256)],
+            pairs: 1,
+            slots_per_pair: 56.0,
+        },
+        Budget {
             name: "attention decoding d=64 (RI 1, BK 64)",
             shader: ShaderId::SoftmaxTiled,
             template: vec![("D4", 16), ("QA4", 16), ("BK", 64), ("RI", 1)],
