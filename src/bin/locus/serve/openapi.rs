@@ -10,9 +10,9 @@
 use serde_json::{Map, Value, json};
 
 use super::app::kind;
+use super::arrow::ARROW;
 use super::schema::{self, FieldSpec, Kind};
 use super::sets::MAX_NAME;
-use super::arrow::ARROW;
 use super::wire::NPY;
 
 /// The error statuses an answer may have, and what each means.
