@@ -11,7 +11,7 @@
 //! `catch_unwind` (a malformed stream is a 400, never a dropped
 //! connection).
 //!
-//! Imports: `super::{app, sets, wire}`.
+//! Imports: `super::{app, field, sets}`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,8 +29,8 @@ use axum::http::StatusCode;
 use ndarray::{Array1, Array2, ArrayD};
 
 use super::app::{Failure, bad, too_many_rows};
+use super::field::Field;
 use super::sets::SetData;
-use super::wire::Field;
 
 /// The media type of Arrow IPC stream bodies.
 pub const ARROW: &str = "application/vnd.apache.arrow.stream";

@@ -25,6 +25,7 @@ mod app;
 mod arrow;
 mod auth;
 pub mod config;
+mod field;
 mod handlers;
 mod http;
 mod metrics;

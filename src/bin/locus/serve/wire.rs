@@ -8,17 +8,19 @@
 //! streams (`application/vnd.apache.arrow.stream`) serve all three; the
 //! `arrow` module reads and writes them.
 //!
-//! Imports: `super::{app, arrow, sets}`, `crate::npy`.
+//! Imports: `super::{app, arrow, field, sets}`, `crate::npy`.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ndarray::{Array1, Array2, ArrayD, ArrayViewD, Axis, Ix1, Ix2};
+use ndarray::{Array1, Array2, Axis, Ix1, Ix2};
 use serde::{Deserialize, Serialize};
 
 use super::app::{Failure, bad, too_many_rows};
 use super::arrow::{self, ARROW};
 use super::sets::SetData;
 use crate::npy;
+
+pub use super::field::Field;
 
 /// The media type of `.npy` bodies.
 pub const NPY: &str = "application/x-npy";
@@ -406,54 +408,6 @@ pub fn parse_request(
         }
     };
     Ok(req)
-}
-
-/// One field of an answer.
-pub enum Field {
-    /// An array of `f32` (NaN written as `null` in JSON).
-    F32(ArrayD<f32>),
-    /// An array of `f64`.
-    F64(ArrayD<f64>),
-    /// An array of integers.
-    I64(ArrayD<i64>),
-    /// A count.
-    Count(usize),
-    /// A number.
-    Number(f64),
-    /// A flag.
-    Flag(bool),
-}
-
-impl Field {
-    fn is_array(&self) -> bool {
-        matches!(self, Field::F32(_) | Field::F64(_) | Field::I64(_))
-    }
-}
-
-/// An array written as nested JSON lists, without a copy.
-struct Nested<'a, T>(ArrayViewD<'a, T>);
-
-impl<T: Serialize> Serialize for Nested<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0.ndim() {
-            0 => self.0.iter().next().serialize(s),
-            1 => s.collect_seq(self.0.iter()),
-            _ => s.collect_seq(self.0.outer_iter().map(Nested)),
-        }
-    }
-}
-
-impl Serialize for Field {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Field::F32(a) => Nested(a.view()).serialize(s),
-            Field::F64(a) => Nested(a.view()).serialize(s),
-            Field::I64(a) => Nested(a.view()).serialize(s),
-            Field::Count(n) => n.serialize(s),
-            Field::Number(x) => x.serialize(s),
-            Field::Flag(b) => b.serialize(s),
-        }
-    }
 }
 
 /// An op's answer: named fields, in order (the first array is what an
