@@ -305,12 +305,7 @@ impl Engine {
             ArrayView2::from_shape((c, d), &modes.modes).expect("c·d"), // ok: rows of d
         )?;
         let labels = label(backend, data, &mm, h, params.cluster_all())?;
-        let mut modes_out = Array2::from_shape_vec((c, d), modes.modes).expect("c·d"); // ok: rows of d
-        for mut row in modes_out.rows_mut() {
-            for (v, &c0) in row.iter_mut().zip(&center) {
-                *v = (f64::from(*v) + c0) as f32;
-            }
-        }
+        let modes_out = uncentred_modes(modes.modes, d, &center);
         Ok(MeanShiftFit {
             modes: modes_out,
             labels: Array1::from(labels),
@@ -420,6 +415,19 @@ pub(crate) fn bin_seeds(x: &[f32], d: usize, h: f32, min_bin_freq: usize) -> Vec
         return x.to_vec();
     }
     seeds
+}
+
+/// The modes (`c` rows of `d`, centred) as a matrix with the centre added
+/// back (in `f64`, then rounded).
+pub(super) fn uncentred_modes(modes: Vec<f32>, d: usize, center: &[f64]) -> Array2<f32> {
+    let c = modes.len() / d.max(1);
+    let mut out = Array2::from_shape_vec((c, d), modes).expect("c·d"); // ok: rows of d
+    for mut row in out.rows_mut() {
+        for (v, &c0) in row.iter_mut().zip(center) {
+            *v = (f64::from(*v) + c0) as f32;
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -11,9 +11,9 @@
 
 use std::cmp::Ordering;
 
-use ndarray::{Array1, Array2, ArrayView2};
+use ndarray::{Array1, ArrayView2};
 
-use super::mean_shift::{MeanShiftFit, bin_seeds, centred, midpoint};
+use super::mean_shift::{MeanShiftFit, bin_seeds, centred, midpoint, uncentred_modes};
 use super::params::{AdaptiveBandwidth, MeanShiftValidParams, Seeds};
 use super::postprocess::label;
 use super::shard::cmp_rows;
@@ -155,12 +155,7 @@ impl Engine {
                 }
             }
         }
-        let mut modes_out = Array2::from_shape_vec((c, d), modes.modes).expect("c·d"); // ok: rows of d
-        for mut row in modes_out.rows_mut() {
-            for (v, &c0) in row.iter_mut().zip(&center) {
-                *v = (f64::from(*v) + c0) as f32;
-            }
-        }
+        let modes_out = uncentred_modes(modes.modes, d, &center);
         Ok(MeanShiftFit {
             modes: modes_out,
             labels: Array1::from(labels),
