@@ -1,7 +1,7 @@
 """The locus CLI against PyTorch (CPU), faiss-cpu and numpy, same data, same run.
 
     python benches/compare_torch_faiss.py [--locus target/release/locus]
-        [--repeat R] [--parts localmean,knn,lowd,attention]
+        [--repeat R] [--parts localmean,knn,lowd,attention,decode]
         [--dims 3,64,256,784] [--quick]
 
 The peers are not dependencies of the crate; put them in a throwaway
@@ -31,7 +31,17 @@ CLI reports itself (``--json``) is shown next to it. Peers are timed warm
   against numpy chunked BLAS (|q|^2 - 2 q.x + |x|^2) + exp.
 * attention: softmax attention, 8 heads, T = 4096, d = 64, scale 1/sqrt(d),
   ``locus softmax`` on (B, T, d) inputs (one independent head per leading
-  index) against ``torch.nn.functional.scaled_dot_product_attention``.
+  index) against ``torch.nn.functional.scaled_dot_product_attention``,
+  without and with the causal mask; on a CPU with AVX-512 the AVX2 build
+  (``LOCUS_CPU_ISA=avx2``) runs too, so both builds are in one table.
+* decode: 16 new queries per head against a prepared attention set
+  (``Engine("cpu").prepare_attention``, the Python package; skipped without
+  it) of the same 8 × 4096 keys and values, against SDPA on the same
+  tensors, per call, best of 20 warm calls.
+
+The machine line names the CPU, its vector extensions and the path locus
+takes on it (``locus info``): results from different machine kinds belong
+in separate tables.
 
 Agreement: local means and attention outputs within 1e-4 of max|values|
 (max abs. difference / max |Y|); kNN: the sorted distance lists within 1e-5
@@ -56,7 +66,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from report import cpu_model, table
+from report import cpu_isa, cpu_model, table
 
 ROOT = Path(__file__).resolve().parent.parent
 CORES = os.cpu_count() or 1
@@ -74,12 +84,15 @@ def best(f, repeat, warm=True):
     return min(times), out
 
 
-def run_locus(locus, args, repeat):
-    """Best wall time of the whole process, and best compute time it reports."""
+def run_locus(locus, args, repeat, env=None):
+    """Best wall time of the whole process, and best compute time it reports
+    (`env`: extra environment variables)."""
     walls, computes = [], []
+    full = None if env is None else {**os.environ, **env}
     for _ in range(repeat):
         t = time.perf_counter()
-        p = subprocess.run([locus, *args, "--backend", "cpu", "--json", "-q"], capture_output=True, text=True)
+        p = subprocess.run([locus, *args, "--backend", "cpu", "--json", "-q"], capture_output=True, text=True,
+                           env=full)
         walls.append(time.perf_counter() - t)
         if p.returncode != 0:
             sys.exit(f"locus {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
@@ -223,6 +236,16 @@ def part_lowd(a, tmp, fails):
            "max diff / max abs Y"], rows)
 
 
+def locus_path(locus, env=None):
+    """The CPU path `locus info` reports (e.g. avx512+avx2+fma)."""
+    out = subprocess.run([locus, "info"], capture_output=True, text=True,
+                         env=None if env is None else {**os.environ, **env}).stdout
+    for line in out.splitlines():
+        if line.startswith("cpu backend"):
+            return line.rsplit(", ", 1)[-1].rstrip(")")
+    return "?"
+
+
 def part_attention(a, tmp, fails):
     import torch
     torch.set_num_threads(CORES)
@@ -231,51 +254,98 @@ def part_attention(a, tmp, fails):
     qkv = [rng.normal(size=(b, t, d)).astype(np.float32) for _ in range(3)]
     for name, arr in zip("qkv", qkv):
         np.save(f"{tmp}/{name}.npy", arr)
-    t_l, c_l = run_locus(a.locus, ["softmax", "--phi", f"{tmp}/q.npy", "--psi", f"{tmp}/k.npy",
-                                   "--values", f"{tmp}/v.npy", "-o", f"{tmp}/o.npy"], a.repeat)
-    ours = np.load(f"{tmp}/o.npy")
     qt, kt, vt = (torch.from_numpy(z) for z in qkv)
+    builds = [None]
+    if "avx512" in locus_path(a.locus):
+        builds.append({"LOCUS_CPU_ISA": "avx2"})
+    rows = []
+    for causal in (False, True):
+        def peer():
+            with torch.no_grad():
+                return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).numpy()
 
-    def peer():
-        with torch.no_grad():
-            return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt).numpy()
+        t_p, want = best(peer, a.repeat)
 
-    t_p, want = best(peer, a.repeat)
+        def ref(s):  # float64 on head 0, sampled queries
+            lw = qkv[0][0, s].astype(np.float64) @ qkv[1][0].T.astype(np.float64) / np.sqrt(d)
+            if causal:
+                lw = np.where(np.arange(t)[None, :] <= s[:, None], lw, -np.inf)
+            w = np.exp(lw - lw.max(1, keepdims=True))
+            return (w @ qkv[2][0].astype(np.float64)) / w.sum(1, keepdims=True)
 
-    def ref(s):  # float64 on head 0, sampled queries
-        lw = qkv[0][0, s].astype(np.float64) @ qkv[1][0].T.astype(np.float64) / np.sqrt(d)
-        w = np.exp(lw - lw.max(1, keepdims=True))
-        return (w @ qkv[2][0].astype(np.float64)) / w.sum(1, keepdims=True)
-
-    sample = np.random.default_rng(5).choice(t, min(256, t), replace=False)
-    dev = float(np.max(np.abs(ours - want))) / float(np.abs(qkv[2]).max())
-    ok, text = dev <= LM_TOL, f"{dev:.1e}"
-    if not ok:
-        text, ok = judge(ours[0], want[0], ref, sample, float(np.abs(qkv[2]).max()), LM_TOL)
-        text = f"{dev:.1e}; head 0: " + text
-        if not ok:
-            fails.append(f"attention: {text}")
-    fl = 4.0 * b * t * t * d / 1e9
-    table("Softmax attention, fp32, no mask, scale 1/sqrt(d): locus softmax on (B, T, d) .npy vs torch "
+        for env in builds:
+            t_l, c_l = run_locus(a.locus, ["softmax", "--phi", f"{tmp}/q.npy", "--psi", f"{tmp}/k.npy",
+                                           "--values", f"{tmp}/v.npy", "-o", f"{tmp}/o.npy"]
+                                 + (["--causal"] if causal else []), a.repeat, env)
+            ours = np.load(f"{tmp}/o.npy")
+            sample = np.random.default_rng(5).choice(t, min(256, t), replace=False)
+            dev = float(np.max(np.abs(ours - want))) / float(np.abs(qkv[2]).max())
+            ok, text = dev <= LM_TOL, f"{dev:.1e}"
+            if not ok:
+                text, ok = judge(ours[0], want[0], ref, sample, float(np.abs(qkv[2]).max()), LM_TOL)
+                text = f"{dev:.1e}; head 0: " + text
+                if not ok:
+                    fails.append(f"attention causal={causal}: {text}")
+            # Causal: the multiply-adds of the unmasked half.
+            fl = 4.0 * b * t * t * d / 1e9 / (2 if causal else 1)
+            rows.append(("yes" if causal else "no", locus_path(a.locus, env), f"{b}", f"{t}", f"{d}",
+                         f"{t_l:.3f} ({c_l:.3f})", f"{t_p:.3f}", f"{t_p / t_l:.2f} ({t_p / c_l:.2f})",
+                         f"{fl / t_l:.1f} ({fl / c_l:.1f})", f"{fl / t_p:.1f}", text + ("" if ok else " **FAIL**")))
+    table("Softmax attention, fp32, scale 1/sqrt(d): locus softmax on (B, T, d) .npy vs torch "
           "scaled_dot_product_attention on (B, T, d) tensors (B independent heads, no projections)",
-          ["B", "T", "d", "locus s, wall (compute)", "torch s", "torch/locus", "locus GFLOP/s wall (compute)",
-           "torch GFLOP/s", "max diff / max abs V"],
-          [(f"{b}", f"{t}", f"{d}", f"{t_l:.3f} ({c_l:.3f})", f"{t_p:.3f}", f"{t_p / t_l:.2f}",
-            f"{fl / t_l:.1f} ({fl / c_l:.1f})", f"{fl / t_p:.1f}", text + ("" if ok else " **FAIL**"))])
+          ["causal", "locus build", "B", "T", "d", "locus s, wall (compute)", "torch s",
+           "torch/locus wall (compute)", "locus GFLOP/s wall (compute)", "torch GFLOP/s",
+           "max diff / max abs V"], rows)
+
+
+def part_decode(a, tmp, fails):
+    import torch
+    torch.set_num_threads(CORES)
+    try:
+        import locus
+    except ImportError:
+        print("\n(decode: the locus Python package is not installed; skipped)")
+        return
+    b, t, d, rows = 8, 4096 // a.div, 64, []
+    rng = np.random.default_rng(6)
+    k, v = (rng.normal(size=(b, t, d)).astype(np.float32) for _ in range(2))
+    kt, vt = torch.from_numpy(k), torch.from_numpy(v)
+    aset = locus.Engine("cpu").prepare_attention(k, v)
+    for m in (1, 16, 64):
+        q = rng.normal(size=(b, m, d)).astype(np.float32)
+        qt = torch.from_numpy(q)
+
+        def peer():
+            with torch.no_grad():
+                return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt).numpy()
+
+        t_p, want = best(peer, 20)
+        t_l, ours = best(lambda: aset.attend(q), 20)
+        dev = float(np.max(np.abs(ours - want))) / float(np.abs(v).max())
+        ok = dev <= LM_TOL
+        if not ok:
+            fails.append(f"decode m={m}: {dev:.1e}")
+        fl = 4.0 * b * m * t * d / 1e9
+        rows.append((f"{b}", f"{m}", f"{t}", f"{d}", f"{t_l * 1e3:.3f}", f"{t_p * 1e3:.3f}", f"{t_p / t_l:.2f}",
+                     f"{fl / t_l:.1f}", f"{fl / t_p:.1f}", f"{dev:.1e}" + ("" if ok else " **FAIL**")))
+    table("Decoding: M new queries per head against prepared keys and values (locus AttentionSet.attend vs torch "
+          "SDPA on the same tensors), per call, best of 20 warm calls",
+          ["B", "M", "T", "d", "locus ms", "torch ms", "torch/locus", "locus GFLOP/s", "torch GFLOP/s",
+           "max diff / max abs V"], rows)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--locus", default=str(ROOT / "target" / "release" / "locus"))
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--parts", default="localmean,knn,lowd,attention")
+    ap.add_argument("--parts", default="localmean,knn,lowd,attention,decode")
     ap.add_argument("--dims", default="3,64,256,784", help="dimensions of the localmean part")
     ap.add_argument("--quick", action="store_true", help="N, M (and T) divided by 8: a smoke test")
     a = ap.parse_args()
     a.dims = [int(s) for s in a.dims.split(",")]
     a.div = 8 if a.quick else 1
     parts = a.parts.split(",")
-    unknown = set(parts) - {"localmean", "knn", "lowd", "attention"}
+    unknown = set(parts) - {"localmean", "knn", "lowd", "attention", "decode"}
     if unknown:
         ap.error(f"unknown parts {sorted(unknown)}")
     if not os.access(a.locus, os.X_OK):
@@ -290,6 +360,7 @@ def main():
     locus_version = subprocess.run([a.locus, "--version"], capture_output=True, text=True).stdout.strip()
     print("## locus CLI vs PyTorch / faiss / numpy (CPU)\n")
     print(f"- machine: {cpu_model()} ({platform.machine()}), {CORES} cores, {platform.system()} {platform.release()}")
+    print(f"- vector extensions: {cpu_isa()}; locus CPU path: {locus_path(a.locus)}")
     print(f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}")
     shown = os.path.relpath(a.locus, ROOT) if a.locus.startswith(str(ROOT)) else a.locus
     print(f"- {locus_version} ({shown}, --backend cpu); python {platform.python_version()}; {', '.join(versions)}")
@@ -300,7 +371,7 @@ def main():
     fails = []
     with tempfile.TemporaryDirectory(prefix="locus-peers-") as tmp:
         for name, fn in (("localmean", part_localmean), ("knn", part_knn), ("lowd", part_lowd),
-                         ("attention", part_attention)):
+                         ("attention", part_attention), ("decode", part_decode)):
             if name in parts:
                 fn(a, tmp, fails)
                 sys.stdout.flush()

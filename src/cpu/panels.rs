@@ -16,6 +16,7 @@ use std::borrow::Cow;
 
 use rayon::prelude::*;
 
+pub(crate) use super::simd::TileIsa;
 use super::simd::{Avx2Fma, Avx512, Isa, KEY_BLOCK, Portable, fmadd, max_of};
 use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
@@ -241,45 +242,6 @@ impl CentredRows {
 /// keys' mean for the bounds (or is not finite).
 pub(crate) fn far_norm(nq: f64) -> bool {
     nq >= NORM_LIMIT || !nq.is_finite()
-}
-
-/// The instruction set the tile is compiled for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum TileIsa {
-    Portable,
-    Avx2(Avx2Fma),
-    Avx512(Avx512),
-}
-
-impl TileIsa {
-    /// The best the CPU has.
-    pub(crate) fn best() -> TileIsa {
-        match (Avx512::detect(), Avx2Fma::detect()) {
-            (Some(t), _) => TileIsa::Avx512(t),
-            (None, Some(t)) => TileIsa::Avx2(t),
-            (None, None) => TileIsa::Portable,
-        }
-    }
-
-    /// The tile's build for a kernel running on `isa`: the portable one
-    /// for `None` (how tests force the portable build), else the best the
-    /// CPU has.
-    pub(crate) fn at_most(isa: Option<Avx2Fma>) -> TileIsa {
-        match (isa, TileIsa::best()) {
-            (None, _) => TileIsa::Portable,
-            (Some(_), best @ TileIsa::Avx512(_)) => best,
-            (Some(t), _) => TileIsa::Avx2(t),
-        }
-    }
-
-    /// Every version this CPU can run (for tests).
-    #[cfg(test)]
-    pub(crate) fn all() -> Vec<TileIsa> {
-        let mut v = vec![TileIsa::Portable];
-        v.extend(Avx2Fma::detect().map(TileIsa::Avx2));
-        v.extend(Avx512::detect().map(TileIsa::Avx512));
-        v
-    }
 }
 
 /// `out[r·KEY_BLOCK + (j − j0)] = q'_r·x'_j` for the first `g` rows of

@@ -28,6 +28,12 @@ pub(crate) trait Isa: Copy + Send + Sync {
     /// The AVX2 + FMA token when this instruction set provides it, so
     /// generic code can call the explicit AVX2 micro-kernels.
     fn avx2_fma(self) -> Option<Avx2Fma>;
+    /// The AVX-512 token when this instruction set provides it (the
+    /// zmm micro-kernels).
+    #[inline(always)]
+    fn avx512(self) -> Option<Avx512> {
+        None
+    }
 }
 
 /// Baseline x86-64 (or any CPU): plain multiply-adds, no explicit vector
@@ -48,11 +54,42 @@ impl Isa for Portable {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Avx2Fma(());
 
+/// How far `LOCUS_CPU_ISA` lets the CPU path go: 0 baseline, 1 AVX2 +
+/// FMA, 2 AVX-512 (the default, which means the best the CPU has). A cap,
+/// never a promise: a level the CPU lacks stays off. For comparing the
+/// builds on one machine, as PyTorch's `ATEN_CPU_CAPABILITY` does.
+pub(crate) fn isa_cap() -> u8 {
+    static CAP: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| match std::env::var("LOCUS_CPU_ISA") {
+        Err(_) => 2,
+        Ok(v) => parse_isa_cap(&v).unwrap_or_else(|| {
+            eprintln!(
+                "locus: LOCUS_CPU_ISA={v:?} is not one of baseline, avx2, avx512; \
+                 using the best the CPU has"
+            );
+            2
+        }),
+    })
+}
+
+/// The level a `LOCUS_CPU_ISA` value names.
+fn parse_isa_cap(v: &str) -> Option<u8> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "avx512" | "best" => Some(2),
+        "avx2" => Some(1),
+        "baseline" | "portable" | "none" => Some(0),
+        _ => None,
+    }
+}
+
 impl Avx2Fma {
     /// The token, when run-time detection finds AVX2 and FMA (the standard
-    /// library caches the detection).
+    /// library caches the detection) and `LOCUS_CPU_ISA` allows it.
     #[inline]
     pub(crate) fn detect() -> Option<Avx2Fma> {
+        if isa_cap() < 1 {
+            return None;
+        }
         #[cfg(target_arch = "x86_64")]
         {
             (std::arch::is_x86_feature_detected!("avx2")
@@ -80,10 +117,14 @@ impl Isa for Avx2Fma {
 pub(crate) struct Avx512(Avx2Fma);
 
 impl Avx512 {
-    /// The token, when run-time detection finds AVX-512F, AVX2 and FMA.
+    /// The token, when run-time detection finds AVX-512F, AVX2 and FMA
+    /// and `LOCUS_CPU_ISA` allows it.
     #[inline]
     pub(crate) fn detect() -> Option<Avx512> {
         let avx2 = Avx2Fma::detect()?;
+        if isa_cap() < 2 {
+            return None;
+        }
         #[cfg(target_arch = "x86_64")]
         {
             std::arch::is_x86_feature_detected!("avx512f").then_some(Avx512(avx2))
@@ -101,6 +142,50 @@ impl Isa for Avx512 {
     #[inline(always)]
     fn avx2_fma(self) -> Option<Avx2Fma> {
         Some(self.0)
+    }
+    #[inline(always)]
+    fn avx512(self) -> Option<Avx512> {
+        Some(self)
+    }
+}
+
+/// The instruction set a kernel is compiled for, chosen at run time: the
+/// best the CPU has, or a lower one that tests force.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TileIsa {
+    Portable,
+    Avx2(Avx2Fma),
+    Avx512(Avx512),
+}
+
+impl TileIsa {
+    /// The best the CPU has.
+    pub(crate) fn best() -> TileIsa {
+        match (Avx512::detect(), Avx2Fma::detect()) {
+            (Some(t), _) => TileIsa::Avx512(t),
+            (None, Some(t)) => TileIsa::Avx2(t),
+            (None, None) => TileIsa::Portable,
+        }
+    }
+
+    /// The tile's build for a kernel running on `isa`: the portable one
+    /// for `None` (how tests force the portable build), else the best the
+    /// CPU has.
+    pub(crate) fn at_most(isa: Option<Avx2Fma>) -> TileIsa {
+        match (isa, TileIsa::best()) {
+            (None, _) => TileIsa::Portable,
+            (Some(_), best @ TileIsa::Avx512(_)) => best,
+            (Some(t), _) => TileIsa::Avx2(t),
+        }
+    }
+
+    /// Every version this CPU can run (for tests).
+    #[cfg(test)]
+    pub(crate) fn all() -> Vec<TileIsa> {
+        let mut v = vec![TileIsa::Portable];
+        v.extend(Avx2Fma::detect().map(TileIsa::Avx2));
+        v.extend(Avx512::detect().map(TileIsa::Avx512));
+        v
     }
 }
 
@@ -297,6 +382,14 @@ mod tests {
         fn avx2_fma(self) -> Option<Avx2Fma> {
             None
         }
+    }
+
+    #[test]
+    fn isa_cap_values() {
+        assert_eq!(parse_isa_cap("AVX2"), Some(1));
+        assert_eq!(parse_isa_cap(" avx512 "), Some(2));
+        assert_eq!(parse_isa_cap("baseline"), Some(0));
+        assert_eq!(parse_isa_cap("sse9"), None);
     }
 
     #[test]

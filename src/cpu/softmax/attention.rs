@@ -9,8 +9,8 @@ use std::borrow::Borrow;
 
 use rayon::prelude::*;
 
-use super::super::simd::{Avx2Fma, Isa, Portable, exp_nonpos, fmadd, fmax, max_of, sum_of};
-use super::{BK, BQ, Batch, MR, NR, Packed, scaled_queries, scores};
+use super::super::simd::{Isa, Portable, TileIsa, exp_nonpos, fmadd, fmax, max_of, sum_of};
+use super::{BK, BQ, Batch, MR, NR, Packed, SUB, scaled_queries, scores};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::matrix::alloc_output;
@@ -73,7 +73,7 @@ pub(crate) fn attend_packed<P>(
     phi: &Heads<'_>,
     (n, q): (usize, usize),
     attn: &Attention,
-    isa: Option<Avx2Fma>,
+    isa: TileIsa,
     packed: &(dyn Fn(usize) -> Result<P> + Sync),
 ) -> Result<Vec<f32>>
 where
@@ -140,27 +140,42 @@ where
 }
 
 fn block_state(
-    isa: Option<Avx2Fma>,
+    isa: TileIsa,
     b: &Batch<'_>,
     i0: usize,
     i1: usize,
     k0: usize,
     k1: usize,
 ) -> BlockState {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(isa) = isa {
-        // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
-        // detection found AVX2 and FMA.
-        return unsafe { block_state_avx2(isa, b, i0, i1, k0, k1) };
+    match isa {
+        // SAFETY: the tokens are made only where run-time detection found
+        // the features.
+        #[cfg(target_arch = "x86_64")]
+        TileIsa::Avx512(t) => unsafe { block_state_avx512(t, b, i0, i1, k0, k1) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        TileIsa::Avx2(t) => unsafe { block_state_avx2(t, b, i0, i1, k0, k1) },
+        _ => block_state_impl(Portable, b, i0, i1, k0, k1),
     }
-    let _ = isa;
-    block_state_impl(Portable, b, i0, i1, k0, k1)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn block_state_avx2(
-    isa: Avx2Fma,
+    isa: super::super::simd::Avx2Fma,
+    b: &Batch<'_>,
+    i0: usize,
+    i1: usize,
+    k0: usize,
+    k1: usize,
+) -> BlockState {
+    block_state_impl(isa, b, i0, i1, k0, k1)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn block_state_avx512(
+    isa: super::super::simd::Avx512,
     b: &Batch<'_>,
     i0: usize,
     i1: usize,
@@ -184,8 +199,14 @@ fn block_state_impl<S: Isa>(
     let rows = i1 - i0;
     let qp = b.keys.qp;
     let qs = scaled_queries(b, i0, i1);
+    // The AVX-512 tile reads the queries repacked (`avx512::pack_queries`).
+    #[cfg(target_arch = "x86_64")]
+    let qs = match isa.avx512() {
+        Some(_) => super::avx512::pack_queries(&qs, rows, b.d),
+        None => qs,
+    };
     let mut st = BlockState::empty(rows, qp);
-    let mut s = vec![0.0f32; rows * BK];
+    let mut s = vec![0.0f32; SUB.min(rows) * BK];
     // Tile sums relative to the same running maximum, merged every FLUSH_TILES.
     let mut o = vec![0.0f32; rows * qp];
     let mut l32 = vec![0.0f32; rows];
@@ -193,41 +214,51 @@ fn block_state_impl<S: Isa>(
     let mut j0 = k0;
     while j0 < k1 {
         let len = BK.min(k1 - j0);
-        scores(isa, &qs, rows, b.d, b.keys.key_tile(j0, b.d), len, &mut s);
-        // Keys beyond some row's limit: only near the diagonal.
-        let masked = b.causal && j0 + len - 1 > i0 + b.off;
-        for r in 0..rows {
-            let row = &mut s[r * BK..r * BK + len];
-            if masked {
-                let lim = i0 + r + b.off;
-                for (c, x) in row.iter_mut().enumerate() {
-                    if j0 + c > lim {
-                        *x = f32::NEG_INFINITY;
-                    }
-                }
-            }
-            let m_new = fmax(st.m[r], max_of(row));
-            if m_new == f32::NEG_INFINITY {
-                row.fill(0.0); // every key of this tile is masked for this row
+        let kt = b.keys.key_tile(j0, b.d);
+        let vt = &b.keys.v[j0 * qp..];
+        // The tile's keys and values serve every sub-block while they are
+        // in cache; the scores of one sub-block exist at a time.
+        for r0 in (0..rows).step_by(SUB) {
+            let r1 = (r0 + SUB).min(rows);
+            // Keys beyond every row of the sub-block: nothing to add (later
+            // sub-blocks see further).
+            if b.causal && j0 > i0 + r1 - 1 + b.off {
                 continue;
             }
-            if m_new > st.m[r] {
-                let f = (f64::from(st.m[r]) - f64::from(m_new)).exp();
-                st.l[r] *= f;
-                st.acc[r * qp..(r + 1) * qp]
-                    .iter_mut()
-                    .for_each(|x| *x *= f);
-                let f32_ = f as f32;
-                l32[r] *= f32_;
-                o[r * qp..(r + 1) * qp].iter_mut().for_each(|x| *x *= f32_);
-                st.m[r] = m_new;
+            let sub = r1 - r0;
+            tile_scores(isa, &qs[r0 * b.d..], sub, b.d, kt, len, &mut s);
+            // Keys beyond some row's limit: only near the diagonal.
+            let masked = b.causal && j0 + len - 1 > i0 + r0 + b.off;
+            for r in r0..r1 {
+                let row = &mut s[(r - r0) * BK..(r - r0) * BK + len];
+                if masked {
+                    let lim = i0 + r + b.off;
+                    for (c, x) in row.iter_mut().enumerate() {
+                        if j0 + c > lim {
+                            *x = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+                let m_new = fmax(st.m[r], row_max(isa, row));
+                if m_new == f32::NEG_INFINITY {
+                    row.fill(0.0); // every key of this tile is masked for this row
+                    continue;
+                }
+                if m_new > st.m[r] {
+                    let f = (f64::from(st.m[r]) - f64::from(m_new)).exp();
+                    st.l[r] *= f;
+                    st.acc[r * qp..(r + 1) * qp]
+                        .iter_mut()
+                        .for_each(|x| *x *= f);
+                    let f32_ = f as f32;
+                    l32[r] *= f32_;
+                    o[r * qp..(r + 1) * qp].iter_mut().for_each(|x| *x *= f32_);
+                    st.m[r] = m_new;
+                }
+                l32[r] += exp_sum(isa, row, m_new);
             }
-            for x in row.iter_mut() {
-                *x = exp_nonpos::<S>(*x - m_new);
-            }
-            l32[r] += sum_of(row);
+            weighted_values(isa, &s, sub, len, vt, qp, &mut o[r0 * qp..]);
         }
-        weighted_values(isa, &s, rows, len, &b.keys.v[j0 * qp..], qp, &mut o);
         pending += 1;
         if pending == FLUSH_TILES {
             flush(&mut st, &mut o, &mut l32);
@@ -251,6 +282,53 @@ fn flush(st: &mut BlockState, o: &mut [f32], l32: &mut [f32]) {
     }
 }
 
+/// [`scores`], by the AVX-512 tile where `isa` has it (`qs` then packed
+/// by `avx512::pack_queries`).
+#[inline(always)]
+fn tile_scores<S: Isa>(
+    isa: S,
+    qs: &[f32],
+    rows: usize,
+    d: usize,
+    kt: &[f32],
+    len: usize,
+    s: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx512() {
+        // SAFETY: the token is made only where run-time detection found
+        // AVX-512F, AVX2 and FMA.
+        return unsafe { super::avx512::scores(t, qs, rows, d, kt, s) };
+    }
+    scores(isa, qs, rows, d, kt, len, s);
+}
+
+/// Largest element of a row of scores.
+#[inline(always)]
+fn row_max<S: Isa>(isa: S, row: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx512() {
+        // SAFETY: as in `tile_scores`.
+        return unsafe { super::avx512::row_max(t, row) };
+    }
+    let _ = isa;
+    max_of(row)
+}
+
+/// `row[j] = e^{row[j] − m}` in place, and their sum.
+#[inline(always)]
+fn exp_sum<S: Isa>(isa: S, row: &mut [f32], m: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx512() {
+        // SAFETY: as in `tile_scores`.
+        return unsafe { super::avx512::exp_sum(t, row, m) };
+    }
+    for x in row.iter_mut() {
+        *x = exp_nonpos::<S>(*x - m);
+    }
+    sum_of(row)
+}
+
 /// `o += P·V`: `P` is `rows × len` (row stride [`BK`]), `V` the values of
 /// the tile's keys (row stride `qp`), `o` is `rows × qp`.
 #[inline(always)]
@@ -263,6 +341,11 @@ fn weighted_values<S: Isa>(
     qp: usize,
     o: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx512() {
+        // SAFETY: as in `tile_scores`.
+        return unsafe { super::avx512::weighted_values(t, p, rows, len, v, qp, o) };
+    }
     for c in (0..qp).step_by(NR) {
         let mut r = 0;
         while r < rows {

@@ -40,6 +40,8 @@ macro_rules! by_rows {
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod feature;
 mod matrix;
 mod prepared;
@@ -54,8 +56,13 @@ pub(crate) use feature::feature_local_mean;
 pub(crate) use matrix::softmax_matrix;
 pub(crate) use prepared::CpuAttention;
 
-/// Query rows per block (a multiple of [`MR`]).
-pub(crate) const BQ: usize = 48;
+/// Query rows per block (a multiple of [`SUB`]).
+pub(crate) const BQ: usize = 192;
+/// Query rows whose scores exist at a time inside a block of the
+/// attention (a multiple of [`MR`]): each key tile and its values serve
+/// the block's [`BQ`] rows a sub-block after another while they are in
+/// cache, so the keys stream from memory `M/BQ` times, not `M/SUB`.
+pub(crate) const SUB: usize = 48;
 /// Keys per tile.
 pub(crate) const BK: usize = 64;
 /// Rows of the register tile.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::super::simd::Avx2Fma;
+use super::super::simd::TileIsa;
 use super::super::threads::Threads;
 use super::attention::attend_packed;
 use super::{BK, NR, Packed, pack};
@@ -94,13 +94,13 @@ impl CpuAttention<'static> {
 }
 
 impl CpuAttention<'_> {
-    /// [`PreparedAttention::attend`] on the AVX2 + FMA build when `isa`
-    /// holds the token, else on the portable one (`None` forces it).
+    /// [`PreparedAttention::attend`] on the build `isa` (the best the CPU
+    /// has, or a lower one that tests force).
     pub(crate) fn attend_on(
         &self,
         phi: &Heads<'_>,
         attn: &Attention,
-        isa: Option<Avx2Fma>,
+        isa: TileIsa,
     ) -> Result<Vec<f32>> {
         let (n, q) = (self.n, self.q);
         match &self.stored {
@@ -120,7 +120,7 @@ impl CpuAttention<'_> {
 impl PreparedAttention for CpuAttention<'_> {
     fn attend(&self, phi: &Heads<'_>, attn: &Attention) -> Result<Vec<f32>> {
         self.threads
-            .install(|| self.attend_on(phi, attn, Avx2Fma::detect()))
+            .install(|| self.attend_on(phi, attn, TileIsa::best()))
     }
 
     fn bytes(&self) -> u64 {

@@ -1,6 +1,6 @@
 //! Both builds of the three ops against `f64` references.
 
-use super::super::simd::Avx2Fma;
+use super::super::simd::{Avx2Fma, Isa, TileIsa};
 use super::CpuAttention;
 use super::feature::feature_local_mean_on;
 use super::matrix::softmax_matrix_on;
@@ -60,17 +60,23 @@ fn reference(phi: &[f32], psi: &[f32], v: &[f32], q: usize, attn: &Attention) ->
     out
 }
 
-/// The portable build (which integration tests do not reach on an AVX2
-/// machine) and the AVX2 one against the f64 reference, on shapes that
-/// leave partial register tiles, key tiles and key splits.
+/// Every build this CPU runs (portable, which integration tests do not
+/// reach on an AVX2 machine, AVX2, AVX-512) against the f64 reference and
+/// against each other, on shapes that leave partial register tiles, key
+/// tiles, value-column groups and key splits.
 #[test]
-fn portable_and_avx2_builds_match_reference() {
+fn every_build_matches_reference() {
     for &(nb, m, n, d, q, causal) in &[
         (1usize, 1usize, 1usize, 1usize, 1usize, false),
         (2, 53, 131, 7, 5, false),
         (2, 53, 131, 7, 5, true),
         (1, 5, 700, 3, 17, true),
         (3, 49, 49, 16, 16, true),
+        (2, 101, 300, 64, 64, true),
+        (1, 97, 257, 33, 40, false),
+        (1, 16, 1000, 64, 64, false),
+        (1, 450, 450, 8, 16, true),
+        (2, 250, 520, 5, 3, true),
     ] {
         let (pv, kv, vv) = (
             data(nb * m * d, 1),
@@ -83,15 +89,29 @@ fn portable_and_avx2_builds_match_reference() {
             heads(&vv, nb, n, q),
         );
         let attn = Attention { scale: 2.5, causal };
-        let mut builds = vec![None];
-        if let Some(isa) = Avx2Fma::detect() {
-            builds.push(Some(isa));
-        }
-        for isa in builds {
-            let avx2 = isa.is_some();
+        let mut first: Option<Vec<f32>> = None;
+        for tile in TileIsa::all() {
+            let avx2 = format!("{tile:?}");
+            let isa = match tile {
+                TileIsa::Portable => None,
+                TileIsa::Avx2(t) => Some(t),
+                TileIsa::Avx512(t) => t.avx2_fma(),
+            };
             let got = CpuAttention::for_call(&Default::default(), &k, &v)
-                .attend_on(&p, &attn, isa)
+                .attend_on(&p, &attn, tile)
                 .unwrap();
+            // The builds agree with each other to the order of their sums.
+            match &first {
+                None => first = Some(got.clone()),
+                Some(f) => {
+                    for (i, (&a, &b)) in f.iter().zip(&got).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 2e-6 * a.abs().max(1.0),
+                            "{avx2} [{i}]: {b} vs {a}"
+                        );
+                    }
+                }
+            }
             let mat = softmax_matrix_on(&p, &k, &attn, isa).unwrap();
             for b in 0..nb {
                 let want = reference(
@@ -105,7 +125,7 @@ fn portable_and_avx2_builds_match_reference() {
                     let g = f64::from(got[b * m * q + i]);
                     assert!(
                         (g - w).abs() <= 1e-4 * w.abs() + 1e-5,
-                        "avx2={avx2} {nb}×{m}×{n} d={d} q={q} causal={causal} [{b}][{i}]: {g} vs {w}"
+                        "{avx2} {nb}×{m}×{n} d={d} q={q} causal={causal} [{b}][{i}]: {g} vs {w}"
                     );
                 }
                 // Weights times values equal the fused result.
@@ -120,7 +140,7 @@ fn portable_and_avx2_builds_match_reference() {
                         let w = want[i * q + c];
                         assert!(
                             (u - w).abs() <= 1e-4 * w.abs() + 1e-5,
-                            "matrix avx2={avx2}: {u} vs {w}"
+                            "matrix {avx2}: {u} vs {w}"
                         );
                     }
                 }
