@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 
 use ndarray::{Array, Array2, ArrayView, ArrayView2, Dimension};
+use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 
@@ -147,12 +148,22 @@ impl<'a> Matrix<'a> {
     pub(crate) fn transposed(&self, op: &'static str, what: &'static str) -> Result<Vec<f32>> {
         let ld = padded_stride(self.rows);
         let len = (ld as u64).saturating_mul(self.cols as u64);
-        let mut t = try_vec(op, what, len, 0.0f32)?;
-        for (i, row) in self.data.chunks_exact(self.cols).enumerate() {
-            for (k, &v) in row.iter().enumerate() {
-                t[k * ld + i] = v;
-            }
-        }
+        let mut t = try_zeros::<f32>(op, what, len)?;
+        // Tasks of 16 columns on the current thread pool: each reads one
+        // cache line of every input row and writes 16 sequential streams
+        // (a row-by-row scatter touches `cols` lines per row).
+        const COLS: usize = 16;
+        let cols = self.cols;
+        t.par_chunks_mut(COLS * ld)
+            .enumerate()
+            .for_each(|(c, out)| {
+                let (k0, w) = (c * COLS, out.len() / ld);
+                for (i, row) in self.data.chunks_exact(cols).enumerate() {
+                    for (kk, &v) in row[k0..k0 + w].iter().enumerate() {
+                        out[kk * ld + i] = v;
+                    }
+                }
+            });
         Ok(t)
     }
 }
@@ -169,7 +180,36 @@ pub(crate) fn alloc_output(
     rows: usize,
     cols: usize,
 ) -> Result<Vec<f32>> {
-    try_vec(op, what, (rows as u64).saturating_mul(cols as u64), 0.0)
+    try_zeros(op, what, (rows as u64).saturating_mul(cols as u64))
+}
+
+/// `len` zeros, from the allocator's zeroed memory: a large buffer comes
+/// as fresh pages that are zero without being written, faulted in by
+/// whichever thread first writes them (with [`try_vec`] the calling
+/// thread would write every byte first, alone). Or [`Error::TooLarge`].
+pub(crate) fn try_zeros<T: bytemuck::Zeroable + Clone>(
+    op: &'static str,
+    what: &'static str,
+    len: u64,
+) -> Result<Vec<T>> {
+    let too_large = || Error::TooLarge {
+        op,
+        what,
+        bytes: len.saturating_mul(std::mem::size_of::<T>() as u64),
+    };
+    let n = usize::try_from(len).map_err(|_| too_large())?;
+    if n == 0 || std::mem::size_of::<T>() == 0 {
+        return try_vec(op, what, len, T::zeroed());
+    }
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| too_large())?;
+    // SAFETY: the layout's size is not zero (n > 0, T not zero-sized).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if p.is_null() {
+        return Err(too_large());
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `n`
+    // values of `T`, and all-zero bytes are a valid `T` (`Zeroable`).
+    Ok(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
 /// `len` copies of `value` (a fallible `vec![value; len]`).
@@ -186,13 +226,20 @@ pub(crate) fn try_vec<T: Clone>(
 }
 
 /// A copy of `src` (a fallible `to_vec`).
-pub(crate) fn try_copy<T: Clone>(
+pub(crate) fn try_copy<T: Clone + Send + Sync>(
     op: &'static str,
     what: &'static str,
     src: &[T],
 ) -> Result<Vec<T>> {
     let mut v = reserve::<T>(op, what, src.len() as u64)?;
-    v.extend_from_slice(src);
+    // Large copies by the current thread pool, each task filling its own
+    // fresh pages.
+    const PART: usize = 1 << 18;
+    if src.len() <= PART {
+        v.extend_from_slice(src);
+    } else {
+        v.par_extend(src.par_iter().cloned());
+    }
     Ok(v)
 }
 

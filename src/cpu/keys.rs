@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::panels::Panels;
 use crate::error::Result;
-use crate::matrix::{Matrix, padded_stride, reserve, try_vec};
+use crate::matrix::{Matrix, padded_stride, reserve, try_zeros};
 
 /// Keys and values stored column-major for unit-stride lane loads.
 pub(crate) struct KeysSoa<'a> {
@@ -130,7 +130,7 @@ impl KeyColumns {
         let ld = self.ld;
         let gather = |src: &[f32], cols: usize, what| -> Result<Vec<f32>> {
             let len = (ld as u64).saturating_mul(cols as u64);
-            let mut out = try_vec(op, what, len, 0.0f32)?;
+            let mut out = try_zeros::<f32>(op, what, len)?;
             out.par_chunks_mut(ld)
                 .zip(src.par_chunks(ld))
                 .for_each(|(o, c)| {

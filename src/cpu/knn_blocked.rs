@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile, far_norm};
-use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, sq_dist, sq_dist_row};
+use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable};
 use super::topk::{TopK, range};
 use crate::cancel::Checkpoint;
 use crate::kernel::Metric;
@@ -159,20 +159,32 @@ fn chunk_impl<S: Isa>(
         })
         .collect();
     let mut s = [0.0f32; ROWS * KEY_BLOCK];
+    // Keys that pass a row's filter, re-measured eight at a time.
+    let mut cand: Vec<(u32, u32)> = Vec::new();
     for j0 in (0..n).step_by(KEY_BLOCK) {
         let len = KEY_BLOCK.min(n - j0);
         let w = &filter.w[j0..j0 + len];
+        // Keys that pass a row's filter are re-measured together, eight
+        // distance chains interleaved (one chain of `d` dependent
+        // multiply-adds per key would otherwise wait on the previous):
+        // after each 16 keys in the first block, where each list's limit
+        // falls from +∞, after the whole block later. A key the filter
+        // would have dropped after a limit fell meanwhile is measured and
+        // refused by its list: the same lists as one key at a time.
+        let per_chunk = j0 == 0;
         for (gi, g) in groups.iter().enumerate() {
             let rows_here = (m - gi * ROWS).min(ROWS);
             dot_tile(tile, g, rows_here, filter.panels, j0, len, &mut s);
-            for (r, sr) in s.chunks_exact(KEY_BLOCK).enumerate().take(rows_here) {
-                let i = gi * ROWS + r;
-                let row = &mut rows[i];
-                if row.far() {
-                    continue;
-                }
-                let query = &chunk[i * d..(i + 1) * d];
-                for (c, (wc, sc)) in w.chunks(16).zip(sr[..len].chunks(16)).enumerate() {
+            cand.clear();
+            for c0 in (0..len).step_by(16) {
+                let c1 = (c0 + 16).min(len);
+                for r in 0..rows_here {
+                    let i = gi * ROWS + r;
+                    let row = &rows[i];
+                    if row.far() {
+                        continue;
+                    }
+                    let (wc, sc) = (&w[c0..c1], &s[r * KEY_BLOCK + c0..r * KEY_BLOCK + c1]);
                     // A vector test of 16 keys first: most pass none.
                     let lim = row.lim;
                     let any = wc
@@ -183,18 +195,24 @@ fn chunk_impl<S: Isa>(
                         continue;
                     }
                     for (l, (&wj, &sj)) in wc.iter().zip(sc).enumerate() {
-                        if wj - 2.0 * sj <= row.lim {
-                            // Re-measured as the direct path measures it.
-                            let j = j0 + c * 16 + l;
-                            let t = match filter.panels.key(j) {
-                                Some(key) => sq_dist_row::<S>(key, query),
-                                None => sq_dist::<S>(keys.xt, keys.ld, j, query),
-                            };
-                            if row.top.offer(t, j as u32) {
+                        if wj - 2.0 * sj <= lim {
+                            cand.push((i as u32, (j0 + c0 + l) as u32));
+                        }
+                    }
+                }
+                if per_chunk || c1 == len {
+                    // Re-measured as the direct path measures them; each
+                    // row's keys offered in index order, as it offers them.
+                    for batch in cand.chunks(8) {
+                        let t = sq_dists8::<S>(batch, chunk, d, keys, filter.panels);
+                        for (&(i, j), &t) in batch.iter().zip(&t) {
+                            let row = &mut rows[i as usize];
+                            if row.top.offer(t, j) {
                                 row.update(filter);
                             }
                         }
                     }
+                    cand.clear();
                 }
             }
         }
@@ -218,6 +236,53 @@ fn chunk_impl<S: Isa>(
             }
         })
         .collect()
+}
+
+/// The squared distances of up to eight (query row, key) pairs of `batch`
+/// (queries row-major in `chunk`), each exactly as [`sq_dist_row`](super::simd::sq_dist_row) and
+/// [`sq_dist`](super::simd::sq_dist) compute it (one multiply-add per coordinate, in coordinate
+/// order), the eight chains advanced together. Entries past the batch are
+/// unspecified.
+#[inline(always)]
+fn sq_dists8<S: Isa>(
+    batch: &[(u32, u32)],
+    chunk: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    panels: &Panels,
+) -> [f32; 8] {
+    debug_assert!(!batch.is_empty() && batch.len() <= 8);
+    // Coordinate k of pair c: key at kb[c] + k·ks, query at qb[c] + k.
+    // A short batch repeats its last pair.
+    let pair = |c: usize| batch[c.min(batch.len() - 1)];
+    let mut qs: [&[f32]; 8] = [&[]; 8];
+    let mut kb: [&[f32]; 8] = [&[]; 8];
+    let ks = match panels.key(0) {
+        Some(_) => 1,
+        None => keys.ld,
+    };
+    for c in 0..8 {
+        let (i, j) = pair(c);
+        let (i, j) = (i as usize, j as usize);
+        qs[c] = &chunk[i * d..(i + 1) * d];
+        kb[c] = match panels.key(j) {
+            Some(key) => key,
+            // Column-major: coordinate k of key j at xt[k·ld + j].
+            None => &keys.xt[j..(d - 1) * keys.ld + j + 1],
+        };
+    }
+    let kp: [*const f32; 8] = std::array::from_fn(|c| kb[c].as_ptr());
+    let qp: [*const f32; 8] = std::array::from_fn(|c| qs[c].as_ptr());
+    let mut acc = [0.0f32; 8];
+    for k in 0..d {
+        for c in 0..8 {
+            // SAFETY: kb[c] holds (d−1)·ks + 1 floats (a key row, ks = 1,
+            // or a strided column slice, ks = ld) and qs[c] holds d; k < d.
+            let df = unsafe { *kp[c].add(k * ks) - *qp[c].add(k) };
+            acc[c] = super::simd::fmadd::<S>(df, df, acc[c]);
+        }
+    }
+    acc
 }
 
 #[cfg(test)]

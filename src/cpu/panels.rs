@@ -20,7 +20,7 @@ pub(crate) use super::simd::TileIsa;
 use super::simd::{Avx2Fma, Avx512, Isa, KEY_BLOCK, Portable, fmadd, max_of};
 use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
-use crate::matrix::{try_collect, try_copy, try_vec};
+use crate::matrix::{try_collect, try_copy, try_zeros};
 
 /// Keys per panel.
 pub(crate) const P: usize = 16;
@@ -129,13 +129,8 @@ impl Panels {
             .map(|s| s / n as f64)
             .collect();
         let padded = n.div_ceil(P) * P;
-        let mut c = try_vec(
-            op,
-            "key panels",
-            (padded as u64).saturating_mul(d as u64),
-            0.0f32,
-        )?;
-        let mut norms = try_vec(op, "key norms", padded as u64, 0.0f64)?;
+        let mut c = try_zeros::<f32>(op, "key panels", (padded as u64).saturating_mul(d as u64))?;
+        let mut norms = try_zeros::<f64>(op, "key norms", padded as u64)?;
         let near = c
             .par_chunks_mut(P * d)
             .zip(rows.par_chunks(P * d))

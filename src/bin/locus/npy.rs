@@ -439,6 +439,11 @@ fn read_data<T: Clone>(
         }
         left -= n / size;
     }
+    shaped(h, out)
+}
+
+/// `out` (the elements in file order) as a C-order array of the file's shape.
+fn shaped<T: Clone>(h: &Header, out: Vec<T>) -> Result<ArrayD<T>, NpyError> {
     let shape = IxDyn(&h.shape);
     if h.fortran_order && h.shape.len() > 1 {
         let a =
@@ -506,6 +511,14 @@ pub fn read_f32(r: &mut impl Read, h: &Header) -> Result<ArrayD<f32>, NpyError> 
             "unsupported dtype {} (expected float32 '<f4' or float64 '<f8')",
             h.descr
         )));
+    }
+    if h.dtype.size == 4 && !h.dtype.big_endian {
+        // Little-endian f32, the common case: the bytes straight into
+        // place, no per-element conversion (there is nothing to check).
+        let mut out: Vec<f32> = alloc(h.len, "f32")?;
+        out.resize(h.len, 0.0);
+        r.read_exact(bytemuck::cast_slice_mut(&mut out))?;
+        return shaped(h, out);
     }
     read_data(r, h, "f32", |raw| {
         let v = float_of(raw);

@@ -50,7 +50,7 @@ mod tests;
 
 use super::simd::{Isa, LANES, fmadd};
 use crate::error::Result;
-use crate::matrix::try_vec;
+use crate::matrix::try_zeros;
 
 pub(crate) use feature::feature_local_mean;
 pub(crate) use matrix::softmax_matrix;
@@ -98,7 +98,7 @@ pub(super) fn pack(
     values: Option<(&[f32], usize)>,
 ) -> Result<Packed> {
     let len = (n.next_multiple_of(BK) as u64).saturating_mul(d as u64);
-    let mut kt = try_vec(op, "packed keys", len, 0.0f32)?;
+    let mut kt = try_zeros::<f32>(op, "packed keys", len)?;
     for (j, row) in psi.chunks_exact(d).enumerate() {
         let (t, c) = (j / BK, j % BK);
         for (k, &x) in row.iter().enumerate() {
@@ -108,12 +108,8 @@ pub(super) fn pack(
     let (v, qp) = match values {
         Some((v, q)) => {
             let qp = q.next_multiple_of(NR);
-            let mut vp = try_vec(
-                op,
-                "packed values",
-                (n as u64).saturating_mul(qp as u64),
-                0.0,
-            )?;
+            let mut vp =
+                try_zeros::<f32>(op, "packed values", (n as u64).saturating_mul(qp as u64))?;
             for (dst, src) in vp.chunks_exact_mut(qp).zip(v.chunks_exact(q)) {
                 dst[..q].copy_from_slice(src);
             }
