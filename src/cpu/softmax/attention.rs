@@ -68,13 +68,14 @@ impl BlockState {
 
 /// Kernel softmax of every batch against keys and values packed per batch
 /// by `packed(b)` (`n` keys, `q` value columns), row-major `(B·M) × q`.
-/// The packing of a one-shot call or a prepared set's stored copy.
+/// The packing of a one-shot call or a prepared set's stored copy
+/// (`stored`: every batch is packed already, so all run at once).
 pub(crate) fn attend_packed<P>(
     phi: &Heads<'_>,
     (n, q): (usize, usize),
     attn: &Attention,
     isa: TileIsa,
-    packed: &(dyn Fn(usize) -> Result<P> + Sync),
+    (packed, stored): (&(dyn Fn(usize) -> Result<P> + Sync), bool),
 ) -> Result<Vec<f32>>
 where
     P: Borrow<Packed> + Send + Sync,
@@ -85,8 +86,12 @@ where
     let cp = Checkpoint::current("kernel_softmax");
     // Batches run a group at a time, a group as large as the thread pool,
     // so the packed keys and values in memory are those of one group, not
-    // of every batch.
-    let group = rayon::current_num_threads().clamp(1, nb.max(1));
+    // of every batch; a stored set's batches all at once (one fan-out,
+    // which few queries per batch, as in decoding, need to fill the pool).
+    let group = match stored {
+        true => nb.max(1),
+        false => rayon::current_num_threads().clamp(1, nb.max(1)),
+    };
     let blocks = group * m.div_ceil(BQ);
     let want = 4 * rayon::current_num_threads();
     // Few blocks (short query sequences): split the keys too.

@@ -104,14 +104,16 @@ impl CpuAttention<'_> {
     ) -> Result<Vec<f32>> {
         let (n, q) = (self.n, self.q);
         match &self.stored {
-            Stored::Packed(packed, _) => attend_packed(phi, (n, q), attn, isa, &|b| Ok(&packed[b])),
+            Stored::Packed(packed, _) => {
+                attend_packed(phi, (n, q), attn, isa, (&|b| Ok(&packed[b]), true))
+            }
             Stored::Borrowed(psi, values) => {
                 let d = psi.cols();
                 let pack_batch = |b: usize| {
                     let v = Some((values.batch_slice(b), q));
                     pack("kernel_softmax", psi.batch_slice(b), n, d, v)
                 };
-                attend_packed(phi, (n, q), attn, isa, &pack_batch)
+                attend_packed(phi, (n, q), attn, isa, (&pack_batch, false))
             }
         }
     }
