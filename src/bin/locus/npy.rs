@@ -405,6 +405,30 @@ fn alloc<T>(len: usize, what: &str) -> Result<Vec<T>, NpyError> {
     Ok(v)
 }
 
+/// `len` zero floats from the allocator's zeroed memory (a large buffer is
+/// fresh pages, zero without a pass over them; the read then fills them),
+/// or [`NpyError::Alloc`].
+fn zeroed_f32(len: usize) -> Result<Vec<f32>, NpyError> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let err = || {
+        NpyError::Alloc(format!(
+            "{len} elements ({} bytes) of f32 do not fit in memory",
+            len.saturating_mul(4)
+        ))
+    };
+    let layout = std::alloc::Layout::array::<f32>(len).map_err(|_| err())?;
+    // SAFETY: the layout's size is not zero.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
+    if p.is_null() {
+        return Err(err());
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `len`
+    // floats, all zero bytes (0.0).
+    Ok(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
 /// Reads the data after `h` and converts each element with `conv`
 /// (which gets the raw little-endian bytes; `Err` names what is wrong);
 /// returns a C-order array of the file's shape.
@@ -515,8 +539,7 @@ pub fn read_f32(r: &mut impl Read, h: &Header) -> Result<ArrayD<f32>, NpyError> 
     if h.dtype.size == 4 && !h.dtype.big_endian {
         // Little-endian f32, the common case: the bytes straight into
         // place, no per-element conversion (there is nothing to check).
-        let mut out: Vec<f32> = alloc(h.len, "f32")?;
-        out.resize(h.len, 0.0);
+        let mut out = zeroed_f32(h.len)?;
         r.read_exact(bytemuck::cast_slice_mut(&mut out))?;
         return shaped(h, out);
     }
