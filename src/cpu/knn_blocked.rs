@@ -239,10 +239,11 @@ fn chunk_impl<S: Isa>(
 }
 
 /// The squared distances of up to eight (query row, key) pairs of `batch`
-/// (queries row-major in `chunk`), each exactly as [`sq_dist_row`](super::simd::sq_dist_row) and
-/// [`sq_dist`](super::simd::sq_dist) compute it (one multiply-add per coordinate, in coordinate
-/// order), the eight chains advanced together. Entries past the batch are
-/// unspecified.
+/// (queries row-major in `chunk`), each exactly as
+/// [`sq_dist_row`](super::simd::sq_dist_row) and
+/// [`sq_dist`](super::simd::sq_dist) compute it (one multiply-add per
+/// coordinate, in coordinate order), the eight chains advanced together.
+/// Entries past the batch are unspecified.
 #[inline(always)]
 fn sq_dists8<S: Isa>(
     batch: &[(u32, u32)],
@@ -252,7 +253,7 @@ fn sq_dists8<S: Isa>(
     panels: &Panels,
 ) -> [f32; 8] {
     debug_assert!(!batch.is_empty() && batch.len() <= 8);
-    // Coordinate k of pair c: key at kb[c] + k·ks, query at qb[c] + k.
+    // Coordinate k of pair c: key at kb[c][k·ks], query at qs[c][k].
     // A short batch repeats its last pair.
     let pair = |c: usize| batch[c.min(batch.len() - 1)];
     let mut qs: [&[f32]; 8] = [&[]; 8];

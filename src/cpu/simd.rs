@@ -60,9 +60,9 @@ pub(crate) struct Avx2Fma(());
 /// builds on one machine, as PyTorch's `ATEN_CPU_CAPABILITY` does.
 pub(crate) fn isa_cap() -> u8 {
     static CAP: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *CAP.get_or_init(|| match std::env::var("LOCUS_CPU_ISA") {
-        Err(_) => 2,
-        Ok(v) => parse_isa_cap(&v).unwrap_or_else(|| {
+    *CAP.get_or_init(|| match std::env::var_os("LOCUS_CPU_ISA") {
+        None => 2,
+        Some(v) => parse_isa_cap(&v.to_string_lossy()).unwrap_or_else(|| {
             eprintln!(
                 "locus: LOCUS_CPU_ISA={v:?} is not one of baseline, avx2, avx512; \
                  using the best the CPU has"

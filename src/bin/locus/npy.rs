@@ -536,7 +536,7 @@ pub fn read_f32(r: &mut impl Read, h: &Header) -> Result<ArrayD<f32>, NpyError> 
             h.descr
         )));
     }
-    if h.dtype.size == 4 && !h.dtype.big_endian {
+    if h.dtype.size == 4 && !h.dtype.big_endian && cfg!(target_endian = "little") {
         // Little-endian f32, the common case: the bytes straight into
         // place, no per-element conversion (there is nothing to check).
         let mut out = zeroed_f32(h.len)?;

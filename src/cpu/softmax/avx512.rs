@@ -7,9 +7,9 @@
 //! six broadcasts for 24 fused multiply-adds (the AVX2 tile in `avx2.rs`:
 //! two loads and six broadcasts for 12).
 //!
-//! The exponential is `simd::exp_nonpos` lane for lane (same reduction,
-//! same polynomial, same clamp), so the builds differ only in the order of
-//! the sums.
+//! The exponential is `simd::exp_nonpos` lane for lane on the finite
+//! scores it gets (same reduction, same polynomial, same clamp; a NaN
+//! would give 0 here), so the builds differ only in the order of the sums.
 //!
 //! Imports: `super` (tile sizes), `super::super::simd` (the token).
 
@@ -107,7 +107,10 @@ pub(super) fn weighted_values(
     qp: usize,
     o: &mut [f32],
 ) {
-    debug_assert!(qp.is_multiple_of(W));
+    assert!(
+        qp.is_multiple_of(W),
+        "value columns packed to whole registers"
+    );
     let mut c = 0;
     while c < qp {
         let cw = ((qp - c) / W).min(KW);
@@ -229,7 +232,7 @@ pub(super) fn exp_sum(_t: Avx512, row: &mut [f32], m: f32) -> f32 {
         // SAFETY: the row holds BK = 4·16 floats.
         let x: [__m512; KW] =
             std::array::from_fn(|c| unsafe { _mm512_sub_ps(_mm512_loadu_ps(p.add(c * W)), mv) });
-        let e = exp_nonpos4(x);
+        let e = exp_nonpos(x);
         for (c, v) in e.iter().enumerate() {
             // SAFETY: as above.
             unsafe { _mm512_storeu_ps(p.add(c * W), *v) };
@@ -246,7 +249,7 @@ pub(super) fn exp_sum(_t: Avx512, row: &mut [f32], m: f32) -> f32 {
         // nor written.
         unsafe {
             let x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, p.add(j)), mv);
-            let e = exp_nonpos(x);
+            let [e] = exp_nonpos([x]);
             _mm512_mask_storeu_ps(p.add(j), k, e);
             sum = _mm512_mask_add_ps(sum, k, sum, e);
         }
@@ -255,19 +258,20 @@ pub(super) fn exp_sum(_t: Avx512, row: &mut [f32], m: f32) -> f32 {
     _mm512_reduce_add_ps(sum)
 }
 
-/// [`exp_nonpos`] of four registers, step by step across the four so their
-/// dependency chains overlap.
+/// `simd::exp_nonpos` of `N` registers of sixteen lanes (the same
+/// constants and steps), step by step across the `N` so their dependency
+/// chains overlap.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-fn exp_nonpos4(x: [__m512; KW]) -> [__m512; KW] {
+fn exp_nonpos<const N: usize>(x: [__m512; N]) -> [__m512; N] {
     const MAGIC: f32 = 12_582_912.0;
     let magic = _mm512_set1_ps(MAGIC);
     let lo = _mm512_set1_ps(-87.0);
     let xc = x.map(|v| _mm512_max_ps(v, lo));
     let k = xc.map(|v| _mm512_fmadd_ps(v, _mm512_set1_ps(std::f32::consts::LOG2_E), magic));
-    let mut r = [_mm512_setzero_ps(); KW];
-    let mut p = [_mm512_set1_ps(1.987_569_1e-4); KW];
-    for c in 0..KW {
+    let mut r = [_mm512_setzero_ps(); N];
+    let mut p = [_mm512_set1_ps(1.987_569_1e-4); N];
+    for c in 0..N {
         let n = _mm512_sub_ps(k[c], magic);
         r[c] = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693_359_4), xc[c]);
         r[c] = _mm512_fmadd_ps(n, _mm512_set1_ps(2.121_944_4e-4), r[c]);
@@ -279,7 +283,7 @@ fn exp_nonpos4(x: [__m512; KW]) -> [__m512; KW] {
         1.666_666_5e-1,
         0.5,
     ] {
-        for c in 0..KW {
+        for c in 0..N {
             p[c] = _mm512_fmadd_ps(p[c], r[c], _mm512_set1_ps(coef));
         }
     }
@@ -299,43 +303,4 @@ fn exp_nonpos4(x: [__m512; KW]) -> [__m512; KW] {
         let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x[c], lo);
         _mm512_maskz_mov_ps(keep, _mm512_mul_ps(y, scale))
     })
-}
-
-/// `simd::exp_nonpos` on sixteen lanes: the same constants and steps.
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn exp_nonpos(x: __m512) -> __m512 {
-    const MAGIC: f32 = 12_582_912.0;
-    let magic = _mm512_set1_ps(MAGIC);
-    let xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
-    let k = _mm512_fmadd_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E), magic);
-    let n = _mm512_sub_ps(k, magic);
-    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693_359_4), xc);
-    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.121_944_4e-4), r);
-    let mut p = _mm512_set1_ps(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-    }
-    let y = _mm512_add_ps(
-        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
-        _mm512_set1_ps(1.0),
-    );
-    let ni = _mm512_sub_epi32(
-        _mm512_castps_si512(k),
-        _mm512_set1_epi32(MAGIC.to_bits() as i32),
-    );
-    let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
-        ni,
-        _mm512_set1_epi32(127),
-    )));
-    let v = _mm512_mul_ps(y, scale);
-    // x < −87 (and −∞) → exactly 0.
-    let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-87.0));
-    _mm512_maskz_mov_ps(keep, v)
 }

@@ -63,6 +63,7 @@ pub(crate) const BQ: usize = 192;
 /// the block's [`BQ`] rows a sub-block after another while they are in
 /// cache, so the keys stream from memory `M/BQ` times, not `M/SUB`.
 pub(crate) const SUB: usize = 48;
+const _: () = assert!(SUB.is_multiple_of(MR) && BQ.is_multiple_of(SUB));
 /// Keys per tile.
 pub(crate) const BK: usize = 64;
 /// Rows of the register tile.
