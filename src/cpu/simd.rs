@@ -212,31 +212,46 @@ pub(crate) fn fmax(a: f32, b: f32) -> f32 {
     if a > b { a } else { b }
 }
 
+/// `1.5 · 2²³`: added to a float of magnitude below 2²², it rounds it to an
+/// integer held in the low mantissa bits ([`exp_nonpos`] and its vector
+/// twins in `local_mean/avx2.rs` and `softmax/avx512.rs`, which take every
+/// `EXP_` constant from here).
+pub(crate) const EXP_MAGIC: f32 = 12_582_912.0;
+/// Below this argument the exponential is exactly 0.
+pub(crate) const EXP_MIN: f32 = -87.0;
+/// `ln 2` split in a short high part and the rest (Cody–Waite reduction).
+pub(crate) const EXP_LN2_HI: f32 = 0.693_359_4;
+/// See [`EXP_LN2_HI`].
+pub(crate) const EXP_LN2_LO: f32 = -2.121_944_4e-4;
+/// The polynomial of `(e^r − 1 − r)/r²`, highest degree first (Horner).
+pub(crate) const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+
 /// `e^x` for `x ≤ 0` (including `-inf`), with relative error below 2e-7;
 /// returns exactly 0 for `x < -87` so no subnormal ever reaches a sum.
 #[inline(always)]
 pub(crate) fn exp_nonpos<S: Isa>(x: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let xc = fmax(x, -87.0);
-    let k = fmadd::<S>(xc, LOG2E, MAGIC);
-    let n = k - MAGIC;
-    let r = fmadd::<S>(n, -LN2_HI, xc);
-    let r = fmadd::<S>(n, -LN2_LO, r);
-    let mut p = 1.987_569_1e-4_f32;
-    p = fmadd::<S>(p, r, 1.398_199_9e-3);
-    p = fmadd::<S>(p, r, 8.333_452e-3);
-    p = fmadd::<S>(p, r, 4.166_579_6e-2);
-    p = fmadd::<S>(p, r, 1.666_666_5e-1);
-    p = fmadd::<S>(p, r, 0.5);
+    let xc = fmax(x, EXP_MIN);
+    let k = fmadd::<S>(xc, std::f32::consts::LOG2_E, EXP_MAGIC);
+    let n = k - EXP_MAGIC;
+    let r = fmadd::<S>(n, -EXP_LN2_HI, xc);
+    let r = fmadd::<S>(n, -EXP_LN2_LO, r);
+    let mut p = EXP_POLY[0];
+    for &c in &EXP_POLY[1..] {
+        p = fmadd::<S>(p, r, c);
+    }
     let y = fmadd::<S>(p, r * r, r) + 1.0;
     // The low bits of `k` hold n (|n| ≤ 126 here): build 2^n directly.
-    let ni = (k.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let ni = (k.to_bits() as i32).wrapping_sub(EXP_MAGIC.to_bits() as i32);
     let scale = f32::from_bits(((ni + 127) as u32) << 23);
     let v = y * scale;
-    if x < -87.0 { 0.0 } else { v }
+    if x < EXP_MIN { 0.0 } else { v }
 }
 
 /// Maximum of `xs` (−inf when empty).

@@ -18,7 +18,9 @@ use std::arch::x86_64::*;
 
 use super::super::keys::KeysSoa;
 use super::super::panels::{SqDists, TileIsa};
-use super::super::simd::{Avx2Fma, KEY_BLOCK, LANES};
+use super::super::simd::{
+    Avx2Fma, EXP_LN2_HI, EXP_LN2_LO, EXP_MAGIC, EXP_MIN, EXP_POLY, KEY_BLOCK, LANES,
+};
 use super::group::{GroupJob, GroupState, QueryBlock};
 use crate::kernel::T_FAR;
 use crate::kernel::form::{Form, Lane, with_form};
@@ -80,19 +82,17 @@ impl Lane for V8 {
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn exp_nonpos(x: __m256) -> __m256 {
-    let magic = _mm256_set1_ps(12_582_912.0);
-    let tiny = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.0));
-    let xc = _mm256_max_ps(x, _mm256_set1_ps(-87.0));
+    let magic = _mm256_set1_ps(EXP_MAGIC);
+    let tiny = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_MIN));
+    let xc = _mm256_max_ps(x, _mm256_set1_ps(EXP_MIN));
     let k = _mm256_fmadd_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E), magic);
     let n = _mm256_sub_ps(k, magic);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), xc);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.398_199_9e-3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.333_452e-3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.166_579_6e-2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.666_666_5e-1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), xc);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
     let y = _mm256_add_ps(
         _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
         _mm256_set1_ps(1.0),

@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::simd::Avx512;
+use super::super::simd::{Avx512, EXP_LN2_HI, EXP_LN2_LO, EXP_MAGIC, EXP_MIN, EXP_POLY};
 use super::{BK, MR};
 
 /// Lanes of one zmm register of `f32`.
@@ -264,25 +264,18 @@ pub(super) fn exp_sum(_t: Avx512, row: &mut [f32], m: f32) -> f32 {
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn exp_nonpos<const N: usize>(x: [__m512; N]) -> [__m512; N] {
-    const MAGIC: f32 = 12_582_912.0;
-    let magic = _mm512_set1_ps(MAGIC);
-    let lo = _mm512_set1_ps(-87.0);
+    let magic = _mm512_set1_ps(EXP_MAGIC);
+    let lo = _mm512_set1_ps(EXP_MIN);
     let xc = x.map(|v| _mm512_max_ps(v, lo));
     let k = xc.map(|v| _mm512_fmadd_ps(v, _mm512_set1_ps(std::f32::consts::LOG2_E), magic));
     let mut r = [_mm512_setzero_ps(); N];
-    let mut p = [_mm512_set1_ps(1.987_569_1e-4); N];
+    let mut p = [_mm512_set1_ps(EXP_POLY[0]); N];
     for c in 0..N {
         let n = _mm512_sub_ps(k[c], magic);
-        r[c] = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693_359_4), xc[c]);
-        r[c] = _mm512_fmadd_ps(n, _mm512_set1_ps(2.121_944_4e-4), r[c]);
+        r[c] = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_HI), xc[c]);
+        r[c] = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_LO), r[c]);
     }
-    for coef in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
+    for &coef in &EXP_POLY[1..] {
         for c in 0..N {
             p[c] = _mm512_fmadd_ps(p[c], r[c], _mm512_set1_ps(coef));
         }
@@ -294,7 +287,7 @@ fn exp_nonpos<const N: usize>(x: [__m512; N]) -> [__m512; N] {
         );
         let ni = _mm512_sub_epi32(
             _mm512_castps_si512(k[c]),
-            _mm512_set1_epi32(MAGIC.to_bits() as i32),
+            _mm512_set1_epi32(EXP_MAGIC.to_bits() as i32),
         );
         let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
             ni,
