@@ -349,21 +349,7 @@ fn check_adaptive(rule: &AdaptiveBandwidth, blurring: bool, product: bool) -> Re
     }
     match rule {
         AdaptiveBandwidth::PerPoint(h) => crate::ops::check_bandwidths(h, h.len(), "points"),
-        AdaptiveBandwidth::Knn { k, alpha } => {
-            if *k == 0 {
-                return Err(Error::InvalidParameter {
-                    name: "k",
-                    reason: "the k-th nearest neighbour needs k ≥ 1".into(),
-                });
-            }
-            if !(alpha.is_finite() && *alpha > 0.0) {
-                return Err(Error::InvalidParameter {
-                    name: "alpha",
-                    reason: format!("alpha must be finite and positive, got {alpha}"),
-                });
-            }
-            Ok(())
-        }
+        AdaptiveBandwidth::Knn { k, alpha } => crate::ops::check_knn_rule(*k, *alpha),
     }
 }
 

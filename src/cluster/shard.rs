@@ -12,7 +12,7 @@ use ndarray::{Array2, ArrayView1, ArrayView2, ArrayViewMut2};
 use crate::cpu::simd::{Avx2Fma, Portable, sq_dist_row};
 use crate::error::{ClusterError, Error, Result};
 use crate::grid::Grid;
-use crate::types::stop_sq;
+use crate::types::shift_to;
 
 /// One MeanShift step: each seed of `positions` (`M × d`) moves to its
 /// local mean in `means` (`M × d`, from the merged row states), and the
@@ -33,17 +33,14 @@ pub fn shift_step(
     let mut stop = Vec::with_capacity(means.nrows());
     for (mut p, m) in positions.rows_mut().into_iter().zip(means.rows()) {
         let mean: Cow<'_, [f32]> = m.as_slice().map_or_else(|| m.to_vec().into(), Cow::from);
-        if mean.first().is_some_and(|v| v.is_nan()) {
-            stop.push(true);
-            continue;
+        match p.as_slice_mut() {
+            Some(p) => stop.push(shift_to(p, &mean, thr_sq).1),
+            None => {
+                let mut row = p.to_vec();
+                stop.push(shift_to(&mut row, &mean, thr_sq).1);
+                p.iter_mut().zip(&row).for_each(|(a, &b)| *a = b);
+            }
         }
-        let sh2: f32 = p
-            .iter()
-            .zip(mean.iter())
-            .map(|(&a, &b)| (b - a) * (b - a))
-            .sum();
-        p.iter_mut().zip(mean.iter()).for_each(|(a, &b)| *a = b);
-        stop.push(sh2 <= stop_sq(thr_sq, &mean));
     }
     Ok(stop)
 }

@@ -3,12 +3,13 @@
 //! `Σ_j x_j h_j^{−(d+2)} g(‖x − x_j‖²/h_j²) / Σ_j h_j^{−(d+2)} g(…)` (the
 //! per-key weights `h_j^{−(d+2)}` join the log-weights of the
 //! variable-bandwidth pass, docs/numerics.md, "Variable bandwidths"),
-//! until its shift is within `tol·h_s` (the stop rule of fixed MeanShift,
-//! [`stop_sq`], with `h_s` the bandwidth at the seed's start). Modes are
-//! ranked and merged as in `postprocess.rs`, each at its own scale `h_c`,
+//! until its shift is within `tol·h_s` (the step and stop rule of fixed
+//! MeanShift, `types::shift_to`, with `h_s` the bandwidth at the seed's
+//! start). Modes are ranked and merged as in `postprocess.rs`, each at its own scale `h_c`,
 //! the bandwidth of the point nearest it; points are labelled by their
 //! nearest mode ([`label`]).
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use ndarray::{Array1, ArrayView2};
@@ -22,7 +23,7 @@ use crate::error::{ClusterError, Result};
 use crate::kernel::{Metric, Profile};
 use crate::matrix::{Matrix, try_collect, try_copy};
 use crate::ops::{VariableBandwidth, check_bandwidths, knn_scaled, variable_states};
-use crate::types::{Progress, stop_sq};
+use crate::types::{Progress, shift_to};
 
 const OP: &str = "mean_shift";
 
@@ -107,21 +108,14 @@ impl Engine {
             let mut next = Vec::with_capacity(moving.len());
             let mut max_shift = 0.0f32;
             for (r, &s) in moving.iter().enumerate() {
-                let mean = means.row(r);
-                // An empty neighbourhood: the seed stays where it is.
-                if mean[0].is_nan() {
-                    continue;
-                }
-                let p = &mut pos[s * d..(s + 1) * d];
-                let mut sh2 = 0.0f32;
-                for (v, &mk) in p.iter_mut().zip(mean) {
-                    let df = mk - *v;
-                    sh2 += df * df;
-                    *v = mk;
-                }
-                max_shift = max_shift.max(sh2.sqrt());
                 let th = (tol * f64::from(start_h[s])) as f32;
-                if sh2 > stop_sq(th * th, p) {
+                let m = means.row(r);
+                let mean: Cow<'_, [f32]> =
+                    m.as_slice().map_or_else(|| m.to_vec().into(), Cow::from);
+                // An empty neighbourhood: the seed stays where it is, stopped.
+                let (sh2, stop) = shift_to(&mut pos[s * d..(s + 1) * d], &mean, th * th);
+                max_shift = max_shift.max(sh2.sqrt());
+                if !stop {
                     next.push(s);
                 }
             }

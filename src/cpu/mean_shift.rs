@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::grid::{self, Grid};
 use crate::kernel::Kernel;
 use crate::matrix::{padded_stride, reserve, try_collect, try_copy, try_vec};
-use crate::types::{Progress, Shift, ShiftOutcome, ShiftRun, stop_sq};
+use crate::types::{Progress, Shift, ShiftOutcome, ShiftRun, shift_to};
 
 /// The op the allocations here report.
 const OP: &str = "mean_shift";
@@ -320,10 +320,6 @@ pub(crate) fn mean_shift(shift: Shift<'_>, threads: &Threads) -> Result<ShiftOut
 /// the seed stops (shift within tolerance, or an empty neighbourhood: the
 /// seed then stays where it is).
 fn step(p: &mut [f32], mean: &[f32], run: &ShiftRun) -> (f64, bool) {
-    if mean[0].is_nan() {
-        return (0.0, true);
-    }
-    let sh2: f32 = p.iter().zip(mean).map(|(&a, &b)| (b - a) * (b - a)).sum();
-    p.copy_from_slice(mean);
-    (f64::from(sh2), sh2 <= stop_sq(run.thr_sq, mean))
+    let (sh2, stop) = shift_to(p, mean, run.thr_sq);
+    (f64::from(sh2), stop)
 }

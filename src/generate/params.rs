@@ -288,8 +288,10 @@ impl DiffusionValidParams {
                 min,
                 max,
             } => {
+                // Measured once, and only when a bound is left to it.
+                let measured = std::cell::OnceCell::new();
                 let scale = || {
-                    let s = data_scale(x);
+                    let s = *measured.get_or_init(|| data_scale(x));
                     if s > 0.0 && s.is_finite() {
                         Ok(s)
                     } else {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::kernel::{Kernel, MAX_BANDWIDTH, MIN_BANDWIDTH};
 
 /// `k ≥ 1` and `alpha` finite and positive.
-fn check_rule(k: usize, alpha: f32) -> Result<()> {
+pub(crate) fn check_rule(k: usize, alpha: f32) -> Result<()> {
     if k == 0 {
         return Err(Error::InvalidParameter {
             name: "k",

@@ -23,6 +23,7 @@ mod softmax;
 mod states;
 mod variable;
 
+pub(crate) use adaptive::check_rule as check_knn_rule;
 pub(crate) use classify::Classes;
 pub use classify::{EmptyFallback, LocalModeClassifier, Predictions, labels_from_f32};
 pub use impute::{Imputed, MAX_IMPUTE_ITERATIONS};

@@ -18,6 +18,6 @@ pub(crate) use loo_grad::{GradStates, merge_record};
 pub(crate) use moments::MomentLayout;
 pub use neighbours::Neighbours;
 pub use shift::Progress;
-pub(crate) use shift::{SHIFT_FLOOR, Shift, ShiftOutcome, ShiftRun, stop_sq};
+pub(crate) use shift::{SHIFT_FLOOR, Shift, ShiftOutcome, ShiftRun, shift_to};
 pub use states::{RowNormalized, RowStates, merge_states};
 pub(crate) use variable::{Scales, VariablePass};

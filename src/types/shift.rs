@@ -70,3 +70,17 @@ pub(crate) fn stop_sq(thr_sq: f32, x: &[f32]) -> f32 {
     let big = x.iter().fold(0.0f32, |a, &v| a.max(v.abs())) * SHIFT_FLOOR;
     thr_sq.max(big * big)
 }
+
+/// Moves seed `p` to its local mean `mean`: the squared shift, and whether
+/// the seed stops (a shift within [`stop_sq`] of `thr_sq`). An empty
+/// neighbourhood (a NaN mean) leaves the seed where it is, stopped, with
+/// shift 0. Every MeanShift (one node, sharded, variable bandwidth) steps
+/// its seeds by this.
+pub(crate) fn shift_to(p: &mut [f32], mean: &[f32], thr_sq: f32) -> (f32, bool) {
+    if mean.first().is_some_and(|v| v.is_nan()) {
+        return (0.0, true);
+    }
+    let sh2: f32 = p.iter().zip(mean).map(|(&a, &b)| (b - a) * (b - a)).sum();
+    p.copy_from_slice(mean);
+    (sh2, sh2 <= stop_sq(thr_sq, mean))
+}

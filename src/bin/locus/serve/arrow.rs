@@ -166,7 +166,7 @@ fn first_null(a: &dyn Array) -> Option<usize> {
 }
 
 /// Whether `t` is a float type this service reads.
-fn is_float(t: &DataType) -> bool {
+pub(super) fn is_float(t: &DataType) -> bool {
     matches!(t, DataType::Float32 | DataType::Float64)
 }
 

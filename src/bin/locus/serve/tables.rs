@@ -111,10 +111,7 @@ pub fn read_matrix(flag: &str, path: &Path, column: &str) -> Result<Array2<f32>,
     {
         arrow::matrix(&schema, &batches, column, "row", false)
     } else {
-        let (s, b) = project(&schema, &batches, |t| {
-            matches!(t, DataType::Float32 | DataType::Float64)
-        })
-        .map_err(at)?;
+        let (s, b) = project(&schema, &batches, arrow::is_float).map_err(at)?;
         arrow::matrix(&s, &b, column, "row", true)
     }
     .map_err(at)?;
