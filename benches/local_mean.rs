@@ -14,15 +14,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use locus::{Device, Engine, EngineOptions, Kernel};
 use ndarray::Array2;
 
-fn data(n: usize, d: usize, seed: u64) -> Array2<f32> {
-    let mut s = seed;
-    Array2::from_shape_fn((n, d), |_| {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (s >> 40) as f32 / (1u64 << 24) as f32
-    })
-}
+#[path = "support/data.rs"]
+mod support_data;
+use support_data::data;
 
 fn engines() -> Vec<(String, Engine)> {
     let which = std::env::var("LOCUS_BENCH_BACKENDS").unwrap_or_else(|_| "cpu,gpu,naive".into());

@@ -13,15 +13,9 @@ use locus::{Device, Engine, EngineOptions, Kernel};
 use ndarray::Array2;
 use rayon::prelude::*;
 
-fn data(n: usize, d: usize, seed: u64) -> Array2<f32> {
-    let mut s = seed;
-    Array2::from_shape_fn((n, d), |_| {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (s >> 40) as f32 / (1u64 << 24) as f32
-    })
-}
+#[path = "support/data.rs"]
+mod support_data;
+use support_data::data;
 
 fn wants(what: &str) -> bool {
     std::env::var("LOCUS_BENCH_BACKENDS").map_or(true, |b| b.contains(what))

@@ -33,22 +33,9 @@ const N: usize = 100_000;
 const D: usize = 8;
 const ROWS: usize = 4096;
 
-fn data(n: usize, d: usize, seed: u64) -> Array2<f32> {
-    let mut s = seed;
-    Array2::from_shape_fn((n, d), |_| {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (s >> 40) as f32 / (1u64 << 24) as f32
-    })
-}
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+#[path = "support/data.rs"]
+mod support_data;
+use support_data::{data, env};
 
 /// A request in one format: its path, headers and body.
 struct Format {
