@@ -13,7 +13,7 @@ use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
 use crate::types::{
     Attention, GradStates, Heads, MomentLayout, Neighbours, RowNormalized, RowStates, Shift,
-    ShiftOutcome, VariablePass,
+    ShiftOutcome, VariableKeys,
 };
 
 /// Which matrix [`PreparedKeys::kernel_matrix`] produces.
@@ -196,6 +196,26 @@ pub(crate) trait PreparedKeys: Send + Sync + fmt::Debug {
     fn bytes(&self) -> u64;
 }
 
+/// The key side of variable-bandwidth passes prepared on a backend
+/// ([`VariableKeys`]: keys, values, per-key scales and log-weights), each
+/// call passing only its queries (docs/numerics.md, "Variable
+/// bandwidths"). Freed when dropped.
+pub(crate) trait PreparedVariable: Send + Sync + fmt::Debug {
+    /// Row states of `queries` (per-query scales `rows`, if any) over the
+    /// keys, with their values when `with_values`; far rows finished in
+    /// `f64`.
+    fn states(
+        &self,
+        op: &'static str,
+        profile: Profile,
+        queries: (&Matrix<'_>, Option<&[f32]>),
+        with_values: bool,
+    ) -> Result<RowStates>;
+
+    /// Bytes held for the keys (0 for a call's, which reserves nothing).
+    fn bytes(&self) -> u64;
+}
+
 /// Attention keys and values prepared on a backend for queries
 /// ([`AttentionSet`](crate::AttentionSet), or one
 /// [`kernel_softmax`](crate::Engine::kernel_softmax) call): on the GPU,
@@ -303,10 +323,21 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// seeds are the points and move together.
     fn mean_shift(&self, shift: Shift<'_>) -> Result<ShiftOutcome>;
 
-    /// Row states with variable bandwidths (per-query and per-key scales,
-    /// per-key log-weights; docs/numerics.md, "Variable bandwidths"), far
-    /// rows finished in `f64`.
-    fn variable_states(&self, pass: &VariablePass<'_>) -> Result<RowStates>;
+    /// The key side of variable-bandwidth passes kept on the backend (a key
+    /// set's): on the GPU, key tiles with their scales and values in
+    /// buffers of its own, charged to the engine's budget (and a host copy
+    /// of the rows, which far rows read); on the CPU, a copy of the rows,
+    /// charged to the engine's budget.
+    fn prepare_variable(&self, keys: VariableKeys<'_>) -> Result<Arc<dyn PreparedVariable>>;
+
+    /// The key side of variable-bandwidth passes for one call or one run
+    /// (a MeanShift's iterations): on the GPU, uploaded once from the
+    /// pool; nothing reserved.
+    fn prepare_variable_call<'a>(
+        &'a self,
+        op: &'static str,
+        keys: VariableKeys<'a>,
+    ) -> Result<Box<dyn PreparedVariable + 'a>>;
 
     /// The device's limits and features; `None` on the CPU.
     fn gpu_limits(&self) -> Option<&GpuLimits> {

@@ -125,6 +125,16 @@ impl<'a> Matrix<'a> {
         self.cols
     }
 
+    /// The same matrix, borrowed (no copy, even when this one owns its
+    /// entries).
+    pub(crate) fn view(&self) -> Matrix<'_> {
+        Matrix {
+            data: Cow::Borrowed(&self.data),
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+
     /// All entries, row-major.
     pub(crate) fn as_slice(&self) -> &[f32] {
         &self.data

@@ -22,7 +22,7 @@ use crate::engine::Engine;
 use crate::error::{ClusterError, Result};
 use crate::kernel::{Metric, Profile};
 use crate::matrix::{Matrix, try_collect, try_copy};
-use crate::ops::{VariableBandwidth, check_bandwidths, knn_scaled, variable_states};
+use crate::ops::{VariableBandwidth, check_bandwidths, knn_scaled, variable_keys, variable_states};
 use crate::types::{Progress, shift_to};
 
 const OP: &str = "mean_shift";
@@ -82,7 +82,11 @@ impl Engine {
             }
             .into());
         }
+        // The points, their bandwidths and weights go to the backend once
+        // for the run; each iteration passes only the moving seeds.
         let bw = VariableBandwidth::PerKey(h.clone());
+        let (keys, _, _) = variable_keys(&bw, 0, (&xm, Some(&xm)), (d + 2) as f64)?;
+        let prepared = self.backend_impl().prepare_variable_call(OP, keys)?;
         let tol = params.tol();
         let mut moving: Vec<usize> = (0..m).collect();
         let (mut iterations, mut converged, mut before_last) = (0, false, None);
@@ -96,14 +100,8 @@ impl Engine {
             }
             let qv = ArrayView2::from_shape((moving.len(), d), &gathered).expect("rows of d"); // ok: gathered so
             let qm = Matrix::check(OP, "seeds", qv)?;
-            let states = variable_states(
-                self,
-                OP,
-                params.profile(),
-                &bw,
-                (&qm, &xm, Some(&xm)),
-                (d + 2) as f64,
-            )?;
+            // Local means do not depend on the log-weights' offset.
+            let states = prepared.states(OP, params.profile(), (&qm, None), true)?;
             let means = states.means().values;
             let mut next = Vec::with_capacity(moving.len());
             let mut max_shift = 0.0f32;
@@ -131,6 +129,7 @@ impl Engine {
                 break;
             }
         }
+        drop(prepared);
         let counted_at = if converged { None } else { before_last };
         let modes = self.select_variable_modes(&pos, counted_at.as_deref(), &xm, &h)?;
         let c = modes.scales.len();

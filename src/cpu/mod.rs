@@ -38,12 +38,14 @@ mod weights;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendInfo, Call, PreparedAttention, PreparedKeys};
+use crate::backend::{
+    Backend, BackendInfo, Call, PreparedAttention, PreparedKeys, PreparedVariable,
+};
 use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::{MemoryBudget, MemoryUsage};
-use crate::types::{Attention, Heads, RowNormalized, RowStates, VariablePass};
+use crate::types::{Attention, Heads, RowNormalized, VariableKeys};
 use crate::types::{GradStates, Shift, ShiftOutcome};
 
 use prepared::CpuKeys;
@@ -194,8 +196,24 @@ impl Backend for CpuBackend {
         mean_shift::mean_shift(shift, &self.threads)
     }
 
-    fn variable_states(&self, pass: &VariablePass<'_>) -> Result<RowStates> {
-        variable::variable_states(pass, &self.threads)
+    fn prepare_variable(&self, keys: VariableKeys<'_>) -> Result<Arc<dyn PreparedVariable>> {
+        Ok(Arc::new(variable::CpuVariable::kept(
+            &self.budget,
+            &self.threads,
+            keys,
+        )?))
+    }
+
+    fn prepare_variable_call<'a>(
+        &'a self,
+        op: &'static str,
+        keys: VariableKeys<'a>,
+    ) -> Result<Box<dyn PreparedVariable + 'a>> {
+        let _ = op;
+        Ok(Box::new(variable::CpuVariable::for_call(
+            &self.threads,
+            keys,
+        )))
     }
 }
 

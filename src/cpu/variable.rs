@@ -11,14 +11,19 @@
 //! merge". A full-support row left without weight (every key beyond
 //! `T_FAR`) is recomputed in `f64` ([`VariablePass::exact_row`]).
 
+use std::sync::Arc;
+
 use ndarray::{Array1, Array2};
 use rayon::prelude::*;
 
+use crate::backend::PreparedVariable;
 use crate::cancel::Checkpoint;
 use crate::error::Result;
+use crate::kernel::Profile;
 use crate::kernel::form::log_weight_f32;
-use crate::matrix::try_vec;
-use crate::types::{RowStates, VariablePass};
+use crate::matrix::{Matrix, try_vec};
+use crate::memory::{MemoryBudget, Reservation};
+use crate::types::{RowStates, VariableKeys, VariablePass};
 
 use super::Threads;
 
@@ -28,7 +33,7 @@ const BLOCK: usize = 256;
 const ROWS: usize = 16;
 
 /// The row states of `pass` on `threads`.
-pub(crate) fn variable_states(pass: &VariablePass<'_>, threads: &Threads) -> Result<RowStates> {
+fn variable_states(pass: &VariablePass<'_>, threads: &Threads) -> Result<RowStates> {
     let (m, q) = (pass.queries.rows(), pass.cols());
     let check = Checkpoint::current(pass.op);
     // Fail before the work when the output cannot be allocated.
@@ -142,5 +147,61 @@ fn row(pass: &VariablePass<'_>, i: usize, u: &mut [f64], lw: &mut [f32; BLOCK]) 
         (m as f32, s)
     } else {
         (f32::NEG_INFINITY, 0.0)
+    }
+}
+
+/// The key side of variable-bandwidth passes on the CPU: the rows
+/// themselves (borrowed for a call, copied for a key set and charged to
+/// the engine's budget).
+#[derive(Debug)]
+pub(crate) struct CpuVariable<'a> {
+    keys: VariableKeys<'a>,
+    threads: Threads,
+    held: Option<Reservation>,
+}
+
+impl CpuVariable<'static> {
+    /// A key set's: a copy of `keys`, charged to `budget`.
+    pub(crate) fn kept(
+        budget: &Arc<MemoryBudget>,
+        threads: &Threads,
+        keys: VariableKeys<'_>,
+    ) -> Result<Self> {
+        let held = budget.reserve("prepare", "resident keys and values", keys.bytes())?;
+        Ok(CpuVariable {
+            keys: keys.into_owned("prepare")?,
+            threads: threads.clone(),
+            held: Some(held),
+        })
+    }
+}
+
+impl<'a> CpuVariable<'a> {
+    /// A call's: the rows borrowed.
+    pub(crate) fn for_call(threads: &Threads, keys: VariableKeys<'a>) -> Self {
+        CpuVariable {
+            keys,
+            threads: threads.clone(),
+            held: None,
+        }
+    }
+}
+
+impl PreparedVariable for CpuVariable<'_> {
+    fn states(
+        &self,
+        op: &'static str,
+        profile: Profile,
+        queries: (&Matrix<'_>, Option<&[f32]>),
+        with_values: bool,
+    ) -> Result<RowStates> {
+        variable_states(
+            &self.keys.pass(op, profile, queries, with_values),
+            &self.threads,
+        )
+    }
+
+    fn bytes(&self) -> u64 {
+        self.held.as_ref().map_or(0, Reservation::bytes)
     }
 }

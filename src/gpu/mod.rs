@@ -27,12 +27,13 @@ use std::sync::Arc;
 
 use crate::backend::{
     Backend, BackendInfo, Call, GpuLimits, PipelineCacheStatus, PreparedAttention, PreparedKeys,
+    PreparedVariable,
 };
 use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::Matrix;
 use crate::memory::MemoryUsage;
-use crate::types::{Attention, Heads, RowNormalized, RowStates, VariablePass};
+use crate::types::{Attention, Heads, RowNormalized, VariableKeys};
 use crate::types::{GradStates, Shift, ShiftOutcome};
 
 use context::GpuContext;
@@ -146,8 +147,18 @@ impl Backend for GpuBackend {
         mean_shift::mean_shift(&self.ctx, shift)
     }
 
-    fn variable_states(&self, pass: &VariablePass<'_>) -> Result<RowStates> {
-        variable::variable_states(&self.ctx, pass)
+    fn prepare_variable(&self, keys: VariableKeys<'_>) -> Result<Arc<dyn PreparedVariable>> {
+        Ok(Arc::new(variable::GpuVariable::kept(&self.ctx, keys)?))
+    }
+
+    fn prepare_variable_call<'a>(
+        &'a self,
+        op: &'static str,
+        keys: VariableKeys<'a>,
+    ) -> Result<Box<dyn PreparedVariable + 'a>> {
+        Ok(Box::new(variable::GpuVariable::for_call(
+            &self.ctx, op, keys,
+        )?))
     }
 
     fn memory(&self) -> MemoryUsage {

@@ -35,8 +35,10 @@ use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// The device of prepared keys: shared with the engine (a key set, which
 /// may outlive any one call) or borrowed for one call.
-enum Device<'a> {
+pub(super) enum Device<'a> {
+    /// A key set's.
     Shared(Arc<GpuContext>),
+    /// A call's.
     Borrowed(&'a GpuContext),
 }
 

@@ -2,19 +2,25 @@
 //! (`shaders/variable_bandwidth.wgsl`; docs/numerics.md, "Variable
 //! bandwidths").
 //!
-//! The keys go up once per call in key tiles, each with its scales
-//! `(τ_j, c_j)` beside it and its values; per query tile (its rows and
+//! The keys go up once in key tiles, each with its scales `(τ_j, c_j)`
+//! beside it and its values: per call, per MeanShift run, or once for a
+//! key set ([`GpuVariable`]); per query tile (its rows and
 //! their scales `σ_i`) and pass of value columns, one dispatch per window
 //! of a key tile continues the row states on the device, and the states
 //! are read back. Rows left without weight under a full-support profile
 //! (every key beyond `T_FAR`) are finished on the host in `f64` from the
 //! host's keys ([`VariablePass::exact_row`]).
 
+use std::sync::Arc;
+
 use ndarray::{Array1, Array2};
 
+use crate::backend::PreparedVariable;
 use crate::error::Result;
-use crate::kernel::Kernel;
-use crate::types::{RowStates, VariablePass};
+use crate::kernel::{Kernel, Profile};
+use crate::matrix::Matrix;
+use crate::memory::Reservation;
+use crate::types::{RowStates, VariableKeys, VariablePass};
 
 use super::buffers::{Pooled, upload};
 use super::context::GpuContext;
@@ -23,6 +29,7 @@ use super::pipelines::PipelineKey;
 use super::plan::check_u32;
 use super::plan::tiles;
 use super::plan::variable::{VARIABLE_STAGE, VARIABLE_WG, VariablePlan, plan_variable};
+use super::prepared::{Device, buffer_bytes, owned_upload, wait_for_uploads};
 use super::shaders::{FIRST_TILE, ShaderId};
 use super::submission::Submission;
 
@@ -46,8 +53,142 @@ struct Tile<'p> {
     values: Pooled<'p>,
 }
 
-/// The row states of `pass` on the device (see the module notes).
-pub(crate) fn variable_states(ctx: &GpuContext, pass: &VariablePass<'_>) -> Result<RowStates> {
+/// The key side of variable-bandwidth passes on the device (see the
+/// module notes): uploaded once, for a call or a run from the pool, for a
+/// key set into buffers of its own charged to the engine's budget; the
+/// host rows stay beside them for the far rows.
+pub(crate) struct GpuVariable<'a> {
+    ctx: Device<'a>,
+    tiles: Vec<Tile<'a>>,
+    keys: VariableKeys<'a>,
+    held: Option<Reservation>,
+}
+
+impl std::fmt::Debug for GpuVariable<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuVariable")
+            .field("n", &self.keys.keys.rows())
+            .field("d", &self.keys.keys.cols())
+            .field("tiles", &self.tiles.len())
+            .field("kept", &self.held.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The scales `(τ_j, c_j)` of keys `a..b`, interleaved.
+fn tile_scales(keys: &VariableKeys<'_>, a: usize, b: usize) -> Vec<f32> {
+    let at = |v: &[f32], j: usize, unit: f32| v.get(j).copied().unwrap_or(unit);
+    (a..b)
+        .flat_map(|j| [at(&keys.inv, j, 1.0), at(&keys.log_weights, j, 0.0)])
+        .collect()
+}
+
+/// The key tile of `keys` (their plan's, independent of the queries).
+fn key_tile(ctx: &GpuContext, keys: &VariableKeys<'_>) -> Result<usize> {
+    let (n, d) = (keys.keys.rows(), keys.keys.cols());
+    let q = keys.values.as_ref().map_or(0, Matrix::cols);
+    Ok(plan_variable(&ctx.limits, &ctx.caps, (1, n, d, q))?.key_tile)
+}
+
+/// The tiles of `keys`, each buffer put on the device by `alloc`.
+fn upload_tiles<'p>(
+    ctx: &GpuContext,
+    keys: &VariableKeys<'_>,
+    alloc: &mut dyn FnMut(&[f32]) -> Result<Pooled<'p>>,
+) -> Result<Vec<Tile<'p>>> {
+    let n = keys.keys.rows();
+    tiles(n, key_tile(ctx, keys)?)
+        .map(|(a, b)| {
+            Ok(Tile {
+                len: b - a,
+                keys: alloc(keys.keys.row_range(a, b))?,
+                scales: alloc(&tile_scales(keys, a, b))?,
+                values: match &keys.values {
+                    Some(v) => alloc(v.row_range(a, b))?,
+                    None => alloc(&[0.0])?,
+                },
+            })
+        })
+        .collect()
+}
+
+impl GpuVariable<'static> {
+    /// A key set's: the tiles in buffers of its own, charged to the
+    /// engine's budget, and a host copy of the rows.
+    pub(crate) fn kept(ctx: &Arc<GpuContext>, keys: VariableKeys<'_>) -> Result<Self> {
+        const OP: &str = "prepare";
+        let (n, d) = (keys.keys.rows(), keys.keys.cols());
+        check_u32(OP, "key rows", n)?;
+        let q = keys.values.as_ref().map_or(0, Matrix::cols);
+        let bytes: u64 = tiles(n, key_tile(ctx, &keys)?)
+            .map(|(a, b)| {
+                let len = b - a;
+                buffer_bytes(len * d) + buffer_bytes(2 * len) + buffer_bytes(len * q)
+            })
+            .sum();
+        let held = ctx
+            .pool
+            .reserve(OP, "resident keys, scales and values", bytes)?;
+        let scope = ctx.scope(OP, format!("N={n} d={d} q={q} (variable bandwidths)"))?;
+        let tiles = upload_tiles(ctx, &keys, &mut |data| owned_upload(ctx, data))?;
+        wait_for_uploads(ctx, &scope)?;
+        scope.finish(ctx)?;
+        Ok(GpuVariable {
+            ctx: Device::Shared(Arc::clone(ctx)),
+            tiles,
+            keys: keys.into_owned(OP)?,
+            held: Some(held),
+        })
+    }
+}
+
+impl<'a> GpuVariable<'a> {
+    /// A call's or a run's: the tiles from the pool, the host rows
+    /// borrowed.
+    pub(crate) fn for_call(
+        ctx: &'a GpuContext,
+        op: &'static str,
+        keys: VariableKeys<'a>,
+    ) -> Result<Self> {
+        let (n, d) = (keys.keys.rows(), keys.keys.cols());
+        check_u32(op, "keys", n)?;
+        let storage = wgpu::BufferUsages::STORAGE;
+        let scope = ctx.scope(op, format!("N={n} d={d} (keys)"))?;
+        let tiles = upload_tiles(ctx, &keys, &mut |data| upload(ctx, op, data, storage))?;
+        scope.finish(ctx)?;
+        Ok(GpuVariable {
+            ctx: Device::Borrowed(ctx),
+            tiles,
+            keys,
+            held: None,
+        })
+    }
+}
+
+impl PreparedVariable for GpuVariable<'_> {
+    fn states(
+        &self,
+        op: &'static str,
+        profile: Profile,
+        queries: (&Matrix<'_>, Option<&[f32]>),
+        with_values: bool,
+    ) -> Result<RowStates> {
+        let pass = self.keys.pass(op, profile, queries, with_values);
+        states_on_tiles(&self.ctx, &pass, &self.tiles)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.held.as_ref().map_or(0, Reservation::bytes)
+    }
+}
+
+/// The row states of `pass` over its key tiles on the device (see the
+/// module notes).
+fn states_on_tiles(
+    ctx: &GpuContext,
+    pass: &VariablePass<'_>,
+    key_tiles: &[Tile<'_>],
+) -> Result<RowStates> {
     let op = pass.op;
     let (m, n, d, q) = (
         pass.queries.rows(),
@@ -56,24 +197,8 @@ pub(crate) fn variable_states(ctx: &GpuContext, pass: &VariablePass<'_>) -> Resu
         pass.cols(),
     );
     check_u32(op, "queries", m)?;
-    check_u32(op, "keys", n)?;
     let plan = plan_variable(&ctx.limits, &ctx.caps, (m, n, d, q))?;
     let storage = wgpu::BufferUsages::STORAGE;
-    let mut key_tiles = Vec::new();
-    for (a, b) in tiles(n, plan.key_tile) {
-        let scales: Vec<[f32; 2]> = (a..b)
-            .map(|j| [pass.scales.key(j), pass.scales.log_weight(j)])
-            .collect();
-        key_tiles.push(Tile {
-            len: b - a,
-            keys: upload(ctx, op, pass.keys.row_range(a, b), storage)?,
-            scales: upload(ctx, op, &scales, storage)?,
-            values: match pass.values {
-                Some(v) => upload(ctx, op, v.row_range(a, b), storage)?,
-                None => ctx.buffer(op, 4, storage)?,
-            },
-        });
-    }
     let mut mw = Array1::from_elem(m, f32::NEG_INFINITY);
     let mut sum = Array1::zeros(m);
     let mut u = Array2::zeros((m, q));
@@ -100,7 +225,7 @@ pub(crate) fn variable_states(ctx: &GpuContext, pass: &VariablePass<'_>) -> Resu
                 row_scale: &row_scale,
                 state: &state,
             };
-            let read = sweep(ctx, pass, &plan, &key_tiles, &bufs, (rows, c0, qt))?;
+            let read = sweep(ctx, pass, &plan, key_tiles, &bufs, (rows, c0, qt))?;
             for (r, st) in read.chunks_exact(sw).enumerate() {
                 let i = r0 + r;
                 if c0 == 0 {
@@ -113,7 +238,6 @@ pub(crate) fn variable_states(ctx: &GpuContext, pass: &VariablePass<'_>) -> Resu
             }
         }
     }
-    drop(key_tiles);
     // Far rows: finished in f64 on the host.
     let mut row = vec![0.0f64; q];
     for i in 0..m {

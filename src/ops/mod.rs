@@ -40,7 +40,9 @@ pub use multi_kernel::MultiKernel;
 pub(crate) use softmax::OnAttention;
 pub use softmax::{FeatureLocalMean, SoftmaxParams, merge_heads, split_heads};
 pub use variable::VariableBandwidth;
-pub(crate) use variable::{check_bandwidths, variable_states};
+pub(crate) use variable::{
+    check_bandwidths, log_density_of, variable_keys, variable_states, with_offset,
+};
 
 use ndarray::ArrayView2;
 

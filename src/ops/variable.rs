@@ -9,7 +9,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::kernel::{MAX_BANDWIDTH, MIN_BANDWIDTH, Profile};
 use crate::matrix::Matrix;
-use crate::types::{RowNormalized, RowStates, Scales, VariablePass};
+use crate::types::{RowNormalized, RowStates, VariableKeys};
 
 use super::Inputs;
 use super::kde::ln_normalizer;
@@ -69,61 +69,48 @@ pub(crate) fn check_bandwidths(h: &[f32], n: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Row states of `queries` over `keys` (and `values`) under per-key
-/// bandwidths `h_j` weighed by `h_j^{−power}` (`power` = d for densities
-/// and local means, d + 2 for MeanShift), or per-query bandwidths
-/// (`power` unused: no per-key factor). The states' `m` includes the
-/// per-key factor exactly: the log-weights go to the backend relative to
-/// their largest (`c_j − max c`, so `f32` keeps them small) and the
-/// offset is added back to `m` in `f64`.
-pub(crate) fn variable_states(
-    engine: &Engine,
-    op: &'static str,
-    profile: Profile,
+/// The key side of variable-bandwidth passes over `x` (and `values`) for
+/// `m` queries, and what each pass's states need after it: per-key
+/// bandwidths `h_j` weigh by `h_j^{−power}` (`power` = d for densities and
+/// local means, d + 2 for MeanShift), their log-weights sent relative to
+/// their largest (`c_j − max c`, so `f32` keeps them small) and that
+/// offset returned, to be added back to `m` in `f64` ([`with_offset`]);
+/// per-query bandwidths come back as the rows' scales `1/h_i` (no per-key
+/// factor, offset 0).
+pub(crate) fn variable_keys<'a>(
     bandwidths: &VariableBandwidth,
-    (q, x, values): (&Matrix<'_>, &Matrix<'_>, Option<&Matrix<'_>>),
+    m: usize,
+    (x, values): (&'a Matrix<'_>, Option<&'a Matrix<'_>>),
     power: f64,
-) -> Result<RowStates> {
-    let (m, n) = (q.rows(), x.rows());
-    let inv: Vec<f32> = bandwidths
-        .values()
-        .iter()
-        .map(|&v| (1.0 / f64::from(v)) as f32)
-        .collect();
-    let (scales, offset, lw);
+) -> Result<(VariableKeys<'a>, Vec<f32>, f64)> {
+    let n = x.rows();
+    let inv = |h: &[f32]| -> Vec<f32> { h.iter().map(|&v| (1.0 / f64::from(v)) as f32).collect() };
+    let keys = |inv, log_weights| VariableKeys {
+        keys: x.view(),
+        values: values.map(Matrix::view),
+        inv,
+        log_weights,
+    };
     match bandwidths {
         VariableBandwidth::PerKey(h) => {
             check_bandwidths(h, n, "keys")?;
             let c: Vec<f64> = h.iter().map(|&v| -power * f64::from(v).ln()).collect();
             let top = c.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            lw = c.iter().map(|&v| (v - top) as f32).collect::<Vec<f32>>();
-            offset = top;
-            scales = Scales {
-                keys: Some(&inv),
-                log_weights: Some(&lw),
-                ..Scales::default()
-            };
+            let lw = c.iter().map(|&v| (v - top) as f32).collect();
+            Ok((keys(inv(h), lw), Vec::new(), top))
         }
         VariableBandwidth::PerQuery(h) => {
             check_bandwidths(h, m, "queries")?;
-            offset = 0.0;
-            scales = Scales {
-                rows: Some(&inv),
-                ..Scales::default()
-            };
+            Ok((keys(Vec::new(), Vec::new()), inv(h), 0.0))
         }
     }
-    let pass = VariablePass {
-        op,
-        profile,
-        queries: q,
-        keys: x,
-        values,
-        scales,
-    };
-    let mut st = engine.backend_impl().variable_states(&pass)?;
+}
+
+/// `st` with the per-key log-weights' `offset` added back to `m` in `f64`
+/// (−inf, no mass, and `f32::MIN`, below the `f32` range, stay as they
+/// are).
+pub(crate) fn with_offset(mut st: RowStates, offset: f64) -> RowStates {
     if offset != 0.0 {
-        // −inf (no mass) and f32::MIN (below the f32 range) stay as they are.
         st.max_log_weight.mapv_inplace(|v| {
             if v == f32::NEG_INFINITY || v == f32::MIN {
                 v
@@ -137,7 +124,26 @@ pub(crate) fn variable_states(
             }
         });
     }
-    Ok(st)
+    st
+}
+
+/// Row states of `queries` over `keys` (and `values`) under `bandwidths`
+/// ([`variable_keys`]), in one call: the keys go to the backend for this
+/// call only. The states' `m` includes the per-key factor exactly.
+pub(crate) fn variable_states(
+    engine: &Engine,
+    op: &'static str,
+    profile: Profile,
+    bandwidths: &VariableBandwidth,
+    (q, x, values): (&Matrix<'_>, &Matrix<'_>, Option<&Matrix<'_>>),
+    power: f64,
+) -> Result<RowStates> {
+    let (keys, rows, offset) = variable_keys(bandwidths, q.rows(), (x, values), power)?;
+    let with_values = values.is_some();
+    let prepared = engine.backend_impl().prepare_variable_call(op, keys)?;
+    let rows = (!rows.is_empty()).then_some(&rows[..]);
+    let st = prepared.states(op, profile, (q, rows), with_values)?;
+    Ok(with_offset(st, offset))
 }
 
 impl Engine {
@@ -231,18 +237,37 @@ impl Engine {
         const OP: &str = "density_variable";
         let i = Inputs::check(OP, None, queries, keys, None)?;
         let d = i.x.cols();
-        let ln_c = ln_normalizer(profile, d)?;
+        ln_normalizer(profile, d)?;
         let st = variable_states(self, OP, profile, bandwidths, (&i.q, &i.x, None), d as f64)?;
-        let base = (i.x.rows() as f64).ln() + ln_c;
-        let mut out = st.log_sum();
-        match bandwidths {
-            VariableBandwidth::PerKey(_) => out.mapv_inplace(|l| l - base),
-            VariableBandwidth::PerQuery(h) => {
-                for (l, &hi) in out.iter_mut().zip(h) {
-                    *l -= base + d as f64 * f64::from(hi).ln();
-                }
+        let per_query = match bandwidths {
+            VariableBandwidth::PerKey(_) => None,
+            VariableBandwidth::PerQuery(h) => Some(&h[..]),
+        };
+        log_density_of(&st, profile, (i.x.rows(), d), per_query)
+    }
+}
+
+/// `ln p̂` from the row sums `st` of a variable-bandwidth pass over `n`
+/// keys in `d` dimensions (per-key factors in `m`): `ln Σ − ln N − ln c_k`,
+/// less `d·ln h_i` per query for balloon bandwidths (`per_query`).
+///
+/// # Errors
+/// The cauchy profile in `d ≥ 2` ([`ln_normalizer`]).
+pub(crate) fn log_density_of(
+    st: &RowStates,
+    profile: Profile,
+    (n, d): (usize, usize),
+    per_query: Option<&[f32]>,
+) -> Result<Array1<f64>> {
+    let base = (n as f64).ln() + ln_normalizer(profile, d)?;
+    let mut out = st.log_sum();
+    match per_query {
+        None => out.mapv_inplace(|l| l - base),
+        Some(h) => {
+            for (l, &hi) in out.iter_mut().zip(h) {
+                *l -= base + d as f64 * f64::from(hi).ln();
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }

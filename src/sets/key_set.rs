@@ -25,6 +25,8 @@ use crate::ops::check_degree;
 use crate::ops::{Classes, EmptyFallback, LabelSet, LocalFit, LocalPca, OnKeys, ValueSet};
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
+mod variable;
+
 /// Options of a [`KeySet`].
 ///
 /// ```
@@ -104,10 +106,22 @@ pub struct KeySetBuilder<'a> {
     values: Option<ArrayView2<'a, f32>>,
     labels: Option<ArrayView1<'a, i64>>,
     classes: Option<usize>,
+    bandwidths: Option<ArrayView1<'a, f32>>,
     options: KeySetOptions,
 }
 
 impl<'a> KeySetBuilder<'a> {
+    /// Per-key (sample-point) bandwidths `h_j`, one per key, for
+    /// [`KeySet::local_mean_variable`] and
+    /// [`KeySet::log_density_variable`]: the keys go to the backend a
+    /// second time, with their scales, in the layout of the
+    /// variable-bandwidth pass ([`VariableBandwidth::PerKey`](crate::VariableBandwidth::PerKey);
+    /// [`Engine::knn_bandwidths`] sets them by the k-NN rule).
+    pub fn bandwidths(mut self, bandwidths: ArrayView1<'a, f32>) -> Self {
+        self.bandwidths = Some(bandwidths);
+        self
+    }
+
     /// Values (`N × q`) for [`KeySet::local_mean`] and [`KeySet::row_states`].
     pub fn values(mut self, values: ArrayView2<'a, f32>) -> Self {
         self.values = Some(values);
@@ -177,6 +191,15 @@ impl<'a> KeySetBuilder<'a> {
             class_labels = Some(c.labels);
         }
         let extent = keys.max_abs();
+        let variable = match self.bandwidths {
+            Some(h) => Some(variable::Variable::prepare(
+                &self.engine,
+                &keys,
+                values_set.map(|(s, _)| &sets[s]),
+                h,
+            )?),
+            None => None,
+        };
         let prepared = self.engine.backend_impl().prepare(&keys, &sets)?;
         let b = self.options.batching;
         Ok(KeySet {
@@ -196,6 +219,7 @@ impl<'a> KeySetBuilder<'a> {
                 class_labels,
                 extent,
                 values_extent,
+                variable,
                 options: self.options,
             }),
         })
@@ -294,6 +318,8 @@ struct Inner {
     extent: f32,
     /// The values' largest magnitude (for the local models' limits).
     values_extent: f32,
+    /// The keys with their per-key bandwidths, if given.
+    variable: Option<variable::Variable>,
     options: KeySetOptions,
 }
 
@@ -350,6 +376,7 @@ impl Engine {
             values: None,
             labels: None,
             classes: None,
+            bandwidths: None,
             options: KeySetOptions::default(),
         }
     }
@@ -390,9 +417,15 @@ impl KeySet {
     }
 
     /// Bytes held by the backend for the keys, values and labels (on the
-    /// CPU, with the cell index of the last bounded kernel, if built).
+    /// CPU, with the cell index of the last bounded kernel, if built; with
+    /// the keys of variable-bandwidth passes, if bandwidths were given).
     pub fn resident_bytes(&self) -> u64 {
-        self.inner.keys.bytes()
+        let v = self
+            .inner
+            .variable
+            .as_ref()
+            .map_or(0, variable::Variable::bytes);
+        self.inner.keys.bytes().saturating_add(v)
     }
 
     /// The engine the key set lives on.

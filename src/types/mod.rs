@@ -20,4 +20,4 @@ pub use neighbours::Neighbours;
 pub use shift::Progress;
 pub(crate) use shift::{SHIFT_FLOOR, Shift, ShiftOutcome, ShiftRun, shift_to};
 pub use states::{RowNormalized, RowStates, merge_states};
-pub(crate) use variable::{Scales, VariablePass};
+pub(crate) use variable::{VariableKeys, VariablePass};

@@ -62,6 +62,81 @@ pub(crate) struct VariablePass<'a> {
     pub scales: Scales<'a>,
 }
 
+/// The key side of variable-bandwidth passes, prepared once and queried
+/// many times (a MeanShift run, a key set): the keys, their values, and
+/// per key `τ_j = 1/h_j` and the log-weight `c_j` (both empty for
+/// balloon passes, whose scales belong to the queries).
+#[derive(Debug, Clone)]
+pub(crate) struct VariableKeys<'a> {
+    /// The keys (`N × d`).
+    pub keys: Matrix<'a>,
+    /// The values (`N × q`), if any.
+    pub values: Option<Matrix<'a>>,
+    /// `τ_j` per key (empty: 1).
+    pub inv: Vec<f32>,
+    /// `c_j` per key (empty: 0).
+    pub log_weights: Vec<f32>,
+}
+
+impl VariableKeys<'_> {
+    /// The pass of `queries` (with per-query scales `rows`) over these
+    /// keys; with their values when `with_values`, else row sums only.
+    pub(crate) fn pass<'b>(
+        &'b self,
+        op: &'static str,
+        profile: Profile,
+        (queries, rows): (&'b Matrix<'b>, Option<&'b [f32]>),
+        with_values: bool,
+    ) -> VariablePass<'b> {
+        let some = |v: &'b [f32]| (!v.is_empty()).then_some(v);
+        VariablePass {
+            op,
+            profile,
+            queries,
+            keys: &self.keys,
+            values: if with_values {
+                self.values.as_ref()
+            } else {
+                None
+            },
+            scales: Scales {
+                rows,
+                keys: some(&self.inv),
+                log_weights: some(&self.log_weights),
+            },
+        }
+    }
+
+    /// The same keys in memory of their own.
+    ///
+    /// # Errors
+    /// [`Error::MemoryLimit`](crate::Error::MemoryLimit) when a copy
+    /// cannot be allocated.
+    pub(crate) fn into_owned(
+        self,
+        op: &'static str,
+    ) -> crate::error::Result<VariableKeys<'static>> {
+        Ok(VariableKeys {
+            keys: self.keys.into_owned(op, "keys")?,
+            values: self
+                .values
+                .map(|v| v.into_owned(op, "values"))
+                .transpose()?,
+            inv: self.inv,
+            log_weights: self.log_weights,
+        })
+    }
+
+    /// Host bytes of the keys, values and scales.
+    pub(crate) fn bytes(&self) -> u64 {
+        let floats = self.keys.as_slice().len()
+            + self.values.as_ref().map_or(0, |v| v.as_slice().len())
+            + self.inv.len()
+            + self.log_weights.len();
+        4 * floats as u64
+    }
+}
+
 impl VariablePass<'_> {
     /// Value columns `q` (0 without values).
     pub(crate) fn cols(&self) -> usize {
