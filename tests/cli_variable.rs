@@ -1,4 +1,4 @@
-//! `locus kde` and `locus mean-shift` with variable bandwidths
+//! `locus kde`, `locus local-mean` and `locus mean-shift` with variable bandwidths
 //! (`--bandwidths`, `--adaptive-k`, `--abramson`): outputs against the
 //! library, `--verify` across backends, bad inputs exit 2 on one line.
 
@@ -88,6 +88,99 @@ fn kde_with_variable_bandwidths_matches_the_library() {
 }
 
 #[test]
+fn local_mean_with_variable_bandwidths_matches_the_library() {
+    let dir = TempDir::new().unwrap();
+    let x = two_scales();
+    let mut rng = Rng::new(9);
+    let q = rng.matrix(31, 2, -1.0, 10.0);
+    let y = rng.matrix(240, 3, -2.0, 2.0);
+    write_npy(dir.path().join("x.npy"), &x).unwrap();
+    write_npy(dir.path().join("q.npy"), &q).unwrap();
+    write_npy(dir.path().join("y.npy"), &y).unwrap();
+    let e = Engine::cpu();
+    let per_key = e.knn_bandwidths(x.view(), 7, 2.0).unwrap();
+    let balloon = e.balloon_bandwidths(q.view(), x.view(), 5, 1.5).unwrap();
+    let pilot = locus::Kernel::new(Profile::Epanechnikov, 0.8).unwrap();
+    let abramson = e.abramson_bandwidths(&pilot, x.view()).unwrap();
+    let hq = Array2::from_shape_vec((balloon.len(), 1), balloon.clone()).unwrap();
+    write_npy(dir.path().join("hq.npy"), &hq).unwrap();
+    let cases: Vec<(Vec<&str>, Profile, VariableBandwidth)> = vec![
+        (
+            vec!["--adaptive-k", "7", "--alpha", "2"],
+            Profile::Gaussian,
+            VariableBandwidth::PerKey(per_key),
+        ),
+        (
+            vec!["--adaptive-k", "5", "--alpha", "1.5", "--balloon"],
+            Profile::Gaussian,
+            VariableBandwidth::PerQuery(balloon.clone()),
+        ),
+        (
+            vec![
+                "--bandwidths",
+                "hq.npy",
+                "--balloon",
+                "--kernel",
+                "laplacian",
+            ],
+            Profile::Laplacian,
+            VariableBandwidth::PerQuery(balloon),
+        ),
+        (
+            vec![
+                "--abramson",
+                "--bandwidth",
+                "0.8",
+                "--kernel",
+                "epanechnikov",
+            ],
+            Profile::Epanechnikov,
+            VariableBandwidth::PerKey(abramson),
+        ),
+    ];
+    for (args, p, bw) in cases {
+        let want = e
+            .local_mean_variable(p, &bw, q.view(), x.view(), y.view())
+            .unwrap();
+        locus()
+            .current_dir(dir.path())
+            .args(["local-mean", "--keys", "x.npy", "--queries", "q.npy"])
+            .args(["--values", "y.npy", "-o", "out.npy", "--backend", "cpu"])
+            .args(&args)
+            .assert()
+            .success();
+        let got: Array2<f32> = read_npy(dir.path().join("out.npy")).unwrap();
+        assert_eq!(got.dim(), (31, 3), "{args:?}");
+        for (g, w) in got.iter().zip(&want.values) {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{args:?}: {g} vs {w}"
+            );
+        }
+    }
+    // The self-local mean (queries and values default to the keys),
+    // checked against the other backend where there is one.
+    locus()
+        .current_dir(dir.path())
+        .args(["local-mean", "--keys", "x.npy", "-o", "self.npy"])
+        .args(["--adaptive-k", "6", "--backend", "cpu", "--verify"])
+        .assert()
+        .success();
+    let got: Array2<f32> = read_npy(dir.path().join("self.npy")).unwrap();
+    let h = e.knn_bandwidths(x.view(), 6, 1.0).unwrap();
+    let want = e
+        .local_mean_variable(
+            Profile::Gaussian,
+            &VariableBandwidth::PerKey(h),
+            x.view(),
+            x.view(),
+            x.view(),
+        )
+        .unwrap();
+    assert_eq!(got, want.values);
+}
+
+#[test]
 fn mean_shift_with_adaptive_bandwidths_matches_the_library() {
     let dir = TempDir::new().unwrap();
     let x = two_scales();
@@ -161,6 +254,50 @@ fn bad_variable_bandwidths_exit_2_on_one_line() {
                 "manhattan",
             ],
             "--metric",
+        ),
+        (
+            vec![
+                "local-mean",
+                "--keys",
+                "x.npy",
+                "-o",
+                "o.npy",
+                "--bandwidths",
+                "short.npy",
+            ],
+            "one per key",
+        ),
+        (
+            vec![
+                "local-mean",
+                "--keys",
+                "x.npy",
+                "-o",
+                "o.npy",
+                "--adaptive-k",
+                "3",
+                "--degree",
+                "1",
+            ],
+            "--degree 1",
+        ),
+        (
+            vec![
+                "local-mean",
+                "--keys",
+                "x.npy",
+                "-o",
+                "o.npy",
+                "--adaptive-k",
+                "3",
+                "--kernel",
+                "gaussian,uniform",
+            ],
+            "one radial profile",
+        ),
+        (
+            vec!["local-mean", "--keys", "x.npy", "-o", "o.npy"],
+            "--bandwidth",
         ),
         (
             vec![

@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 
-use locus::{Kernel, Profile, VariableBandwidth};
+use locus::{Kernel, Profile};
 use ndarray::Array1;
 use serde_json::json;
 
 use super::Job;
+use super::variable::VariableArgs;
 use crate::args::{Compute, MetricArgs, kernel_from, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
@@ -39,32 +40,8 @@ pub struct KdeArgs {
     /// with its own --kernel and --bandwidth.
     #[arg(long, value_name = "D", value_delimiter = ',')]
     blocks: Option<Vec<usize>>,
-    /// Variable bandwidths from a file: one per key (N values; the
-    /// sample-point estimate, each key normalized by its own h_j), or
-    /// with --balloon one per query (M values).
-    #[arg(long, value_name = "B", conflicts_with_all = ["bandwidth", "adaptive_k", "abramson"])]
-    bandwidths: Option<PathBuf>,
-    /// Variable bandwidths by the k-NN rule: h_j = alpha × the distance
-    /// from key j to its K-th nearest other key (with --balloon: from
-    /// query i to its K-th nearest key).
-    #[arg(long, value_name = "K", conflicts_with_all = ["bandwidth", "abramson"])]
-    adaptive_k: Option<usize>,
-    /// The factor of --adaptive-k.
-    #[arg(
-        long,
-        value_name = "A",
-        default_value_t = 1.0,
-        allow_hyphen_values = true,
-        requires = "adaptive_k"
-    )]
-    alpha: f32,
-    /// Per-key bandwidths by Abramson's square-root law from a pilot
-    /// density of --kernel and --bandwidth: h_j = h·(f̂(x_j)/g)^(−1/2).
-    #[arg(long, requires = "bandwidth")]
-    abramson: bool,
-    /// --bandwidths and --adaptive-k give one bandwidth per query (balloon).
-    #[arg(long)]
-    balloon: bool,
+    #[command(flatten)]
+    variable: VariableArgs,
     #[command(flatten)]
     metric: MetricArgs,
     /// Write ln p̂ instead of p̂ (finite far from the data for the gaussian,
@@ -81,7 +58,7 @@ pub struct KdeArgs {
 /// Runs `locus kde`.
 pub fn run(a: &KdeArgs) -> CliResult<()> {
     io::check_output("--output", &a.output)?;
-    if a.bandwidths.is_some() || a.adaptive_k.is_some() || a.abramson {
+    if a.variable.given() {
         return run_variable(a);
     }
     let bandwidth = a.bandwidth.as_deref().unwrap_or(&[]);
@@ -124,37 +101,19 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
 /// `locus kde` with variable bandwidths (`--bandwidths`, `--adaptive-k`,
 /// `--abramson`): one radial profile, Euclidean, no weights.
 fn run_variable(a: &KdeArgs) -> CliResult<()> {
-    let profile = match a.kernel.as_slice() {
-        [p] => *p,
-        ps => {
-            return Err(CliError::input(format!(
-                "--kernel gives {} profiles; variable bandwidths take one radial profile",
-                ps.len()
-            )));
-        }
-    };
-    let refuse = |what: &str| {
-        Err(CliError::input(format!(
-            "{what} cannot be combined with variable bandwidths (--bandwidths, --adaptive-k, --abramson)"
-        )))
-    };
-    if a.blocks.is_some() {
-        return refuse("--blocks");
-    }
-    if a.weights.is_some() {
-        return refuse("--weights");
-    }
-    if !a.metric.metric()?.is_euclidean() {
-        return refuse("--metric other than euclidean");
-    }
-    if a.abramson && a.balloon {
-        return refuse("--balloon with --abramson (per-key bandwidths)");
-    }
-    let pilot = match (a.abramson, a.bandwidth.as_deref()) {
-        (true, Some([h])) => Some(Kernel::new(profile, *h)?),
-        (true, _) => return Err(CliError::input("--abramson takes one pilot --bandwidth")),
-        (false, _) => None,
-    };
+    let rule = a.variable.rule(
+        &a.kernel,
+        a.bandwidth.as_deref(),
+        a.blocks.is_some(),
+        &[
+            ("--weights", a.weights.is_some()),
+            (
+                "--metric other than euclidean",
+                !a.metric.metric()?.is_euclidean(),
+            ),
+        ],
+    )?;
+    let profile = rule.profile();
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     let x = keys.data.view();
@@ -165,57 +124,13 @@ fn run_variable(a: &KdeArgs) -> CliResult<()> {
             x.ncols()
         )));
     }
-    let given = a
-        .bandwidths
-        .as_deref()
-        .map(|p| Input::load("--bandwidths", p))
-        .transpose()?;
-    if let Some(g) = &given {
-        io::one_column(g)?;
-        let (want, of) = if a.balloon {
-            (q.nrows(), "query")
-        } else {
-            (x.nrows(), "key")
-        };
-        if g.data.nrows() != want {
-            return Err(CliError::input(format!(
-                "--bandwidths has {} values; one per {of} ({want}) expected",
-                g.data.nrows()
-            )));
-        }
-    }
+    rule.check_rows(q.nrows(), x.nrows())?;
     let op = |e: &locus::Engine| {
-        let h = match (&given, a.adaptive_k, &pilot) {
-            (Some(g), _, _) => g.data.column(0).to_vec(),
-            (None, Some(k), _) if a.balloon => e.balloon_bandwidths(q, x, k, a.alpha)?,
-            (None, Some(k), _) => e.knn_bandwidths(x, k, a.alpha)?,
-            (None, None, Some(pilot)) => e.abramson_bandwidths(pilot, x)?,
-            (None, None, None) => {
-                return Err(locus::Error::InvalidParameter {
-                    name: "bandwidths",
-                    reason: "no variable-bandwidth rule given".into(),
-                });
-            }
-        };
-        let bw = if a.balloon {
-            VariableBandwidth::PerQuery(h)
-        } else {
-            VariableBandwidth::PerKey(h)
-        };
+        let bw = rule.bandwidths(e, q, x)?;
         e.log_density_variable(profile, &bw, q, x)
     };
     let sizes = vec![("M", q.nrows()), ("N", x.nrows()), ("d", x.ncols())];
-    let rule = match (&given, a.adaptive_k) {
-        (Some(_), _) => json!("file"),
-        (None, Some(k)) => json!(format!("knn k={k} alpha={}", a.alpha)),
-        (None, None) => json!("abramson"),
-    };
-    let fields = vec![
-        ("variable_bandwidths", rule),
-        ("balloon", json!(a.balloon)),
-        ("profile", json!(profile.name())),
-    ];
-    estimate(a, op, pilot, sizes, fields)
+    estimate(a, op, rule.pilot().cloned(), sizes, rule.fields())
 }
 
 /// Runs `op` (log densities at the queries), checks it with `--verify`,

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
+use super::variable::VariableArgs;
 use super::{Job, pairs_per_second};
-use crate::args::{Compute, KernelArgs};
-use locus::LocalFit;
+use crate::args::{Compute, kernel_from, parse_bandwidth, parse_profile};
+use locus::{LocalFit, Profile};
 
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
@@ -28,8 +29,25 @@ pub struct LocalMeanArgs {
     /// also omitted this is the self-local mean K̃X, one MeanShift step).
     #[arg(long, value_name = "Y")]
     values: Option<PathBuf>,
+    /// Kernel profile: gaussian, epanechnikov, uniform, triangular,
+    /// biweight, laplacian, cauchy, cosine; with --blocks, one per block
+    /// (k1,k2,…) or one for all.
+    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile, value_delimiter = ',')]
+    kernel: Vec<Profile>,
+    /// Bandwidth h > 0 (distances are divided by h); with --blocks, one
+    /// per block (h1,h2,…); with --abramson, the pilot's.
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, value_delimiter = ',', required_unless_present_any = ["bandwidths", "adaptive_k"])]
+    bandwidth: Option<Vec<f32>>,
+    /// A product (joint, bilateral) kernel over consecutive coordinate
+    /// blocks of these sizes (d1,d2,… summing to the data's columns), each
+    /// with its own --kernel and --bandwidth.
+    #[arg(long, value_name = "D", value_delimiter = ',')]
+    blocks: Option<Vec<usize>>,
+    /// Variable bandwidths (--bandwidths, --adaptive-k, --abramson): local
+    /// means with K_ij = h_j^(−d)·k(‖q_i − x_j‖²/h_j²) per key, or
+    /// k(‖q_i − x_j‖²/h_i²) per query with --balloon.
     #[command(flatten)]
-    kernel: KernelArgs,
+    variable: VariableArgs,
     /// Where to write the M×q local means (.npy or .csv). Rows with no key
     /// within reach of a compact kernel are NaN.
     #[arg(long, short, value_name = "OUT")]
@@ -63,7 +81,11 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
             a.degree
         )));
     }
-    let kernel = a.kernel.kernel()?;
+    if a.variable.given() {
+        return run_variable(a);
+    }
+    let bandwidth = a.bandwidth.as_deref().unwrap_or(&[]);
+    let kernel = kernel_from(&a.kernel, bandwidth, a.blocks.as_deref())?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = a
         .queries
@@ -142,5 +164,63 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
             io::write_array_3d("--slopes", path, slopes.view())?;
         }
         Ok(())
+    })
+}
+
+/// `locus local-mean` with variable bandwidths: one radial profile,
+/// Euclidean, degree 0.
+fn run_variable(a: &LocalMeanArgs) -> CliResult<()> {
+    let rule = a.variable.rule(
+        &a.kernel,
+        a.bandwidth.as_deref(),
+        a.blocks.is_some(),
+        &[("--degree 1", a.degree != 0)],
+    )?;
+    let profile = rule.profile();
+    let keys = Input::load("--keys", &a.keys)?;
+    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
+    let values = a
+        .values
+        .as_deref()
+        .map(|p| Input::load("--values", p))
+        .transpose()?;
+    if let Some(v) = &values {
+        io::same_rows(v, &keys)?;
+    }
+    let x = keys.data.view();
+    let q = queries.as_ref().map_or(x, |q| q.data.view());
+    let y = values.as_ref().map_or(x, |v| v.data.view());
+    rule.check_rows(q.nrows(), x.nrows())?;
+    let op = |e: &locus::Engine| {
+        let bw = rule.bandwidths(e, q, x)?;
+        e.local_mean_variable(profile, &bw, q, x, y)
+    };
+    let mut job = Job::open("local-mean", &a.common)?;
+    let result = job.run(op)?;
+    let scale = y.iter().fold(0.0f32, |s, v| s.max(v.abs()));
+    job.verify(op, |other| {
+        Deviation::between(
+            result.values.view(),
+            other.values.view(),
+            Tolerance::local_mean(scale),
+        )
+    })?;
+    let (m, n) = (q.nrows(), x.nrows());
+    let mut fields = rule.fields();
+    fields.extend([
+        ("empty_rows", json!(result.empty_rows)),
+        (
+            "pairs_per_second",
+            json!(pairs_per_second(m, n, job.seconds())),
+        ),
+    ]);
+    let summary = Summary {
+        kernel: rule.pilot().cloned(),
+        sizes: vec![("M", m), ("N", n), ("d", x.ncols()), ("q", y.ncols())],
+        fields,
+        outputs: report::outputs(&[("output", Some(&a.output))]),
+    };
+    job.finish(summary, || {
+        io::write_array("--output", &a.output, result.values.view())
     })
 }

@@ -26,6 +26,7 @@ pub mod mean_shift;
 pub mod medoid_shift;
 pub mod select_bandwidth;
 pub mod softmax;
+pub mod variable;
 
 use std::time::Instant;
 
