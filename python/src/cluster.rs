@@ -2,9 +2,10 @@
 //! leave-one-out per-feature bandwidths).
 
 use locus::{
-    Bandwidth, Kernel, MeanShiftFit, MeanShiftValidParams, MedoidShiftFit, Profile, Seeds,
+    AdaptiveBandwidth, Bandwidth, Kernel, MeanShiftFit, MeanShiftValidParams, MedoidShiftFit,
+    Profile, Seeds,
 };
-use numpy::PyReadonlyArray2;
+use numpy::{PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
 use crate::convert::{Block, owned, product, profile};
@@ -99,8 +100,10 @@ impl MeanShiftParams {
     /// Checks MeanShift's parameters.
     #[new]
     #[pyo3(signature = (
-        kernel, *, seeds = None, max_iter = 300, tol = 1e-3, blurring = false, cluster_all = true
+        kernel, *, seeds = None, max_iter = 300, tol = 1e-3, blurring = false, cluster_all = true,
+        bandwidths = None
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         kernel: ShiftKernel,
@@ -109,12 +112,18 @@ impl MeanShiftParams {
         tol: f64,
         blurring: bool,
         cluster_all: bool,
+        bandwidths: Option<PyReadonlyArray1<'_, f32>>,
     ) -> PyResult<Self> {
         let base = match kernel.checked(py)? {
             CheckedShiftKernel::Radial(p, rule) => locus::MeanShiftParams::new()
                 .profile(p)
                 .bandwidth_rule(rule),
             CheckedShiftKernel::Product(k) => locus::MeanShiftParams::new().kernel(k),
+        };
+        // Per-point bandwidths replace the kernel's bandwidth rule.
+        let base = match bandwidths {
+            Some(h) => base.adaptive_bandwidth(AdaptiveBandwidth::PerPoint(h.as_array().to_vec())),
+            None => base,
         };
         let seeds = match seeds {
             Some(SeedsArg::Given(s)) => {

@@ -159,8 +159,9 @@ impl Engine {
     /// neighbourhood the label of its nearest key (else −1).
     #[pyo3(signature = (
         keys, values = None, labels = None, *, batching = true, max_request_rows = None,
-        nearest_fallback = false
+        nearest_fallback = false, bandwidths = None
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn prepare(
         &self,
         keys: PyReadonlyArray2<'_, f32>,
@@ -169,6 +170,7 @@ impl Engine {
         batching: bool,
         max_request_rows: Option<usize>,
         nearest_fallback: bool,
+        bandwidths: Option<PyReadonlyArray1<'_, f32>>,
     ) -> PyResult<KeySet> {
         let py = keys.py();
         let mut options = KeySetOptions::default();
@@ -181,10 +183,11 @@ impl Engine {
         if let Some(r) = max_request_rows {
             options.max_request_rows = r;
         }
-        let (k, v, l) = (
+        let (k, v, l, h) = (
             keys.as_array(),
             values.as_ref().map(|v| v.as_array()),
             labels.as_ref().map(|l| l.as_array()),
+            bandwidths.as_ref().map(|h| h.as_array()),
         );
         let engine = &self.inner;
         let inner = compute(py, || {
@@ -194,6 +197,9 @@ impl Engine {
             }
             if let Some(l) = l {
                 b = b.labels(l);
+            }
+            if let Some(h) = h {
+                b = b.bandwidths(h);
             }
             b.build()
         })?;

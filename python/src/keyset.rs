@@ -98,6 +98,42 @@ key_set_methods! {
             compute(py, || self.inner.knn_metric(q, k, metric)).map(|nb| nb.into_python(py))
         }
 
+        /// Local means of the values at `queries` under the per-key
+        /// bandwidths the set was prepared with; the number of empty rows.
+        #[pyo3(signature = (queries, *, profile = "gaussian"))]
+        fn local_mean_variable<'py>(
+            &self,
+            py: Python<'py>,
+            queries: PyReadonlyArray2<'py, f32>,
+            profile: &str,
+        ) -> PyResult<<RowNormalized as IntoPython<'py>>::Output> {
+            let p = crate::convert::profile(py, profile)?;
+            let q = queries.as_array();
+            compute(py, || self.inner.local_mean_variable(p, q)).map(|r| r.into_python(py))
+        }
+
+        /// `ln p̂` at `queries` under the per-key bandwidths the set was
+        /// prepared with.
+        #[pyo3(signature = (queries, *, profile = "gaussian"))]
+        fn log_density_variable<'py>(
+            &self,
+            py: Python<'py>,
+            queries: PyReadonlyArray2<'py, f32>,
+            profile: &str,
+        ) -> PyResult<<Array1<f64> as IntoPython<'py>>::Output> {
+            let p = crate::convert::profile(py, profile)?;
+            let q = queries.as_array();
+            compute(py, || self.inner.log_density_variable(p, q)).map(|r| r.into_python(py))
+        }
+
+        /// The per-key bandwidths the set was prepared with, if any.
+        #[getter]
+        fn bandwidths<'py>(&self, py: Python<'py>) -> Option<Bound<'py, numpy::PyArray1<f32>>> {
+            self.inner
+                .bandwidths()
+                .map(|h| numpy::IntoPyArray::into_pyarray(h.to_owned(), py))
+        }
+
         /// Number of keys.
         #[getter]
         fn rows(&self) -> usize {

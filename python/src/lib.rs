@@ -47,6 +47,8 @@ fn _locus(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::select_bandwidths_per_feature, m)?)?;
     m.add_function(wrap_pyfunction!(variable::log_density_variable, m)?)?;
     m.add_function(wrap_pyfunction!(variable::knn_bandwidths, m)?)?;
+    m.add_function(wrap_pyfunction!(variable::local_mean_variable, m)?)?;
+    m.add_function(wrap_pyfunction!(variable::balloon_bandwidths, m)?)?;
     m.add_function(wrap_pyfunction!(shard::merge_states, m)?)?;
     m.add_function(wrap_pyfunction!(shard::shift_step, m)?)?;
     m.add_function(wrap_pyfunction!(shard::rank_modes, m)?)?;

@@ -55,7 +55,6 @@ from ._functions import (  # noqa: E402
     kernel_matrix,
     kernel_softmax,
     knn,
-    knn_bandwidths,
     local_mean,
     local_pca,
     local_polynomial,
@@ -64,6 +63,7 @@ from ._functions import (  # noqa: E402
     self_local_mean,
 )
 from ._generate import GenerateResult, generate  # noqa: E402
+from ._variable import balloon_bandwidths, knn_bandwidths  # noqa: E402
 from ._kernels import ProductKernel  # noqa: E402
 from ._locus import __version__  # noqa: E402
 from ._results import (  # noqa: E402
@@ -125,6 +125,7 @@ __all__ = [
     "kernel_softmax",
     "knn",
     "knn_bandwidths",
+    "balloon_bandwidths",
     "local_mean",
     "local_pca",
     "local_polynomial",

@@ -15,6 +15,7 @@ from ._engine import engine_for
 from ._errors import InputError
 from ._cluster_functions import estimate_bandwidth, mean_shift
 from ._kernels import ProductKernel
+from ._variable import is_adaptive, point_bandwidths
 
 __all__ = ["MeanShift"]
 
@@ -41,9 +42,17 @@ class MeanShift(ClusterMixin, LocusEstimator):
 
     Parameters
     ----------
-    bandwidth : float or None, default=None
+    bandwidth : float, "adaptive", array-like or None, default=None
         The radius of the neighbourhoods (> 0); None estimates it with
-        :func:`~locus.estimate_bandwidth` at quantile 0.3.
+        :func:`~locus.estimate_bandwidth` at quantile 0.3. ``"adaptive"``:
+        variable-bandwidth MeanShift (Comaniciu, Ramesh & Meer), each point
+        with its own ``h_j = adaptive_alpha·r_k(j)``, the distance to its
+        ``adaptive_k``-th nearest other point, weighing
+        ``h_j^(−(d+2))·g(‖x − x_j‖²/h_j²)``; an array of one bandwidth per
+        point gives them directly. Seeds stop, modes merge and rank, and
+        ``cluster_all=False`` orphans at each mode's own scale (the
+        bandwidth of the point nearest it); bins are cells of the median
+        bandwidth. Not with a :class:`~locus.ProductKernel`.
     seeds : array-like of shape (n_seeds, n_features) or None, default=None
         Where the seeds start; None: every point (or the bins).
     bin_seeding : bool, default=False
@@ -65,6 +74,10 @@ class MeanShift(ClusterMixin, LocusEstimator):
         or a :class:`~locus.ProductKernel` with ``bandwidth=None``.
     backend : {"auto", "gpu", "cpu"}, default="auto"
         Where the engine computes.
+    adaptive_k : int, default=10
+        The neighbour of ``bandwidth="adaptive"``'s rule (``1 <= k < n``).
+    adaptive_alpha : float, default=1.0
+        The factor of ``bandwidth="adaptive"``'s rule (> 0).
 
     Attributes
     ----------
@@ -76,8 +89,9 @@ class MeanShift(ClusterMixin, LocusEstimator):
         Each point's cluster (int64), −1 for an orphan.
     n_iter_ : int
         The most steps after the first any seed took.
-    bandwidth_ : float
-        The bandwidth used.
+    bandwidth_ : float or numpy.ndarray of shape (n_samples,)
+        The bandwidth used; per point (float64 copies of the float32 values
+        the engine uses) with ``bandwidth="adaptive"`` or an array.
     n_features_in_ : int
         Features seen in ``fit``.
     feature_names_in_ : numpy.ndarray
@@ -94,10 +108,12 @@ class MeanShift(ClusterMixin, LocusEstimator):
     array([1, 0])
     """
 
+    bandwidth_: float | np.ndarray
+
     def __init__(
         self,
         *,
-        bandwidth: float | None = None,
+        bandwidth: Any = None,
         seeds: Any = None,
         bin_seeding: bool = False,
         min_bin_freq: int = 1,
@@ -106,6 +122,8 @@ class MeanShift(ClusterMixin, LocusEstimator):
         max_iter: int = 300,
         kernel: str | ProductKernel = "flat",
         backend: str = "auto",
+        adaptive_k: int = 10,
+        adaptive_alpha: float = 1.0,
     ) -> None:
         keep_params(self, locals())
 
@@ -122,7 +140,12 @@ class MeanShift(ClusterMixin, LocusEstimator):
         if isinstance(self.kernel, ProductKernel):
             if self.bandwidth is not None:
                 raise InputError("a ProductKernel carries its blocks' bandwidths: set bandwidth=None with it")
-        elif self.bandwidth is not None:
+        elif isinstance(self.bandwidth, str):
+            if self.bandwidth != "adaptive":
+                raise InputError(
+                    f'bandwidth must be a number, None, "adaptive" or one per point, got {self.bandwidth!r}'
+                )
+        elif self.bandwidth is not None and not is_adaptive(self.bandwidth):
             check_bandwidth(self.bandwidth)
         check_bool(self.bin_seeding, "bin_seeding")
         check_bool(self.cluster_all, "cluster_all")
@@ -153,6 +176,8 @@ class MeanShift(ClusterMixin, LocusEstimator):
         )
         engine = engine_for(self.backend, self.n_jobs)
         product = isinstance(self.kernel, ProductKernel)
+        if not product and is_adaptive(self.bandwidth):
+            return self._fit_adaptive(X, seeds, engine)
         h: float | None = None  # a ProductKernel's blocks carry theirs
         if not product:
             if self.bandwidth is not None:
@@ -181,6 +206,28 @@ class MeanShift(ClusterMixin, LocusEstimator):
         self.labels_ = r.labels
         self.n_iter_ = max(int(r.n_iter) - 1, 0)
         self.bandwidth_ = float(r.bandwidth) if h is None else h
+        return self
+
+    def _fit_adaptive(self, X: np.ndarray, seeds: np.ndarray | None, engine: Any) -> MeanShift:
+        """Variable-bandwidth MeanShift with the per-point bandwidths
+        ``bandwidth`` asks for (widened as the fixed flat kernel's are)."""
+        hs = point_bandwidths(self, X, engine)
+        flat = str(self.kernel).lower() in ("flat", "uniform", "tophat")
+        r = mean_shift(
+            X,
+            bandwidths=hs * np.float32(_CLOSED) if flat else hs,
+            kernel=self.kernel,
+            seeds=seeds,
+            bin_seeding=bool(self.bin_seeding) and seeds is None,
+            min_bin_freq=int(self.min_bin_freq),
+            cluster_all=bool(self.cluster_all),
+            max_iter=int(self.max_iter) + 1,
+            backend=engine,
+        )
+        self.cluster_centers_ = r.cluster_centers.astype(X.dtype)
+        self.labels_ = r.labels
+        self.n_iter_ = max(int(r.n_iter) - 1, 0)
+        self.bandwidth_ = hs.astype(np.float64)
         return self
 
     def _fit_zero_bandwidth(self, X: np.ndarray, seeds: np.ndarray | None) -> MeanShift:

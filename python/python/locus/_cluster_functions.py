@@ -14,6 +14,7 @@ import numpy as np
 from . import _locus
 from ._arrays import (
     as_count,
+    as_float32,
     as_matrix,
     result_dtype,
 )
@@ -76,6 +77,7 @@ def mean_shift(
     quantile: float = 0.3,
     n_samples: int | None = None,
     backend: BackendLike = "auto",
+    bandwidths: Any = None,
 ) -> MeanShiftResult:
     """MeanShift clustering, with scikit-learn's defaults and rules.
 
@@ -124,6 +126,15 @@ def mean_shift(
     backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
         Where the op runs: a backend name (one shared engine per name) or an
         :class:`~locus.Engine`.
+    bandwidths : array-like of shape (n_samples,), default=None
+        Variable-bandwidth MeanShift (Comaniciu, Ramesh & Meer): one
+        bandwidth per point, in place of ``bandwidth`` (None then), each
+        point weighing ``h_j^(−(d+2))·g(‖x − x_j‖²/h_j²)``
+        (:func:`knn_bandwidths` sets them by the k-NN rule). A seed stops
+        within ``tol`` times the bandwidth of the point nearest its start;
+        modes merge and rank at their own scale (the bandwidth of the point
+        nearest them); bins are cells of the median bandwidth. A profile
+        name, not blurring.
 
     Returns
     -------
@@ -138,7 +149,20 @@ def mean_shift(
     >>> r.labels, len(r.cluster_centers)
     (array([0, 0, 0, 1, 1]), 2)
     """
-    spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
+    hs = None
+    cell: Any = bandwidth
+    if bandwidths is not None:
+        if bandwidth is not None:
+            raise InputError("give either bandwidth or bandwidths, not both")
+        if isinstance(kernel, ProductKernel):
+            raise InputError("bandwidths take a profile name as kernel, not a product kernel")
+        hs = as_float32(bandwidths, "bandwidths", (1,))
+        # The rule is unused: the per-point bandwidths replace it.
+        spec = _shift_kernel(kernel, 1.0, quantile, n_samples)
+        # Bins are cells of the median bandwidth.
+        cell = float(np.median(hs)) if len(hs) else None
+    else:
+        spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
     dtype = result_dtype(X)
     min_bin_freq = as_count(min_bin_freq, "min_bin_freq")
     binned = bool(bin_seeding) and seeds is None
@@ -146,7 +170,7 @@ def mean_shift(
     if binned and offset is not None:
         # The bins are cells of side bandwidth from the origin: the points
         # move by whole cells, or not at all (a bandwidth yet to be found).
-        offset = _whole_cells(offset, bandwidth)
+        offset = _whole_cells(offset, cell)
         x = centre_on(np.asarray(X, dtype=np.float64), offset, "X")
     start: np.ndarray | int | None
     if given is not None:
@@ -160,6 +184,7 @@ def mean_shift(
         tol=float(tol),
         blurring=bool(blurring),
         cluster_all=bool(cluster_all),
+        bandwidths=hs,
     )
     centers, labels, populations, n_iter, converged, h = _locus.mean_shift(_engine(backend), x, params)
     centers = add_offset(centers, offset, dtype)

@@ -17,6 +17,7 @@ from ._errors import InputError
 from ._fitted import FittedKeys, check_points, check_weights, weight_scale
 from ._kernels import ProductKernel
 from ._sampling import check_sampled, pick_keys, unit_draws
+from ._variable import is_adaptive, point_bandwidths
 
 __all__ = ["KernelDensity"]
 
@@ -41,9 +42,15 @@ class KernelDensity(BaseEstimator):
 
     Parameters
     ----------
-    bandwidth : float or {"scott", "silverman"}, default=1.0
+    bandwidth : float, {"scott", "silverman", "adaptive"} or array-like, default=1.0
         A positive number, or scikit-learn's rules ``n^(-1/(d+4))``,
         ``(n(d+2)/4)^(-1/(d+4))``; ``None`` with a :class:`~locus.ProductKernel`.
+        ``"adaptive"``: the sample-point (variable-bandwidth) estimate, each
+        point ``x_j`` with its own ``h_j = adaptive_alpha·r_k(j)``, the
+        distance to its ``adaptive_k``-th nearest other point, and its own
+        normalizer ``1/(c_k h_j^d)`` (it integrates to 1); an array of one
+        bandwidth per training point gives them directly. Euclidean, not
+        with a :class:`~locus.ProductKernel`.
     algorithm : {"auto", "kd_tree", "ball_tree"}, default="auto"
         Accepted for scikit-learn compatibility; a no-op (exact sums).
     kernel : str or ProductKernel, default="gaussian"
@@ -78,11 +85,16 @@ class KernelDensity(BaseEstimator):
         ``None`` or ``{"p": p}`` (Minkowski's exponent, ``p ≥ 1``).
     backend : {"auto", "gpu", "cpu"}, default="auto"
         Where the sums run.
+    adaptive_k : int, default=10
+        The neighbour of ``bandwidth="adaptive"``'s rule (``1 <= k < n``).
+    adaptive_alpha : float, default=1.0
+        The factor of ``bandwidth="adaptive"``'s rule (> 0).
 
     Attributes
     ----------
-    bandwidth_ : float
-        The bandwidth used.
+    bandwidth_ : float or ndarray of shape (n_samples,)
+        The bandwidth used; per point (float64 copies of the float32
+        values the sums use) with ``bandwidth="adaptive"`` or an array.
     X_ : ndarray of shape (n_samples, n_features)
         The points (float32 or float64 as given).
     sample_weight_ : ndarray of shape (n_samples,) or None
@@ -101,7 +113,7 @@ class KernelDensity(BaseEstimator):
     def __init__(
         self,
         *,
-        bandwidth: float | str = 1.0,
+        bandwidth: Any = 1.0,
         algorithm: str = "auto",
         kernel: str = "gaussian",
         metric: str = "euclidean",
@@ -111,6 +123,8 @@ class KernelDensity(BaseEstimator):
         leaf_size: int = 40,
         metric_params: dict | None = None,
         backend: str = "auto",
+        adaptive_k: int = 10,
+        adaptive_alpha: float = 1.0,
     ) -> None:
         keep_params(self, locals())
 
@@ -159,7 +173,15 @@ class KernelDensity(BaseEstimator):
         self._check_params()
         X = check_points(self, X, reset=True)
         n, d = X.shape
-        if isinstance(self.kernel, ProductKernel):
+        hs = None
+        if is_adaptive(self.bandwidth):
+            if isinstance(self.kernel, ProductKernel):
+                raise InputError("per-point bandwidths take a profile name as kernel, not a ProductKernel")
+            if self._metric != "euclidean":
+                raise InputError(f"per-point bandwidths take the euclidean metric, not {self.metric!r}")
+            hs = point_bandwidths(self, X, self.backend)
+            h = None
+        elif isinstance(self.kernel, ProductKernel):
             # The blocks carry the bandwidths (kernel_params refuses another).
             h = kernel_params(self.bandwidth, self.kernel)["bandwidth"]
         elif isinstance(self.bandwidth, str):
@@ -169,7 +191,8 @@ class KernelDensity(BaseEstimator):
                 h = (n * (d + 2) / 4) ** (-1 / (d + 4))
             else:
                 raise ValueError(
-                    f'bandwidth must be a number, "scott" or "silverman", got {self.bandwidth!r}'
+                    'bandwidth must be a number, "scott", "silverman", "adaptive" or an array '
+                    f"of one per point, got {self.bandwidth!r}"
                 )
         else:
             h = check_bandwidth(self.bandwidth)
@@ -180,12 +203,17 @@ class KernelDensity(BaseEstimator):
             values = scaled.astype(np.float32).reshape(-1, 1)
             # ln(N / Σw) for the weights as the engine holds them.
             self._log_weight_norm = math.log(n) - math.log(float(values.sum(dtype=np.float64)))
-        self.bandwidth_ = None if h is None else float(h)
+        self.bandwidth_ = hs.astype(np.float64) if hs is not None else None if h is None else float(h)
         self.X_ = X
         self.sample_weight_ = sample_weight
         check_metric_columns(self._metric, d)
         self._fitted = FittedKeys(
-            X, self.backend, values, sample_weight=sample_weight, centre=self._metric != "haversine"
+            X,
+            self.backend,
+            values,
+            sample_weight=sample_weight,
+            centre=self._metric != "haversine",
+            bandwidths=hs,
         )
         self._fitted.keyset()
         return self
@@ -208,8 +236,10 @@ class KernelDensity(BaseEstimator):
         X = check_points(self, X, reset=False)
         fitted = self._fitted
         q = fitted.queries(X)
-        kw = {"bandwidth": self.bandwidth_, "kernel": self._profile(), "metric": self._metric}
         ks = fitted.keyset()
+        if fitted.bandwidths is not None:
+            return self._variable_score(ks, q)
+        kw = {"bandwidth": self.bandwidth_, "kernel": self._profile(), "metric": self._metric}
         if fitted.values is None:
             return ks.log_density(q, **kw)
         # Σ_j w_j K_j / Σ_j w_j = (Σ_j K_j / N)·(u/s)·(N / Σ_j w_j), u/s the
@@ -219,6 +249,19 @@ class KernelDensity(BaseEstimator):
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.log(u[:, 0] / s)
         return np.where(s > 0, lp + ratio + self._log_weight_norm, -math.inf)
+
+    def _variable_score(self, ks: Any, q: np.ndarray) -> np.ndarray:
+        """``score_samples`` with per-point bandwidths: the key set's
+        sample-point ``ln p̂``; weighted, times the local mean of the
+        weights under the same kernels, over their mean."""
+        profile = cast(str, self._profile())
+        lp = ks.log_density_variable(q, kernel=profile)
+        if self._fitted.values is None:
+            return cast(np.ndarray, lp)
+        mean_w = ks.local_mean_variable(q, kernel=profile)[:, 0].astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.log(mean_w)
+        return np.where(mean_w > 0, lp + ratio + self._log_weight_norm, -math.inf)
 
     def score(self, X: Any, y: Any = None) -> float:
         """The total log-likelihood of ``X``.
@@ -245,7 +288,8 @@ class KernelDensity(BaseEstimator):
         its ``sample_weight`` (uniformly without) and adds the bandwidth
         times a draw of the kernel's own density in ``d`` dimensions: a
         direction uniform on the sphere times an exactly drawn radius
-        (``locus._sampling``). The gaussian and tophat kernels draw from
+        (``locus._sampling``); with per-point bandwidths, the picked
+        point's own. The gaussian and tophat kernels draw from
         the same random stream as scikit-learn, so the same
         ``random_state`` gives scikit-learn's samples. A
         :class:`~locus.ProductKernel` draws each block on its own.
@@ -278,13 +322,19 @@ class KernelDensity(BaseEstimator):
         data = np.asarray(self.X_, dtype=np.float64)
         n_keys, d = data.shape
         profile = self._profile()
+        rng = check_random_state(random_state)
+        n = int(n_samples)
+        if self._fitted.bandwidths is not None:
+            # Per-point bandwidths: the picked point's own h scales the draw.
+            p = check_sampled(profile, d)
+            i = pick_keys(n, n_keys, self.sample_weight_, rng)
+            h = self._fitted.bandwidths.astype(np.float64)[i]
+            return data[i] + h[:, np.newaxis] * unit_draws(p, n, d, rng)
         if isinstance(profile, ProductKernel):
             blocks = [(dims, check_sampled(p, dims), h) for dims, p, h in profile.blocks]
         else:
             # fit set a bandwidth for every kernel but a product.
             blocks = [(d, check_sampled(profile, d), cast(float, self.bandwidth_))]
-        rng = check_random_state(random_state)
-        n = int(n_samples)
         i = pick_keys(n, n_keys, self.sample_weight_, rng)
         if len(blocks) == 1 and blocks[0][1] in ("gaussian", "uniform"):
             # scikit-learn's draws, in its order.

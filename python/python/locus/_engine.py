@@ -142,6 +142,7 @@ class Engine:
         batching: bool = True,
         max_request_rows: int | None = None,
         centre: bool = True,
+        bandwidths: Any = None,
     ) -> KeySet:
         """Makes ``keys`` (N × d), and optionally ``values`` (N or N × q)
         and ``labels`` (N, any labels numpy can sort), resident on the
@@ -173,6 +174,11 @@ class Engine:
             The most rows of one request (2²⁰ when None).
         centre : bool, default=True
             Centre float64 keys before rounding them to float32.
+        bandwidths : array-like of shape (n_keys,), default=None
+            Per-key (sample-point) bandwidths, for
+            :meth:`KeySet.local_mean_variable` and
+            :meth:`KeySet.log_density_variable` (the keys are then kept a
+            second time, with their scales).
 
         Returns
         -------
@@ -194,6 +200,7 @@ class Engine:
             batching=bool(batching),
             max_request_rows=max_request_rows,
             nearest_fallback=True,
+            bandwidths=None if bandwidths is None else as_float32(bandwidths, "bandwidths", (1,)),
         )
         return KeySet(inner, classes, vector, dtype, offset)
 
@@ -445,6 +452,50 @@ class KeySet:
             self._queries(queries), kernel=kernel_arg(kernel, bandwidth)
         )
         return as_dtype(out[:, 0] if self._vector else out, self._dtype_for(queries))
+
+    @property
+    def bandwidths(self) -> np.ndarray | None:
+        """The per-key bandwidths the set was prepared with (float32), if any."""
+        return self._inner.bandwidths
+
+    def local_mean_variable(self, queries: Any, *, kernel: str = "gaussian") -> np.ndarray:
+        """Local means of the values at ``queries`` under the per-key
+        bandwidths the set was prepared with, as :func:`locus.local_mean`
+        with ``bandwidths``.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        kernel : str, default="gaussian"
+            A profile name.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries, n_values) or (n_queries,)
+            The local means (1-D for 1-D values); NaN rows for empty
+            neighbourhoods.
+        """
+        out, _ = self._inner.local_mean_variable(self._queries(queries), profile=kernel)
+        return as_dtype(out[:, 0] if self._vector else out, self._dtype_for(queries))
+
+    def log_density_variable(self, queries: Any, *, kernel: str = "gaussian") -> np.ndarray:
+        """``ln p̂`` at ``queries`` under the per-key bandwidths the set was
+        prepared with, as :func:`locus.log_density` with ``bandwidths``.
+
+        Parameters
+        ----------
+        queries : array-like of shape (n_queries, n_features)
+            The query points (M × d).
+        kernel : str, default="gaussian"
+            A profile name.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_queries,)
+            ``ln p̂`` at each query (float64).
+        """
+        return self._inner.log_density_variable(self._queries(queries), profile=kernel)
 
     def local_polynomial(
         self,

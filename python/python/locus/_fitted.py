@@ -98,7 +98,9 @@ class FittedKeys:
     ``offset`` is the points' float64 mean (weighted by ``sample_weight``); ``keys`` the centred float32
     points; :meth:`keyset` the prepared key set (values included);
     :meth:`queries` centres queries the same way. With ``centre=False``
-    (the haversine metric, which a shift would change) the offset is 0."""
+    (the haversine metric, which a shift would change) the offset is 0.
+    ``bandwidths`` (float32, one per point): per-key bandwidths the key
+    set is prepared with too."""
 
     def __init__(
         self,
@@ -108,9 +110,11 @@ class FittedKeys:
         sample_weight: np.ndarray | None = None,
         n_jobs: int | None = None,
         centre: bool = True,
+        bandwidths: np.ndarray | None = None,
     ) -> None:
         self.X = X
         self.values = values
+        self.bandwidths = bandwidths
         self.backend = backend
         self.n_jobs = n_jobs
         self._lock = threading.Lock()
@@ -146,7 +150,7 @@ class FittedKeys:
                 ks = self._keyset
                 if ks is None:
                     ks = self._keyset = engine_for(self.backend, self.n_jobs).prepare(
-                        self.keys, self.values, batching=False
+                        self.keys, self.values, batching=False, bandwidths=self.bandwidths
                     )
         return ks
 
@@ -158,10 +162,11 @@ class FittedKeys:
             "backend": self.backend,
             "n_jobs": self.n_jobs,
             "offset": self.offset,
+            "bandwidths": self.bandwidths,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"n_jobs": None, **state})
+        self.__dict__.update({"n_jobs": None, "bandwidths": None, **state})
         self._lock = threading.Lock()
         self._keys = None
         self._keyset = None

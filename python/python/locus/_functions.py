@@ -42,6 +42,7 @@ from ._engine import BackendLike, engine_for
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg
 from ._results import KNNResult, LocalPCAResult
+from ._variable import check_variable, variable_local_mean, variable_log_density
 
 __all__ = [
     "local_mean",
@@ -71,6 +72,8 @@ def local_mean(
     bandwidth: float | None = None,
     kernel: str | ProductKernel = "gaussian",
     backend: BackendLike = "auto",
+    bandwidths: Any = None,
+    balloon: bool = False,
 ) -> np.ndarray:
     """Nadaraya–Watson local means ``Σ_j K(q, x_j) y_j / Σ_j K(q, x_j)``.
 
@@ -100,6 +103,14 @@ def local_mean(
     backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
         Where the op runs: a backend name (one shared engine per name) or an
         :class:`~locus.Engine`.
+    bandwidths : array-like of shape (n_keys,), default=None
+        Variable (sample-point) bandwidths, one per key, in place of
+        ``bandwidth``: ``K_ij = h_j^(−d)·k(‖q_i − x_j‖/h_j)``, the weights
+        of the sample-point density (:func:`log_density`), so the local
+        mean is the ratio of two such densities. A profile name.
+    balloon : bool, default=False
+        ``bandwidths`` has one bandwidth per query:
+        ``K_ij = k(‖q_i − x_j‖/h_i)``.
 
     Returns
     -------
@@ -115,6 +126,11 @@ def local_mean(
     ...                  kernel="epanechnikov", backend="cpu")
     array([ 1., nan])
     """
+    if bandwidths is not None:
+        profile = check_variable(bandwidth, kernel)
+        return variable_local_mean(
+            queries, keys, values, bandwidths, profile=profile, balloon=bool(balloon), backend=backend
+        )
     dtype = result_dtype(queries, keys, values)
     offset, x, (q,) = centre(keys, (queries, "queries"))
     if values is not None:
@@ -502,6 +518,7 @@ def log_density(
     metric: str = "euclidean",
     p: float | None = None,
     bandwidths: Any = None,
+    balloon: bool = False,
 ) -> np.ndarray:
     """``ln p̂(q)`` of the kernel density estimate on ``keys`` (float64),
     normalized with each kernel's exact constant in d dimensions (as
@@ -545,6 +562,10 @@ def log_density(
         each key normalized by its own ``h_j`` (it integrates to 1);
         :func:`knn_bandwidths` sets them by the k-nearest-neighbour rule.
         A profile name, Euclidean, no ``weights``.
+    balloon : bool, default=False
+        ``bandwidths`` has one bandwidth per query (the balloon estimate
+        ``p̂(q_i) = Σ_j k(‖q_i − x_j‖/h_i) / (N c_k h_i^d)``;
+        :func:`balloon_bandwidths` sets them by the k-NN rule).
 
     Returns
     -------
@@ -559,7 +580,10 @@ def log_density(
     """
     m = metric_spec(metric, p)
     if bandwidths is not None:
-        return _variable_log_density(queries, keys, bandwidths, bandwidth, kernel, weights, m, backend)
+        profile = check_variable(bandwidth, kernel, weights, m)
+        return variable_log_density(
+            queries, keys, bandwidths, profile=profile, balloon=bool(balloon), backend=backend
+        )
     if m == "haversine":
         # Not translation invariant: no centring.
         q, x = as_matrix(queries, "queries"), as_matrix(keys, "keys")
@@ -568,69 +592,6 @@ def log_density(
     w = None if weights is None else as_float32(weights, "weights", (1,))
     kern = kernel_arg(kernel, bandwidth, m)
     return _locus.log_density(_engine(backend), q, x, kernel=kern, weights=w)
-
-
-def _variable_log_density(
-    queries: Any,
-    keys: Any,
-    bandwidths: Any,
-    bandwidth: float | None,
-    kernel: str | ProductKernel,
-    weights: Any,
-    metric: str,
-    backend: BackendLike,
-) -> np.ndarray:
-    """:func:`log_density` with per-key ``bandwidths``."""
-    if bandwidth is not None:
-        raise InputError("give either bandwidth or bandwidths, not both")
-    if not isinstance(kernel, str):
-        raise InputError("bandwidths take a profile name as kernel, not a product kernel")
-    if weights is not None:
-        raise InputError("bandwidths cannot be combined with weights")
-    if metric != "euclidean":
-        raise InputError("bandwidths take the euclidean metric")
-    _, x, (q,) = centre(keys, (queries, "queries"))
-    h = as_float32(bandwidths, "bandwidths", (1,))
-    return _locus.log_density_variable(_engine(backend), q, x, h, profile=kernel)
-
-
-def knn_bandwidths(
-    points: Any,
-    k: int,
-    *,
-    alpha: float = 1.0,
-    backend: BackendLike = "auto",
-) -> np.ndarray:
-    """Sample-point bandwidths by the k-nearest-neighbour rule:
-    ``h_j = alpha·r_k(j)``, the distance from point ``j`` to its ``k``-th
-    nearest other point (Breiman, Meisel & Purcell; Silverman, §5.3), for
-    the ``bandwidths`` of :func:`log_density` and :func:`density`.
-
-    Parameters
-    ----------
-    points : array-like of shape (n_points, n_features)
-        The points (N × d).
-    k : int
-        Which neighbour (``1 <= k < N``).
-    alpha : float, default=1.0
-        The factor (finite, > 0).
-    backend : {"auto", "gpu", "cpu"} or Engine, default="auto"
-        Where the op runs: a backend name (one shared engine per name) or an
-        :class:`~locus.Engine`.
-
-    Returns
-    -------
-    numpy.ndarray of shape (n_points,)
-        The bandwidths (float32).
-
-    Examples
-    --------
-    >>> import locus
-    >>> locus.knn_bandwidths([[0.0], [1.0], [3.0]], 1, alpha=2.0, backend="cpu").tolist()
-    [2.0, 2.0, 4.0]
-    """
-    x = as_matrix(points, "points")
-    return _locus.knn_bandwidths(_engine(backend), x, k, alpha)
 
 
 def density(
@@ -644,6 +605,7 @@ def density(
     metric: str = "euclidean",
     p: float | None = None,
     bandwidths: Any = None,
+    balloon: bool = False,
 ) -> np.ndarray:
     """The kernel density estimate ``p̂(q)`` (float64): ``exp`` of
     :func:`log_density`, which may underflow to 0 far from the data.
@@ -677,6 +639,8 @@ def density(
     bandwidths : array-like of shape (n_keys,), default=None
         Variable (sample-point) bandwidths, one per key, in place of
         ``bandwidth`` (see :func:`log_density`).
+    balloon : bool, default=False
+        ``bandwidths`` has one bandwidth per query (see :func:`log_density`).
 
     Returns
     -------
@@ -700,6 +664,7 @@ def density(
             metric=metric,
             p=p,
             bandwidths=bandwidths,
+            balloon=balloon,
         )
     )
 
