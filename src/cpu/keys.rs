@@ -40,6 +40,11 @@ pub(crate) enum Pack {
     Panels,
     /// The panels and the row-major copy of the keys (kNN's re-measure).
     PanelsAndRows,
+    /// As [`PanelsAndRows`](Self::PanelsAndRows), without the transposed
+    /// keys unless the panels cannot be built: a one-shot kNN that takes
+    /// the blocked path, whose every pair the panels and the row-major
+    /// copy measure.
+    PanelsInstead,
 }
 
 impl Pack {
@@ -50,7 +55,7 @@ impl Pack {
 
     /// Whether the row-major copy is kept with the panels.
     fn rows(self) -> bool {
-        self == Pack::PanelsAndRows
+        matches!(self, Pack::PanelsAndRows | Pack::PanelsInstead)
     }
 }
 
@@ -92,16 +97,19 @@ impl KeyColumns {
         sets: &[Matrix<'_>],
         pack: Pack,
     ) -> Result<Self> {
-        let xt = keys.transposed(op, "transposed keys")?;
         let (n, d, ld) = (keys.rows(), keys.cols(), padded_stride(keys.rows()));
-        let mut cols = reserve(op, "transposed values", sets.len() as u64)?;
-        for v in sets {
-            cols.push((v.transposed(op, "transposed values")?, v.cols()));
-        }
         let panels = match pack {
             Pack::None => None,
             _ => Panels::try_from_rows(op, keys.as_slice(), d, pack.rows())?,
         };
+        let xt = match (pack, &panels) {
+            (Pack::PanelsInstead, Some(_)) => Vec::new(),
+            _ => keys.transposed(op, "transposed keys")?,
+        };
+        let mut cols = reserve(op, "transposed values", sets.len() as u64)?;
+        for v in sets {
+            cols.push((v.transposed(op, "transposed values")?, v.cols()));
+        }
         Ok(KeyColumns {
             xt,
             sets: cols,
@@ -169,6 +177,17 @@ impl KeyColumns {
     /// Coordinates per key.
     pub(crate) fn d(&self) -> usize {
         self.d
+    }
+
+    /// Whether the transposed keys were built (always, but for
+    /// [`Pack::PanelsInstead`] with panels).
+    pub(crate) fn has_columns(&self) -> bool {
+        self.n == 0 || !self.xt.is_empty()
+    }
+
+    /// The row-major copy of the keys kept with the panels, if any.
+    pub(crate) fn rows_copy(&self) -> Option<ndarray::ArrayView2<'_, f32>> {
+        self.panels.as_ref()?.rows()
     }
 
     /// Column counts of the value matrices.

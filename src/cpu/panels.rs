@@ -171,6 +171,12 @@ impl Panels {
         Self::try_from_rows("test", rows, d, keep_rows).expect("small test keys")
     }
 
+    /// Every key as given (`n × d`), when the row-major copy is kept.
+    pub(crate) fn rows(&self) -> Option<ndarray::ArrayView2<'_, f32>> {
+        let r = self.rows.as_ref()?;
+        ndarray::ArrayView2::from_shape((r.len() / self.d, self.d), r).ok()
+    }
+
     /// Key `j` as given, when the row-major copy is kept.
     pub(crate) fn key(&self, j: usize) -> Option<&[f32]> {
         self.rows.as_ref().map(|r| &r[j * self.d..(j + 1) * self.d])

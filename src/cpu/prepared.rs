@@ -105,7 +105,7 @@ impl CpuKeys {
             (CallKind::Knn { differences, .. }, _)
                 if !differences && knn::blocked(d, call.rows) =>
             {
-                Pack::PanelsAndRows
+                Pack::PanelsInstead
             }
             (CallKind::Means { .. } | CallKind::Matrix, Some(kernel)) => {
                 Pack::panels_if(panels::wanted_for(kernel, d, call.rows))
@@ -206,7 +206,22 @@ impl PreparedKeys for CpuKeys {
         let bytes = (queries.rows() as u64).saturating_mul(16 * k as u64);
         let _work = self.request("knn", bytes)?;
         let cp = Checkpoint::current("knn");
-        let (rows, d, soa) = (queries.as_slice(), self.keys.d(), self.keys.soa(None));
+        let d = self.keys.d();
+        // A call's keys without columns serve the blocked path only (the
+        // call was planned for it); any other query count gets columns.
+        let built;
+        let keys = match self.keys.has_columns() || knn::blocked(d, queries.rows()) {
+            true => &self.keys,
+            false => {
+                let rows = self.keys.rows_copy().expect("kept with the panels"); // ok: PanelsInstead keeps the rows
+                let m = Matrix::check("knn", "keys", rows)?;
+                built = self
+                    .threads
+                    .install(|| KeyColumns::try_new("knn", &m, &[], Pack::None))?;
+                &built
+            }
+        };
+        let (rows, soa) = (queries.as_slice(), keys.soa(None));
         let lists = self
             .threads
             .install(|| knn::knn(rows, d, &soa, (k, metric), &cp))?;

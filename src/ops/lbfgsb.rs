@@ -24,8 +24,6 @@ pub(crate) struct Settings {
 pub(crate) struct Minimized {
     pub x: Vec<f64>,
     pub iterations: usize,
-    /// Objective evaluations, the start's included.
-    pub evaluations: usize,
     /// Stopped by `ftol` or `pgtol` (not by the iteration cap or a failed
     /// line search).
     pub converged: bool,
@@ -92,7 +90,6 @@ where
     let Some((mut fx, mut g)) = f(&x)? else {
         return Err(bad("the objective has no value at the start".into()));
     };
-    let mut evaluations = 1;
     let mut trace = vec![fx];
     let mut pairs: Vec<(Vec<f64>, Vec<f64>)> = Vec::new();
     let mut converged = false;
@@ -127,7 +124,6 @@ where
             if xn == x {
                 break;
             }
-            evaluations += 1;
             if let Some((fnew, gnew)) = f(&xn)? {
                 let decrease: f64 = g
                     .iter()
@@ -172,7 +168,6 @@ where
     Ok(Minimized {
         x,
         iterations,
-        evaluations,
         converged,
         trace,
     })

@@ -77,7 +77,8 @@ pub struct PerFeatureSelection {
     pub initial: Vec<f32>,
     /// Quasi-Newton iterations taken.
     pub iterations: usize,
-    /// Error and gradient evaluations (the start's grid included).
+    /// Points scored (error and gradient, one pass each; the start's grid
+    /// included, no point twice).
     pub evaluations: usize,
     /// Whether a tolerance stopped the search (not the iteration cap).
     pub converged: bool,
@@ -171,16 +172,15 @@ impl Engine {
         let data = check(profile, points, values)?;
         check_options(options)?;
         let d = data.x.cols();
-        let mut evaluations = 0;
+        // Every point is scored once: the grid's best is the start, the
+        // minimizer's first point, and its last the result.
+        let seen = Seen::default();
+        let eval = |h: &[f64]| seen.evaluate(h, || self.evaluate(profile, &data, h));
         let start = match &options.initial {
             Some(h) => check_bandwidths(h, d)?,
-            None => {
-                let (h, n) = self.grid_start(profile, &data)?;
-                evaluations += n;
-                h
-            }
+            None => self.grid_start(&data, &eval)?,
         };
-        let first = self.evaluate(profile, &data, &start)?;
+        let first = eval(&start)?;
         let allowed = first.empty_rows;
         if first.error.is_nan() {
             return Err(Error::InvalidParameter {
@@ -201,27 +201,32 @@ impl Engine {
             memory: 10,
         };
         let objective = |theta: &[f64]| -> Result<Option<(f64, Vec<f64>)>> {
-            let h: Vec<f64> = theta.iter().map(|t| t.exp()).collect();
-            let s = self.evaluate(profile, &data, &h)?;
+            // exp(ln h) need not give h back: the start is scored as given.
+            let h: Vec<f64> = match theta == &theta0[..] {
+                true => start.clone(),
+                false => theta.iter().map(|t| t.exp()).collect(),
+            };
+            let s = eval(&h)?;
             Ok((s.empty_rows <= allowed && s.error.is_finite()).then_some((s.error, s.gradient)))
         };
         let m = minimize(objective, &theta0, (&lo, &hi), &settings)?;
-        let mut h: Vec<f64> = m.x.iter().map(|t| t.exp()).collect();
-        let mut last = self.evaluate(profile, &data, &h)?;
+        let mut h: Vec<f64> = match m.x == theta0 {
+            true => start.clone(),
+            false => m.x.iter().map(|t| t.exp()).collect(),
+        };
+        let mut last = eval(&h)?;
         // A feature whose bandwidth ended above ten times its spread (or
         // on its upper bound) is dropped (h = MAX_BANDWIDTH: its offsets
         // vanish) unless that raises the error: the limit the search
         // approaches ever more slowly for a feature that does not help.
         let sd = column_sd(&data.x);
-        let mut drops = 0;
         for a in 0..d {
             if (h[a] < 10.0 * sd[a] && m.x[a] < hi[a]) || hi[a] >= lmax {
                 continue;
             }
             let mut wide = h.clone();
             wide[a] = f64::from(MAX_BANDWIDTH);
-            let s = self.evaluate(profile, &data, &wide)?;
-            drops += 1;
+            let s = eval(&wide)?;
             if s.empty_rows <= allowed && s.error <= last.error {
                 h = wide;
                 last = s;
@@ -233,7 +238,7 @@ impl Engine {
             empty_rows: last.empty_rows,
             initial: start.iter().map(|&v| v as f32).collect(),
             iterations: m.iterations,
-            evaluations: evaluations + m.evaluations + 2 + drops,
+            evaluations: seen.count(),
             converged: m.converged,
             trace: m.trace,
         })
@@ -241,9 +246,13 @@ impl Engine {
 
     /// Each feature's standard deviation (1 for a constant feature, whose
     /// bandwidth does not matter) times the factor of [`START_GRID`]·Scott
-    /// with the fewest empty rows, then the least error; and how many
-    /// evaluations that took.
-    fn grid_start(&self, profile: Profile, data: &Data<'_>) -> Result<(Vec<f64>, usize)> {
+    /// with the fewest empty rows, then the least error (each scored by
+    /// `eval`).
+    fn grid_start(
+        &self,
+        data: &Data<'_>,
+        eval: &dyn Fn(&[f64]) -> Result<PerFeatureLoo>,
+    ) -> Result<Vec<f64>> {
         let (n, d) = (data.x.rows(), data.x.cols());
         let sd = column_sd(&data.x);
         let scott = (n as f64).powf(-1.0 / (d as f64 + 4.0));
@@ -253,7 +262,7 @@ impl Engine {
                 .iter()
                 .map(|s| (s * scott * f).clamp(f64::from(MIN_BANDWIDTH), f64::from(MAX_BANDWIDTH)))
                 .collect();
-            let s = self.evaluate(profile, data, &h)?;
+            let s = eval(&h)?;
             let e = if s.error.is_nan() {
                 f64::INFINITY
             } else {
@@ -267,7 +276,7 @@ impl Engine {
             }
         }
         let (_, _, h) = best.expect("the grid is not empty"); // ok: START_GRID has 8 entries
-        Ok((h, START_GRID.len()))
+        Ok(h)
     }
 
     /// The error and gradient at bandwidths `h` (valid, one per feature).
@@ -462,5 +471,75 @@ fn exact_row(
                 rec[2 + q + d + a * q + cc] += e * dl;
             }
         }
+    }
+}
+
+/// The points a search has scored, so that none is scored twice (each
+/// score is one `O(n²)` pass).
+#[derive(Default)]
+struct Seen(std::cell::RefCell<Vec<(Vec<u64>, PerFeatureLoo)>>);
+
+impl Seen {
+    /// The score at `h`: remembered, or `score()` remembered.
+    fn evaluate(
+        &self,
+        h: &[f64],
+        score: impl FnOnce() -> Result<PerFeatureLoo>,
+    ) -> Result<PerFeatureLoo> {
+        let key: Vec<u64> = h.iter().map(|v| v.to_bits()).collect();
+        if let Some((_, s)) = self.0.borrow().iter().find(|(k, _)| *k == key) {
+            return Ok(s.clone());
+        }
+        let s = score()?;
+        self.0.borrow_mut().push((key, s.clone()));
+        Ok(s)
+    }
+
+    /// How many points were scored.
+    fn count(&self) -> usize {
+        self.0.borrow().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::Array2;
+
+    /// A search scores each point once: the grid's best start is not
+    /// scored again by the minimizer, nor its end by the result; the count
+    /// it reports is the points it scored.
+    #[test]
+    fn no_point_is_scored_twice() {
+        let seen = Seen::default();
+        let calls = std::cell::Cell::new(0);
+        let score = |h: &[f64]| {
+            calls.set(calls.get() + 1);
+            Ok(PerFeatureLoo {
+                bandwidths: h.iter().map(|&v| v as f32).collect(),
+                error: h[0],
+                gradient: vec![0.0; h.len()],
+                empty_rows: 0,
+            })
+        };
+        for h in [[1.0, 2.0], [1.0, 2.0], [1.5, 2.0], [1.0, 2.0]] {
+            let s = seen.evaluate(&h, || score(&h)).unwrap();
+            assert_eq!(s.error, h[0]);
+        }
+        assert_eq!((calls.get(), seen.count()), (2, 2));
+
+        // A whole search: its evaluations are distinct points.
+        let e = Engine::cpu();
+        let x = Array2::from_shape_fn((40, 2), |(i, k)| ((i * 7 + k * 3) % 11) as f32 * 0.3);
+        let y = Array2::from_shape_fn((40, 1), |(i, _)| (i % 5) as f32);
+        let sel = e
+            .select_bandwidths_per_feature(
+                Profile::Gaussian,
+                x.view(),
+                Some(y.view()),
+                &PerFeatureOptions::default(),
+            )
+            .unwrap();
+        assert!(sel.evaluations >= START_GRID.len() + sel.iterations);
     }
 }
