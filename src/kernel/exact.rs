@@ -61,13 +61,25 @@ pub(crate) fn row_state(
         .map(|j| (j, kernel.log_weight_by(query, |k| key(j, k))))
         .filter(|&(_, l)| l > f64::NEG_INFINITY)
         .collect();
+    state_of(&lws, value, u)
+}
+
+/// The state `(m, s, u)` from each key's `f64` log-weight `(j, l)`
+/// (`l > −inf`), `value(j, c)` value column `c` of key `j`, `u` its `q`
+/// entries (zeroed here): `m` as `f32`, clamped to `f32::MIN` when
+/// smaller; `(−inf, 0)` without keys.
+pub(crate) fn state_of(
+    lws: &[(usize, f64)],
+    value: impl Fn(usize, usize) -> f32,
+    u: &mut [f64],
+) -> (f32, f64) {
     let m = lws.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
     u.fill(0.0);
     if m == f64::NEG_INFINITY {
         return (f32::NEG_INFINITY, 0.0);
     }
     let mut s = 0.0;
-    for &(j, l) in &lws {
+    for &(j, l) in lws {
         let w = (l - m).exp();
         s += w;
         for (c, uc) in u.iter_mut().enumerate() {

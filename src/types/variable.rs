@@ -167,11 +167,9 @@ impl VariablePass<'_> {
     /// exact; the log-sum is then −inf, as for fixed bandwidths), −inf
     /// with `s = 0` when no key has weight.
     pub(crate) fn exact_row(&self, i: usize, u: &mut [f64]) -> (f32, f64) {
-        u.fill(0.0);
         let q = self.queries.row_range(i, i + 1);
         let si = f64::from(self.scales.row(i));
-        let n = self.keys.rows();
-        let lw: Vec<f64> = (0..n)
+        let lws: Vec<(usize, f64)> = (0..self.keys.rows())
             .map(|j| {
                 let sc = si * f64::from(self.scales.key(j));
                 let t: f64 = self
@@ -184,31 +182,12 @@ impl VariablePass<'_> {
                         d * d
                     })
                     .sum();
-                exact::log_weight(self.profile, t) + f64::from(self.scales.log_weight(j))
+                let l = exact::log_weight(self.profile, t) + f64::from(self.scales.log_weight(j));
+                (j, l)
             })
+            .filter(|&(_, l)| l > f64::NEG_INFINITY)
             .collect();
-        let m = lw.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        if m == f64::NEG_INFINITY {
-            return (f32::NEG_INFINITY, 0.0);
-        }
-        let mut s = 0.0;
-        for (j, &l) in lw.iter().enumerate() {
-            let w = (l - m).exp();
-            if w == 0.0 {
-                continue;
-            }
-            s += w;
-            if let Some(v) = self.values {
-                for (o, &y) in u.iter_mut().zip(v.row_range(j, j + 1)) {
-                    *o += w * f64::from(y);
-                }
-            }
-        }
-        let m32 = if m < f64::from(f32::MIN) {
-            f32::MIN
-        } else {
-            m as f32
-        };
-        (m32, s)
+        let value = |j: usize, c: usize| self.values.map_or(0.0, |v| v.row_range(j, j + 1)[c]);
+        exact::state_of(&lws, value, u)
     }
 }
