@@ -595,3 +595,37 @@ def test_mean_shift_of_awkward_but_valid_input(client):
         np.testing.assert_allclose(got.cluster_centers, want.cluster_centers, atol=3e-4, rtol=0)
     one = ld.mean_shift(client, _X[:1], bandwidth=1.0, backend="cpu")  # fewer points than workers
     assert one.labels.tolist() == [0]
+
+
+def test_mean_shift_estimator_on_numpy_and_dask(client):
+    """``locus.distributed.MeanShift``: scikit-learn's face over the
+    cluster, the single process's partition (bins of side h·(1 + 2⁻²⁰) for
+    the flat kernel, as its closed ball), NumPy or Dask in, ``predict`` on
+    either."""
+    from sklearn.base import clone
+
+    from locus._cluster import _CLOSED
+
+    x = _blobs(3000, seed=11)
+    h = 1.0
+    want = locus.mean_shift(x, bandwidth=h * _CLOSED, bin_seeding=True, max_iter=301, backend="cpu")
+    for X in (x, da.from_array(x, chunks=(700, 2))):
+        ms = ld.MeanShift(client=client, bandwidth=h, backend="cpu", shards=3).fit(X)
+        np.testing.assert_array_equal(ms.labels_, want.labels)
+        np.testing.assert_allclose(ms.cluster_centers_, want.cluster_centers, atol=1e-4, rtol=0)
+        assert ms.n_iter_ == want.n_iter - 1 and ms.bandwidth_ == h and ms.n_features_in_ == 2
+        np.testing.assert_array_equal(ms.predict(x[:50]), want.labels[:50])
+        lazy = ms.predict(da.from_array(x[:50], chunks=(20, 2)))
+        np.testing.assert_array_equal(lazy.compute(), want.labels[:50])
+    # The single-process estimator agrees on these blobs.
+    single = locus.MeanShift(bandwidth=h, bin_seeding=True, backend="cpu").fit(x)
+    np.testing.assert_array_equal(ms.labels_, single.labels_)
+    # A gaussian kernel, the default client, an estimated bandwidth.
+    est = ld.MeanShift(kernel="gaussian", backend="cpu")
+    assert clone(est).get_params()["kernel"] == "gaussian"
+    est.fit(x)
+    assert est.bandwidth_ > 0 and est.labels_.shape == (3000,)
+    with pytest.raises(ValueError):
+        ld.MeanShift(client=client, bandwidth=-1.0, backend="cpu").fit(x)
+    with pytest.raises(ValueError):
+        ld.MeanShift(client=client, bandwidth=1.0, backend="cpu").fit(x).predict(np.zeros((2, 3)))

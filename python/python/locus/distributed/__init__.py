@@ -35,6 +35,7 @@ Example (a cluster of two local worker processes)::
     sks = ld.ShardedKeySet(client, keys, values=keys[:, 0], backend="cpu")
     sks.local_mean(keys[:5], bandwidth=0.5)
     ld.mean_shift(client, keys, bandwidth=1.0, seeds="binned").cluster_centers
+    ld.MeanShift(bandwidth=1.0).fit(keys).labels_   # scikit-learn's face
 
 Several GPUs on one node: one worker per adapter, each told its adapter by
 ``LOCUS_ADAPTER`` before its first engine opens (see
@@ -52,10 +53,18 @@ except ImportError as _missing:  # pragma: no cover - exercised without dask
         "pip install 'locus-engine[distributed]'"
     ) from _missing
 
+from ._estimator import MeanShift
 from ._keyset import ShardedKeySet
 from ._mean_shift import mean_shift
 from ._merge import merge_states
 from ._placement import assign_adapters
 from ._watch import ShardLostError
 
-__all__ = ["ShardedKeySet", "ShardLostError", "mean_shift", "merge_states", "assign_adapters"]
+__all__ = [
+    "ShardedKeySet",
+    "ShardLostError",
+    "MeanShift",
+    "mean_shift",
+    "merge_states",
+    "assign_adapters",
+]
