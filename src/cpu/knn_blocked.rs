@@ -125,7 +125,7 @@ impl Row {
     }
 
     fn update(&mut self, f: &Filter<'_>) {
-        let thr = f64::from(self.top.d2[self.top.d2.len() - 1]);
+        let thr = f64::from(self.top.last());
         self.lim = (thr * (1.0 + f.gamma) + f.abs - self.nq * (1.0 - f.gamma)) as f32;
     }
 }
@@ -311,10 +311,10 @@ mod tests {
             let got = knn(isa, q, d, &soa, k, &cp).expect("blocked path runs");
             assert_eq!(got.len(), want.len(), "{what}");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g.idx, w.idx, "{what} avx2={} row {i}", isa.is_some());
+                assert_eq!(g.idx(), w.idx(), "{what} avx2={} row {i}", isa.is_some());
                 let (gb, wb): (Vec<u32>, Vec<u32>) = (
-                    g.d2.iter().map(|v| v.to_bits()).collect(),
-                    w.d2.iter().map(|v| v.to_bits()).collect(),
+                    g.d2().iter().map(|v| v.to_bits()).collect(),
+                    w.d2().iter().map(|v| v.to_bits()).collect(),
                 );
                 assert_eq!(gb, wb, "{what} avx2={} row {i}", isa.is_some());
             }

@@ -103,7 +103,7 @@ impl CpuKeys {
         let d = keys.cols();
         let pack = match (call.kind, call.kernel) {
             (CallKind::Knn { differences, .. }, _)
-                if !differences && knn::blocked(d, call.rows) =>
+                if !differences && knn::blocked(d, call.rows, keys.rows()) =>
             {
                 Pack::PanelsInstead
             }
@@ -210,7 +210,7 @@ impl PreparedKeys for CpuKeys {
         // A call's keys without columns serve the blocked path only (the
         // call was planned for it); any other query count gets columns.
         let built;
-        let keys = match self.keys.has_columns() || knn::blocked(d, queries.rows()) {
+        let keys = match self.keys.has_columns() || knn::blocked(d, queries.rows(), self.keys.n()) {
             true => &self.keys,
             false => {
                 let rows = self.keys.rows_copy().expect("kept with the panels"); // ok: PanelsInstead keeps the rows

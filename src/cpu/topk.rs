@@ -10,19 +10,71 @@ use super::metric::ranks;
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists};
 use crate::kernel::Metric;
 
+/// Lists this long or shorter live inline (no allocation: labelling by
+/// the nearest of a few modes makes one list per point).
+const INLINE: usize = 4;
+
+/// The entries of a list: inline up to [`INLINE`], else on the heap.
+#[derive(Debug, Clone)]
+enum Entries {
+    Inline([f32; INLINE], [u32; INLINE]),
+    Heap(Vec<f32>, Vec<u32>),
+}
+
 /// The `k` nearest keys of one query: squared distances ascending, ties in
 /// index order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub(crate) struct TopK {
-    pub d2: Vec<f32>,
-    pub idx: Vec<u32>,
+    k: usize,
+    entries: Entries,
+}
+
+impl PartialEq for TopK {
+    fn eq(&self, other: &Self) -> bool {
+        self.d2() == other.d2() && self.idx() == other.idx()
+    }
 }
 
 impl TopK {
     pub(super) fn new(k: usize) -> Self {
-        TopK {
-            d2: vec![f32::INFINITY; k],
-            idx: vec![u32::MAX; k],
+        let entries = if k <= INLINE {
+            Entries::Inline([f32::INFINITY; INLINE], [u32::MAX; INLINE])
+        } else {
+            Entries::Heap(vec![f32::INFINITY; k], vec![u32::MAX; k])
+        };
+        TopK { k, entries }
+    }
+
+    /// The squared distances (ranks), ascending.
+    #[inline]
+    pub(crate) fn d2(&self) -> &[f32] {
+        match &self.entries {
+            Entries::Inline(d2, _) => &d2[..self.k],
+            Entries::Heap(d2, _) => d2,
+        }
+    }
+
+    /// The keys' indices, in the order of [`d2`](Self::d2).
+    #[inline]
+    pub(crate) fn idx(&self) -> &[u32] {
+        match &self.entries {
+            Entries::Inline(_, idx) => &idx[..self.k],
+            Entries::Heap(_, idx) => idx,
+        }
+    }
+
+    /// The k-th squared distance (+∞ until `k` keys were offered).
+    #[inline]
+    pub(crate) fn last(&self) -> f32 {
+        self.d2()[self.k - 1]
+    }
+
+    #[inline]
+    fn parts_mut(&mut self) -> (&mut [f32], &mut [u32]) {
+        let k = self.k;
+        match &mut self.entries {
+            Entries::Inline(d2, idx) => (&mut d2[..k], &mut idx[..k]),
+            Entries::Heap(d2, idx) => (d2, idx),
         }
     }
 
@@ -32,36 +84,38 @@ impl TopK {
     #[inline]
     /// Returns whether it was inserted (the k-th distance then fell).
     pub(super) fn offer(&mut self, t: f32, j: u32) -> bool {
-        let k = self.d2.len();
-        if t >= self.d2[k - 1] {
+        let k = self.k;
+        let (d2, idx) = self.parts_mut();
+        if t >= d2[k - 1] {
             return false;
         }
         let mut pos = k - 1;
-        while pos > 0 && self.d2[pos - 1] > t {
-            self.d2[pos] = self.d2[pos - 1];
-            self.idx[pos] = self.idx[pos - 1];
+        while pos > 0 && d2[pos - 1] > t {
+            d2[pos] = d2[pos - 1];
+            idx[pos] = idx[pos - 1];
             pos -= 1;
         }
-        self.d2[pos] = t;
-        self.idx[pos] = j;
+        d2[pos] = t;
+        idx[pos] = j;
         true
     }
 
     /// Merges two lists over disjoint key ranges, by (distance, index).
     pub(super) fn merge(&self, other: &TopK) -> TopK {
-        let k = self.d2.len();
+        let k = self.k;
         let mut out = TopK::new(k);
+        let (sd, si, od, oi) = (self.d2(), self.idx(), other.d2(), other.idx());
+        let (d2, idx) = out.parts_mut();
         let (mut a, mut b) = (0, 0);
         for o in 0..k {
-            let take_a =
-                b >= k || (a < k && (self.d2[a], self.idx[a]) <= (other.d2[b], other.idx[b]));
+            let take_a = b >= k || (a < k && (sd[a], si[a]) <= (od[b], oi[b]));
             if take_a {
-                out.d2[o] = self.d2[a];
-                out.idx[o] = self.idx[a];
+                d2[o] = sd[a];
+                idx[o] = si[a];
                 a += 1;
             } else {
-                out.d2[o] = other.d2[b];
-                out.idx[o] = other.idx[b];
+                d2[o] = od[b];
+                idx[o] = oi[b];
                 b += 1;
             }
         }
@@ -124,11 +178,11 @@ fn range_impl<S: Isa>(
             Metric::Euclidean => scaled_sq_dists::<S>(keys.xt, keys.ld, j0, query, 1.0, t),
             m => ranks::<S>(m, keys.xt, keys.ld, j0, query, t),
         }
-        let mut thr = top.d2[k - 1];
+        let mut thr = top.last();
         for (jj, &tj) in t.iter().enumerate() {
             if tj < thr {
                 top.offer(tj, (j0 + jj) as u32);
-                thr = top.d2[k - 1];
+                thr = top.last();
             }
         }
         j0 += len;
@@ -146,13 +200,22 @@ mod tests {
         for (t, j) in [(1.0, 0), (0.5, 1), (1.0, 2), (0.5, 3)] {
             a.offer(t, j);
         }
-        assert_eq!(a.idx, vec![1, 3, 0]);
+        assert_eq!(a.idx(), [1, 3, 0]);
         let mut b = TopK::new(3);
         for (t, j) in [(0.5, 7), (0.2, 8)] {
             b.offer(t, j);
         }
         let m = a.merge(&b);
-        assert_eq!(m.idx, vec![8, 1, 3]);
-        assert_eq!(m.d2, vec![0.2, 0.5, 0.5]);
+        assert_eq!(m.idx(), [8, 1, 3]);
+        assert_eq!(m.d2(), [0.2, 0.5, 0.5]);
+        // Longer lists (on the heap) behave the same.
+        let mut c = TopK::new(6);
+        for (t, j) in [(1.0, 0), (0.5, 1), (1.0, 2), (0.5, 3)] {
+            c.offer(t, j);
+        }
+        assert_eq!(&c.idx()[..4], [1, 3, 0, 2]);
+        assert_eq!(c.last(), f32::INFINITY);
+        let m = c.merge(&TopK::new(6));
+        assert_eq!(m, c);
     }
 }

@@ -20,7 +20,7 @@ from .._functions import knn
 from .._kernels import ProductKernel, kernel_arg
 from .._results import MeanShiftResult
 from ._keyset import _check_kernel, _states
-from ._merge import _merge_bins, _merge_extent, _ratio, _tree, merge_states
+from ._merge import _merge_bins, _merge_extent, _ratio, _tree, bin_counts, merge_states
 from . import _watch
 from ._placement import (
     DEFAULT_TIMEOUT,
@@ -55,8 +55,7 @@ def _bins(x: Any, h: float) -> tuple:
     b = np.round(x.astype(np.float64) / h) + 0.0
     if len(b) == 0:
         return b, np.zeros(0, dtype=np.int64)
-    u, counts = np.unique(b, axis=0, return_counts=True)
-    return u, counts.astype(np.int64)
+    return bin_counts(b)
 
 
 def _points(shard: _Shard) -> np.ndarray:
@@ -65,7 +64,9 @@ def _points(shard: _Shard) -> np.ndarray:
 
 def _label_points(shard: _Shard, modes: np.ndarray, h: float, cluster_all: bool) -> np.ndarray:
     dist, idx = knn(shard.keys, modes, 1, backend=engine_for(shard.backend))
-    labels = idx[:, 0].astype(np.int64)
+    # int32 on the wire (half the bytes of int64; there are far fewer
+    # modes than 2³¹), int64 once gathered.
+    labels = idx[:, 0].astype(np.int32)
     if not cluster_all:
         labels[dist[:, 0] > h] = -1
     return labels
@@ -304,7 +305,7 @@ def mean_shift(
         modes_c, populations = _locus.rank_modes(cand, counts, h, len(pos))
         labels = np.concatenate(sh._map_reduce(
             _label_points, None, lambda i: (), modes_c, h, bool(cluster_all), what="mean_shift: the labels"
-        ))
+        )).astype(np.int64)
     finally:
         sh.close()
     modes = (modes_c.astype(np.float64) + center).astype(np.float32)

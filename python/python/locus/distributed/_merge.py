@@ -65,14 +65,76 @@ def _merge_knn(a: tuple, b: tuple, k: int) -> tuple:
     return take(dist), take(d2), take(idx), lab
 
 
+def _bin_keys(b: np.ndarray) -> tuple | None:
+    """Rows of whole numbers (float64 bin indices) as one int64 key each,
+    the first column most significant (so keys sort as the rows do
+    lexicographically), with the offsets and strides that undo it; None
+    where the bins' spans do not fit."""
+    if not len(b) or np.abs(b).max() > 2.0**52:
+        return None
+    lo, hi = b.min(axis=0), b.max(axis=0)
+    span = (hi - lo).astype(np.int64) + 1
+    if float(np.prod(span.astype(np.float64))) >= 2.0**62:
+        return None
+    stride = np.ones(len(span), dtype=np.int64)
+    for k in range(len(span) - 2, -1, -1):
+        stride[k] = stride[k + 1] * span[k + 1]
+    keys = np.zeros(len(b), dtype=np.int64)
+    for k in range(len(span)):
+        keys += (b[:, k] - lo[k]).astype(np.int64) * stride[k]
+    return keys, lo, stride, int(np.prod(span))
+
+
+def _rows(uk: np.ndarray, lo: np.ndarray, stride: np.ndarray) -> np.ndarray:
+    """The bin rows of keys ``uk`` (as :func:`_bin_keys` made them)."""
+    u = np.empty((len(uk), len(stride)))
+    rest = uk
+    for k in range(len(stride)):
+        u[:, k], rest = rest // stride[k] + lo[k], rest % stride[k]
+    return u + 0.0
+
+
+def unique_bins(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(b, axis=0, return_inverse=True)`` for rows of whole
+    numbers (float64 bin indices), sorted the same way (lexicographically
+    by column): a 1-D sort of one int64 key per row where the bins' spans
+    allow, else ``np.unique`` itself."""
+    keyed = _bin_keys(b)
+    if keyed is None:
+        u, inv = np.unique(b, axis=0, return_inverse=True)
+        return u, inv.reshape(-1)
+    keys, lo, stride, _ = keyed
+    uk, inv = np.unique(keys, return_inverse=True)
+    return _rows(uk, lo, stride), inv.reshape(-1)
+
+
+def bin_counts(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(b, axis=0, return_counts=True)`` for rows of whole
+    numbers, the same rows in the same order: counted by key (a histogram
+    where the bins' box is at most a few times the rows, else a sort of
+    the keys)."""
+    keyed = _bin_keys(b)
+    if keyed is None:
+        u, counts = np.unique(b, axis=0, return_counts=True)
+        return u, counts.astype(np.int64)
+    keys, lo, stride, total = keyed
+    if total <= max(4 * len(b), 1 << 20):
+        hist = np.bincount(keys, minlength=total)
+        uk = np.flatnonzero(hist)
+        counts = hist[uk]
+    else:
+        uk, counts = np.unique(keys, return_counts=True)
+    return _rows(uk, lo, stride), counts.astype(np.int64)
+
+
 def _merge_bins(a: tuple, b: tuple) -> tuple:
     """Bin counts of two shards: (bins, counts) with bins unique rows."""
     bins = np.concatenate([a[0], b[0]])
     counts = np.concatenate([a[1], b[1]])
     if len(bins) == 0:
         return bins, counts
-    u, inv = np.unique(bins, axis=0, return_inverse=True)
-    return u, np.bincount(inv.reshape(-1), weights=counts, minlength=len(u)).astype(np.int64)
+    u, inv = unique_bins(bins)
+    return u, np.bincount(inv, weights=counts, minlength=len(u)).astype(np.int64)
 
 
 def _merge_extent(a: tuple, b: tuple) -> tuple:
