@@ -191,20 +191,9 @@ class MeanShift(ClusterMixin, LocusEstimator):
         flat = not product and str(self.kernel).lower() in ("flat", "uniform", "tophat")
         if h is not None and flat and self.bin_seeding and seeds is None:
             seeds = _bin_seeds(X, h, int(self.min_bin_freq))
-        r = mean_shift(
-            X,
-            bandwidth=None if h is None else h * (_CLOSED if flat else 1.0),
-            kernel=self.kernel,
-            seeds=seeds,
-            bin_seeding=bool(self.bin_seeding) and seeds is None,
-            min_bin_freq=int(self.min_bin_freq),
-            cluster_all=bool(self.cluster_all),
-            max_iter=int(self.max_iter) + 1,
-            backend=engine,
+        r = self._shift(
+            X, seeds, engine, bandwidth=None if h is None else h * (_CLOSED if flat else 1.0)
         )
-        self.cluster_centers_ = r.cluster_centers.astype(X.dtype)
-        self.labels_ = r.labels
-        self.n_iter_ = max(int(r.n_iter) - 1, 0)
         self.bandwidth_ = float(r.bandwidth) if h is None else h
         return self
 
@@ -213,9 +202,16 @@ class MeanShift(ClusterMixin, LocusEstimator):
         ``bandwidth`` asks for (widened as the fixed flat kernel's are)."""
         hs = point_bandwidths(self, X, engine)
         flat = str(self.kernel).lower() in ("flat", "uniform", "tophat")
+        self._shift(X, seeds, engine, bandwidths=hs * np.float32(_CLOSED) if flat else hs)
+        self.bandwidth_ = hs.astype(np.float64)
+        return self
+
+    def _shift(self, X: np.ndarray, seeds: np.ndarray | None, engine: Any, **bandwidth: Any) -> Any:
+        """:func:`~locus.mean_shift` with these parameters and ``bandwidth``
+        (``bandwidth=`` or ``bandwidths=``); keeps the centres, labels and
+        steps, and returns the result."""
         r = mean_shift(
             X,
-            bandwidths=hs * np.float32(_CLOSED) if flat else hs,
             kernel=self.kernel,
             seeds=seeds,
             bin_seeding=bool(self.bin_seeding) and seeds is None,
@@ -223,12 +219,12 @@ class MeanShift(ClusterMixin, LocusEstimator):
             cluster_all=bool(self.cluster_all),
             max_iter=int(self.max_iter) + 1,
             backend=engine,
+            **bandwidth,
         )
         self.cluster_centers_ = r.cluster_centers.astype(X.dtype)
         self.labels_ = r.labels
         self.n_iter_ = max(int(r.n_iter) - 1, 0)
-        self.bandwidth_ = hs.astype(np.float64)
-        return self
+        return r
 
     def _fit_zero_bandwidth(self, X: np.ndarray, seeds: np.ndarray | None) -> MeanShift:
         """scikit-learn with a bandwidth of 0: a seed's neighbourhood is the

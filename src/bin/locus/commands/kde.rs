@@ -7,8 +7,8 @@ use ndarray::Array1;
 use serde_json::json;
 
 use super::Job;
-use super::variable::VariableArgs;
-use crate::args::{Compute, MetricArgs, kernel_from, parse_bandwidth, parse_profile};
+use super::variable::KernelArgs;
+use crate::args::{Compute, MetricArgs};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::report::Summary;
@@ -26,22 +26,10 @@ pub struct KdeArgs {
     /// Optional per-key weights (N values, non-negative).
     #[arg(long, value_name = "W")]
     weights: Option<PathBuf>,
-    /// Kernel profile: gaussian, epanechnikov, uniform, triangular,
-    /// biweight, laplacian, cauchy, cosine; with --blocks, one per block
-    /// (k1,k2,…) or one for all.
-    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile, value_delimiter = ',')]
-    kernel: Vec<Profile>,
-    /// Bandwidth h > 0 (distances are divided by h); with --blocks, one
-    /// per block (h1,h2,…); with --abramson, the pilot's.
-    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, value_delimiter = ',', required_unless_present_any = ["bandwidths", "adaptive_k"])]
-    bandwidth: Option<Vec<f32>>,
-    /// A product (joint, bilateral) kernel over consecutive coordinate
-    /// blocks of these sizes (d1,d2,… summing to the data's columns), each
-    /// with its own --kernel and --bandwidth.
-    #[arg(long, value_name = "D", value_delimiter = ',')]
-    blocks: Option<Vec<usize>>,
+    /// The kernel, or variable bandwidths (`--bandwidths`, `--adaptive-k`,
+    /// `--abramson`, `--balloon`).
     #[command(flatten)]
-    variable: VariableArgs,
+    kernel: KernelArgs,
     #[command(flatten)]
     metric: MetricArgs,
     /// Write ln p̂ instead of p̂ (finite far from the data for the gaussian,
@@ -58,12 +46,10 @@ pub struct KdeArgs {
 /// Runs `locus kde`.
 pub fn run(a: &KdeArgs) -> CliResult<()> {
     io::check_output("--output", &a.output)?;
-    if a.variable.given() {
+    if a.kernel.variable() {
         return run_variable(a);
     }
-    let bandwidth = a.bandwidth.as_deref().unwrap_or(&[]);
-    let kernel =
-        kernel_from(&a.kernel, bandwidth, a.blocks.as_deref())?.with_metric(a.metric.metric()?)?;
+    let kernel = a.kernel.fixed()?.with_metric(a.metric.metric()?)?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
     let weights = a
@@ -101,18 +87,13 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
 /// `locus kde` with variable bandwidths (`--bandwidths`, `--adaptive-k`,
 /// `--abramson`): one radial profile, Euclidean, no weights.
 fn run_variable(a: &KdeArgs) -> CliResult<()> {
-    let rule = a.variable.rule(
-        &a.kernel,
-        a.bandwidth.as_deref(),
-        a.blocks.is_some(),
-        &[
-            ("--weights", a.weights.is_some()),
-            (
-                "--metric other than euclidean",
-                !a.metric.metric()?.is_euclidean(),
-            ),
-        ],
-    )?;
+    let rule = a.kernel.rule(&[
+        ("--weights", a.weights.is_some()),
+        (
+            "--metric other than euclidean",
+            !a.metric.metric()?.is_euclidean(),
+        ),
+    ])?;
     let profile = rule.profile();
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use super::variable::VariableArgs;
+use super::variable::KernelArgs;
 use super::{Job, pairs_per_second};
-use crate::args::{Compute, kernel_from, parse_bandwidth, parse_profile};
-use locus::{LocalFit, Profile};
+use crate::args::Compute;
+use locus::LocalFit;
 
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
@@ -29,25 +29,10 @@ pub struct LocalMeanArgs {
     /// also omitted this is the self-local mean K̃X, one MeanShift step).
     #[arg(long, value_name = "Y")]
     values: Option<PathBuf>,
-    /// Kernel profile: gaussian, epanechnikov, uniform, triangular,
-    /// biweight, laplacian, cauchy, cosine; with --blocks, one per block
-    /// (k1,k2,…) or one for all.
-    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile, value_delimiter = ',')]
-    kernel: Vec<Profile>,
-    /// Bandwidth h > 0 (distances are divided by h); with --blocks, one
-    /// per block (h1,h2,…); with --abramson, the pilot's.
-    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, value_delimiter = ',', required_unless_present_any = ["bandwidths", "adaptive_k"])]
-    bandwidth: Option<Vec<f32>>,
-    /// A product (joint, bilateral) kernel over consecutive coordinate
-    /// blocks of these sizes (d1,d2,… summing to the data's columns), each
-    /// with its own --kernel and --bandwidth.
-    #[arg(long, value_name = "D", value_delimiter = ',')]
-    blocks: Option<Vec<usize>>,
-    /// Variable bandwidths (--bandwidths, --adaptive-k, --abramson): local
-    /// means with K_ij = h_j^(−d)·k(‖q_i − x_j‖²/h_j²) per key, or
-    /// k(‖q_i − x_j‖²/h_i²) per query with --balloon.
+    /// The kernel, or variable bandwidths (`--bandwidths`, `--adaptive-k`,
+    /// `--abramson`, `--balloon`).
     #[command(flatten)]
-    variable: VariableArgs,
+    kernel: KernelArgs,
     /// Where to write the M×q local means (.npy or .csv). Rows with no key
     /// within reach of a compact kernel are NaN.
     #[arg(long, short, value_name = "OUT")]
@@ -81,11 +66,10 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
             a.degree
         )));
     }
-    if a.variable.given() {
+    if a.kernel.variable() {
         return run_variable(a);
     }
-    let bandwidth = a.bandwidth.as_deref().unwrap_or(&[]);
-    let kernel = kernel_from(&a.kernel, bandwidth, a.blocks.as_deref())?;
+    let kernel = a.kernel.fixed()?;
     let keys = Input::load("--keys", &a.keys)?;
     let queries = a
         .queries
@@ -170,12 +154,7 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
 /// `locus local-mean` with variable bandwidths: one radial profile,
 /// Euclidean, degree 0.
 fn run_variable(a: &LocalMeanArgs) -> CliResult<()> {
-    let rule = a.variable.rule(
-        &a.kernel,
-        a.bandwidth.as_deref(),
-        a.blocks.is_some(),
-        &[("--degree 1", a.degree != 0)],
-    )?;
+    let rule = a.kernel.rule(&[("--degree 1", a.degree != 0)])?;
     let profile = rule.profile();
     let keys = Input::load("--keys", &a.keys)?;
     let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;

@@ -8,8 +8,57 @@ use locus::{Engine, Kernel, Profile, VariableBandwidth};
 use ndarray::ArrayView2;
 use serde_json::json;
 
+use crate::args::{kernel_from, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
+
+/// `--kernel`, `--bandwidth`, `--blocks` and the variable-bandwidth options
+/// of a command that takes either: the fixed kernel, or with
+/// `--bandwidths`, `--adaptive-k` or `--abramson` variable bandwidths of
+/// one radial profile (`--bandwidth` then absent, or the pilot's).
+#[derive(Debug, clap::Args)]
+pub struct KernelArgs {
+    /// Kernel profile: gaussian, epanechnikov, uniform, triangular,
+    /// biweight, laplacian, cauchy, cosine; with --blocks, one per block
+    /// (k1,k2,…) or one for all.
+    #[arg(long, value_name = "K", default_value = "gaussian", value_parser = parse_profile, value_delimiter = ',')]
+    pub kernel: Vec<Profile>,
+    /// Bandwidth h > 0 (distances are divided by h); with --blocks, one
+    /// per block (h1,h2,…); with --abramson, the pilot's.
+    #[arg(long, value_name = "H", value_parser = parse_bandwidth, allow_hyphen_values = true, value_delimiter = ',', required_unless_present_any = ["bandwidths", "adaptive_k"])]
+    pub bandwidth: Option<Vec<f32>>,
+    /// A product (joint, bilateral) kernel over consecutive coordinate
+    /// blocks of these sizes (d1,d2,… summing to the data's columns), each
+    /// with its own --kernel and --bandwidth.
+    #[arg(long, value_name = "D", value_delimiter = ',')]
+    pub blocks: Option<Vec<usize>>,
+    #[command(flatten)]
+    pub variable: VariableArgs,
+}
+
+impl KernelArgs {
+    /// Whether variable bandwidths are asked for.
+    pub fn variable(&self) -> bool {
+        self.variable.given()
+    }
+
+    /// The fixed kernel (bandwidths and profiles already validated by the
+    /// parsers).
+    pub fn fixed(&self) -> CliResult<Kernel> {
+        let bandwidth = self.bandwidth.as_deref().unwrap_or(&[]);
+        kernel_from(&self.kernel, bandwidth, self.blocks.as_deref())
+    }
+
+    /// The variable-bandwidth rule, checked ([`VariableArgs::rule`]).
+    pub fn rule(&self, refused: &[(&str, bool)]) -> CliResult<Rule> {
+        self.variable.rule(
+            &self.kernel,
+            self.bandwidth.as_deref(),
+            self.blocks.is_some(),
+            refused,
+        )
+    }
+}
 
 /// Variable bandwidths, one per key (sample-point) or with `--balloon`
 /// one per query; the command's `--bandwidth` is then absent, or with
