@@ -325,9 +325,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
 
     /// The key side of variable-bandwidth passes kept on the backend (a key
     /// set's): on the GPU, key tiles with their scales and values in
-    /// buffers of its own, charged to the engine's budget (and a host copy
-    /// of the rows, which far rows read); on the CPU, a copy of the rows,
-    /// charged to the engine's budget.
+    /// buffers of its own, charged to the engine's device budget, beside a
+    /// host copy of the rows (which far rows read; not charged: the GPU
+    /// engine's budget is its device memory); on the CPU, a copy of the
+    /// rows, charged to the engine's budget.
     fn prepare_variable(&self, keys: VariableKeys<'_>) -> Result<Arc<dyn PreparedVariable>>;
 
     /// The key side of variable-bandwidth passes for one call or one run

@@ -301,6 +301,32 @@ fn bad_variable_bandwidths_exit_2_on_one_line() {
         ),
         (
             vec![
+                "local-mean",
+                "--keys",
+                "x.npy",
+                "-o",
+                "o.npy",
+                "--bandwidth",
+                "1",
+                "--balloon",
+            ],
+            "--balloon needs",
+        ),
+        (
+            vec![
+                "kde",
+                "--keys",
+                "x.npy",
+                "-o",
+                "o.npy",
+                "--bandwidth",
+                "1",
+                "--balloon",
+            ],
+            "--balloon needs",
+        ),
+        (
+            vec![
                 "mean-shift",
                 "--input",
                 "x.npy",

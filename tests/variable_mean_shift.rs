@@ -172,3 +172,39 @@ fn adaptive_mean_shift_errors_are_typed() {
         Err(Error::Cluster(locus::ClusterError::SeedDimension { .. }))
     ));
 }
+
+/// With every point at the same bandwidth, variable-bandwidth MeanShift is
+/// fixed MeanShift: bin seeding on the same grid (cells of `h` from the
+/// origin, on the points as given, whatever their centre), the same
+/// iterations, modes and labels. Data offset from the origin by a
+/// non-whole number of cells, so a grid from the data's centre differs.
+#[test]
+fn one_bandwidth_for_every_point_is_fixed_mean_shift() {
+    let (mut x, _) = three_scales();
+    x.mapv_inplace(|v| v + 3.3);
+    let h = 1.5f32;
+    let e = Engine::cpu();
+    let seeds = Seeds::Binned { min_bin_freq: 1 };
+    for p in [Profile::Gaussian, Profile::Epanechnikov] {
+        let fixed = MeanShiftParams::new()
+            .profile(p)
+            .bandwidth(h)
+            .seeds(seeds.clone())
+            .check()
+            .unwrap();
+        let variable = MeanShiftParams::new()
+            .profile(p)
+            .adaptive_bandwidth(AdaptiveBandwidth::PerPoint(vec![h; x.nrows()]))
+            .seeds(seeds.clone())
+            .check()
+            .unwrap();
+        let a = e.mean_shift(&fixed, x.view()).unwrap();
+        let b = e.mean_shift(&variable, x.view()).unwrap();
+        assert_eq!(a.labels, b.labels, "{p}");
+        assert_eq!(a.iterations, b.iterations, "{p}");
+        assert_eq!(a.modes.dim(), b.modes.dim(), "{p}");
+        for (u, v) in a.modes.iter().zip(&b.modes) {
+            assert!((u - v).abs() <= 1e-4, "{p}: modes {u} vs {v}");
+        }
+    }
+}

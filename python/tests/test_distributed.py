@@ -620,6 +620,12 @@ def test_mean_shift_estimator_on_numpy_and_dask(client):
     # The single-process estimator agrees on these blobs.
     single = locus.MeanShift(bandwidth=h, bin_seeding=True, backend="cpu").fit(x)
     np.testing.assert_array_equal(ms.labels_, single.labels_)
+    # clone shares the client; a Dask array chunked across its columns
+    # is labelled by whole rows.
+    twin = clone(ms)
+    assert twin.client is client and twin.get_params()["bandwidth"] == h
+    split = da.from_array(x[:50], chunks=(20, 1))
+    np.testing.assert_array_equal(ms.predict(split).compute(), want.labels[:50])
     # A gaussian kernel, the default client, an estimated bandwidth.
     est = ld.MeanShift(kernel="gaussian", backend="cpu")
     assert clone(est).get_params()["kernel"] == "gaussian"

@@ -260,3 +260,10 @@ def test_adaptive_estimators_refuse_what_they_cannot_do(rng):
         locus.local_mean(X, X, bandwidths=np.ones(29), backend="cpu")
     with pytest.raises(locus.InputError):
         locus.local_mean(X, X, bandwidths=np.ones(30), kernel=locus.ProductKernel([(2, "gaussian", 1.0)]), backend="cpu")
+
+
+def test_balloon_without_bandwidths_is_refused(rng):
+    x = rng.normal(size=(10, 2))
+    for f in (locus.local_mean, locus.log_density, locus.density):
+        with pytest.raises(locus.InputError, match="balloon"):
+            f(x, x, bandwidth=1.0, balloon=True, backend="cpu")

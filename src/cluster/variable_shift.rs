@@ -49,14 +49,25 @@ impl Engine {
         let h_median = median(&h);
         let center = midpoint(x.as_slice(), d);
         let xc = self.install(|| centred(x.as_slice(), &center))?;
+        // Bins on the points as given (cells of the median bandwidth from
+        // the origin, as fixed MeanShift and scikit-learn), then centred.
+        let binned = match params.seeds() {
+            Seeds::Binned { min_bin_freq } => Some(self.install(|| {
+                centred(
+                    &bin_seeds(x.as_slice(), d, h_median, *min_bin_freq),
+                    &center,
+                )
+            })?),
+            _ => None,
+        };
         drop(x);
         let xv = ArrayView2::from_shape((n, d), &xc).expect("n·d"); // ok: one row per point
         let xm = Matrix::check(OP, "points", xv)?;
         // Seeds (centred) and the bandwidth each starts at.
         let (mut pos, start_h) = match params.seeds() {
             Seeds::All => (try_copy(OP, "seeds", &xc)?, h.clone()),
-            Seeds::Binned { min_bin_freq } => {
-                let s = bin_seeds(&xc, d, h_median, *min_bin_freq);
+            Seeds::Binned { .. } => {
+                let s = binned.unwrap_or_default();
                 let hs = self.nearest_h(&s, &xm, &h)?;
                 (s, hs)
             }

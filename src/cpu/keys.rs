@@ -81,6 +81,12 @@ impl KeyColumns {
             Pack::None => 0,
             _ => Panels::bytes(n, d, pack.rows()),
         };
+        // PanelsInstead builds the transposed keys only where it builds no
+        // panels, which take more: the panels stand for them.
+        let cols = match pack {
+            Pack::PanelsInstead => cols - keys.cols(),
+            _ => cols,
+        };
         (ld as u64)
             .saturating_mul(cols as u64)
             .saturating_mul(4)

@@ -208,13 +208,16 @@ impl PreparedKeys for CpuKeys {
         let cp = Checkpoint::current("knn");
         let d = self.keys.d();
         // A call's keys without columns serve the blocked path only (the
-        // call was planned for it); any other query count gets columns.
-        let built;
-        let keys = match self.keys.has_columns() || knn::blocked(d, queries.rows(), self.keys.n()) {
+        // call was planned for it: Euclidean, its query count); anything
+        // else gets columns, charged as the request's.
+        let (built, _columns);
+        let blocked = metric.is_euclidean() && knn::blocked(d, queries.rows(), self.keys.n());
+        let keys = match self.keys.has_columns() || blocked {
             true => &self.keys,
             false => {
                 let rows = self.keys.rows_copy().expect("kept with the panels"); // ok: PanelsInstead keeps the rows
                 let m = Matrix::check("knn", "keys", rows)?;
+                _columns = self.request("knn", KeyColumns::bytes(&m, &[], Pack::None))?;
                 built = self
                     .threads
                     .install(|| KeyColumns::try_new("knn", &m, &[], Pack::None))?;

@@ -159,8 +159,9 @@ def mean_shift(
         hs = as_float32(bandwidths, "bandwidths", (1,))
         # The rule is unused: the per-point bandwidths replace it.
         spec = _shift_kernel(kernel, 1.0, quantile, n_samples)
-        # Bins are cells of the median bandwidth.
-        cell = float(np.median(hs)) if len(hs) else None
+        # Bins are cells of the median bandwidth (the upper middle one, as
+        # the engine takes it).
+        cell = float(np.sort(hs)[len(hs) // 2]) if len(hs) else None
     else:
         spec = _shift_kernel(kernel, bandwidth, quantile, n_samples)
     dtype = result_dtype(X)

@@ -126,6 +126,8 @@ def local_mean(
     ...                  kernel="epanechnikov", backend="cpu")
     array([ 1., nan])
     """
+    if balloon and bandwidths is None:
+        raise InputError("balloon=True needs bandwidths (one per query)")
     if bandwidths is not None:
         profile = check_variable(bandwidth, kernel)
         return variable_local_mean(
@@ -579,6 +581,8 @@ def log_density(
     -0.9189385332046727
     """
     m = metric_spec(metric, p)
+    if balloon and bandwidths is None:
+        raise InputError("balloon=True needs bandwidths (one per query)")
     if bandwidths is not None:
         profile = check_variable(bandwidth, kernel, weights, m)
         return variable_log_density(

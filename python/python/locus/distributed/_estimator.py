@@ -84,7 +84,8 @@ class MeanShift(ClusterMixin, BaseEstimator):
     n_iter_ : int
         The most steps after the first any seed took.
     bandwidth_ : float
-        The bandwidth used (the float32 value the workers use).
+        The bandwidth given or estimated (the flat kernel's ball is then
+        widened by ``1 + 2⁻²⁰`` to be closed, as :class:`locus.MeanShift`'s).
     n_features_in_ : int
         Features seen in ``fit``.
 
@@ -128,6 +129,16 @@ class MeanShift(ClusterMixin, BaseEstimator):
         self.backend = backend
         self.shards = shards
         self.timeout = timeout
+
+    def __sklearn_clone__(self) -> MeanShift:
+        """A clone that shares the client (a live connection, which
+        :func:`sklearn.base.clone` would otherwise deep-copy) and clones
+        every other parameter."""
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        client = params.pop("client")
+        return type(self)(client=client, **{k: clone(v, safe=False) for k, v in params.items()})
 
     def _client(self) -> distributed.Client:
         if self.client is not None:
@@ -236,6 +247,9 @@ class MeanShift(ClusterMixin, BaseEstimator):
         if _is_dask(X):
             if X.ndim != 2 or int(X.shape[1]) != self.n_features_in_:
                 raise InputError(f"X must have {self.n_features_in_} columns, got shape {X.shape}")
+            # Whole rows per block: a block split across columns would hold
+            # only some coordinates.
+            X = X.rechunk({1: -1})
             return X.map_blocks(_nearest, centres, scale, drop_axis=1, dtype=np.int64)
         x = np.asarray(X, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.n_features_in_:

@@ -45,6 +45,11 @@ impl KernelArgs {
     /// The fixed kernel (bandwidths and profiles already validated by the
     /// parsers).
     pub fn fixed(&self) -> CliResult<Kernel> {
+        if self.variable.balloon {
+            return Err(CliError::input(
+                "--balloon needs --bandwidths or --adaptive-k (one bandwidth per query)",
+            ));
+        }
         let bandwidth = self.bandwidth.as_deref().unwrap_or(&[]);
         kernel_from(&self.kernel, bandwidth, self.blocks.as_deref())
     }
