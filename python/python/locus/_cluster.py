@@ -270,11 +270,16 @@ class MeanShift(ClusterMixin, LocusEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
-        centres = self.cluster_centers_
-        if isinstance(self.kernel, ProductKernel):
-            scale = np.array([h for d, _, h in self.kernel.blocks for _ in range(d)])
-            X, centres = X / scale, centres / scale
-        return pairwise_distances_argmin(X, centres).astype(np.int64)
+        return nearest_centres(X, self.cluster_centers_, self.kernel)
+
+
+def nearest_centres(X: np.ndarray, centres: np.ndarray, kernel: Any) -> np.ndarray:
+    """Each row's nearest centre (int64), in units of a
+    :class:`~locus.ProductKernel`'s block bandwidths when ``kernel`` is one."""
+    if isinstance(kernel, ProductKernel):
+        scale = np.array([h for d, _, h in kernel.blocks for _ in range(d)])
+        X, centres = X / scale, centres / scale
+    return pairwise_distances_argmin(X, centres).astype(np.int64)
 
 
 def _zero_bandwidth(X: np.ndarray) -> bool:

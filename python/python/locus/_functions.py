@@ -42,7 +42,7 @@ from ._engine import BackendLike, engine_for
 from ._errors import InputError
 from ._kernels import ProductKernel, kernel_arg
 from ._results import KNNResult, LocalPCAResult
-from ._variable import check_variable, variable_local_mean, variable_log_density
+from ._variable import _engine, check_variable, variable_local_mean, variable_log_density
 
 __all__ = [
     "local_mean",
@@ -59,9 +59,6 @@ __all__ = [
     "feature_local_mean",
 ]
 
-
-def _engine(backend: BackendLike) -> Any:
-    return engine_for(backend)._inner
 
 
 def local_mean(

@@ -25,6 +25,7 @@ __all__ = ["knn_bandwidths", "balloon_bandwidths"]
 
 
 def _engine(backend: BackendLike) -> Any:
+    """The Rust engine behind ``backend`` (the functions' one helper)."""
     return engine_for(backend)._inner
 
 

@@ -34,18 +34,13 @@ impl Variable {
         values: Option<&Matrix<'_>>,
         h: ArrayView1<'_, f32>,
     ) -> Result<Self> {
-        let h: Vec<f32> = h.iter().copied().collect();
-        let bw = VariableBandwidth::PerKey(h);
+        let bw = VariableBandwidth::PerKey(h.iter().copied().collect());
         let d = keys.cols() as f64;
         let (vk, _, offset) = variable_keys(&bw, 0, (keys, values), d)?;
-        let prepared = engine.backend_impl().prepare_variable(vk)?;
-        let VariableBandwidth::PerKey(h) = bw else {
-            unreachable!("built per key above") // ok: constructed two lines up
-        };
         Ok(Variable {
-            prepared,
+            prepared: engine.backend_impl().prepare_variable(vk)?,
             offset,
-            bandwidths: Array1::from(h),
+            bandwidths: h.to_owned(),
         })
     }
 

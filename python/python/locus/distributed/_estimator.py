@@ -10,11 +10,10 @@ from typing import Any
 import distributed
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import check_is_fitted
 
 from .._base import check_bandwidth, check_bool, check_int, check_kernel
-from .._cluster import _CLOSED
+from .._cluster import _CLOSED, nearest_centres
 from .._cluster_functions import estimate_bandwidth
 from .._engine import check_backend
 from .._errors import InputError
@@ -240,26 +239,19 @@ class MeanShift(ClusterMixin, BaseEstimator):
         """
         check_is_fitted(self)
         centres = np.asarray(self.cluster_centers_, dtype=np.float64)
-        scale = None
-        if isinstance(self.kernel, ProductKernel):
-            scale = np.array([h for d, _, h in self.kernel.blocks for _ in range(d)])
-            centres = centres / scale
         if _is_dask(X):
             if X.ndim != 2 or int(X.shape[1]) != self.n_features_in_:
                 raise InputError(f"X must have {self.n_features_in_} columns, got shape {X.shape}")
             # Whole rows per block: a block split across columns would hold
             # only some coordinates.
             X = X.rechunk({1: -1})
-            return X.map_blocks(_nearest, centres, scale, drop_axis=1, dtype=np.int64)
+            return X.map_blocks(_nearest, centres, self.kernel, drop_axis=1, dtype=np.int64)
         x = np.asarray(X, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.n_features_in_:
             raise InputError(f"X must have {self.n_features_in_} columns, got shape {x.shape}")
-        return _nearest(x, centres, scale)
+        return nearest_centres(x, centres, self.kernel)
 
 
-def _nearest(x: np.ndarray, centres: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
-    """Each row's nearest centre (``scale``: a product kernel's units)."""
-    x = np.asarray(x, dtype=np.float64)
-    if scale is not None:
-        x = x / scale
-    return pairwise_distances_argmin(x, centres).astype(np.int64)
+def _nearest(x: np.ndarray, centres: np.ndarray, kernel: Any) -> np.ndarray:
+    """A block's rows' nearest centres (run on the workers)."""
+    return nearest_centres(np.asarray(x, dtype=np.float64), centres, kernel)
