@@ -17,6 +17,9 @@ const BITS: u32 = 21;
 const MAX_CELLS: f64 = (1u64 << 20) as f64;
 /// Most gridded coordinates.
 const MAX_AXES: usize = 3;
+/// Grids of up to this many cells (or up to one per point) sort their
+/// points by counting; larger ones by a sort of the cell keys.
+const COUNTING_MIN_CELLS: usize = 1 << 16;
 
 /// Grid cells per bandwidth: a box of side 2h then spans about 5 cells
 /// per axis, 2.5h wide instead of 3h with cells of side h.
@@ -155,13 +158,76 @@ impl Grid {
             order: Vec::new(),
             keys: Vec::new(),
         };
-        let mut keyed: Vec<(u64, u32)> = (0..n)
-            .into_par_iter()
-            .map(|i| (grid.key_by(|k| at(i, k)), i as u32))
-            .collect();
-        keyed.par_sort_unstable();
-        (grid.keys, grid.order) = keyed.into_iter().unzip();
+        let cells = grid
+            .last
+            .iter()
+            .try_fold(1u64, |a, &l| a.checked_mul(l as u64 + 1));
+        match cells.filter(|&c| c <= n.max(COUNTING_MIN_CELLS) as u64) {
+            Some(cells) => grid.count_sort(n, cells as usize, at),
+            None => {
+                let mut keyed: Vec<(u64, u32)> = (0..n)
+                    .into_par_iter()
+                    .map(|i| (grid.key_by(|k| at(i, k)), i as u32))
+                    .collect();
+                keyed.par_sort_unstable();
+                (grid.keys, grid.order) = keyed.into_iter().unzip();
+            }
+        }
         grid
+    }
+
+    /// Fills `order` and `keys` by a counting sort over the `cells` cells
+    /// (at most a few per point): points by cell, and by index within a
+    /// cell, the order a sort of `(key, index)` pairs gives, in two passes
+    /// over the points instead of a sort.
+    fn count_sort(&mut self, n: usize, cells: usize, at: impl Fn(usize, usize) -> f32 + Sync) {
+        // The cell's rank in key order: its coordinates in mixed radix,
+        // the last gridded coordinate fastest, as in the key.
+        let dense: Vec<u32> = (0..n)
+            .into_par_iter()
+            .map(|i| {
+                let mut c = 0u64;
+                for (a, &k) in self.axes.iter().enumerate() {
+                    let v = self.coord(a, f64::from(at(i, k))).clamp(0, self.last[a]);
+                    c = c * (self.last[a] as u64 + 1) + v as u64;
+                }
+                c as u32
+            })
+            .collect();
+        let mut next = vec![0u32; cells + 1];
+        for &c in &dense {
+            next[c as usize + 1] += 1;
+        }
+        for c in 1..=cells {
+            next[c] += next[c - 1];
+        }
+        let mut order = vec![0u32; n];
+        let mut keys = vec![0u64; n];
+        for c in 0..cells {
+            let (a, b) = (next[c] as usize, next[c + 1] as usize);
+            if a < b {
+                keys[a..b].fill(self.key_of_rank(c as u64));
+            }
+        }
+        for (i, &c) in dense.iter().enumerate() {
+            let slot = &mut next[c as usize];
+            order[*slot as usize] = i as u32;
+            *slot += 1;
+        }
+        self.order = order;
+        self.keys = keys;
+    }
+
+    /// The key of the cell of rank `rank` in key order (see [`count_sort`](Self::count_sort)).
+    fn key_of_rank(&self, mut rank: u64) -> u64 {
+        let g = self.axes.len();
+        let mut coords = [0u64; MAX_AXES];
+        for a in (0..g).rev() {
+            let side = self.last[a] as u64 + 1;
+            coords[a] = rank % side;
+            rank /= side;
+        }
+        coords[..g].iter().fold(0u64, |key, &c| (key << BITS) | c)
     }
 
     /// Number of gridded coordinates (0: one cell holds everything).
@@ -288,6 +354,35 @@ mod tests {
                 for w in r.windows(2) {
                     assert!(w[0].1 < w[1].0);
                 }
+            }
+        }
+    }
+
+    /// The counting sort orders the points as a sort of `(key, index)`
+    /// pairs does: by cell key, ties by index.
+    #[test]
+    fn counting_sort_orders_as_the_key_sort() {
+        for d in [1usize, 2, 3, 4] {
+            // Duplicate points and many points per cell: ties everywhere.
+            let mut pts = data(5000, d);
+            pts.extend_from_within(..1000 * d);
+            let n = pts.len() / d;
+            for side in [0.3, 1.0, 4.0, 20.0] {
+                let grid = Grid::new(&pts, d, side, None);
+                let cells: u64 = grid.last.iter().map(|&l| l as u64 + 1).product();
+                assert!(
+                    cells <= n.max(COUNTING_MIN_CELLS) as u64,
+                    "d={d} side={side}: counting path"
+                );
+                let mut keyed: Vec<(u64, u32)> = pts
+                    .chunks_exact(d)
+                    .enumerate()
+                    .map(|(i, row)| (grid.key_of(row), i as u32))
+                    .collect();
+                keyed.sort_unstable();
+                let (keys, order): (Vec<u64>, Vec<u32>) = keyed.into_iter().unzip();
+                assert_eq!(grid.order, order, "d={d} side={side}");
+                assert_eq!(grid.keys, keys, "d={d} side={side}");
             }
         }
     }

@@ -53,12 +53,28 @@ except ImportError as _missing:  # pragma: no cover - exercised without dask
         "pip install 'locus-engine[distributed]'"
     ) from _missing
 
-from ._estimator import MeanShift
+from typing import TYPE_CHECKING, Any
+
 from ._keyset import ShardedKeySet
 from ._mean_shift import mean_shift
 from ._merge import merge_states
 from ._placement import assign_adapters
 from ._watch import ShardLostError
+
+if TYPE_CHECKING:
+    from ._estimator import MeanShift
+
+
+def __getattr__(name: str) -> Any:
+    # The estimator is imported on first use: it needs scikit-learn (about a
+    # second to import), which every worker would otherwise pay when it
+    # first runs a task of this package.
+    if name == "MeanShift":
+        from ._estimator import MeanShift
+
+        return MeanShift
+    raise AttributeError(f"module 'locus.distributed' has no attribute {name!r}")
+
 
 __all__ = [
     "ShardedKeySet",

@@ -21,7 +21,7 @@ from .._kernels import ProductKernel, kernel_arg
 from .._results import MeanShiftResult
 from ._keyset import _check_kernel, _states
 from ._merge import _merge_bins, _merge_extent, _ratio, _tree, bin_counts, merge_states
-from . import _watch
+from . import _regions, _watch
 from ._placement import (
     DEFAULT_TIMEOUT,
     Needs,
@@ -229,8 +229,17 @@ def mean_shift(
     if n_total == 0:
         _check_nonempty((0, d), "X")
     # The centre: the middle of the bounding box, rounded to f32 (as the engine).
-    parts = [client.submit(_shard_extent, f, pure=False) for f in xf]
-    lo, hi = gather(_tree(client, parts, _merge_extent), "the bounding box")
+    # A compact kernel shards by region (_regions): the bounding box pass
+    # also samples the rows that place the cuts between the regions.
+    by_region = scale is None and _regions.is_compact(kernel)
+    if by_region:
+        groups = _regions.by_worker(client, xf, "mean_shift: the bounding box", timeout)
+        per = _regions.SAMPLE_ROWS // len(xf) + 1
+        parts = _regions.on_groups(client, groups, xf, _regions.extent_and_sample_many, per)
+        lo, hi, sample = gather(_tree(client, parts, _regions.merge_extent_and_sample), "the bounding box")
+    else:
+        parts = [client.submit(_shard_extent, f, pure=False) for f in xf]
+        lo, hi = gather(_tree(client, parts, _merge_extent), "the bounding box")
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         # A Dask X: find the first non-finite entry, by its row in X.
         bad = gather([client.submit(_first_nonfinite, f, pure=False) for f in xf], "the check of X")
@@ -240,6 +249,20 @@ def mean_shift(
                 raise InputError(f"X has a non-finite value ({b[2]}) at row {off + b[0]}, column {b[1]}")
         raise InputError("X must be finite")
     center = ((lo + hi) * 0.5).astype(np.float32).astype(np.float64)
+
+    if by_region:
+        # Each seed shifted by the one shard whose slab holds it, for as
+        # many iterations as it stays there.
+        modes_c, labels, populations, iterations, converged = _regions.run(
+            client, xf, sizes, groups, workers,
+            sample=sample, center=center, h=h, kernel=kernel,
+            seeds=seeds if seeds_given is None else seeds_given,
+            min_bin_freq=min_bin_freq, cluster_all=bool(cluster_all), max_iter=max_iter, tol=tol,
+            backend=backend, regions=shards or len(workers), progress=progress, timeout=timeout,
+            gather=gather,
+        )
+        modes = (modes_c.astype(np.float64) + center).astype(np.float32)
+        return MeanShiftResult(modes, labels, populations, iterations, converged, h)
 
     # Seeds, centred.
     if seeds_given is not None:

@@ -1,0 +1,449 @@
+"""MeanShift sharded by region: for a compact kernel, each shard owns a
+slab of space along the widest coordinate and holds its own points plus a
+halo of the points within the kernel's reach of the slab, so every seed
+inside a slab is answered by that shard alone. A worker then shifts its
+seeds through as many iterations as they stay in its slab, with no
+exchange between them; a seed that crosses into another slab goes there in
+the next round. The populations of the final positions and the labels are
+answered the same way (a candidate by the slab holding it, a point by the
+slab owning it), so the keys are never brought together and each point is
+counted once."""
+
+from __future__ import annotations
+
+import operator
+import uuid
+from typing import Any, Callable
+
+import distributed
+import numpy as np
+from dask.sizeof import sizeof
+
+from .. import _locus
+from .._engine import engine_for
+from .._errors import InputError
+from .._functions import knn
+from . import _watch
+from ._keyset import _states
+from ._merge import _ratio, bin_counts, _merge_bins
+from ._placement import _Shard, _Sharded
+
+# The profiles whose weight is zero beyond the bandwidth (and aliases).
+COMPACT = frozenset(
+    {"epanechnikov", "uniform", "flat", "tophat", "triangular", "linear", "biweight", "quartic", "cosine"}
+)
+# Rows sampled over all blocks (evenly per block) to place the cuts.
+SAMPLE_ROWS = 1 << 16
+# Relative slack on the halo's width: a key the kernel weighs at a seed in
+# the slab lies within the bandwidth of it along every coordinate; f32
+# rounding at the edge is far below this.
+_HALO_SLACK = 1e-3
+
+
+def is_compact(kernel: Any) -> bool:
+    """Whether ``kernel`` (a profile name) has bounded reach."""
+    return isinstance(kernel, str) and kernel.lower() in COMPACT
+
+
+class _RegionShard(_Shard):
+    """A slab's key set: the points it owns first (``n_owned`` of them),
+    then its halo; the values are the points (MeanShift)."""
+
+    def __init__(self, keys: np.ndarray, n_owned: int, backend: str) -> None:
+        super().__init__(keys, keys, None, 0, backend)
+        self.n_owned = int(n_owned)
+
+    def __reduce__(self) -> tuple:
+        return (_RegionShard, (self.keys, self.n_owned, self.backend))
+
+
+@sizeof.register(_RegionShard)
+def _sizeof_region(s: _RegionShard) -> int:
+    return s.nbytes()
+
+
+def _centred(x: Any, center: np.ndarray) -> np.ndarray:
+    """``x`` centred as the shards and the single process centre it: the
+    difference rounded to f32. ``center`` holds f32 values, so the f32
+    subtraction (the exact difference rounded once) equals the f64
+    difference rounded to f32, without the f64 temporaries (the exact
+    difference of two f32 fits an f64 unless one is below 2⁻²⁹ of the
+    other, and then both round to the larger)."""
+    return np.subtract(np.asarray(x, dtype=np.float32), center.astype(np.float32), dtype=np.float32)
+
+
+def extent_and_sample(x: Any, rows: int) -> tuple:
+    """A block's bounding box and about ``rows`` of its rows, evenly
+    strided (they place the cuts)."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.shape[0] == 0:
+        d = x.shape[1]
+        return np.full(d, np.inf), np.full(d, -np.inf), x
+    step = max(1, x.shape[0] // max(1, rows))
+    return x.min(axis=0).astype(np.float64), x.max(axis=0).astype(np.float64), x[::step].copy()
+
+
+def merge_extent_and_sample(a: tuple, b: tuple) -> tuple:
+    return np.minimum(a[0], b[0]), np.maximum(a[1], b[1]), np.concatenate([a[2], b[2]])
+
+
+def by_worker(client: distributed.Client, blocks: list, what: str, timeout: float) -> list[tuple[str, list[int]]]:
+    """The blocks grouped by the worker holding them, in block order within
+    a group: each pass over the points then runs one task per worker over
+    its own blocks, not one per block (hundreds of blocks at 10⁸ points,
+    each a few milliseconds of scheduling)."""
+    _watch.wait(client, blocks, [f"X block {i} of {len(blocks)}" for i in range(len(blocks))], what, timeout)
+    for f in blocks:
+        if f.status == "error":
+            f.result()
+    who = _watch.who_has(client, blocks, what, timeout)
+    groups: dict[str, list[int]] = {}
+    for i, f in enumerate(blocks):
+        held = sorted(who.get(f.key, ()))
+        groups.setdefault(held[0] if held else "", []).append(i)
+    return sorted(groups.items())
+
+
+def on_groups(
+    client: distributed.Client, groups: list[tuple[str, list[int]]], blocks: list, task: Callable, *args: Any
+) -> list:
+    """``task(*args, *blocks of the group)`` for every group, on its worker:
+    the futures, in group order."""
+    return [
+        client.submit(
+            task, *args, *[blocks[i] for i in idx],
+            workers=[w] if w else None, allow_other_workers=True, pure=False,
+        )
+        for w, idx in groups
+    ]
+
+
+def extent_and_sample_many(rows: int, *blocks: Any) -> tuple:
+    """:func:`extent_and_sample` of several blocks, merged."""
+    out = extent_and_sample(blocks[0], rows)
+    for b in blocks[1:]:
+        out = merge_extent_and_sample(out, extent_and_sample(b, rows))
+    return out
+
+
+def place_cuts(sample: np.ndarray, regions: int) -> np.ndarray:
+    """Cuts along one centred coordinate giving ``regions`` slabs of about
+    equal populations, at quantiles of the ``sample`` (values of points);
+    each slab holds at least one sampled point (a cut that would leave one
+    empty is dropped), so there may be fewer."""
+    if regions <= 1 or len(sample) == 0:
+        return np.zeros(0, dtype=np.float64)
+    q = np.quantile(sample, np.arange(1, regions) / regions, method="inverted_cdf")
+    return np.unique(q[q > sample.min()]).astype(np.float64)
+
+
+def _slab_of(coord: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+    """The slab of each centred cut coordinate: slab r is
+    ``[cuts[r−1], cuts[r])``."""
+    return np.searchsorted(cuts, coord, side="right")
+
+
+def pieces(x: Any, center: np.ndarray, axis: int, cuts: np.ndarray, halo: float, h_bins: float | None) -> tuple:
+    """A block cut by slab (for each slab, the centred points it owns and
+    those of its halo) and the block's seed bins of side ``h_bins`` (None:
+    not asked)."""
+    x = np.asarray(x, dtype=np.float32)
+    xc = _centred(x, center)
+    c = np.ascontiguousarray(xc[:, axis])
+    # The cuts are values of points (f32), so comparing in f32 is exact; the
+    # halo's ends are rounded outwards (a key more in a halo changes nothing).
+    inf = np.float32(np.inf)
+    lo = np.concatenate([[-inf], cuts.astype(np.float32)])
+    hi = np.concatenate([cuts.astype(np.float32), [inf]])
+    out = []
+    for r in range(len(lo)):
+        own = (c >= lo[r]) & (c < hi[r])
+        lo_h = np.nextafter(np.float32(lo[r] - halo), -inf)
+        hi_h = np.nextafter(np.float32(hi[r] + halo), inf)
+        near = (c >= lo_h) & (c < hi_h) & ~own
+        out.append((xc.take(np.flatnonzero(own), axis=0), xc.take(np.flatnonzero(near), axis=0)))
+    bins = None
+    if h_bins is not None:
+        b = np.round(x.astype(np.float64) / h_bins) + 0.0
+        bins = bin_counts(b) if len(b) else (b, np.zeros(0, dtype=np.int64))
+    return out, bins
+
+
+def pieces_many(center: np.ndarray, axis: int, cuts: np.ndarray, halo: float, h_bins: float | None, *blocks: Any) -> tuple:
+    """:func:`pieces` of several blocks, each slab's pieces joined in block
+    order, the bins merged."""
+    got = [pieces(b, center, axis, cuts, halo, h_bins) for b in blocks]
+    out = [
+        (np.concatenate([g[0][r][0] for g in got]), np.concatenate([g[0][r][1] for g in got]))
+        for r in range(len(cuts) + 1)
+    ]
+    bins = None
+    if h_bins is not None:
+        bins = got[0][1]
+        for g in got[1:]:
+            bins = _merge_bins(bins, g[1])
+    return out, bins
+
+
+def build_region(backend: str, *parts: tuple) -> _RegionShard:
+    """A slab's shard from its pieces of every block: the points it owns
+    (in block order), then its halo."""
+    owned = [p[0] for p in parts]
+    keys = np.concatenate(owned + [p[1] for p in parts])
+    return _RegionShard(np.ascontiguousarray(keys), sum(len(o) for o in owned), backend)
+
+
+def label_block(x: Any, center: np.ndarray, modes: np.ndarray, h: float, cluster_all: bool, backend: str) -> np.ndarray:
+    """The nearest mode of every point of a block (centred as the shards
+    are), in the narrowest integer type that holds the labels (they cross
+    the wire: one byte a point for fewer than 127 modes)."""
+    dist, idx = knn(_centred(x, center), modes, 1, backend=engine_for(backend))
+    labels = idx[:, 0].astype(np.min_scalar_type(-len(modes)))
+    if not cluster_all:
+        labels[dist[:, 0] > h] = -1
+    return labels
+
+
+def label_many(center: np.ndarray, modes: np.ndarray, h: float, cluster_all: bool, backend: str, *blocks: Any) -> list:
+    """:func:`label_block` of several blocks: one array each."""
+    return [label_block(b, center, modes, h, cluster_all, backend) for b in blocks]
+
+
+def centred_many(center: np.ndarray, *blocks: Any) -> list:
+    return [_centred(b, center) for b in blocks]
+
+
+class Regions(_Sharded):
+    """The slabs' shards, with the cuts between them."""
+
+    def __init__(self, client: distributed.Client, timeout: float, cuts: np.ndarray, axis: int) -> None:
+        super().__init__(client, timeout)
+        self.cuts = cuts
+        self.axis = axis
+
+    def _shard_name(self, i: int) -> str:
+        on = ",".join(self.homes[i]) or "no worker"
+        lo = "-inf" if i == 0 else f"{self.cuts[i - 1]:g}"
+        hi = "inf" if i == len(self.cuts) else f"{self.cuts[i]:g}"
+        return f"region {i} of {len(self.shards)} ({self.rows[i]} keys, coordinate {self.axis} in [{lo}, {hi}), on {on})"
+
+    def place(
+        self,
+        blocks: list,
+        groups: list[tuple[str, list[int]]],
+        workers: list[str],
+        center: np.ndarray,
+        halo: float,
+        h_bins: float | None,
+        backend: str,
+        gather: Callable[[Any, str], Any],
+        what: str,
+    ) -> Any:
+        """Cuts every block by slab on its worker (one task per group of
+        ``groups``) and builds each slab's shard on its own worker (slab r
+        on worker r mod W), the pieces moving there. Returns the seed bins counted on the way
+        (``h_bins`` None: None)."""
+        from ._merge import _tree
+
+        client, t = self.client, self.timeout
+        split = on_groups(client, groups, blocks, pieces_many, center, self.axis, self.cuts, halo, h_bins)
+        bins = None
+        if h_bins is not None:
+            counted = [client.submit(operator.itemgetter(1), f, pure=False) for f in split]
+            bins = _tree(client, counted, _merge_bins)
+        cut = [client.submit(operator.itemgetter(0), f, pure=False) for f in split]
+        n_regions = len(self.cuts) + 1
+        self.shards = [
+            client.submit(
+                build_region,
+                backend,
+                *[client.submit(operator.itemgetter(r), c, pure=False) for c in cut],
+                workers=[workers[r % len(workers)]],
+                allow_other_workers=True,
+                pure=False,
+                key=f"locus-region-{uuid.uuid4().hex}",
+            )
+            for r in range(n_regions)
+        ]
+        names = [f"region {r} of {n_regions}" for r in range(n_regions)]
+        _watch.wait(client, self.shards, names, what, t)
+        for f in self.shards:
+            if f.status == "error":
+                f.result()
+        self.rows = gather([client.submit(_size, f, pure=False) for f in self.shards], what)
+        self.offsets = [0] * n_regions
+        who = _watch.who_has(client, self.shards, what, t)
+        self.homes = [list(who.get(s.key, ())) for s in self.shards]
+        return None if bins is None else gather(bins, what)
+
+    def slab_of(self, pos: np.ndarray) -> np.ndarray:
+        return _slab_of(pos[:, self.axis].astype(np.float64), self.cuts)
+
+    def bounds(self, r: int) -> tuple[float, float]:
+        lo = -np.inf if r == 0 else float(self.cuts[r - 1])
+        hi = np.inf if r == len(self.cuts) else float(self.cuts[r])
+        return lo, hi
+
+    def routed(self, task: Callable, pos: np.ndarray, per: Callable, *args: Any, what: str) -> list:
+        """``task(shard, rows, *per(r, rows), *args)`` for every slab with a
+        row of ``pos`` in it (``rows``: the indices of those rows), as a
+        list over the slabs (None for a slab with no row)."""
+        slab = self.slab_of(pos)
+        sel = [np.flatnonzero(slab == r) for r in range(len(self.shards))]
+        answers = self._map_reduce(
+            _routed_task, None, lambda r: (task, sel[r], *per(r, sel[r])), None, *args, what=what
+        )
+        return list(zip(sel, answers))
+
+
+def _size(shard: _RegionShard) -> int:
+    return shard.n
+
+
+def _routed_task(shard: _RegionShard, task: Callable, rows: np.ndarray, *args: Any) -> Any:
+    if len(rows) == 0:
+        return None
+    return task(shard, *args)
+
+
+def shift_in_slab(
+    shard: _RegionShard,
+    pos: np.ndarray,
+    iters: np.ndarray,
+    lo: float,
+    hi: float,
+    axis: int,
+    h: float,
+    kernel: str,
+    thr_sq: np.float32,
+    max_iter: int,
+) -> tuple:
+    """Shifts the seeds ``pos`` (each already ``iters`` steps along) by the
+    engine's step and stop rule, each until it stops, takes its
+    ``max_iter``-th step or leaves the slab ``[lo, hi)``. Returns the
+    positions, the steps taken and each seed's end: 1 stopped, 2 at
+    ``max_iter``, 0 left the slab (still moving)."""
+    pos = np.array(pos, dtype=np.float32, copy=True)
+    iters = np.array(iters, dtype=np.int64, copy=True)
+    end = np.zeros(len(pos), dtype=np.int8)
+    active = np.arange(len(pos))
+    while len(active):
+        _, s, u = _states(shard, pos[active], h, kernel, "values")
+        sub = pos[active]
+        stop = _locus.shift_step(sub, _ratio(s, u), thr_sq)
+        pos[active] = sub
+        iters[active] += 1
+        end[active[stop]] = 1
+        moving = active[~stop]
+        full = iters[moving] >= max_iter
+        end[moving[full]] = 2
+        moving = moving[~full]
+        c = pos[moving, axis].astype(np.float64)
+        active = moving[(c >= lo) & (c < hi)]
+    return pos, iters, end
+
+
+def populations(shard: _RegionShard, cand: np.ndarray, h: float) -> np.ndarray:
+    """The points within ``h`` of each candidate (all in this slab's key
+    set, each once)."""
+    _, s, _ = _states(shard, cand, h, "uniform", "none")
+    return s
+
+
+def _in_block_order(groups: list[tuple[str, list[int]]], answers: list) -> list:
+    """The groups' per-block answers back in block order."""
+    out: list = [None] * sum(len(idx) for _, idx in groups)
+    for (_, idx), got in zip(groups, answers):
+        for i, a in zip(idx, got):
+            out[i] = a
+    return out
+
+
+def run(
+    client: distributed.Client,
+    xf: list,
+    sizes: list[int],
+    groups: list[tuple[str, list[int]]],
+    workers: list[str],
+    *,
+    sample: np.ndarray,
+    center: np.ndarray,
+    h: float,
+    kernel: str,
+    seeds: str | np.ndarray,
+    min_bin_freq: int,
+    cluster_all: bool,
+    max_iter: int,
+    tol: float,
+    backend: str,
+    regions: int,
+    progress: Callable[[int, int, int], None] | None,
+    timeout: float,
+    gather: Callable[[Any, str], Any],
+) -> tuple:
+    """MeanShift by region on the blocks ``xf`` (row counts ``sizes``,
+    grouped by worker in ``groups``; ``sample``: rows of them spread over all, which place the cuts along
+    their widest coordinate): the modes (centred), labels, populations,
+    iterations and whether every seed stopped."""
+    n_total = int(sum(sizes))
+    sc = _centred(sample, center).astype(np.float64)
+    axis = int(np.argmax(sc.max(axis=0) - sc.min(axis=0)))
+    cuts = place_cuts(sc[:, axis], regions)
+    binned = isinstance(seeds, str) and seeds == "binned"
+    reg = Regions(client, timeout, cuts, axis)
+    bins = reg.place(
+        xf, groups, workers, center, h * (1.0 + _HALO_SLACK), h if binned else None, backend, gather,
+        "mean_shift: placing the regions",
+    )
+    try:
+        if not isinstance(seeds, str):
+            pos = (np.asarray(seeds, dtype=np.float64) - center).astype(np.float32)
+        elif binned and len(kept := bins[0][bins[1] >= min_bin_freq]) != n_total:
+            pos = ((kept * h).astype(np.float32).astype(np.float64) - center).astype(np.float32)
+        else:
+            # Every point a seed, in row order.
+            pos = np.concatenate(_in_block_order(groups, gather(
+                on_groups(client, groups, xf, centred_many, center), "mean_shift: the seeds"
+            )))
+        if len(pos) == 0:
+            raise InputError(f"mean_shift: no seeds (no bin holds min_bin_freq={min_bin_freq} points)")
+        thr_sq = np.float32(tol * h * tol * h)
+        iters = np.zeros(len(pos), dtype=np.int64)
+        end = np.zeros(len(pos), dtype=np.int8)
+        moving = np.arange(len(pos))
+        rounds = 0
+        while len(moving):
+            rounds += 1
+            answers = reg.routed(
+                shift_in_slab,
+                pos[moving],
+                lambda r, rows: (pos[moving[rows]], iters[moving[rows]], *reg.bounds(r)),
+                axis, h, kernel, thr_sq, max_iter,
+                what=f"mean_shift: round {rounds}",
+            )
+            for rows, ans in answers:
+                if ans is not None:
+                    pos[moving[rows]], iters[moving[rows]], end[moving[rows]] = ans
+            if progress is not None:
+                progress(int(iters.max()), len(moving), int(np.sum(end == 0)))
+            moving = np.flatnonzero(end == 0)
+        iterations = int(iters.max())
+        converged = bool(np.all(end == 1))
+
+        bits = np.unique(pos.view(np.uint32), axis=0)
+        cand = np.ascontiguousarray(bits).view(np.float32)
+        counts = np.zeros(len(cand), dtype=np.float64)
+        for rows, ans in reg.routed(
+            populations, cand, lambda r, rows: (cand[rows],), h, what="mean_shift: the populations"
+        ):
+            if ans is not None:
+                counts[rows] = ans
+        modes_c, pops = _locus.rank_modes(cand, counts, h, len(pos))
+    finally:
+        reg.close()
+    # Each block labels its own points: the labels come back in row order.
+    labels = np.concatenate(_in_block_order(groups, gather(
+        on_groups(client, groups, xf, label_many, center, modes_c, h, cluster_all, backend),
+        "mean_shift: the labels",
+    ))).astype(np.int64)
+    return modes_c, labels, pops, iterations, converged
