@@ -100,26 +100,41 @@ def main() -> None:
     def progress(it: int, queried: int, moving: int) -> None:
         log.append((it, queried, moving, time.perf_counter()))
 
+    def between_workers() -> int:
+        # Bytes the workers fetched from one another (Dask's transfer log).
+        logs = client.run(lambda dask_worker: sum(e["total"] for e in dask_worker.transfer_incoming_log))
+        return int(sum(logs.values()))
+
+    moved0 = between_workers()
     t1 = time.perf_counter()
     r = ld.mean_shift(
         client, X, bandwidth=a.bandwidth, kernel=a.kernel, seeds="binned",
         backend=a.backend, shards=shards, progress=progress,
     )
     t2 = time.perf_counter()
+    moved = between_workers() - moved0
     seeds = log[0][1] if log else 0
-    iter_s = (log[-1][3] - log[0][3]) / max(1, len(log) - 1) if len(log) > 1 else float("nan")
+    by_region = a.kernel.lower() in ld._regions.COMPACT
     print(f"N = {n:,} points, d = {a.d}, {shards} shards, h = {a.bandwidth}, kernel {a.kernel}")
     print(f"{seeds} bin seeds, {r.n_iter} iterations (converged: {r.converged}), "
           f"{len(r.cluster_centers)} modes")
     print(f"mean_shift: {t2 - t1:.2f} s end to end (points generated on the workers, "
-          f"sharding, seeding, iterations, labelling); {iter_s * 1e3:.1f} ms per iteration")
-    # Bytes per iteration: seeds out to every worker, states back per shard.
-    q = a.d
-    sent = sum(m for _, m, _, _ in log) * a.d * 4 * workers
-    back = sum(m for _, m, _, _ in log) * (4 + 8 + 8 * q) * shards
-    print(f"moved over all iterations: seeds {sent / 1e6:.2f} MB out, states {back / 1e6:.2f} MB back; "
-          f"first iteration {seeds * (a.d * 4 * workers + (12 + 8 * q) * shards) / 1e3:.1f} kB "
-          f"vs keys {n * a.d * 4 / 1e6:.1f} MB resident")
+          f"sharding, seeding, iterations, labelling)")
+    sent = sum(m for _, m, _, _ in log)
+    if by_region:
+        # Sharded by region: each round sends a seed (position, steps) to
+        # its slab's worker only, and gets it back with its end.
+        per_seed = a.d * 4 + 8
+        print(f"{len(log)} rounds (seeds shifted on their slab's worker between them); "
+              f"seeds {sent * per_seed / 1e3:.1f} kB out, {sent * (per_seed + 1) / 1e3:.1f} kB back")
+    else:
+        iter_s = (log[-1][3] - log[0][3]) / max(1, len(log) - 1) if len(log) > 1 else float("nan")
+        # Seeds out to every worker, states back per shard, each iteration.
+        back = sent * (4 + 8 + 8 * a.d) * shards
+        print(f"{iter_s * 1e3:.1f} ms per iteration; seeds {sent * a.d * 4 * workers / 1e6:.2f} MB out, "
+              f"states {back / 1e6:.2f} MB back over all iterations")
+    what = "the points moved once to their slabs, merges" if by_region else "blocks, merges"
+    print(f"between workers: {moved / 1e6:.1f} MB ({what}) vs keys {n * a.d * 4 / 1e6:.1f} MB resident")
     print("populations:", r.populations.tolist())
 
     if a.check:

@@ -96,16 +96,31 @@ def mean_shift(
     resident, one key set per shard. ``seeds``: ``"binned"`` (scikit-learn's
     bins of side ``bandwidth`` holding at least ``min_bin_freq`` points,
     counted per shard and summed), ``"all"`` (every point: they are brought
-    to the driver) or an array of seeds. Each iteration sends the moving
-    seeds to every shard, merges the shards' row states in a tree, moves
-    the seeds on the driver and drops the converged ones. Modes are then
-    ranked by the points within one bandwidth (counted per shard), merged
-    when within one bandwidth, and every point is labelled by its nearest
-    mode on its own worker. ``bandwidth`` must be given (a number), unless
+    to the driver) or an array of seeds.
+
+    With a compact kernel (``uniform``, ``epanechnikov``, ``triangular``,
+    ``biweight``, ``cosine``) the shards are regions of space: slabs along
+    the points' widest coordinate, cut at quantiles of a sample so they
+    hold about equal numbers of points, each holding its own points and a
+    halo of those within one bandwidth of it (the points move once, from
+    the blocks to the slabs' workers). Every seed inside a slab is then
+    answered by that slab alone, so a worker shifts its seeds through as
+    many iterations as they stay in its slab without an exchange; a seed
+    that crosses into another slab is sent there in the next round. The
+    populations of the final positions are counted by the slab holding
+    each, and every point is labelled on the worker holding its block.
+    Otherwise (a kernel of full support, or a product kernel) the shards
+    are row blocks: each iteration sends the moving seeds to every shard,
+    merges the shards' row states in a tree, moves the seeds on the
+    driver and drops the converged ones. Either way modes are ranked by the
+    points within one bandwidth, merged when within one bandwidth, and
+    every point is labelled by its nearest mode on its own worker. ``bandwidth`` must be given (a number), unless
     ``kernel`` is a :class:`~locus.ProductKernel` (joint MeanShift, as
     :func:`locus.mean_shift`: no bandwidth, each block in units of its own).
     ``progress(iteration, queried, moving)`` is called after each
-    iteration with the seeds sent out and those still moving.
+    iteration with the seeds sent out and those still moving; by region,
+    after each round, with the most iterations any seed has taken, the
+    seeds sent out and those handed to another slab.
 
     A worker that dies during the call makes it raise
     :class:`ShardLostError` (within about a second of the scheduler
@@ -137,10 +152,12 @@ def mean_shift(
     backend : {"auto", "gpu", "cpu"}, default="auto"
         The engine each worker opens.
     shards : int or None, default=None
-        How many shards (default: one per worker for NumPy input, the row
-        chunks for Dask input).
+        How many shards: by region, the slabs (default one per worker;
+        slab r lives on worker r mod W); by rows, the row blocks (default:
+        one per worker for NumPy input, the row chunks for Dask input).
     progress : callable or None, default=None
-        ``progress(iteration, queried, moving)``, called after each iteration.
+        ``progress(iteration, queried, moving)``, called after each
+        iteration (by region: after each round).
     timeout : float, default=30
         Seconds any exchange that moves data or asks the scheduler may take.
 

@@ -315,7 +315,7 @@ def shift_in_slab(
     axis: int,
     h: float,
     kernel: str,
-    thr_sq: np.float32,
+    thr_sq: float,
     max_iter: int,
 ) -> tuple:
     """Shifts the seeds ``pos`` (each already ``iters`` steps along) by the
@@ -407,7 +407,8 @@ def run(
             )))
         if len(pos) == 0:
             raise InputError(f"mean_shift: no seeds (no bin holds min_bin_freq={min_bin_freq} points)")
-        thr_sq = np.float32(tol * h * tol * h)
+        tol_h = tol * h
+        thr_sq = float(np.float32(tol_h * tol_h))  # as the row-shard path
         iters = np.zeros(len(pos), dtype=np.int64)
         end = np.zeros(len(pos), dtype=np.int8)
         moving = np.arange(len(pos))
