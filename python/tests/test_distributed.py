@@ -693,3 +693,45 @@ def test_mean_shift_estimator_on_numpy_and_dask(client):
         ld.MeanShift(client=client, bandwidth=-1.0, backend="cpu").fit(x)
     with pytest.raises(ValueError):
         ld.MeanShift(client=client, bandwidth=1.0, backend="cpu").fit(x).predict(np.zeros((2, 3)))
+
+
+def _worker_adapter() -> tuple:
+    import os
+
+    from locus._engine import engine_for
+
+    return os.environ.get("LOCUS_ADAPTER"), engine_for("gpu").info()["name"]
+
+
+def test_two_gpu_workers_each_open_the_adapter_they_are_given(gpu):
+    """Workers with GPUs: each worker opens the adapter ``assign_adapters``
+    gives it (by index or by name, as ``LOCUS_ADAPTER`` takes it), the
+    sharded ops run on the workers' GPU engines (lavapipe here) with the
+    single process's results, and an adapter that does not exist is a
+    typed error from the worker, not a hang or a CPU run."""
+    name = gpu.info()["name"]
+    x = _blobs(3000, seed=8)
+    want = locus.mean_shift(x, bandwidth=1.0, bin_seeding=True, backend="cpu")
+    q = x[::37] + 0.1
+    cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")
+    with cluster, distributed.Client(cluster) as c:
+        plan = ld.assign_adapters(c, [0, name])
+        assert sorted(plan.values()) == sorted(["0", name])
+        opened = c.run(_worker_adapter)
+        assert sorted(opened.values()) == sorted([("0", name), (name, name)])
+        # By region (uniform kernel) on the workers' GPU key sets.
+        got = ld.mean_shift(c, x, bandwidth=1.0, backend="gpu")
+        np.testing.assert_array_equal(got.labels, want.labels)
+        np.testing.assert_allclose(got.cluster_centers, want.cluster_centers, atol=1e-4, rtol=0)
+        # Row shards (a kernel of full support), against the single GPU engine.
+        ks = ld.ShardedKeySet(c, x, x, backend="gpu", shards=2)
+        try:
+            _close(ks.local_mean(q, bandwidth=0.7, kernel="gaussian"),
+                   gpu.prepare(x, x).local_mean(q, bandwidth=0.7, kernel="gaussian"))
+        finally:
+            ks.close()
+    cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")
+    with cluster, distributed.Client(cluster) as c:
+        ld.assign_adapters(c, ["no-such-adapter-anywhere", name])
+        with pytest.raises(locus.DeviceError, match="no-such-adapter-anywhere"):
+            ld.mean_shift(c, x, bandwidth=1.0, backend="gpu")
