@@ -12,6 +12,8 @@ use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile, far_norm};
+#[cfg(target_arch = "x86_64")]
+use super::simd::Avx512;
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable};
 use super::topk::{TopK, range};
 use crate::cancel::Checkpoint;
@@ -87,13 +89,72 @@ fn chunk_lists(
 ) -> Vec<TopK> {
     let tile = TileIsa::at_most(isa);
     #[cfg(target_arch = "x86_64")]
+    if let (Some(isa), TileIsa::Avx512(t)) = (isa, tile) {
+        // SAFETY: the tokens are made only where run-time detection found
+        // the features.
+        return unsafe { chunk_avx512(isa, t, chunk, d, keys, filter, k) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if let Some(isa) = isa {
         // SAFETY: `isa` is an `Avx2Fma` token, made only where run-time
         // detection found AVX2 and FMA.
         return unsafe { chunk_avx2(isa, tile, chunk, d, keys, filter, k) };
     }
     let _ = isa;
-    chunk_impl(Portable, tile, chunk, d, keys, filter, k)
+    chunk_impl(Portable, tile, chunk, d, keys, filter, k, passing)
+}
+
+/// The keys of `w` and `s` (at most 16) that pass the test
+/// `w_j − 2s_j ≤ lim`, as bits (key `l` at bit `l`).
+#[inline(always)]
+fn passing(w: &[f32], s: &[f32], lim: f32) -> u32 {
+    w.iter()
+        .zip(s)
+        .enumerate()
+        .fold(0, |bits, (l, (&wj, &sj))| {
+            bits | (u32::from(wj - 2.0 * sj <= lim) << l)
+        })
+}
+
+/// [`passing`] sixteen lanes at a time: `2s_j` is exact, so the fused
+/// `w_j − 2s_j` rounds as the separate one does.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn passing_avx512(w: &[f32], s: &[f32], lim: f32) -> u32 {
+    use std::arch::x86_64::*;
+    let n = w.len().min(s.len()).min(16);
+    let k: __mmask16 = if n == 16 { 0xffff } else { (1u16 << n) - 1 };
+    // SAFETY: only the first n ≤ 16 lanes are read; both slices hold n.
+    let (wv, sv) = unsafe {
+        (
+            _mm512_maskz_loadu_ps(k, w.as_ptr()),
+            _mm512_maskz_loadu_ps(k, s.as_ptr()),
+        )
+    };
+    let t = _mm512_fnmadd_ps(_mm512_set1_ps(2.0), sv, wv);
+    u32::from(_mm512_mask_cmp_ps_mask::<_CMP_LE_OQ>(
+        k,
+        t,
+        _mm512_set1_ps(lim),
+    ))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn chunk_avx512(
+    isa: Avx2Fma,
+    t: Avx512,
+    chunk: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    filter: &Filter<'_>,
+    k: usize,
+) -> Vec<TopK> {
+    let tile = TileIsa::Avx512(t);
+    chunk_impl(isa, tile, chunk, d, keys, filter, k, |w, s, lim| {
+        passing_avx512(w, s, lim)
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -107,7 +168,7 @@ fn chunk_avx2(
     filter: &Filter<'_>,
     k: usize,
 ) -> Vec<TopK> {
-    chunk_impl(isa, tile, chunk, d, keys, filter, k)
+    chunk_impl(isa, tile, chunk, d, keys, filter, k, passing)
 }
 
 /// One query's filter state: its list, centred squared norm and the
@@ -131,6 +192,7 @@ impl Row {
 }
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn chunk_impl<S: Isa>(
     isa: S,
     tile: TileIsa,
@@ -139,6 +201,7 @@ fn chunk_impl<S: Isa>(
     keys: &KeysSoa<'_>,
     filter: &Filter<'_>,
     k: usize,
+    pass: impl Fn(&[f32], &[f32], f32) -> u32,
 ) -> Vec<TopK> {
     let m = chunk.len() / d;
     let n = keys.n;
@@ -185,19 +248,12 @@ fn chunk_impl<S: Isa>(
                         continue;
                     }
                     let (wc, sc) = (&w[c0..c1], &s[r * KEY_BLOCK + c0..r * KEY_BLOCK + c1]);
-                    // A vector test of 16 keys first: most pass none.
-                    let lim = row.lim;
-                    let any = wc
-                        .iter()
-                        .zip(sc)
-                        .fold(false, |hit, (&wj, &sj)| hit | (wj - 2.0 * sj <= lim));
-                    if !any {
-                        continue;
-                    }
-                    for (l, (&wj, &sj)) in wc.iter().zip(sc).enumerate() {
-                        if wj - 2.0 * sj <= lim {
-                            cand.push((i as u32, (j0 + c0 + l) as u32));
-                        }
+                    // One vector test of 16 keys: most pass none.
+                    let mut bits = pass(wc, sc, row.lim);
+                    while bits != 0 {
+                        let l = bits.trailing_zeros() as usize;
+                        cand.push((i as u32, (j0 + c0 + l) as u32));
+                        bits &= bits - 1;
                     }
                 }
                 if per_chunk || c1 == len {
@@ -356,6 +412,47 @@ mod tests {
                 same(&q, &x, d, k, &format!("ties d={d} k={k}"));
             }
         }
+    }
+
+    /// The AVX-512 test of 16 keys passes the keys the scalar one passes,
+    /// for every length and at the edges (ties, infinities, NaN).
+    #[test]
+    fn vector_filter_passes_what_the_scalar_one_passes() {
+        let vals = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.5,
+            2.5,
+            1e30,
+            -1e30,
+            f32::INFINITY,
+            f32::NAN,
+            0.75,
+        ];
+        let w: Vec<f32> = (0..16).map(|i| vals[(i * 7) % vals.len()]).collect();
+        let s: Vec<f32> = (0..16).map(|i| vals[(i * 3 + 1) % vals.len()]).collect();
+        #[cfg(target_arch = "x86_64")]
+        if Avx512::detect().is_some() {
+            for n in 0..=16 {
+                for lim in [
+                    0.0,
+                    -1.0,
+                    2.0,
+                    f32::INFINITY,
+                    f32::NEG_INFINITY,
+                    f32::NAN,
+                    1e30,
+                ] {
+                    let want = passing(&w[..n], &s[..n], lim);
+                    // SAFETY: detected above.
+                    let got = unsafe { passing_avx512(&w[..n], &s[..n], lim) };
+                    assert_eq!(got, want, "n={n} lim={lim}");
+                }
+            }
+        }
+        // The scalar test itself: key 0 passes (0 − 2·0 ≤ 0), NaN never.
+        assert_eq!(passing(&[0.0, f32::NAN], &[0.0, 0.0], 0.0), 1);
     }
 
     #[test]
