@@ -231,6 +231,68 @@ def test_region_centring_in_f32_equals_the_f64_difference():
         np.testing.assert_array_equal(_centred(x, c).view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("dask_input", [False, True], ids=["numpy", "dask"])
+def test_key_sets_partitioned_by_space_route_queries_and_equal_the_single_node(client, dask_input, monkeypatch):
+    """``partition="space"``: slabs along the widest coordinate; a compact
+    kernel's query asks only the shards whose box is within reach, kNN the
+    nearest box first and then those nearer than its k-th neighbour. Every
+    op equals the single-node key set (and the row partition), ties and
+    empty neighbourhoods included."""
+    from locus.distributed import _space
+
+    rng = np.random.default_rng(31)
+    n = 6000
+    x = (rng.normal(size=(n, 3)) * [6.0, 1.0, 1.0]).astype(np.float32)
+    x[n // 2:n // 2 + 200] = x[:200]  # equal keys far apart in row order: ties by global index
+    y = rng.normal(size=(n, 2)).astype(np.float32)
+    lab = rng.integers(0, 4, n)
+    q = np.concatenate([
+        (rng.normal(size=(300, 3)) * [7.0, 1.2, 1.2]),
+        x[:40] + 1e-3,
+        [[100.0, 0.0, 0.0]],  # beyond every box: empty under a compact kernel
+    ]).astype(np.float32)
+    single = locus.Engine("cpu").prepare(x, y, lab)
+    args = (x, y, lab)
+    if dask_input:
+        args = (da.from_array(x, chunks=(700, 3)), da.from_array(y, chunks=(700, 2)), da.from_array(lab, chunks=700))
+    asked = []
+    real = _space.routed
+
+    def counting(sks, task, queries, routes, *a, what):
+        asked.append(sum(len(r) for r in routes))
+        return real(sks, task, queries, routes, *a, what=what)
+
+    monkeypatch.setattr(_space, "routed", counting)
+    ks = ld.ShardedKeySet(client, *args, backend="cpu", shards=4, partition="space")
+    try:
+        assert ks.n_shards == 4 and sum(ks.shard_rows) == n
+        for kernel, h in (("uniform", 0.8), ("epanechnikov", 1.5), ("biweight", 0.5), ("gaussian", 0.7)):
+            asked.clear()
+            _close(ks.local_mean(q, bandwidth=h, kernel=kernel), single.local_mean(q, bandwidth=h, kernel=kernel))
+            _close(ks.log_density(q, bandwidth=h, kernel=kernel), single.log_density(q, bandwidth=h, kernel=kernel))
+            _close(ks.predict_proba(q, bandwidth=h, kernel=kernel), single.predict_proba(q, bandwidth=h, kernel=kernel))
+            np.testing.assert_array_equal(ks.classify(q, bandwidth=h, kernel=kernel), single.classify(q, bandwidth=h, kernel=kernel))
+            if kernel == "gaussian":
+                assert not asked  # full support: every shard, by the row path's map
+            else:
+                # Routed: far fewer (query, shard) pairs than every query
+                # to every shard.
+                assert asked and max(asked) < 0.6 * len(q) * 4, (kernel, asked)
+        assert np.isnan(ks.local_mean(q[-1:], bandwidth=0.8, kernel="uniform")).all()
+        for k in (1, 7, 60):
+            asked.clear()
+            d_got, i_got = ks.knn(q, k)
+            d_want, i_want = single.knn(q, k)
+            np.testing.assert_array_equal(i_got, i_want)
+            np.testing.assert_array_equal(d_got, d_want)
+            assert sum(asked) < 0.6 * len(q) * 4, (k, asked)
+        # Keys on one slab only: the others are never asked, k = N still works.
+        d_all, i_all = ks.knn(q[:3], n)
+        np.testing.assert_array_equal(i_all, single.knn(q[:3], n)[1])
+    finally:
+        ks.close()
+
+
 def test_mean_shift_on_a_dask_array_with_given_seeds(client):
     x = _blobs(4000, seed=5)
     seeds = x[::97]
@@ -267,7 +329,8 @@ def test_a_released_shard_raises_instead_of_a_partial_result(client, data):
         sharded.local_mean(q, bandwidth=0.5)
 
 
-def test_a_killed_worker_loses_its_shard_loudly():
+@pytest.mark.parametrize("partition", ["rows", "space"])
+def test_a_killed_worker_loses_its_shard_loudly(partition):
     # A cluster of its own: one of its workers is killed.
     with distributed.LocalCluster(
         n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
@@ -275,7 +338,7 @@ def test_a_killed_worker_loses_its_shard_loudly():
         rng = np.random.default_rng(0)
         x = rng.normal(size=(2000, 2)).astype(np.float32)
         q = x[:50]
-        sharded = ld.ShardedKeySet(c, x, x[:, 0], backend="cpu", shards=2)
+        sharded = ld.ShardedKeySet(c, x, x[:, 0], backend="cpu", shards=2, partition=partition)
         victim = sharded.where()[1]
         pid = c.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGKILL)
@@ -494,20 +557,28 @@ KEYSET_BAD = {
 }
 
 
+@pytest.mark.parametrize("partition", ["rows", "space"])
 @pytest.mark.parametrize("case", list(KEYSET_BAD), ids=list(KEYSET_BAD))
-def test_sharded_key_set_refuses_bad_data_as_the_single_node_key_set(client, case):
+def test_sharded_key_set_refuses_bad_data_as_the_single_node_key_set(client, case, partition):
     args, kw, exc, match = KEYSET_BAD[case]
     args = args()
-    if not case.startswith(("dask", "shards", "backend")):
+    if not case.startswith(("dask", "shards", "backend")) and partition == "rows":
         with pytest.raises(exc):  # the single-node key set refuses it alike
             locus.Engine("cpu").prepare(*args)
     with pytest.raises(exc, match=match):
-        ld.ShardedKeySet(client, *args, **{"backend": "cpu", **kw})
+        ld.ShardedKeySet(client, *args, **{"backend": "cpu", "partition": partition, **kw})
 
 
-@pytest.fixture(scope="module")
-def small(client):
-    return ld.ShardedKeySet(client, _X, _X[:, 0], np.arange(20) % 3 - 1, backend="cpu", shards=3)
+def test_partition_must_be_rows_or_space(client):
+    with pytest.raises(ValueError, match='partition must be "rows" or "space"'):
+        ld.ShardedKeySet(client, _X, partition="cells")
+
+
+@pytest.fixture(scope="module", params=["rows", "space"])
+def small(client, request):
+    return ld.ShardedKeySet(
+        client, _X, _X[:, 0], np.arange(20) % 3 - 1, backend="cpu", shards=3, partition=request.param
+    )
 
 
 QUERY_BAD = {

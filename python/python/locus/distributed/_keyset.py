@@ -114,9 +114,22 @@ class ShardedKeySet(_Sharded):
         The engine each worker opens.
     shards : int or None, default=None
         How many shards (default: one per worker for NumPy input, the row
-        chunks for Dask input).
+        chunks for Dask input; by space, one per worker).
     timeout : float, default=30
         Seconds any exchange that moves data or asks the scheduler may take.
+    partition : {"rows", "space"}, default="rows"
+        ``"rows"``: each shard a block of rows, and every query asks every
+        shard. ``"space"``: the keys cut into slabs along their widest
+        coordinate (at quantiles of a sample: about equal numbers of keys
+        per slab; slab i on worker i mod W), each shard knowing the box its
+        keys fill; a query under a compact kernel (``uniform``,
+        ``epanechnikov``, ``triangular``, ``biweight``, ``cosine``) asks
+        only the shards whose box lies within the bandwidth of it (none:
+        an empty neighbourhood), and :meth:`knn` asks the shard whose box
+        is nearest, then only those whose box is nearer than the k-th
+        neighbour found there. Kernels of full support and product kernels
+        ask every shard. Same results either way (up to the order of the
+        merged sums); indices stay global.
     """
 
     def __init__(
@@ -129,10 +142,14 @@ class ShardedKeySet(_Sharded):
         backend: str = "auto",
         shards: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        partition: str = "rows",
     ) -> None:
         super().__init__(client, timeout)
         # Everything the driver can check is checked before any task is sent.
         check_backend(backend)
+        if partition not in ("rows", "space"):
+            raise InputError(f'partition must be "rows" or "space", got {partition!r}')
+        self.partition = partition
         shards = _check_shards(shards)
         workers = _workers(client)
         n = None  # rows of the keys, where known on the driver
@@ -181,7 +198,12 @@ class ShardedKeySet(_Sharded):
                 # is checked on the workers.
                 rows = n if n is not None else (lab.shape[0] if lab.ndim else 0)
                 self._classes = as_labels(lab, rows)[0]
-        self._place(keys, values, labels, self._classes, backend, shards, workers=workers)
+        if partition == "space":
+            from . import _space
+
+            _space.place(self, keys, values, labels, self._classes, backend, shards, workers)
+        else:
+            self._place(keys, values, labels, self._classes, backend, shards, workers=workers)
         self._dim = int(keys.shape[1])  # known on the driver: checked above
         self.backend = backend
 
@@ -209,7 +231,7 @@ class ShardedKeySet(_Sharded):
 
     @property
     def shard_rows(self) -> list[int]:
-        """Keys per shard, in row order."""
+        """Keys per shard, in shard order (by rows: in row order)."""
         return list(self.rows)
 
     def where(self) -> list[str]:
@@ -236,10 +258,30 @@ class ShardedKeySet(_Sharded):
         _check_finite(q, "queries")
         return q
 
+    def _shard_name(self, i: int) -> str:
+        if self.partition != "space":
+            return super()._shard_name(i)
+        on = ",".join(self.homes[i]) or "no worker"
+        return f"shard {i} of {len(self.shards)} (slab {i}, {self.rows[i]} keys, placed on {on})"
+
+    def _reach(self, h: float | None, kernel: Any) -> float | None:
+        """How far a weighed key can be, when queries are routed by space."""
+        if self.partition != "space":
+            return None
+        from . import _space
+
+        return _space.reach_of(h, kernel)
+
     def _merged_states(
         self, q: np.ndarray, bandwidth: float | None, kernel: str | ProductKernel, cols: str, what: str
     ) -> tuple:
         h = _check_kernel(bandwidth, kernel)
+        reach = self._reach(h, kernel)
+        if reach is not None:
+            from . import _space
+
+            n_cols = {"values": self._q or 0, "labels": 0 if self._classes is None else len(self._classes), "none": 0}[cols]
+            return _space.states(self, q, h, kernel, cols, n_cols, reach, what)
         return self._map_reduce(_states, merge_states, lambda i: (), q, h, kernel, cols, what=what)
 
     def row_states(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> RowStates:
@@ -310,7 +352,13 @@ class ShardedKeySet(_Sharded):
         """
         q = self._queries(queries)
         bandwidth = _check_kernel(bandwidth, kernel)
-        lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), q, bandwidth, kernel, what="log_density")
+        reach = self._reach(bandwidth, kernel)
+        if reach is not None:
+            from . import _space
+
+            lm = _space.log_mass(self, q, bandwidth, kernel, reach, "log_density")
+        else:
+            lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), q, bandwidth, kernel, what="log_density")
         return lm - math.log(self.n_keys)
 
     def density(self, queries: Any, *, bandwidth: float | None = None, kernel: str | ProductKernel = "gaussian") -> np.ndarray:
@@ -391,6 +439,10 @@ class ShardedKeySet(_Sharded):
         return self._classes[index]
 
     def _knn(self, q: np.ndarray, k: int) -> tuple:
+        if self.partition == "space":
+            from . import _space
+
+            return _space.knn(self, q, k, self._classes is not None)
         return self._map_reduce(
             _knn_task, partial(_merge_knn, k=k), lambda i: (self.offsets[i],), q, k, what="knn"
         )
@@ -424,5 +476,5 @@ class ShardedKeySet(_Sharded):
         return (
             f"ShardedKeySet(rows={self.n_keys}, dim={self._dim}, shards={len(self.shards)}, "
             f"value_cols={self._q}, classes={None if self._classes is None else len(self._classes)}, "
-            f"backend={self.backend!r})"
+            f"backend={self.backend!r}, partition={self.partition!r})"
         )

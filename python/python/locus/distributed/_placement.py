@@ -348,37 +348,8 @@ class _Sharded:
         client, t = self.client, self.timeout
         keys_name = "X" if values_are_keys else "keys"
         what = f"placing the {keys_name}"
-        if key_futures is not None:
-            kf, sizes = key_futures
-        elif _is_dask(keys):
-            kf, sizes = _dask_parts(client, keys, "keys", None, shards, t)
-        else:
-            kf, sizes = _scatter_blocks(client, workers or _workers(client), keys, shards, "keys", t)
-        if not kf:
-            raise InputError(f"{keys_name} is empty (0 rows); it needs at least one row")
-        _watch.wait(client, kf, [f"{keys_name} block {i}" for i in range(len(kf))], what, t)
-        for f in kf:
-            if f.status == "error":
-                f.result()  # raises the block's error
-        who = _watch.who_has(client, kf, what, t)
+        kf, sizes, vf, lf, who = self._blocks(keys, values, labels, shards, keys_name, key_futures, workers)
         offsets = [int(o) for o in np.concatenate([[0], np.cumsum(sizes)[:-1]])]
-
-        def split_like(a: Any, name: str) -> list:
-            if a is None:
-                return [None] * len(kf)
-            if _is_dask(a):
-                return _dask_parts(client, a, name, sizes, None, t)[0]
-            a = np.asarray(a)
-            if a.shape[0] != sum(sizes):
-                raise InputError(f"{name} has {a.shape[0]} rows but there are {sum(sizes)} keys")
-            cuts = np.cumsum(sizes)[:-1]
-            homes = [who.get(f.key, ()) for f in kf]
-            if not all(homes):
-                raise _watch.lost_error(what, [f"{keys_name} block {i}" for i, h in enumerate(homes) if not h])
-            items = [(p, h[0]) for p, h in zip(np.split(a, cuts), homes)]
-            return _watch.scatter(client, items, f"placing the {name}", t)
-
-        vf, lf = split_like(values, "values"), split_like(labels, "labels")
         self.shards = [
             client.submit(
                 _build_shard,
@@ -410,6 +381,55 @@ class _Sharded:
         # shard has moved; a lost one is refused by `_check`).
         who = _watch.who_has(client, self.shards, what, t)
         self.homes = [list(who.get(s.key, ())) for s in self.shards]
+
+    def _blocks(
+        self,
+        keys: Any,
+        values: Any,
+        labels: Any,
+        shards: int | None,
+        keys_name: str,
+        key_futures: list | None = None,
+        workers: list[str] | None = None,
+    ) -> tuple:
+        """The keys as row blocks on the workers (NumPy keys: scattered over
+        ``workers``; Dask keys: their chunks; or ``key_futures`` already
+        placed), computed, with the values and labels cut alike and sent to
+        the same workers: ``(key futures, sizes, value futures, label
+        futures, who_has)`` (None futures where there are no values or
+        labels)."""
+        client, t = self.client, self.timeout
+        what = f"placing the {keys_name}"
+        if key_futures is not None:
+            kf, sizes = key_futures
+        elif _is_dask(keys):
+            kf, sizes = _dask_parts(client, keys, "keys", None, shards, t)
+        else:
+            kf, sizes = _scatter_blocks(client, workers or _workers(client), keys, shards, "keys", t)
+        if not kf:
+            raise InputError(f"{keys_name} is empty (0 rows); it needs at least one row")
+        _watch.wait(client, kf, [f"{keys_name} block {i}" for i in range(len(kf))], what, t)
+        for f in kf:
+            if f.status == "error":
+                f.result()  # raises the block's error
+        who = _watch.who_has(client, kf, what, t)
+
+        def split_like(a: Any, name: str) -> list:
+            if a is None:
+                return [None] * len(kf)
+            if _is_dask(a):
+                return _dask_parts(client, a, name, sizes, None, t)[0]
+            a = np.asarray(a)
+            if a.shape[0] != sum(sizes):
+                raise InputError(f"{name} has {a.shape[0]} rows but there are {sum(sizes)} keys")
+            cuts = np.cumsum(sizes)[:-1]
+            homes = [who.get(f.key, ()) for f in kf]
+            if not all(homes):
+                raise _watch.lost_error(what, [f"{keys_name} block {i}" for i, h in enumerate(homes) if not h])
+            items = [(p, h[0]) for p, h in zip(np.split(a, cuts), homes)]
+            return _watch.scatter(client, items, f"placing the {name}", t)
+
+        return kf, sizes, split_like(values, "values"), split_like(labels, "labels"), who
 
     def _check(self) -> None:
         if self._closed:
