@@ -215,6 +215,27 @@ def test_mean_shift_by_region_hands_seeds_across_slabs(client):
     assert not want.converged and want.n_iter == 4
 
 
+def test_region_cuts_keep_slabs_populated_and_at_least_two_bandwidths_wide():
+    """Asked for more slabs than the data hold bandwidths, MeanShift by
+    region makes fewer (each slab at least 2h wide: its halo never holds
+    more keys than the slab owns by much), each with a sampled point."""
+    from locus.distributed._regions import place_cuts
+
+    rng = np.random.default_rng(2)
+    sample = rng.uniform(0, 10, 5000).astype(np.float32).astype(np.float64)
+    for regions, width in ((2, 0.0), (16, 0.0), (512, 8.0), (512, 2.0), (64, 100.0)):
+        cuts = place_cuts(sample, regions, width)
+        assert len(cuts) <= regions - 1
+        edges = np.concatenate([[sample.min()], cuts, [sample.max()]])
+        # One slab when the range holds fewer than two widths.
+        assert len(cuts) == 0 or np.all(np.diff(edges) >= width), (regions, width, cuts)
+        slab = np.searchsorted(cuts, sample, side="right")
+        assert set(slab) == set(range(len(cuts) + 1))
+    assert len(place_cuts(sample, 512, 2.0)) <= 4
+    assert len(place_cuts(sample, 16, 0.0)) == 15
+    assert len(place_cuts(sample, 64, 100.0)) == 0
+
+
 def test_region_centring_in_f32_equals_the_f64_difference():
     """The region path centres points by an f32 subtraction; the shards and
     the single process round the f64 difference. Bit for bit the same, at

@@ -90,7 +90,9 @@ def mean_shift(
 ) -> MeanShiftResult:
     """MeanShift of ``X`` (N × d, NumPy or Dask array) sharded over the
     cluster, with the results of :func:`locus.mean_shift` on the same data
-    (same partition, modes equal up to float rounding).
+    (same partition, modes equal up to float rounding: the shards' sums
+    run in another order, so a seed that lands on the stop threshold can
+    take one step more or fewer, at most ``tol·bandwidth``).
 
     The points are centred on the middle of their bounding box and kept
     resident, one key set per shard. ``seeds``: ``"binned"`` (scikit-learn's
@@ -153,7 +155,8 @@ def mean_shift(
         The engine each worker opens.
     shards : int or None, default=None
         How many shards: by region, the slabs (default one per worker;
-        slab r lives on worker r mod W); by rows, the row blocks (default:
+        slab r lives on worker r mod W; fewer where the points span fewer
+        than two bandwidths per slab along the cut coordinate); by rows, the row blocks (default:
         one per worker for NumPy input, the row chunks for Dask input).
     progress : callable or None, default=None
         ``progress(iteration, queried, moving)``, called after each

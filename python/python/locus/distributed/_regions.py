@@ -126,15 +126,22 @@ def extent_and_sample_many(rows: int, *blocks: Any) -> tuple:
     return out
 
 
-def place_cuts(sample: np.ndarray, regions: int) -> np.ndarray:
-    """Cuts along one centred coordinate giving ``regions`` slabs of about
-    equal populations, at quantiles of the ``sample`` (values of points);
-    each slab holds at least one sampled point (a cut that would leave one
-    empty is dropped), so there may be fewer."""
+def place_cuts(sample: np.ndarray, regions: int, min_width: float = 0.0) -> np.ndarray:
+    """Cuts along one coordinate giving ``regions`` slabs of about equal
+    populations, at quantiles of the ``sample`` (values of points); each
+    slab holds at least one sampled point and spans at least ``min_width``
+    of the sample's range (a cut that would break either is dropped), so
+    there may be fewer: a slab narrower than its halo would hold more
+    copied keys than its own."""
     if regions <= 1 or len(sample) == 0:
         return np.zeros(0, dtype=np.float64)
     q = np.quantile(sample, np.arange(1, regions) / regions, method="inverted_cdf")
-    return np.unique(q[q > sample.min()]).astype(np.float64)
+    lo, hi = float(sample.min()), float(sample.max())
+    cuts: list[float] = []
+    for c in np.unique(q[q > lo]).astype(np.float64):
+        if c - (cuts[-1] if cuts else lo) >= min_width and hi - c >= min_width:
+            cuts.append(float(c))
+    return np.array(cuts, dtype=np.float64)
 
 
 def _slab_of(coord: np.ndarray, cuts: np.ndarray) -> np.ndarray:
@@ -270,11 +277,11 @@ class Regions(_Sharded):
         for f in self.shards:
             if f.status == "error":
                 f.result()
-        self.rows = gather([client.submit(_size, f, pure=False) for f in self.shards], what)
+        self.rows = gather([client.submit(_size, f, pure=False) for f in self.shards], "placing the regions")
         self.offsets = [0] * n_regions
         who = _watch.who_has(client, self.shards, what, t)
         self.homes = [list(who.get(s.key, ())) for s in self.shards]
-        return None if bins is None else gather(bins, what)
+        return None if bins is None else gather(bins, "the bins")
 
     def slab_of(self, pos: np.ndarray) -> np.ndarray:
         return _slab_of(pos[:, self.axis].astype(np.float64), self.cuts)
@@ -388,7 +395,9 @@ def run(
     n_total = int(sum(sizes))
     sc = _centred(sample, center).astype(np.float64)
     axis = int(np.argmax(sc.max(axis=0) - sc.min(axis=0)))
-    cuts = place_cuts(sc[:, axis], regions)
+    # Slabs at least two bandwidths wide: each then holds at most about as
+    # many halo keys as keys of its own.
+    cuts = place_cuts(sc[:, axis], regions, 2.0 * h)
     binned = isinstance(seeds, str) and seeds == "binned"
     reg = Regions(client, timeout, cuts, axis)
     bins = reg.place(
@@ -403,7 +412,7 @@ def run(
         else:
             # Every point a seed, in row order.
             pos = np.concatenate(_in_block_order(groups, gather(
-                on_groups(client, groups, xf, centred_many, center), "mean_shift: the seeds"
+                on_groups(client, groups, xf, centred_many, center), "the seeds"
             )))
         if len(pos) == 0:
             raise InputError(f"mean_shift: no seeds (no bin holds min_bin_freq={min_bin_freq} points)")
@@ -445,6 +454,6 @@ def run(
     # Each block labels its own points: the labels come back in row order.
     labels = np.concatenate(_in_block_order(groups, gather(
         on_groups(client, groups, xf, label_many, center, modes_c, h, cluster_all, backend),
-        "mean_shift: the labels",
+        "the labels",
     ))).astype(np.int64)
     return modes_c, labels, pops, iterations, converged

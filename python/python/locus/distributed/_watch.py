@@ -218,10 +218,8 @@ def gather(
 
 def lost_error(what: str, lost: Sequence[str]) -> ShardLostError:
     """The error of a call that found ``lost`` gone."""
-    return ShardLostError(
-        f"{what}: lost " + "; ".join(lost)
-        + "; no result is given without it (rebuild the sharded key set)"
-    )
+    again = "run it again" if what.startswith("mean_shift") else "rebuild the sharded key set"
+    return ShardLostError(f"{what}: lost " + "; ".join(lost) + f"; no result is given without it ({again})")
 
 
 def scatter(
