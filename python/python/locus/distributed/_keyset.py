@@ -17,8 +17,9 @@ from .._engine import check_backend
 from .._errors import InputError
 from .._kernels import ProductKernel, kernel_arg
 from .._results import KNNResult, RowStates
-from . import _watch
+from . import _space, _watch
 from ._merge import _merge_knn, _ratio, merge_states
+from ._tasks import _knn_task, _log_mass, _states
 from ._placement import (
     DEFAULT_TIMEOUT,
     Needs,
@@ -28,35 +29,9 @@ from ._placement import (
     _check_shards,
     _is_dask,
     _known_rows,
-    _Shard,
     _Sharded,
     _workers,
 )
-
-
-def _states(shard: _Shard, queries: np.ndarray, bandwidth: float, kernel: str, cols: str) -> tuple:
-    m, s, u = shard.keyset.row_states(queries, bandwidth=bandwidth, kernel=kernel)
-    if cols == "values":
-        u = u[:, : shard.q]
-    elif cols == "labels":
-        u = u[:, shard.q :]
-    else:
-        u = u[:, :0]
-    return m, s, np.ascontiguousarray(u)
-
-
-def _log_mass(shard: _Shard, queries: np.ndarray, bandwidth: float, kernel: str) -> np.ndarray:
-    # ln p̂ of this shard's KDE, weighted by its share of keys: ln(n_i·p̂_i).
-    lp = shard.keyset.log_density(queries, bandwidth=bandwidth, kernel=kernel)
-    return lp + math.log(shard.n)
-
-
-def _knn_task(shard: _Shard, offset: int, queries: np.ndarray, k: int) -> tuple:
-    k = min(k, shard.n)
-    dist, idx = shard.keyset.knn(queries, k)
-    d2 = _locus.neighbour_sq_dists(queries, shard.keys, idx)
-    lab = None if shard.label_index is None else shard.label_index[idx]
-    return dist, d2, idx + offset, lab
 
 
 def _check_kernel(bandwidth: Any, kernel: Any) -> float | None:
@@ -199,8 +174,6 @@ class ShardedKeySet(_Sharded):
                 rows = n if n is not None else (lab.shape[0] if lab.ndim else 0)
                 self._classes = as_labels(lab, rows)[0]
         if partition == "space":
-            from . import _space
-
             _space.place(self, keys, values, labels, self._classes, backend, shards, workers)
         else:
             self._place(keys, values, labels, self._classes, backend, shards, workers=workers)
@@ -268,8 +241,6 @@ class ShardedKeySet(_Sharded):
         """How far a weighed key can be, when queries are routed by space."""
         if self.partition != "space":
             return None
-        from . import _space
-
         return _space.reach_of(h, kernel)
 
     def _merged_states(
@@ -278,8 +249,6 @@ class ShardedKeySet(_Sharded):
         h = _check_kernel(bandwidth, kernel)
         reach = self._reach(h, kernel)
         if reach is not None:
-            from . import _space
-
             n_cols = {"values": self._q or 0, "labels": 0 if self._classes is None else len(self._classes), "none": 0}[cols]
             return _space.states(self, q, h, kernel, cols, n_cols, reach, what)
         return self._map_reduce(_states, merge_states, lambda i: (), q, h, kernel, cols, what=what)
@@ -354,8 +323,6 @@ class ShardedKeySet(_Sharded):
         bandwidth = _check_kernel(bandwidth, kernel)
         reach = self._reach(bandwidth, kernel)
         if reach is not None:
-            from . import _space
-
             lm = _space.log_mass(self, q, bandwidth, kernel, reach, "log_density")
         else:
             lm = self._map_reduce(_log_mass, np.logaddexp, lambda i: (), q, bandwidth, kernel, what="log_density")
@@ -440,8 +407,6 @@ class ShardedKeySet(_Sharded):
 
     def _knn(self, q: np.ndarray, k: int) -> tuple:
         if self.partition == "space":
-            from . import _space
-
             return _space.knn(self, q, k, self._classes is not None)
         return self._map_reduce(
             _knn_task, partial(_merge_knn, k=k), lambda i: (self.offsets[i],), q, k, what="knn"

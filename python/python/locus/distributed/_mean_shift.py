@@ -19,7 +19,8 @@ from .._errors import InputError
 from .._functions import knn
 from .._kernels import ProductKernel, kernel_arg
 from .._results import MeanShiftResult
-from ._keyset import _check_kernel, _states
+from ._keyset import _check_kernel
+from ._tasks import _states
 from ._merge import _merge_bins, _merge_extent, _ratio, _tree, bin_counts, merge_states
 from . import _regions, _watch
 from ._placement import (

@@ -24,7 +24,7 @@ from .._engine import engine_for
 from .._errors import InputError
 from .._functions import knn
 from . import _watch
-from ._keyset import _states
+from ._tasks import _states
 from ._merge import _ratio, bin_counts, _merge_bins
 from ._placement import _Shard, _Sharded
 

@@ -23,7 +23,7 @@ from .. import _locus
 from .._arrays import as_matrix
 from .._errors import InputError
 from . import _watch
-from ._keyset import _log_mass, _states
+from ._tasks import _log_mass, _states
 from ._merge import _merge_knn, _tree, merge_states
 from ._placement import _check_finite, _even, _is_dask, _known_rows, _Shard
 from ._regions import (
