@@ -119,17 +119,19 @@ def _sizeof_shard(s: _Shard) -> int:
     return s.nbytes()
 
 
-def _build_shard(
+def _checked_block(
     keys: Any,
     values: Any,
     labels: Any,
     classes: np.ndarray | None,
-    backend: str,
-    center: np.ndarray | None,
-    values_are_keys: bool,
     offset: int = 0,
     keys_name: str = "keys",
-) -> _Shard:
+    center: np.ndarray | None = None,
+    values_are_keys: bool = False,
+) -> tuple:
+    """A block's keys (centred on ``center`` when given), values and class
+    indices, checked on its worker (errors name the row in the whole
+    input: ``offset`` + local row)."""
     x = np.asarray(keys)
     if x.ndim != 2:
         raise InputError(f"{keys_name} must be 2-D, got a {x.ndim}-D shard of shape {x.shape}")
@@ -147,7 +149,6 @@ def _build_shard(
             raise InputError(f"a shard has {x.shape[0]} keys but {y.shape[0]} values")
         _check_finite(y, "values", offset)
     index = None
-    n_classes = 0
     if labels is not None:
         if classes is None:
             raise InputError("labels came without their classes")
@@ -155,7 +156,22 @@ def _build_shard(
         if lab.shape[0] != x.shape[0]:
             raise InputError(f"a shard has {x.shape[0]} keys but {lab.shape[0]} labels")
         index = np.searchsorted(classes, lab).astype(np.int64)
-        n_classes = len(classes)
+    return x, y, index
+
+
+def _build_shard(
+    keys: Any,
+    values: Any,
+    labels: Any,
+    classes: np.ndarray | None,
+    backend: str,
+    center: np.ndarray | None,
+    values_are_keys: bool,
+    offset: int = 0,
+    keys_name: str = "keys",
+) -> _Shard:
+    x, y, index = _checked_block(keys, values, labels, classes, offset, keys_name, center, values_are_keys)
+    n_classes = 0 if index is None or classes is None else len(classes)
     return _Shard(x, y, index, n_classes, backend)
 
 

@@ -220,6 +220,39 @@ def centred_many(center: np.ndarray, *blocks: Any) -> list:
     return [_centred(b, center) for b in blocks]
 
 
+def build_slabs(
+    client: distributed.Client,
+    cut: list,
+    n_slabs: int,
+    workers: list[str],
+    build: Callable,
+    args: tuple,
+    name: str,
+    what: str,
+    timeout: float,
+) -> list:
+    """Slab r built by ``build(*args, piece r of every future of cut)`` on
+    worker r mod W (the pieces move there), waited on: the futures (a
+    failed build raises its error, an InputError naming the row)."""
+    shards = [
+        client.submit(
+            build,
+            *args,
+            *[client.submit(operator.itemgetter(r), c, pure=False) for c in cut],
+            workers=[workers[r % len(workers)]],
+            allow_other_workers=True,
+            pure=False,
+            key=f"locus-{name}-{uuid.uuid4().hex}",
+        )
+        for r in range(n_slabs)
+    ]
+    _watch.wait(client, shards, [f"{name} {r} of {n_slabs}" for r in range(n_slabs)], what, timeout)
+    for f in shards:
+        if f.status == "error":
+            f.result()
+    return shards
+
+
 class Regions(_Sharded):
     """The slabs' shards, with the cuts between them."""
 
@@ -260,23 +293,7 @@ class Regions(_Sharded):
             bins = _tree(client, counted, _merge_bins)
         cut = [client.submit(operator.itemgetter(0), f, pure=False) for f in split]
         n_regions = len(self.cuts) + 1
-        self.shards = [
-            client.submit(
-                build_region,
-                backend,
-                *[client.submit(operator.itemgetter(r), c, pure=False) for c in cut],
-                workers=[workers[r % len(workers)]],
-                allow_other_workers=True,
-                pure=False,
-                key=f"locus-region-{uuid.uuid4().hex}",
-            )
-            for r in range(n_regions)
-        ]
-        names = [f"region {r} of {n_regions}" for r in range(n_regions)]
-        _watch.wait(client, self.shards, names, what, t)
-        for f in self.shards:
-            if f.status == "error":
-                f.result()
+        self.shards = build_slabs(client, cut, n_regions, workers, build_region, (backend,), "region", what, t)
         self.rows = gather([client.submit(_size, f, pure=False) for f in self.shards], "placing the regions")
         self.offsets = [0] * n_regions
         who = _watch.who_has(client, self.shards, what, t)

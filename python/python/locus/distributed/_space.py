@@ -10,25 +10,21 @@ associative rules as over row shards."""
 
 from __future__ import annotations
 
-import operator
-import uuid
 from functools import partial
 from typing import Any, Callable
 
-import distributed
 import numpy as np
 from dask.sizeof import sizeof
 
 from .. import _locus
-from .._arrays import as_matrix
-from .._errors import InputError
 from . import _watch
 from ._tasks import _log_mass, _states
 from ._merge import _merge_knn, _tree, merge_states
-from ._placement import _check_finite, _even, _is_dask, _known_rows, _Shard
+from ._placement import _checked_block, _even, _is_dask, _known_rows, _Shard
 from ._regions import (
     COMPACT,
     SAMPLE_ROWS,
+    build_slabs,
     by_worker,
     extent_and_sample_many,
     merge_extent_and_sample,
@@ -72,32 +68,6 @@ def _sizeof_space(s: _SpaceShard) -> int:
     return s.nbytes()
 
 
-def _block(k: Any, v: Any, lab: Any, offset: int, classes: np.ndarray | None) -> tuple:
-    """A block's keys, values and class indices, checked as row shards
-    check them (errors name the row in the whole key set)."""
-    x = np.asarray(k)
-    if x.ndim != 2:
-        raise InputError(f"keys must be 2-D, got a {x.ndim}-D shard of shape {x.shape}")
-    x = as_matrix(x, "keys")
-    _check_finite(x, "keys", offset)
-    y = None
-    if v is not None:
-        y = np.asarray(v)
-        y = as_matrix(y.reshape(len(y), -1), "values")
-        if y.shape[0] != x.shape[0]:
-            raise InputError(f"a shard has {x.shape[0]} keys but {y.shape[0]} values")
-        _check_finite(y, "values", offset)
-    index = None
-    if lab is not None:
-        if classes is None:
-            raise InputError("labels came without their classes")
-        lab = np.asarray(lab).reshape(-1)
-        if lab.shape[0] != x.shape[0]:
-            raise InputError(f"a shard has {x.shape[0]} keys but {lab.shape[0]} labels")
-        index = np.searchsorted(classes, lab).astype(np.int64)
-    return x, y, index
-
-
 def pieces(
     blocks: list, offsets: list[int], classes: np.ndarray | None, axis: int, cuts: np.ndarray
 ) -> list:
@@ -105,7 +75,7 @@ def pieces(
     keys, values, class indices and rows, joined over the blocks."""
     got = []
     for (k, v, lab), off in zip(blocks, offsets):
-        x, y, index = _block(k, v, lab, off, classes)
+        x, y, index = _checked_block(k, v, lab, classes, off)
         c = x[:, axis]
         slab = np.searchsorted(cuts.astype(np.float32), c, side="right")
         rows = np.arange(off, off + len(x), dtype=np.int64)
@@ -205,20 +175,7 @@ def place(
         for w, idx in groups
     ]
     n_slabs = len(cuts) + 1
-    sks.shards = [
-        client.submit(
-            build, backend, n_classes, d,
-            *[client.submit(operator.itemgetter(r), f, pure=False) for f in split],
-            workers=[workers[r % len(workers)]], allow_other_workers=True, pure=False,
-            key=f"locus-shard-{uuid.uuid4().hex}",
-        )
-        for r in range(n_slabs)
-    ]
-    names = [f"shard {i} of {n_slabs}" for i in range(n_slabs)]
-    _watch.wait(client, sks.shards, names, what, t)
-    for f in sks.shards:
-        if f.status == "error":
-            f.result()  # an InputError naming the row
+    sks.shards = build_slabs(client, split, n_slabs, workers, build, (backend, n_classes, d), "shard", what, t)
     boxes = _watch.gather(client, [client.submit(_box, f, pure=False) for f in sks.shards], _watch.Needs(), what, t)
     sks.rows = [int(b[0]) for b in boxes]
     sks.offsets = [0] * n_slabs
