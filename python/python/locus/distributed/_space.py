@@ -38,8 +38,9 @@ _SLACK = 1e-3
 
 
 class _SpaceShard(_Shard):
-    """A slab's shard: its keys (with values and class indices), their rows
-    in the whole key set, and the box they fill (f64, per coordinate)."""
+    """A slab's shard: its keys (with values and class indices) and their
+    rows in the whole key set (the driver asks once for the box they
+    fill)."""
 
     def __init__(
         self,
