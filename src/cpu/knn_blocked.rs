@@ -89,10 +89,10 @@ fn chunk_lists(
 ) -> Vec<TopK> {
     let tile = TileIsa::at_most(isa);
     #[cfg(target_arch = "x86_64")]
-    if let (Some(isa), TileIsa::Avx512(t)) = (isa, tile) {
+    if let (Some(_), TileIsa::Avx512(t)) = (isa, tile) {
         // SAFETY: the tokens are made only where run-time detection found
         // the features.
-        return unsafe { chunk_avx512(isa, t, chunk, d, keys, filter, k) };
+        return unsafe { chunk_avx512(t, chunk, d, keys, filter, k) };
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = isa {
@@ -143,7 +143,6 @@ fn passing_avx512(w: &[f32], s: &[f32], lim: f32) -> u32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn chunk_avx512(
-    isa: Avx2Fma,
     t: Avx512,
     chunk: &[f32],
     d: usize,
@@ -151,10 +150,16 @@ fn chunk_avx512(
     filter: &Filter<'_>,
     k: usize,
 ) -> Vec<TopK> {
-    let tile = TileIsa::Avx512(t);
-    chunk_impl(isa, tile, chunk, d, keys, filter, k, |w, s, lim| {
-        passing_avx512(w, s, lim)
-    })
+    chunk_impl(
+        t,
+        TileIsa::Avx512(t),
+        chunk,
+        d,
+        keys,
+        filter,
+        k,
+        |w, s, lim| passing_avx512(w, s, lim),
+    )
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -260,7 +265,7 @@ fn chunk_impl<S: Isa>(
                     // Re-measured as the direct path measures them; each
                     // row's keys offered in index order, as it offers them.
                     for batch in cand.chunks(8) {
-                        let t = sq_dists8::<S>(batch, chunk, d, keys, filter.panels);
+                        let t = sq_dists8(isa, batch, chunk, d, keys, filter.panels);
                         for (&(i, j), &t) in batch.iter().zip(&t) {
                             let row = &mut rows[i as usize];
                             if row.top.offer(t, j) {
@@ -302,6 +307,7 @@ fn chunk_impl<S: Isa>(
 /// Entries past the batch are unspecified.
 #[inline(always)]
 fn sq_dists8<S: Isa>(
+    isa: S,
     batch: &[(u32, u32)],
     chunk: &[f32],
     d: usize,
@@ -330,6 +336,13 @@ fn sq_dists8<S: Isa>(
     }
     let kp: [*const f32; 8] = std::array::from_fn(|c| kb[c].as_ptr());
     let qp: [*const f32; 8] = std::array::from_fn(|c| qs[c].as_ptr());
+    #[cfg(target_arch = "x86_64")]
+    if let (1, Some(_)) = (ks, isa.avx512()) {
+        // SAFETY: the token proves AVX-512F, AVX2 and FMA; with ks = 1
+        // every pointer addresses a key or query row of d floats.
+        return unsafe { rows8_avx512(kp, qp, d) };
+    }
+    let _ = isa;
     let mut acc = [0.0f32; 8];
     for k in 0..d {
         for c in 0..8 {
@@ -340,6 +353,85 @@ fn sq_dists8<S: Isa>(
         }
     }
     acc
+}
+
+/// [`sq_dists8`] for eight key rows and eight query rows (`d` floats
+/// each), sixteen coordinates at a time: the rows' differences loaded
+/// whole, transposed to one register per coordinate (eight pairs across
+/// its lanes), then one multiply-add per coordinate in coordinate order,
+/// so each pair's chain is the scalar one, bit for bit.
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA must be present; each pointer must address `d`
+/// readable floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn rows8_avx512(kp: [*const f32; 8], qp: [*const f32; 8], d: usize) -> [f32; 8] {
+    use std::arch::x86_64::*;
+    let mut acc = _mm256_setzero_ps();
+    let mut k0 = 0;
+    while k0 < d {
+        let n = (d - k0).min(16);
+        let m: __mmask16 = if n == 16 { 0xffff } else { (1u16 << n) - 1 };
+        // SAFETY: lanes k0..k0+n of each row lie within its d floats; the
+        // others are not read (zero).
+        let diff: [__m512; 8] = std::array::from_fn(|c| unsafe {
+            _mm512_sub_ps(
+                _mm512_maskz_loadu_ps(m, kp[c].add(k0)),
+                _mm512_maskz_loadu_ps(m, qp[c].add(k0)),
+            )
+        });
+        // Two 8 × 8 transposes: coordinates k0..k0+8, then k0+8..k0+16.
+        for half in 0..2 {
+            let rows: [__m256; 8] = std::array::from_fn(|c| match half {
+                0 => _mm512_castps512_ps256(diff[c]),
+                _ => _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(diff[c]))),
+            });
+            let cols = transpose8(rows);
+            for v in cols.iter().take(n.saturating_sub(8 * half).min(8)) {
+                acc = _mm256_fmadd_ps(*v, *v, acc);
+            }
+        }
+        k0 += 16;
+    }
+    let mut out = [0.0f32; 8];
+    // SAFETY: `out` holds eight floats.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+    out
+}
+
+/// The transpose of eight rows of eight floats: `out[k][c] = rows[c][k]`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
 }
 
 #[cfg(test)]
@@ -453,6 +545,37 @@ mod tests {
         }
         // The scalar test itself: key 0 passes (0 − 2·0 ≤ 0), NaN never.
         assert_eq!(passing(&[0.0, f32::NAN], &[0.0, 0.0], 0.0), 1);
+    }
+
+    /// Eight distances from rows, sixteen coordinates at a time and
+    /// transposed, equal the scalar chains bit for bit, for every length
+    /// (tails of 1 to 16 coordinates) and wide-ranging values.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn transposed_distances_equal_the_scalar_chains() {
+        if Avx512::detect().is_none() {
+            return;
+        }
+        for d in (1..=40).chain([64, 127, 128, 200]) {
+            let keys = data(8 * d, d as u64);
+            let queries: Vec<f32> = data(8 * d, 1000 + d as u64)
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v * [1.0, 1e3, 1e-3, 7.0][i % 4])
+                .collect();
+            let kp: [*const f32; 8] = std::array::from_fn(|c| keys[c * d..].as_ptr());
+            let qp: [*const f32; 8] = std::array::from_fn(|c| queries[c * d..].as_ptr());
+            // SAFETY: detected above; each row holds d floats.
+            let got = unsafe { rows8_avx512(kp, qp, d) };
+            for c in 0..8 {
+                let mut want = 0.0f32;
+                for k in 0..d {
+                    let df = keys[c * d + k] - queries[c * d + k];
+                    want = df.mul_add(df, want);
+                }
+                assert_eq!(got[c].to_bits(), want.to_bits(), "d={d} pair {c}");
+            }
+        }
     }
 
     #[test]
