@@ -211,3 +211,40 @@ fn feature_mean_builds_match_definition() {
         }
     }
 }
+
+/// The AVX-512 exponential of the softmax equals `simd::exp_nonpos` lane
+/// for lane, bit for bit: across the range, at the cut-off (−87), where
+/// the result is subnormal, at 0, and 0 for −∞ and NaN; whole tiles and
+/// partial rows alike.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_exponentials_equal_the_scalar_ones_bit_for_bit() {
+    use super::super::simd::{Avx512, exp_nonpos};
+    let Some(t) = Avx512::detect() else {
+        return;
+    };
+    let mut xs: Vec<f32> = (0..4096).map(|i| -(i as f32) * 0.0247).collect();
+    xs.extend([
+        0.0,
+        -0.0,
+        -87.0,
+        f32::from_bits((-87.0f32).to_bits() - 1),
+        f32::from_bits((-87.0f32).to_bits() + 1),
+        -86.5,
+        -1e-30,
+        -1e30,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ]);
+    for len in [super::BK, 1, 7, 16, 17, 40, 63] {
+        for chunk in xs.chunks(len) {
+            let mut row = chunk.to_vec();
+            // SAFETY: detected above.
+            unsafe { super::avx512::exp_sum(t, &mut row, 0.0) };
+            for (&x, &got) in chunk.iter().zip(&row) {
+                let want = if x.is_nan() { 0.0 } else { exp_nonpos::<Avx2Fma>(x) };
+                assert_eq!(got.to_bits(), want.to_bits(), "x={x:e} len={len}");
+            }
+        }
+    }
+}
