@@ -242,7 +242,11 @@ fn avx512_exponentials_equal_the_scalar_ones_bit_for_bit() {
             // SAFETY: detected above.
             unsafe { super::avx512::exp_sum(t, &mut row, 0.0) };
             for (&x, &got) in chunk.iter().zip(&row) {
-                let want = if x.is_nan() { 0.0 } else { exp_nonpos::<Avx2Fma>(x) };
+                let want = if x.is_nan() {
+                    0.0
+                } else {
+                    exp_nonpos::<Avx2Fma>(x)
+                };
                 assert_eq!(got.to_bits(), want.to_bits(), "x={x:e} len={len}");
             }
         }
