@@ -186,12 +186,13 @@ def test_mean_shift_by_region_hands_seeds_across_slabs(client):
     drift into another are handed over between rounds, and the result is
     still the single process's, up to the iteration cap."""
     rng = np.random.default_rng(21)
-    # Two blobs joined by a sparse bridge along the first coordinate: most
-    # seeds cross several of the six slabs on their way to a mode.
+    # Two blobs joined by a sparse bridge along the first coordinate, denser
+    # towards the second blob: the bridge's seeds drift along it, across
+    # whichever cuts lie on their way to a mode.
     x = np.concatenate([
         rng.normal(scale=0.5, size=(1500, 2)),
         rng.normal(scale=0.5, size=(1500, 2)) + [12.0, 0.0],
-        np.column_stack([rng.uniform(0, 12, 600), rng.normal(scale=0.3, size=600)]),
+        np.column_stack([12.0 * np.sqrt(rng.uniform(0, 1, 600)), rng.normal(scale=0.3, size=600)]),
     ]).astype(np.float32)
     for max_iter in (300, 4):
         want = locus.mean_shift(x, bandwidth=2.0, bin_seeding=False, max_iter=max_iter, backend="cpu")
@@ -234,6 +235,69 @@ def test_region_cuts_keep_slabs_populated_and_at_least_two_bandwidths_wide():
     assert len(place_cuts(sample, 512, 2.0)) <= 4
     assert len(place_cuts(sample, 16, 0.0)) == 15
     assert len(place_cuts(sample, 64, 100.0)) == 0
+
+
+def test_region_cuts_follow_the_work_within_half_a_share_of_points():
+    """Given where the shifting work falls, the cuts split the work evenly
+    (not the points), are values of sampled points, and move at most half a
+    slab's share of points from the equal-population cut."""
+    from locus.distributed._regions import place_cuts
+
+    rng = np.random.default_rng(3)
+    sample = rng.uniform(0, 100, 20000).astype(np.float32).astype(np.float64)
+    # Work spread evenly over [40, 60]: its median, 50, is also the points'.
+    # Over [0, 30] its median would be 15, but a cut may not leave more than
+    # 75 % of the points on one side, so it stops at the 25 % quantile.
+    where = rng.uniform(40, 60, 5000)
+    cuts = place_cuts(sample, 2, 0.0, (where, np.ones_like(where)))
+    assert abs(cuts[0] - 50) < 1.5 and cuts[0] in set(sample)
+    where = rng.uniform(0, 30, 5000)
+    cuts = place_cuts(sample, 2, 0.0, (where, np.ones_like(where)))
+    q25 = np.quantile(sample, 0.25, method="inverted_cdf")
+    assert cuts[0] == q25
+    # Four slabs, work twice as dense on the left half: the cuts crowd
+    # there, each within its band of points, increasing.
+    where = np.concatenate([rng.uniform(0, 50, 8000), rng.uniform(50, 100, 4000)])
+    cuts = place_cuts(sample, 4, 0.0, (where, np.ones_like(where)))
+    plain = place_cuts(sample, 4, 0.0)
+    assert len(cuts) == 3 and np.all(np.diff(cuts) > 0)
+    assert np.all(cuts <= plain) and cuts[0] < plain[0] - 3
+    work_share = [np.mean(where < c) for c in cuts]
+    np.testing.assert_allclose(work_share, [0.25, 0.5, 0.75], atol=0.02)
+    # No work recorded: the equal-population cuts.
+    assert np.array_equal(place_cuts(sample, 4, 0.0, (np.zeros(0), np.zeros(0))), plain)
+
+
+def test_pilot_work_falls_where_the_seeds_gather():
+    """The pilot shifts seeds over the sample and records each step at the
+    seed's coordinate with the sampled points within reach (plus one) as
+    its work: with a stop threshold no step exceeds, one step a seed and
+    exactly those counts; two blobs of as many points and seeds, the right
+    one four times as dense: four fifths of the work on the right, so the
+    work-balanced cut moves from the gap between the blobs into the right
+    one (within the band of points it may move in)."""
+    from locus.distributed._regions import pilot_work, place_cuts
+
+    rng = np.random.default_rng(4)
+    left = rng.normal([-6.0, 0.0], 1.0, size=(5000, 2))
+    right = rng.normal([6.0, 0.0], 0.5, size=(5000, 2))
+    sample = np.concatenate([left, right]).astype(np.float32)
+    seeds = np.concatenate([left[:60], right[:60]]).astype(np.float32)
+    where, work = pilot_work(sample, seeds, 0, 1.0, "uniform", 1e6, 300)
+    s64 = sample.astype(np.float64)
+    within = [np.sum(np.sum((s64 - q) ** 2, axis=1) <= 1.0) for q in seeds.astype(np.float64)]
+    np.testing.assert_array_equal(where, seeds[:, 0].astype(np.float64))
+    np.testing.assert_array_equal(work, np.array(within, dtype=np.float64) + 1.0)
+    right_share = np.sum(work[where > 0]) / np.sum(work)
+    assert 0.7 < right_share < 0.9, right_share
+    coord = s64[:, 0]
+    cut = place_cuts(coord, 2, 2.0, (where, work))
+    plain = place_cuts(coord, 2, 2.0)
+    assert abs(plain[0]) < 4.0 and cut[0] > 4.0, (plain, cut)
+    assert np.mean(coord >= cut[0]) >= 0.25
+    # Shifted to their stops, seeds take several steps each.
+    where, work = pilot_work(sample, seeds, 0, 1.0, "uniform", 1e-6, 300)
+    assert len(where) == len(work) > 2 * len(seeds) and np.all(work >= 1.0)
 
 
 def test_region_centring_in_f32_equals_the_f64_difference():

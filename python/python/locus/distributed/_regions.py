@@ -126,22 +126,92 @@ def extent_and_sample_many(rows: int, *blocks: Any) -> tuple:
     return out
 
 
-def place_cuts(sample: np.ndarray, regions: int, min_width: float = 0.0) -> np.ndarray:
-    """Cuts along one coordinate giving ``regions`` slabs of about equal
-    populations, at quantiles of the ``sample`` (values of points); each
-    slab holds at least one sampled point and spans at least ``min_width``
-    of the sample's range (a cut that would break either is dropped), so
-    there may be fewer: a slab narrower than its halo would hold more
-    copied keys than its own."""
+def place_cuts(
+    sample: np.ndarray,
+    regions: int,
+    min_width: float = 0.0,
+    work: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """Cuts along one coordinate giving ``regions`` slabs, at quantiles of
+    the ``sample`` (values of points): of equal populations, or, given
+    ``work`` (coordinates and the work done there, :func:`pilot_work`), of
+    equal work, each cut kept within half a slab's share of points of the
+    equal-population cut (so no slab holds more than about 1.5 times its
+    share of keys). Each slab holds at least one sampled point and spans
+    at least ``min_width`` of the sample's range (a cut that would break
+    either is dropped), so there may be fewer: a slab narrower than its
+    halo would hold more copied keys than its own."""
     if regions <= 1 or len(sample) == 0:
         return np.zeros(0, dtype=np.float64)
-    q = np.quantile(sample, np.arange(1, regions) / regions, method="inverted_cdf")
+    at = np.arange(1, regions) / regions
+    q = np.quantile(sample, at, method="inverted_cdf")
+    if work is not None and len(work[0]) and float(np.sum(work[1])) > 0.0:
+        order = np.argsort(work[0], kind="stable")
+        where, w = work[0][order], np.cumsum(work[1][order], dtype=np.float64)
+        aim = where[np.minimum(np.searchsorted(w, at * w[-1]), len(where) - 1)]
+        half = 0.5 / regions
+        # Within half a share of points of the equal-population cut, and
+        # min_width from the ends (where that leaves no room: the
+        # equal-population cut).
+        low = np.maximum(np.quantile(sample, at - half, method="inverted_cdf"), sample.min() + min_width)
+        high = np.minimum(np.quantile(sample, at + half, method="inverted_cdf"), sample.max() - min_width)
+        aim = np.where(low <= high, np.clip(aim, low, np.maximum(low, high)), q)
+        # Back to values of points (the slabs compare points with the
+        # cuts): the nearest at or above, or the one below past the bound.
+        ss = np.sort(sample)
+        i = np.minimum(np.searchsorted(ss, aim), len(ss) - 1)
+        i = np.where((ss[i] > high) & (low <= high) & (i > 0), i - 1, i)
+        q = np.maximum.accumulate(ss[i])
     lo, hi = float(sample.min()), float(sample.max())
     cuts: list[float] = []
     for c in np.unique(q[q > lo]).astype(np.float64):
         if c - (cuts[-1] if cuts else lo) >= min_width and hi - c >= min_width:
             cuts.append(float(c))
     return np.array(cuts, dtype=np.float64)
+
+
+# Most seeds the pilot of :func:`pilot_work` follows, and its most steps.
+PILOT_SEEDS = 4096
+PILOT_STEPS = 100
+
+
+def pilot_work(
+    sample: np.ndarray,
+    seeds: np.ndarray,
+    axis: int,
+    h: float,
+    kernel: str,
+    thr_sq: float,
+    max_iter: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where the shifting work falls along coordinate ``axis``: the seeds
+    (centred; at most :data:`PILOT_SEEDS` of them, evenly strided) shifted
+    over the ``sample`` (centred points) by the engine's step and stop
+    rule, each step recorded at the seed's position with, as its work, the
+    sampled points within ``h`` (a shard's cost per seed and step grows
+    with the keys within reach). Seeds spend most steps near the modes, in
+    the densest places: an equal split of points can give one slab twice
+    the work of the other."""
+    pos = np.array(seeds[:: max(1, len(seeds) // PILOT_SEEDS)], dtype=np.float32, copy=True)
+    ks = engine_for("cpu").prepare(np.ascontiguousarray(sample, dtype=np.float32),
+                                   np.ascontiguousarray(sample, dtype=np.float32))
+    where: list[np.ndarray] = []
+    work: list[np.ndarray] = []
+    active = np.arange(len(pos))
+    for _ in range(min(max_iter, PILOT_STEPS)):
+        if not len(active):
+            break
+        sub = pos[active]
+        _, s, u = ks.row_states(sub, bandwidth=h, kernel=kernel)
+        _, count, _ = ks.row_states(sub, bandwidth=h, kernel="uniform")
+        where.append(sub[:, axis].astype(np.float64))
+        work.append(np.asarray(count, dtype=np.float64) + 1.0)
+        stop = _locus.shift_step(sub, _ratio(s, u), thr_sq)
+        pos[active] = sub
+        active = active[~stop]
+    if not where:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(where), np.concatenate(work)
 
 
 def _slab_of(coord: np.ndarray, cuts: np.ndarray) -> np.ndarray:
@@ -412,10 +482,25 @@ def run(
     n_total = int(sum(sizes))
     sc = _centred(sample, center).astype(np.float64)
     axis = int(np.argmax(sc.max(axis=0) - sc.min(axis=0)))
+    binned = isinstance(seeds, str) and seeds == "binned"
+    tol_h = tol * h
+    thr_sq = float(np.float32(tol_h * tol_h))  # as the row-shard path
+    work = None
+    if regions > 1 and len(sc):
+        # The pilot's seeds: the sample's own bins, the seeds given, or
+        # the sampled points (every point a seed).
+        if binned:
+            b, c = bin_counts(np.round(sample.astype(np.float64) / h) + 0.0)
+            need = max(1.0, min_bin_freq * len(sample) / max(n_total, 1))
+            guess = _centred((b[c >= need] * h).astype(np.float32), center)
+        elif not isinstance(seeds, str):
+            guess = _centred(np.asarray(seeds, dtype=np.float32), center)
+        else:
+            guess = _centred(sample, center)
+        work = pilot_work(_centred(sample, center), guess, axis, h, kernel, thr_sq, max_iter)
     # Slabs at least two bandwidths wide: each then holds at most about as
     # many halo keys as keys of its own.
-    cuts = place_cuts(sc[:, axis], regions, 2.0 * h)
-    binned = isinstance(seeds, str) and seeds == "binned"
+    cuts = place_cuts(sc[:, axis], regions, 2.0 * h, work)
     reg = Regions(client, timeout, cuts, axis)
     bins = reg.place(
         xf, groups, workers, center, h * (1.0 + _HALO_SLACK), h if binned else None, backend, gather,
@@ -433,8 +518,6 @@ def run(
             )))
         if len(pos) == 0:
             raise InputError(f"mean_shift: no seeds (no bin holds min_bin_freq={min_bin_freq} points)")
-        tol_h = tol * h
-        thr_sq = float(np.float32(tol_h * tol_h))  # as the row-shard path
         iters = np.zeros(len(pos), dtype=np.int64)
         end = np.zeros(len(pos), dtype=np.int8)
         moving = np.arange(len(pos))
