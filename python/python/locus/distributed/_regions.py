@@ -270,6 +270,15 @@ def build_region(backend: str, *parts: tuple) -> _RegionShard:
     return _RegionShard(np.ascontiguousarray(keys), sum(len(o) for o in owned), backend)
 
 
+def build_index(shard: _RegionShard, h: float, kernel: str) -> int:
+    """Builds the slab key set's cell index for bandwidth ``h`` and
+    ``kernel`` (one query through it: the index is kept for the rounds);
+    the shard's keys."""
+    if shard.n:
+        shard.keyset.row_states(shard.keys[:1], bandwidth=h, kernel=kernel)
+    return shard.n
+
+
 def label_block(x: Any, center: np.ndarray, modes: np.ndarray, h: float, cluster_all: bool, backend: str) -> np.ndarray:
     """The nearest mode of every point of a block (centred as the shards
     are), in the narrowest integer type that holds the labels (they cross
@@ -348,11 +357,13 @@ class Regions(_Sharded):
         backend: str,
         gather: Callable[[Any, str], Any],
         what: str,
+        index: tuple[float, str] | None = None,
     ) -> Any:
         """Cuts every block by slab on its worker (one task per group of
         ``groups``) and builds each slab's shard on its own worker (slab r
-        on worker r mod W), the pieces moving there. Returns the seed bins counted on the way
-        (``h_bins`` None: None)."""
+        on worker r mod W), the pieces moving there, with its cell index
+        for ``index`` (bandwidth, kernel) when given. Returns the seed bins
+        counted on the way (``h_bins`` None: None)."""
         from ._merge import _tree
 
         client, t = self.client, self.timeout
@@ -364,7 +375,13 @@ class Regions(_Sharded):
         cut = [client.submit(operator.itemgetter(0), f, pure=False) for f in split]
         n_regions = len(self.cuts) + 1
         self.shards = build_slabs(client, cut, n_regions, workers, build_region, (backend,), "region", what, t)
-        self.rows = gather([client.submit(_size, f, pure=False) for f in self.shards], "placing the regions")
+        # The cell indexes once the pieces are released (so a worker never
+        # holds both), on the slabs' workers.
+        del split, cut
+        size = build_index if index is not None else _size
+        self.rows = gather(
+            [client.submit(size, f, *(index or ()), pure=False) for f in self.shards], "placing the regions"
+        )
         self.offsets = [0] * n_regions
         who = _watch.who_has(client, self.shards, what, t)
         self.homes = [list(who.get(s.key, ())) for s in self.shards]
@@ -504,7 +521,7 @@ def run(
     reg = Regions(client, timeout, cuts, axis)
     bins = reg.place(
         xf, groups, workers, center, h * (1.0 + _HALO_SLACK), h if binned else None, backend, gather,
-        "mean_shift: placing the regions",
+        "mean_shift: placing the regions", (h, kernel),
     )
     try:
         if not isinstance(seeds, str):
