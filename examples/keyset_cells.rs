@@ -1,15 +1,17 @@
 //! `KeySet::local_mean` on the CPU with and without the key set's cell
 //! index: the same keys, queries and kernel, once on a key set that
-//! indexes its keys by grid cell and once on one whose engine has no
-//! memory for the index (so it answers over every key).
+//! indexes its keys (by grid cell, or by a k-d split beyond 8
+//! coordinates) and once on one whose engine has no memory for the index
+//! (so it answers over every key).
 //!
 //! ```sh
 //! cargo run --release --example keyset_cells -- [--n 1000000] [--m 10000] \
-//!     [--bandwidth 1] [--repeats 3]
+//!     [--bandwidth 1] [--d 2] [--repeats 3]
 //! ```
 //!
-//! Keys: `n` 2-D points in 10 blobs (centres on a circle of radius 20,
-//! normal offsets of standard deviation 1), values the keys themselves;
+//! Keys: `n` points in `d` coordinates in 10 blobs (centres on a circle of
+//! radius 20 in the first two coordinates, 0 in the others; normal offsets
+//! of standard deviation 1 in every coordinate), values the keys themselves;
 //! queries: every `n/m`-th key moved by a small offset; kernel: uniform.
 //! Prints the index's first call (which builds it), the best of
 //! `repeats` calls with it and without it, and the largest difference
@@ -23,6 +25,7 @@ use ndarray::Array2;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut n, mut m, mut repeats, mut h) = (1_000_000usize, 10_000usize, 3usize, 1.0f32);
+    let mut d = 2usize;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next().ok_or(format!("{a} needs a value"))?;
@@ -31,6 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--m" => m = v.parse()?,
             "--bandwidth" => h = v.parse()?,
             "--repeats" => repeats = v.parse()?,
+            "--d" => d = v.parse()?,
             _ => return Err(format!("unknown argument {a}").into()),
         }
     }
@@ -41,28 +45,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         state ^= state << 17;
         (state >> 40) as f32 / (1u64 << 24) as f32
     };
-    let mut keys = Array2::<f32>::zeros((n, 2));
-    for (i, mut p) in keys.rows_mut().into_iter().enumerate() {
-        let a = (i % 10) as f32 * TAU / 10.0;
+    if d < 2 {
+        return Err("--d must be at least 2".into());
+    }
+    let mut normal = move || {
         let (u1, u2) = (uniform().max(1e-7), uniform());
         let (r, b) = ((-2.0 * u1.ln()).sqrt(), TAU * u2);
-        p[0] = 20.0 * a.cos() + r * b.cos();
-        p[1] = 20.0 * a.sin() + r * b.sin();
+        (r * b.cos(), r * b.sin())
+    };
+    let mut keys = Array2::<f32>::zeros((n, d));
+    for (i, mut p) in keys.rows_mut().into_iter().enumerate() {
+        let a = (i % 10) as f32 * TAU / 10.0;
+        let (x, y) = normal();
+        p[0] = 20.0 * a.cos() + x;
+        p[1] = 20.0 * a.sin() + y;
+        for k in (2..d).step_by(2) {
+            let (x, y) = normal();
+            p[k] = x;
+            if k + 1 < d {
+                p[k + 1] = y;
+            }
+        }
     }
     let step = (n / m).max(1);
-    let queries = Array2::from_shape_fn((m, 2), |(i, k)| keys[[(i * step) % n, k]] + 0.1);
+    let queries = Array2::from_shape_fn((m, d), |(i, k)| keys[[(i * step) % n, k]] + 0.1);
     let kernel = Kernel::new(Profile::Uniform, h)?;
 
     let indexed = Engine::cpu();
-    // Room for the key set (keys and values transposed, 16 bytes a key,
-    // columns padded) and a request (40 bytes a query row), not for the
-    // index's sorted copy and cells beside it (28 bytes a key).
-    let mut o = EngineOptions::new(Device::Cpu);
-    o.memory_limit = Some(16 * (n as u64 + 32) + 48 * m as u64 + 8192);
-    let brute = Engine::with_options(o)?;
     let prepare = |e: &Engine| -> Result<KeySet, locus::Error> {
         e.prepare(keys.view()).values(keys.view()).build()
     };
+    // Room for the key set and a request (generously: 64 bytes a query
+    // coordinate), not for the index's sorted copy of the keys beside it.
+    let kept = prepare(&indexed)?.resident_bytes();
+    let mut o = EngineOptions::new(Device::Cpu);
+    o.memory_limit = Some(kept + 64 * (d as u64 + 2) * m as u64 + 8192);
+    let brute = Engine::with_options(o)?;
     let (with, without) = (prepare(&indexed)?, prepare(&brute)?);
 
     let t = Instant::now();
@@ -92,7 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0f32, f32::max);
     println!(
-        "n={n} m={m} h={h}: indexed best {t_index:.4} s, brute force best {t_brute:.4} s, \
+        "n={n} d={d} m={m} h={h}: indexed best {t_index:.4} s, brute force best {t_brute:.4} s, \
          ratio {:.1}x; max |difference| {diff:e}; index kept: {}",
         t_brute / t_index,
         with.resident_bytes() > without.resident_bytes()

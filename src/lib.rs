@@ -29,6 +29,7 @@ mod error;
 
 mod cancel;
 mod grid;
+mod kd;
 pub mod kernel;
 mod matrix;
 mod memory;

@@ -1,4 +1,5 @@
-//! Key sets indexed by grid cell on the CPU: for kernels of bounded reach
+//! Key sets indexed by grid cell (by a k-d split beyond 8 coordinates) on
+//! the CPU: for kernels of bounded reach
 //! (compact profiles, product kernels with compact blocks) a key set's
 //! local means, row states, densities and class probabilities visit only
 //! the cells within reach. Each is checked against the one-shot op, which
@@ -109,7 +110,16 @@ fn check_mean(
 #[test]
 fn every_compact_profile_in_every_dimension_matches_the_one_shot_op() {
     let e = cpu();
-    for (d, h) in [(1usize, 0.05f32), (2, 0.3), (3, 0.5), (5, 0.9)] {
+    // Up to 8 coordinates by grid cell, beyond by a k-d split.
+    for (d, h) in [
+        (1usize, 0.05f32),
+        (2, 0.3),
+        (3, 0.5),
+        (5, 0.9),
+        (9, 2.0),
+        (16, 2.8),
+        (40, 4.5),
+    ] {
         let x = keys(N + 17 * d, d, d as u64);
         let y = values(x.nrows(), 3, 11);
         let q = queries(&x, 203, 5 + d as u64);
@@ -138,6 +148,17 @@ fn product_kernels_with_compact_and_gaussian_blocks_match() {
     for (i, k) in kernels.iter().enumerate() {
         check_mean(&format!("product {i}"), &ks, k, &q, &x, &y);
     }
+    // In 12 coordinates (a k-d split): a compact block of 8 and a
+    // gaussian one of 4, whose coordinates have no reach.
+    let x12 = keys(N, 12, 24);
+    let y12 = values(N, 2, 25);
+    let q12 = queries(&x12, 151, 26);
+    let ks12 = set(e, &x12, &y12);
+    let base12 = ks12.resident_bytes();
+    let k =
+        Kernel::product([(8, Profile::Epanechnikov, 2.2), (4, Profile::Gaussian, 0.9)]).unwrap();
+    check_mean("product d=12", &ks12, &k, &q12, &x12, &y12);
+    assert!(ks12.resident_bytes() > base12, "d=12: no index was built");
     // A product with no compact block has no reach to index by.
     let base = ks.resident_bytes();
     let k = Kernel::product([(2, Profile::Gaussian, 0.4), (1, Profile::Laplacian, 0.7)]).unwrap();

@@ -3,7 +3,7 @@
 //! of a lower layer, or of its own layer where that layer allows it.
 //!
 //! ```text
-//! error → cancel, kernel, matrix, memory, grid → types → backend → cpu | gpu → engine → ops → cluster, generate, sets
+//! error → cancel, kernel, matrix, memory, grid, kd → types → backend → cpu | gpu → engine → ops → cluster, generate, sets
 //! ```
 
 use std::fs;
@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("matrix", 1),
     ("memory", 1),
     ("grid", 1),
+    ("kd", 1),
     ("types", 2),
     ("backend", 3),
     ("cpu", 4),

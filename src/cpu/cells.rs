@@ -1,9 +1,11 @@
 //! A key set's cell index on the CPU: for a kernel of bounded reach (a
 //! compact profile, or a product kernel with compact blocks; Euclidean),
-//! the keys and values sorted by grid cell (`grid.rs`), so a group of
-//! queries that share a cell visits only the key ranges of the cells
-//! within reach and merges the ranges' row states with the associative
-//! rule, as MeanShift's keys do (`mean_shift.rs`).
+//! the keys and values sorted by grid cell (`grid.rs`; up to [`MAX_D`]
+//! coordinates) or, in more coordinates (up to [`MAX_KD_D`]), by leaf of
+//! a k-d split (`kd.rs`), so a group of queries that share a cell (a
+//! leaf) visits only the key ranges of the cells (leaves) within reach
+//! and merges the ranges' row states with the associative rule, as
+//! MeanShift's keys do (`mean_shift.rs`).
 //!
 //! The index depends on the bandwidth: it is built on the first request
 //! that can use it and kept ([`CellCache`], one entry, replaced when a
@@ -15,8 +17,8 @@
 //! to the keys' original order).
 //!
 //! Imports: `super::{keys, local_mean, simd, threads}`, `crate::cancel`, `crate::error`,
-//! `crate::grid`, `crate::kernel`, `crate::matrix`, `crate::memory`,
-//! `crate::types`.
+//! `crate::grid`, `crate::kd`, `crate::kernel`, `crate::matrix`,
+//! `crate::memory`, `crate::types`.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -29,14 +31,22 @@ use super::threads::Threads;
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::grid::{self, Grid};
+use crate::kd::KdTree;
 use crate::kernel::Kernel;
 use crate::matrix::{ensure_room, reserve};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::types::RowStates;
 
-/// Most coordinates a key set is indexed in: beyond, a box of a few cells
-/// per gridded axis holds most keys along the others anyway.
+/// Most coordinates a key set is indexed in by grid cell: beyond, a box
+/// of a few cells per gridded axis holds most keys along the others
+/// anyway, and a k-d split takes over.
 pub(crate) const MAX_D: usize = 8;
+
+/// Most coordinates a key set is indexed in by a k-d split: beyond, boxes
+/// within reach of a group of queries hold most keys unless the data lie
+/// on very few dimensions, and the index's sorted copy of the keys costs
+/// more than it saves.
+pub(crate) const MAX_KD_D: usize = 64;
 
 /// Fewest keys worth an index: below, one pass over all keys is cheap.
 pub(crate) const MIN_KEYS: usize = 4096;
@@ -60,17 +70,45 @@ pub(crate) fn reach_for(
 ) -> Option<Vec<f64>> {
     let fits = !exclude_self
         && kernel.metric().is_euclidean()
-        && (1..=MAX_D).contains(&d)
+        && (1..=MAX_KD_D).contains(&d)
         && (MIN_KEYS..=u32::MAX as usize).contains(&n);
     let reach = grid::reach(kernel, d);
     (fits && reach.iter().any(|r| r.is_finite())).then_some(reach)
 }
 
-/// Keys and values sorted by the cell of a grid built for one reach.
+/// How an index orders its keys: by grid cell, or by leaf of a k-d split.
+enum Layout {
+    Grid(Grid),
+    /// With the radius of a radial kernel (every coordinate's reach the
+    /// same), which prunes leaves by Euclidean distance.
+    Kd(KdTree, Option<f64>),
+}
+
+impl Layout {
+    /// The key queries are grouped by: their cell or leaf.
+    fn key_of(&self, row: &[f32]) -> u64 {
+        match self {
+            Layout::Grid(g) => g.key_of(row),
+            Layout::Kd(t, _) => t.key_of(row),
+        }
+    }
+
+    /// The ranges of the sorted keys within reach of the widened query box
+    /// `lo..=hi`.
+    fn ranges(&self, lo: &[f64], hi: &[f64], out: &mut Vec<(usize, usize)>) {
+        match self {
+            Layout::Grid(g) => g.ranges(lo, hi, out),
+            Layout::Kd(t, radius) => t.ranges(lo, hi, *radius, out),
+        }
+    }
+}
+
+/// Keys and values sorted by the cell of a grid (or the leaf of a k-d
+/// split) built for one reach.
 pub(crate) struct CellIndex {
-    /// The reach the grid was built for (the cache's key).
+    /// The reach the index was built for (the cache's key).
     reach: Vec<f64>,
-    grid: Grid,
+    layout: Layout,
     keys: KeyColumns,
     /// The index's memory on the key set's budget.
     held: Reservation,
@@ -85,30 +123,48 @@ impl CellIndex {
         budget: &Arc<MemoryBudget>,
         threads: &Threads,
     ) -> Built {
-        let Some((side, bounded)) = grid::cells_for(reach) else {
+        let (n, d) = (keys.n(), keys.d());
+        let kd = d > MAX_D;
+        let Some(side) = grid::cells_for(reach) else {
             return Built::Useless;
         };
-        let (n, d) = (keys.n(), keys.d());
-        let (grid_bytes, grid_peak) = Grid::bytes(n);
-        let bytes = keys.unpacked_bytes().saturating_add(grid_bytes);
+        let (index_bytes, index_peak) = if kd {
+            let b = KdTree::bytes(n, d);
+            (b, b)
+        } else {
+            Grid::bytes(n)
+        };
+        let bytes = keys.unpacked_bytes().saturating_add(index_bytes);
         // At most half of the memory free now: the rest stays for requests.
         let Some(held) = budget.reserve_if_free(bytes, bytes) else {
             return Built::NoMemory;
         };
-        if ensure_room("prepare", "cell index", grid_peak).is_err() {
+        if ensure_room("prepare", "cell index", index_peak).is_err() {
             return Built::NoMemory;
         }
         let soa = keys.soa(None);
-        let grid =
-            threads.install(|| Grid::from_columns(soa.xt, (n, soa.ld, d), side, Some(&bounded)));
-        if grid.axes() == 0 {
-            // Every key in one cell: nothing to prune.
-            return Built::Useless;
-        }
-        match threads.install(|| keys.permuted("prepare", &grid.order)) {
+        let layout = if kd {
+            let tree = threads.install(|| KdTree::from_columns(soa.xt, (n, soa.ld, d)));
+            let radial = reach.iter().all(|&r| r == reach[0]);
+            Layout::Kd(tree, radial.then_some(reach[0]))
+        } else {
+            let (side, bounded) = side;
+            let grid = threads
+                .install(|| Grid::from_columns(soa.xt, (n, soa.ld, d), side, Some(&bounded)));
+            if grid.axes() == 0 {
+                // Every key in one cell: nothing to prune.
+                return Built::Useless;
+            }
+            Layout::Grid(grid)
+        };
+        let order = match &layout {
+            Layout::Grid(g) => &g.order,
+            Layout::Kd(t, _) => &t.order,
+        };
+        match threads.install(|| keys.permuted("prepare", order)) {
             Ok(sorted) => Built::Index(Arc::new(CellIndex {
                 reach: reach.to_vec(),
-                grid,
+                layout,
                 keys: sorted,
                 held,
             })),
@@ -130,13 +186,13 @@ impl CellIndex {
     ) -> Result<()> {
         let (op, d) = (cp.op(), self.keys.d());
         let m = queries.len() / d;
-        let grid = &self.grid;
-        // Queries sorted by cell, then cut into groups of one cell each.
+        let layout = &self.layout;
+        // Queries sorted by cell (leaf), then cut into groups of one each.
         ensure_room(op, "query cells", (m as u64).saturating_mul(16))?;
         let mut keyed: Vec<(u64, u32)> = queries
             .par_chunks_exact(d)
             .enumerate()
-            .map(|(i, row)| (grid.key_of(row), i as u32))
+            .map(|(i, row)| (layout.key_of(row), i as u32))
             .collect();
         keyed.par_sort_unstable();
         let mut bounds = reserve::<(u32, u32)>(op, "query groups", m as u64)?;
@@ -169,7 +225,7 @@ impl CellIndex {
                         }
                         let (lo, hi) = grid::query_box(buf, d, &self.reach);
                         ranges.clear();
-                        grid.ranges(&lo, &hi, ranges);
+                        layout.ranges(&lo, &hi, ranges);
                         let job = |(k0, k1): (usize, usize)| {
                             group(&GroupJob {
                                 kernel,
