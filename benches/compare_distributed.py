@@ -19,8 +19,10 @@ per iteration of the shifting phase, the bytes the workers fetched from
 one another (Dask's transfer log) against the keys' size, each worker's
 peak resident memory, and whether the labels equal the CLI's.
 
-``--scaling`` also runs the same points on one worker with the same
-threads per worker, and reports the per-iteration ratio.
+``--scaling`` also runs the same points on a one-worker cluster with the
+same threads per worker, its runs alternating with the others (both
+clusters alive throughout), and reports the per-iteration ratio of each
+pair and of the medians.
 """
 
 from __future__ import annotations
@@ -53,61 +55,73 @@ def _fetched(dask_worker) -> int:  # type: ignore[no-untyped-def]
     return int(sum(e["total"] for e in dask_worker.transfer_incoming_log))
 
 
-def cluster_run(a, workers: int, x_path: str | None, repeat: int, cli: bool) -> list[dict]:
-    import dask
-    import dask.array as da
-    from distributed import Client, LocalCluster, wait
+class Cluster:
+    """A ``LocalCluster`` of ``workers`` one-thread processes holding the
+    bench's points (generated on the workers, persisted)."""
 
-    import locus.distributed as ld
-    from locus.distributed import _regions
+    def __init__(self, a, workers: int) -> None:  # type: ignore[no-untyped-def]
+        import dask
+        import dask.array as da
+        from distributed import Client, LocalCluster, wait
 
-    cluster = LocalCluster(
-        n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=":0",
-        env={"RAYON_NUM_THREADS": str(a.threads)}, memory_limit=0,
-    )
-    client = Client(cluster)
-    rng = np.random.default_rng(0)
-    centers = rng.uniform(-10, 10, size=(8, 2))
-    sizes = [min(250_000, a.n - i) for i in range(0, a.n, 250_000)]
-    X = da.concatenate([
-        da.from_delayed(dask.delayed(blob_block)(s, 1 + i, centers, 0.8), shape=(s, 2), dtype=np.float32)
-        for i, s in enumerate(sizes)
-    ]).persist()
-    t = time.perf_counter()
-    wait(X)
-    generated = time.perf_counter() - t
-    if x_path is not None and not os.path.exists(x_path):
-        np.save(x_path, X.compute())
-    # The shifting phase: the rounds of the region path (or the row path's
-    # iterations, from the progress calls).
-    real = _regions.Regions.routed
-    rounds: list[tuple[str, float, float]] = []
+        self.a = a
+        self.cluster = LocalCluster(
+            n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=":0",
+            env={"RAYON_NUM_THREADS": str(a.threads)}, memory_limit=0,
+        )
+        self.client = Client(self.cluster)
+        rng = np.random.default_rng(0)
+        centers = rng.uniform(-10, 10, size=(8, 2))
+        sizes = [min(250_000, a.n - i) for i in range(0, a.n, 250_000)]
+        self.X = da.concatenate([
+            da.from_delayed(dask.delayed(blob_block)(s, 1 + i, centers, 0.8), shape=(s, 2), dtype=np.float32)
+            for i, s in enumerate(sizes)
+        ]).persist()
+        t = time.perf_counter()
+        wait(self.X)
+        self.generated = time.perf_counter() - t
 
-    def routed(self, *args, what, **kw):  # type: ignore[no-untyped-def]
-        t0 = time.perf_counter()
-        out = real(self, *args, what=what, **kw)
-        rounds.append((what, t0, time.perf_counter()))
-        return out
+    def save(self, x_path: str) -> None:
+        if not os.path.exists(x_path):
+            np.save(x_path, self.X.compute())
 
-    _regions.Regions.routed = routed
-    out = []
-    for _ in range(repeat):
-        row: dict = {"generated_s": generated}
-        if cli:
+    def run(self, x_path: str | None, cli_threads: int | None) -> dict:
+        """One sharded run (after one CLI run on the same points when
+        ``cli_threads`` is given)."""
+        import locus.distributed as ld
+        from locus.distributed import _regions
+
+        a, client = self.a, self.client
+        # The shifting phase: the rounds of the region path (or the row
+        # path's iterations, from the progress calls).
+        real = _regions.Regions.routed
+        rounds: list[tuple[str, float, float]] = []
+
+        def routed(self, *args, what, **kw):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            out = real(self, *args, what=what, **kw)
+            rounds.append((what, t0, time.perf_counter()))
+            return out
+
+        row: dict = {"generated_s": self.generated}
+        if cli_threads is not None:
             p = subprocess.run(
                 [a.locus, "mean-shift", "--input", x_path, "--bandwidth", str(a.bandwidth), "--kernel", a.kernel,
                  "--seeds", "binned", "--backend", "cpu", "--labels", f"{x_path}.labels.npy", "--json", "-q"],
                 capture_output=True, text=True, check=True,
-                env={**os.environ, "RAYON_NUM_THREADS": str(workers * a.threads)},
+                env={**os.environ, "RAYON_NUM_THREADS": str(cli_threads)},
             )
             row["cli_s"] = json.loads(p.stdout)["seconds"]
         log: list = []
         before = sum(client.run(_fetched).values())
-        rounds.clear()
-        t0 = time.perf_counter()
-        r = ld.mean_shift(client, X, bandwidth=a.bandwidth, kernel=a.kernel, seeds="binned", backend="cpu",
-                          progress=lambda it, q, m: log.append((it, q, m, time.perf_counter())))
-        row["sharded_s"] = time.perf_counter() - t0
+        _regions.Regions.routed = routed
+        try:
+            t0 = time.perf_counter()
+            r = ld.mean_shift(client, self.X, bandwidth=a.bandwidth, kernel=a.kernel, seeds="binned",
+                              backend="cpu", progress=lambda it, q, m: log.append((it, q, m, time.perf_counter())))
+            row["sharded_s"] = time.perf_counter() - t0
+        finally:
+            _regions.Regions.routed = real
         row["fetched_mb"] = (sum(client.run(_fetched).values()) - before) / 1e6
         shifts = [c for c in rounds if "round" in c[0]]
         if shifts:
@@ -118,14 +132,16 @@ def cluster_run(a, workers: int, x_path: str | None, repeat: int, cli: bool) -> 
             row["per_iteration_ms"] = (log[-1][3] - log[0][3]) / (len(log) - 1) * 1e3
         row["iterations"], row["modes"] = r.n_iter, len(r.cluster_centers)
         row["seeds"] = log[0][1] if log else 0
-        if cli:
+        if cli_threads is not None:
             row["labels_differ"] = int(np.sum(np.load(f"{x_path}.labels.npy") != r.labels))
-        out.append(row)
-    out[-1]["peak_rss_mb"] = sorted(round(v) for v in client.run(_peak_rss_mb).values())
-    _regions.Regions.routed = real
-    client.close()
-    cluster.close()
-    return out
+        return row
+
+    def peak_rss_mb(self) -> list[int]:
+        return sorted(round(v) for v in self.client.run(_peak_rss_mb).values())
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.close()
 
 
 def main() -> None:
@@ -141,7 +157,20 @@ def main() -> None:
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         x_path = f"{tmp}/x.npy"
-        rows = cluster_run(a, a.workers, x_path, a.repeat, cli=True)
+        main_c = Cluster(a, a.workers)
+        main_c.save(x_path)
+        # With --scaling, a one-worker cluster on the same points, its runs
+        # alternating with the others (pairwise ratios, as for the CLI).
+        one_c = Cluster(a, 1) if a.scaling else None
+        rows, one = [], []
+        for _ in range(a.repeat):
+            rows.append(main_c.run(x_path, a.workers * a.threads))
+            if one_c is not None:
+                one.append(one_c.run(None, None))
+        rows[-1]["peak_rss_mb"] = main_c.peak_rss_mb()
+        main_c.close()
+        if one_c is not None:
+            one_c.close()
         print(f"## Sharded MeanShift vs the CLI ({cpu_model()}, {os.cpu_count()} cores, "
               f"{cpu_isa()}, {platform.system()} {platform.release()}, {time.strftime('%Y-%m-%d %H:%M')})\n")
         print(f"N = {a.n:,} 2-D points, h = {a.bandwidth}, kernel {a.kernel}, bin seeds; "
@@ -156,14 +185,14 @@ def main() -> None:
                   f"{r.get('rounds', '-')} | {r['iterations']} | {r.get('per_iteration_ms', float('nan')):.1f} | "
                   f"{r['fetched_mb']:.1f} ({a.n * 8 / 1e6:.0f}) | {r['labels_differ']} |")
         print(f"\npeak resident memory per worker: {rows[-1]['peak_rss_mb']} MB")
-        if a.scaling:
-            one = cluster_run(a, 1, x_path, a.repeat, cli=False)
+        if one:
             t1 = [r["per_iteration_ms"] for r in one]
             t2 = [r["per_iteration_ms"] for r in rows]
+            pairs = [x / y for x, y in zip(t1, t2)]
             print(f"\n1 worker: {', '.join(f'{v:.1f}' for v in t1)} ms per iteration; "
-                  f"{a.workers} workers: {', '.join(f'{v:.1f}' for v in t2)}; "
-                  f"ratio of medians {np.median(t1) / np.median(t2):.2f} "
-                  f"(range {min(t1) / max(t2):.2f}–{max(t1) / min(t2):.2f})")
+                  f"{a.workers} workers: {', '.join(f'{v:.1f}' for v in t2)} (runs alternating); "
+                  f"ratios pairwise {', '.join(f'{v:.2f}' for v in pairs)}, "
+                  f"of medians {np.median(t1) / np.median(t2):.2f}")
 
 
 if __name__ == "__main__":
