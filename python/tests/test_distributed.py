@@ -283,7 +283,8 @@ def test_pilot_work_falls_where_the_seeds_gather():
     right = rng.normal([6.0, 0.0], 0.5, size=(5000, 2))
     sample = np.concatenate([left, right]).astype(np.float32)
     seeds = np.concatenate([left[:60], right[:60]]).astype(np.float32)
-    where, work = pilot_work(sample, seeds, 0, 1.0, "uniform", 1e6, 300)
+    where, work, seed = pilot_work(sample, seeds, 0, 1.0, "uniform", 1e6, 300)
+    np.testing.assert_array_equal(seed, np.arange(len(seeds)))
     s64 = sample.astype(np.float64)
     within = [np.sum(np.sum((s64 - q) ** 2, axis=1) <= 1.0) for q in seeds.astype(np.float64)]
     np.testing.assert_array_equal(where, seeds[:, 0].astype(np.float64))
@@ -296,8 +297,59 @@ def test_pilot_work_falls_where_the_seeds_gather():
     assert abs(plain[0]) < 4.0 and cut[0] > 4.0, (plain, cut)
     assert np.mean(coord >= cut[0]) >= 0.25
     # Shifted to their stops, seeds take several steps each.
-    where, work = pilot_work(sample, seeds, 0, 1.0, "uniform", 1e-6, 300)
-    assert len(where) == len(work) > 2 * len(seeds) and np.all(work >= 1.0)
+    where, work, seed = pilot_work(sample, seeds, 0, 1.0, "uniform", 1e-6, 300)
+    assert len(where) == len(work) == len(seed) > 2 * len(seeds) and np.all(work >= 1.0)
+    # Recorded iteration by iteration: each seed's steps in order, and
+    # each seed moves towards its blob's centre.
+    for i in (0, 70):
+        mine = where[seed == i]
+        assert len(mine) >= 2 and abs(mine[-1] - (-6.0 if i < 60 else 6.0)) < abs(mine[0] - (-6.0 if i < 60 else 6.0)) + 1e-6
+
+
+def test_the_replay_counts_rounds_and_cuts_move_to_cheaper_replays():
+    """rounds_cost replays the pilot's steps on slabs: a seed works in its
+    slab until it leaves it, then in the next round; the cost sums each
+    round's busiest slab. Given the steps' seeds, place_cuts moves the
+    work-balanced cut only to a cheaper replay."""
+    from locus.distributed._regions import place_cuts, rounds_cost
+
+    # Seed 0 walks 1 → 2 → 3 (work 1 each); seed 1 walks 6 → 5 → 4 (work
+    # 2 each). One cut at 3.5: no crossing, one round, cost max(3, 6).
+    where = np.array([1.0, 2.0, 3.0, 6.0, 5.0, 4.0])
+    work = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
+    seed = np.array([0, 0, 0, 1, 1, 1])
+    assert rounds_cost(np.array([3.5]), where, work, seed) == 6.0
+    # A cut at 2.5: seed 0's last step is in slab 1 in round 2, after
+    # round 1's max(2, 6): 6 + 1.
+    assert rounds_cost(np.array([2.5]), where, work, seed) == 7.0
+    # Cut at 5.5: seed 1 starts in slab 1 (2), then slab 0 in round 2
+    # (2 + 2); seed 0 all in slab 0 in round 1 (3): max(3, 2) + 4.
+    assert rounds_cost(np.array([5.5]), where, work, seed) == 7.0
+    # No cut: everything in one round on one slab.
+    assert rounds_cost(np.zeros(0), where, work, seed) == 9.0
+
+    rng = np.random.default_rng(5)
+    sample = rng.uniform(0, 100, 4000)
+    # Seeds of two basins walk to modes at 20 and 80; the right basin's
+    # steps cost twice as much, so the balanced cut lies in it.
+    starts = np.concatenate([rng.uniform(0, 50, 60), rng.uniform(50, 100, 60)])
+    modes = np.where(starts < 50, 20.0, 80.0)
+    steps = 12
+    t = np.arange(steps) / (steps - 1)
+    where = (starts[:, None] + (modes - starts)[:, None] * t[None, :]).ravel()
+    work = np.repeat(np.where(starts < 50, 1.0, 2.0), steps)
+    seed = np.repeat(np.arange(len(starts)), steps)
+    balanced = place_cuts(sample, 2, 2.0, (where, work))
+    refined = place_cuts(sample, 2, 2.0, (where, work, seed))
+    assert 50 < balanced[0] < 80
+    assert rounds_cost(refined, where, work, seed) <= rounds_cost(balanced, where, work, seed)
+    assert refined[0] in set(sample)
+    assert np.mean(sample < refined[0]) <= 0.75 + 1e-9
+    # Three slabs: each cut stays 2h from its neighbours and the ends.
+    cuts = place_cuts(sample, 3, 2.0, (where, work, seed))
+    edges = np.concatenate([[sample.min()], cuts, [sample.max()]])
+    assert len(cuts) == 2 and np.all(np.diff(edges) >= 2.0)
+    assert rounds_cost(cuts, where, work, seed) <= rounds_cost(place_cuts(sample, 3, 2.0, (where, work)), where, work, seed)
 
 
 def test_region_centring_in_f32_equals_the_f64_difference():

@@ -130,14 +130,15 @@ def place_cuts(
     sample: np.ndarray,
     regions: int,
     min_width: float = 0.0,
-    work: tuple[np.ndarray, np.ndarray] | None = None,
+    work: tuple[np.ndarray, ...] | None = None,
 ) -> np.ndarray:
     """Cuts along one coordinate giving ``regions`` slabs, at quantiles of
     the ``sample`` (values of points): of equal populations, or, given
     ``work`` (coordinates and the work done there, :func:`pilot_work`), of
     equal work, each cut kept within half a slab's share of points of the
     equal-population cut (so no slab holds more than about 1.5 times its
-    share of keys). Each slab holds at least one sampled point and spans
+    share of keys); given the steps' seeds too, then moved to where the
+    pilot's seeds cross fewer cuts (:func:`_fewer_crossings`). Each slab holds at least one sampled point and spans
     at least ``min_width`` of the sample's range (a cut that would break
     either is dropped), so there may be fewer: a slab narrower than its
     halo would hold more copied keys than its own."""
@@ -162,12 +163,71 @@ def place_cuts(
         i = np.minimum(np.searchsorted(ss, aim), len(ss) - 1)
         i = np.where((ss[i] > high) & (low <= high) & (i > 0), i - 1, i)
         q = np.maximum.accumulate(ss[i])
+        if len(work) > 2:
+            q = _fewer_crossings(q, ss, at, half, min_width, work)
     lo, hi = float(sample.min()), float(sample.max())
     cuts: list[float] = []
     for c in np.unique(q[q > lo]).astype(np.float64):
         if c - (cuts[-1] if cuts else lo) >= min_width and hi - c >= min_width:
             cuts.append(float(c))
     return np.array(cuts, dtype=np.float64)
+
+
+# Candidate positions per cut that :func:`_fewer_crossings` weighs.
+_CANDIDATES = 24
+
+
+def rounds_cost(cuts: np.ndarray, where: np.ndarray, work: np.ndarray, seed: np.ndarray) -> float:
+    """The pilot's steps (coordinate, work, seed; each seed's steps in
+    order) replayed on slabs cut at ``cuts``: a seed works in its slab
+    until it leaves, then in the next round in its new one. Returns the
+    sum over rounds of the busiest slab's work — the shifting phase's time
+    when each slab has a worker, in the pilot's units."""
+    if not len(where):
+        return 0.0
+    slab = np.searchsorted(cuts, where, side="right")
+    same = np.concatenate([[False], seed[1:] == seed[:-1]])
+    moved = same & (slab != np.concatenate([[0], slab[:-1]]))
+    c = np.cumsum(moved)
+    # Each step's round: the seed's moves so far.
+    first = np.flatnonzero(~same)
+    base = np.repeat(c[first] - moved[first], np.diff(np.concatenate([first, [len(c)]])))
+    rounds = c - base
+    per = np.bincount(rounds * (len(cuts) + 1) + slab, weights=work)
+    per = np.pad(per, (0, (-len(per)) % (len(cuts) + 1)))
+    return float(per.reshape(-1, len(cuts) + 1).max(axis=1).sum())
+
+
+def _fewer_crossings(
+    q: np.ndarray, ss: np.ndarray, at: np.ndarray, half: float, min_width: float, work: tuple
+) -> np.ndarray:
+    """The work-balanced cuts ``q`` moved, one at a time, to where the
+    pilot's replay (:func:`rounds_cost`) is cheapest: a cut through a
+    basin sends its seeds to another slab in a later round, when the
+    other slab may be idle; a cut in the valley beside it sends none.
+    Each cut stays within half a slab's share of points (``ss``: the
+    sorted sample) of the equal-population cut, min_width from its
+    neighbours and the ends."""
+    where, w = work[0], work[1]
+    order = np.argsort(work[2], kind="stable")
+    where, w, seed = where[order], w[order], work[2][order]
+    q = np.array(q, dtype=np.float64)
+    n = len(ss)
+    for r in range(len(q)):
+        levels = np.linspace(max(at[r] - half, 0.0), min(at[r] + half, 1.0), _CANDIDATES)
+        cand = ss[np.clip((levels * n).astype(np.int64), 0, n - 1)]
+        left = q[r - 1] + min_width if r else ss[0] + min_width
+        right = q[r + 1] - min_width if r + 1 < len(q) else ss[-1] - min_width
+        cand = np.unique(np.concatenate([[q[r]], cand[(cand >= left) & (cand <= right)]]))
+        best, best_cost = q[r], rounds_cost(q, where, w, seed)
+        for c in cand:
+            trial = q.copy()
+            trial[r] = c
+            cost = rounds_cost(trial, where, w, seed)
+            if cost < best_cost * (1.0 - 1e-9):
+                best, best_cost = c, cost
+        q[r] = best
+    return q
 
 
 # Most seeds the pilot of :func:`pilot_work` follows, and its most steps.
@@ -183,20 +243,21 @@ def pilot_work(
     kernel: str,
     thr_sq: float,
     max_iter: int,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where the shifting work falls along coordinate ``axis``: the seeds
     (centred; at most :data:`PILOT_SEEDS` of them, evenly strided) shifted
     over the ``sample`` (centred points) by the engine's step and stop
     rule, each step recorded at the seed's position with, as its work, the
     sampled points within ``h`` (a shard's cost per seed and step grows
-    with the keys within reach). Seeds spend most steps near the modes, in
-    the densest places: an equal split of points can give one slab twice
-    the work of the other."""
+    with the keys within reach), and the seed it belongs to. Seeds spend
+    most steps near the modes, in the densest places: an equal split of
+    points can give one slab twice the work of the other."""
     pos = np.array(seeds[:: max(1, len(seeds) // PILOT_SEEDS)], dtype=np.float32, copy=True)
     ks = engine_for("cpu").prepare(np.ascontiguousarray(sample, dtype=np.float32),
                                    np.ascontiguousarray(sample, dtype=np.float32))
     where: list[np.ndarray] = []
     work: list[np.ndarray] = []
+    ids: list[np.ndarray] = []
     active = np.arange(len(pos))
     for _ in range(min(max_iter, PILOT_STEPS)):
         if not len(active):
@@ -206,12 +267,13 @@ def pilot_work(
         _, count, _ = ks.row_states(sub, bandwidth=h, kernel="uniform")
         where.append(sub[:, axis].astype(np.float64))
         work.append(np.asarray(count, dtype=np.float64) + 1.0)
+        ids.append(active)
         stop = _locus.shift_step(sub, _ratio(s, u), thr_sq)
         pos[active] = sub
         active = active[~stop]
     if not where:
-        return np.zeros(0), np.zeros(0)
-    return np.concatenate(where), np.concatenate(work)
+        return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
+    return np.concatenate(where), np.concatenate(work), np.concatenate(ids)
 
 
 def _slab_of(coord: np.ndarray, cuts: np.ndarray) -> np.ndarray:
