@@ -159,6 +159,33 @@ fn product_kernels_with_compact_and_gaussian_blocks_match() {
         Kernel::product([(8, Profile::Epanechnikov, 2.2), (4, Profile::Gaussian, 0.9)]).unwrap();
     check_mean("product d=12", &ks12, &k, &q12, &x12, &y12);
     assert!(ks12.resident_bytes() > base12, "d=12: no index was built");
+    // Blocks of one bandwidth have the reach of a radial kernel of that
+    // bandwidth, coordinate by coordinate, and share its index; but a key
+    // within reach of each block may lie farther than h over all
+    // coordinates. A radial request first (it builds the index), then the
+    // product's: 600 keys at (0.9, 0.9, 0, …), a leaf of their own (the
+    // others moved 3 away), are within 1 of the query in each block, 1.27
+    // away in all.
+    let mut near = keys(N, 9, 27) + 3.0;
+    for (i, mut row) in near.rows_mut().into_iter().enumerate().take(600) {
+        row.fill(0.0);
+        row[0] = 0.9 + i as f32 * 1e-5;
+        row[1] = 0.9;
+    }
+    let vals = values(N, 1, 28);
+    let ks9 = set(e, &near, &vals);
+    let origin = Array2::<f32>::zeros((1, 9));
+    let radial = Kernel::new(Profile::Uniform, 1.0).unwrap();
+    let got = ks9.local_mean(&radial, origin.view()).unwrap();
+    assert_eq!(
+        got.empty_rows, 1,
+        "no key within 1 of the origin over all coordinates"
+    );
+    let blocks = Kernel::product([(1, Profile::Uniform, 1.0), (8, Profile::Uniform, 1.0)]).unwrap();
+    let (want, want_empty) = brute_mean(e, &blocks, &origin, &near, &vals);
+    assert_eq!(want_empty, 0);
+    let got = ks9.local_mean(&blocks, origin.view()).unwrap();
+    assert_close("equal blocks d=9", &got.values, &want, 1e-4, 1e-5);
     // A product with no compact block has no reach to index by.
     let base = ks.resident_bytes();
     let k = Kernel::product([(2, Profile::Gaussian, 0.4), (1, Profile::Laplacian, 0.7)]).unwrap();

@@ -79,9 +79,7 @@ pub(crate) fn reach_for(
 /// How an index orders its keys: by grid cell, or by leaf of a k-d split.
 enum Layout {
     Grid(Grid),
-    /// With the radius of a radial kernel (every coordinate's reach the
-    /// same), which prunes leaves by Euclidean distance.
-    Kd(KdTree, Option<f64>),
+    Kd(KdTree),
 }
 
 impl Layout {
@@ -89,16 +87,18 @@ impl Layout {
     fn key_of(&self, row: &[f32]) -> u64 {
         match self {
             Layout::Grid(g) => g.key_of(row),
-            Layout::Kd(t, _) => t.key_of(row),
+            Layout::Kd(t) => t.key_of(row),
         }
     }
 
     /// The ranges of the sorted keys within reach of the widened query box
-    /// `lo..=hi`.
-    fn ranges(&self, lo: &[f64], hi: &[f64], out: &mut Vec<(usize, usize)>) {
+    /// `lo..=hi`; with `radius` (a radial kernel's reach), a k-d split
+    /// also prunes by Euclidean distance (a product kernel's reach is a
+    /// ball per block, not one over all coordinates: never for it).
+    fn ranges(&self, lo: &[f64], hi: &[f64], radius: Option<f64>, out: &mut Vec<(usize, usize)>) {
         match self {
             Layout::Grid(g) => g.ranges(lo, hi, out),
-            Layout::Kd(t, radius) => t.ranges(lo, hi, *radius, out),
+            Layout::Kd(t) => t.ranges(lo, hi, radius, out),
         }
     }
 }
@@ -144,9 +144,7 @@ impl CellIndex {
         }
         let soa = keys.soa(None);
         let layout = if kd {
-            let tree = threads.install(|| KdTree::from_columns(soa.xt, (n, soa.ld, d)));
-            let radial = reach.iter().all(|&r| r == reach[0]);
-            Layout::Kd(tree, radial.then_some(reach[0]))
+            Layout::Kd(threads.install(|| KdTree::from_columns(soa.xt, (n, soa.ld, d))))
         } else {
             let (side, bounded) = side;
             let grid = threads
@@ -159,7 +157,7 @@ impl CellIndex {
         };
         let order = match &layout {
             Layout::Grid(g) => &g.order,
-            Layout::Kd(t, _) => &t.order,
+            Layout::Kd(t) => &t.order,
         };
         match threads.install(|| keys.permuted("prepare", order)) {
             Ok(sorted) => Built::Index(Arc::new(CellIndex {
@@ -187,6 +185,9 @@ impl CellIndex {
         let (op, d) = (cp.op(), self.keys.d());
         let m = queries.len() / d;
         let layout = &self.layout;
+        // The index is shared by every kernel of this reach; only a radial
+        // one's reach is a ball over all coordinates.
+        let radius = kernel.blocks().is_none().then(|| self.reach[0]);
         // Queries sorted by cell (leaf), then cut into groups of one each.
         ensure_room(op, "query cells", (m as u64).saturating_mul(16))?;
         let mut keyed: Vec<(u64, u32)> = queries
@@ -225,7 +226,7 @@ impl CellIndex {
                         }
                         let (lo, hi) = grid::query_box(buf, d, &self.reach);
                         ranges.clear();
-                        layout.ranges(&lo, &hi, ranges);
+                        layout.ranges(&lo, &hi, radius, ranges);
                         let job = |(k0, k1): (usize, usize)| {
                             group(&GroupJob {
                                 kernel,
