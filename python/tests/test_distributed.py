@@ -202,18 +202,37 @@ def test_mean_shift_by_region_hands_seeds_across_slabs(client):
             progress=lambda it, queried, moving: log.append((it, queried, moving)),
         )
         assert (got.n_iter, got.converged) == (want.n_iter, want.converged), max_iter
-        if max_iter == 4:
-            # Stopped half way: the seeds sit on the slopes, where the modes'
-            # ranking turns on float rounding; only the cap is compared.
-            continue
         np.testing.assert_array_equal(got.labels, want.labels)
         np.testing.assert_allclose(got.cluster_centers, want.cluster_centers, atol=2e-4, rtol=0)
         np.testing.assert_array_equal(got.populations, want.populations)
+        if max_iter == 4:
+            continue
         # The first round sends every seed; later ones only those handed
         # over (none once every seed has stopped or reached the cap).
         assert log[0][1] == len(x) and len(log) > 1 and 0 < log[1][1] < len(x), log
         assert log[-1][2] == 0
     assert not want.converged and want.n_iter == 4
+
+
+@pytest.mark.parametrize("kernel", ["uniform", "gaussian"])
+def test_mean_shift_stopped_by_max_iter_counts_populations_as_the_single_process(client, kernel):
+    """When max_iter stops the run, the single process counts each seed's
+    population where it was before its last step; both sharded paths
+    (by region: uniform; by rows: gaussian) do the same, so labels,
+    populations and modes match at every cap, on 1 to 3 shards."""
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.normal(size=(1500, 2)), rng.normal(size=(1500, 2)) + [8.0, 0.0]]).astype(np.float32)
+    for max_iter in (1, 2, 5):
+        want = locus.mean_shift(x, bandwidth=1.0, kernel=kernel, bin_seeding=True, max_iter=max_iter, backend="cpu")
+        assert not want.converged
+        for shards in (1, 3):
+            got = ld.mean_shift(
+                client, x, bandwidth=1.0, kernel=kernel, seeds="binned", max_iter=max_iter, backend="cpu", shards=shards
+            )
+            assert (got.n_iter, got.converged) == (want.n_iter, want.converged)
+            np.testing.assert_array_equal(got.populations, want.populations, err_msg=f"{max_iter=} {shards=}")
+            np.testing.assert_array_equal(got.labels, want.labels)
+            np.testing.assert_allclose(got.cluster_centers, want.cluster_centers, atol=1e-5, rtol=0)
 
 
 def test_region_cuts_keep_slabs_populated_and_at_least_two_bandwidths_wide():

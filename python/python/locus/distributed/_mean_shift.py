@@ -21,7 +21,7 @@ from .._kernels import ProductKernel, kernel_arg
 from .._results import MeanShiftResult
 from ._keyset import _check_kernel
 from ._tasks import _states
-from ._merge import _merge_bins, _merge_extent, _ratio, _tree, bin_counts, merge_states
+from ._merge import _merge_bins, _merge_extent, _ratio, _tree, bin_counts, candidates, merge_states
 from . import _regions, _watch
 from ._placement import (
     DEFAULT_TIMEOUT,
@@ -322,7 +322,10 @@ def mean_shift(
         thr_sq = np.float32(tol_h * tol_h)
         active = np.arange(len(pos))
         iterations, converged = 0, False
+        before_last = None
         for it in range(1, max_iter + 1):
+            if it == max_iter:
+                before_last = pos.copy()
             m, s, u = sh._map_reduce(
                 _states, merge_states, lambda i: (), pos[active], h_kernel, kernel, "values",
                 what=f"mean_shift: iteration {it}",
@@ -339,11 +342,11 @@ def mean_shift(
                 converged = True
                 break
 
-        # Post-processing: distinct final positions, their populations.
-        bits = np.unique(pos.view(np.uint32), axis=0)
-        cand = np.ascontiguousarray(bits).view(np.float32)
+        # Post-processing: distinct final positions, their populations
+        # (counted before the last step when max_iter stopped the run).
+        cand, at = candidates(pos, None if converged else before_last)
         _, counts, _ = sh._map_reduce(
-            _states, merge_states, lambda i: (), cand, h, "uniform", "none",
+            _states, merge_states, lambda i: (), at, h, "uniform", "none",
             what="mean_shift: the populations",
         )
         modes_c, populations = _locus.rank_modes(cand, counts, h, len(pos))

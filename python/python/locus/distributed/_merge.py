@@ -163,3 +163,20 @@ def _tree(client: distributed.Client, parts: list, merge: Callable) -> distribut
             nxt.append(level[-1])
         level = nxt
     return level[0]
+
+
+def candidates(pos: np.ndarray, counted_at: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct final seed positions ``pos`` (f32 rows, in the order
+    of their bits, as the single process sorts them) and where each
+    one's population is counted: ``counted_at`` of the last seed at that
+    position (the single process's rule: positions before the last step
+    when ``max_iter`` stopped the run), or the position itself when
+    None."""
+    bits, inverse = np.unique(pos.view(np.uint32), axis=0, return_inverse=True)
+    cand = np.ascontiguousarray(bits).view(np.float32)
+    if counted_at is None:
+        return cand, cand
+    last = np.full(len(cand), -1, dtype=np.int64)
+    np.maximum.at(last, inverse.ravel(), np.arange(len(pos)))
+    return cand, np.ascontiguousarray(counted_at[last], dtype=np.float32)
+

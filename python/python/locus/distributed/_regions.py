@@ -25,7 +25,7 @@ from .._errors import InputError
 from .._functions import knn
 from . import _watch
 from ._tasks import _states
-from ._merge import _ratio, bin_counts, _merge_bins
+from ._merge import _ratio, bin_counts, _merge_bins, candidates
 from ._placement import _Shard, _Sharded
 
 # The profiles whose weight is zero beyond the bandwidth (and aliases).
@@ -136,8 +136,9 @@ def place_cuts(
     the ``sample`` (values of points): of equal populations, or, given
     ``work`` (coordinates and the work done there, :func:`pilot_work`), of
     equal work, each cut kept within half a slab's share of points of the
-    equal-population cut (so no slab holds more than about 1.5 times its
-    share of keys); given the steps' seeds too, then moved to where the
+    equal-population cut (so a slab holds at most its share plus half a
+    share past each of its cuts: 1.5 times its share at the ends, twice
+    in the middle); given the steps' seeds too, then moved to where the
     pilot's seeds cross fewer cuts (:func:`_fewer_crossings`). Each slab holds at least one sampled point and spans
     at least ``min_width`` of the sample's range (a cut that would break
     either is dropped), so there may be fewer: a slab narrower than its
@@ -252,7 +253,7 @@ def pilot_work(
     with the keys within reach), and the seed it belongs to. Seeds spend
     most steps near the modes, in the densest places: an equal split of
     points can give one slab twice the work of the other."""
-    pos = np.array(seeds[:: max(1, len(seeds) // PILOT_SEEDS)], dtype=np.float32, copy=True)
+    pos = np.array(seeds[:: max(1, -(-len(seeds) // PILOT_SEEDS))], dtype=np.float32, copy=True)
     ks = engine_for("cpu").prepare(np.ascontiguousarray(sample, dtype=np.float32),
                                    np.ascontiguousarray(sample, dtype=np.float32))
     where: list[np.ndarray] = []
@@ -494,15 +495,18 @@ def shift_in_slab(
     """Shifts the seeds ``pos`` (each already ``iters`` steps along) by the
     engine's step and stop rule, each until it stops, takes its
     ``max_iter``-th step or leaves the slab ``[lo, hi)``. Returns the
-    positions, the steps taken and each seed's end: 1 stopped, 2 at
-    ``max_iter``, 0 left the slab (still moving)."""
+    positions, the steps taken, each seed's end (1 stopped, 2 at
+    ``max_iter``, 0 left the slab, still moving) and its position before
+    its last step here."""
     pos = np.array(pos, dtype=np.float32, copy=True)
     iters = np.array(iters, dtype=np.int64, copy=True)
     end = np.zeros(len(pos), dtype=np.int8)
+    before = pos.copy()
     active = np.arange(len(pos))
     while len(active):
         _, s, u = _states(shard, pos[active], h, kernel, "values")
         sub = pos[active]
+        before[active] = sub
         stop = _locus.shift_step(sub, _ratio(s, u), thr_sq)
         pos[active] = sub
         iters[active] += 1
@@ -513,7 +517,7 @@ def shift_in_slab(
         moving = moving[~full]
         c = pos[moving, axis].astype(np.float64)
         active = moving[(c >= lo) & (c < hi)]
-    return pos, iters, end
+    return pos, iters, end, before
 
 
 def populations(shard: _RegionShard, cand: np.ndarray, h: float) -> np.ndarray:
@@ -599,6 +603,8 @@ def run(
             raise InputError(f"mean_shift: no seeds (no bin holds min_bin_freq={min_bin_freq} points)")
         iters = np.zeros(len(pos), dtype=np.int64)
         end = np.zeros(len(pos), dtype=np.int8)
+        # Each seed's position before its last step.
+        before = pos.copy()
         moving = np.arange(len(pos))
         rounds = 0
         while len(moving):
@@ -612,18 +618,24 @@ def run(
             )
             for rows, ans in answers:
                 if ans is not None:
-                    pos[moving[rows]], iters[moving[rows]], end[moving[rows]] = ans
+                    pos[moving[rows]], iters[moving[rows]], end[moving[rows]], before[moving[rows]] = ans
             if progress is not None:
                 progress(int(iters.max()), len(moving), int(np.sum(end == 0)))
             moving = np.flatnonzero(end == 0)
         iterations = int(iters.max())
         converged = bool(np.all(end == 1))
 
-        bits = np.unique(pos.view(np.uint32), axis=0)
-        cand = np.ascontiguousarray(bits).view(np.float32)
+        # Populations as the single process counts them: when max_iter
+        # stopped the run, where the seeds that took a max_iter-th step
+        # were before it (the single process copies every position before
+        # its last iteration); each asked of the slab holding that point.
+        at = None
+        if not converged:
+            at = np.where((iters == max_iter)[:, None], before, pos)
+        cand, cand_at = candidates(pos, at)
         counts = np.zeros(len(cand), dtype=np.float64)
         for rows, ans in reg.routed(
-            populations, cand, lambda r, rows: (cand[rows],), h, what="mean_shift: the populations"
+            populations, cand_at, lambda r, rows: (cand_at[rows],), h, what="mean_shift: the populations"
         ):
             if ans is not None:
                 counts[rows] = ans
