@@ -92,8 +92,9 @@ def mean_shift(
     """MeanShift of ``X`` (N × d, NumPy or Dask array) sharded over the
     cluster, with the results of :func:`locus.mean_shift` on the same data
     (same partition, modes equal up to float rounding: the shards' sums
-    run in another order, so a seed that lands on the stop threshold can
-    take one step more or fewer, at most ``tol·bandwidth``).
+    run in another order, so a seed near the stop threshold can take one
+    step more or fewer, and modes agree within a few ``tol·bandwidth`` —
+    up to about 6 with the triangular kernel, whose steps shrink slowly).
 
     The points are centred on the middle of their bounding box and kept
     resident, one key set per shard. ``seeds``: ``"binned"`` (scikit-learn's
