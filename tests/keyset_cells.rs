@@ -1,4 +1,4 @@
-//! Key sets indexed by grid cell (by a k-d split beyond 8 coordinates) on
+//! Key sets indexed by grid cell (by a k-d split from 9 to 31 coordinates) on
 //! the CPU: for kernels of bounded reach
 //! (compact profiles, product kernels with compact blocks) a key set's
 //! local means, row states, densities and class probabilities visit only
@@ -118,7 +118,7 @@ fn every_compact_profile_in_every_dimension_matches_the_one_shot_op() {
         (5, 0.9),
         (9, 2.0),
         (16, 2.8),
-        (40, 4.5),
+        (31, 4.0),
     ] {
         let x = keys(N + 17 * d, d, d as u64);
         let y = values(x.nrows(), 3, 11);

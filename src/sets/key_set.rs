@@ -336,10 +336,10 @@ struct Inner {
 ///
 /// On the CPU, local means and row states (and the densities and class
 /// probabilities computed from them) under a kernel of bounded reach — a
-/// compact profile, or a product kernel with a compact block — in up to 64
+/// compact profile, or a product kernel with a compact block — in up to 31
 /// Euclidean dimensions over at least 4096 keys go through a cell index:
 /// the keys sorted by grid cell (up to 8 dimensions) or by leaf of a k-d
-/// split (9 to 64) on the first such request, kept for that
+/// split (9 to 31) on the first such request, kept for that
 /// bandwidth (replaced when another comes), so a query visits only the
 /// keys within reach. Its memory counts against the limit too
 /// ([`resident_bytes`](Self::resident_bytes)); when it would take more
