@@ -186,12 +186,9 @@ impl Grid {
         let dense: Vec<u32> = (0..n)
             .into_par_iter()
             .map(|i| {
-                let mut c = 0u64;
-                for (a, &k) in self.axes.iter().enumerate() {
-                    let v = self.coord(a, f64::from(at(i, k))).clamp(0, self.last[a]);
-                    c = c * (self.last[a] as u64 + 1) + v as u64;
-                }
-                c as u32
+                self.cell_by(|k| at(i, k))
+                    .fold(0u64, |r, (a, c)| r * (self.last[a] as u64 + 1) + c)
+                    as u32
             })
             .collect();
         let mut next = vec![0u32; cells + 1];
@@ -250,12 +247,19 @@ impl Grid {
     /// The key of the cell holding the point whose coordinate `k` is
     /// `at(k)` (clamped into the grid).
     fn key_by(&self, at: impl Fn(usize) -> f32) -> u64 {
-        let mut key = 0u64;
-        for (a, &k) in self.axes.iter().enumerate() {
+        self.cell_by(at).fold(0u64, |key, (_, c)| (key << BITS) | c)
+    }
+
+    /// The cell coordinates `(gridded axis, coordinate)` of the point whose
+    /// coordinate `k` is `at(k)`, clamped into the grid.
+    fn cell_by<'g>(
+        &'g self,
+        at: impl Fn(usize) -> f32 + 'g,
+    ) -> impl Iterator<Item = (usize, u64)> + 'g {
+        self.axes.iter().enumerate().map(move |(a, &k)| {
             let c = self.coord(a, f64::from(at(k))).clamp(0, self.last[a]);
-            key = (key << BITS) | c as u64;
-        }
-        key
+            (a, c as u64)
+        })
     }
 
     /// Appends to `out` the ranges of the sorted order holding every point

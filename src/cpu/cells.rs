@@ -129,7 +129,7 @@ impl CellIndex {
     ) -> Built {
         let (n, d) = (keys.n(), keys.d());
         let kd = d > MAX_D;
-        let Some(side) = grid::cells_for(reach) else {
+        let Some((side, bounded)) = grid::cells_for(reach) else {
             return Built::Useless;
         };
         let (index_bytes, index_peak) = if kd {
@@ -150,7 +150,6 @@ impl CellIndex {
         let layout = if kd {
             Layout::Kd(threads.install(|| KdTree::from_columns(soa.xt, (n, soa.ld, d))))
         } else {
-            let (side, bounded) = side;
             let grid = threads
                 .install(|| Grid::from_columns(soa.xt, (n, soa.ld, d), side, Some(&bounded)));
             if grid.axes() == 0 {

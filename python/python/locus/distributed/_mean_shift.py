@@ -21,7 +21,7 @@ from .._kernels import ProductKernel, kernel_arg
 from .._results import MeanShiftResult
 from ._keyset import _check_kernel
 from ._tasks import _states
-from ._merge import _merge_bins, _merge_extent, _ratio, _tree, bin_counts, candidates, merge_states
+from ._merge import _merge_bins, _merge_extent, _ratio, _tree, candidates, extent, merge_states, seed_bins
 from . import _regions, _watch
 from ._placement import (
     DEFAULT_TIMEOUT,
@@ -39,24 +39,6 @@ from ._placement import (
     _workers,
     check_timeout,
 )
-
-
-def _shard_extent(x: Any) -> tuple:
-    x = np.asarray(x, dtype=np.float32)
-    if x.shape[0] == 0:
-        d = x.shape[1]
-        return np.full(d, np.inf), np.full(d, -np.inf)
-    return x.min(axis=0).astype(np.float64), x.max(axis=0).astype(np.float64)
-
-
-def _bins(x: Any, h: float) -> tuple:
-    """scikit-learn's bins ``round(x/h)`` (half to even, in f64) of a shard,
-    with their counts."""
-    x = np.asarray(x, dtype=np.float32)
-    b = np.round(x.astype(np.float64) / h) + 0.0
-    if len(b) == 0:
-        return b, np.zeros(0, dtype=np.int64)
-    return bin_counts(b)
 
 
 def _points(shard: _Shard) -> np.ndarray:
@@ -104,8 +86,9 @@ def mean_shift(
 
     With a compact kernel (``uniform``, ``epanechnikov``, ``triangular``,
     ``biweight``, ``cosine``) the shards are regions of space: slabs along
-    the points' widest coordinate, cut at quantiles of a sample so they
-    hold about equal numbers of points, each holding its own points and a
+    the points' widest coordinate, cut where a pilot on a sample puts
+    equal shares of the shifting work (each slab within half a share of
+    points of an equal split), each holding its own points and a
     halo of those within one bandwidth of it (the points move once, from
     the blocks to the slabs' workers). Every seed inside a slab is then
     answered by that slab alone, so a worker shifts its seeds through as
@@ -260,7 +243,7 @@ def mean_shift(
         parts = _regions.on_groups(client, groups, xf, _regions.extent_and_sample_many, per)
         lo, hi, sample = gather(_tree(client, parts, _regions.merge_extent_and_sample), "the bounding box")
     else:
-        parts = [client.submit(_shard_extent, f, pure=False) for f in xf]
+        parts = [client.submit(extent, f, pure=False) for f in xf]
         lo, hi = gather(_tree(client, parts, _merge_extent), "the bounding box")
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         # A Dask X: find the first non-finite entry, by its row in X.
@@ -290,7 +273,7 @@ def mean_shift(
     if seeds_given is not None:
         seeds_xy = seeds_given
     elif seeds == "binned":
-        parts = [client.submit(_bins, f, h, pure=False) for f in xf]
+        parts = [client.submit(seed_bins, f, h, pure=False) for f in xf]
         bins, counts = gather(_tree(client, parts, _merge_bins), "the bins")
         kept = bins[counts >= min_bin_freq]
         if len(kept) == n_total:

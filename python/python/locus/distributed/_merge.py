@@ -5,7 +5,7 @@ in a tree of tasks."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import distributed
 import numpy as np
@@ -140,6 +140,26 @@ def _merge_bins(a: tuple, b: tuple) -> tuple:
         return bins, counts
     u, inv = unique_bins(bins)
     return u, np.bincount(inv, weights=counts, minlength=len(u)).astype(np.int64)
+
+
+def extent(x: Any) -> tuple:
+    """A block's bounding box ``(lo, hi)`` in f64 (``+inf``/``-inf`` for no
+    rows: the identity of :func:`_merge_extent`)."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.shape[0] == 0:
+        d = x.shape[1]
+        return np.full(d, np.inf), np.full(d, -np.inf)
+    return x.min(axis=0).astype(np.float64), x.max(axis=0).astype(np.float64)
+
+
+def seed_bins(x: Any, h: float) -> tuple:
+    """scikit-learn's bins ``round(x/h)`` (half to even, in f64) of a block
+    of points, with their counts."""
+    x = np.asarray(x, dtype=np.float32)
+    b = np.round(x.astype(np.float64) / h) + 0.0
+    if len(b) == 0:
+        return b, np.zeros(0, dtype=np.int64)
+    return bin_counts(b)
 
 
 def _merge_extent(a: tuple, b: tuple) -> tuple:

@@ -386,10 +386,8 @@ class _Sharded:
             for k, v, lab, off in zip(kf, vf, lf, offsets)
         ]
         names = [f"shard {i} of {len(kf)}" for i in range(len(kf))]
-        _watch.wait(client, self.shards, names, what, t)
-        for f in self.shards:
-            if f.status == "error":
-                f.result()  # raises the shard's error (an InputError naming the row)
+        # A shard's error (an InputError naming the row) is raised.
+        _watch.wait_ok(client, self.shards, names, what, t)
         # Each shard holds exactly its block: the driver already knows the sizes.
         self.rows = [int(k) for k in sizes]
         self.offsets = offsets
@@ -424,10 +422,7 @@ class _Sharded:
             kf, sizes = _scatter_blocks(client, workers or _workers(client), keys, shards, "keys", t)
         if not kf:
             raise InputError(f"{keys_name} is empty (0 rows); it needs at least one row")
-        _watch.wait(client, kf, [f"{keys_name} block {i}" for i in range(len(kf))], what, t)
-        for f in kf:
-            if f.status == "error":
-                f.result()  # raises the block's error
+        _watch.wait_ok(client, kf, [f"{keys_name} block {i}" for i in range(len(kf))], what, t)
         who = _watch.who_has(client, kf, what, t)
 
         def split_like(a: Any, name: str) -> list:

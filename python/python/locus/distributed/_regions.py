@@ -25,7 +25,7 @@ from .._errors import InputError
 from .._functions import knn
 from . import _watch
 from ._tasks import _states
-from ._merge import _ratio, bin_counts, _merge_bins, candidates
+from ._merge import _merge_bins, _merge_extent, _ratio, candidates, extent, seed_bins
 from ._placement import _Shard, _Sharded
 
 # The profiles whose weight is zero beyond the bandwidth (and aliases).
@@ -76,15 +76,12 @@ def extent_and_sample(x: Any, rows: int) -> tuple:
     """A block's bounding box and about ``rows`` of its rows, evenly
     strided (they place the cuts)."""
     x = np.asarray(x, dtype=np.float32)
-    if x.shape[0] == 0:
-        d = x.shape[1]
-        return np.full(d, np.inf), np.full(d, -np.inf), x
     step = max(1, x.shape[0] // max(1, rows))
-    return x.min(axis=0).astype(np.float64), x.max(axis=0).astype(np.float64), x[::step].copy()
+    return (*extent(x), x[::step].copy())
 
 
 def merge_extent_and_sample(a: tuple, b: tuple) -> tuple:
-    return np.minimum(a[0], b[0]), np.maximum(a[1], b[1]), np.concatenate([a[2], b[2]])
+    return (*_merge_extent(a, b), np.concatenate([a[2], b[2]]))
 
 
 def by_worker(client: distributed.Client, blocks: list, what: str, timeout: float) -> list[tuple[str, list[int]]]:
@@ -92,10 +89,7 @@ def by_worker(client: distributed.Client, blocks: list, what: str, timeout: floa
     a group: each pass over the points then runs one task per worker over
     its own blocks, not one per block (hundreds of blocks at 10⁸ points,
     each a few milliseconds of scheduling)."""
-    _watch.wait(client, blocks, [f"X block {i} of {len(blocks)}" for i in range(len(blocks))], what, timeout)
-    for f in blocks:
-        if f.status == "error":
-            f.result()
+    _watch.wait_ok(client, blocks, [f"X block {i} of {len(blocks)}" for i in range(len(blocks))], what, timeout)
     who = _watch.who_has(client, blocks, what, timeout)
     groups: dict[str, list[int]] = {}
     for i, f in enumerate(blocks):
@@ -186,7 +180,7 @@ def rounds_cost(cuts: np.ndarray, where: np.ndarray, work: np.ndarray, seed: np.
     when each slab has a worker, in the pilot's units."""
     if not len(where):
         return 0.0
-    slab = np.searchsorted(cuts, where, side="right")
+    slab = _slab_of(where, cuts)
     same = np.concatenate([[False], seed[1:] == seed[:-1]])
     moved = same & (slab != np.concatenate([[0], slab[:-1]]))
     c = np.cumsum(moved)
@@ -231,6 +225,9 @@ def _fewer_crossings(
     return q
 
 
+# The uniform profile's names: its row sums count the points within reach.
+_UNIFORM = frozenset({"uniform", "flat", "tophat"})
+
 # Most seeds the pilot of :func:`pilot_work` follows, and its most steps.
 PILOT_SEEDS = 4096
 PILOT_STEPS = 100
@@ -265,7 +262,8 @@ def pilot_work(
             break
         sub = pos[active]
         _, s, u = ks.row_states(sub, bandwidth=h, kernel=kernel)
-        _, count, _ = ks.row_states(sub, bandwidth=h, kernel="uniform")
+        # The uniform kernel's sums are the counts already.
+        count = s if kernel.lower() in _UNIFORM else ks.row_states(sub, bandwidth=h, kernel="uniform")[1]
         where.append(sub[:, axis].astype(np.float64))
         work.append(np.asarray(count, dtype=np.float64) + 1.0)
         ids.append(active)
@@ -302,11 +300,7 @@ def pieces(x: Any, center: np.ndarray, axis: int, cuts: np.ndarray, halo: float,
         hi_h = np.nextafter(np.float32(hi[r] + halo), inf)
         near = (c >= lo_h) & (c < hi_h) & ~own
         out.append((xc.take(np.flatnonzero(own), axis=0), xc.take(np.flatnonzero(near), axis=0)))
-    bins = None
-    if h_bins is not None:
-        b = np.round(x.astype(np.float64) / h_bins) + 0.0
-        bins = bin_counts(b) if len(b) else (b, np.zeros(0, dtype=np.int64))
-    return out, bins
+    return out, None if h_bins is None else seed_bins(x, h_bins)
 
 
 def pieces_many(center: np.ndarray, axis: int, cuts: np.ndarray, halo: float, h_bins: float | None, *blocks: Any) -> tuple:
@@ -388,10 +382,7 @@ def build_slabs(
         )
         for r in range(n_slabs)
     ]
-    _watch.wait(client, shards, [f"{name} {r} of {n_slabs}" for r in range(n_slabs)], what, timeout)
-    for f in shards:
-        if f.status == "error":
-            f.result()
+    _watch.wait_ok(client, shards, [f"{name} {r} of {n_slabs}" for r in range(n_slabs)], what, timeout)
     return shards
 
 
@@ -563,8 +554,11 @@ def run(
     their widest coordinate): the modes (centred), labels, populations,
     iterations and whether every seed stopped."""
     n_total = int(sum(sizes))
-    sc = _centred(sample, center).astype(np.float64)
+    sample_c = _centred(sample, center)
+    sc = sample_c.astype(np.float64)
     axis = int(np.argmax(sc.max(axis=0) - sc.min(axis=0)))
+    # Seeds given: centred once, for the pilot and the rounds.
+    given = None if isinstance(seeds, str) else (np.asarray(seeds, dtype=np.float64) - center).astype(np.float32)
     binned = isinstance(seeds, str) and seeds == "binned"
     tol_h = tol * h
     thr_sq = float(np.float32(tol_h * tol_h))  # as the row-shard path
@@ -573,14 +567,14 @@ def run(
         # The pilot's seeds: the sample's own bins, the seeds given, or
         # the sampled points (every point a seed).
         if binned:
-            b, c = bin_counts(np.round(sample.astype(np.float64) / h) + 0.0)
+            b, c = seed_bins(sample, h)
             need = max(1.0, min_bin_freq * len(sample) / max(n_total, 1))
             guess = _centred((b[c >= need] * h).astype(np.float32), center)
-        elif not isinstance(seeds, str):
-            guess = _centred(np.asarray(seeds, dtype=np.float32), center)
+        elif given is not None:
+            guess = given
         else:
-            guess = _centred(sample, center)
-        work = pilot_work(_centred(sample, center), guess, axis, h, kernel, thr_sq, max_iter)
+            guess = sample_c
+        work = pilot_work(sample_c, guess, axis, h, kernel, thr_sq, max_iter)
     # Slabs at least two bandwidths wide: each then holds at most about as
     # many halo keys as keys of its own.
     cuts = place_cuts(sc[:, axis], regions, 2.0 * h, work)
@@ -590,8 +584,8 @@ def run(
         "mean_shift: placing the regions", (h, kernel),
     )
     try:
-        if not isinstance(seeds, str):
-            pos = (np.asarray(seeds, dtype=np.float64) - center).astype(np.float32)
+        if given is not None:
+            pos = given
         elif binned and len(kept := bins[0][bins[1] >= min_bin_freq]) != n_total:
             pos = ((kept * h).astype(np.float32).astype(np.float64) - center).astype(np.float32)
         else:

@@ -16,17 +16,16 @@ from typing import Any, Callable
 import numpy as np
 from dask.sizeof import sizeof
 
-from .. import _locus
 from . import _watch
-from ._tasks import _log_mass, _states
+from ._tasks import _knn_task, _log_mass, _states
 from ._merge import _merge_knn, _tree, merge_states
 from ._placement import _checked_block, _even, _is_dask, _known_rows, _Shard
 from ._regions import (
-    COMPACT,
     SAMPLE_ROWS,
     build_slabs,
     by_worker,
     extent_and_sample_many,
+    is_compact,
     merge_extent_and_sample,
     on_groups,
     place_cuts,
@@ -121,10 +120,7 @@ def build(backend: str, n_classes: int, d: int, *parts: tuple) -> _SpaceShard:
 def _knn_rows(shard: _SpaceShard, q: np.ndarray, k: int) -> tuple:
     """The shard's k nearest keys of each query (fewer when it holds fewer),
     with global indices."""
-    k = min(k, shard.n)
-    dist, idx = shard.keyset.knn(q, k)
-    d2 = _locus.neighbour_sq_dists(q, shard.keys, idx)
-    lab = None if shard.label_index is None else shard.label_index[idx]
+    dist, d2, idx, lab = _knn_task(shard, 0, q, k)
     return dist, d2, shard.row_index[idx], lab
 
 
@@ -198,7 +194,7 @@ def reach_of(bandwidth: float | None, kernel: Any) -> float | None:
     """How far a key the kernel weighs can lie from the query: a compact
     profile's bandwidth with slack; None for kernels of full support and
     product kernels (every shard is asked)."""
-    if isinstance(kernel, str) and kernel.lower() in COMPACT and bandwidth is not None:
+    if is_compact(kernel) and bandwidth is not None:
         return float(bandwidth) * (1.0 + _SLACK)
     return None
 
@@ -215,11 +211,16 @@ def routed(sks: Any, task: Callable, q: np.ndarray, routes: list, *args: Any, wh
     )
 
 
+def _routes(sks: Any, q: np.ndarray, reach: float) -> list:
+    """For each shard, the queries whose box distance is within ``reach``."""
+    near = box_sq_dists(q, sks.lo, sks.hi) <= reach * reach
+    return [np.flatnonzero(near[:, i]) for i in range(len(sks.shards))]
+
+
 def states(sks: Any, q: np.ndarray, h: float | None, kernel: Any, cols: str, n_cols: int, reach: float, what: str) -> tuple:
     """Row states ``(m, s, u)`` of ``q`` merged over the shards within
     ``reach`` of each query (rows no shard reaches: empty)."""
-    near = box_sq_dists(q, sks.lo, sks.hi) <= reach * reach
-    routes = [np.flatnonzero(near[:, i]) for i in range(len(sks.shards))]
+    routes = _routes(sks, q, reach)
     m = np.full(len(q), -np.inf, dtype=np.float32)
     s = np.zeros(len(q))
     u = np.zeros((len(q), n_cols))
@@ -231,8 +232,7 @@ def states(sks: Any, q: np.ndarray, h: float | None, kernel: Any, cols: str, n_c
 
 def log_mass(sks: Any, q: np.ndarray, h: float | None, kernel: Any, reach: float, what: str) -> np.ndarray:
     """``ln Σᵢ nᵢ·p̂ᵢ(q)`` over the shards within ``reach`` of each query."""
-    near = box_sq_dists(q, sks.lo, sks.hi) <= reach * reach
-    routes = [np.flatnonzero(near[:, i]) for i in range(len(sks.shards))]
+    routes = _routes(sks, q, reach)
     out = np.full(len(q), -np.inf)
     for rows, ans in zip(routes, routed(sks, _log_mass, q, routes, h, kernel, what=what)):
         if ans is not None:

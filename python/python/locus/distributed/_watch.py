@@ -203,6 +203,17 @@ def wait(
     run(client, go, what)
 
 
+def wait_ok(
+    client: distributed.Client, futures: Sequence[distributed.Future], names: Sequence[str], what: str, timeout: float
+) -> None:
+    """:func:`wait`, then the first future that erred raises its own error
+    (an :class:`InputError` naming its row, say)."""
+    wait(client, futures, names, what, timeout)
+    for f in futures:
+        if f.status == "error":
+            f.result()
+
+
 def gather(
     client: distributed.Client, futures: Any, needs: Needs, what: str, timeout: float
 ) -> Any:
