@@ -235,6 +235,23 @@ def test_mean_shift_stopped_by_max_iter_counts_populations_as_the_single_process
             np.testing.assert_allclose(got.cluster_centers, want.cluster_centers, atol=1e-5, rtol=0)
 
 
+def test_space_shards_hold_their_keys_in_global_row_order():
+    """A slab's pieces arrive by worker, not by row; the shard puts its keys
+    back in row order, so equally near keys tie by global row as in one key
+    set (it held row 3119 before row 119 when the later block's worker came
+    first)."""
+    from locus.distributed import _space
+
+    x = np.array([[0.0, 0.0], [5.0, 5.0]], dtype=np.float32)
+    later = (x, None, None, np.array([3119, 3120], dtype=np.int64))
+    earlier = (x[:1] + 0.0, None, None, np.array([119], dtype=np.int64))
+    shard = _space.build("cpu", 0, 2, later, earlier)
+    np.testing.assert_array_equal(shard.row_index, [119, 3119, 3120])
+    np.testing.assert_array_equal(shard.keys, [[0, 0], [0, 0], [5, 5]])
+    _, _, idx, _ = _space._knn_rows(shard, np.zeros((1, 2), dtype=np.float32), 1)
+    assert idx[0, 0] == 119
+
+
 def test_region_cuts_keep_slabs_populated_and_at_least_two_bandwidths_wide():
     """Asked for more slabs than the data hold bandwidths, MeanShift by
     region makes fewer (each slab at least 2h wide: its halo never holds

@@ -99,22 +99,20 @@ def pieces_many(classes: np.ndarray | None, axis: int, cuts: np.ndarray, offsets
 
 
 def build(backend: str, n_classes: int, d: int, *parts: tuple) -> _SpaceShard:
-    """A slab's shard from its pieces of every worker's blocks."""
+    """A slab's shard from its pieces of every worker's blocks, its keys in
+    the order of their rows in the whole key set: the pieces come by
+    worker, not by row, and the key set breaks ties between equally near
+    keys by position, which must then be the global row's."""
+    rows = np.concatenate([p[3] for p in parts if p[3] is not None] or [np.zeros(0, dtype=np.int64)])
+    order = np.argsort(rows, kind="stable")
+
     def join(j: int) -> np.ndarray | None:
         arrs = [p[j] for p in parts if p[j] is not None]
-        return np.concatenate(arrs) if arrs else None
+        return np.concatenate(arrs).take(order, axis=0) if arrs else None
 
     keys = join(0)
     keys = np.zeros((0, d), dtype=np.float32) if keys is None else keys
-    rows = join(3)
-    return _SpaceShard(
-        np.ascontiguousarray(keys),
-        join(1),
-        join(2),
-        n_classes,
-        backend,
-        np.zeros(0, dtype=np.int64) if rows is None else rows,
-    )
+    return _SpaceShard(np.ascontiguousarray(keys), join(1), join(2), n_classes, backend, rows[order])
 
 
 def _knn_rows(shard: _SpaceShard, q: np.ndarray, k: int) -> tuple:
