@@ -1,12 +1,13 @@
-//! `KeySet::local_mean` on the CPU with and without the key set's cell
-//! index: the same keys, queries and kernel, once on a key set that
-//! indexes its keys (by grid cell, or by a k-d split beyond 8
+//! `KeySet::local_mean` with and without the key set's cell index, on
+//! the CPU or the GPU (`--backend gpu`: sorted key tiles, each workgroup
+//! over its spans): the same keys, queries and kernel, once on a key set
+//! that indexes its keys (by grid cell, or by a k-d split beyond 8
 //! coordinates) and once on one whose engine has no memory for the index
 //! (so it answers over every key).
 //!
 //! ```sh
 //! cargo run --release --example keyset_cells -- [--n 1000000] [--m 10000] \
-//!     [--bandwidth 1] [--d 2] [--repeats 3]
+//!     [--bandwidth 1] [--d 2] [--repeats 3] [--backend cpu|gpu]
 //! ```
 //!
 //! Keys: `n` points in `d` coordinates in 10 blobs (centres on a circle of
@@ -26,6 +27,7 @@ use ndarray::Array2;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut n, mut m, mut repeats, mut h) = (1_000_000usize, 10_000usize, 3usize, 1.0f32);
     let mut d = 2usize;
+    let mut device = Device::Cpu;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next().ok_or(format!("{a} needs a value"))?;
@@ -35,6 +37,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--bandwidth" => h = v.parse()?,
             "--repeats" => repeats = v.parse()?,
             "--d" => d = v.parse()?,
+            "--backend" => {
+                device = match v.as_str() {
+                    "cpu" => Device::Cpu,
+                    "gpu" => Device::Gpu,
+                    _ => return Err(format!("--backend {v}: cpu or gpu").into()),
+                }
+            }
             _ => return Err(format!("unknown argument {a}").into()),
         }
     }
@@ -71,14 +80,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let queries = Array2::from_shape_fn((m, d), |(i, k)| keys[[(i * step) % n, k]] + 0.1);
     let kernel = Kernel::new(Profile::Uniform, h)?;
 
-    let indexed = Engine::cpu();
+    let indexed = Engine::with_options(EngineOptions::new(device))?;
     let prepare = |e: &Engine| -> Result<KeySet, locus::Error> {
         e.prepare(keys.view()).values(keys.view()).build()
     };
     // Room for the key set and a request (generously: 64 bytes a query
     // coordinate), not for the index's sorted copy of the keys beside it.
     let kept = prepare(&indexed)?.resident_bytes();
-    let mut o = EngineOptions::new(Device::Cpu);
+    let mut o = EngineOptions::new(device);
     o.memory_limit = Some(kept + 64 * (d as u64 + 2) * m as u64 + 8192);
     let brute = Engine::with_options(o)?;
     let (with, without) = (prepare(&indexed)?, prepare(&brute)?);
@@ -110,7 +119,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0f32, f32::max);
     println!(
-        "n={n} d={d} m={m} h={h}: indexed best {t_index:.4} s, brute force best {t_brute:.4} s, \
+        "{device:?} n={n} d={d} m={m} h={h}: indexed best {t_index:.4} s, brute force best {t_brute:.4} s, \
          ratio {:.1}x; max |difference| {diff:e}; index kept: {}",
         t_brute / t_index,
         with.resident_bytes() > without.resident_bytes()

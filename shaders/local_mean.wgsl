@@ -41,7 +41,15 @@
 // coordinate whose scaled value overflows is far from every key, never NaN.
 //
 // A dispatch sweeps a window of p.keys keys starting at p.kbase in the
-// bound key tile. With a key split (p.splits > 1) workgroup_id.y picks a
+// bound key tile, or (SPANS = 1) the key ranges `spans` lists for its
+// workgroup: a key set's cell index, whose keys are sorted by grid cell or
+// k-d leaf and whose queries come sorted likewise, so each workgroup's
+// rows visit only the keys within the kernel's reach of them. `spans`
+// holds, per dispatch window w and workgroup g, a head at
+// 2·(w·groups + g): the offset of its first range and the number of
+// ranges; each range is two u32, its first key and one past its last
+// within the bound tile (never empty). The bounds reach every invocation
+// through workgroupUniformLoad (the key loop holds barriers). With a key split (p.splits > 1) workgroup_id.y picks a
 // slice of p.split_keys keys and the slice's states go to `partial`, for
 // merge_splits (row_state.wgsl); otherwise successive windows and key
 // tiles are merged through `state` and the last finalizes into `out`
@@ -52,7 +60,8 @@
 // keys per chunk (STAGE a multiple of C), R query rows per invocation,
 // MASKED (1: masked distances for imputation, missing coordinates stored
 // as values at or above MISSING), FORM (above), EXCL (1: leave each row's
-// own key out; queries are the keys). Generated: WG, the FORM_* codes,
+// own key out; queries are the keys), SPANS (1: the key ranges of
+// `spans`, never with a key split or EXCL). Generated: WG, the FORM_* codes,
 // FIRST_TILE, LAST_TILE, LOG2E and MISSING.
 //
 // METRIC (a pipeline override of the module `metric`): the distance r of
@@ -76,6 +85,7 @@ const MASKED: u32 = {{MASKED}}u;
 const R: u32 = {{R}}u;
 const FORM: u32 = {{FORM}}u;
 const EXCL: u32 = {{EXCL}}u;
+const SPANS: u32 = {{SPANS}}u;
 const STATE: u32 = 2u + QA;
 const D4: u32 = (D + 3u) / 4u;
 const QA4: u32 = (QA + 3u) / 4u;
@@ -88,6 +98,13 @@ const F32_MAX: f32 = 3.40282347e38;
 // row_state.wgsl.
 
 // Params, the bindings and block_inv_h: row_state.wgsl.
+
+// SPANS: the key ranges of each workgroup (above), read by one
+// invocation and handed to all through workgroup memory: the head (first
+// range, ranges), then each range in turn.
+@group(0) @binding(8) var<storage, read> spans: array<u32>;
+var<workgroup> span_head: vec2<u32>;
+var<workgroup> span_range: vec2<u32>;
 
 var<workgroup> stage_x: array<array<vec4<f32>, C * D4>, CHUNKS>;
 var<workgroup> stage_y: array<array<vec4<f32>, C * QA4>, CHUNKS>;
@@ -164,189 +181,215 @@ fn accumulate(@builtin(workgroup_id) wid: vec3<u32>,
         rf[r] = reference(v_start, lam);
     }
 
-    // This workgroup's slice of the window (all of it without a split).
-    let k_lo = min(wid.y * p.split_keys, p.keys);
-    let k_hi = min(k_lo + p.split_keys, p.keys);
-    for (var base = k_lo; base < k_hi; base += STAGE) {
-        let count = min(STAGE, k_hi - base);
-        // Whole chunks; the keys past `count` are padding.
-        let chunks = (count + C - 1u) / C;
-        let kb = p.kbase + base;
-        for (var e = lid; e < chunks * C * D4; e += WG) {
-            let j = e / D4;
-            let k0 = (e - j * D4) * 4u;
-            var v = vec4<f32>(0.0);
-            for (var c = 0u; c < 4u; c++) {
-                if k0 + c < D {
-                    v[c] = select(inf, keys[(kb + j) * D + k0 + c] * a, j < count);
-                }
-            }
-            stage_x[j / C][e - j / C * C * D4] = v;
+    // The key ranges: this workgroup's spans in this window (SPANS), else
+    // one, its slice of the window (all of it without a split).
+    var first_span = 0u;
+    var n_spans = 1u;
+    if SPANS == 1u {
+        if lid == 0u {
+            let groups = (p.rows + WG * R - 1u) / (WG * R);
+            let h = 2u * (p.span_window * groups + wid.x);
+            span_head = vec2<u32>(spans[h], spans[h + 1u]);
         }
-        if QT > 0u {
-            for (var e = lid; e < chunks * C * QA4; e += WG) {
-                let j = e / QA4;
-                let c0 = (e - j * QA4) * 4u;
+        let head = workgroupUniformLoad(&span_head);
+        first_span = head.x;
+        n_spans = head.y;
+    }
+    for (var sp = 0u; sp < n_spans; sp++) {
+        var k_lo = min(wid.y * p.split_keys, p.keys);
+        var k_hi = min(k_lo + p.split_keys, p.keys);
+        if SPANS == 1u {
+            // Written again only after the previous range's stages, whose
+            // barriers every invocation has passed (ranges are never empty).
+            if lid == 0u {
+                let at = first_span + 2u * sp;
+                span_range = vec2<u32>(spans[at], spans[at + 1u]);
+            }
+            let range = workgroupUniformLoad(&span_range);
+            k_lo = range.x;
+            k_hi = range.y;
+        }
+        for (var base = k_lo; base < k_hi; base += STAGE) {
+            let count = min(STAGE, k_hi - base);
+            // Whole chunks; the keys past `count` are padding.
+            let chunks = (count + C - 1u) / C;
+            let kb = p.kbase + base;
+            for (var e = lid; e < chunks * C * D4; e += WG) {
+                let j = e / D4;
+                let k0 = (e - j * D4) * 4u;
                 var v = vec4<f32>(0.0);
-                if j < count {
-                    for (var c = 0u; c < 4u; c++) {
-                        if c0 + c < QT {
-                            v[c] = vals[(kb + j) * p.q_stride + p.c0 + c0 + c];
-                        }
+                for (var c = 0u; c < 4u; c++) {
+                    if k0 + c < D {
+                        v[c] = select(inf, keys[(kb + j) * D + k0 + c] * a, j < count);
                     }
                 }
-                stage_y[j / C][e - j / C * C * QA4] = v;
+                stage_x[j / C][e - j / C * C * D4] = v;
             }
-        }
-        workgroupBarrier();
-        // The references the rows' sums are relative to at the stage's start.
-        var ref0: array<f32, R>;
-        for (var r = 0u; r < R; r++) {
-            ref0[r] = rf[r];
-            ss[r] = 0.0;
-            for (var c = 0u; c < QT; c++) {
-                su[r * QA + c] = 0.0;
-            }
-        }
-        // cost: hot loop
-        for (var ch = 0u; ch < chunks; ch++) {
-            // Each chunk key's key value, per row (FORM_PLAIN: its weight).
-            var kv: array<f32, R * C>;
-            // EXCL: each row's own key within this chunk (C or more: none).
-            var own_c: array<u32, R>;
-            if EXCL == 1u {
-                for (var r = 0u; r < R; r++) {
-                    own_c[r] = own[r] - (base + ch * C);
+            if QT > 0u {
+                for (var e = lid; e < chunks * C * QA4; e += WG) {
+                    let j = e / QA4;
+                    let c0 = (e - j * QA4) * 4u;
+                    var v = vec4<f32>(0.0);
+                    if j < count {
+                        for (var c = 0u; c < 4u; c++) {
+                            if c0 + c < QT {
+                                v[c] = vals[(kb + j) * p.q_stride + p.c0 + c0 + c];
+                            }
+                        }
+                    }
+                    stage_y[j / C][e - j / C * C * QA4] = v;
                 }
             }
-            for (var c = 0u; c < C; c++) {
-                // t: the squared distance over the row (radial) or over the
-                // current block (PRODUCT, whose carrier sums the blocks').
-                var t: array<f32, R>;
-                var seen: array<u32, R>;
-                var carrier: array<f32, R>;
-                for (var k4 = 0u; k4 < D4; k4++) {
-                    let xv = stage_x[ch][c * D4 + k4];
-                    for (var c4 = 0u; c4 < 4u; c4++) {
-                        let k = k4 * 4u + c4;
-                        if k >= D {
-                            break;
-                        }
-                        let xk = xv[c4];
-                        for (var r = 0u; r < R; r++) {
-                            let qk = qx[r * D + k];
-                            var df = xk - qk;
-                            if PRODUCT {
-                                df *= cscale[k];
+            workgroupBarrier();
+            // The references the rows' sums are relative to at the stage's start.
+            var ref0: array<f32, R>;
+            for (var r = 0u; r < R; r++) {
+                ref0[r] = rf[r];
+                ss[r] = 0.0;
+                for (var c = 0u; c < QT; c++) {
+                    su[r * QA + c] = 0.0;
+                }
+            }
+            // cost: hot loop
+            for (var ch = 0u; ch < chunks; ch++) {
+                // Each chunk key's key value, per row (FORM_PLAIN: its weight).
+                var kv: array<f32, R * C>;
+                // EXCL: each row's own key within this chunk (C or more: none).
+                var own_c: array<u32, R>;
+                if EXCL == 1u {
+                    for (var r = 0u; r < R; r++) {
+                        own_c[r] = own[r] - (base + ch * C);
+                    }
+                }
+                for (var c = 0u; c < C; c++) {
+                    // t: the squared distance over the row (radial) or over the
+                    // current block (PRODUCT, whose carrier sums the blocks').
+                    var t: array<f32, R>;
+                    var seen: array<u32, R>;
+                    var carrier: array<f32, R>;
+                    for (var k4 = 0u; k4 < D4; k4++) {
+                        let xv = stage_x[ch][c * D4 + k4];
+                        for (var c4 = 0u; c4 < 4u; c4++) {
+                            let k = k4 * 4u + c4;
+                            if k >= D {
+                                break;
                             }
-                            // MASKED: a coordinate either row lacks (stored as a
-                            // value at or above MISSING) is left out.
-                            if MASKED == 0u && METRIC == 0u {
-                                t[r] = fma(df, df, t[r]);
-                            } else if MASKED == 0u {
-                                t[r] = metric_step(t[r], df, k, stage_x[ch][c * D4][0], qx[r * D]);
-                            } else if max(abs(xk), abs(qk)) < MISSING {
-                                t[r] = fma(df, df, t[r]);
-                                seen[r] += 1u;
-                            }
-                            if PRODUCT && block_last(k) {
-                                if MASKED == 0u {
-                                    carrier[r] += block_t(k, t[r]);
-                                } else if seen[r] > 0u {
-                                    carrier[r] += block_t(k, t[r] * (f32(block_dims(k)) / f32(seen[r])));
-                                } else {
-                                    // No coordinate of the block shared: no weight.
-                                    carrier[r] += T_FAR;
+                            let xk = xv[c4];
+                            for (var r = 0u; r < R; r++) {
+                                let qk = qx[r * D + k];
+                                var df = xk - qk;
+                                if PRODUCT {
+                                    df *= cscale[k];
                                 }
-                                t[r] = 0.0;
-                                seen[r] = 0u;
+                                // MASKED: a coordinate either row lacks (stored as a
+                                // value at or above MISSING) is left out.
+                                if MASKED == 0u && METRIC == 0u {
+                                    t[r] = fma(df, df, t[r]);
+                                } else if MASKED == 0u {
+                                    t[r] = metric_step(t[r], df, k, stage_x[ch][c * D4][0], qx[r * D]);
+                                } else if max(abs(xk), abs(qk)) < MISSING {
+                                    t[r] = fma(df, df, t[r]);
+                                    seen[r] += 1u;
+                                }
+                                if PRODUCT && block_last(k) {
+                                    if MASKED == 0u {
+                                        carrier[r] += block_t(k, t[r]);
+                                    } else if seen[r] > 0u {
+                                        carrier[r] += block_t(k, t[r] * (f32(block_dims(k)) / f32(seen[r])));
+                                    } else {
+                                        // No coordinate of the block shared: no weight.
+                                        carrier[r] += T_FAR;
+                                    }
+                                    t[r] = 0.0;
+                                    seen[r] = 0u;
+                                }
+                            }
+                        }
+                    }
+                    for (var r = 0u; r < R; r++) {
+                        var v = t[r];
+                        if METRIC != 0u {
+                            v = metric_t(t[r], inf);
+                        }
+                        if PRODUCT {
+                            v = carrier[r];
+                        } else if MASKED != 0u {
+                            // nan_euclidean's rescaling; no shared coordinate, no weight.
+                            v = select(inf, t[r] * (f32(D) / f32(max(seen[r], 1u))), seen[r] > 0u);
+                        }
+                        if EXCL == 1u {
+                            v = select(v, inf, own_c[r] == c);
+                        }
+                        if FORM == FORM_PLAIN {
+                            let tr = v * t_scale;
+                            v = select(0.0, profile_weight(tr), tr < T_FAR);
+                        }
+                        kv[r * C + c] = v;
+                    }
+                }
+                // One move of each row's reference for the chunk.
+                var sc: array<f32, R>;
+                if FORM != FORM_PLAIN {
+                    for (var r = 0u; r < R; r++) {
+                        var cm = vmin[r];
+                        for (var c = 0u; c < C; c++) {
+                            cm = min(cm, kv[r * C + c]);
+                        }
+                        vmin[r] = cm;
+                        var rn = cm;
+                        if FORM == FORM_EXACT {
+                            rn = cm * lam;
+                        } else if FORM == FORM_ROOT {
+                            rn = sqrt(cm * lam);
+                        }
+                        sc[r] = exp2(rn - rf[r]);
+                        rf[r] = rn;
+                        ss[r] *= sc[r];
+                        for (var q = 0u; q < QT; q++) {
+                            su[r * QA + q] *= sc[r];
+                        }
+                    }
+                }
+                for (var c = 0u; c < C; c++) {
+                    var w: array<f32, R>;
+                    for (var r = 0u; r < R; r++) {
+                        let v = kv[r * C + c];
+                        if FORM == FORM_PLAIN {
+                            w[r] = v;
+                        } else if FORM == FORM_SCALED {
+                            w[r] = exp2(rf[r] - v);
+                        } else if FORM == FORM_EXACT {
+                            w[r] = exp2(rf[r] - v * lam);
+                        } else {
+                            w[r] = exp2(rf[r] - sqrt(v * lam));
+                        }
+                        ss[r] += w[r];
+                    }
+                    // Row sums only (QT = 0): no values staged, none read.
+                    for (var q4 = 0u; q4 < select(0u, QA4, QT > 0u); q4++) {
+                        let yv = stage_y[ch][c * QA4 + q4];
+                        for (var c4 = 0u; c4 < 4u; c4++) {
+                            let q = q4 * 4u + c4;
+                            if q >= QT {
+                                break;
+                            }
+                            for (var r = 0u; r < R; r++) {
+                                su[r * QA + q] = fma(w[r], yv[c4], su[r * QA + q]);
                             }
                         }
                     }
                 }
-                for (var r = 0u; r < R; r++) {
-                    var v = t[r];
-                    if METRIC != 0u {
-                        v = metric_t(t[r], inf);
-                    }
-                    if PRODUCT {
-                        v = carrier[r];
-                    } else if MASKED != 0u {
-                        // nan_euclidean's rescaling; no shared coordinate, no weight.
-                        v = select(inf, t[r] * (f32(D) / f32(max(seen[r], 1u))), seen[r] > 0u);
-                    }
-                    if EXCL == 1u {
-                        v = select(v, inf, own_c[r] == c);
-                    }
-                    if FORM == FORM_PLAIN {
-                        let tr = v * t_scale;
-                        v = select(0.0, profile_weight(tr), tr < T_FAR);
-                    }
-                    kv[r * C + c] = v;
+            }
+            // The stage's sums into the rows' (relative to ref0 until now).
+            for (var r = 0u; r < R; r++) {
+                let sc = select(exp2(rf[r] - ref0[r]), 1.0, FORM == FORM_PLAIN);
+                s[r] = fma(s[r], sc, ss[r]);
+                for (var c = 0u; c < QT; c++) {
+                    u[r * QA + c] = fma(u[r * QA + c], sc, su[r * QA + c]);
                 }
             }
-            // One move of each row's reference for the chunk.
-            var sc: array<f32, R>;
-            if FORM != FORM_PLAIN {
-                for (var r = 0u; r < R; r++) {
-                    var cm = vmin[r];
-                    for (var c = 0u; c < C; c++) {
-                        cm = min(cm, kv[r * C + c]);
-                    }
-                    vmin[r] = cm;
-                    var rn = cm;
-                    if FORM == FORM_EXACT {
-                        rn = cm * lam;
-                    } else if FORM == FORM_ROOT {
-                        rn = sqrt(cm * lam);
-                    }
-                    sc[r] = exp2(rn - rf[r]);
-                    rf[r] = rn;
-                    ss[r] *= sc[r];
-                    for (var q = 0u; q < QT; q++) {
-                        su[r * QA + q] *= sc[r];
-                    }
-                }
-            }
-            for (var c = 0u; c < C; c++) {
-                var w: array<f32, R>;
-                for (var r = 0u; r < R; r++) {
-                    let v = kv[r * C + c];
-                    if FORM == FORM_PLAIN {
-                        w[r] = v;
-                    } else if FORM == FORM_SCALED {
-                        w[r] = exp2(rf[r] - v);
-                    } else if FORM == FORM_EXACT {
-                        w[r] = exp2(rf[r] - v * lam);
-                    } else {
-                        w[r] = exp2(rf[r] - sqrt(v * lam));
-                    }
-                    ss[r] += w[r];
-                }
-                // Row sums only (QT = 0): no values staged, none read.
-                for (var q4 = 0u; q4 < select(0u, QA4, QT > 0u); q4++) {
-                    let yv = stage_y[ch][c * QA4 + q4];
-                    for (var c4 = 0u; c4 < 4u; c4++) {
-                        let q = q4 * 4u + c4;
-                        if q >= QT {
-                            break;
-                        }
-                        for (var r = 0u; r < R; r++) {
-                            su[r * QA + q] = fma(w[r], yv[c4], su[r * QA + q]);
-                        }
-                    }
-                }
-            }
+            workgroupBarrier();
         }
-        // The stage's sums into the rows' (relative to ref0 until now).
-        for (var r = 0u; r < R; r++) {
-            let sc = select(exp2(rf[r] - ref0[r]), 1.0, FORM == FORM_PLAIN);
-            s[r] = fma(s[r], sc, ss[r]);
-            for (var c = 0u; c < QT; c++) {
-                u[r * QA + c] = fma(u[r * QA + c], sc, su[r * QA + c]);
-            }
-        }
-        workgroupBarrier();
     }
 
     for (var r = 0u; r < R; r++) {

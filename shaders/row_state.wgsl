@@ -27,7 +27,7 @@ struct Params {
     kbase: u32,      // the dispatch's first key within the bound key tile
     split_keys: u32, // keys per slice when the keys are split (workgroup_id.y)
     splits: u32,     // slices (1: no split; row states end via finish_row)
-    _pad: u32,
+    span_window: u32, // local_mean.wgsl with SPANS: the window whose spans this dispatch sweeps
     // A product kernel's 1/h_b per block (PRODUCT; unused otherwise).
     block_inv_h: array<vec4<f32>, 2>,
 }

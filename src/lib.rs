@@ -33,6 +33,7 @@ mod kd;
 pub mod kernel;
 mod matrix;
 mod memory;
+mod space;
 mod types;
 
 mod backend;

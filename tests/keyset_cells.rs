@@ -1,5 +1,6 @@
 //! Key sets indexed by grid cell (by a k-d split from 9 to 31 coordinates) on
-//! the CPU: for kernels of bounded reach
+//! the CPU and on the GPU (sorted key tiles, each workgroup over its spans):
+//! for kernels of bounded reach
 //! (compact profiles, product kernels with compact blocks) a key set's
 //! local means, row states, densities and class probabilities visit only
 //! the cells within reach. Each is checked against the one-shot op, which
@@ -11,7 +12,9 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use locus::{CancelToken, Device, Engine, EngineOptions, Error, Kernel, KeySet, Profile};
+use locus::{
+    CancelToken, Device, Engine, EngineOptions, Error, Kernel, KeySet, Profile, TileLimits,
+};
 use ndarray::{Array1, Array2, concatenate, s};
 
 /// Fewest keys the index is built for (`cpu/cells.rs`); the data here
@@ -92,8 +95,18 @@ fn check_mean(
     x: &Array2<f32>,
     y: &Array2<f32>,
 ) {
-    let e = cpu();
-    let (want, want_empty) = brute_mean(e, k, q, x, y);
+    check_mean_against(cpu(), what, ks, k, (q, x, y));
+}
+
+/// [`check_mean`] against `brute`'s one-shot op.
+fn check_mean_against(
+    brute: &Engine,
+    what: &str,
+    ks: &KeySet,
+    k: &Kernel,
+    (q, x, y): (&Array2<f32>, &Array2<f32>, &Array2<f32>),
+) {
+    let (want, want_empty) = brute_mean(brute, k, q, x, y);
     let got = ks.local_mean(k, q.view()).expect("key set local mean");
     assert_close(what, &got.values, &want, 1e-4, 1e-5);
     assert_eq!(got.empty_rows, want_empty, "{what}: empty rows");
@@ -441,4 +454,145 @@ fn a_few_queries_split_the_keys_within_reach() {
         assert_eq!(got.empty_rows, want_empty);
         assert!(want_empty < rows);
     }
+}
+
+/// GPU engines: device-sized tiles, and tiny ones (key set tiles of 700
+/// keys while the index keeps one sorted tile, query tiles of 96 rows,
+/// dispatch windows of 48 keys so a workgroup's spans take many windows,
+/// value columns in passes of 2); none without an adapter (as `gpu()`).
+fn gpu_engines() -> Vec<(&'static str, Engine)> {
+    let tiny = TileLimits {
+        query_rows: Some(96),
+        key_rows: Some(700),
+        value_cols: Some(2),
+        buffer_bytes: None,
+        key_splits: Some(3),
+        dispatch_keys: Some(48),
+    };
+    [("gpu", TileLimits::default()), ("gpu tiny tiles", tiny)]
+        .into_iter()
+        .filter_map(|(name, limits)| Some((name, gpu_engine(limits)?)))
+        .collect()
+}
+
+#[test]
+fn gpu_key_sets_sweep_their_spans_and_match_the_one_shot_op() {
+    for (name, e) in gpu_engines() {
+        for (d, h, profiles) in [
+            (1usize, 0.05f32, &COMPACT[..2]),
+            (2, 0.3, &COMPACT[..]),
+            (3, 0.5, &COMPACT[2..4]),
+            (9, 2.0, &COMPACT[..2]),
+            (16, 2.8, &COMPACT[3..]),
+        ] {
+            let x = keys(N + 17 * d, d, 100 + d as u64);
+            let y = values(x.nrows(), 5, 12);
+            let q = queries(&x, 403, 7 + d as u64);
+            let ks = set(&e, &x, &y);
+            let base = ks.resident_bytes();
+            for &p in profiles {
+                let k = Kernel::new(p, h).unwrap();
+                let what = format!("{name} {p:?} d={d}");
+                check_mean_against(&e, &what, &ks, &k, (&q, &x, &y));
+                // The GPU's one-shot op and the CPU's agree as well.
+                check_mean_against(cpu(), &what, &ks, &k, (&q, &x, &y));
+            }
+            assert!(
+                ks.resident_bytes() > base,
+                "{name} d={d}: no index was built"
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_key_sets_give_row_states_densities_and_products_through_the_index() {
+    for (name, e) in gpu_engines() {
+        let x = keys(2 * N, 2, 131);
+        let y = values(2 * N, 3, 132);
+        // Many queries: several query tiles of sorted rows, duplicates.
+        let q0 = queries(&x, 1500, 133);
+        let q = concatenate![ndarray::Axis(0), q0, q0.slice(s![..200, ..])];
+        let ks = set(&e, &x, &y);
+        let base = ks.resident_bytes();
+        let k = Kernel::new(Profile::Biweight, 0.4).unwrap();
+        let st = ks.row_states(&k, q.view()).unwrap();
+        let want = e
+            .row_states(&k, q.view(), x.view(), Some(y.view()), false)
+            .unwrap();
+        assert_states_close(&st, &want);
+        assert!(ks.resident_bytes() > base, "{name}: no index was built");
+        // Row sums only (no values bound).
+        let got = ks.log_density(&k, q.view()).unwrap();
+        let want = cpu().log_density(&k, q.view(), x.view(), None).unwrap();
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            if w == f64::NEG_INFINITY {
+                assert_eq!(g, w, "{name} row {i}: empty");
+            } else {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{name} row {i}: {g} vs {w}"
+                );
+            }
+        }
+        // Leave-one-out keeps every key, in the keys' own order.
+        let loo = e
+            .row_states(&k, x.view(), x.view(), Some(y.view()), true)
+            .unwrap();
+        let cpu_loo = cpu()
+            .row_states(&k, x.view(), x.view(), Some(y.view()), true)
+            .unwrap();
+        assert_states_close(&loo, &cpu_loo);
+        // Product kernels: compact blocks, and a compact block beside a
+        // gaussian one (whose coordinates have no reach), d = 3 and 12.
+        let x3 = keys(N, 3, 134);
+        let q3 = queries(&x3, 301, 135);
+        let ks3 = set(&e, &x3, &y.slice(s![..N, ..]).to_owned());
+        for k in [
+            Kernel::product([(1, Profile::Biweight, 0.3), (2, Profile::Triangular, 0.8)]).unwrap(),
+            Kernel::product([(2, Profile::Uniform, 0.4), (1, Profile::Gaussian, 0.7)]).unwrap(),
+        ] {
+            let y3 = y.slice(s![..N, ..]).to_owned();
+            check_mean_against(&e, &format!("{name} {k:?}"), &ks3, &k, (&q3, &x3, &y3));
+        }
+        let x12 = keys(N, 12, 136);
+        let y12 = values(N, 2, 137);
+        let q12 = queries(&x12, 151, 138);
+        let ks12 = set(&e, &x12, &y12);
+        let k = Kernel::product([(8, Profile::Epanechnikov, 2.2), (4, Profile::Gaussian, 0.9)])
+            .unwrap();
+        check_mean_against(
+            &e,
+            &format!("{name} product d=12"),
+            &ks12,
+            &k,
+            (&q12, &x12, &y12),
+        );
+    }
+}
+
+#[test]
+fn gpu_key_sets_whose_sorted_tile_would_not_fit_a_binding_sweep_every_key() {
+    // Bindings of 64 kB: the set's tiles fit, one sorted tile of its 6000
+    // keys in 3 coordinates (72 kB) would not.
+    let limits = TileLimits {
+        buffer_bytes: Some(64 << 10),
+        ..TileLimits::default()
+    };
+    let Some(e) = gpu_engine(limits) else { return };
+    let x = keys(N, 3, 141);
+    let y = values(N, 2, 142);
+    let q = queries(&x, 200, 143);
+    let ks = set(&e, &x, &y);
+    let base = ks.resident_bytes();
+    let k = Kernel::new(Profile::Epanechnikov, 0.5).unwrap();
+    check_mean_against(cpu(), "small bindings", &ks, &k, (&q, &x, &y));
+    assert_eq!(
+        ks.resident_bytes(),
+        base,
+        "no index: its tile cannot be bound"
+    );
+    // A one-shot call never builds one.
+    let got = e.local_mean(&k, q.view(), x.view(), y.view()).unwrap();
+    assert_eq!(got.values.nrows(), q.nrows());
 }

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("memory", 1),
     ("grid", 1),
     ("kd", 1),
+    ("space", 1),
     ("types", 2),
     ("backend", 3),
     ("cpu", 4),

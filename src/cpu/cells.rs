@@ -1,6 +1,6 @@
 //! A key set's cell index on the CPU: for a kernel of bounded reach (a
 //! compact profile, or a product kernel with compact blocks; Euclidean),
-//! the keys and values sorted by grid cell (`grid.rs`; up to [`MAX_D`]
+//! the keys and values sorted by grid cell (`grid.rs`; up to `space::MAX_GRID_D`
 //! coordinates) or, in more coordinates (up to [`MAX_KD_D`]), by leaf of
 //! a k-d split (`kd.rs`), so a group of queries that share a cell (a
 //! leaf) visits only the key ranges of the cells (leaves) within reach
@@ -17,8 +17,8 @@
 //! to the keys' original order).
 //!
 //! Imports: `super::{keys, local_mean, panels, simd, threads}`, `crate::cancel`, `crate::error`,
-//! `crate::grid`, `crate::kd`, `crate::kernel`, `crate::matrix`,
-//! `crate::memory`, `crate::types`.
+//! `crate::grid`, `crate::kernel`, `crate::matrix`, `crate::memory`,
+//! `crate::space`, `crate::types`.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -31,17 +31,12 @@ use super::simd::KEY_BLOCK;
 use super::threads::Threads;
 use crate::cancel::Checkpoint;
 use crate::error::Result;
-use crate::grid::{self, Grid};
-use crate::kd::KdTree;
+use crate::grid;
 use crate::kernel::Kernel;
 use crate::matrix::{ensure_room, reserve};
 use crate::memory::{MemoryBudget, Reservation};
+use crate::space::{self, Layout};
 use crate::types::RowStates;
-
-/// Most coordinates a key set is indexed in by grid cell: beyond, a box
-/// of a few cells per gridded axis holds most keys along the others
-/// anyway, and a k-d split takes over.
-pub(crate) const MAX_D: usize = 8;
 
 /// Most coordinates a key set is indexed in by a k-d split: from
 /// `panels::MIN_D` on, the brute-force path measures by inner products,
@@ -52,9 +47,6 @@ pub(crate) const MAX_D: usize = 8;
 /// d = 40 on clumps (h = 7) 0.34 s against 3.54 s.
 pub(crate) const MAX_KD_D: usize = panels::MIN_D - 1;
 
-/// Fewest keys worth an index: below, one pass over all keys is cheap.
-pub(crate) const MIN_KEYS: usize = 4096;
-
 /// Bytes of group states a request holds at a time (groups are finished
 /// in chunks of this size, so a request's working memory stays bounded).
 const CHUNK_BYTES: usize = 4 << 20;
@@ -63,48 +55,15 @@ const CHUNK_BYTES: usize = 4 << 20;
 /// queries' cell keys and row numbers, and the groups' bounds.
 pub(crate) const BYTES_PER_QUERY: u64 = 24;
 
-/// The reach of `kernel` when an index over `n` keys in `d` coordinates
-/// can serve it (bounded, Euclidean, low `d`, enough keys, no
-/// leave-one-out); `None` when the request runs over all keys.
+/// The reach of `kernel` when the CPU index over `n` keys in `d`
+/// coordinates can serve it ([`space::reach_for`] up to [`MAX_KD_D`]).
 pub(crate) fn reach_for(
     kernel: &Kernel,
     n: usize,
     d: usize,
     exclude_self: bool,
 ) -> Option<Vec<f64>> {
-    let fits = !exclude_self
-        && kernel.metric().is_euclidean()
-        && (1..=MAX_KD_D).contains(&d)
-        && (MIN_KEYS..=u32::MAX as usize).contains(&n);
-    let reach = grid::reach(kernel, d);
-    (fits && reach.iter().any(|r| r.is_finite())).then_some(reach)
-}
-
-/// How an index orders its keys: by grid cell, or by leaf of a k-d split.
-enum Layout {
-    Grid(Grid),
-    Kd(KdTree),
-}
-
-impl Layout {
-    /// The key queries are grouped by: their cell or leaf.
-    fn key_of(&self, row: &[f32]) -> u64 {
-        match self {
-            Layout::Grid(g) => g.key_of(row),
-            Layout::Kd(t) => t.key_of(row),
-        }
-    }
-
-    /// The ranges of the sorted keys within reach of the widened query box
-    /// `lo..=hi`; with `radius` (a radial kernel's reach), a k-d split
-    /// also prunes by Euclidean distance (a product kernel's reach is a
-    /// ball per block, not one over all coordinates: never for it).
-    fn ranges(&self, lo: &[f64], hi: &[f64], radius: Option<f64>, out: &mut Vec<(usize, usize)>) {
-        match self {
-            Layout::Grid(g) => g.ranges(lo, hi, out),
-            Layout::Kd(t) => t.ranges(lo, hi, radius, out),
-        }
-    }
+    space::reach_for(kernel, (n, d), exclude_self, MAX_KD_D)
 }
 
 /// Keys and values sorted by the cell of a grid (or the leaf of a k-d
@@ -128,16 +87,10 @@ impl CellIndex {
         threads: &Threads,
     ) -> Built {
         let (n, d) = (keys.n(), keys.d());
-        let kd = d > MAX_D;
-        let Some((side, bounded)) = grid::cells_for(reach) else {
+        if grid::cells_for(reach).is_none() {
             return Built::Useless;
-        };
-        let (index_bytes, index_peak) = if kd {
-            let b = KdTree::bytes(n, d);
-            (b, b)
-        } else {
-            Grid::bytes(n)
-        };
+        }
+        let (index_bytes, index_peak) = Layout::bytes(n, d);
         let bytes = keys.unpacked_bytes().saturating_add(index_bytes);
         // At most half of the memory free now: the rest stays for requests.
         let Some(held) = budget.reserve_if_free(bytes, bytes) else {
@@ -147,21 +100,11 @@ impl CellIndex {
             return Built::NoMemory;
         }
         let soa = keys.soa(None);
-        let layout = if kd {
-            Layout::Kd(threads.install(|| KdTree::from_columns(soa.xt, (n, soa.ld, d))))
-        } else {
-            let grid = threads
-                .install(|| Grid::from_columns(soa.xt, (n, soa.ld, d), side, Some(&bounded)));
-            if grid.axes() == 0 {
-                // Every key in one cell: nothing to prune.
-                return Built::Useless;
-            }
-            Layout::Grid(grid)
+        let Some(layout) = threads.install(|| Layout::build(soa.xt, (n, soa.ld, d), reach)) else {
+            // Every key in one cell: nothing to prune.
+            return Built::Useless;
         };
-        let order = match &layout {
-            Layout::Grid(g) => &g.order,
-            Layout::Kd(t) => &t.order,
-        };
+        let order = layout.order();
         match threads.install(|| keys.permuted("prepare", order)) {
             Ok(sorted) => Built::Index(Arc::new(CellIndex {
                 reach: reach.to_vec(),
@@ -190,7 +133,7 @@ impl CellIndex {
         let layout = &self.layout;
         // The index is shared by every kernel of this reach; only a radial
         // one's reach is a ball over all coordinates.
-        let radius = kernel.blocks().is_none().then(|| self.reach[0]);
+        let radius = space::radius(kernel, &self.reach);
         // Queries sorted by cell (leaf), then cut into groups of one each.
         ensure_room(op, "query cells", (m as u64).saturating_mul(16))?;
         let mut keyed: Vec<(u64, u32)> = queries

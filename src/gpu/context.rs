@@ -402,6 +402,7 @@ mod tests {
                 ("R", 1),
                 ("FORM", 0),
                 ("EXCL", 0),
+                ("SPANS", 0),
             ],
             profile: Some(Profile::Gaussian.shader_code()),
             product: None,

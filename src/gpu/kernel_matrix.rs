@@ -78,6 +78,7 @@ pub(crate) fn matrix_on_tiles(
                 state: &state,
                 out: &dummy,
                 counter: &counter,
+                spans: None,
             };
             sums.record(ctx, &mut sub, &tile, (0, 0), false)?;
             sub.keep(dummy);

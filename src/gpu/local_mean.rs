@@ -10,6 +10,7 @@ use crate::matrix::{Matrix, alloc_output, try_collect};
 use crate::types::{MomentLayout, RowNormalized, RowStates};
 
 use super::buffers::{Pooled, upload};
+use super::cells::{SortedQueries, Spans};
 use super::context::GpuContext;
 use super::dispatch::{Bindings, Dispatch, Program, Window, Workgroups, partial_states};
 use super::keys::{DeviceKeys, OnTiles, upload_key_tiles};
@@ -36,7 +37,8 @@ struct Params {
     kbase: u32,
     split_keys: u32,
     splits: u32,
-    _pad: u32,
+    /// With spans: the window of spans this dispatch sweeps.
+    span_window: u32,
     /// A product kernel's `1/h_b` (`shaders::block_scales`).
     block_inv_h: [[f32; 4]; 2],
 }
@@ -62,6 +64,10 @@ pub(crate) struct Sweep<'a, 'p> {
     /// shader weighs keys against (the normalized kernel matrix computes
     /// each entry's `t` by differences, and its nearest key must get `e⁰`).
     pub differences: bool,
+    /// A key set's cell index and the queries sorted by it: each query
+    /// tile's workgroups sweep only their spans of the index's sorted key
+    /// tile (the sweep's one key tile), without key splits.
+    pub index: Option<&'a SortedQueries<'a>>,
 }
 
 /// One query tile of a [`Sweep`]: its rows and the buffers its passes
@@ -74,6 +80,8 @@ pub(crate) struct QueryTile<'a, 'p> {
     pub state: &'a Pooled<'p>,
     pub out: &'a Pooled<'p>,
     pub counter: &'a Pooled<'p>,
+    /// Its workgroups' key ranges, when the sweep has an index.
+    pub spans: Option<&'a Spans<'p>>,
 }
 
 /// What a local-mean-shader pass computes.
@@ -108,6 +116,7 @@ impl<'a, 'p> Sweep<'a, 'p> {
             kind: PassKind::Mean,
             exclude_self: false,
             differences: false,
+            index: None,
         }
     }
 
@@ -148,7 +157,9 @@ impl<'a, 'p> Sweep<'a, 'p> {
     /// windows of `plan.dispatch_keys` keys, one dispatch each; when the
     /// rows alone give the device too few workgroups, each window's keys
     /// are split across workgroups and a merge dispatch follows
-    /// (docs/tiling.md, "Key splits").
+    /// (docs/tiling.md, "Key splits"). With spans (a key set's cell
+    /// index), the one key tile is swept in the spans' windows instead,
+    /// each workgroup over its own key ranges, never split.
     pub(crate) fn record<'s>(
         &self,
         ctx: &'s GpuContext,
@@ -163,8 +174,21 @@ impl<'a, 'p> Sweep<'a, 'p> {
         let row0 = check_u32(op, "query rows", tile.row0)?;
         let inv_h2 = self.kernel.inv_h2();
         let block_inv_h = block_scales(self.kernel);
-        let splits = self.plan.key_splits(&ctx.limits, &ctx.caps, tile.rows);
-        let windows = Window::all(self.keys.tiles, self.plan.dispatch_keys);
+        let (splits, windows) = match tile.spans {
+            Some(spans) => {
+                let kt = &self.keys.tiles[0];
+                let whole = Window {
+                    key_tile: 0,
+                    a: 0,
+                    b: kt.len,
+                };
+                (1, vec![whole; spans.windows])
+            }
+            None => (
+                self.plan.key_splits(&ctx.limits, &ctx.caps, tile.rows),
+                Window::all(self.keys.tiles, self.plan.dispatch_keys),
+            ),
+        };
         let windows_n = windows.len();
         let records = windows
             .iter()
@@ -192,7 +216,7 @@ impl<'a, 'p> Sweep<'a, 'p> {
                     kbase: check_u32(op, "key rows", a)?,
                     split_keys: check_u32(op, "key rows", win.split_keys(splits))?,
                     splits: check_u32(op, "key splits", splits)?,
-                    _pad: 0,
+                    span_window: if tile.spans.is_some() { w as u32 } else { 0 },
                     block_inv_h,
                 })
             })
@@ -206,9 +230,10 @@ impl<'a, 'p> Sweep<'a, 'p> {
             && !self.differences
             && !self.kernel.is_product()
             && self.kernel.metric().is_euclidean()
-            && self.keys.d >= IP_MIN_D)
-            .then(|| ip_queries_resident(self.keys.d, qt as usize, ctx.limits.workgroup_bytes))
-            .flatten();
+            && self.keys.d >= IP_MIN_D
+            && tile.spans.is_none())
+        .then(|| ip_queries_resident(self.keys.d, qt as usize, ctx.limits.workgroup_bytes))
+        .flatten();
         let (shader, mut template) = match self.kind {
             PassKind::Mean if ip.is_some() => (
                 ShaderId::LocalMeanIp,
@@ -223,6 +248,7 @@ impl<'a, 'p> Sweep<'a, 'p> {
                     ("R", self.plan.rows_per_thread as u32),
                     ("FORM", self.weight_form().code()),
                     ("EXCL", u32::from(self.exclude_self)),
+                    ("SPANS", u32::from(tile.spans.is_some())),
                 ],
             ),
             PassKind::Moments(l) => {
@@ -257,7 +283,12 @@ impl<'a, 'p> Sweep<'a, 'p> {
         let program = Program::split(ctx, op, &key, splits, merge)?;
         let partial = partial_states(ctx, op, splits, splits * tile.rows * self.plan.state_cols())?;
         let mut bindings = Bindings::new(ctx, op, shader, &records)?;
-        let rest = [tile.state, tile.out, tile.counter, &partial];
+        // local_mean.wgsl's spans; the queries stand in without (unread).
+        let spans = tile.spans.map_or(tile.queries, |s| &s.buffer);
+        let mut rest = vec![tile.state, tile.out, tile.counter, &partial];
+        if shader == ShaderId::LocalMean {
+            rest.push(spans);
+        }
         let groups = bindings.per_key_tile(self.keys.tiles, tile.queries, &rest);
         let in_windows = windows.iter().map(|w| groups[w.key_tile]);
         let dispatches = Dispatch::in_order(in_windows, 0, workgroups);
@@ -275,6 +306,7 @@ struct TileBuffers<'p> {
     state: Pooled<'p>,
     out: Pooled<'p>,
     counter: Pooled<'p>,
+    spans: Option<Spans<'p>>,
 }
 
 impl<'p> TileBuffers<'p> {
@@ -295,6 +327,10 @@ impl<'p> TileBuffers<'p> {
             state: ctx.buffer(op, (rows * state_cols * 4) as u64, readable)?,
             out: ctx.buffer(op, (rows * out_cols * 4) as u64, readable)?,
             counter: ctx.buffer(op, 4, readable | wgpu::BufferUsages::COPY_DST)?,
+            spans: match sweep.index {
+                Some(ix) => Some(ix.spans(ctx, op, (r0, r1), sweep.plan)?),
+                None => None,
+            },
         })
     }
 
@@ -307,17 +343,25 @@ impl<'p> TileBuffers<'p> {
             state: &self.state,
             out: &self.out,
             counter: &self.counter,
+            spans: self.spans.as_ref(),
         }
     }
 }
 
-/// Local means of a call against key tiles on the device.
+/// Local means of a call against key tiles on the device; with `index`,
+/// the call's queries are its sorted queries and its one key tile the
+/// index's (rows come back in sorted order).
 pub(crate) fn means_on_tiles(
     call: &OnTiles<'_, '_>,
     kernel: &Kernel,
     plan: &LocalMeanPlan,
+    index: Option<&SortedQueries<'_>>,
 ) -> Result<RowNormalized> {
-    normalized_on_tiles(call, &Sweep::new(call.scope.op, kernel, plan, &call.keys))
+    let sweep = Sweep {
+        index,
+        ..Sweep::new(call.scope.op, kernel, plan, &call.keys)
+    };
+    normalized_on_tiles(call, &sweep)
 }
 
 /// Local moments of `layout` of a call against key tiles on the device
@@ -423,16 +467,18 @@ pub(crate) fn masked_local_mean(
     Ok(out)
 }
 
-/// Row states of a call against key tiles on the device.
+/// Row states of a call against key tiles on the device; with `index`,
+/// as [`means_on_tiles`].
 pub(crate) fn states_on_tiles(
     call: &OnTiles<'_, '_>,
     kernel: &Kernel,
     plan: &LocalMeanPlan,
-    exclude_self: bool,
+    (exclude_self, index): (bool, Option<&SortedQueries<'_>>),
 ) -> Result<RowStates> {
     let (ctx, scope) = (call.ctx, call.scope);
     let sweep = Sweep {
         exclude_self,
+        index,
         ..Sweep::new(scope.op, kernel, plan, &call.keys)
     };
     let (m, q) = (call.queries.rows(), sweep.q);

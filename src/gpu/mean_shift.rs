@@ -338,6 +338,7 @@ impl<'p> Chunk<'p> {
             state: &self.state,
             out: &self.means,
             counter: &self.empty,
+            spans: None,
         };
         for cols in sweep.passes() {
             sweep.record(ctx, sub, &tile, cols, true)?;

@@ -3,6 +3,7 @@
 pub(crate) mod adapter;
 mod blocks;
 mod buffers;
+mod cells;
 pub(crate) mod context;
 mod dispatch;
 mod far;

@@ -107,6 +107,14 @@ impl BufferPool {
             .reserve_reclaiming(op, what, bytes, &|| self.trim())
     }
 
+    /// Charges `bytes` of device memory owned outside the pool only when
+    /// they fit now with `headroom` more bytes free and nobody waiting
+    /// (optional data, such as a key set's cell index); `None` otherwise,
+    /// without waiting.
+    pub(crate) fn reserve_if_free(&self, bytes: u64, headroom: u64) -> Option<Reservation> {
+        self.budget.reserve_if_free(bytes, headroom)
+    }
+
     fn class(&self, size: u64) -> u64 {
         let c = if size <= SMALL_MAX {
             size.max(256).next_power_of_two()

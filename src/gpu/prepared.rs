@@ -10,7 +10,8 @@ use std::borrow::Cow;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use super::buffers::{Pooled, upload};
+use super::buffers::{Pooled, buffer_bytes, owned_upload, upload, wait_for_uploads};
+use super::cells::{self, Built, GpuIndex, HostSet, IndexCache};
 use super::context::{ErrorScope, GpuContext};
 use super::far::{
     HostKeys, far_matrix_rows, far_means, far_states, matrix_needs_host, means_need_host,
@@ -28,7 +29,7 @@ use crate::gpu::plan::Shape;
 use crate::gpu::plan::{
     plan_kernel_matrix, plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles,
 };
-use crate::kernel::{Metric, Profile};
+use crate::kernel::{Kernel, Metric, Profile};
 use crate::matrix::{Matrix, reserve};
 use crate::memory::Reservation;
 use crate::types::{Neighbours, RowNormalized, RowStates};
@@ -72,6 +73,8 @@ pub(crate) struct GpuKeys<'a> {
     host: Option<(Matrix<'a>, Vec<Matrix<'a>>)>,
     /// A key set's reservation; `None` for a call.
     held: Option<Reservation>,
+    /// A key set's cell index (`cells.rs`), built on first use.
+    index: IndexCache,
 }
 
 impl std::fmt::Debug for GpuKeys<'_> {
@@ -85,41 +88,6 @@ impl std::fmt::Debug for GpuKeys<'_> {
             .field("kept", &self.held.is_some())
             .finish_non_exhaustive()
     }
-}
-
-/// Bytes of a buffer holding `floats` values (at least 4, as the pool rounds).
-pub(crate) fn buffer_bytes(floats: usize) -> u64 {
-    (floats as u64).saturating_mul(4).max(4)
-}
-
-/// `data` in a device buffer of its own, outside the pool (the caller
-/// charges its bytes to the budget). COPY_SRC: far rows read a key set's
-/// keys back (far.rs).
-pub(crate) fn owned_upload(ctx: &GpuContext, data: &[f32]) -> Result<Pooled<'static>> {
-    let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("key set"),
-        size: buffer_bytes(data.len()),
-        usage: wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_DST
-            | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    ctx.queue
-        .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
-    Ok(Pooled::owned(buffer, buffer_bytes(data.len())))
-}
-
-/// Waits until the uploads queued so far are on the device, so that their
-/// failures surface in `scope`.
-pub(crate) fn wait_for_uploads(ctx: &GpuContext, scope: &ErrorScope) -> Result<()> {
-    let index = ctx.queue.submit([]);
-    ctx.device
-        .poll(wgpu::PollType::Wait {
-            submission_index: Some(index),
-            timeout: None,
-        })
-        .map(|_| ())
-        .map_err(|e| scope.error(format!("waiting for the upload: {e}")))
 }
 
 /// The key tiles of `keys` and every matrix of `sets`, cut every
@@ -173,6 +141,7 @@ impl GpuKeys<'static> {
             key_tile,
             host: None,
             held: Some(held),
+            index: IndexCache::default(),
         })
     }
 }
@@ -222,6 +191,7 @@ impl<'a> GpuKeys<'a> {
             key_tile,
             host: Some((keys.clone(), sets.to_vec())),
             held: None,
+            index: IndexCache::default(),
         })
     }
 
@@ -277,23 +247,79 @@ impl<'a> GpuKeys<'a> {
             let values = set.map_or(&[][..], |s| sets[s].as_slice());
             return Ok((Cow::Borrowed(keys.as_slice()), Cow::Borrowed(values)));
         }
-        let ctx = &*self.ctx;
-        let q = set.map_or(0, |s| self.set_cols[s]);
-        let (n, op) = (self.n as u64, scope.op);
-        let mut keys = reserve(op, "keys read back", n.saturating_mul(self.d as u64))?;
-        let mut values = reserve(op, "values read back", n.saturating_mul(q as u64))?;
-        for t in &self.tiles {
-            let mut sources = vec![(t.keys.buffer(), (t.len * self.d * 4) as u64)];
-            if let Some(s) = set.filter(|_| q > 0) {
-                sources.push((t.sets[s].buffer(), (t.len * q * 4) as u64));
-            }
-            let read = Submission::new(ctx).submit_and_read(ctx, scope, &sources)?;
-            keys.extend_from_slice(&read[0]);
-            if let Some(v) = read.get(1) {
-                values.extend_from_slice(v);
-            }
-        }
+        let keys = self.read_back(scope, None)?;
+        let values = match set.filter(|&s| self.set_cols[s] > 0) {
+            Some(s) => self.read_back(scope, Some(s))?,
+            None => Vec::new(),
+        };
         Ok((Cow::Owned(keys), Cow::Owned(values)))
+    }
+
+    /// A key set's keys (`None`) or value matrix `set`, read back from its
+    /// tiles, row-major.
+    fn read_back(&self, scope: &ErrorScope, set: Option<usize>) -> Result<Vec<f32>> {
+        let ctx = &*self.ctx;
+        let cols = set.map_or(self.d, |s| self.set_cols[s]);
+        let what = if set.is_some() {
+            "values read back"
+        } else {
+            "keys read back"
+        };
+        let mut out = reserve(scope.op, what, (self.n as u64).saturating_mul(cols as u64))?;
+        for t in &self.tiles {
+            let buf = set.map_or(&t.keys, |s| &t.sets[s]);
+            let source = [(buf.buffer(), (t.len * cols * 4) as u64)];
+            let read = Submission::new(ctx).submit_and_read(ctx, scope, &source)?;
+            out.extend_from_slice(&read[0]);
+        }
+        Ok(out)
+    }
+
+    /// A key set's cell index for `kernel`'s request (`cells.rs`), built
+    /// and kept on first use; `None` when the request sweeps every key (a
+    /// one-shot call, [`cells::reach_for`], a layout that cannot prune,
+    /// sorted tiles wider than a binding, or device memory not free).
+    fn index(
+        &self,
+        kernel: &Kernel,
+        exclude_self: bool,
+        scope: &ErrorScope,
+    ) -> Result<Option<Arc<GpuIndex>>> {
+        if self.held.is_none() {
+            return Ok(None);
+        }
+        let Some(reach) = cells::reach_for(kernel, (self.n, self.d), exclude_self) else {
+            return Ok(None);
+        };
+        let ctx = &*self.ctx;
+        self.index.get(reach, |reach| {
+            if !GpuIndex::fits(ctx, self.n, self.d, &self.set_cols) {
+                return Ok(Built::Useless);
+            }
+            let bytes = GpuIndex::device_bytes(self.n, self.d, &self.set_cols);
+            // At most half of the device memory free now: the rest stays
+            // for requests.
+            let Some(held) = ctx.pool.reserve_if_free(bytes, bytes) else {
+                return Ok(Built::NoMemory);
+            };
+            let built = (|| {
+                let host = HostSet {
+                    keys: self.read_back(scope, None)?,
+                    sets: (0..self.set_cols.len())
+                        .map(|s| Ok((self.read_back(scope, Some(s))?, self.set_cols[s])))
+                        .collect::<Result<_>>()?,
+                    n: self.n,
+                    d: self.d,
+                };
+                GpuIndex::build(ctx, scope, &host, reach, held)
+            })();
+            match built {
+                // No host memory for the sorting: the request runs over
+                // every key, as without room on the device.
+                Err(Error::TooLarge { .. }) => Ok(Built::NoMemory),
+                other => other,
+            }
+        })
     }
 
     fn host<'h>(&self, keys: &'h [f32], values: &'h [f32], q: usize) -> HostKeys<'h> {
@@ -341,9 +367,19 @@ impl PreparedKeys for GpuKeys<'_> {
         let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, self.shape(m, q))?;
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
-        let tiles = self.key_tiles(Some(set));
-        let call = self.call(&scope, queries, &tiles, q);
-        let mut out = means_on_tiles(&call, kernel, &plan)?;
+        let mut out = match self.index(kernel, false, &scope)? {
+            Some(ix) => {
+                let sorted = ix.sort(OP, kernel, queries)?;
+                let (rows, tiles) = (sorted.matrix(OP)?, [ix.tile(Some(set))]);
+                let call = self.call(&scope, &rows, &tiles, q);
+                sorted.unsort_rows(means_on_tiles(&call, kernel, &plan, Some(&sorted))?)
+            }
+            None => {
+                let tiles = self.key_tiles(Some(set));
+                let call = self.call(&scope, queries, &tiles, q);
+                means_on_tiles(&call, kernel, &plan, None)?
+            }
+        };
         if means_need_host(kernel, &out) {
             let (kh, vh) = self.host_rows(&scope, Some(set))?;
             far_means(kernel, queries, &self.host(&kh, &vh, q), &mut out);
@@ -361,9 +397,20 @@ impl PreparedKeys for GpuKeys<'_> {
         let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, self.shape(m, q))?;
         plan.key_tile = self.check_tile(OP, plan.key_tile)?;
         let scope = ctx.scope(OP, self.sizes(m, &format!("q={q}")))?;
-        let tiles = self.key_tiles(set);
-        let call = self.call(&scope, queries, &tiles, q);
-        let mut out = states_on_tiles(&call, kernel, &plan, exclude_self)?;
+        let mut out = match self.index(kernel, exclude_self, &scope)? {
+            Some(ix) => {
+                let sorted = ix.sort(OP, kernel, queries)?;
+                let (rows, tiles) = (sorted.matrix(OP)?, [ix.tile(set)]);
+                let call = self.call(&scope, &rows, &tiles, q);
+                let st = states_on_tiles(&call, kernel, &plan, (false, Some(&sorted)))?;
+                sorted.unsort_states(OP, &st)?
+            }
+            None => {
+                let tiles = self.key_tiles(set);
+                let call = self.call(&scope, queries, &tiles, q);
+                states_on_tiles(&call, kernel, &plan, (exclude_self, None))?
+            }
+        };
         if states_need_host(kernel, &out) {
             let (kh, vh) = self.host_rows(&scope, set)?;
             far_states(
@@ -470,6 +517,7 @@ impl PreparedKeys for GpuKeys<'_> {
     }
 
     fn bytes(&self) -> u64 {
-        self.held.as_ref().map_or(0, Reservation::bytes)
+        let set = self.held.as_ref().map_or(0, Reservation::bytes);
+        set.saturating_add(self.index.bytes())
     }
 }

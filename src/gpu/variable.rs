@@ -23,13 +23,14 @@ use crate::memory::Reservation;
 use crate::types::{RowStates, VariableKeys, VariablePass};
 
 use super::buffers::{Pooled, upload};
+use super::buffers::{buffer_bytes, owned_upload, wait_for_uploads};
 use super::context::GpuContext;
 use super::dispatch::{Bindings, Dispatch, Program, Workgroups};
 use super::pipelines::PipelineKey;
 use super::plan::check_u32;
 use super::plan::tiles;
 use super::plan::variable::{VARIABLE_STAGE, VARIABLE_WG, VariablePlan, plan_variable};
-use super::prepared::{Device, buffer_bytes, owned_upload, wait_for_uploads};
+use super::prepared::Device;
 use super::shaders::{FIRST_TILE, ShaderId};
 use super::submission::Submission;
 

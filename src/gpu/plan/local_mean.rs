@@ -136,6 +136,10 @@ pub(crate) struct LocalMeanPlan {
     pub dispatch_keys: usize,
 }
 
+/// Workgroup memory of `local_mean.wgsl` beside its staged keys: the
+/// head and the current range of a workgroup's spans (two `vec2<u32>`).
+pub(crate) const SPAN_WORKGROUP_BYTES: usize = 16;
+
 /// Plans a local mean of `m` queries against `n` keys in `d` dimensions
 /// with `q` value columns (`q = 0`: row sums only).
 pub(crate) fn plan_local_mean(
@@ -173,10 +177,8 @@ fn plan_with_cols(
     // Keys and value rows are staged as vec4 groups.
     let (d4, qa4) = (d.div_ceil(4), col_slots.div_ceil(4));
     let chunk = (dev.chunk_keys as usize).max(1);
-    let staged_keys = whole_chunks(
-        (dev.workgroup_bytes as usize / 16 / (d4 + qa4)).min(MAX_STAGED_KEYS),
-        chunk,
-    );
+    let room = (dev.workgroup_bytes as usize).saturating_sub(SPAN_WORKGROUP_BYTES);
+    let staged_keys = whole_chunks((room / 16 / (d4 + qa4)).min(MAX_STAGED_KEYS), chunk);
     if staged_keys == 0 {
         return Err(no_room_for_a_key("local_mean", d, dev));
     }

@@ -429,6 +429,7 @@ pub(crate) const SHADERS: [ShaderSpec; 16] = [
             ("R", 4),
             ("FORM", 0),
             ("EXCL", 0),
+            ("SPANS", 0),
         ],
         consts: &[
             LOCAL_WG,

@@ -2,6 +2,7 @@
 //! sample placeholder values the pipeline tests share.
 
 use super::*;
+use crate::gpu::plan::local_mean::SPAN_WORKGROUP_BYTES;
 use crate::kernel::Kernel;
 
 /// Values exercising each placeholder at small and large sizes: first
@@ -20,6 +21,7 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("R", 2),
                 ("FORM", 1),
                 ("EXCL", 1),
+                ("SPANS", 0),
             ],
             vec![
                 ("D", 64),
@@ -31,6 +33,7 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("R", 1),
                 ("FORM", 2),
                 ("EXCL", 0),
+                ("SPANS", 1),
             ],
             vec![
                 ("D", 2000),
@@ -42,6 +45,7 @@ pub(crate) fn samples(id: ShaderId) -> Vec<Vec<(&'static str, u32)>> {
                 ("R", 1),
                 ("FORM", 3),
                 ("EXCL", 1),
+                ("SPANS", 0),
             ],
         ],
         ShaderId::LocalMeanIp | ShaderId::LocalMeanIpMerge => vec![
@@ -192,7 +196,7 @@ fn workgroup_memory_is_what_the_planner_counts() {
         let (d4, qa4) = (v("D").div_ceil(4), v("QA").div_ceil(4));
         assert_eq!(
             workgroup_bytes(ShaderId::LocalMean, &values),
-            v("STAGE") * 16 * (d4 + qa4),
+            v("STAGE") * 16 * (d4 + qa4) + SPAN_WORKGROUP_BYTES,
             "{values:?}"
         );
     }

@@ -13,11 +13,11 @@ use super::attention::attend_call;
 use super::{stacked, upload_group, upload_keys};
 use crate::backend::PreparedAttention;
 use crate::error::Result;
+use crate::gpu::buffers::{buffer_bytes, owned_upload, wait_for_uploads};
 use crate::gpu::context::GpuContext;
 use crate::gpu::keys::{KeyTile, StoredTile};
 use crate::gpu::plan::check_u32;
 use crate::gpu::plan::{plan_attend, plan_attend_prepared, tiles};
-use crate::gpu::prepared::{buffer_bytes, owned_upload, wait_for_uploads};
 use crate::memory::Reservation;
 use crate::types::{Attention, Heads};
 

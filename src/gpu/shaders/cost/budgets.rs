@@ -11,10 +11,14 @@ struct Budget {
     template: Vec<(&'static str, u32)>,
     pairs: u64,
     slots_per_pair: f64,
+    /// The pipeline overrides it is counted with (the profile).
+    profile: &'static [(&'static str, f64)],
 }
 
 /// Gaussian profile (the benchmarks').
 const GAUSSIAN: &[(&str, f64)] = &[("PROFILE", 0.0)];
+/// Epanechnikov profile: compact, the kernels a key set's cell index serves.
+const EPANECHNIKOV: &[(&str, f64)] = &[("PROFILE", 1.0)];
 
 fn budgets() -> Vec<Budget> {
     use crate::gpu::plan::LOCAL_MEAN_WG;
@@ -27,7 +31,7 @@ fn budgets() -> Vec<Budget> {
     let pairs = (rows_per_thread(3) * LOCAL_MEAN_CHUNK) as u64;
     // The gaussian local mean at d = 3 with `qt` value columns, weight
     // form `form`, leave-one-out `excl`.
-    let lm = |name, qt: u32, form: u32, excl: u32, budget| Budget {
+    let lm = |name, qt: u32, form: u32, (excl, spans): (u32, u32), budget| Budget {
         name,
         shader: ShaderId::LocalMean,
         template: vec![
@@ -40,23 +44,36 @@ fn budgets() -> Vec<Budget> {
             ("R", rows_per_thread(3) as u32),
             ("FORM", form),
             ("EXCL", excl),
+            ("SPANS", spans),
         ],
         pairs,
         slots_per_pair: budget,
+        profile: if form == 3 { EPANECHNIKOV } else { GAUSSIAN },
     };
     vec![
-        lm("local mean d=3 q=1", 1, 0, 0, 15.0),
-        lm("local mean d=3 q=2", 2, 0, 0, 15.0),
-        lm("local mean d=3 q=4", 4, 0, 0, 15.0),
-        lm("row sums d=3 (KDE)", 0, 0, 0, 15.0),
-        lm("leave-one-out d=3 q=1", 1, 0, 1, 13.89),
-        lm("row sums d=3, exact nearest key", 0, 1, 0, 11.55),
+        lm("local mean d=3 q=1", 1, 0, (0, 0), 15.0),
+        lm("local mean d=3 q=2", 2, 0, (0, 0), 15.0),
+        lm("local mean d=3 q=4", 4, 0, (0, 0), 15.0),
+        lm("row sums d=3 (KDE)", 0, 0, (0, 0), 15.0),
+        lm("leave-one-out d=3 q=1", 1, 0, (1, 0), 13.89),
+        lm("row sums d=3, exact nearest key", 0, 1, (0, 0), 11.55),
+        // A key set's cell index: each workgroup over its spans; the same
+        // hot loop, epanechnikov weights (plain form).
+        lm("epanechnikov local mean d=3 q=1", 1, 3, (0, 0), 13.55),
+        lm(
+            "epanechnikov local mean d=3 q=1 over spans",
+            1,
+            3,
+            (0, 1),
+            13.55,
+        ),
         Budget {
             name: "kNN d=128 k=16",
             shader: ShaderId::Knn,
             template: vec![("D", 128), ("K", 16), ("STAGE", 64), ("KB", 4)],
             pairs: 4,
             slots_per_pair: 327.75,
+            profile: GAUSSIAN,
         },
         Budget {
             name: "kNN inner-product tiles d=128 k=16",
@@ -64,6 +81,7 @@ fn budgets() -> Vec<Budget> {
             template: vec![("D", 128), ("K", 16), ("QRES", 1)],
             pairs: (IP_STEP_KEYS * IP_TILE_ROWS / LOCAL_MEAN_WG) as u64,
             slots_per_pair: 185.16,
+            profile: GAUSSIAN,
         },
         Budget {
             name: "inner-product tiles d=128 q=4",
@@ -71,6 +89,7 @@ fn budgets() -> Vec<Budget> {
             template: vec![("D", 128), ("QT", 4), ("QA", 4), ("QRES", 1)],
             pairs: (IP_STEP_KEYS * IP_TILE_ROWS / LOCAL_MEAN_WG) as u64,
             slots_per_pair: 222.09,
+            profile: GAUSSIAN,
         },
         Budget {
             name: "attention d=64 (RI 4, BK 32)",
@@ -78,6 +97,7 @@ fn budgets() -> Vec<Budget> {
             template: vec![("D4", 16), ("QA4", 16), ("BK", 32), ("RI", 4)],
             pairs: 4 * 32 / 4,
             slots_per_pair: 167.84,
+            profile: GAUSSIAN,
         },
         // One run of the hot loop: a chunk of keys against the row.
         Budget {
@@ -86,6 +106,7 @@ fn budgets() -> Vec<Budget> {
             template: vec![("D", 4), ("Q", 1), ("STAGE", 32)],
             pairs: crate::gpu::plan::CHUNK_KEYS as u64,
             slots_per_pair: 80.25,
+            profile: GAUSSIAN,
         },
         Budget {
             name: "local moments d=3 q=1 (local linear)",
@@ -102,6 +123,7 @@ fn budgets() -> Vec<Budget> {
             ],
             pairs: 1,
             slots_per_pair: 94.0,
+            profile: GAUSSIAN,
         },
         Budget {
             name: "attention row pass d=64 (BK 32)",
@@ -109,6 +131,7 @@ fn budgets() -> Vec<Budget> {
             template: vec![("D4", 16), ("QA4", 16), ("BK", 32)],
             pairs: crate::gpu::plan::CHUNK_KEYS as u64,
             slots_per_pair: 219.0,
+            profile: GAUSSIAN,
         },
         Budget {
             name: "variable bandwidths d=3 q=1",
@@ -116,6 +139,7 @@ fn budgets() -> Vec<Budget> {
             template: vec![("D", 3), ("QT", 1), ("QA", 1), ("STAGE", 256)],
             pairs: 1,
             slots_per_pair: 56.0,
+            profile: GAUSSIAN,
         },
         Budget {
             name: "attention decoding d=64 (RI 1, BK 64)",
@@ -123,6 +147,7 @@ fn budgets() -> Vec<Budget> {
             template: vec![("D4", 16), ("QA4", 16), ("BK", 64), ("RI", 1)],
             pairs: 64 / 4,
             slots_per_pair: 229.94,
+            profile: GAUSSIAN,
         },
     ]
 }
@@ -136,7 +161,7 @@ fn hot_loops_within_their_budgets() {
     let mut over = Vec::new();
     for b in budgets() {
         let src = b.shader.render_for(&b.template, None).unwrap();
-        let c = hot_loop(&src, b.shader.entry(), GAUSSIAN)
+        let c = hot_loop(&src, b.shader.entry(), b.profile)
             .unwrap_or_else(|e| panic!("{}: {e}", b.name));
         let per = |n: u64| n as f64 / b.pairs as f64;
         let slots = per(c.slots());
@@ -158,7 +183,7 @@ fn hot_loops_within_their_budgets() {
         // Budgets are counts to two decimals.
         if slots > b.slots_per_pair + 0.005 {
             // Where the slots go, line by line of the rendered source.
-            for (line, n, text) in trace(&src, b.shader.entry(), GAUSSIAN).unwrap() {
+            for (line, n, text) in trace(&src, b.shader.entry(), b.profile).unwrap() {
                 println!("  {line:5} {:8.2}  {text}", per(n));
             }
             over.push(format!(

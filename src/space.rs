@@ -1,0 +1,115 @@
+//! A key set's spatial index, shared by both backends: when a request's
+//! kernel has bounded reach, which keys it sorts by grid cell (`grid.rs`,
+//! up to [`MAX_GRID_D`] coordinates) or by leaf of a k-d split (`kd.rs`,
+//! beyond), and the key ranges within reach of a box of queries. The CPU
+//! key set merges the row states of those ranges on its threads
+//! (`cpu/cells.rs`); the GPU key set hands them to its workgroups as spans
+//! of a sorted key tile (`gpu/cells.rs`).
+
+use crate::grid::{self, Grid};
+use crate::kd::KdTree;
+use crate::kernel::Kernel;
+
+/// Most coordinates keys are indexed in by grid cell: beyond, a box of a
+/// few cells per gridded axis holds most keys along the others anyway,
+/// and a k-d split takes over.
+pub(crate) const MAX_GRID_D: usize = 8;
+
+/// Fewest keys worth an index: below, one pass over all keys is cheap.
+pub(crate) const MIN_KEYS: usize = 4096;
+
+/// The reach of `kernel` when an index over `n` keys in `d` coordinates
+/// (at most `max_d`, the backend's bound) can serve it: bounded on some
+/// coordinate, Euclidean, enough keys, no leave-one-out (whose rows are
+/// tied to the keys' own order); `None` when the request runs over all
+/// keys.
+pub(crate) fn reach_for(
+    kernel: &Kernel,
+    (n, d): (usize, usize),
+    exclude_self: bool,
+    max_d: usize,
+) -> Option<Vec<f64>> {
+    let fits = !exclude_self
+        && kernel.metric().is_euclidean()
+        && (1..=max_d).contains(&d)
+        && (MIN_KEYS..=u32::MAX as usize).contains(&n);
+    let reach = grid::reach(kernel, d);
+    (fits && reach.iter().any(|r| r.is_finite())).then_some(reach)
+}
+
+/// How an index orders its keys: by grid cell, or by leaf of a k-d split.
+pub(crate) enum Layout {
+    Grid(Grid),
+    Kd(KdTree),
+}
+
+impl Layout {
+    /// Bytes the layout of `n` keys in `d` coordinates holds, and the most
+    /// it holds while it is built.
+    pub(crate) fn bytes(n: usize, d: usize) -> (u64, u64) {
+        if d > MAX_GRID_D {
+            let b = KdTree::bytes(n, d);
+            (b, b)
+        } else {
+            Grid::bytes(n)
+        }
+    }
+
+    /// The layout of `n` keys stored column-major (coordinate `k` of key
+    /// `i` at `xt[k·ld + i]`) for `reach`: a grid up to [`MAX_GRID_D`]
+    /// coordinates, a k-d split beyond (built on the current rayon pool);
+    /// `None` when it cannot prune (no bounded coordinate, or every key in
+    /// one cell).
+    pub(crate) fn build(
+        xt: &[f32],
+        (n, ld, d): (usize, usize, usize),
+        reach: &[f64],
+    ) -> Option<Layout> {
+        let (side, bounded) = grid::cells_for(reach)?;
+        if d > MAX_GRID_D {
+            return Some(Layout::Kd(KdTree::from_columns(xt, (n, ld, d))));
+        }
+        let grid = Grid::from_columns(xt, (n, ld, d), side, Some(&bounded));
+        (grid.axes() > 0).then_some(Layout::Grid(grid))
+    }
+
+    /// The keys' sorted order: position `p` holds key `order()[p]`.
+    pub(crate) fn order(&self) -> &[u32] {
+        match self {
+            Layout::Grid(g) => &g.order,
+            Layout::Kd(t) => &t.order,
+        }
+    }
+
+    /// The key queries are grouped by: their cell or leaf.
+    pub(crate) fn key_of(&self, row: &[f32]) -> u64 {
+        match self {
+            Layout::Grid(g) => g.key_of(row),
+            Layout::Kd(t) => t.key_of(row),
+        }
+    }
+
+    /// The ranges of the sorted keys within reach of the widened query box
+    /// `lo..=hi` (as [`grid::query_box`] gives it); with `radius` (a radial
+    /// kernel's reach), a k-d split also prunes by Euclidean distance (a
+    /// product kernel's reach is a ball per block, not one over all
+    /// coordinates: never for it).
+    pub(crate) fn ranges(
+        &self,
+        lo: &[f64],
+        hi: &[f64],
+        radius: Option<f64>,
+        out: &mut Vec<(usize, usize)>,
+    ) {
+        match self {
+            Layout::Grid(g) => g.ranges(lo, hi, out),
+            Layout::Kd(t) => t.ranges(lo, hi, radius, out),
+        }
+    }
+}
+
+/// The radius a request of `kernel` may prune a k-d split's leaves by: a
+/// radial kernel's reach; `None` for a product kernel.
+pub(crate) fn radius(kernel: &Kernel, reach: &[f64]) -> Option<f64> {
+    kernel.blocks().is_none().then(|| reach[0])
+}
