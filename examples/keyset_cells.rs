@@ -7,13 +7,15 @@
 //!
 //! ```sh
 //! cargo run --release --example keyset_cells -- [--n 1000000] [--m 10000] \
-//!     [--bandwidth 1] [--d 2] [--repeats 3] [--backend cpu|gpu]
+//!     [--bandwidth 1] [--d 2] [--repeats 3] [--backend cpu|gpu] [--kernel uniform]
 //! ```
 //!
 //! Keys: `n` points in `d` coordinates in 10 blobs (centres on a circle of
 //! radius 20 in the first two coordinates, 0 in the others; normal offsets
 //! of standard deviation 1 in every coordinate), values the keys themselves;
-//! queries: every `n/m`-th key moved by a small offset; kernel: uniform.
+//! queries: every `n/m`-th key moved by a small offset; kernel: uniform
+//! (or `--kernel`: any compact profile, or gaussian, which the index
+//! truncates where far keys weigh under 10⁻⁹ of a row).
 //! Prints the index's first call (which builds it), the best of
 //! `repeats` calls with it and without it, and the largest difference
 //! between the two results.
@@ -28,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut n, mut m, mut repeats, mut h) = (1_000_000usize, 10_000usize, 3usize, 1.0f32);
     let mut d = 2usize;
     let mut device = Device::Cpu;
+    let mut profile = Profile::Uniform;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let v = args.next().ok_or(format!("{a} needs a value"))?;
@@ -37,6 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--bandwidth" => h = v.parse()?,
             "--repeats" => repeats = v.parse()?,
             "--d" => d = v.parse()?,
+            "--kernel" => profile = v.parse()?,
             "--backend" => {
                 device = match v.as_str() {
                     "cpu" => Device::Cpu,
@@ -78,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let step = (n / m).max(1);
     let queries = Array2::from_shape_fn((m, d), |(i, k)| keys[[(i * step) % n, k]] + 0.1);
-    let kernel = Kernel::new(Profile::Uniform, h)?;
+    let kernel = Kernel::new(profile, h)?;
 
     let indexed = Engine::with_options(EngineOptions::new(device))?;
     let prepare = |e: &Engine| -> Result<KeySet, locus::Error> {
@@ -119,7 +123,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0f32, f32::max);
     println!(
-        "{device:?} n={n} d={d} m={m} h={h}: indexed best {t_index:.4} s, brute force best {t_brute:.4} s, \
+        "{device:?} {profile:?} n={n} d={d} m={m} h={h}: indexed best {t_index:.4} s, brute force best {t_brute:.4} s, \
          ratio {:.1}x; max |difference| {diff:e}; index kept: {}",
         t_brute / t_index,
         with.resident_bytes() > without.resident_bytes()

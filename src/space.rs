@@ -8,7 +8,8 @@
 
 use crate::grid::{self, Grid};
 use crate::kd::KdTree;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Profile};
+use crate::types::RowStates;
 
 /// Most coordinates keys are indexed in by grid cell: beyond, a box of a
 /// few cells per gridded axis holds most keys along the others anyway,
@@ -18,11 +19,37 @@ pub(crate) const MAX_GRID_D: usize = 8;
 /// Fewest keys worth an index: below, one pass over all keys is cheap.
 pub(crate) const MIN_KEYS: usize = 4096;
 
+/// The mass, relative to a row's whole, that a gaussian request over an
+/// index may leave out (docs/numerics.md, "Gaussian key sets over an
+/// index"): far below f32's rounding of the sums it would change.
+pub(crate) const LEFT_OUT: f64 = 1e-9;
+
+/// How much farther than its least a gaussian index reaches: rows whose
+/// nearest key lies within `√(SLACK² − 1) ≈ 0.75` of the least reach are
+/// served by the index; farther ones (outliers) go over every key.
+const SLACK: f64 = 1.25;
+
+/// A radial gaussian's least reach over `n` keys, in bandwidths: keys
+/// whose squared distance exceeds the nearest key's by `R₀²·h²` weigh at
+/// most `e^{−R₀²/2}` of it each, so all `n` together at most
+/// [`LEFT_OUT`] of the row: `R₀ = √(2·ln(n / LEFT_OUT))` (7.6 at 4096
+/// keys, 8.9 at 10⁷).
+fn gaussian_least_reach(n: usize) -> f64 {
+    (2.0 * (n as f64 / LEFT_OUT).ln()).sqrt()
+}
+
+/// Whether requests of `kernel` over an index are truncated: a radial
+/// gaussian, which has no bounded reach but whose far keys weigh nothing
+/// within the numerics contract.
+pub(crate) fn truncated(kernel: &Kernel) -> bool {
+    kernel.blocks().is_none() && kernel.profile() == Profile::Gaussian
+}
+
 /// The reach of `kernel` when an index over `n` keys in `d` coordinates
 /// (at most `max_d`, the backend's bound) can serve it: bounded on some
-/// coordinate, Euclidean, enough keys, no leave-one-out (whose rows are
-/// tied to the keys' own order); `None` when the request runs over all
-/// keys.
+/// coordinate (a radial gaussian: [`SLACK`] times its least reach),
+/// Euclidean, enough keys, no leave-one-out (whose rows are tied to the
+/// keys' own order); `None` when the request runs over all keys.
 pub(crate) fn reach_for(
     kernel: &Kernel,
     (n, d): (usize, usize),
@@ -33,8 +60,48 @@ pub(crate) fn reach_for(
         && kernel.metric().is_euclidean()
         && (1..=max_d).contains(&d)
         && (MIN_KEYS..=u32::MAX as usize).contains(&n);
-    let reach = grid::reach(kernel, d);
+    let reach = if truncated(kernel) {
+        let h = f64::from(kernel.bandwidth());
+        vec![SLACK * gaussian_least_reach(n) * h; d]
+    } else {
+        grid::reach(kernel, d)
+    };
     (fits && reach.iter().any(|r| r.is_finite())).then_some(reach)
+}
+
+/// Whether a row of a truncated request (see [`truncated`]) over an index
+/// of `n` keys, whose nearest key's log-weight is `m` (`−t/2`, `t` in
+/// squared bandwidths), must be answered over every key: no key within
+/// the index's reach, or a nearest key so far that the keys beyond the
+/// reach could weigh more than [`LEFT_OUT`] of the row. Never for other
+/// kernels.
+pub(crate) fn beyond_reach(kernel: &Kernel, n: usize, m: f32) -> bool {
+    if !truncated(kernel) {
+        return false;
+    }
+    let t_min = -2.0 * f64::from(m);
+    let least = gaussian_least_reach(n);
+    let reach = SLACK * least;
+    // A margin for the rounding of m in f32.
+    !(t_min.is_finite() && t_min + least * least <= reach * reach * (1.0 - 1e-4))
+}
+
+/// The rows of `states` (a truncated request over an index of `n` keys)
+/// that must be answered over every key ([`beyond_reach`]).
+pub(crate) fn rows_beyond_reach(kernel: &Kernel, n: usize, states: &RowStates) -> Vec<usize> {
+    if !truncated(kernel) {
+        return Vec::new();
+    }
+    (0..states.rows())
+        .filter(|&i| beyond_reach(kernel, n, states.max_log_weight[i]))
+        .collect()
+}
+
+/// Row `i` of `states` replaced by row `r` of `from`.
+pub(crate) fn put_state(states: &mut RowStates, i: usize, from: &RowStates, r: usize) {
+    states.max_log_weight[i] = from.max_log_weight[r];
+    states.sum[i] = from.sum[r];
+    states.weighted.row_mut(i).assign(&from.weighted.row(r));
 }
 
 /// How an index orders its keys: by grid cell, or by leaf of a k-d split.

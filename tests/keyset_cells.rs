@@ -596,3 +596,49 @@ fn gpu_key_sets_whose_sorted_tile_would_not_fit_a_binding_sweep_every_key() {
     let got = e.local_mean(&k, q.view(), x.view(), y.view()).unwrap();
     assert_eq!(got.values.nrows(), q.nrows());
 }
+
+/// A radial gaussian over the index: keys beyond the truncated reach
+/// weigh under 10⁻⁹ of any row the index answers; rows whose nearest key
+/// lies farther (outliers, queries far outside) go over every key. Same
+/// results as the one-shot op within the contract, on both backends.
+#[test]
+fn gaussian_key_sets_truncate_where_far_keys_weigh_nothing() {
+    let mut engines = vec![("cpu", Engine::cpu())];
+    engines.extend(gpu_engines());
+    for (name, e) in engines {
+        for (d, h) in [(2usize, 0.08f32), (3, 0.15), (12, 0.9)] {
+            // Keys spread far wider than the reach (≈ 10 h): clumps and
+            // outliers, queries near them, between them and far outside.
+            let x = keys(N, d, 150 + d as u64);
+            let y = values(N, 3, 151);
+            let q = queries(&x, 301, 152 + d as u64);
+            let ks = set(&e, &x, &y);
+            let base = ks.resident_bytes();
+            let k = Kernel::new(Profile::Gaussian, h).unwrap();
+            let what = format!("{name} gaussian d={d}");
+            let (want, want_empty) = brute_mean(&e, &k, &q, &x, &y);
+            let got = ks.local_mean(&k, q.view()).unwrap();
+            // The GPU measures a far query's distances in f32 with its
+            // coordinates pre-scaled by 1/h: at hundreds of bandwidths from
+            // every key its weights carry rounding of order 10⁻⁵ whichever
+            // keys it sweeps (the one-shot op's error against f64 too).
+            let atol = if name == "cpu" { 1e-5 } else { 1e-4 };
+            assert_close(&what, &got.values, &want, 1e-4, atol);
+            assert_eq!((got.empty_rows, want_empty), (0, 0), "{what}");
+            assert!(ks.resident_bytes() > base, "{what}: no index was built");
+            let st = ks.row_states(&k, q.view()).unwrap();
+            let want = e
+                .row_states(&k, q.view(), x.view(), Some(y.view()), false)
+                .unwrap();
+            assert_states_close(&st, &want);
+            let got = ks.log_density(&k, q.view()).unwrap();
+            let want = cpu().log_density(&k, q.view(), x.view(), None).unwrap();
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{what} row {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}

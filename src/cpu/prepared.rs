@@ -8,7 +8,7 @@
 //!
 //! Imports: `super::{cells, keys, knn, local_mean, kernel_matrix, moments, panels, threads}`,
 //! `crate::backend`, `crate::error`, `crate::kernel`, `crate::matrix`,
-//! `crate::memory`, `crate::types`.
+//! `crate::memory`, `crate::space`, `crate::types`.
 
 use std::sync::Arc;
 
@@ -22,8 +22,9 @@ use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::kernel::Metric;
-use crate::matrix::{Matrix, alloc_output};
+use crate::matrix::{Matrix, alloc_output, try_collect};
 use crate::memory::{MemoryBudget, Reservation};
+use crate::space;
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// Keys and value matrices in the kernels' layout, and, for a key set,
@@ -159,6 +160,10 @@ impl PreparedKeys for CpuKeys {
         let cp = Checkpoint::current("local_mean");
         let rows = queries.as_slice();
         if let Some(ix) = self.cell_index(q) {
+            if space::truncated(q.kernel) {
+                // Rows beyond the truncated reach show in their states.
+                return Ok(self.row_states(q, Some(set))?.means());
+            }
             let _work = self.request("local_mean", indexed_request_bytes(m, cols))?;
             let mut out = alloc_output("local_mean", "output", m, cols)?;
             let empty = self
@@ -182,9 +187,30 @@ impl PreparedKeys for CpuKeys {
         let cp = Checkpoint::current("row_states");
         if let Some(ix) = self.cell_index(q) {
             let _work = self.request("row_states", indexed_request_bytes(m, soa.q))?;
-            return self
+            let mut states = self
                 .threads
-                .install(|| ix.row_states(q.kernel, rows, set, &cp));
+                .install(|| ix.row_states(q.kernel, rows, set, &cp))?;
+            // A truncated (gaussian) request's rows whose nearest key lies
+            // too far for the index's reach: over every key.
+            let beyond = space::rows_beyond_reach(q.kernel, self.keys.n(), &states);
+            if !beyond.is_empty() {
+                let sub = try_collect(
+                    "row_states",
+                    "rows beyond reach",
+                    beyond.len() * d,
+                    beyond
+                        .iter()
+                        .flat_map(|&i| rows[i * d..(i + 1) * d].iter().copied()),
+                )?;
+                let groups = self
+                    .threads
+                    .install(|| local_mean::group_states(q.kernel, &sub, d, &soa, false, &cp))?;
+                let full = local_mean::row_states_of(&groups, beyond.len(), soa.q)?;
+                for (r, &i) in beyond.iter().enumerate() {
+                    space::put_state(&mut states, i, &full, r);
+                }
+            }
+            return Ok(states);
         }
         let _work = self.request("row_states", request_bytes(m, soa.q))?;
         let groups = self

@@ -30,8 +30,9 @@ use crate::gpu::plan::{
     plan_kernel_matrix, plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles,
 };
 use crate::kernel::{Kernel, Metric, Profile};
-use crate::matrix::{Matrix, reserve};
+use crate::matrix::{Matrix, reserve, try_collect};
 use crate::memory::Reservation;
+use crate::space;
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// The device of prepared keys: shared with the engine (a key set, which
@@ -362,6 +363,14 @@ impl PreparedKeys for GpuKeys<'_> {
             // empty; its state shows it (`needs_exact`), its mean would not.
             return Ok(self.row_states(query, Some(set))?.means());
         }
+        if space::truncated(kernel)
+            && cells::reach_for(kernel, (self.n, self.d), false).is_some()
+            && self.held.is_some()
+        {
+            // A truncated request over the index: rows beyond its reach
+            // show in their states.
+            return Ok(self.row_states(query, Some(set))?.means());
+        }
         let (ctx, m, q) = (&*self.ctx, queries.rows(), self.set_cols[set]);
         check_u32(OP, "query rows", m)?;
         let mut plan = plan_local_mean(&ctx.limits, &ctx.caps, self.shape(m, q))?;
@@ -403,7 +412,32 @@ impl PreparedKeys for GpuKeys<'_> {
                 let (rows, tiles) = (sorted.matrix(OP)?, [ix.tile(set)]);
                 let call = self.call(&scope, &rows, &tiles, q);
                 let st = states_on_tiles(&call, kernel, &plan, (false, Some(&sorted)))?;
-                sorted.unsort_states(OP, &st)?
+                let mut states = sorted.unsort_states(OP, &st)?;
+                // A truncated (gaussian) request's rows whose nearest key
+                // lies too far for the index's reach: over every key.
+                let beyond = space::rows_beyond_reach(kernel, self.n, &states);
+                if !beyond.is_empty() {
+                    let d = self.d;
+                    let rows = queries.as_slice();
+                    let sub = try_collect(
+                        OP,
+                        "rows beyond reach",
+                        beyond.len() * d,
+                        beyond
+                            .iter()
+                            .flat_map(|&i| rows[i * d..(i + 1) * d].iter().copied()),
+                    )?;
+                    let view = ndarray::ArrayView2::from_shape((beyond.len(), d), &sub)
+                        .expect("rows·d floats"); // ok: built so
+                    let sub = Matrix::check(OP, "queries", view)?;
+                    let tiles = self.key_tiles(set);
+                    let call = self.call(&scope, &sub, &tiles, q);
+                    let full = states_on_tiles(&call, kernel, &plan, (false, None))?;
+                    for (r, &i) in beyond.iter().enumerate() {
+                        space::put_state(&mut states, i, &full, r);
+                    }
+                }
+                states
             }
             None => {
                 let tiles = self.key_tiles(set);

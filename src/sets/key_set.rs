@@ -334,14 +334,17 @@ struct Inner {
 /// kernels stream. Either way they count against the engine's memory limit
 /// and are freed when the last clone is dropped.
 ///
-/// On the CPU, local means and row states (and the densities and class
-/// probabilities computed from them) under a kernel of bounded reach — a
-/// compact profile, or a product kernel with a compact block — in up to 31
+/// Local means and row states (and the densities and class probabilities
+/// computed from them) under a kernel of bounded reach — a compact
+/// profile, a product kernel with a compact block, or a radial gaussian
+/// truncated where far keys weigh under 10⁻⁹ of a row — in up to 31
 /// Euclidean dimensions over at least 4096 keys go through a cell index:
 /// the keys sorted by grid cell (up to 8 dimensions) or by leaf of a k-d
 /// split (9 to 31) on the first such request, kept for that
 /// bandwidth (replaced when another comes), so a query visits only the
-/// keys within reach. Its memory counts against the limit too
+/// keys within reach (on the CPU by groups of queries; on a GPU each
+/// workgroup over its own key ranges of one sorted key tile). Its memory
+/// counts against the limit too
 /// ([`resident_bytes`](Self::resident_bytes)); when it would take more
 /// than half of the memory free, the request runs over every key (docs/scaling.md, "Key sets that index
 /// space").
@@ -417,8 +420,8 @@ impl KeySet {
         self.inner.class_labels.as_ref().map(|c| c.view())
     }
 
-    /// Bytes held by the backend for the keys, values and labels (on the
-    /// CPU, with the cell index of the last bounded kernel, if built; with
+    /// Bytes held by the backend for the keys, values and labels (with the
+    /// cell index of the last bounded kernel, if built; with
     /// the keys of variable-bandwidth passes, if bandwidths were given).
     pub fn resident_bytes(&self) -> u64 {
         let v = self

@@ -442,19 +442,22 @@ class _Sharded:
 
         return kf, sizes, split_like(values, "values"), split_like(labels, "labels"), who
 
-    def _check(self) -> None:
+    def _check(self, what: str | None = None) -> None:
+        """Raises :class:`ShardLostError` (its message led by ``what``, the
+        call, when given) when the set is closed, its client is not running
+        or a shard's future is lost, cancelled or erred."""
+        head = f"{what}: " if what else ""
+        again = "run it again" if head.startswith("mean_shift") else "rebuild the sharded key set"
         if self._closed:
-            raise ShardLostError(f"this {type(self).__name__} was closed; its shards are released")
+            raise ShardLostError(f"{head}this {type(self).__name__} was closed; its shards are released")
         status = getattr(self.client, "status", "running")
         if status != "running":
-            raise ShardLostError(
-                f"the Dask client is {status}; its shards are gone (rebuild the sharded key set)"
-            )
+            raise ShardLostError(f"{head}the Dask client is {status}; its shards are gone ({again})")
         for i, f in enumerate(self.shards):
             if f.status in ("lost", "cancelled", "error"):
                 raise ShardLostError(
-                    f"shard {i} of {len(self.shards)} is {f.status}; "
-                    "no result is given without it (rebuild the sharded key set)"
+                    f"{head}shard {i} of {len(self.shards)} is {f.status}; "
+                    f"no result is given without it ({again})"
                 )
 
     def _shard_name(self, i: int) -> str:
@@ -482,7 +485,7 @@ class _Sharded:
         per worker, all at once (a broadcast's replication can spin on a
         worker that died since), bounded by :attr:`timeout`. The wait for
         the answer is watched: a shard lost meanwhile ends it at once."""
-        self._check()
+        self._check(what)
         client, t = self.client, self.timeout
         needs = Needs([(s, self._shard_name(i)) for i, s in enumerate(self.shards)])
 
