@@ -18,10 +18,11 @@
 # Parts: adapter (locus info), the bench at GPU sizes one op family at a
 # time with a hardware adapter required (kNN split across keys, at d = 128
 # by inner-product tiles (knn_ip.wgsl) since d ≥ 32 takes them, attention
-# training and decoding shapes among them), cold and warm start, the same
+# training and decoding shapes among them, and a key set's cell index
+# beside the one-shot op over every key), cold and warm start, the same
 # shapes through PyTorch (CUDA events after warm-up), then the report. Each part has its own
 # time limit and a failure in one does not lose the others; the whole run
-# stays inside 8 minutes (at worst, every part at its limit).
+# stays inside 8½ minutes (at worst, every part at its limit).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -112,15 +113,18 @@ part info 30 bash -c '"$0" info && "$0" info --json >"$1/info.json"' "$bin" "$ou
 if [ "$dry" -eq 1 ]; then
     size=tiny
     limit=120
-    families="local-mean self-local-mean kernel-matrix kde knn attention mean-shift"
+    families="local-mean self-local-mean kernel-matrix kde knn attention mean-shift key-set"
 else
     size=large
     limit=60
-    families="local-mean attention mean-shift knn kernel-matrix"
+    families="local-mean attention mean-shift knn kernel-matrix key-set"
     export LOCUS_REQUIRE_HARDWARE=1
 fi
 for f in $families; do
-    part "bench-$f" "$limit" bash -c \
+    # The key-set pair is short (two local means at M = N = 10⁶, d = 2).
+    flimit=$limit
+    [ "$f" = key-set ] && [ "$dry" -eq 0 ] && flimit=30
+    part "bench-$f" "$flimit" bash -c \
         '"$0" bench --size "$1" --ops "$2" --json >"$3/bench-$2.json.tmp" && mv "$3/bench-$2.json.tmp" "$3/bench-$2.json"' \
         "$bin" "$size" "$f" "$out"
     rm -f "$out/bench-$f.json.tmp"

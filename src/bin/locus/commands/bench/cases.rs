@@ -44,6 +44,9 @@ pub enum OpKind {
     Attention,
     /// MeanShift clustering.
     MeanShift,
+    /// A key set's local mean under a compact kernel (through its cell
+    /// index), beside the one-shot op over every key on the same data.
+    KeySet,
 }
 
 /// Sizes given on the command line, for the distance ops.
@@ -154,6 +157,16 @@ enum Spec {
         n: usize,
         binned: bool,
     },
+    /// Uniform-kernel local mean of `m` queries near `n` blob points:
+    /// through a key set prepared on the first (warm-up) call, whose cell
+    /// index it builds then (`indexed`), or by the one-shot op over every
+    /// key.
+    KeySet {
+        m: usize,
+        n: usize,
+        h: f32,
+        indexed: bool,
+    },
 }
 
 impl Spec {
@@ -166,6 +179,7 @@ impl Spec {
             Spec::Knn { .. } => OpKind::Knn,
             Spec::Attention { .. } | Spec::AttentionQueries { .. } => OpKind::Attention,
             Spec::MeanShiftFixed { .. } | Spec::MeanShift { .. } => OpKind::MeanShift,
+            Spec::KeySet { .. } => OpKind::KeySet,
         }
     }
 
@@ -330,6 +344,18 @@ fn plan(size: Size) -> Vec<Spec> {
                 n: 300,
                 binned: false,
             },
+            KeySet {
+                m: 300,
+                n: 5_000,
+                h: 0.3,
+                indexed: false,
+            },
+            KeySet {
+                m: 300,
+                n: 5_000,
+                h: 0.3,
+                indexed: true,
+            },
         ],
         Size::Quick | Size::Default => {
             let quick = size == Size::Quick;
@@ -395,6 +421,18 @@ fn plan(size: Size) -> Vec<Spec> {
                 MeanShiftFixed {
                     n: pick(1_500, 16_384),
                     iters: 10,
+                },
+                KeySet {
+                    m: pick(2_000, 20_000),
+                    n: pick(20_000, 200_000),
+                    h: 0.1,
+                    indexed: false,
+                },
+                KeySet {
+                    m: pick(2_000, 20_000),
+                    n: pick(20_000, 200_000),
+                    h: 0.1,
+                    indexed: true,
                 },
             ]
         }
@@ -467,6 +505,20 @@ fn plan(size: Size) -> Vec<Spec> {
                 n: 16_384,
                 d: 3,
                 rows: false,
+            },
+            // A key set's cell index (GPU: each workgroup over its spans)
+            // against the one-shot op over every key.
+            KeySet {
+                m: 1_000_000,
+                n: 1_000_000,
+                h: 0.05,
+                indexed: false,
+            },
+            KeySet {
+                m: 1_000_000,
+                n: 1_000_000,
+                h: 0.05,
+                indexed: true,
             },
         ],
     }
@@ -732,6 +784,74 @@ fn build(spec: Spec) -> CliResult<Case> {
                 tolerance: Tolerance::local_mean(1.0),
                 run,
                 sample: None,
+            }
+        }
+        Spec::KeySet { m, n, h, indexed } => {
+            let uniform_kernel = Kernel::new(Profile::Uniform, h)?;
+            let keys = blobs(n)?;
+            // Queries near the points: every (n/m)-th point moved by h/3.
+            let step = (n / m.max(1)).max(1);
+            let queries =
+                Array2::from_shape_fn((m, 2), |(i, k)| keys[[(i * step) % n, k]] + h / 3.0);
+            let rows = sample_rows(m, 2);
+            let head = queries.slice(s![..rows, ..]).to_owned();
+            let keys = Arc::new(keys);
+            let pairs = (m as f64) * (n as f64);
+            let (run, sample): (Call, Option<Sample>) = if indexed {
+                // The set each engine prepared on its first (warm-up) call,
+                // which also builds its index.
+                let sets: std::sync::Mutex<Vec<(String, locus::KeySet)>> = Default::default();
+                let k2 = Arc::clone(&keys);
+                let run = Box::new(move |e: &Engine| {
+                    let id = e.backend().to_string();
+                    let set = {
+                        // A cache only: a poisoned lock's list is still usable.
+                        let mut sets = sets.lock().unwrap_or_else(|e| e.into_inner());
+                        match sets.iter().find(|(k, _)| *k == id) {
+                            Some((_, s)) => s.clone(),
+                            None => {
+                                let s = e.prepare(k2.view()).values(k2.view()).build()?;
+                                sets.push((id, s.clone()));
+                                s
+                            }
+                        }
+                    };
+                    Ok(set.local_mean(&uniform_kernel, queries.view())?.values)
+                });
+                (run, None)
+            } else {
+                let (k2, k3) = (Arc::clone(&keys), Arc::clone(&keys));
+                let kernel = uniform_kernel;
+                let run: Call = Box::new(move |e: &Engine| {
+                    Ok(e.local_mean(&kernel, queries.view(), k2.view(), k2.view())?
+                        .values)
+                });
+                let sample = Sample {
+                    rows,
+                    run: Box::new(move |e: &Engine| {
+                        Ok(
+                            e.local_mean(&uniform_kernel, head.view(), k3.view(), k3.view())?
+                                .values,
+                        )
+                    }),
+                };
+                (run, Some(sample))
+            };
+            Case {
+                kind,
+                op: if indexed {
+                    "local-mean (uniform, key set, cell index)".into()
+                } else {
+                    "local-mean (uniform, one-shot, every key)".into()
+                },
+                sizes: vec![("M", m), ("N", n), ("d", 2), ("q", 2)],
+                params: json!({"kernel": "uniform", "bandwidth": h, "indexed": indexed, "data": "5 blobs, queries near the points"}),
+                pairs: Some(pairs),
+                // The index visits a small share of the pairs.
+                work: if indexed { pairs / 64.0 } else { pairs * 2.0 },
+                tolerance: Tolerance::local_mean(1.0),
+                run,
+                sample,
             }
         }
         Spec::MeanShiftFixed { n, iters } => {
