@@ -46,12 +46,25 @@ pub(crate) fn reach(kernel: &Kernel, d: usize) -> Vec<f64> {
     }
 }
 
+/// Most a gridded coordinate's reach may exceed the smallest: a box then
+/// spans at most `2·CELLS_PER_H·MAX_REACH_RATIO` cells along it, so the
+/// cell combinations a box visits stay bounded however unlike a product
+/// kernel's bandwidths are (with cells of the smallest reach, blocks of
+/// bandwidths 10⁻³ and 5 made a box of 2·10⁴ cells per axis, 4·10⁸
+/// combinations a query group).
+const MAX_REACH_RATIO: f64 = 4.0;
+
 /// The cells for `reach`: their side (a fraction of the smallest reach)
-/// and the coordinates that may be gridded (those of finite reach); `None`
-/// when no coordinate has a finite reach.
+/// and the coordinates that may be gridded (those of finite reach within
+/// [`MAX_REACH_RATIO`] of the smallest: any subset of coordinates is a
+/// valid filter); `None` when no coordinate has a finite reach.
 pub(crate) fn cells_for(reach: &[f64]) -> Option<(f64, Vec<bool>)> {
-    let bounded: Vec<bool> = reach.iter().map(|r| r.is_finite()).collect();
-    let h = reach.iter().copied().fold(f64::INFINITY, f64::min) / (1.0 + REACH_SLACK);
+    let least = reach.iter().copied().fold(f64::INFINITY, f64::min);
+    let bounded: Vec<bool> = reach
+        .iter()
+        .map(|&r| r.is_finite() && r <= least * MAX_REACH_RATIO)
+        .collect();
+    let h = least / (1.0 + REACH_SLACK);
     bounded
         .contains(&true)
         .then_some((h / CELLS_PER_H, bounded))
@@ -324,6 +337,25 @@ mod tests {
         (0..n * d)
             .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 8) as f32 / (1 << 24) as f32 * 10.0)
             .collect()
+    }
+
+    /// Coordinates whose reach is far beyond the smallest are not gridded
+    /// (a box would span tens of thousands of cells along them), those
+    /// within the ratio are; cells are a fraction of the smallest reach.
+    #[test]
+    fn coordinates_of_much_wider_reach_stay_off_the_grid() {
+        let (side, bounded) = cells_for(&[1e-3, 5.0, 5.0, f64::INFINITY]).unwrap();
+        assert_eq!(bounded, [true, false, false, false]);
+        assert!(side < 1e-3);
+        let (_, bounded) = cells_for(&[1.0, 4.0, 4.5, f64::INFINITY]).unwrap();
+        assert_eq!(bounded, [true, true, false, false]);
+        assert!(cells_for(&[f64::INFINITY; 2]).is_none());
+        // Such a product kernel's box covers few cells per gridded axis.
+        let pts = data(5000, 3);
+        let g = Grid::new(&pts, 3, side, Some(&[true, false, false]));
+        let mut out = Vec::new();
+        g.ranges(&[4.0, -1.0, -1.0], &[4.002, 11.0, 11.0], &mut out);
+        assert!(out.len() <= 16, "{} ranges", out.len());
     }
 
     /// Every point within the box is inside one of the ranges.

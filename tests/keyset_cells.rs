@@ -642,3 +642,34 @@ fn gaussian_key_sets_truncate_where_far_keys_weigh_nothing() {
         }
     }
 }
+
+/// A product kernel whose compact blocks' bandwidths differ by 5000×: the
+/// grid leaves the wide block's coordinates ungridded (with cells of the
+/// narrow reach on every axis, one query took 16 s), and the results stay
+/// the one-shot op's.
+#[test]
+fn product_kernels_of_unlike_bandwidths_index_by_the_narrow_block() {
+    let mut rng = Rng::new(161);
+    let x = Array2::from_shape_fn((N, 3), |(_, k)| {
+        let span: f32 = if k == 0 { 10.0 } else { 20.0 };
+        span * rng.uniform()
+    });
+    let y = values(N, 2, 162);
+    // Queries on keys (the narrow block then holds a neighbour) and beside.
+    let q = Array2::from_shape_fn((40, 3), |(i, k)| {
+        x[[(i * 131) % N, k]] + if i % 2 == 0 { 0.0 } else { 3e-4 }
+    });
+    let k = Kernel::product([(1, Profile::Uniform, 1e-3), (2, Profile::Biweight, 5.0)]).unwrap();
+    let mut engines = vec![("cpu", Engine::cpu())];
+    engines.extend(gpu_engines());
+    for (name, e) in engines {
+        let ks = set(&e, &x, &y);
+        let base = ks.resident_bytes();
+        let (want, want_empty) = brute_mean(&e, &k, &q, &x, &y);
+        let got = ks.local_mean(&k, q.view()).unwrap();
+        assert_close(name, &got.values, &want, 1e-4, 1e-5);
+        assert_eq!(got.empty_rows, want_empty, "{name}");
+        assert!(want_empty < q.nrows(), "{name}: some rows have neighbours");
+        assert!(ks.resident_bytes() > base, "{name}: no index was built");
+    }
+}

@@ -1,5 +1,6 @@
 //! A GPU key set's cell index: for a kernel of bounded reach (a compact
-//! profile, or a product kernel with compact blocks; Euclidean) in up to
+//! profile, a product kernel whose blocks are all compact, or a radial
+//! gaussian truncated where far keys weigh nothing; Euclidean) in up to
 //! [`MAX_D`] coordinates, the keys and every value matrix sorted by grid
 //! cell or k-d leaf (`space.rs`) into one key tile of buffers of their
 //! own. A request sorts its queries the same way; each workgroup of
@@ -35,7 +36,7 @@ use super::context::{ErrorScope, GpuContext};
 use super::keys::{KeyTile, StoredTile};
 use super::plan::local_mean::IP_MIN_D;
 use super::plan::{LOCAL_MEAN_WG, LocalMeanPlan, binding_floats};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::grid;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, ensure_room, try_collect};
@@ -309,16 +310,27 @@ impl SortedQueries<'_> {
         let mut words = vec![0u32; heads];
         words.reserve(2 * ranges);
         for (g, pieces) in dealt.iter().enumerate() {
+            // Pieces come in window order: each window's are a run.
+            let mut rest = &pieces[..];
             for w in 0..windows {
-                let at = words.len();
-                let mine = pieces.iter().filter(|p| p.2 == w);
-                let before = words.len();
-                words.extend(mine.flat_map(|p| [p.0, p.1]));
-                let count = (words.len() - before) / 2;
+                let count = rest.iter().take_while(|p| p.2 == w).count();
                 let h = 2 * (w * groups + g);
-                words[h] = at as u32;
+                words[h] = words.len() as u32;
                 words[h + 1] = count as u32;
+                words.extend(rest[..count].iter().flat_map(|p| [p.0, p.1]));
+                rest = &rest[count..];
             }
+        }
+        if words.len() > binding_floats(&ctx.limits, &ctx.caps) {
+            return Err(Error::Unsupported {
+                op,
+                backend: "gpu",
+                reason: format!(
+                    "the key ranges of {} query rows take {} words, more than one binding holds (fewer query rows a request, or a smaller bandwidth)",
+                    r1 - r0,
+                    words.len()
+                ),
+            });
         }
         let buffer = upload(ctx, op, &words, wgpu::BufferUsages::STORAGE)?;
         Ok(Spans { buffer, windows })
@@ -410,11 +422,17 @@ impl IndexCache {
 
 /// The reach of `kernel` when a GPU key set of `n` keys in `d`
 /// coordinates can be indexed for it ([`space::reach_for`] up to
-/// [`MAX_D`]).
+/// [`MAX_D`], every coordinate bounded). A product kernel with a gaussian
+/// block is not: its far rows' states carry the `f32` rounding of a large
+/// `m` (hundreds of bandwidths away along the gaussian block) into each
+/// merge of dispatch windows, and the spans' windows are not the
+/// brute-force sweep's, so such rows would differ from the one-shot op's
+/// more often (docs/numerics.md, "Far rows").
 pub(crate) fn reach_for(
     kernel: &Kernel,
     (n, d): (usize, usize),
     exclude_self: bool,
 ) -> Option<Vec<f64>> {
     space::reach_for(kernel, (n, d), exclude_self, MAX_D)
+        .filter(|reach| reach.iter().all(|r| r.is_finite()))
 }
