@@ -6,9 +6,13 @@
 //! (`cpu/cells.rs`); the GPU key set hands them to its workgroups as spans
 //! of a sorted key tile (`gpu/cells.rs`).
 
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::error::Result;
 use crate::grid::{self, Grid};
 use crate::kd::KdTree;
 use crate::kernel::{Kernel, Profile};
+use crate::matrix::try_collect;
 use crate::types::RowStates;
 
 /// Most coordinates keys are indexed in by grid cell: beyond, a box of a
@@ -179,4 +183,94 @@ impl Layout {
 /// radial kernel's reach; `None` for a product kernel.
 pub(crate) fn radius(kernel: &Kernel, reach: &[f64]) -> Option<f64> {
     kernel.blocks().is_none().then(|| reach[0])
+}
+
+/// Rows `rows` of the row-major `queries` (`d` columns), gathered: the
+/// rows a truncated request sends over every key.
+pub(crate) fn gather_rows(
+    op: &'static str,
+    queries: &[f32],
+    d: usize,
+    rows: &[usize],
+) -> Result<Vec<f32>> {
+    let data = rows
+        .iter()
+        .flat_map(|&i| queries[i * d..(i + 1) * d].iter().copied());
+    try_collect(op, "rows beyond reach", rows.len() * d, data)
+}
+
+/// What building an index gave.
+pub(crate) enum Built<T> {
+    Index(Arc<T>),
+    /// It cannot prune (every key in one cell), or cannot be held (the
+    /// backend's bound): remembered, so later requests with that reach do
+    /// not try again.
+    Useless,
+    /// Its memory was not free: not remembered (it may be later).
+    NoMemory,
+}
+
+/// The cache's entry: a reach and its index (`None`: found useless).
+type Entry<T> = Option<(Vec<f64>, Option<Arc<T>>)>;
+
+/// A key set's index for the last reach asked (at most one), or the reach
+/// for which an index was found useless; shared by concurrent requests.
+pub(crate) struct IndexCache<T> {
+    slot: Mutex<Entry<T>>,
+}
+
+impl<T> Default for IndexCache<T> {
+    fn default() -> Self {
+        IndexCache {
+            slot: Mutex::new(None),
+        }
+    }
+}
+
+impl<T> IndexCache<T> {
+    /// The index for `reach`, built by `build` on first use and kept;
+    /// `None` when it cannot serve. `build` runs without the lock held, so
+    /// a request never waits on the lock while another builds (two may
+    /// then build the same index; the first kept is shared); an index for
+    /// another reach leaves the cache first, so its memory goes back once
+    /// the requests using it end.
+    pub(crate) fn get(
+        &self,
+        reach: Vec<f64>,
+        build: impl FnOnce(&[f64]) -> Result<Built<T>>,
+    ) -> Result<Option<Arc<T>>> {
+        {
+            let mut slot = self.lock();
+            match &*slot {
+                Some((r, ix)) if *r == reach => return Ok(ix.clone()),
+                _ => *slot = None,
+            }
+        }
+        let built = match build(&reach)? {
+            Built::Index(ix) => Some(ix),
+            Built::Useless => None,
+            Built::NoMemory => return Ok(None),
+        };
+        let mut slot = self.lock();
+        Ok(match &*slot {
+            // Another request built the same index meanwhile: share it.
+            Some((r, ix)) if *r == reach => ix.clone(),
+            _ => {
+                *slot = Some((reach, built.clone()));
+                built
+            }
+        })
+    }
+
+    /// `bytes` of the kept index (0 without one).
+    pub(crate) fn bytes(&self, bytes: impl Fn(&T) -> u64) -> u64 {
+        self.lock()
+            .as_ref()
+            .and_then(|(_, ix)| ix.as_deref())
+            .map_or(0, bytes)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Entry<T>> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }

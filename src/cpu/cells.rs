@@ -20,7 +20,7 @@
 //! `crate::grid`, `crate::kernel`, `crate::matrix`, `crate::memory`,
 //! `crate::space`, `crate::types`.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -35,7 +35,7 @@ use crate::grid;
 use crate::kernel::Kernel;
 use crate::matrix::{ensure_room, reserve};
 use crate::memory::{MemoryBudget, Reservation};
-use crate::space::{self, Layout};
+use crate::space::{self, Built, IndexCache, Layout};
 use crate::types::RowStates;
 
 /// Most coordinates a key set is indexed in by a k-d split: from
@@ -85,7 +85,7 @@ impl CellIndex {
         reach: &[f64],
         budget: &Arc<MemoryBudget>,
         threads: &Threads,
-    ) -> Built {
+    ) -> Built<CellIndex> {
         let (n, d) = (keys.n(), keys.d());
         if grid::cells_for(reach).is_none() {
             return Built::Useless;
@@ -266,37 +266,17 @@ fn split(ranges: &[(usize, usize)], parts: usize) -> Vec<(usize, usize)> {
     out
 }
 
-/// What building an index gave.
-enum Built {
-    Index(Arc<CellIndex>),
-    /// The grid cannot prune (unbounded reach, or every key in one cell):
-    /// remembered, so later requests with that reach do not try again.
-    Useless,
-    /// Its memory was not free: not remembered (it may be later).
-    NoMemory,
-}
-
-/// The cache's entry: a reach and its index (`None`: found useless).
-type Entry = Option<(Vec<f64>, Option<Arc<CellIndex>>)>;
-
 /// A key set's cell index for the last reach asked (at most one), or the
 /// reach for which an index was found useless.
 #[derive(Default)]
-pub(crate) struct CellCache {
-    slot: Mutex<Entry>,
-}
+pub(crate) struct CellCache(IndexCache<CellIndex>);
 
 impl CellCache {
     /// The index of `keys` for `kernel`'s requests (`exclude_self`: leave-
     /// one-out), built and kept on first use; `None` when the request runs
     /// over all keys ([`reach_for`], a grid that cannot prune, or the
-    /// index would take more than half of the memory free now).
-    ///
-    /// The index is built without the lock held, on `threads`, so a
-    /// request never waits on the lock while the pool works (two requests
-    /// may then build the same index; the first kept is shared). An index
-    /// for another reach is dropped from the cache first, so its memory
-    /// goes back once the requests using it end.
+    /// index would take more than half of the memory free now). The index
+    /// is built on `threads`, without the cache's lock held.
     pub(crate) fn get(
         &self,
         kernel: &Kernel,
@@ -306,38 +286,14 @@ impl CellCache {
         threads: &Threads,
     ) -> Option<Arc<CellIndex>> {
         let reach = reach_for(kernel, keys.n(), keys.d(), exclude_self)?;
-        {
-            let mut slot = self.lock();
-            match &*slot {
-                Some((r, ix)) if *r == reach => return ix.clone(),
-                _ => *slot = None,
-            }
-        }
-        let built = match CellIndex::build(keys, &reach, budget, threads) {
-            Built::Index(ix) => Some(ix),
-            Built::Useless => None,
-            Built::NoMemory => return None,
-        };
-        let mut slot = self.lock();
-        match &*slot {
-            // Another request built the same index meanwhile: share it.
-            Some((r, ix)) if *r == reach => ix.clone(),
-            _ => {
-                *slot = Some((reach, built.clone()));
-                built
-            }
-        }
+        let build = |reach: &[f64]| Ok(CellIndex::build(keys, reach, budget, threads));
+        // Building reports no errors (no memory: the request runs over
+        // every key).
+        self.0.get(reach, build).ok().flatten()
     }
 
     /// Bytes of the kept index (0 without one).
     pub(crate) fn bytes(&self) -> u64 {
-        self.lock()
-            .as_ref()
-            .and_then(|(_, ix)| ix.as_ref())
-            .map_or(0, |ix| ix.bytes())
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Entry> {
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.bytes(CellIndex::bytes)
     }
 }

@@ -22,7 +22,7 @@ use crate::backend::{Call, CallKind, MatrixMode, Moments, PreparedKeys, Query};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::kernel::Metric;
-use crate::matrix::{Matrix, alloc_output, try_collect};
+use crate::matrix::{Matrix, alloc_output};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::space;
 use crate::types::{Neighbours, RowNormalized, RowStates};
@@ -194,14 +194,7 @@ impl PreparedKeys for CpuKeys {
             // too far for the index's reach: over every key.
             let beyond = space::rows_beyond_reach(q.kernel, self.keys.n(), &states);
             if !beyond.is_empty() {
-                let sub = try_collect(
-                    "row_states",
-                    "rows beyond reach",
-                    beyond.len() * d,
-                    beyond
-                        .iter()
-                        .flat_map(|&i| rows[i * d..(i + 1) * d].iter().copied()),
-                )?;
+                let sub = space::gather_rows("row_states", rows, d, &beyond)?;
                 let groups = self
                     .threads
                     .install(|| local_mean::group_states(q.kernel, &sub, d, &soa, false, &cp))?;

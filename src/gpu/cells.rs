@@ -27,7 +27,7 @@
 //! so one invocation's keys stay within the plan's loop budget and work
 //! cap as a brute-force window's do.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -41,7 +41,7 @@ use crate::grid;
 use crate::kernel::Kernel;
 use crate::matrix::{Matrix, ensure_room, try_collect};
 use crate::memory::Reservation;
-use crate::space::{self, Layout};
+use crate::space::{self, Built, Layout};
 use crate::types::{RowNormalized, RowStates};
 
 /// Most coordinates a GPU key set is indexed in: from `IP_MIN_D` on, its
@@ -57,17 +57,6 @@ pub(crate) struct GpuIndex {
     tile: StoredTile<'static>,
     /// The sorted tile's device bytes on the engine's budget.
     held: Reservation,
-}
-
-/// What building an index gave.
-pub(crate) enum Built {
-    Index(Arc<GpuIndex>),
-    /// The layout cannot prune (every key in one cell), or the sorted keys
-    /// or values would not fit one binding: remembered, so later requests
-    /// with that reach do not try again.
-    Useless,
-    /// Its memory was not free: not remembered (it may be later).
-    NoMemory,
 }
 
 /// Keys and value matrices read back from a key set, row-major: what an
@@ -107,7 +96,7 @@ impl GpuIndex {
         host: &HostSet,
         reach: &[f64],
         held: Reservation,
-    ) -> Result<Built> {
+    ) -> Result<Built<GpuIndex>> {
         let (op, n, d) = (scope.op, host.n, host.d);
         if ensure_room(op, "cell index", Layout::bytes(n, d).1).is_err() {
             return Ok(Built::NoMemory);
@@ -195,7 +184,7 @@ impl GpuIndex {
         })
     }
 
-    fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.held.bytes()
     }
 }
@@ -364,61 +353,8 @@ impl SortedQueries<'_> {
     }
 }
 
-/// The cache's entry: a reach and its index (`None`: found useless).
-type Entry = Option<(Vec<f64>, Option<Arc<GpuIndex>>)>;
-
-/// A GPU key set's cell index for the last reach asked (at most one), or
-/// the reach for which an index was found useless.
-#[derive(Default)]
-pub(crate) struct IndexCache {
-    slot: Mutex<Entry>,
-}
-
-impl IndexCache {
-    /// The index for `reach`, built by `build` on first use and kept;
-    /// `None` when it cannot serve. `build` runs without the lock held
-    /// (two requests may build the same index; the first kept is shared);
-    /// an index for another reach leaves the cache first, so its memory
-    /// goes back once the requests using it end.
-    pub(crate) fn get(
-        &self,
-        reach: Vec<f64>,
-        build: impl FnOnce(&[f64]) -> Result<Built>,
-    ) -> Result<Option<Arc<GpuIndex>>> {
-        {
-            let mut slot = self.lock();
-            match &*slot {
-                Some((r, ix)) if *r == reach => return Ok(ix.clone()),
-                _ => *slot = None,
-            }
-        }
-        let built = match build(&reach)? {
-            Built::Index(ix) => Some(ix),
-            Built::Useless => None,
-            Built::NoMemory => return Ok(None),
-        };
-        let mut slot = self.lock();
-        Ok(match &*slot {
-            Some((r, ix)) if *r == reach => ix.clone(),
-            _ => {
-                *slot = Some((reach, built.clone()));
-                built
-            }
-        })
-    }
-
-    /// Bytes of the kept index (0 without one).
-    pub(crate) fn bytes(&self) -> u64 {
-        self.lock()
-            .as_ref()
-            .and_then(|(_, ix)| ix.as_ref())
-            .map_or(0, |ix| ix.bytes())
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Entry> {
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+/// A GPU key set's index cache.
+pub(crate) type IndexCache = space::IndexCache<GpuIndex>;
 
 /// The reach of `kernel` when a GPU key set of `n` keys in `d`
 /// coordinates can be indexed for it ([`space::reach_for`] up to

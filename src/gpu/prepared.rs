@@ -11,7 +11,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use super::buffers::{Pooled, buffer_bytes, owned_upload, upload, wait_for_uploads};
-use super::cells::{self, Built, GpuIndex, HostSet, IndexCache};
+use super::cells::{self, GpuIndex, HostSet, IndexCache};
 use super::context::{ErrorScope, GpuContext};
 use super::far::{
     HostKeys, far_matrix_rows, far_means, far_states, matrix_needs_host, means_need_host,
@@ -30,9 +30,9 @@ use crate::gpu::plan::{
     plan_kernel_matrix, plan_knn, plan_local_mean, plan_local_moments, resident_key_tile, tiles,
 };
 use crate::kernel::{Kernel, Metric, Profile};
-use crate::matrix::{Matrix, reserve, try_collect};
+use crate::matrix::{Matrix, reserve};
 use crate::memory::Reservation;
-use crate::space;
+use crate::space::{self, Built};
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// The device of prepared keys: shared with the engine (a key set, which
@@ -418,15 +418,7 @@ impl PreparedKeys for GpuKeys<'_> {
                 let beyond = space::rows_beyond_reach(kernel, self.n, &states);
                 if !beyond.is_empty() {
                     let d = self.d;
-                    let rows = queries.as_slice();
-                    let sub = try_collect(
-                        OP,
-                        "rows beyond reach",
-                        beyond.len() * d,
-                        beyond
-                            .iter()
-                            .flat_map(|&i| rows[i * d..(i + 1) * d].iter().copied()),
-                    )?;
+                    let sub = space::gather_rows(OP, queries.as_slice(), d, &beyond)?;
                     let view = ndarray::ArrayView2::from_shape((beyond.len(), d), &sub)
                         .expect("rows·d floats"); // ok: built so
                     let sub = Matrix::check(OP, "queries", view)?;
@@ -552,6 +544,6 @@ impl PreparedKeys for GpuKeys<'_> {
 
     fn bytes(&self) -> u64 {
         let set = self.held.as_ref().map_or(0, Reservation::bytes);
-        set.saturating_add(self.index.bytes())
+        set.saturating_add(self.index.bytes(GpuIndex::bytes))
     }
 }

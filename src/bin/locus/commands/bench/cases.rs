@@ -260,6 +260,31 @@ fn stacked(out: Array3<f32>) -> Array2<f32> {
     Array2::from_shape_fn((out.len() / q.max(1), q), |(r, c)| out[[r / m, r % m, c]])
 }
 
+/// What each engine prepared on its first (warm-up) call, by backend: a
+/// case's prepared set, timed in its later calls without the preparing.
+struct PerEngine<T>(std::sync::Mutex<Vec<(String, T)>>);
+
+impl<T> Default for PerEngine<T> {
+    fn default() -> Self {
+        PerEngine(std::sync::Mutex::new(Vec::new()))
+    }
+}
+
+impl<T: Clone> PerEngine<T> {
+    /// `e`'s value, made by `make` on its first call.
+    fn get(&self, e: &Engine, make: impl FnOnce() -> locus::Result<T>) -> locus::Result<T> {
+        let id = e.backend().to_string();
+        // A cache only: a poisoned lock's list is still usable.
+        let mut sets = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, s)) = sets.iter().find(|(k, _)| *k == id) {
+            return Ok(s.clone());
+        }
+        let s = make()?;
+        sets.push((id, s.clone()));
+        Ok(s)
+    }
+}
+
 fn too_large(rows: usize, cols: usize) -> CliError {
     CliError::input(format!(
         "bench: {rows}×{cols} generated points do not fit in memory; choose smaller --m/--n/--d"
@@ -748,23 +773,10 @@ fn build(spec: Spec) -> CliResult<Case> {
             );
             let params = SoftmaxParams::new();
             let pairs = b * m * t;
-            // The set each engine prepared on its first (warm-up) call.
-            let sets: std::sync::Mutex<Vec<(String, locus::AttentionSet)>> = Default::default();
+            let sets = PerEngine::default();
             let run: Call = if prepared {
                 Box::new(move |e: &Engine| {
-                    let id = e.backend().to_string();
-                    let set = {
-                        // A cache only: a poisoned lock's list is still usable.
-                        let mut sets = sets.lock().unwrap_or_else(|e| e.into_inner());
-                        match sets.iter().find(|(k, _)| *k == id) {
-                            Some((_, s)) => s.clone(),
-                            None => {
-                                let s = e.prepare_attention(psi.view(), values.view())?;
-                                sets.push((id, s.clone()));
-                                s
-                            }
-                        }
-                    };
+                    let set = sets.get(e, || e.prepare_attention(psi.view(), values.view()))?;
                     Ok(stacked(set.attend(phi.view(), &params)?))
                 })
             } else {
@@ -798,24 +810,11 @@ fn build(spec: Spec) -> CliResult<Case> {
             let keys = Arc::new(keys);
             let pairs = (m as f64) * (n as f64);
             let (run, sample): (Call, Option<Sample>) = if indexed {
-                // The set each engine prepared on its first (warm-up) call,
-                // which also builds its index.
-                let sets: std::sync::Mutex<Vec<(String, locus::KeySet)>> = Default::default();
+                // The first (warm-up) call also builds the set's index.
+                let sets = PerEngine::default();
                 let k2 = Arc::clone(&keys);
                 let run = Box::new(move |e: &Engine| {
-                    let id = e.backend().to_string();
-                    let set = {
-                        // A cache only: a poisoned lock's list is still usable.
-                        let mut sets = sets.lock().unwrap_or_else(|e| e.into_inner());
-                        match sets.iter().find(|(k, _)| *k == id) {
-                            Some((_, s)) => s.clone(),
-                            None => {
-                                let s = e.prepare(k2.view()).values(k2.view()).build()?;
-                                sets.push((id, s.clone()));
-                                s
-                            }
-                        }
-                    };
+                    let set = sets.get(e, || e.prepare(k2.view()).values(k2.view()).build())?;
                     Ok(set.local_mean(&uniform_kernel, queries.view())?.values)
                 });
                 (run, None)
