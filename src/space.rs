@@ -23,30 +23,38 @@ pub(crate) const MAX_GRID_D: usize = 8;
 /// Fewest keys worth an index: below, one pass over all keys is cheap.
 pub(crate) const MIN_KEYS: usize = 4096;
 
-/// The mass, relative to a row's whole, that a gaussian request over an
-/// index may leave out (docs/numerics.md, "Gaussian key sets over an
-/// index"): far below f32's rounding of the sums it would change.
+/// The mass, relative to a row's whole, that a truncated (exponential)
+/// request over an index may leave out (docs/numerics.md, "Exponential
+/// kernels over an index"): far below f32's rounding of the sums it would
+/// change.
 pub(crate) const LEFT_OUT: f64 = 1e-9;
 
-/// How much farther than its least a gaussian index reaches: rows whose
-/// nearest key lies within `√(SLACK² − 1) ≈ 0.75` of the least reach are
-/// served by the index; farther ones (outliers) go over every key.
+/// How much farther than its least a truncated index reaches: rows whose
+/// nearest key lies within `√(SLACK² − 1) ≈ 0.75` (gaussian) or
+/// `SLACK − 1 = 0.25` (laplacian) of the least reach are served by the
+/// index; farther ones (outliers) go over every key.
 const SLACK: f64 = 1.25;
 
-/// A radial gaussian's least reach over `n` keys, in bandwidths: keys
-/// whose squared distance exceeds the nearest key's by `R₀²·h²` weigh at
-/// most `e^{−R₀²/2}` of it each, so all `n` together at most
-/// [`LEFT_OUT`] of the row: `R₀ = √(2·ln(n / LEFT_OUT))` (7.6 at 4096
-/// keys, 8.9 at 10⁷).
-fn gaussian_least_reach(n: usize) -> f64 {
-    (2.0 * (n as f64 / LEFT_OUT).ln()).sqrt()
+/// A radial exponential kernel's least reach over `n` keys, in
+/// bandwidths: the gaussian's keys whose squared distance exceeds the
+/// nearest key's by `R₀²·h²` weigh at most `e^{−R₀²/2}` of it each, the
+/// laplacian's keys farther than it by `R₀·h` at most `e^{−R₀}`; so all
+/// `n` together at most [`LEFT_OUT`] of the row with
+/// `R₀ = √(2·ln(n / LEFT_OUT))` (gaussian: 7.6 at 4096 keys, 8.9 at 10⁷)
+/// or `R₀ = ln(n / LEFT_OUT)` (laplacian: 29 and 39).
+fn least_reach(profile: Profile, n: usize) -> f64 {
+    let l = (n as f64 / LEFT_OUT).ln();
+    match profile {
+        Profile::Laplacian => l,
+        _ => (2.0 * l).sqrt(),
+    }
 }
 
 /// Whether requests of `kernel` over an index are truncated: a radial
-/// gaussian, which has no bounded reach but whose far keys weigh nothing
-/// within the numerics contract.
+/// gaussian or laplacian, which have no bounded reach but whose far keys
+/// weigh nothing within the numerics contract.
 pub(crate) fn truncated(kernel: &Kernel) -> bool {
-    kernel.blocks().is_none() && kernel.profile() == Profile::Gaussian
+    kernel.blocks().is_none() && matches!(kernel.profile(), Profile::Gaussian | Profile::Laplacian)
 }
 
 /// The reach of `kernel` when an index over `n` keys in `d` coordinates
@@ -66,7 +74,7 @@ pub(crate) fn reach_for(
         && (MIN_KEYS..=u32::MAX as usize).contains(&n);
     let reach = if truncated(kernel) {
         let h = f64::from(kernel.bandwidth());
-        vec![SLACK * gaussian_least_reach(n) * h; d]
+        vec![SLACK * least_reach(kernel.profile(), n) * h; d]
     } else {
         grid::reach(kernel, d)
     };
@@ -74,20 +82,23 @@ pub(crate) fn reach_for(
 }
 
 /// Whether a row of a truncated request (see [`truncated`]) over an index
-/// of `n` keys, whose nearest key's log-weight is `m` (`−t/2`, `t` in
-/// squared bandwidths), must be answered over every key: no key within
-/// the index's reach, or a nearest key so far that the keys beyond the
-/// reach could weigh more than [`LEFT_OUT`] of the row. Never for other
-/// kernels.
+/// of `n` keys, whose nearest key's log-weight is `m` (gaussian `−t/2`,
+/// `t` in squared bandwidths; laplacian `−√t`), must be answered over
+/// every key: no key within the index's reach, or a nearest key so far
+/// that the keys beyond the reach could weigh more than [`LEFT_OUT`] of
+/// the row. Never for other kernels.
 pub(crate) fn beyond_reach(kernel: &Kernel, n: usize, m: f32) -> bool {
     if !truncated(kernel) {
         return false;
     }
-    let t_min = -2.0 * f64::from(m);
-    let least = gaussian_least_reach(n);
+    let least = least_reach(kernel.profile(), n);
     let reach = SLACK * least;
     // A margin for the rounding of m in f32.
-    !(t_min.is_finite() && t_min + least * least <= reach * reach * (1.0 - 1e-4))
+    let within = match kernel.profile() {
+        Profile::Laplacian => -f64::from(m) + least <= reach * (1.0 - 1e-4),
+        _ => -2.0 * f64::from(m) + least * least <= reach * reach * (1.0 - 1e-4),
+    };
+    !within
 }
 
 /// The rows of `states` (a truncated request over an index of `n` keys)

@@ -597,16 +597,24 @@ fn gpu_key_sets_whose_sorted_tile_would_not_fit_a_binding_sweep_every_key() {
     assert_eq!(got.values.nrows(), q.nrows());
 }
 
-/// A radial gaussian over the index: keys beyond the truncated reach
-/// weigh under 10⁻⁹ of any row the index answers; rows whose nearest key
-/// lies farther (outliers, queries far outside) go over every key. Same
-/// results as the one-shot op within the contract, on both backends.
+/// A radial gaussian or laplacian over the index: keys beyond the
+/// truncated reach weigh under 10⁻⁹ of any row the index answers; rows
+/// whose nearest key lies farther (outliers, queries far outside) go over
+/// every key. Same results as the one-shot op within the contract, on
+/// both backends.
 #[test]
-fn gaussian_key_sets_truncate_where_far_keys_weigh_nothing() {
+fn exponential_key_sets_truncate_where_far_keys_weigh_nothing() {
     let mut engines = vec![("cpu", Engine::cpu())];
     engines.extend(gpu_engines());
+    let cases = [
+        (Profile::Gaussian, 2usize, 0.08f32),
+        (Profile::Gaussian, 3, 0.15),
+        (Profile::Gaussian, 12, 0.9),
+        (Profile::Laplacian, 2, 0.02),
+        (Profile::Laplacian, 9, 0.1),
+    ];
     for (name, e) in engines {
-        for (d, h) in [(2usize, 0.08f32), (3, 0.15), (12, 0.9)] {
+        for (p, d, h) in cases {
             // Keys spread far wider than the reach (≈ 10 h): clumps and
             // outliers, queries near them, between them and far outside.
             let x = keys(N, d, 150 + d as u64);
@@ -614,8 +622,8 @@ fn gaussian_key_sets_truncate_where_far_keys_weigh_nothing() {
             let q = queries(&x, 301, 152 + d as u64);
             let ks = set(&e, &x, &y);
             let base = ks.resident_bytes();
-            let k = Kernel::new(Profile::Gaussian, h).unwrap();
-            let what = format!("{name} gaussian d={d}");
+            let k = Kernel::new(p, h).unwrap();
+            let what = format!("{name} {p:?} d={d}");
             let (want, want_empty) = brute_mean(&e, &k, &q, &x, &y);
             let got = ks.local_mean(&k, q.view()).unwrap();
             // The GPU measures a far query's distances in f32 with its

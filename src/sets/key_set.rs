@@ -336,8 +336,8 @@ struct Inner {
 ///
 /// Local means and row states (and the densities and class probabilities
 /// computed from them) under a kernel of bounded reach — a compact
-/// profile, a product kernel with a compact block, or a radial gaussian
-/// truncated where far keys weigh under 10⁻⁹ of a row — in up to 31
+/// profile, a product kernel with a compact block, or a radial gaussian or
+/// laplacian truncated where far keys weigh under 10⁻⁹ of a row — in up to 31
 /// Euclidean dimensions over at least 4096 keys go through a cell index:
 /// the keys sorted by grid cell (up to 8 dimensions) or by leaf of a k-d
 /// split (9 to 31) on the first such request, kept for that
