@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 use crate::commands::info::pipeline_cache_json;
 use crate::error::{CliError, CliResult};
 
-use super::cases::{self, Case, OpKind, Overrides, Size};
+use super::cases::{self, Case};
+use super::plan::{OpKind, Overrides, Size};
 
 /// One start: opening the engine, then the first calls.
 #[derive(Debug, Clone, Copy)]

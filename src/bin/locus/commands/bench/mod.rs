@@ -6,6 +6,7 @@
 
 mod cases;
 mod cold_start;
+mod plan;
 
 use std::time::Instant;
 
@@ -20,8 +21,9 @@ use crate::progress::Progress;
 use crate::report::backend_fields;
 use crate::verify::Deviation;
 
-use cases::{Case, OpKind, Overrides, Size};
+use cases::Case;
 use cold_start::ColdStart;
+use plan::{OpKind, Overrides, Size};
 
 /// A backend `--backends` can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
