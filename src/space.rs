@@ -8,6 +8,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use rayon::prelude::*;
+
 use crate::error::Result;
 use crate::grid::{self, Grid};
 use crate::kd::KdTree;
@@ -112,11 +114,17 @@ pub(crate) fn rows_beyond_reach(kernel: &Kernel, n: usize, states: &RowStates) -
         .collect()
 }
 
-/// Row `i` of `states` replaced by row `r` of `from`.
-pub(crate) fn put_state(states: &mut RowStates, i: usize, from: &RowStates, r: usize) {
-    states.max_log_weight[i] = from.max_log_weight[r];
-    states.sum[i] = from.sum[r];
-    states.weighted.row_mut(i).assign(&from.weighted.row(r));
+/// Row `rows[r]` of `states` replaced by row `r` of `from`, for every `r`.
+pub(crate) fn put_rows(
+    states: &mut RowStates,
+    rows: impl IntoIterator<Item = usize>,
+    from: &RowStates,
+) {
+    for (r, i) in rows.into_iter().enumerate() {
+        states.max_log_weight[i] = from.max_log_weight[r];
+        states.sum[i] = from.sum[r];
+        states.weighted.row_mut(i).assign(&from.weighted.row(r));
+    }
 }
 
 /// How an index orders its keys: by grid cell, or by leaf of a k-d split.
@@ -163,6 +171,18 @@ impl Layout {
         }
     }
 
+    /// Each row of the row-major `queries` (`d` columns) with its cell
+    /// (leaf), sorted by cell and then row (on the current rayon pool).
+    pub(crate) fn sorted_queries(&self, queries: &[f32], d: usize) -> Vec<(u64, u32)> {
+        let mut keyed: Vec<(u64, u32)> = queries
+            .par_chunks_exact(d)
+            .enumerate()
+            .map(|(i, row)| (self.key_of(row), i as u32))
+            .collect();
+        keyed.par_sort_unstable();
+        keyed
+    }
+
     /// The key queries are grouped by: their cell or leaf.
     pub(crate) fn key_of(&self, row: &[f32]) -> u64 {
         match self {
@@ -196,18 +216,19 @@ pub(crate) fn radius(kernel: &Kernel, reach: &[f64]) -> Option<f64> {
     kernel.blocks().is_none().then(|| reach[0])
 }
 
-/// Rows `rows` of the row-major `queries` (`d` columns), gathered: the
-/// rows a truncated request sends over every key.
+/// Rows `rows` of the row-major `data` (`cols` columns), gathered in that
+/// order (`what` names the copy in a memory error): keys and values in an
+/// index's order, queries in their cells' order, the rows a truncated
+/// request sends over every key.
 pub(crate) fn gather_rows(
-    op: &'static str,
-    queries: &[f32],
-    d: usize,
-    rows: &[usize],
+    (op, what): (&'static str, &'static str),
+    data: &[f32],
+    cols: usize,
+    rows: impl ExactSizeIterator<Item = usize>,
 ) -> Result<Vec<f32>> {
-    let data = rows
-        .iter()
-        .flat_map(|&i| queries[i * d..(i + 1) * d].iter().copied());
-    try_collect(op, "rows beyond reach", rows.len() * d, data)
+    let len = rows.len() * cols;
+    let out = rows.flat_map(|i| data[i * cols..(i + 1) * cols].iter().copied());
+    try_collect(op, what, len, out)
 }
 
 /// What building an index gave.

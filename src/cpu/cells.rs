@@ -136,12 +136,7 @@ impl CellIndex {
         let radius = space::radius(kernel, &self.reach);
         // Queries sorted by cell (leaf), then cut into groups of one each.
         ensure_room(op, "query cells", (m as u64).saturating_mul(16))?;
-        let mut keyed: Vec<(u64, u32)> = queries
-            .par_chunks_exact(d)
-            .enumerate()
-            .map(|(i, row)| (layout.key_of(row), i as u32))
-            .collect();
-        keyed.par_sort_unstable();
+        let keyed = layout.sorted_queries(queries, d);
         let mut bounds = reserve::<(u32, u32)>(op, "query groups", m as u64)?;
         let mut start = 0;
         for i in 1..=m {

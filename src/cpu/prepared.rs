@@ -194,14 +194,13 @@ impl PreparedKeys for CpuKeys {
             // too far for the index's reach: over every key.
             let beyond = space::rows_beyond_reach(q.kernel, self.keys.n(), &states);
             if !beyond.is_empty() {
-                let sub = space::gather_rows("row_states", rows, d, &beyond)?;
+                let what = ("row_states", "rows beyond reach");
+                let sub = space::gather_rows(what, rows, d, beyond.iter().copied())?;
                 let groups = self
                     .threads
                     .install(|| local_mean::group_states(q.kernel, &sub, d, &soa, false, &cp))?;
                 let full = local_mean::row_states_of(&groups, beyond.len(), soa.q)?;
-                for (r, &i) in beyond.iter().enumerate() {
-                    space::put_state(&mut states, i, &full, r);
-                }
+                space::put_rows(&mut states, beyond, &full);
             }
             return Ok(states);
         }

@@ -112,13 +112,9 @@ impl GpuIndex {
             return Ok(Built::Useless);
         };
         drop(xt);
-        let permute = |rows: &[f32], cols: usize| -> Result<Vec<f32>> {
-            let order = layout.order();
-            let data = order.iter().flat_map(|&i| {
-                let i = i as usize;
-                rows[i * cols..(i + 1) * cols].iter().copied()
-            });
-            try_collect(op, "sorted keys", n * cols, data)
+        let permute = |rows: &[f32], cols: usize| {
+            let order = layout.order().iter().map(|&i| i as usize);
+            space::gather_rows((op, "sorted keys"), rows, cols, order)
         };
         let keys = owned_upload(ctx, &permute(&host.keys, d)?)?;
         let sets = host
@@ -159,21 +155,9 @@ impl GpuIndex {
             (m as u64).saturating_mul(16 + 4 * d as u64),
         )?;
         let rows = queries.as_slice();
-        let mut keyed: Vec<(u64, u32)> = rows
-            .par_chunks_exact(d)
-            .enumerate()
-            .map(|(i, row)| (self.layout.key_of(row), i as u32))
-            .collect();
-        keyed.par_sort_unstable();
-        let sorted = try_collect(
-            op,
-            "sorted queries",
-            m * d,
-            keyed.iter().flat_map(|&(_, i)| {
-                let i = i as usize;
-                rows[i * d..(i + 1) * d].iter().copied()
-            }),
-        )?;
+        let keyed = self.layout.sorted_queries(rows, d);
+        let order = keyed.iter().map(|&(_, i)| i as usize);
+        let sorted = space::gather_rows((op, "sorted queries"), rows, d, order)?;
         Ok(SortedQueries {
             index: self,
             radius: space::radius(kernel, &self.reach),
@@ -330,19 +314,14 @@ impl SortedQueries<'_> {
     pub(crate) fn unsort_states(&self, op: &'static str, sorted: &RowStates) -> Result<RowStates> {
         let q = sorted.weighted.ncols();
         let mut out = RowStates::empty(op, self.order.len(), q)?;
-        for (p, &i) in self.order.iter().enumerate() {
-            let i = i as usize;
-            out.max_log_weight[i] = sorted.max_log_weight[p];
-            out.sum[i] = sorted.sum[p];
-            out.weighted.row_mut(i).assign(&sorted.weighted.row(p));
-        }
+        space::put_rows(&mut out, self.order.iter().map(|&i| i as usize), sorted);
         Ok(out)
     }
 
     /// Normalized rows computed for the sorted rows, put back in the
     /// request's order.
     pub(crate) fn unsort_rows(&self, sorted: RowNormalized) -> RowNormalized {
-        let mut values = sorted.values.clone();
+        let mut values = ndarray::Array2::zeros(sorted.values.dim());
         for (p, &i) in self.order.iter().enumerate() {
             values.row_mut(i as usize).assign(&sorted.values.row(p));
         }

@@ -248,32 +248,58 @@ impl<'a> GpuKeys<'a> {
             let values = set.map_or(&[][..], |s| sets[s].as_slice());
             return Ok((Cow::Borrowed(keys.as_slice()), Cow::Borrowed(values)));
         }
-        let keys = self.read_back(scope, None)?;
-        let values = match set.filter(|&s| self.set_cols[s] > 0) {
-            Some(s) => self.read_back(scope, Some(s))?,
-            None => Vec::new(),
-        };
-        Ok((Cow::Owned(keys), Cow::Owned(values)))
+        let values = set.filter(|&s| self.set_cols[s] > 0);
+        let which: Vec<_> = std::iter::once(None).chain(values.map(Some)).collect();
+        let mut read = self.read_back(scope, &which)?.into_iter();
+        let keys = read.next().unwrap_or_default();
+        Ok((
+            Cow::Owned(keys),
+            Cow::Owned(read.next().unwrap_or_default()),
+        ))
     }
 
-    /// A key set's keys (`None`) or value matrix `set`, read back from its
-    /// tiles, row-major.
-    fn read_back(&self, scope: &ErrorScope, set: Option<usize>) -> Result<Vec<f32>> {
+    /// A key set's keys (`None`) and value matrices (`Some(set)`), as
+    /// `which` lists them, read back from its tiles, row-major: one
+    /// submission a tile for all of them.
+    fn read_back(&self, scope: &ErrorScope, which: &[Option<usize>]) -> Result<Vec<Vec<f32>>> {
         let ctx = &*self.ctx;
-        let cols = set.map_or(self.d, |s| self.set_cols[s]);
-        let what = if set.is_some() {
-            "values read back"
-        } else {
-            "keys read back"
-        };
-        let mut out = reserve(scope.op, what, (self.n as u64).saturating_mul(cols as u64))?;
+        let cols = |w: &Option<usize>| w.map_or(self.d, |s| self.set_cols[s]);
+        let mut out = which
+            .iter()
+            .map(|w| {
+                let what = if w.is_some() {
+                    "values read back"
+                } else {
+                    "keys read back"
+                };
+                reserve(
+                    scope.op,
+                    what,
+                    (self.n as u64).saturating_mul(cols(w) as u64),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
         for t in &self.tiles {
-            let buf = set.map_or(&t.keys, |s| &t.sets[s]);
-            let source = [(buf.buffer(), (t.len * cols * 4) as u64)];
-            let read = Submission::new(ctx).submit_and_read(ctx, scope, &source)?;
-            out.extend_from_slice(&read[0]);
+            let sources: Vec<_> = which
+                .iter()
+                .map(|w| {
+                    let buf = w.map_or(&t.keys, |s| &t.sets[s]);
+                    (buf.buffer(), (t.len * cols(w) * 4) as u64)
+                })
+                .collect();
+            let read = Submission::new(ctx).submit_and_read(ctx, scope, &sources)?;
+            for (o, r) in out.iter_mut().zip(&read) {
+                o.extend_from_slice(r);
+            }
         }
         Ok(out)
+    }
+
+    /// The reach of `kernel`'s request when this key set can be indexed
+    /// for it: a key set (not a one-shot call) and [`cells::reach_for`].
+    fn index_reach(&self, kernel: &Kernel, exclude_self: bool) -> Option<Vec<f64>> {
+        self.held.as_ref()?;
+        cells::reach_for(kernel, (self.n, self.d), exclude_self)
     }
 
     /// A key set's cell index for `kernel`'s request (`cells.rs`), built
@@ -286,10 +312,7 @@ impl<'a> GpuKeys<'a> {
         exclude_self: bool,
         scope: &ErrorScope,
     ) -> Result<Option<Arc<GpuIndex>>> {
-        if self.held.is_none() {
-            return Ok(None);
-        }
-        let Some(reach) = cells::reach_for(kernel, (self.n, self.d), exclude_self) else {
+        let Some(reach) = self.index_reach(kernel, exclude_self) else {
             return Ok(None);
         };
         let ctx = &*self.ctx;
@@ -304,11 +327,13 @@ impl<'a> GpuKeys<'a> {
                 return Ok(Built::NoMemory);
             };
             let built = (|| {
+                let which: Vec<_> = std::iter::once(None)
+                    .chain((0..self.set_cols.len()).map(Some))
+                    .collect();
+                let mut read = self.read_back(scope, &which)?.into_iter();
                 let host = HostSet {
-                    keys: self.read_back(scope, None)?,
-                    sets: (0..self.set_cols.len())
-                        .map(|s| Ok((self.read_back(scope, Some(s))?, self.set_cols[s])))
-                        .collect::<Result<_>>()?,
+                    keys: read.next().unwrap_or_default(),
+                    sets: read.zip(self.set_cols.iter().copied()).collect(),
                     n: self.n,
                     d: self.d,
                 };
@@ -363,10 +388,7 @@ impl PreparedKeys for GpuKeys<'_> {
             // empty; its state shows it (`needs_exact`), its mean would not.
             return Ok(self.row_states(query, Some(set))?.means());
         }
-        if space::truncated(kernel)
-            && cells::reach_for(kernel, (self.n, self.d), false).is_some()
-            && self.held.is_some()
-        {
+        if space::truncated(kernel) && self.index_reach(kernel, false).is_some() {
             // A truncated request over the index: rows beyond its reach
             // show in their states.
             return Ok(self.row_states(query, Some(set))?.means());
@@ -418,16 +440,16 @@ impl PreparedKeys for GpuKeys<'_> {
                 let beyond = space::rows_beyond_reach(kernel, self.n, &states);
                 if !beyond.is_empty() {
                     let d = self.d;
-                    let sub = space::gather_rows(OP, queries.as_slice(), d, &beyond)?;
+                    let what = (OP, "rows beyond reach");
+                    let sub =
+                        space::gather_rows(what, queries.as_slice(), d, beyond.iter().copied())?;
                     let view = ndarray::ArrayView2::from_shape((beyond.len(), d), &sub)
                         .expect("rows·d floats"); // ok: built so
                     let sub = Matrix::check(OP, "queries", view)?;
                     let tiles = self.key_tiles(set);
                     let call = self.call(&scope, &sub, &tiles, q);
                     let full = states_on_tiles(&call, kernel, &plan, (false, None))?;
-                    for (r, &i) in beyond.iter().enumerate() {
-                        space::put_state(&mut states, i, &full, r);
-                    }
+                    space::put_rows(&mut states, beyond, &full);
                 }
                 states
             }

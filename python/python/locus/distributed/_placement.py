@@ -447,7 +447,7 @@ class _Sharded:
         call, when given) when the set is closed, its client is not running
         or a shard's future is lost, cancelled or erred."""
         head = f"{what}: " if what else ""
-        again = "run it again" if head.startswith("mean_shift") else "rebuild the sharded key set"
+        again = _watch.again(what or "")
         if self._closed:
             raise ShardLostError(f"{head}this {type(self).__name__} was closed; its shards are released")
         status = getattr(self.client, "status", "running")

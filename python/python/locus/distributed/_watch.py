@@ -227,10 +227,15 @@ def gather(
     return run(client, go, what)
 
 
+def again(what: str) -> str:
+    """What to do after the call ``what`` lost a shard: run a mean shift
+    again (it places its own shards), rebuild a sharded key set."""
+    return "run it again" if what.startswith("mean_shift") else "rebuild the sharded key set"
+
+
 def lost_error(what: str, lost: Sequence[str]) -> ShardLostError:
     """The error of a call that found ``lost`` gone."""
-    again = "run it again" if what.startswith("mean_shift") else "rebuild the sharded key set"
-    return ShardLostError(f"{what}: lost " + "; ".join(lost) + f"; no result is given without it ({again})")
+    return ShardLostError(f"{what}: lost " + "; ".join(lost) + f"; no result is given without it ({again(what)})")
 
 
 def scatter(
