@@ -69,6 +69,8 @@ pub use generate::{
 pub use gpu::adapter::AdapterChoice;
 pub use gpu::plan::TileLimits;
 pub use kernel::{Kernel, Metric, Profile};
+#[doc(hidden)]
+pub use matrix::{first_non_finite, zeroed_vec};
 pub use memory::MemoryUsage;
 pub use ops::{
     BandwidthSelection, EmptyFallback, FeatureLocalMean, Imputed, KnnWeights, LaplacianKind,

@@ -175,6 +175,16 @@ impl KeyColumns {
         Self::try_new("test", keys, sets, pack).expect("small test keys")
     }
 
+    /// The same without the panels' `bf16` pairs (tests of the `f32`
+    /// filter on CPUs with AVX-512 BF16).
+    #[cfg(test)]
+    pub(crate) fn without_bf16(mut self) -> Self {
+        if let Some(p) = self.panels.as_mut() {
+            p.drop_bf16();
+        }
+        self
+    }
+
     /// Number of keys.
     pub(crate) fn n(&self) -> usize {
         self.n

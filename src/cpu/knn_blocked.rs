@@ -4,17 +4,23 @@
 //! used only as a filter, and the exact squared distance (the arithmetic
 //! of `knn.rs`, bit for bit) of each key that passes, offered to the same
 //! [`TopK`]. The results equal the direct path's; numerics.md, "kNN by
-//! inner products", gives the bound.
+//! inner products", gives the bound. Where the CPU has AVX-512 BF16 the
+//! filter's products come from `bf16.rs` (the bound widened by the
+//! rounding to `bf16`), in `f32` again for a group of queries whose
+//! filter the wider bound leaves too loose.
 //!
-//! Imports: `super::{keys, panels, simd, topk}`.
+//! Imports: `super::{bf16, keys, panels, simd, topk}`.
 
 use rayon::prelude::*;
 
+use super::bf16::{self, Bf16Panels};
 use super::keys::KeysSoa;
 use super::panels::{CentredRows, MAX_D, Panels, ROWS, TileIsa, dot_tile, far_norm};
 #[cfg(target_arch = "x86_64")]
 use super::simd::Avx512;
-use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable};
+#[cfg(target_arch = "x86_64")]
+use super::simd::transpose8;
+use super::simd::{Avx2Fma, Bf16Dot, Isa, KEY_BLOCK, Portable};
 use super::topk::{TopK, range};
 use crate::cancel::Checkpoint;
 use crate::kernel::Metric;
@@ -22,13 +28,47 @@ use crate::kernel::Metric;
 /// Queries per rayon task (groups of [`ROWS`] sharing each key block).
 const CHUNK: usize = 16 * ROWS;
 
+/// Keys that may pass the `bf16` filter in one group's key block (of
+/// `ROWS · KEY_BLOCK` pairs) before the group takes the block's `f32`
+/// tile instead: each costs an exact re-measure of about `d/4` cycles,
+/// the `bf16` tile saves about `64·d` against the `f32` one. In the first
+/// blocks, while the lists' limits are still loose, the `f32` filter
+/// passes many of the same keys.
+const BF16_MAX_PASSING: usize = ROWS * KEY_BLOCK / 16;
+
+/// Blocks in a row for which a group may find its `bf16` filter too loose
+/// before it keeps to the `f32` tiles (data whose neighbours lie much
+/// nearer each other than to the keys' mean: the wider bound passes whole
+/// clusters).
+const BF16_REFUSALS: u8 = 4;
+
 /// The filter's data: the keys' squared norms scaled by `1 − γ`, and the
-/// constants of the bound.
+/// constants of the bound; the same for the `bf16` products, when used.
 struct Filter<'a> {
     panels: &'a Panels,
     w: Vec<f32>,
     gamma: f64,
     abs: f64,
+    bf16: Option<Bf16Filter<'a>>,
+}
+
+/// The `bf16` filter's data: the pairs, `‖x'‖²(1 − γ_b)` per key and the
+/// wider constants.
+struct Bf16Filter<'a> {
+    t: Bf16Dot,
+    pairs: &'a Bf16Panels,
+    w: Vec<f32>,
+    gamma: f64,
+    abs: f64,
+}
+
+/// `‖x'_j‖²(1 − γ)` of every key, rounded to `f32`.
+fn scaled_norms(panels: &Panels, gamma: f64) -> Vec<f32> {
+    panels
+        .norms()
+        .iter()
+        .map(|&s| (s * (1.0 - gamma)) as f32)
+        .collect()
 }
 
 /// `γ = (2d + 64)·2⁻²⁴`: the filter's relative slack (numerics.md).
@@ -51,15 +91,25 @@ pub(crate) fn knn(
 ) -> Option<Vec<TopK>> {
     let panels = keys.panels.filter(|p| p.d() == d && d <= MAX_D)?;
     let gamma = gamma(d);
+    let abs = (4 * d + 64) as f64 * f64::from(f32::MIN_POSITIVE);
+    // The `bf16` products where the panels hold them and the caller runs
+    // the best build (tests force the others with `isa`).
+    let bf16 = match (isa.and(Bf16Dot::detect()), panels.bf16()) {
+        (Some(t), Some(pairs)) => Some(Bf16Filter {
+            t,
+            pairs,
+            w: scaled_norms(panels, gamma + bf16::GAMMA),
+            gamma: gamma + bf16::GAMMA,
+            abs: abs + bf16::abs(d),
+        }),
+        _ => None,
+    };
     let filter = Filter {
         panels,
-        w: panels
-            .norms()
-            .iter()
-            .map(|&s| (s * (1.0 - gamma)) as f32)
-            .collect(),
+        w: scaled_norms(panels, gamma),
         gamma,
-        abs: (4 * d + 64) as f64 * f64::from(f32::MIN_POSITIVE),
+        abs,
+        bf16,
     };
     let m = queries.len() / d;
     let per = m
@@ -177,11 +227,13 @@ fn chunk_avx2(
 }
 
 /// One query's filter state: its list, centred squared norm and the
-/// current limit `L` of the test `w_j − 2s_j ≤ L`.
+/// current limit `L` of the test `w_j − 2s_j ≤ L` (and `L_b`, the same for
+/// the `bf16` products).
 struct Row {
     top: TopK,
     nq: f64,
     lim: f32,
+    lim_b: f32,
 }
 
 impl Row {
@@ -192,7 +244,47 @@ impl Row {
 
     fn update(&mut self, f: &Filter<'_>) {
         let thr = f64::from(self.top.last());
-        self.lim = (thr * (1.0 + f.gamma) + f.abs - self.nq * (1.0 - f.gamma)) as f32;
+        let lim =
+            |gamma: f64, abs: f64| (thr * (1.0 + gamma) + abs - self.nq * (1.0 - gamma)) as f32;
+        self.lim = lim(f.gamma, f.abs);
+        if let Some(b) = &f.bf16 {
+            self.lim_b = lim(b.gamma, b.abs);
+        }
+    }
+}
+
+/// Appends to `cand` the (row, key) pairs among the keys `cols` of a
+/// group's block (from key `j0`) whose tile `s` passes the test with the
+/// norms `w` (the block's keys) and each row's limit `lim`: for each 16
+/// keys, row by row, so each row's keys come in index order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn collect_passing(
+    cand: &mut Vec<(u32, u32)>,
+    s: &[f32; ROWS * KEY_BLOCK],
+    w: &[f32],
+    rows: &[Row],
+    (first_row, rows_here): (usize, usize),
+    (j0, cols): (usize, std::ops::Range<usize>),
+    lim: impl Fn(&Row) -> f32,
+    pass: &impl Fn(&[f32], &[f32], f32) -> u32,
+) {
+    for c0 in cols.clone().step_by(16) {
+        let c1 = (c0 + 16).min(cols.end);
+        for r in 0..rows_here {
+            let i = first_row + r;
+            let row = &rows[i];
+            if row.far() {
+                continue;
+            }
+            let sc = &s[r * KEY_BLOCK + c0..r * KEY_BLOCK + c1];
+            let mut bits = pass(&w[c0..c1], sc, lim(row));
+            while bits != 0 {
+                let l = bits.trailing_zeros() as usize;
+                cand.push((i as u32, (j0 + c0 + l) as u32));
+                bits &= bits - 1;
+            }
+        }
     }
 }
 
@@ -221,6 +313,7 @@ fn chunk_impl<S: Isa>(
                 top: TopK::new(k),
                 nq: g.nq[i % ROWS],
                 lim: 0.0,
+                lim_b: 0.0,
             };
             row.update(filter);
             row
@@ -229,52 +322,81 @@ fn chunk_impl<S: Isa>(
     let mut s = [0.0f32; ROWS * KEY_BLOCK];
     // Keys that pass a row's filter, re-measured eight at a time.
     let mut cand: Vec<(u32, u32)> = Vec::new();
+    // Keys that pass are re-measured together, eight distance chains
+    // interleaved (one chain of `d` dependent multiply-adds per key would
+    // otherwise wait on the previous), and offered to their lists in
+    // index order. A key the filter would have dropped after a limit fell
+    // meanwhile is measured and refused by its list: the same lists as
+    // one key at a time.
+    let remeasure = |cand: &[(u32, u32)], rows: &mut [Row]| {
+        for batch in cand.chunks(8) {
+            let t = sq_dists8(isa, batch, chunk, d, keys, filter.panels);
+            for (&(i, j), &t) in batch.iter().zip(&t) {
+                let row = &mut rows[i as usize];
+                if row.top.offer(t, j) {
+                    row.update(filter);
+                }
+            }
+        }
+    };
+    // The groups' query pairs for the `bf16` tile, and for how many
+    // blocks in a row each group found that filter too loose.
+    let pairs: Vec<Vec<u32>> = match filter.bf16 {
+        Some(_) => groups
+            .iter()
+            .map(|g| bf16::query_pairs(g.qc(), d))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut refused = vec![0u8; groups.len()];
     for j0 in (0..n).step_by(KEY_BLOCK) {
         let len = KEY_BLOCK.min(n - j0);
         let w = &filter.w[j0..j0 + len];
-        // Keys that pass a row's filter are re-measured together, eight
-        // distance chains interleaved (one chain of `d` dependent
-        // multiply-adds per key would otherwise wait on the previous):
-        // after each 16 keys in the first block, where each list's limit
-        // falls from +∞, after the whole block later. A key the filter
-        // would have dropped after a limit fell meanwhile is measured and
-        // refused by its list: the same lists as one key at a time.
+        // In the first block each list's limit falls from +∞: its keys are
+        // re-measured after each 16, later after the whole block.
         let per_chunk = j0 == 0;
         for (gi, g) in groups.iter().enumerate() {
             let rows_here = (m - gi * ROWS).min(ROWS);
+            let live = gi * ROWS..gi * ROWS + rows_here;
+            // The `bf16` tile once every list of the group is full (a
+            // finite limit), unless the group found it too loose for
+            // BF16_REFUSALS blocks in a row.
+            if let Some(b) = filter.bf16.as_ref().filter(|_| {
+                !per_chunk
+                    && refused[gi] < BF16_REFUSALS
+                    && rows[live.clone()]
+                        .iter()
+                        .all(|r| r.far() || r.lim_b.is_finite())
+            }) {
+                bf16::dot_tile(b.t, &pairs[gi], b.pairs, j0, len, &mut s);
+                cand.clear();
+                let wb = &b.w[j0..j0 + len];
+                let at = (live.start, rows_here);
+                collect_passing(
+                    &mut cand,
+                    &s,
+                    wb,
+                    &rows,
+                    at,
+                    (j0, 0..len),
+                    |r| r.lim_b,
+                    &pass,
+                );
+                if cand.len() <= BF16_MAX_PASSING {
+                    remeasure(&cand, &mut rows);
+                    refused[gi] = 0;
+                    continue;
+                }
+                refused[gi] += 1;
+                cand.clear();
+            }
             dot_tile(tile, g, rows_here, filter.panels, j0, len, &mut s);
-            cand.clear();
-            for c0 in (0..len).step_by(16) {
-                let c1 = (c0 + 16).min(len);
-                for r in 0..rows_here {
-                    let i = gi * ROWS + r;
-                    let row = &rows[i];
-                    if row.far() {
-                        continue;
-                    }
-                    let (wc, sc) = (&w[c0..c1], &s[r * KEY_BLOCK + c0..r * KEY_BLOCK + c1]);
-                    // One vector test of 16 keys: most pass none.
-                    let mut bits = pass(wc, sc, row.lim);
-                    while bits != 0 {
-                        let l = bits.trailing_zeros() as usize;
-                        cand.push((i as u32, (j0 + c0 + l) as u32));
-                        bits &= bits - 1;
-                    }
-                }
-                if per_chunk || c1 == len {
-                    // Re-measured as the direct path measures them; each
-                    // row's keys offered in index order, as it offers them.
-                    for batch in cand.chunks(8) {
-                        let t = sq_dists8(isa, batch, chunk, d, keys, filter.panels);
-                        for (&(i, j), &t) in batch.iter().zip(&t) {
-                            let row = &mut rows[i as usize];
-                            if row.top.offer(t, j) {
-                                row.update(filter);
-                            }
-                        }
-                    }
-                    cand.clear();
-                }
+            let step = if per_chunk { 16 } else { len };
+            for c0 in (0..len).step_by(step) {
+                cand.clear();
+                let (at, cols) = ((live.start, rows_here), c0..(c0 + step).min(len));
+                collect_passing(&mut cand, &s, w, &rows, at, (j0, cols), |r| r.lim, &pass);
+                remeasure(&cand, &mut rows);
             }
         }
     }
@@ -400,40 +522,6 @@ unsafe fn rows8_avx512(kp: [*const f32; 8], qp: [*const f32; 8], d: usize) -> [f
     out
 }
 
-/// The transpose of eight rows of eight floats: `out[k][c] = rows[c][k]`.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2")]
-fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
-    use std::arch::x86_64::*;
-    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(u0, u4),
-        _mm256_permute2f128_ps::<0x20>(u1, u5),
-        _mm256_permute2f128_ps::<0x20>(u2, u6),
-        _mm256_permute2f128_ps::<0x20>(u3, u7),
-        _mm256_permute2f128_ps::<0x31>(u0, u4),
-        _mm256_permute2f128_ps::<0x31>(u1, u5),
-        _mm256_permute2f128_ps::<0x31>(u2, u6),
-        _mm256_permute2f128_ps::<0x31>(u3, u7),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::keys::{KeyColumns, Pack};
@@ -445,6 +533,12 @@ mod tests {
     /// Blocked and direct lists of `q` (m × d) against `x` (n × d), on the
     /// portable build and (where the CPU has it) the AVX2 + FMA build.
     fn same(q: &[f32], x: &[f32], d: usize, k: usize, what: &str) {
+        same_with(q, x, d, k, what, true);
+    }
+
+    /// [`same`], the AVX2 + FMA build's filter with the panels' `bf16`
+    /// products where the CPU has them when `bf16`, in `f32` otherwise.
+    fn same_with(q: &[f32], x: &[f32], d: usize, k: usize, what: &str, bf16: bool) {
         let n = x.len() / d;
         let view = ndarray::ArrayView2::from_shape((n, d), x).unwrap();
         let cols = KeyColumns::new(
@@ -452,6 +546,7 @@ mod tests {
             &[],
             Pack::PanelsAndRows,
         );
+        let cols = if bf16 { cols } else { cols.without_bf16() };
         let soa = cols.soa(None);
         for isa in [None, Avx2Fma::detect()] {
             let cp = Checkpoint::current("knn");
@@ -502,6 +597,53 @@ mod tests {
             q.extend(data(4 * d, 6));
             for k in [1, 5, 40, n] {
                 same(&q, &x, d, k, &format!("ties d={d} k={k}"));
+            }
+        }
+    }
+
+    /// Many key blocks, with the `bf16` filter and without it: the same
+    /// lists as the direct path, bit for bit — on spread data (the `bf16`
+    /// tiles serve from the second block), on tight clusters far from the
+    /// keys' mean (the wider bound passes whole clusters: the groups go
+    /// back to `f32` tiles), and with k larger than a block (lists not
+    /// yet full take the `f32` tiles).
+    #[test]
+    fn bf16_and_f32_filters_give_the_direct_lists() {
+        for d in [2, 33, 128] {
+            let (m, n) = (41, 2100);
+            let x = data(n * d, 50 + d as u64);
+            let q = data(m * d, 60 + d as u64);
+            // Two clusters of spread 0.01 at ±100 along the first axis.
+            let far = |v: &[f32]| -> Vec<f32> {
+                v.chunks_exact(d)
+                    .enumerate()
+                    .flat_map(|(i, r)| {
+                        r.iter().enumerate().map(move |(c, &t)| {
+                            0.01 * t + if c == 0 { [100.0, -100.0][i % 2] } else { 0.0 }
+                        })
+                    })
+                    .collect()
+            };
+            let (xf, qf) = (far(&x), far(&q));
+            for bf16 in [true, false] {
+                for k in [1, 16, 300] {
+                    same_with(
+                        &q,
+                        &x,
+                        d,
+                        k,
+                        &format!("spread d={d} k={k} bf16={bf16}"),
+                        bf16,
+                    );
+                    same_with(
+                        &qf,
+                        &xf,
+                        d,
+                        k,
+                        &format!("clusters d={d} k={k} bf16={bf16}"),
+                        bf16,
+                    );
+                }
             }
         }
     }

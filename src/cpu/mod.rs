@@ -16,6 +16,7 @@
 //! Imports: `crate::{backend, error, grid, kernel, matrix, memory, types}`;
 //! never `gpu/`, `engine`, `ops/`, `cluster/` or `sets/`.
 
+mod bf16;
 mod cells;
 pub(crate) mod kernel_matrix;
 mod keys;

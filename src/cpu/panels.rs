@@ -16,8 +16,11 @@ use std::borrow::Cow;
 
 use rayon::prelude::*;
 
+use super::bf16::{self, Bf16Panels};
 pub(crate) use super::simd::TileIsa;
-use super::simd::{Avx2Fma, Avx512, Isa, KEY_BLOCK, Portable, fmadd, max_of};
+#[cfg(target_arch = "x86_64")]
+use super::simd::transpose8;
+use super::simd::{Avx2Fma, Avx512, Bf16Dot, Isa, KEY_BLOCK, Portable, fmadd, max_of};
 use crate::error::Result;
 use crate::kernel::{Kernel, Profile};
 use crate::matrix::{try_collect, try_copy, try_zeros};
@@ -26,6 +29,7 @@ use crate::matrix::{try_collect, try_copy, try_zeros};
 pub(crate) const P: usize = 16;
 /// Query rows of a tile (the local mean's query group).
 pub(crate) const ROWS: usize = 8;
+const _: () = assert!(P == bf16::LANES && ROWS == bf16::ROWS);
 /// Coordinates summed in one chain before it is added to the running
 /// total: the dot product's rounding then grows with `KC + d/KC`, not `d`.
 pub(crate) const KC: usize = 32;
@@ -82,20 +86,31 @@ pub(crate) struct Panels {
     /// The keys as given, row-major (`rows[j·d + k]`), when kept: kNN
     /// re-measures its candidates from them with unit stride.
     rows: Option<Vec<f32>>,
+    /// The panels in `bf16` pairs, for kNN's filter where the CPU has
+    /// AVX-512 BF16 (built with the row-major copy).
+    bf16: Option<Bf16Panels>,
     d: usize,
 }
 
 impl Panels {
     /// Bytes the panels of `n` keys in `d` dimensions take (with the
-    /// row-major copy when `rows`).
+    /// row-major copy and, where the CPU has AVX-512 BF16, the `bf16`
+    /// pairs when `rows`: kNN's data).
     pub(crate) fn bytes(n: usize, d: usize, rows: bool) -> u64 {
         let keys = n.div_ceil(P) as u64 * P as u64;
         let per_key = d as u64 * if rows { 8 } else { 4 } + 12;
-        keys.saturating_mul(per_key).saturating_add(d as u64 * 8)
+        let pairs = match rows && Bf16Dot::detect().is_some() {
+            true => Bf16Panels::bytes(n, d),
+            false => 0,
+        };
+        keys.saturating_mul(per_key)
+            .saturating_add(d as u64 * 8)
+            .saturating_add(pairs)
     }
 
     /// Centres and packs the keys given row-major (`rows[j·d + k]`, copied
-    /// as the row-major copy when `keep_rows`); `None` when some key lies
+    /// as the row-major copy, and rounded to `bf16` pairs where the CPU
+    /// has AVX-512 BF16, when `keep_rows`); `None` when some key lies
     /// too far from the mean (then every op keeps the direct path), and
     /// [`Error::TooLarge`](crate::Error::TooLarge) for `op` when the panels
     /// cannot be allocated.
@@ -131,17 +146,18 @@ impl Panels {
         let padded = n.div_ceil(P) * P;
         let mut c = try_zeros::<f32>(op, "key panels", (padded as u64).saturating_mul(d as u64))?;
         let mut norms = try_zeros::<f64>(op, "key norms", padded as u64)?;
+        let avx512 = Avx512::detect();
         let near = c
             .par_chunks_mut(P * d)
             .zip(rows.par_chunks(P * d))
             .zip(norms.par_chunks_mut(P))
             .all(|((panel, keys), norms)| {
-                for (l, row) in keys.chunks_exact(d).enumerate() {
-                    for (k, (&x, &mu)) in row.iter().zip(&mean).enumerate() {
-                        let v = (f64::from(x) - mu) as f32;
-                        panel[k * P + l] = v;
-                        norms[l] += f64::from(v) * f64::from(v);
-                    }
+                match avx512 {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: the token is made only where run-time
+                    // detection found the features.
+                    Some(t) => unsafe { pack_avx512(t, keys, d, &mean, panel, norms) },
+                    _ => pack(keys, d, &mean, panel, norms),
                 }
                 norms.iter().all(|&s| s < NORM_LIMIT)
             });
@@ -154,12 +170,17 @@ impl Panels {
             true => Some(try_copy(op, "row-major keys", rows)?),
             false => None,
         };
+        let bf16 = match (keep_rows, Bf16Dot::detect()) {
+            (true, Some(t)) => Some(Bf16Panels::try_from_panels(op, t, &c, d)?),
+            _ => None,
+        };
         Ok(Some(Panels {
             c,
             norms,
             norms32,
             mean,
             rows,
+            bf16,
             d,
         }))
     }
@@ -182,6 +203,23 @@ impl Panels {
         self.rows.as_ref().map(|r| &r[j * self.d..(j + 1) * self.d])
     }
 
+    /// The keys' mean the panels are centred on.
+    #[cfg(test)]
+    pub(crate) fn mean(&self) -> &[f64] {
+        &self.mean
+    }
+
+    /// Drops the `bf16` pairs (tests of the `f32` filter).
+    #[cfg(test)]
+    pub(crate) fn drop_bf16(&mut self) {
+        self.bf16 = None;
+    }
+
+    /// The panels in `bf16` pairs, when built.
+    pub(crate) fn bf16(&self) -> Option<&Bf16Panels> {
+        self.bf16.as_ref()
+    }
+
     /// `‖x'_j‖²` of every key, in `f64`.
     pub(crate) fn norms(&self) -> &[f64] {
         &self.norms
@@ -195,6 +233,78 @@ impl Panels {
     /// Coordinates per key.
     pub(crate) fn d(&self) -> usize {
         self.d
+    }
+}
+
+/// One panel: the up to [`P`] `keys` (row-major, `d` columns) centred on
+/// `mean` (`f64` difference, rounded once) into `panel` (coordinate `k`
+/// of key `l` at `panel[k·P + l]`), their squared norms added to `norms`
+/// in `f64`, coordinate by coordinate.
+fn pack(keys: &[f32], d: usize, mean: &[f64], panel: &mut [f32], norms: &mut [f64]) {
+    for (l, row) in keys.chunks_exact(d).enumerate() {
+        for (k, (&x, &mu)) in row.iter().zip(mean).enumerate() {
+            let v = (f64::from(x) - mu) as f32;
+            panel[k * P + l] = v;
+            norms[l] += f64::from(v) * f64::from(v);
+        }
+    }
+}
+
+/// [`pack`] eight coordinates at a time: each key's eight centred in one
+/// register of `f64`, rounded to `f32`, the sixteen keys' registers
+/// transposed to one per coordinate; the same values and norms (the same
+/// operations, each norm's in coordinate order), bit for bit.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn pack_avx512(
+    _t: Avx512,
+    keys: &[f32],
+    d: usize,
+    mean: &[f64],
+    panel: &mut [f32],
+    norms: &mut [f64],
+) {
+    use std::arch::x86_64::*;
+    let nk = keys.len() / d;
+    assert!(nk <= P && panel.len() >= P * d && norms.len() >= P && mean.len() >= d);
+    let whole = d / 8 * 8;
+    let mut acc = [_mm512_setzero_pd(); 2];
+    for k0 in (0..whole).step_by(8) {
+        // SAFETY: coordinates k0..k0+8 ≤ d of the mean and of each of the
+        // nk key rows, within the slices asserted above.
+        let mu = unsafe { _mm512_loadu_pd(mean.as_ptr().add(k0)) };
+        let rows: [__m256; P] = std::array::from_fn(|l| match l < nk {
+            true => {
+                let x = unsafe { _mm256_loadu_ps(keys.as_ptr().add(l * d + k0)) };
+                _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_cvtps_pd(x), mu))
+            }
+            false => _mm256_setzero_ps(),
+        });
+        let halves = [
+            transpose8(std::array::from_fn(|c| rows[c])),
+            transpose8(std::array::from_fn(|c| rows[8 + c])),
+        ];
+        for kk in 0..8 {
+            for (h, cols) in halves.iter().enumerate() {
+                let v = cols[kk];
+                // SAFETY: lanes 8h..8h+8 of coordinate k0 + kk < d.
+                unsafe { _mm256_storeu_ps(panel.as_mut_ptr().add((k0 + kk) * P + 8 * h), v) };
+                let w = _mm512_cvtps_pd(v);
+                acc[h] = _mm512_add_pd(acc[h], _mm512_mul_pd(w, w));
+            }
+        }
+    }
+    for (h, a) in acc.iter().enumerate() {
+        // SAFETY: norms holds P = 16 values.
+        unsafe { _mm512_storeu_pd(norms.as_mut_ptr().add(8 * h), *a) };
+    }
+    // The last d mod 8 coordinates, key by key, continuing each norm.
+    for (l, row) in keys.chunks_exact(d).enumerate() {
+        for k in whole..d {
+            let v = (f64::from(row[k]) - mean[k]) as f32;
+            panel[k * P + l] = v;
+            norms[l] += f64::from(v) * f64::from(v);
+        }
     }
 }
 
@@ -230,6 +340,12 @@ impl CentredRows {
             nq,
             nq32: nq.map(|s| s as f32),
         }
+    }
+
+    /// The centred rows, row-major ([`ROWS`] rows of `d`, zero past the
+    /// queries given).
+    pub(crate) fn qc(&self) -> &[f32] {
+        &self.qc
     }
 
     /// Whether row `r` lies too far from the keys' mean (or is not
@@ -566,6 +682,35 @@ impl<'a> SqDists<'a> {
 mod tests {
     use super::super::test_data as data;
     use super::*;
+
+    /// The AVX-512 packing gives the portable one's panels and norms bit
+    /// for bit: every `d mod 8`, partial panels, values over decades.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_packing_equals_the_scalar_one() {
+        let Some(t) = Avx512::detect() else {
+            return;
+        };
+        for d in (1..=20).chain([31, 32, 33, 784]) {
+            for nk in [1, 7, 15, 16] {
+                let keys: Vec<f32> = data(nk * d, (d * 31 + nk) as u64)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| v * [1.0, 1e4, 1e-4, 3.0][i % 4] + 0.5)
+                    .collect();
+                let mean: Vec<f64> = (0..d).map(|k| 0.1 * k as f64 - 0.3).collect();
+                let (mut p0, mut n0) = (vec![0.0f32; P * d], vec![0.0f64; P]);
+                let (mut p1, mut n1) = (vec![0.0f32; P * d], vec![0.0f64; P]);
+                pack(&keys, d, &mean, &mut p0, &mut n0);
+                // SAFETY: detected above.
+                unsafe { pack_avx512(t, &keys, d, &mean, &mut p1, &mut n1) };
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&p0), bits(&p1), "d={d} nk={nk}");
+                let bits64 = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits64(&n0), bits64(&n1), "d={d} nk={nk}");
+            }
+        }
+    }
 
     #[test]
     fn tiles_equal_f64_dot_products_on_every_build() {

@@ -254,7 +254,7 @@ fn read_array(flag: &str, path: &Path, max_ndim: usize, missing: bool) -> CliRes
                 )));
             }
             check_not_empty(&h.shape).map_err(at)?;
-            let a = npy::read_f32(&mut r, &h).map_err(|e| at(npy_message(e)))?;
+            let a = npy::read_f32_file(&mut r, &h).map_err(|e| at(npy_message(e)))?;
             let a = if a.ndim() == 1 {
                 let n = a.len();
                 a.into_shape_with_order((n, 1))
@@ -299,10 +299,7 @@ fn check_finite(m: &ArrayD<f32>, lines: Option<&[usize]>, missing: bool) -> Resu
     // so this borrows); the n-dimensional index only for the error.
     let m = m.as_standard_layout();
     let flat = m.as_slice().expect("standard layout"); // ok: made so above
-    let Some(pos) = flat
-        .iter()
-        .position(|v| !(v.is_finite() || missing && v.is_nan()))
-    else {
+    let Some(pos) = locus::first_non_finite(flat, missing) else {
         return Ok(());
     };
     let v = flat[pos];

@@ -409,24 +409,12 @@ fn alloc<T>(len: usize, what: &str) -> Result<Vec<T>, NpyError> {
 /// fresh pages, zero without a pass over them; the read then fills them),
 /// or [`NpyError::Alloc`].
 fn zeroed_f32(len: usize) -> Result<Vec<f32>, NpyError> {
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    let err = || {
+    locus::zeroed_vec(len).ok_or_else(|| {
         NpyError::Alloc(format!(
             "{len} elements ({} bytes) of f32 do not fit in memory",
             len.saturating_mul(4)
         ))
-    };
-    let layout = std::alloc::Layout::array::<f32>(len).map_err(|_| err())?;
-    // SAFETY: the layout's size is not zero.
-    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
-    if p.is_null() {
-        return Err(err());
-    }
-    // SAFETY: `p` comes from the global allocator with the layout of `len`
-    // floats, all zero bytes (0.0).
-    Ok(unsafe { Vec::from_raw_parts(p, len, len) })
+    })
 }
 
 /// Reads the data after `h` and converts each element with `conv`
@@ -530,6 +518,68 @@ fn half_to_f32(h: u16) -> f32 {
 /// [`NpyError::Dtype`] for integer or bool data; as [`read_header`]'s
 /// size check, reading, and allocation.
 pub fn read_f32(r: &mut impl Read, h: &Header) -> Result<ArrayD<f32>, NpyError> {
+    read_f32_with(r, h, |r, out| Ok(r.read_exact(out)?))
+}
+
+/// Bytes of data from which [`read_f32_file`] reads with several threads.
+const PARALLEL_READ_FROM: usize = 8 << 20;
+
+/// [`read_f32`] from `r`, a file whose header has been read: a large
+/// little-endian `f32` array (the common case) is read by up to four
+/// threads at their own offsets (one thread copies from the page cache
+/// at a few GB/s: 10–20 ms for 50 MB).
+pub fn read_f32_file(
+    r: &mut io::BufReader<std::fs::File>,
+    h: &Header,
+) -> Result<ArrayD<f32>, NpyError> {
+    use std::io::Seek;
+    let offset = r.stream_position()?;
+    read_f32_with(r, h, |r, out| match out.len() < PARALLEL_READ_FROM {
+        true => Ok(r.read_exact(out)?),
+        false => read_at_in_parallel(r.get_ref(), offset, out),
+    })
+}
+
+/// Fills `out` from `file` at `offset`, by up to four threads.
+fn read_at_in_parallel(file: &std::fs::File, offset: u64, out: &mut [u8]) -> Result<(), NpyError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 4);
+        let part = out.len().div_ceil(threads).max(1 << 20);
+        let results: Vec<io::Result<()>> = std::thread::scope(|s| {
+            let jobs: Vec<_> = out
+                .chunks_mut(part)
+                .enumerate()
+                .map(|(i, c)| s.spawn(move || file.read_exact_at(c, offset + (i * part) as u64)))
+                .collect();
+            jobs.into_iter()
+                .map(|j| {
+                    j.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("a reading thread failed")))
+                })
+                .collect()
+        });
+        results.into_iter().collect::<io::Result<()>>()?;
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::{Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::Start(offset))?;
+        Ok(f.read_exact(out)?)
+    }
+}
+
+/// [`read_f32`], the little-endian `f32` data's bytes read by `fill`.
+fn read_f32_with<R: Read>(
+    r: &mut R,
+    h: &Header,
+    fill: impl FnOnce(&mut R, &mut [u8]) -> Result<(), NpyError>,
+) -> Result<ArrayD<f32>, NpyError> {
     if h.dtype.kind != Kind::Float {
         return Err(NpyError::Dtype(format!(
             "unsupported dtype {} (expected float32 '<f4' or float64 '<f8')",
@@ -540,7 +590,7 @@ pub fn read_f32(r: &mut impl Read, h: &Header) -> Result<ArrayD<f32>, NpyError> 
         // Little-endian f32, the common case: the bytes straight into
         // place, no per-element conversion (there is nothing to check).
         let mut out = zeroed_f32(h.len)?;
-        r.read_exact(bytemuck::cast_slice_mut(&mut out))?;
+        fill(r, bytemuck::cast_slice_mut(&mut out))?;
         return shaped(h, out);
     }
     read_data(r, h, "f32", |raw| {
