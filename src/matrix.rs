@@ -258,7 +258,7 @@ const HUGE_FROM: usize = 8 << 20;
 /// [`HUGE_FROM`] bytes or more (Linux; `LOCUS_HUGE_PAGES=0` turns it off).
 /// A one-shot call writes its working copies once, page by page: with
 /// 4 KiB pages the page faults took 17 % of a kNN's CPU time over 32 MB of
-/// keys (docs/performance.md, "Huge pages"). Advice only: where the
+/// keys (docs/tiling.md, "Huge pages"). Advice only: where the
 /// kernel has no huge pages to give, or the system leaves them off, the
 /// buffer keeps small pages.
 pub(crate) fn advise_huge_pages(p: *mut u8, bytes: usize) {

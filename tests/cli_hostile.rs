@@ -199,6 +199,40 @@ fn forged_npy_headers_are_input_errors() {
     );
 }
 
+/// A `.npy` large enough to be read in parts by several threads: every
+/// part lands in its rows (each key its own nearest neighbour), a late
+/// infinity is named at its row and column, a file cut short is refused.
+#[test]
+fn large_npy_files_read_in_parts_keep_their_rows_and_errors() {
+    let dir = TempDir::new().unwrap();
+    let (n, d) = (70_000, 33); // 9.2 MB of data: over the 8 MiB threshold
+    let mut x = Rng::new(41).matrix(n, d, -1.0, 1.0);
+    let rows = [0usize, 17_000, 35_001, 52_000, n - 1];
+    let q = Array2::from_shape_fn((rows.len(), d), |(i, c)| x[[rows[i], c]]);
+    npy(&dir, "x.npy", &x);
+    npy(&dir, "q.npy", &q);
+    let args = |keys: &str| {
+        [
+            "knn", "--k", "1", "--keys", keys, "--queries", "q.npy", "--output", "i.npy",
+            "--backend", "cpu",
+        ]
+        .map(String::from)
+    };
+    let out = run(&dir, &args("x.npy").each_ref().map(String::as_str));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let idx: Array2<i64> = read_npy(dir.path().join("i.npy")).unwrap();
+    let got: Vec<usize> = idx.iter().map(|&i| i as usize).collect();
+    assert_eq!(got, rows);
+    x[[n - 10, 7]] = f32::INFINITY;
+    npy(&dir, "inf.npy", &x);
+    let out = run(&dir, &args("inf.npy").each_ref().map(String::as_str));
+    input_error(&out, &["--keys", "infinity at row 69990, column 7"]);
+    let bytes = std::fs::read(dir.path().join("x.npy")).unwrap();
+    file(&dir, "short.npy", &bytes[..bytes.len() - 100]);
+    let out = run(&dir, &args("short.npy").each_ref().map(String::as_str));
+    input_error(&out, &["--keys", "needs 9240000 bytes of data but the file holds 9239900"]);
+}
+
 // ---- generated data beyond memory --------------------------------------------
 
 #[test]
