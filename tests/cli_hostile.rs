@@ -213,13 +213,26 @@ fn large_npy_files_read_in_parts_keep_their_rows_and_errors() {
     npy(&dir, "q.npy", &q);
     let args = |keys: &str| {
         [
-            "knn", "--k", "1", "--keys", keys, "--queries", "q.npy", "--output", "i.npy",
-            "--backend", "cpu",
+            "knn",
+            "--k",
+            "1",
+            "--keys",
+            keys,
+            "--queries",
+            "q.npy",
+            "--output",
+            "i.npy",
+            "--backend",
+            "cpu",
         ]
         .map(String::from)
     };
     let out = run(&dir, &args("x.npy").each_ref().map(String::as_str));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let idx: Array2<i64> = read_npy(dir.path().join("i.npy")).unwrap();
     let got: Vec<usize> = idx.iter().map(|&i| i as usize).collect();
     assert_eq!(got, rows);
@@ -230,7 +243,13 @@ fn large_npy_files_read_in_parts_keep_their_rows_and_errors() {
     let bytes = std::fs::read(dir.path().join("x.npy")).unwrap();
     file(&dir, "short.npy", &bytes[..bytes.len() - 100]);
     let out = run(&dir, &args("short.npy").each_ref().map(String::as_str));
-    input_error(&out, &["--keys", "needs 9240000 bytes of data but the file holds 9239900"]);
+    input_error(
+        &out,
+        &[
+            "--keys",
+            "needs 9240000 bytes of data but the file holds 9239900",
+        ],
+    );
 }
 
 // ---- generated data beyond memory --------------------------------------------
