@@ -387,7 +387,10 @@ pub fn write_array<T: Cell, D: Dimension>(
 ) -> CliResult<()> {
     let format = Format::of(flag, path)?;
     write_atomic(flag, path, |w| match format {
-        Format::Npy => npy::write(w, a.shape(), a.iter().copied()),
+        Format::Npy => match a.as_slice() {
+            Some(flat) => npy::write_slice(w, a.shape(), flat),
+            None => npy::write(w, a.shape(), a.iter().copied()),
+        },
         Format::Csv => delimited::write(w, a),
     })
 }

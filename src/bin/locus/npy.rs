@@ -637,7 +637,7 @@ pub fn integral(v: f64) -> Result<i64, String> {
 }
 
 /// An element `.npy` files are written with.
-pub trait Element: Copy {
+pub trait Element: bytemuck::Pod {
     /// The type string, e.g. `<f4`.
     const DESCR: &'static str;
     /// Appends the little-endian bytes.
@@ -676,6 +676,51 @@ pub fn write<T: Element>(
     shape: &[usize],
     data: impl IntoIterator<Item = T>,
 ) -> io::Result<()> {
+    write_header::<T>(w, shape)?;
+    let expected: usize = shape.iter().product();
+    let mut count = 0usize;
+    let mut buf = Vec::with_capacity(CHUNK);
+    for v in data {
+        v.put(&mut buf);
+        count += 1;
+        if buf.len() >= CHUNK - 8 {
+            w.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    w.write_all(&buf)?;
+    if count != expected {
+        return Err(io::Error::other(format!(
+            "{count} elements written for shape {shape:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// [`write`] of a C-order array whose elements are `data`: the bytes
+/// straight out on a little-endian host.
+///
+/// # Errors
+/// Writing fails, or `data` holds a number of elements other than the
+/// shape's.
+pub fn write_slice<T: Element>(w: &mut impl Write, shape: &[usize], data: &[T]) -> io::Result<()> {
+    if cfg!(target_endian = "big") {
+        return write(w, shape, data.iter().copied());
+    }
+    let expected: usize = shape.iter().product();
+    if data.len() != expected {
+        return Err(io::Error::other(format!(
+            "{} elements written for shape {shape:?}",
+            data.len()
+        )));
+    }
+    write_header::<T>(w, shape)?;
+    w.write_all(bytemuck::cast_slice(data))
+}
+
+/// The magic string, version, header length and dictionary of a C-order
+/// array of `T` of `shape`.
+fn write_header<T: Element>(w: &mut impl Write, shape: &[usize]) -> io::Result<()> {
     let dims = match shape {
         [d] => format!("({d},)"),
         _ => format!(
@@ -709,23 +754,6 @@ pub fn write<T: Element>(
     w.write_all(dict.as_bytes())?;
     w.write_all(&vec![b' '; hlen - dict.len() - 1])?;
     w.write_all(b"\n")?;
-    let expected: usize = shape.iter().product();
-    let mut count = 0usize;
-    let mut buf = Vec::with_capacity(CHUNK);
-    for v in data {
-        v.put(&mut buf);
-        count += 1;
-        if buf.len() >= CHUNK - 8 {
-            w.write_all(&buf)?;
-            buf.clear();
-        }
-    }
-    w.write_all(&buf)?;
-    if count != expected {
-        return Err(io::Error::other(format!(
-            "{count} elements written for shape {shape:?}"
-        )));
-    }
     Ok(())
 }
 
