@@ -549,20 +549,39 @@ fn read_at_in_parallel(file: &std::fs::File, offset: u64, out: &mut [u8]) -> Res
             .map_or(1, |n| n.get())
             .clamp(1, 4);
         let part = out.len().div_ceil(threads).max(1 << 20);
-        let results: Vec<io::Result<()>> = std::thread::scope(|s| {
-            let jobs: Vec<_> = out
-                .chunks_mut(part)
-                .enumerate()
-                .map(|(i, c)| s.spawn(move || file.read_exact_at(c, offset + (i * part) as u64)))
-                .collect();
-            jobs.into_iter()
-                .map(|j| {
-                    j.join()
-                        .unwrap_or_else(|_| Err(io::Error::other("a reading thread failed")))
+        // Parts in slots: a thread reads the part it takes; this thread
+        // takes every part still there (the first, any whose thread could
+        // not be started under a memory cap, any not yet begun).
+        let slots: Vec<std::sync::Mutex<Option<(&mut [u8], u64)>>> = out
+            .chunks_mut(part)
+            .enumerate()
+            .map(|(i, c)| std::sync::Mutex::new(Some((c, offset + (i * part) as u64))))
+            .collect();
+        let take = |i: usize| {
+            let mut slot = slots[i].lock().unwrap_or_else(|e| e.into_inner());
+            slot.take()
+        };
+        std::thread::scope(|s| {
+            let jobs: Vec<_> = (1..slots.len())
+                .filter_map(|i| {
+                    let job = move || match take(i) {
+                        Some((c, at)) => file.read_exact_at(c, at),
+                        None => Ok(()),
+                    };
+                    std::thread::Builder::new().spawn_scoped(s, job).ok()
                 })
-                .collect()
-        });
-        results.into_iter().collect::<io::Result<()>>()?;
+                .collect();
+            for i in 0..slots.len() {
+                if let Some((c, at)) = take(i) {
+                    file.read_exact_at(c, at)?;
+                }
+            }
+            for j in jobs {
+                j.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a reading thread failed")))?;
+            }
+            Ok::<(), io::Error>(())
+        })?;
         Ok(())
     }
     #[cfg(not(unix))]
