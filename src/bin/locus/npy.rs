@@ -552,7 +552,7 @@ fn read_at_in_parallel(file: &std::fs::File, offset: u64, out: &mut [u8]) -> Res
         // Parts in slots: a thread reads the part it takes; this thread
         // takes every part still there (the first, any whose thread could
         // not be started under a memory cap, any not yet begun).
-        let slots: Vec<std::sync::Mutex<Option<(&mut [u8], u64)>>> = out
+        let slots: Vec<std::sync::Mutex<Option<_>>> = out
             .chunks_mut(part)
             .enumerate()
             .map(|(i, c)| std::sync::Mutex::new(Some((c, offset + (i * part) as u64))))
