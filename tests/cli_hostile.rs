@@ -240,6 +240,23 @@ fn large_npy_files_read_in_parts_keep_their_rows_and_errors() {
     npy(&dir, "inf.npy", &x);
     let out = run(&dir, &args("inf.npy").each_ref().map(String::as_str));
     input_error(&out, &["--keys", "infinity at row 69990, column 7"]);
+    // Under an address-space cap too tight for the threads the tool
+    // starts (its signal watcher, the reader's, the pool's): an error or
+    // a result, never a panic.
+    if prlimit().is_some() {
+        for cap in [30_000_000u64, 60_000_000, 120_000_000] {
+            let out = capped(&dir, cap, &args("x.npy").each_ref().map(String::as_str));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                matches!(out.status.code(), Some(0..=2)) && !err.contains("panicked"),
+                "cap {cap}: {:?} {err}",
+                out.status
+            );
+            if !out.status.success() {
+                assert_eq!(err.trim_end().lines().count(), 1, "cap {cap}: {err}");
+            }
+        }
+    }
     let bytes = std::fs::read(dir.path().join("x.npy")).unwrap();
     file(&dir, "short.npy", &bytes[..bytes.len() - 100]);
     let out = run(&dir, &args("short.npy").each_ref().map(String::as_str));

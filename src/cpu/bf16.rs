@@ -101,12 +101,12 @@ impl Bf16Panels {
 }
 
 /// One panel's pairs (`panel`: `d` registers of [`LANES`] keys; `out`:
-/// `⌈d/2⌉` registers).
+/// exactly `⌈d/2⌉` registers, each reading coordinates `2t` and `2t + 1`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
 fn pack_panel(_t: Bf16Dot, panel: &[f32], d: usize, out: &mut [u32]) {
     use std::arch::x86_64::*;
-    assert!(panel.len() >= LANES * d && out.len() >= pairs_of(d) * LANES);
+    assert!(panel.len() >= LANES * d && out.len() == pairs_of(d) * LANES);
     for (t, o) in out.chunks_exact_mut(LANES).enumerate() {
         let k = 2 * t;
         // SAFETY: coordinates k and k + 1 < d of the panel's 16 keys lie

@@ -140,7 +140,10 @@ fn clean_up_on_signals() {
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
             return;
         };
-        std::thread::spawn(move || {
+        // A thread that cannot be started (a memory cap) leaves the
+        // default handlers: an interrupted run may then leave a named
+        // temporary file behind, never a panic.
+        let _ = std::thread::Builder::new().spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 atomic::remove_temporary_files();
                 let _ = signal_hook::low_level::emulate_default_handler(signal);

@@ -55,7 +55,8 @@ impl Progress {
         // Shown only if the work is still running after DELAY.
         let (tx, rx) = mpsc::channel::<()>();
         let shown = bar.clone();
-        let waiter = thread::spawn(move || {
+        // No thread (a memory cap): the bar stays hidden.
+        let waiter = thread::Builder::new().spawn(move || {
             if let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(DELAY) {
                 shown.set_draw_target(ProgressDrawTarget::stderr());
                 shown.enable_steady_tick(TICK);
@@ -63,7 +64,7 @@ impl Progress {
         });
         Progress {
             bar,
-            reveal: Some((tx, waiter)),
+            reveal: waiter.ok().map(|w| (tx, w)),
         }
     }
 
