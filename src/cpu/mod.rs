@@ -28,6 +28,7 @@ mod masked;
 mod mean_shift;
 mod metric;
 mod moments;
+mod pack;
 mod panels;
 mod prepared;
 pub(crate) mod simd;

@@ -26,6 +26,7 @@ use crate::atomic::{check_output_dir, write_atomic};
 use crate::delimited::{self, HeaderRule};
 use crate::error::{CliError, CliResult};
 use crate::npy::{self, NpyError};
+use crate::npy_write;
 
 /// A file format, chosen by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -355,9 +356,9 @@ pub fn read_labels(flag: &str, path: &Path) -> CliResult<Array1<i64>> {
 }
 
 /// An element that can be written to `.npy` and `.csv`.
-pub trait Cell: npy::Element + delimited::Field {}
+pub trait Cell: npy_write::Element + delimited::Field {}
 
-impl<T: npy::Element + delimited::Field> Cell for T {}
+impl<T: npy_write::Element + delimited::Field> Cell for T {}
 
 /// Checks, before any work, that `path` can be an output: a known
 /// extension, and as [`check_output_dir`].
@@ -387,10 +388,7 @@ pub fn write_array<T: Cell, D: Dimension>(
 ) -> CliResult<()> {
     let format = Format::of(flag, path)?;
     write_atomic(flag, path, |w| match format {
-        Format::Npy => match a.as_slice() {
-            Some(flat) => npy::write_slice(w, a.shape(), flat),
-            None => npy::write(w, a.shape(), a.iter().copied()),
-        },
+        Format::Npy => npy_write::write_array(w, a),
         Format::Csv => delimited::write(w, a),
     })
 }
@@ -442,7 +440,7 @@ mod tests {
     #[test]
     fn npy_headers_claiming_more_data_than_the_file_holds_are_refused() {
         let mut bytes = Vec::new();
-        npy::write(&mut bytes, &[2, 2], [1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        npy_write::write(&mut bytes, &[2, 2], [1.0f32, 2.0, 3.0, 4.0]).unwrap();
         assert!(npy::f32_from_bytes(&bytes).is_ok());
         // The same file, its shape claiming 10^6 × 10^6.
         let mut forged = bytes.clone();

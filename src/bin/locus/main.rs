@@ -19,6 +19,7 @@ mod delimited;
 mod error;
 mod io;
 mod npy;
+mod npy_write;
 mod plot;
 mod progress;
 mod report;

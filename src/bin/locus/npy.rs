@@ -1,6 +1,6 @@
-//! NumPy `.npy` files (format versions 1, 2 and 3), read and written with
-//! std and ndarray only, so the command-line tool and the example service
-//! share one reader.
+//! NumPy `.npy` files (format versions 1, 2 and 3), read with std and
+//! ndarray only, so the command-line tool and the service share one
+//! reader (the writer is `npy_write.rs`).
 //!
 //! Reading trusts nothing in the file: the header is parsed as the Python
 //! literal it is (either quote style, any spacing, every key exactly once),
@@ -14,7 +14,7 @@
 #![allow(dead_code)]
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 
 use ndarray::{ArrayD, IxDyn, ShapeBuilder};
 
@@ -653,127 +653,6 @@ pub fn integral(v: f64) -> Result<i64, String> {
     } else {
         Err(format!("value {v} is not an integer"))
     }
-}
-
-/// An element `.npy` files are written with.
-pub trait Element: bytemuck::Pod {
-    /// The type string, e.g. `<f4`.
-    const DESCR: &'static str;
-    /// Appends the little-endian bytes.
-    fn put(self, out: &mut Vec<u8>);
-}
-
-impl Element for f32 {
-    const DESCR: &'static str = "<f4";
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-
-impl Element for f64 {
-    const DESCR: &'static str = "<f8";
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-
-impl Element for i64 {
-    const DESCR: &'static str = "<i8";
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-
-/// Writes a C-order array of `shape` whose elements `data` yields in
-/// order (format version 1, or 2 for a header too long for it).
-///
-/// # Errors
-/// Writing fails, or `data` yields a number of elements other than the
-/// shape's.
-pub fn write<T: Element>(
-    w: &mut impl Write,
-    shape: &[usize],
-    data: impl IntoIterator<Item = T>,
-) -> io::Result<()> {
-    write_header::<T>(w, shape)?;
-    let expected: usize = shape.iter().product();
-    let mut count = 0usize;
-    let mut buf = Vec::with_capacity(CHUNK);
-    for v in data {
-        v.put(&mut buf);
-        count += 1;
-        if buf.len() >= CHUNK - 8 {
-            w.write_all(&buf)?;
-            buf.clear();
-        }
-    }
-    w.write_all(&buf)?;
-    if count != expected {
-        return Err(io::Error::other(format!(
-            "{count} elements written for shape {shape:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// [`write`] of a C-order array whose elements are `data`: the bytes
-/// straight out on a little-endian host.
-///
-/// # Errors
-/// Writing fails, or `data` holds a number of elements other than the
-/// shape's.
-pub fn write_slice<T: Element>(w: &mut impl Write, shape: &[usize], data: &[T]) -> io::Result<()> {
-    if cfg!(target_endian = "big") {
-        return write(w, shape, data.iter().copied());
-    }
-    let expected: usize = shape.iter().product();
-    if data.len() != expected {
-        return Err(io::Error::other(format!(
-            "{} elements written for shape {shape:?}",
-            data.len()
-        )));
-    }
-    write_header::<T>(w, shape)?;
-    w.write_all(bytemuck::cast_slice(data))
-}
-
-/// The magic string, version, header length and dictionary of a C-order
-/// array of `T` of `shape`.
-fn write_header<T: Element>(w: &mut impl Write, shape: &[usize]) -> io::Result<()> {
-    let dims = match shape {
-        [d] => format!("({d},)"),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let dict = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': {dims}, }}",
-        T::DESCR
-    );
-    // Magic, version, length, dict, padding spaces and '\n' to a multiple of 64.
-    let (version, pre) = if dict.len() + 11 <= usize::from(u16::MAX) {
-        (1u8, 10)
-    } else {
-        (2u8, 12)
-    };
-    let total = (pre + dict.len() + 1).div_ceil(64) * 64;
-    let hlen = total - pre;
-    w.write_all(b"\x93NUMPY")?;
-    w.write_all(&[version, 0])?;
-    if version == 1 {
-        w.write_all(&(hlen as u16).to_le_bytes())?;
-    } else {
-        w.write_all(&(hlen as u32).to_le_bytes())?;
-    }
-    w.write_all(dict.as_bytes())?;
-    w.write_all(&vec![b' '; hlen - dict.len() - 1])?;
-    w.write_all(b"\n")?;
-    Ok(())
 }
 
 /// The length in bytes of the `.npy` file at the start of `bytes` (header

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::app::{Failure, bad, too_many_rows};
 use super::arrow::{self, ARROW};
 use super::sets::SetData;
-use crate::npy;
+use crate::{npy, npy_write};
 
 pub use super::field::Field;
 
@@ -469,15 +469,9 @@ impl Answer {
         let mut headers = HeaderMap::new();
         for (name, f) in &self.fields {
             let written = match f {
-                Field::F32(a) if *name == chosen => {
-                    npy::write(&mut body, a.shape(), a.iter().copied())
-                }
-                Field::F64(a) if *name == chosen => {
-                    npy::write(&mut body, a.shape(), a.iter().copied())
-                }
-                Field::I64(a) if *name == chosen => {
-                    npy::write(&mut body, a.shape(), a.iter().copied())
-                }
+                Field::F32(a) if *name == chosen => npy_write::write_array(&mut body, a.view()),
+                Field::F64(a) if *name == chosen => npy_write::write_array(&mut body, a.view()),
+                Field::I64(a) if *name == chosen => npy_write::write_array(&mut body, a.view()),
                 Field::Count(_) | Field::Number(_) | Field::Flag(_) => {
                     let v = serde_json::to_string(f).unwrap_or_default();
                     let h = format!("x-locus-{}", name.replace('_', "-"));
@@ -657,9 +651,9 @@ mod tests {
     #[test]
     fn npy_parts_split_where_their_headers_say() {
         let mut body = Vec::new();
-        npy::write(&mut body, &[2, 1], [1.0f32, 2.0]).unwrap();
+        npy_write::write(&mut body, &[2, 1], [1.0f32, 2.0]).unwrap();
         let first = body.len();
-        npy::write(&mut body, &[2], [0i64, 1]).unwrap();
+        npy_write::write(&mut body, &[2], [0i64, 1]).unwrap();
         assert_eq!(npy::part_len(&body).unwrap(), first);
         let d = parse_set(&body, Format::Npy, Some("parts=keys,labels")).unwrap();
         assert_eq!(d.keys.shape(), &[2, 1]);
