@@ -137,10 +137,23 @@ fn a_set_replaced_under_load_loses_no_request() {
         201
     );
     let stop = std::sync::atomic::AtomicBool::new(false);
+    // Requests answered so far: each replacement waits for one more, so
+    // the replacements fall among the queries (on a busy host the ten of
+    // them could otherwise end before the first query is answered).
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let one_more = |seen: usize| {
+        let t = Instant::now();
+        while done.load(std::sync::atomic::Ordering::Relaxed) <= seen
+            && t.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        done.load(std::sync::atomic::Ordering::Relaxed)
+    };
     let answered = std::thread::scope(|s| {
         let workers: Vec<_> = (0..4)
             .map(|t| {
-                let stop = &stop;
+                let (stop, done) = (&stop, &done);
                 s.spawn(move || {
                     let mut c = Client::connect(addr).unwrap();
                     let q = Rng::new(30 + t).matrix(3, 3, 0.0, 1.0);
@@ -158,11 +171,13 @@ fn a_set_replaced_under_load_loses_no_request() {
                             "{b}"
                         );
                         n += 1;
+                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     n
                 })
             })
             .collect();
+        let mut seen = one_more(0);
         for i in 0..10 {
             let (status, b) = admin
                 .request(
@@ -172,6 +187,7 @@ fn a_set_replaced_under_load_loses_no_request() {
                 )
                 .unwrap();
             assert_eq!(status, 200, "{b}");
+            seen = one_more(seen);
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         workers
