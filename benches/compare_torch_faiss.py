@@ -33,7 +33,9 @@ CLI reports itself (``--json``) is shown next to it. Peers are timed warm
   ``locus softmax`` on (B, T, d) inputs (one independent head per leading
   index) against ``torch.nn.functional.scaled_dot_product_attention``,
   without and with the causal mask; on a CPU with AVX-512 the AVX2 build
-  (``LOCUS_CPU_ISA=avx2``) runs too, so both builds are in one table.
+  (``LOCUS_CPU_ISA=avx2``) runs too, so both builds are in one table. Where
+  the Python package is importable, ``locus.kernel_softmax`` on the same
+  arrays is timed in-process as torch is (warm, no files), a row of its own.
 * decode: 16 new queries per head against a prepared attention set
   (``Engine("cpu").prepare_attention``, the Python package; skipped without
   it) of the same 8 × 4096 keys and values, against SDPA on the same
@@ -260,6 +262,11 @@ def part_attention(a, tmp, fails):
     if "avx512" in builds[0][1]:
         env = {"LOCUS_CPU_ISA": "avx2"}
         builds.append((env, locus_path(a.locus, env)))
+    try:
+        import locus as lib
+    except ImportError:
+        lib = None
+        print("\n(attention: the locus Python package is not installed; no in-process rows)")
     rows = []
     for causal in (False, True):
         def peer():
@@ -293,6 +300,17 @@ def part_attention(a, tmp, fails):
             rows.append(("yes" if causal else "no", path, f"{b}", f"{t}", f"{d}",
                          f"{t_l:.3f} ({c_l:.3f})", f"{t_p:.3f}", f"{t_p / t_l:.2f} ({t_p / c_l:.2f})",
                          f"{fl / t_l:.1f} ({fl / c_l:.1f})", f"{fl / t_p:.1f}", text + ("" if ok else " **FAIL**")))
+        # In-process, as torch is timed: the Python package on the same
+        # arrays (no .npy files, no process start).
+        if lib is not None:
+            t_y, ours = best(lambda: lib.kernel_softmax(*qkv, causal=causal, backend="cpu"), a.repeat)
+            dev = float(np.max(np.abs(ours - want))) / float(np.abs(qkv[2]).max())
+            ok = dev <= LM_TOL
+            if not ok:
+                fails.append(f"attention in-process causal={causal}: {dev:.1e}")
+            rows.append(("yes" if causal else "no", f"{builds[0][1]}, in-process (Python)", f"{b}", f"{t}",
+                         f"{d}", f"{t_y:.3f}", f"{t_p:.3f}", f"{t_p / t_y:.2f}", f"{fl / t_y:.1f}",
+                         f"{fl / t_p:.1f}", f"{dev:.1e}" + ("" if ok else " **FAIL**")))
     table("Softmax attention, fp32, scale 1/sqrt(d): locus softmax on (B, T, d) .npy vs torch "
           "scaled_dot_product_attention on (B, T, d) tensors (B independent heads, no projections)",
           ["causal", "locus build", "B", "T", "d", "locus s, wall (compute)", "torch s",

@@ -287,6 +287,46 @@ pub(crate) fn exp_nonpos<S: Isa>(x: f32) -> f32 {
     if x < EXP_MIN { 0.0 } else { v }
 }
 
+/// Below this argument [`exp2_capped`] is exactly 0.
+pub(crate) const EXP2_MIN: f32 = -126.0;
+/// The polynomial of `2^r` on `|r| ≤ ½`, highest degree first (Horner;
+/// the constant term is 1, so `2^0` is exactly 1): relative error below
+/// 1.7e-7 evaluated in `f32`.
+pub(crate) const EXP2_POLY: [f32; 6] = [
+    1.326_471e-3,
+    9.671_507e-3,
+    5.550_733_6e-2,
+    2.402_224_2e-1,
+    6.931_47e-1,
+    1.0,
+];
+
+/// `2^x` for `x ≤ 64` (including `-inf`; its callers keep their arguments
+/// at most a few units above 0), with relative error below
+/// 2e-7; exactly 0 for `x < −126`, so no subnormal reaches a sum. The
+/// attention's softmax, whose scores carry the factor `log₂ e` (one
+/// multiply-add fewer than [`exp_nonpos`], and no Cody–Waite reduction:
+/// `r = x − round(x)` is exact). Its AVX-512 twin in `softmax/avx512.rs`
+/// rounds with `vrndscaleps` and scales with `vscalefps`, bit for bit the
+/// same.
+#[inline(always)]
+pub(crate) fn exp2_capped<S: Isa>(x: f32) -> f32 {
+    // Round to the nearest integer, ties to even (|x| < 2²² where it matters).
+    let k = x + EXP_MAGIC;
+    let n = k - EXP_MAGIC;
+    let r = x - n;
+    let mut p = EXP2_POLY[0];
+    for &c in &EXP2_POLY[1..] {
+        p = fmadd::<S>(p, r, c);
+    }
+    // The low bits of `k` hold n (−126 ≤ n ≤ 64 here): build 2^n directly.
+    let ni = (k.to_bits() as i32).wrapping_sub(EXP_MAGIC.to_bits() as i32);
+    let scale = f32::from_bits((ni.wrapping_add(127) as u32) << 23);
+    let v = p * scale;
+    // NaN gives 0, as in the AVX-512 twin.
+    if x >= EXP2_MIN { v } else { 0.0 }
+}
+
 /// Maximum of `xs` (−inf when empty).
 #[inline(always)]
 pub(crate) fn max_of(xs: &[f32]) -> f32 {
@@ -497,6 +537,32 @@ mod tests {
         assert_eq!(exp_nonpos::<Portable>(-87.5), 0.0);
         assert_eq!(exp_nonpos::<Portable>(f32::NEG_INFINITY), 0.0);
         assert_eq!(exp_nonpos::<Fused>(0.0), 1.0);
+    }
+
+    #[test]
+    fn exp2_matches_std_on_its_domain() {
+        let mut worst = 0.0f64;
+        let mut x = -126.0f32;
+        while x <= 8.0 {
+            for fma in [false, true] {
+                let got = if fma {
+                    exp2_capped::<Fused>(x)
+                } else {
+                    exp2_capped::<Portable>(x)
+                };
+                let want = f64::from(x).exp2();
+                let rel = ((f64::from(got) - want) / want).abs();
+                worst = worst.max(rel);
+            }
+            x += 0.000_97;
+        }
+        assert!(worst < 2e-7, "worst relative error {worst}");
+        for x in [-126.5, -1e30, f32::NEG_INFINITY, f32::NAN] {
+            assert_eq!(exp2_capped::<Portable>(x), 0.0);
+        }
+        assert_eq!(exp2_capped::<Fused>(0.0), 1.0);
+        assert_eq!(exp2_capped::<Portable>(-126.0), f32::MIN_POSITIVE);
+        assert_eq!(exp2_capped::<Portable>(64.0), 2.0f32.powi(64));
     }
 
     #[test]

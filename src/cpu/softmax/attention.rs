@@ -2,6 +2,12 @@
 //! key tiles with a running maximum (see `mod.rs`), their `f64` row states
 //! merged over key ranges.
 //!
+//! The weights are `e^{s−m} = 2^{(s−m)·log₂e}` ([`exp2_capped`]: no
+//! Cody–Waite reduction), and the running maximum is lazy: a row's
+//! reference `m` moves only when a tile holds a score above `m + LAZY`, so
+//! most tiles need no horizontal maximum and no rescaling, and the weights
+//! stay below `e^LAZY`.
+//!
 //! Imports: `super` (tiles, packing, scores), `super::super::simd`,
 //! `crate::error`, `crate::matrix`, `crate::types`.
 
@@ -9,19 +15,25 @@ use std::borrow::Borrow;
 
 use rayon::prelude::*;
 
-use super::super::simd::{Isa, Portable, TileIsa, exp_nonpos, fmadd, fmax, max_of, sum_of};
+use super::super::simd::{Isa, Portable, TileIsa, exp2_capped, fmadd, max_of, sum_of};
+use crate::types::merge_states;
 use super::{BK, BQ, Batch, MR, NR, Packed, SUB, scaled_queries, scores};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::matrix::alloc_output;
-use crate::types::merge_states;
 use crate::types::{Attention, Heads};
 
 /// Key tiles accumulated in `f32` before they are merged into the `f64` state.
 const FLUSH_TILES: usize = 8;
 
-/// Row states of a block over some keys (docs/numerics.md): `m` the largest
-/// logit, `l = Σ e^{s−m}`, `acc = Σ e^{s−m} v` (`rows × qp`).
+/// How far a score may rise above its row's reference maximum before the
+/// reference moves: weights up to `e⁵ ≈ 148`, so a tile's `f32` sums (at
+/// most `FLUSH_TILES·BK` terms) stay far from overflow.
+pub(super) const LAZY: f32 = 5.0;
+
+/// Row states of a block over some keys (docs/numerics.md): `m` the
+/// reference maximum (a score reached it, and none exceeds it by more than
+/// `LAZY`), `l = Σ e^{s−m}`, `acc = Σ e^{s−m} v` (`rows × qp`).
 struct BlockState {
     m: Vec<f32>,
     l: Vec<f64>,
@@ -244,9 +256,9 @@ fn block_state_impl<S: Isa>(
                         }
                     }
                 }
-                let m_new = fmax(st.m[r], row_max(isa, row));
+                let m_new = raised_max(isa, row, st.m[r]);
                 if m_new == f32::NEG_INFINITY {
-                    row.fill(0.0); // every key of this tile is masked for this row
+                    row.fill(0.0); // every key so far is masked for this row
                     continue;
                 }
                 if m_new > st.m[r] {
@@ -260,7 +272,7 @@ fn block_state_impl<S: Isa>(
                     o[r * qp..(r + 1) * qp].iter_mut().for_each(|x| *x *= f32_);
                     st.m[r] = m_new;
                 }
-                l32[r] += exp_sum(isa, row, m_new);
+                l32[r] += exp2_sum(isa, row, m_new);
             }
             weighted_values(isa, &s, sub, len, vt, qp, &mut o[r0 * qp..]);
         }
@@ -308,28 +320,33 @@ fn tile_scores<S: Isa>(
     scores(isa, qs, rows, d, kt, len, s);
 }
 
-/// Largest element of a row of scores.
+/// A row's reference maximum after one more tile of its scores: `m` while
+/// every score `s` of `row` has `s − m ≤ LAZY` (the difference rounded as
+/// the exponential's argument will be), else the row's largest score (so
+/// −∞ while every score so far is −∞).
 #[inline(always)]
-fn row_max<S: Isa>(isa: S, row: &[f32]) -> f32 {
+fn raised_max<S: Isa>(isa: S, row: &[f32], m: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if let Some(t) = isa.avx512() {
         // SAFETY: as in `tile_scores`.
-        return unsafe { super::avx512::row_max(t, row) };
+        return unsafe { super::avx512::raised_max(t, row, m) };
     }
     let _ = isa;
-    max_of(row)
+    let t = max_of(row);
+    if t - m > LAZY { t } else { m }
 }
 
-/// `row[j] = e^{row[j] − m}` in place, and their sum.
+/// `row[j] = e^{row[j] − m}` in place, as `2^{(row[j] − m)·log₂e}` (every
+/// score at most `m + LAZY`), and their sum.
 #[inline(always)]
-fn exp_sum<S: Isa>(isa: S, row: &mut [f32], m: f32) -> f32 {
+fn exp2_sum<S: Isa>(isa: S, row: &mut [f32], m: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if let Some(t) = isa.avx512() {
         // SAFETY: as in `tile_scores`.
-        return unsafe { super::avx512::exp_sum(t, row, m) };
+        return unsafe { super::avx512::exp2_sum(t, row, m) };
     }
     for x in row.iter_mut() {
-        *x = exp_nonpos::<S>(*x - m);
+        *x = exp2_capped::<S>((*x - m) * std::f32::consts::LOG2_E);
     }
     sum_of(row)
 }

@@ -1,15 +1,15 @@
 //! Explicit AVX-512 micro-kernels of the CPU attention (the build chosen
 //! by the [`Avx512`] token): the score tile `R × BK` (all 64 keys of a
 //! tile, four zmm accumulators per row), `P·V` over `R × 16·C` value
-//! columns, and the softmax between them (row maximum, `e^{s−m}` in place
+//! columns, and the softmax between them (lazy row maximum, `2^{s−m}` in place
 //! and its sum) sixteen lanes at a time. With 32 vector registers a tile of
 //! six rows keeps 24 accumulators, so each coordinate costs four loads and
 //! six broadcasts for 24 fused multiply-adds (the AVX2 tile in `avx2.rs`:
 //! two loads and six broadcasts for 12).
 //!
-//! The exponential is `simd::exp_nonpos` lane for lane on the finite
-//! scores it gets (same reduction, same polynomial, same clamp; a NaN
-//! would give 0 here), so the builds differ only in the order of the sums.
+//! The exponential is `simd::exp2_capped` lane for lane (same rounding,
+//! same polynomial, same cut-off, NaN gives 0 in both), so the builds
+//! differ only in the order of the sums.
 //!
 //! Imports: `super` (tile sizes), `super::super::simd` (the token).
 
@@ -17,7 +17,8 @@
 
 use std::arch::x86_64::*;
 
-use super::super::simd::{Avx512, EXP_LN2_HI, EXP_LN2_LO, EXP_MAGIC, EXP_MIN, EXP_POLY};
+use super::super::simd::{Avx512, EXP2_MIN, EXP2_POLY};
+use super::attention::LAZY;
 use super::{BK, MR};
 
 /// Lanes of one zmm register of `f32`.
@@ -193,46 +194,54 @@ fn first(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
 }
 
-/// Largest element of `row` (`len ≤ BK`; −∞ when empty).
+/// `attention::raised_max` on sixteen lanes: `m` while every element `x`
+/// of `row` has `x − m ≤ LAZY` (`len ≤ BK`), else the largest element. A
+/// whole tile needs no horizontal maximum unless the reference moves.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(super) fn row_max(_t: Avx512, row: &[f32]) -> f32 {
+pub(super) fn raised_max(_t: Avx512, row: &[f32], m: f32) -> f32 {
     assert!(row.len() <= BK);
     let p = row.as_ptr();
-    if row.len() == BK {
+    let mx = if row.len() == BK {
         // A whole tile: four independent loads, a tree of maxima.
         // SAFETY: the row holds BK = 4·16 floats.
         let x: [__m512; KW] = std::array::from_fn(|c| unsafe { _mm512_loadu_ps(p.add(c * W)) });
-        let m = _mm512_max_ps(_mm512_max_ps(x[0], x[1]), _mm512_max_ps(x[2], x[3]));
-        return _mm512_reduce_max_ps(m);
+        _mm512_max_ps(_mm512_max_ps(x[0], x[1]), _mm512_max_ps(x[2], x[3]))
+    } else {
+        let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut j = 0;
+        while j < row.len() {
+            let n = (row.len() - j).min(W);
+            // SAFETY: lanes j..j+n lie in `row`; the others are not read.
+            let x = unsafe { _mm512_mask_loadu_ps(mx, first(n), p.add(j)) };
+            mx = _mm512_max_ps(mx, x);
+            j += n;
+        }
+        mx
+    };
+    let gap = _mm512_sub_ps(mx, _mm512_set1_ps(m));
+    match _mm512_cmp_ps_mask::<_CMP_GT_OQ>(gap, _mm512_set1_ps(LAZY)) {
+        0 => m,
+        _ => _mm512_reduce_max_ps(mx),
     }
-    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
-    let mut j = 0;
-    while j < row.len() {
-        let n = (row.len() - j).min(W);
-        // SAFETY: lanes j..j+n lie in `row`; the others are not read.
-        let x = unsafe { _mm512_mask_loadu_ps(m, first(n), p.add(j)) };
-        m = _mm512_max_ps(m, x);
-        j += n;
-    }
-    _mm512_reduce_max_ps(m)
 }
 
-/// `row[j] = e^{row[j] − m}` in place, `simd::exp_nonpos` lane for lane
-/// (`m` at least every element, so every argument is ≤ 0 or −∞), and the
-/// sum of the results.
+/// `row[j] = 2^{(row[j] − m)·log₂e}` in place, `simd::exp2_capped` lane
+/// for lane (every `row[j] − m` at most `LAZY`, or −∞), and the sum of the
+/// results.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(super) fn exp_sum(_t: Avx512, row: &mut [f32], m: f32) -> f32 {
+pub(super) fn exp2_sum(_t: Avx512, row: &mut [f32], m: f32) -> f32 {
     assert!(row.len() <= BK);
     let p = row.as_mut_ptr();
-    let mv = _mm512_set1_ps(m);
+    let (mv, l2e) = (_mm512_set1_ps(m), _mm512_set1_ps(std::f32::consts::LOG2_E));
     if row.len() == BK {
         // A whole tile: four independent exponentials in flight.
         // SAFETY: the row holds BK = 4·16 floats.
-        let x: [__m512; KW] =
-            std::array::from_fn(|c| unsafe { _mm512_sub_ps(_mm512_loadu_ps(p.add(c * W)), mv) });
-        let e = exp_nonpos(x);
+        let x: [__m512; KW] = std::array::from_fn(|c| unsafe {
+            _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(p.add(c * W)), mv), l2e)
+        });
+        let e = exp2_capped(x);
         for (c, v) in e.iter().enumerate() {
             // SAFETY: as above.
             unsafe { _mm512_storeu_ps(p.add(c * W), *v) };
@@ -248,8 +257,8 @@ pub(super) fn exp_sum(_t: Avx512, row: &mut [f32], m: f32) -> f32 {
         // SAFETY: lanes j..j+n lie in `row`; the others are neither read
         // nor written.
         unsafe {
-            let x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, p.add(j)), mv);
-            let [e] = exp_nonpos([x]);
+            let x = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p.add(j)), mv), l2e);
+            let [e] = exp2_capped([x]);
             _mm512_mask_storeu_ps(p.add(j), k, e);
             sum = _mm512_mask_add_ps(sum, k, sum, e);
         }
@@ -258,42 +267,25 @@ pub(super) fn exp_sum(_t: Avx512, row: &mut [f32], m: f32) -> f32 {
     _mm512_reduce_add_ps(sum)
 }
 
-/// `simd::exp_nonpos` of `N` registers of sixteen lanes (the same
-/// constants and steps), step by step across the `N` so their dependency
-/// chains overlap.
+/// `simd::exp2_capped` of `N` registers of sixteen lanes: the same
+/// polynomial on `r = x − round(x)` (`vrndscaleps`, ties to even, as the
+/// portable build's magic-number rounding), scaled by `2^round(x)` in one
+/// `vscalefps` (the same single rounding as its multiply by an exact power
+/// of 2); lanes below `EXP2_MIN`, −∞ and NaN give 0.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-fn exp_nonpos<const N: usize>(x: [__m512; N]) -> [__m512; N] {
-    let magic = _mm512_set1_ps(EXP_MAGIC);
-    let lo = _mm512_set1_ps(EXP_MIN);
-    let xc = x.map(|v| _mm512_max_ps(v, lo));
-    let k = xc.map(|v| _mm512_fmadd_ps(v, _mm512_set1_ps(std::f32::consts::LOG2_E), magic));
-    let mut r = [_mm512_setzero_ps(); N];
-    let mut p = [_mm512_set1_ps(EXP_POLY[0]); N];
-    for c in 0..N {
-        let n = _mm512_sub_ps(k[c], magic);
-        r[c] = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_HI), xc[c]);
-        r[c] = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_LO), r[c]);
-    }
-    for &coef in &EXP_POLY[1..] {
+fn exp2_capped<const N: usize>(x: [__m512; N]) -> [__m512; N] {
+    let n = x.map(|v| _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v));
+    let r: [__m512; N] = std::array::from_fn(|c| _mm512_sub_ps(x[c], n[c]));
+    let mut p = [_mm512_set1_ps(EXP2_POLY[0]); N];
+    for &coef in &EXP2_POLY[1..] {
         for c in 0..N {
             p[c] = _mm512_fmadd_ps(p[c], r[c], _mm512_set1_ps(coef));
         }
     }
+    let lo = _mm512_set1_ps(EXP2_MIN);
     std::array::from_fn(|c| {
-        let y = _mm512_add_ps(
-            _mm512_fmadd_ps(p[c], _mm512_mul_ps(r[c], r[c]), r[c]),
-            _mm512_set1_ps(1.0),
-        );
-        let ni = _mm512_sub_epi32(
-            _mm512_castps_si512(k[c]),
-            _mm512_set1_epi32(EXP_MAGIC.to_bits() as i32),
-        );
-        let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
-            ni,
-            _mm512_set1_epi32(127),
-        )));
         let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x[c], lo);
-        _mm512_maskz_mov_ps(keep, _mm512_mul_ps(y, scale))
+        _mm512_maskz_scalef_ps(keep, p[c], n[c])
     })
 }

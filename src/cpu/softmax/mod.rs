@@ -99,26 +99,38 @@ pub(super) fn pack(
     values: Option<(&[f32], usize)>,
 ) -> Result<Packed> {
     let len = (n.next_multiple_of(BK) as u64).saturating_mul(d as u64);
-    let mut kt = try_zeros::<f32>(op, "packed keys", len)?;
-    for (j, row) in psi.chunks_exact(d).enumerate() {
-        let (t, c) = (j / BK, j % BK);
-        for (k, &x) in row.iter().enumerate() {
-            kt[(t * d + k) * BK + c] = x;
-        }
-    }
+    let kt = try_zeros::<f32>(op, "packed keys", len)?;
     let (v, qp) = match values {
-        Some((v, q)) => {
+        Some((_, q)) => {
             let qp = q.next_multiple_of(NR);
-            let mut vp =
-                try_zeros::<f32>(op, "packed values", (n as u64).saturating_mul(qp as u64))?;
-            for (dst, src) in vp.chunks_exact_mut(qp).zip(v.chunks_exact(q)) {
-                dst[..q].copy_from_slice(src);
-            }
+            let vp = try_zeros::<f32>(op, "packed values", (n as u64).saturating_mul(qp as u64))?;
             (vp, qp)
         }
         None => (Vec::new(), 0),
     };
-    Ok(Packed { kt, v, qp })
+    let mut packed = Packed { kt, v, qp };
+    packed.fill(psi, d, values);
+    Ok(packed)
+}
+
+impl Packed {
+    /// Writes one batch's keys and values into this packing, made by
+    /// [`pack`] for inputs of the same shape: every key and value position
+    /// is written, the padding (zero) is left as it is, so a packing can
+    /// serve batch after batch.
+    pub(super) fn fill(&mut self, psi: &[f32], d: usize, values: Option<(&[f32], usize)>) {
+        for (j, row) in psi.chunks_exact(d).enumerate() {
+            let (t, c) = (j / BK, j % BK);
+            for (k, &x) in row.iter().enumerate() {
+                self.kt[(t * d + k) * BK + c] = x;
+            }
+        }
+        if let Some((v, q)) = values {
+            for (dst, src) in self.v.chunks_exact_mut(self.qp).zip(v.chunks_exact(q)) {
+                dst[..q].copy_from_slice(src);
+            }
+        }
+    }
 }
 
 /// What every block of one batch shares.

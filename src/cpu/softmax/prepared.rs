@@ -3,12 +3,15 @@
 //! `attention.rs` streams), so a call pays only for its queries, and the
 //! packed bytes charged to the backend's budget; for one call
 //! (`kernel_softmax`), the inputs borrowed and each batch packed as its
-//! group runs, so only one group's packing is in memory at a time.
+//! group runs, into the buffers of the group before it ([`Spare`]), so
+//! only one group's packing is in memory at a time and only the first
+//! group's is fresh memory.
 //!
 //! Imports: `super` (packing, attention), `super::super::{simd, threads}`,
 //! `crate::backend`, `crate::error`, `crate::memory`, `crate::types`.
 
-use std::sync::Arc;
+use std::borrow::Borrow;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rayon::prelude::*;
 
@@ -109,12 +112,49 @@ impl CpuAttention<'_> {
             }
             Stored::Borrowed(psi, values) => {
                 let d = psi.cols();
+                let spare = Mutex::new(Vec::<Packed>::new());
                 let pack_batch = |b: usize| {
-                    let v = Some((values.batch_slice(b), q));
-                    pack("kernel_softmax", psi.batch_slice(b), n, d, v)
+                    let (k, v) = (psi.batch_slice(b), Some((values.batch_slice(b), q)));
+                    let reused = spare.lock().unwrap_or_else(PoisonError::into_inner).pop();
+                    let packed = match reused {
+                        Some(mut p) => {
+                            p.fill(k, d, v);
+                            p
+                        }
+                        None => pack("kernel_softmax", k, n, d, v)?,
+                    };
+                    Ok(Spare {
+                        packed: Some(packed),
+                        spare: &spare,
+                    })
                 };
                 attend_packed(phi, (n, q), attn, isa, (&pack_batch, false))
             }
+        }
+    }
+}
+
+/// One batch's packing for one call, given back to the call's spares when
+/// its group is done (the next group packs into it: fresh memory costs
+/// page faults and clearing, the same again per group).
+struct Spare<'s> {
+    packed: Option<Packed>,
+    spare: &'s Mutex<Vec<Packed>>,
+}
+
+impl Borrow<Packed> for Spare<'_> {
+    fn borrow(&self) -> &Packed {
+        self.packed.as_ref().expect("held until dropped")
+    }
+}
+
+impl Drop for Spare<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.packed.take() {
+            self.spare
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(p);
         }
     }
 }

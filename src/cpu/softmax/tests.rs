@@ -212,25 +212,74 @@ fn feature_mean_builds_match_definition() {
     }
 }
 
-/// The AVX-512 exponential of the softmax equals `simd::exp_nonpos` lane
-/// for lane, bit for bit: across the range, at the cut-off (−87), where
-/// the result is subnormal, at 0, and 0 for −∞ and NaN; whole tiles and
-/// partial rows alike.
+/// Scores that rise along the keys by less than the lazy margin per tile
+/// (the reference stays, weights above 1), by about the margin, by far
+/// more (it moves every tile), that fall, and that jump late: every build
+/// against the f64 reference, with and without key splits (1 row and 200
+/// rows), causal and not.
+#[test]
+fn the_lazy_maximum_follows_rising_and_falling_scores() {
+    let n = 700;
+    let q = 3;
+    let vv = data(n * q, 7);
+    for step in [0.01f32, 0.078, 0.3, -0.3, 0.0] {
+        for m in [1usize, 200] {
+            // Query i = (1, small); key j = (j·step, j-th pseudo-random), so
+            // row i's scores rise (or fall) by `step` a key; key 650 jumps.
+            let pv: Vec<f32> = (0..m).flat_map(|i| [1.0, 0.01 * i as f32]).collect();
+            let kv: Vec<f32> = (0..n)
+                .flat_map(|j| {
+                    let jump = if j == 650 { 40.0 } else { 0.0 };
+                    [j as f32 * step + jump, data(1, j as u32)[0]]
+                })
+                .collect();
+            let (p, k, v) = (heads(&pv, 1, m, 2), heads(&kv, 1, n, 2), heads(&vv, 1, n, q));
+            for causal in [false, true] {
+                let attn = Attention { scale: 1.0, causal };
+                let want = reference(&pv, &kv, &vv, q, &attn);
+                for tile in TileIsa::all() {
+                    let got = CpuAttention::for_call(&Default::default(), &k, &v)
+                        .attend_on(&p, &attn, tile)
+                        .unwrap();
+                    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (f64::from(g) - w).abs() <= 1e-4 * w.abs() + 1e-5,
+                            "{tile:?} step={step} m={m} causal={causal} [{i}]: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The AVX-512 exponential of the softmax equals `simd::exp2_capped` lane
+/// for lane, bit for bit: across the range, at the cut-off (−126), where
+/// the result is subnormal, at 0, above 0 up to the lazy maximum's margin
+/// (arguments `(x − m)·log₂e` of scores `x` against a reference `m = 0`),
+/// and 0 for −∞ and NaN; whole tiles and partial rows alike. And its lazy
+/// row maximum is the portable one.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn avx512_exponentials_equal_the_scalar_ones_bit_for_bit() {
-    use super::super::simd::{Avx512, exp_nonpos};
+    use super::super::simd::{Avx512, EXP2_MIN, exp2_capped};
     let Some(t) = Avx512::detect() else {
         return;
     };
-    let mut xs: Vec<f32> = (0..4096).map(|i| -(i as f32) * 0.0247).collect();
+    let ln2 = std::f32::consts::LN_2;
+    let mut xs: Vec<f32> = (0..4096).map(|i| 5.0 - (i as f32) * 0.0247).collect();
     xs.extend([
         0.0,
         -0.0,
-        -87.0,
-        f32::from_bits((-87.0f32).to_bits() - 1),
-        f32::from_bits((-87.0f32).to_bits() + 1),
-        -86.5,
+        0.5,
+        -0.5,
+        1.5,
+        -2.5,
+        super::attention::LAZY,
+        EXP2_MIN * ln2,
+        f32::from_bits((EXP2_MIN * ln2).to_bits() - 1),
+        f32::from_bits((EXP2_MIN * ln2).to_bits() + 1),
+        -125.7 * ln2,
         -1e-30,
         -1e30,
         f32::NEG_INFINITY,
@@ -240,14 +289,26 @@ fn avx512_exponentials_equal_the_scalar_ones_bit_for_bit() {
         for chunk in xs.chunks(len) {
             let mut row = chunk.to_vec();
             // SAFETY: detected above.
-            unsafe { super::avx512::exp_sum(t, &mut row, 0.0) };
+            let sum = unsafe { super::avx512::exp2_sum(t, &mut row, 0.0) };
+            let mut want_sum = 0.0f64;
             for (&x, &got) in chunk.iter().zip(&row) {
-                let want = if x.is_nan() {
-                    0.0
-                } else {
-                    exp_nonpos::<Avx2Fma>(x)
-                };
+                let want = exp2_capped::<Avx2Fma>(x * std::f32::consts::LOG2_E);
                 assert_eq!(got.to_bits(), want.to_bits(), "x={x:e} len={len}");
+                want_sum += f64::from(want);
+            }
+            assert!((f64::from(sum) - want_sum).abs() <= 1e-5 * want_sum, "len={len}");
+            // The lazy maximum (scores are never NaN), against references
+            // below, at and above the margin, and −∞.
+            if chunk.iter().any(|x| x.is_nan()) {
+                continue;
+            }
+            let top = chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let lazy = super::attention::LAZY;
+            for m in [f32::NEG_INFINITY, top - lazy - 0.25, top - lazy, top - 1.0, top + 3.0] {
+                // SAFETY: detected above.
+                let got = unsafe { super::avx512::raised_max(t, chunk, m) };
+                let want = if top - m > lazy { top } else { m };
+                assert_eq!(got.to_bits(), want.to_bits(), "m={m} top={top} len={len}");
             }
         }
     }
