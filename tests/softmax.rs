@@ -265,6 +265,55 @@ fn transposed_views_are_read_in_logical_order() {
     }
 }
 
+/// Values up to the `f32` range (batch 0 near `f32::MAX`, one sign;
+/// batch 1 at 2·10³⁷, both signs; batch 2 ordinary), under equal scores
+/// (every weight the largest: sums of up to 1100 such values overflow
+/// `f32`) and spread ones: finite outputs within 1e-5 of each batch's
+/// largest value, one-shot and from a prepared set, causal or not.
+#[test]
+fn values_near_the_f32_range_do_not_overflow() {
+    let (nb, m, n, d, q) = (3, 7, 1100, 4, 3);
+    for spread in [0.0f32, 1.0] {
+        let x = data(91, (nb, m, n, d, q), -1.0);
+        let phi = x.phi.mapv(|f| f * spread);
+        let v = Array3::from_shape_fn((nb, n, q), |(b, j, c)| {
+            let u = x.v[[b, j, c]] / 3.0; // within (−1, 1)
+            match b {
+                0 => f32::MAX * (0.75 + 0.25 * u),
+                1 => 2e37 * u,
+                _ => u,
+            }
+        });
+        for causal in [false, true] {
+            let p = SoftmaxParams::new().with_causal(causal);
+            let scale = 1.0 / (d as f64).sqrt();
+            let want = ref_attention(&phi, &x.psi, &v, scale, causal);
+            for (name, e) in engines() {
+                let one = e
+                    .kernel_softmax(phi.view(), x.psi.view(), v.view(), &p)
+                    .unwrap();
+                let set = e
+                    .prepare_attention(x.psi.view(), v.view())
+                    .unwrap()
+                    .attend(phi.view(), &p)
+                    .unwrap();
+                for (how, got) in [("one-shot", &one), ("set", &set)] {
+                    for ((b, i, c), &w) in want.indexed_iter() {
+                        let top = v
+                            .index_axis(Axis(0), b)
+                            .fold(0.0f64, |a, &y| a.max(f64::from(y).abs()));
+                        let g = got[[b, i, c]];
+                        assert!(
+                            g.is_finite() && (f64::from(g) - w).abs() <= 1e-5 * top,
+                            "{name} {how} spread={spread} causal={causal} [{b}][{i}][{c}]: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn huge_logits_stay_finite_and_exact() {
     // d = 1, logits 10000 + 1.5625·j and their negatives: exact in f32, so

@@ -19,7 +19,7 @@ use ndarray::{
 use crate::backend::PreparedAttention;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::matrix::{Matrix, try_collect};
+use crate::matrix::{Matrix, try_collect, try_copy};
 use crate::types::{Attention, Heads};
 
 /// Logits (and the scaled queries) must stay below this size, so that a
@@ -118,8 +118,9 @@ impl Engine {
         let v = heads(OP, "values", values)?;
         check_values(OP, &k, &v)?;
         let attn = attention(OP, &p, &k, params)?;
+        let (v, v_scale) = safe_values(OP, v)?;
         let prepared = self.backend_impl().prepare_attention_call(&k, &v)?;
-        OnAttention::of(&*prepared, &k, &v).attend(&p, &attn)
+        OnAttention::of(&*prepared, &k, &v, v_scale).attend(&p, &attn)
     }
 
     /// The normalized attention weights `softmax(s·ΦΨᵀ)` (`(B, M, N)`, or
@@ -245,33 +246,42 @@ pub(crate) struct OnAttention<'a> {
     pub shape: (usize, usize, usize, usize),
     /// The keys' largest row norm (the logit range check).
     pub key_norm: f64,
+    /// What the outputs are multiplied by: 1, or the power of 2 the values
+    /// were divided by ([`OnAttention::inputs`]).
+    pub v_scale: f32,
 }
 
 impl<'a> OnAttention<'a> {
-    /// `prepared` holding keys `psi` and their `values`.
+    /// `prepared` holding keys `psi` and their `values` (divided by
+    /// `v_scale`).
     pub(crate) fn of(
         prepared: &'a dyn PreparedAttention,
         psi: &Heads<'_>,
         values: &Heads<'_>,
+        v_scale: f32,
     ) -> Self {
         OnAttention {
             prepared,
             shape: (psi.batch, psi.rows, psi.cols(), values.cols()),
             key_norm: max_row_norm(&psi.data),
+            v_scale,
         }
     }
 
     /// Checks attention keys `psi` and their `values` for `op` (2-D or
-    /// 3-D, finite, one value row per key, batch by batch).
+    /// 3-D, finite, one value row per key, batch by batch); the values as
+    /// the backends take them and the factor of the outputs
+    /// ([`safe_values`]).
     pub(crate) fn inputs<'v, D: Dimension>(
         op: &'static str,
         psi: ArrayView<'v, f32, D>,
         values: ArrayView<'v, f32, D>,
-    ) -> Result<(Heads<'v>, Heads<'v>)> {
+    ) -> Result<(Heads<'v>, Heads<'v>, f32)> {
         let k = heads(op, "psi", psi)?;
         let v = heads(op, "values", values)?;
         check_values(op, &k, &v)?;
-        Ok((k, v))
+        let (v, v_scale) = safe_values(op, v)?;
+        Ok((k, v, v_scale))
     }
 
     /// `softmax(s·ΦΨᵀ)V` of queries `phi` against the prepared keys, with
@@ -291,9 +301,41 @@ impl<'a> OnAttention<'a> {
 
     /// `softmax(s·ΦΨᵀ)V` of checked queries `p`, shaped like them.
     fn attend<D: Dimension>(&self, p: &Heads<'_>, attn: &Attention) -> Result<Array<f32, D>> {
-        let out = self.prepared.attend(p, attn)?;
+        let mut out = self.prepared.attend(p, attn)?;
+        if self.v_scale != 1.0 {
+            // An average of values within the f32 range is within it; only
+            // its last rounding could step past f32::MAX.
+            let f = self.v_scale;
+            out.iter_mut()
+                .for_each(|x| *x = (*x * f).clamp(-f32::MAX, f32::MAX));
+        }
         shaped(p.batch, p.rows, self.shape.3, p.ndim, out)
     }
+}
+
+/// Values whose largest magnitude passes this (`2⁶⁴`) are divided by a
+/// power of 2 before a backend sees them, and the outputs multiplied back:
+/// the backends add weights times values in `f32` (tiles of up to 512
+/// keys on the CPU, whose weights reach `e⁵`; `f32` states on the GPU),
+/// which must not overflow where the answer, an average of the values, is
+/// within range.
+const VALUES_SAFE: f32 = 18_446_744_073_709_551_616.0;
+
+/// `values` as the backends take them: the same, borrowed, when within
+/// [`VALUES_SAFE`], else a copy divided by `2^k`, the smallest power of 2
+/// that brings them within it (exact, but for values under `2⁻¹²⁶·2^k`,
+/// far below the outputs' precision); and the factor `2^k` (1 for none).
+fn safe_values<'v>(op: &'static str, v: Heads<'v>) -> Result<(Heads<'v>, f32)> {
+    let top = v.data.max_abs();
+    if top <= VALUES_SAFE {
+        return Ok((v, 1.0));
+    }
+    let k = (top.log2().ceil() as i32 - 64).max(1);
+    let down = 2.0f32.powi(-k);
+    let mut data = try_copy(op, "scaled values", v.data.as_slice())?;
+    data.iter_mut().for_each(|x| *x *= down);
+    let data = Matrix::check_owned(op, "values", (v.data.rows(), v.data.cols()), data)?;
+    Ok((Heads { data, ..v }, 2.0f32.powi(k)))
 }
 
 /// Checks one input and stacks its batches along the rows.

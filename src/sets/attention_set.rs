@@ -51,6 +51,9 @@ struct Inner {
     shape: (usize, usize, usize, usize),
     /// The keys' largest row norm (for the logit range check).
     key_norm: f64,
+    /// The factor of the outputs (values beyond `2⁶⁴` are kept divided by
+    /// a power of 2).
+    v_scale: f32,
 }
 
 impl Engine {
@@ -68,15 +71,16 @@ impl Engine {
         psi: ArrayView<'_, f32, D>,
         values: ArrayView<'_, f32, D>,
     ) -> Result<AttentionSet> {
-        let (k, v) = OnAttention::inputs("prepare_attention", psi, values)?;
+        let (k, v, v_scale) = OnAttention::inputs("prepare_attention", psi, values)?;
         let prepared = self.backend_impl().prepare_attention(&k, &v)?;
-        let on = OnAttention::of(&*prepared, &k, &v);
+        let on = OnAttention::of(&*prepared, &k, &v, v_scale);
         let (shape, key_norm) = (on.shape, on.key_norm);
         Ok(AttentionSet {
             inner: Arc::new(Inner {
                 prepared,
                 shape,
                 key_norm,
+                v_scale,
             }),
         })
     }
@@ -89,6 +93,7 @@ impl AttentionSet {
             prepared: &*self.inner.prepared,
             shape: self.inner.shape,
             key_norm: self.inner.key_norm,
+            v_scale: self.inner.v_scale,
         }
     }
 

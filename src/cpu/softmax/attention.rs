@@ -16,11 +16,11 @@ use std::borrow::Borrow;
 use rayon::prelude::*;
 
 use super::super::simd::{Isa, Portable, TileIsa, exp2_capped, fmadd, max_of, sum_of};
-use crate::types::merge_states;
 use super::{BK, BQ, Batch, MR, NR, Packed, SUB, scaled_queries, scores};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::matrix::alloc_output;
+use crate::types::merge_states;
 use crate::types::{Attention, Heads};
 
 /// Key tiles accumulated in `f32` before they are merged into the `f64` state.

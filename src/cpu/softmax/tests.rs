@@ -233,7 +233,11 @@ fn the_lazy_maximum_follows_rising_and_falling_scores() {
                     [j as f32 * step + jump, data(1, j as u32)[0]]
                 })
                 .collect();
-            let (p, k, v) = (heads(&pv, 1, m, 2), heads(&kv, 1, n, 2), heads(&vv, 1, n, q));
+            let (p, k, v) = (
+                heads(&pv, 1, m, 2),
+                heads(&kv, 1, n, 2),
+                heads(&vv, 1, n, q),
+            );
             for causal in [false, true] {
                 let attn = Attention { scale: 1.0, causal };
                 let want = reference(&pv, &kv, &vv, q, &attn);
@@ -296,7 +300,10 @@ fn avx512_exponentials_equal_the_scalar_ones_bit_for_bit() {
                 assert_eq!(got.to_bits(), want.to_bits(), "x={x:e} len={len}");
                 want_sum += f64::from(want);
             }
-            assert!((f64::from(sum) - want_sum).abs() <= 1e-5 * want_sum, "len={len}");
+            assert!(
+                (f64::from(sum) - want_sum).abs() <= 1e-5 * want_sum,
+                "len={len}"
+            );
             // The lazy maximum (scores are never NaN), against references
             // below, at and above the margin, and −∞.
             if chunk.iter().any(|x| x.is_nan()) {
@@ -304,7 +311,13 @@ fn avx512_exponentials_equal_the_scalar_ones_bit_for_bit() {
             }
             let top = chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
             let lazy = super::attention::LAZY;
-            for m in [f32::NEG_INFINITY, top - lazy - 0.25, top - lazy, top - 1.0, top + 3.0] {
+            for m in [
+                f32::NEG_INFINITY,
+                top - lazy - 0.25,
+                top - lazy,
+                top - 1.0,
+                top + 3.0,
+            ] {
                 // SAFETY: detected above.
                 let got = unsafe { super::avx512::raised_max(t, chunk, m) };
                 let want = if top - m > lazy { top } else { m };
