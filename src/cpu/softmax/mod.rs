@@ -71,7 +71,9 @@ pub(super) const MR: usize = 6;
 /// Keys (or value columns) of the register tile: two lane groups.
 pub(crate) const NR: usize = 2 * LANES;
 
-/// One batch's keys (and values), packed for the micro-kernels.
+/// One batch's keys (and values), packed for the micro-kernels (the
+/// default: nothing packed).
+#[derive(Default)]
 pub(super) struct Packed {
     /// Keys transposed tile by tile: coordinate `k` of key `t·BK + c` at
     /// `kt[(t·d + k)·BK + c]` (each tile one contiguous `d × BK` block),

@@ -124,7 +124,7 @@ impl CpuAttention<'_> {
                         None => pack("kernel_softmax", k, n, d, v)?,
                     };
                     Ok(Spare {
-                        packed: Some(packed),
+                        packed,
                         spare: &spare,
                     })
                 };
@@ -138,24 +138,23 @@ impl CpuAttention<'_> {
 /// its group is done (the next group packs into it: fresh memory costs
 /// page faults and clearing, the same again per group).
 struct Spare<'s> {
-    packed: Option<Packed>,
+    packed: Packed,
     spare: &'s Mutex<Vec<Packed>>,
 }
 
 impl Borrow<Packed> for Spare<'_> {
     fn borrow(&self) -> &Packed {
-        self.packed.as_ref().expect("held until dropped")
+        &self.packed
     }
 }
 
 impl Drop for Spare<'_> {
     fn drop(&mut self) {
-        if let Some(p) = self.packed.take() {
-            self.spare
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(p);
-        }
+        let p = std::mem::take(&mut self.packed);
+        self.spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(p);
     }
 }
 
