@@ -28,7 +28,9 @@ const FLUSH_TILES: usize = 8;
 
 /// How far a score may rise above its row's reference maximum before the
 /// reference moves: weights up to `e⁵ ≈ 148`, so a tile's `f32` sums (at
-/// most `FLUSH_TILES·BK` terms) stay far from overflow.
+/// most `FLUSH_TILES·BK` terms, values within `2⁶⁴`: the op divides larger
+/// ones by a power of 2, `ops::softmax::safe_values`) stay far from
+/// overflow.
 pub(super) const LAZY: f32 = 5.0;
 
 /// Row states of a block over some keys (docs/numerics.md): `m` the
