@@ -16,7 +16,7 @@ use std::borrow::Borrow;
 use rayon::prelude::*;
 
 use super::super::simd::{Isa, Portable, TileIsa, exp2_capped, fmadd, max_of, sum_of};
-use super::{BK, BQ, Batch, MR, NR, Packed, SUB, scaled_queries, scores};
+use super::{BK, BQ, Batch, LAZY, MR, NR, Packed, SUB, scaled_queries, scores};
 use crate::cancel::Checkpoint;
 use crate::error::Result;
 use crate::matrix::alloc_output;
@@ -25,13 +25,6 @@ use crate::types::{Attention, Heads};
 
 /// Key tiles accumulated in `f32` before they are merged into the `f64` state.
 const FLUSH_TILES: usize = 8;
-
-/// How far a score may rise above its row's reference maximum before the
-/// reference moves: weights up to `e⁵ ≈ 148`, so a tile's `f32` sums (at
-/// most `FLUSH_TILES·BK` terms, values within `2⁶⁴`: the op divides larger
-/// ones by a power of 2, `ops::softmax::safe_values`) stay far from
-/// overflow.
-pub(super) const LAZY: f32 = 5.0;
 
 /// Row states of a block over some keys (docs/numerics.md): `m` the
 /// reference maximum (a score reached it, and none exceeds it by more than

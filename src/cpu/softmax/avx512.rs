@@ -11,15 +11,15 @@
 //! same polynomial, same cut-off, NaN gives 0 in both), so the builds
 //! differ only in the order of the sums.
 //!
-//! Imports: `super` (tile sizes), `super::super::simd` (the token).
+//! Imports: `super` (tile sizes, the lazy margin), `super::super::simd`
+//! (the token, the exponential's constants).
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
 use super::super::simd::{Avx512, EXP2_MIN, EXP2_POLY};
-use super::attention::LAZY;
-use super::{BK, MR};
+use super::{BK, LAZY, MR};
 
 /// Lanes of one zmm register of `f32`.
 const W: usize = 16;

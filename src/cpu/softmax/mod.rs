@@ -71,6 +71,13 @@ pub(super) const MR: usize = 6;
 /// Keys (or value columns) of the register tile: two lane groups.
 pub(crate) const NR: usize = 2 * LANES;
 
+/// How far a score may rise above its row's reference maximum before the
+/// reference moves: weights up to `e⁵ ≈ 148`, so a tile's `f32` sums (at
+/// most `FLUSH_TILES·BK` terms, values within `2⁶⁴`: the op divides larger
+/// ones by a power of 2, `ops::softmax::safe_values`) stay far from
+/// overflow.
+pub(super) const LAZY: f32 = 5.0;
+
 /// One batch's keys (and values), packed for the micro-kernels (the
 /// default: nothing packed).
 #[derive(Default)]

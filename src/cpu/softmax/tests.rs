@@ -279,7 +279,7 @@ fn avx512_exponentials_equal_the_scalar_ones_bit_for_bit() {
         -0.5,
         1.5,
         -2.5,
-        super::attention::LAZY,
+        super::LAZY,
         EXP2_MIN * ln2,
         f32::from_bits((EXP2_MIN * ln2).to_bits() - 1),
         f32::from_bits((EXP2_MIN * ln2).to_bits() + 1),
@@ -310,7 +310,7 @@ fn avx512_exponentials_equal_the_scalar_ones_bit_for_bit() {
                 continue;
             }
             let top = chunk.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let lazy = super::attention::LAZY;
+            let lazy = super::LAZY;
             for m in [
                 f32::NEG_INFINITY,
                 top - lazy - 0.25,
