@@ -428,8 +428,7 @@ pub(crate) fn padded_stride(rows: usize) -> usize {
 mod tests {
     use super::first_non_finite;
 
-    /// The block scan finds the first bad entry wherever it lies (first,
-    /// last, across block edges), NaN only when it is not allowed.
+    /// `max_abs` at every position of the largest entry, NaN beside it.
     #[test]
     fn max_abs_is_the_largest_magnitude_nan_aside() {
         for len in [1usize, 5, 15, 16, 17, 31, 32, 33, 100] {
@@ -446,6 +445,8 @@ mod tests {
         }
     }
 
+    /// The block scan finds the first bad entry wherever it lies (first,
+    /// last, across block edges), NaN only when it is not allowed.
     #[test]
     fn the_first_non_finite_entry_is_found() {
         for len in [1usize, 5, 1023, 1024, 1025, 5000] {
