@@ -129,3 +129,44 @@ fn feature_mean_of_tiny_features_is_not_mistaken_for_empty() {
         }
     }
 }
+
+/// Values near the `f32` range (one sign, and both signs at 2·10³⁷) over
+/// 1100 keys: the GPU's `f32` sums overflowed to `inf` before the op
+/// divided such values by a power of 2. Finite and within 1e-5 of the
+/// largest value on both backends, causal or not; empty rows stay NaN.
+#[test]
+fn values_near_the_f32_range_do_not_overflow() {
+    let (nb, m, n, d, q) = (2, 7, 1100, 4, 3);
+    let mut x = data(16, (nb, m, n, d, q), 0.0);
+    x.phi.index_axis_mut(Axis(1), 2).fill(0.0); // an empty row
+    let v = Array3::from_shape_fn((nb, n, q), |(b, j, c)| {
+        let u = x.v[[b, j, c]] / 3.0; // within (−1, 1)
+        match b {
+            0 => f32::MAX * (0.75 + 0.25 * u),
+            _ => 2e37 * u,
+        }
+    });
+    for causal in [false, true] {
+        let (want, empty) = ref_feature_mean(&x.phi, &x.psi, &v, causal);
+        for (name, e) in engines() {
+            let got = e
+                .feature_local_mean(x.phi.view(), x.psi.view(), v.view(), causal)
+                .unwrap();
+            assert_eq!(got.empty_rows, empty, "{name}");
+            for ((b, i, c), &w) in want.indexed_iter() {
+                let g = got.values[[b, i, c]];
+                let top = v
+                    .index_axis(Axis(0), b)
+                    .fold(0.0f64, |a, &y| a.max(f64::from(y).abs()));
+                if w.is_nan() {
+                    assert!(g.is_nan(), "{name} causal={causal} [{b}][{i}][{c}]: {g}");
+                    continue;
+                }
+                assert!(
+                    g.is_finite() && (f64::from(g) - w).abs() <= 1e-5 * top,
+                    "{name} causal={causal} [{b}][{i}][{c}]: {g} vs {w}"
+                );
+            }
+        }
+    }
+}

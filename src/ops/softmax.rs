@@ -186,7 +186,9 @@ impl Engine {
         non_negative(OP, "phi", &p)?;
         non_negative(OP, "psi", &k)?;
         check_causal(OP, &p, k.rows, causal)?;
-        let (out, empty_rows) = self.backend_impl().feature_local_mean(&p, &k, &v, causal)?;
+        let (v, v_scale) = safe_values(OP, v)?;
+        let (mut out, empty_rows) = self.backend_impl().feature_local_mean(&p, &k, &v, causal)?;
+        scale_back(&mut out, v_scale);
         let values = shaped(p.batch, p.rows, v.cols(), p.ndim, out)?;
         Ok(FeatureLocalMean { values, empty_rows })
     }
@@ -302,23 +304,17 @@ impl<'a> OnAttention<'a> {
     /// `softmax(s·ΦΨᵀ)V` of checked queries `p`, shaped like them.
     fn attend<D: Dimension>(&self, p: &Heads<'_>, attn: &Attention) -> Result<Array<f32, D>> {
         let mut out = self.prepared.attend(p, attn)?;
-        if self.v_scale != 1.0 {
-            // An average of values within the f32 range is within it; only
-            // its last rounding could step past f32::MAX.
-            let f = self.v_scale;
-            out.iter_mut()
-                .for_each(|x| *x = (*x * f).clamp(-f32::MAX, f32::MAX));
-        }
+        scale_back(&mut out, self.v_scale);
         shaped(p.batch, p.rows, self.shape.3, p.ndim, out)
     }
 }
 
 /// Values whose largest magnitude passes this (`2⁶⁴`) are divided by a
 /// power of 2 before a backend sees them, and the outputs multiplied back:
-/// the backends add weights times values in `f32` (tiles of up to 512
-/// keys on the CPU, whose weights reach `e⁵`; `f32` states on the GPU),
-/// which must not overflow where the answer, an average of the values, is
-/// within range.
+/// the backends add weights times values in `f32` (attention's tiles of up
+/// to 512 keys on the CPU, whose weights reach `e⁵`; `f32` states and the
+/// linear feature sums on the GPU), which must not overflow where the
+/// answer, an average of the values, is within range.
 const VALUES_SAFE: f32 = 18_446_744_073_709_551_616.0;
 
 /// `values` as the backends take them: the same, borrowed, when within
@@ -336,6 +332,17 @@ fn safe_values<'v>(op: &'static str, v: Heads<'v>) -> Result<(Heads<'v>, f32)> {
     data.iter_mut().for_each(|x| *x *= down);
     let data = Matrix::check_owned(op, "values", (v.data.rows(), v.data.cols()), data)?;
     Ok((Heads { data, ..v }, 2.0f32.powi(k)))
+}
+
+/// Multiplies averages of values divided by `f` ([`safe_values`]) back
+/// by `f`. An average of values within the `f32` range is within it; only
+/// its last rounding could step past `f32::MAX`, hence the clamp (NaN, an
+/// empty row, stays NaN).
+fn scale_back(out: &mut [f32], f: f32) {
+    if f != 1.0 {
+        out.iter_mut()
+            .for_each(|x| *x = (*x * f).clamp(-f32::MAX, f32::MAX));
+    }
 }
 
 /// Checks one input and stacks its batches along the rows.
