@@ -258,8 +258,9 @@ fn the_lazy_maximum_follows_rising_and_falling_scores() {
 }
 
 /// The AVX-512 exponential of the softmax equals `simd::exp2_capped` lane
-/// for lane, bit for bit: across the range, at the cut-off (−126), where
-/// the result is subnormal, at 0, above 0 up to the lazy maximum's margin
+/// for lane, bit for bit: across the range, at the cut-off (2⁻¹²⁶, the
+/// smallest result: none is subnormal), at 0, above 0 up to the lazy
+/// maximum's margin
 /// (arguments `(x − m)·log₂e` of scores `x` against a reference `m = 0`),
 /// and 0 for −∞ and NaN; whole tiles and partial rows alike. And its lazy
 /// row maximum is the portable one.
