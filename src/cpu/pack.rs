@@ -38,10 +38,22 @@ pub(crate) fn pack(
 /// of key `l` at `panel[k·P + l]`), their squared norms added to `norms`
 /// in `f64`, coordinate by coordinate.
 fn pack_scalar(keys: &[f32], d: usize, mean: &[f64], panel: &mut [f32], norms: &mut [f64]) {
+    pack_from(0, keys, d, mean, panel, norms);
+}
+
+/// [`pack_scalar`] of coordinates `from..d` only, each norm continued.
+fn pack_from(
+    from: usize,
+    keys: &[f32],
+    d: usize,
+    mean: &[f64],
+    panel: &mut [f32],
+    norms: &mut [f64],
+) {
     for (l, row) in keys.chunks_exact(d).enumerate() {
-        for (k, (&x, &mu)) in row.iter().zip(mean).enumerate() {
+        for (i, (&x, &mu)) in row[from..].iter().zip(&mean[from..d]).enumerate() {
             let v = (f64::from(x) - mu) as f32;
-            panel[k * P + l] = v;
+            panel[(from + i) * P + l] = v;
             norms[l] += f64::from(v) * f64::from(v);
         }
     }
@@ -65,7 +77,9 @@ fn pack_avx512(
     let nk = keys.len() / d;
     assert!(nk <= P && panel.len() >= P * d && norms.len() >= P && mean.len() >= d);
     let whole = d / 8 * 8;
-    let mut acc = [_mm512_setzero_pd(); 2];
+    // SAFETY: norms holds P = 16 values (asserted).
+    let mut acc: [__m512d; 2] =
+        std::array::from_fn(|h| unsafe { _mm512_loadu_pd(norms.as_ptr().add(8 * h)) });
     for k0 in (0..whole).step_by(8) {
         // SAFETY: coordinates k0..k0+8 ≤ d of the mean and of each of the
         // nk key rows, within the slices asserted above.
@@ -96,13 +110,7 @@ fn pack_avx512(
         unsafe { _mm512_storeu_pd(norms.as_mut_ptr().add(8 * h), *a) };
     }
     // The last d mod 8 coordinates, key by key, continuing each norm.
-    for (l, row) in keys.chunks_exact(d).enumerate() {
-        for k in whole..d {
-            let v = (f64::from(row[k]) - mean[k]) as f32;
-            panel[k * P + l] = v;
-            norms[l] += f64::from(v) * f64::from(v);
-        }
-    }
+    pack_from(whole, keys, d, mean, panel, norms);
 }
 
 #[cfg(test)]

@@ -304,13 +304,12 @@ pub(crate) const EXP2_POLY: [f32; 6] = [
 ];
 
 /// `2^x` for `x ≤ 64` (including `-inf`; its callers keep their arguments
-/// at most a few units above 0), with relative error below
-/// 2e-7; exactly 0 for `x < −126`, so no subnormal reaches a sum. The
-/// attention's softmax, whose scores carry the factor `log₂ e` (one
-/// multiply-add fewer than [`exp_nonpos`], and no Cody–Waite reduction:
-/// `r = x − round(x)` is exact). Its AVX-512 twin in `softmax/avx512.rs`
-/// rounds with `vrndscaleps` and scales with `vscalefps`, bit for bit the
-/// same.
+/// at most a few units above 0), with relative error below 2e-7; exactly
+/// 0 for `x < −126` (no result is subnormal), 0 for NaN. The attention's
+/// softmax takes `e^y` as `2^{y·log₂e}` with it: no Cody–Waite reduction
+/// (`r = x − round(x)` is exact) and no clamp. Its AVX-512 twin in
+/// `softmax/avx512.rs` rounds with `vrndscaleps` and scales with
+/// `vscalefps`, bit for bit the same.
 #[inline(always)]
 pub(crate) fn exp2_capped<S: Isa>(x: f32) -> f32 {
     // Round to the nearest integer, ties to even (|x| < 2²² where it matters).

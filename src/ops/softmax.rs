@@ -19,7 +19,7 @@ use ndarray::{
 use crate::backend::PreparedAttention;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::matrix::{Matrix, try_collect, try_copy};
+use crate::matrix::{Matrix, try_collect};
 use crate::types::{Attention, Heads};
 
 /// Logits (and the scaled queries) must stay below this size, so that a
@@ -117,10 +117,11 @@ impl Engine {
         let (p, k) = pair(OP, phi, psi)?;
         let v = heads(OP, "values", values)?;
         check_values(OP, &k, &v)?;
-        let attn = attention(OP, &p, &k, params)?;
+        let key_norm = max_row_norm(&k.data);
+        let attn = attention_for(OP, &p, (k.rows, key_norm), params)?;
         let (v, v_scale) = safe_values(OP, v)?;
         let prepared = self.backend_impl().prepare_attention_call(&k, &v)?;
-        OnAttention::of(&*prepared, &k, &v, v_scale).attend(&p, &attn)
+        OnAttention::of(&*prepared, &k, &v, (key_norm, v_scale)).attend(&p, &attn)
     }
 
     /// The normalized attention weights `softmax(s·ΦΨᵀ)` (`(B, M, N)`, or
@@ -254,36 +255,38 @@ pub(crate) struct OnAttention<'a> {
 }
 
 impl<'a> OnAttention<'a> {
-    /// `prepared` holding keys `psi` and their `values` (divided by
-    /// `v_scale`).
+    /// `prepared` holding keys `psi` (of largest row norm `key_norm`) and
+    /// their `values` (divided by `v_scale`).
     pub(crate) fn of(
         prepared: &'a dyn PreparedAttention,
         psi: &Heads<'_>,
         values: &Heads<'_>,
-        v_scale: f32,
+        (key_norm, v_scale): (f64, f32),
     ) -> Self {
         OnAttention {
             prepared,
             shape: (psi.batch, psi.rows, psi.cols(), values.cols()),
-            key_norm: max_row_norm(&psi.data),
+            key_norm,
             v_scale,
         }
     }
 
     /// Checks attention keys `psi` and their `values` for `op` (2-D or
     /// 3-D, finite, one value row per key, batch by batch); the values as
-    /// the backends take them and the factor of the outputs
+    /// the backends take them, and what [`of`](Self::of) needs besides:
+    /// the keys' largest row norm and the factor of the outputs
     /// ([`safe_values`]).
     pub(crate) fn inputs<'v, D: Dimension>(
         op: &'static str,
         psi: ArrayView<'v, f32, D>,
         values: ArrayView<'v, f32, D>,
-    ) -> Result<(Heads<'v>, Heads<'v>, f32)> {
+    ) -> Result<(Heads<'v>, Heads<'v>, (f64, f32))> {
         let k = heads(op, "psi", psi)?;
         let v = heads(op, "values", values)?;
         check_values(op, &k, &v)?;
         let (v, v_scale) = safe_values(op, v)?;
-        Ok((k, v, v_scale))
+        let key_norm = max_row_norm(&k.data);
+        Ok((k, v, (key_norm, v_scale)))
     }
 
     /// `softmax(s·ΦΨᵀ)V` of queries `phi` against the prepared keys, with
@@ -328,8 +331,8 @@ fn safe_values<'v>(op: &'static str, v: Heads<'v>) -> Result<(Heads<'v>, f32)> {
     }
     let k = (top.log2().ceil() as i32 - 64).max(1);
     let down = 2.0f32.powi(-k);
-    let mut data = try_copy(op, "scaled values", v.data.as_slice())?;
-    data.iter_mut().for_each(|x| *x *= down);
+    let scaled = v.data.as_slice().iter().map(|&x| x * down);
+    let data = try_collect(op, "scaled values", v.data.as_slice().len(), scaled)?;
     let data = Matrix::check_owned(op, "values", (v.data.rows(), v.data.cols()), data)?;
     Ok((Heads { data, ..v }, 2.0f32.powi(k)))
 }

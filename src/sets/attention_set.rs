@@ -71,10 +71,10 @@ impl Engine {
         psi: ArrayView<'_, f32, D>,
         values: ArrayView<'_, f32, D>,
     ) -> Result<AttentionSet> {
-        let (k, v, v_scale) = OnAttention::inputs("prepare_attention", psi, values)?;
+        let (k, v, norm_scale) = OnAttention::inputs("prepare_attention", psi, values)?;
         let prepared = self.backend_impl().prepare_attention(&k, &v)?;
-        let on = OnAttention::of(&*prepared, &k, &v, v_scale);
-        let (shape, key_norm) = (on.shape, on.key_norm);
+        let on = OnAttention::of(&*prepared, &k, &v, norm_scale);
+        let (shape, key_norm, v_scale) = (on.shape, on.key_norm, on.v_scale);
         Ok(AttentionSet {
             inner: Arc::new(Inner {
                 prepared,

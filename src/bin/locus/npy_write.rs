@@ -17,26 +17,20 @@ pub trait Element: bytemuck::Pod {
     fn put(self, out: &mut Vec<u8>);
 }
 
-impl Element for f32 {
-    const DESCR: &'static str = "<f4";
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
+macro_rules! element {
+    ($t:ty, $descr:literal) => {
+        impl Element for $t {
+            const DESCR: &'static str = $descr;
+            fn put(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    };
 }
 
-impl Element for f64 {
-    const DESCR: &'static str = "<f8";
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-
-impl Element for i64 {
-    const DESCR: &'static str = "<i8";
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
+element!(f32, "<f4");
+element!(f64, "<f8");
+element!(i64, "<i8");
 
 /// Writes a C-order array of `shape` whose elements `data` yields in
 /// order (format version 1, or 2 for a header too long for it).
@@ -63,11 +57,14 @@ pub fn write<T: Element>(
     }
     w.write_all(&buf)?;
     if count != expected {
-        return Err(io::Error::other(format!(
-            "{count} elements written for shape {shape:?}"
-        )));
+        return Err(wrong_count(count, shape));
     }
     Ok(())
+}
+
+/// The error of a write whose data holds `count` elements, not `shape`'s.
+fn wrong_count(count: usize, shape: &[usize]) -> io::Error {
+    io::Error::other(format!("{count} elements written for shape {shape:?}"))
 }
 
 /// [`write`] of a C-order array whose elements are `data`: the bytes
@@ -82,10 +79,7 @@ pub fn write_slice<T: Element>(w: &mut impl Write, shape: &[usize], data: &[T]) 
     }
     let expected: usize = shape.iter().product();
     if data.len() != expected {
-        return Err(io::Error::other(format!(
-            "{} elements written for shape {shape:?}",
-            data.len()
-        )));
+        return Err(wrong_count(data.len(), shape));
     }
     write_header::<T>(w, shape)?;
     w.write_all(bytemuck::cast_slice(data))

@@ -96,6 +96,24 @@ impl Packed {
     pub(super) fn key_tile(&self, j0: usize, d: usize) -> &[f32] {
         &self.kt[j0 * d..(j0 + BK) * d]
     }
+
+    /// Writes one batch's keys and values into this packing, made by
+    /// [`pack`] for inputs of the same shape: every key and value position
+    /// is written, the padding (zero) is left as it is, so a packing can
+    /// serve batch after batch.
+    pub(super) fn fill(&mut self, psi: &[f32], d: usize, values: Option<(&[f32], usize)>) {
+        for (j, row) in psi.chunks_exact(d).enumerate() {
+            let (t, c) = (j / BK, j % BK);
+            for (k, &x) in row.iter().enumerate() {
+                self.kt[(t * d + k) * BK + c] = x;
+            }
+        }
+        if let Some((v, q)) = values {
+            for (dst, src) in self.v.chunks_exact_mut(self.qp).zip(v.chunks_exact(q)) {
+                dst[..q].copy_from_slice(src);
+            }
+        }
+    }
 }
 
 /// Packs one batch's keys `psi` (`n × d`) and `values` (`n × q`), or
@@ -120,26 +138,6 @@ pub(super) fn pack(
     let mut packed = Packed { kt, v, qp };
     packed.fill(psi, d, values);
     Ok(packed)
-}
-
-impl Packed {
-    /// Writes one batch's keys and values into this packing, made by
-    /// [`pack`] for inputs of the same shape: every key and value position
-    /// is written, the padding (zero) is left as it is, so a packing can
-    /// serve batch after batch.
-    pub(super) fn fill(&mut self, psi: &[f32], d: usize, values: Option<(&[f32], usize)>) {
-        for (j, row) in psi.chunks_exact(d).enumerate() {
-            let (t, c) = (j / BK, j % BK);
-            for (k, &x) in row.iter().enumerate() {
-                self.kt[(t * d + k) * BK + c] = x;
-            }
-        }
-        if let Some((v, q)) = values {
-            for (dst, src) in self.v.chunks_exact_mut(self.qp).zip(v.chunks_exact(q)) {
-                dst[..q].copy_from_slice(src);
-            }
-        }
-    }
 }
 
 /// What every block of one batch shares.
