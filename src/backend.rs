@@ -246,10 +246,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// Prepares `keys` and `sets` for the one `call` of a one-shot op, laid
     /// out as that call plans: the same code as a key set, without its
     /// memory reservation (GPU buffers come from the pool and the host
-    /// matrices stay borrowed).
+    /// matrices stay borrowed: the CPU's kNN re-measures from `keys`
+    /// themselves).
     fn prepare_call<'a>(
         &'a self,
-        keys: &Matrix<'a>,
+        keys: &'a Matrix<'a>,
         sets: &[Matrix<'a>],
         call: &Call<'_>,
     ) -> Result<Box<dyn PreparedKeys + 'a>>;

@@ -232,7 +232,7 @@ unsafe fn tile_avx512bf16(
 
 #[cfg(test)]
 mod tests {
-    use super::super::panels::{CentredRows, Panels, TileIsa, dot_tile as f32_tile};
+    use super::super::panels::{CentredRows, KnnRows, Panels, TileIsa, dot_tile as f32_tile};
     use super::super::test_data as data;
     use super::*;
 
@@ -251,7 +251,7 @@ mod tests {
                 .map(|(i, v)| v * [1.0, 1e3, 1e-3, 7.0][i % 4])
                 .collect();
             let q = data(ROWS * d, 1000 + d as u64);
-            let panels = Panels::from_rows(&x, d, true).expect("near keys");
+            let panels = Panels::from_rows(&x, d, KnnRows::Lent).expect("near keys");
             let pairs = panels.bf16().expect("built where the CPU has BF16");
             let rows = CentredRows::new(&panels, &q);
             let qb = query_pairs(rows.qc(), d);

@@ -10,7 +10,7 @@
 
 use rayon::prelude::*;
 
-use super::panels::Panels;
+use super::panels::{KnnRows, Panels};
 use crate::error::Result;
 use crate::matrix::{Matrix, padded_stride, reserve, try_zeros};
 
@@ -29,6 +29,10 @@ pub(crate) struct KeysSoa<'a> {
     pub q: usize,
     /// The keys centred and packed for inner products, when built.
     pub panels: Option<&'a Panels>,
+    /// The keys as given, row-major (`rows[j·d + k]`), when at hand: the
+    /// panels' copy (a key set) or the caller's keys (a one-shot kNN).
+    /// kNN's blocked path re-measures its candidates from them.
+    pub rows: Option<&'a [f32]>,
 }
 
 /// What a [`KeyColumns`] builds beside the transposed keys.
@@ -38,12 +42,13 @@ pub(crate) enum Pack {
     None,
     /// The keys' panels (local means, row states, kernel matrices).
     Panels,
-    /// The panels and the row-major copy of the keys (kNN's re-measure).
+    /// The panels with kNN's data and a row-major copy of the keys (a key
+    /// set; kNN re-measures from the copy).
     PanelsAndRows,
-    /// As [`PanelsAndRows`](Self::PanelsAndRows), without the transposed
-    /// keys unless the panels cannot be built: a one-shot kNN that takes
-    /// the blocked path, whose every pair the panels and the row-major
-    /// copy measure.
+    /// The panels with kNN's data, without the transposed keys unless the
+    /// panels cannot be built and without a row-major copy: a one-shot
+    /// kNN that takes the blocked path, whose every pair the panels and
+    /// the caller's keys, lent row-major ([`KeysSoa::rows`]), measure.
     PanelsInstead,
 }
 
@@ -53,9 +58,13 @@ impl Pack {
         if yes { Pack::Panels } else { Pack::None }
     }
 
-    /// Whether the row-major copy is kept with the panels.
-    fn rows(self) -> bool {
-        matches!(self, Pack::PanelsAndRows | Pack::PanelsInstead)
+    /// What the panels hold for kNN.
+    fn knn_rows(self) -> KnnRows {
+        match self {
+            Pack::None | Pack::Panels => KnnRows::No,
+            Pack::PanelsAndRows => KnnRows::Copied,
+            Pack::PanelsInstead => KnnRows::Lent,
+        }
     }
 }
 
@@ -79,7 +88,7 @@ impl KeyColumns {
         let (n, d) = (keys.rows(), keys.cols());
         let packed = match pack {
             Pack::None => 0,
-            _ => Panels::bytes(n, d, pack.rows()),
+            _ => Panels::bytes(n, d, pack.knn_rows()),
         };
         // PanelsInstead builds the transposed keys only where it builds no
         // panels, which take more: the panels stand for them.
@@ -106,7 +115,7 @@ impl KeyColumns {
         let (n, d, ld) = (keys.rows(), keys.cols(), padded_stride(keys.rows()));
         let panels = match pack {
             Pack::None => None,
-            _ => Panels::try_from_rows(op, keys.as_slice(), d, pack.rows())?,
+            _ => Panels::try_from_rows(op, keys.as_slice(), d, pack.knn_rows())?,
         };
         let xt = match (pack, &panels) {
             (Pack::PanelsInstead, Some(_)) => Vec::new(),
@@ -201,11 +210,6 @@ impl KeyColumns {
         self.n == 0 || !self.xt.is_empty()
     }
 
-    /// The row-major copy of the keys kept with the panels, if any.
-    pub(crate) fn rows_copy(&self) -> Option<ndarray::ArrayView2<'_, f32>> {
-        self.panels.as_ref()?.rows()
-    }
-
     /// Column counts of the value matrices.
     pub(crate) fn set_cols(&self) -> Vec<usize> {
         self.sets.iter().map(|s| s.1).collect()
@@ -225,6 +229,7 @@ impl KeyColumns {
             ld: self.ld,
             q,
             panels: self.panels.as_ref(),
+            rows: self.panels.as_ref().and_then(Panels::rows),
         }
     }
 }

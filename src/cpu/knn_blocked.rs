@@ -332,7 +332,7 @@ fn chunk_impl<S: Isa>(
     // one key at a time.
     let remeasure = |cand: &[(u32, u32)], rows: &mut [Row]| {
         for batch in cand.chunks(8) {
-            let t = sq_dists8(isa, batch, chunk, d, keys, filter.panels);
+            let t = sq_dists8(isa, batch, chunk, d, keys);
             for (&(i, j), &t) in batch.iter().zip(&t) {
                 let row = &mut rows[i as usize];
                 if row.top.offer(t, j) {
@@ -436,7 +436,6 @@ fn sq_dists8<S: Isa>(
     chunk: &[f32],
     d: usize,
     keys: &KeysSoa<'_>,
-    panels: &Panels,
 ) -> [f32; 8] {
     debug_assert!(!batch.is_empty() && batch.len() <= 8);
     // Coordinate k of pair c: key at kb[c][k·ks], query at qs[c][k].
@@ -444,7 +443,7 @@ fn sq_dists8<S: Isa>(
     let pair = |c: usize| batch[c.min(batch.len() - 1)];
     let mut qs: [&[f32]; 8] = [&[]; 8];
     let mut kb: [&[f32]; 8] = [&[]; 8];
-    let ks = match panels.key(0) {
+    let ks = match keys.rows {
         Some(_) => 1,
         None => keys.ld,
     };
@@ -452,8 +451,8 @@ fn sq_dists8<S: Isa>(
         let (i, j) = pair(c);
         let (i, j) = (i as usize, j as usize);
         qs[c] = &chunk[i * d..(i + 1) * d];
-        kb[c] = match panels.key(j) {
-            Some(key) => key,
+        kb[c] = match keys.rows {
+            Some(rows) => &rows[j * d..(j + 1) * d],
             // Column-major: coordinate k of key j at xt[k·ld + j].
             None => &keys.xt[j..(d - 1) * keys.ld + j + 1],
         };

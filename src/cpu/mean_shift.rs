@@ -14,7 +14,7 @@ use rayon::prelude::*;
 
 use super::keys::KeysSoa;
 use super::local_mean::{GroupJob, GroupState, QUERY_GROUP, group, local_mean};
-use super::panels::{self, CentredRows, Panels, serve_sq_dists};
+use super::panels::{self, CentredRows, KnnRows, Panels, serve_sq_dists};
 use super::threads::Threads;
 use crate::cancel::Checkpoint;
 use crate::error::Result;
@@ -88,9 +88,9 @@ impl ShiftKeys {
                 .flat_map(|&i| &points[i as usize * d..(i as usize + 1) * d])
                 .copied();
             let sorted = try_collect(OP, "sorted points", points.len(), sorted)?;
-            Panels::try_from_rows(OP, &sorted, d, false)?
+            Panels::try_from_rows(OP, &sorted, d, KnnRows::No)?
         } else {
-            Panels::try_from_rows(OP, points, d, false)?
+            Panels::try_from_rows(OP, points, d, KnnRows::No)?
         };
         Ok(ShiftKeys {
             xt,
@@ -112,6 +112,7 @@ impl ShiftKeys {
             ld: self.ld,
             q: self.d,
             panels: self.panels.as_ref(),
+            rows: None,
         }
     }
 

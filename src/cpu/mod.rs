@@ -106,7 +106,7 @@ impl Backend for CpuBackend {
 
     fn prepare_call<'a>(
         &'a self,
-        keys: &Matrix<'a>,
+        keys: &'a Matrix<'a>,
         sets: &[Matrix<'a>],
         call: &Call<'_>,
     ) -> Result<Box<dyn PreparedKeys + 'a>> {

@@ -73,6 +73,19 @@ pub(crate) fn wanted_for(kernel: &Kernel, d: usize, m: usize) -> bool {
         && m >= ONE_SHOT_MIN_M
 }
 
+/// What [`Panels`] hold for kNN beside the packed keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KnnRows {
+    /// Nothing (local means, row states, kernel matrices, MeanShift).
+    No,
+    /// The `bf16` pairs where the CPU has AVX-512 BF16; the keys stay the
+    /// caller's, lent row-major to kNN's re-measure (a one-shot call,
+    /// whose keys outlive it).
+    Lent,
+    /// The `bf16` pairs and a row-major copy of the keys (a key set).
+    Copied,
+}
+
 /// The keys centred on their mean (taken in `f64`), rounded once to `f32`
 /// and packed in panels (`c[(j/P)·P·d + k·P + j%P]`, zero-padded), with
 /// their centred squared norms.
@@ -83,23 +96,24 @@ pub(crate) struct Panels {
     /// The same, rounded to `f32` (padded to whole panels with zeros).
     norms32: Vec<f32>,
     mean: Vec<f64>,
-    /// The keys as given, row-major (`rows[j·d + k]`), when kept: kNN
-    /// re-measures its candidates from them with unit stride.
+    /// The keys as given, row-major (`rows[j·d + k]`), when copied
+    /// ([`KnnRows::Copied`]): kNN re-measures its candidates from them
+    /// with unit stride.
     rows: Option<Vec<f32>>,
     /// The panels in `bf16` pairs, for kNN's filter where the CPU has
-    /// AVX-512 BF16 (built with the row-major copy).
+    /// AVX-512 BF16 (built for [`KnnRows::Lent`] and [`KnnRows::Copied`]).
     bf16: Option<Bf16Panels>,
     d: usize,
 }
 
 impl Panels {
-    /// Bytes the panels of `n` keys in `d` dimensions take (with the
-    /// row-major copy and, where the CPU has AVX-512 BF16, the `bf16`
-    /// pairs when `rows`: kNN's data).
-    pub(crate) fn bytes(n: usize, d: usize, rows: bool) -> u64 {
+    /// Bytes the panels of `n` keys in `d` dimensions take, with what
+    /// `knn` adds (the row-major copy; where the CPU has AVX-512 BF16, the
+    /// `bf16` pairs).
+    pub(crate) fn bytes(n: usize, d: usize, knn: KnnRows) -> u64 {
         let keys = n.div_ceil(P) as u64 * P as u64;
-        let per_key = d as u64 * if rows { 8 } else { 4 } + 12;
-        let pairs = match rows && Bf16Dot::detect().is_some() {
+        let per_key = d as u64 * if knn == KnnRows::Copied { 8 } else { 4 } + 12;
+        let pairs = match knn != KnnRows::No && Bf16Dot::detect().is_some() {
             true => Bf16Panels::bytes(n, d),
             false => 0,
         };
@@ -108,9 +122,9 @@ impl Panels {
             .saturating_add(pairs)
     }
 
-    /// Centres and packs the keys given row-major (`rows[j·d + k]`, copied
-    /// as the row-major copy, and rounded to `bf16` pairs where the CPU
-    /// has AVX-512 BF16, when `keep_rows`); `None` when some key lies
+    /// Centres and packs the keys given row-major (`rows[j·d + k]`), with
+    /// what `knn` asks (rounded to `bf16` pairs where the CPU has AVX-512
+    /// BF16; copied as the row-major copy); `None` when some key lies
     /// too far from the mean (then every op keeps the direct path), and
     /// [`Error::TooLarge`](crate::Error::TooLarge) for `op` when the panels
     /// cannot be allocated.
@@ -118,7 +132,7 @@ impl Panels {
         op: &'static str,
         rows: &[f32],
         d: usize,
-        keep_rows: bool,
+        knn: KnnRows,
     ) -> Result<Option<Panels>> {
         if rows.is_empty() || d == 0 || d > MAX_D {
             return Ok(None);
@@ -160,12 +174,14 @@ impl Panels {
         }
         let norms32 = try_collect(op, "key norms", padded, norms.iter().map(|&s| s as f32))?;
         norms.truncate(n);
-        let rows = match keep_rows {
-            true => Some(try_copy(op, "row-major keys", rows)?),
-            false => None,
+        let rows = match knn {
+            KnnRows::Copied => Some(try_copy(op, "row-major keys", rows)?),
+            _ => None,
         };
-        let bf16 = match (keep_rows, Bf16Dot::detect()) {
-            (true, Some(t)) => Some(Bf16Panels::try_from_panels(op, t, &c, d)?),
+        let bf16 = match (knn, Bf16Dot::detect()) {
+            (KnnRows::Lent | KnnRows::Copied, Some(t)) => {
+                Some(Bf16Panels::try_from_panels(op, t, &c, d)?)
+            }
             _ => None,
         };
         Ok(Some(Panels {
@@ -182,19 +198,14 @@ impl Panels {
     /// [`try_from_rows`](Self::try_from_rows) for tests, whose inputs are
     /// small.
     #[cfg(test)]
-    pub(crate) fn from_rows(rows: &[f32], d: usize, keep_rows: bool) -> Option<Panels> {
-        Self::try_from_rows("test", rows, d, keep_rows).expect("small test keys")
+    pub(crate) fn from_rows(rows: &[f32], d: usize, knn: KnnRows) -> Option<Panels> {
+        Self::try_from_rows("test", rows, d, knn).expect("small test keys")
     }
 
-    /// Every key as given (`n × d`), when the row-major copy is kept.
-    pub(crate) fn rows(&self) -> Option<ndarray::ArrayView2<'_, f32>> {
-        let r = self.rows.as_ref()?;
-        ndarray::ArrayView2::from_shape((r.len() / self.d, self.d), r).ok()
-    }
-
-    /// Key `j` as given, when the row-major copy is kept.
-    pub(crate) fn key(&self, j: usize) -> Option<&[f32]> {
-        self.rows.as_ref().map(|r| &r[j * self.d..(j + 1) * self.d])
+    /// Every key as given (`n·d` floats, row-major), when the row-major
+    /// copy is kept ([`KnnRows::Copied`]).
+    pub(crate) fn rows(&self) -> Option<&[f32]> {
+        self.rows.as_deref()
     }
 
     /// The keys' mean the panels are centred on.
@@ -610,7 +621,7 @@ mod tests {
         for d in [1, 16, 31, 33, 70, 300] {
             let n = 301;
             let x = data(n * d, d as u64);
-            let pan = Panels::from_rows(&x, d, true).unwrap();
+            let pan = Panels::from_rows(&x, d, KnnRows::Copied).unwrap();
             let q = data(5 * d, 99 + d as u64);
             let rows = CentredRows::new(&pan, &q);
             for isa in TileIsa::all() {
@@ -650,8 +661,8 @@ mod tests {
 
     #[test]
     fn far_keys_and_queries_are_refused() {
-        assert!(Panels::from_rows(&[0.0, 0.0, 1e19, 0.0], 2, false).is_none());
-        let pan = Panels::from_rows(&[0.0, 0.0, 1.0, 0.0], 2, false).unwrap();
+        assert!(Panels::from_rows(&[0.0, 0.0, 1e19, 0.0], 2, KnnRows::No).is_none());
+        let pan = Panels::from_rows(&[0.0, 0.0, 1.0, 0.0], 2, KnnRows::No).unwrap();
         let rows = CentredRows::new(&pan, &[3e19, 0.0, 0.0, f32::NAN, 1.0, 1.0]);
         assert!(rows.far(0) && rows.far(1) && !rows.far(2));
     }
@@ -667,7 +678,7 @@ mod tests {
             *v = ((i * 7919) % 1000) as f32 / 1000.0;
         }
         let check = |x: &[f32], h: f32, want: bool| {
-            let panels = Panels::from_rows(x, d, true).unwrap();
+            let panels = Panels::from_rows(x, d, KnnRows::Copied).unwrap();
             let kernel = Kernel::new(Profile::Gaussian, h).unwrap();
             let mut ip = SqDists::new(
                 &kernel,

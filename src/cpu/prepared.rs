@@ -12,8 +12,10 @@
 
 use std::sync::Arc;
 
+use ndarray::ArrayView2;
+
 use super::cells::{self, CellCache, CellIndex};
-use super::keys::{KeyColumns, Pack};
+use super::keys::{KeyColumns, KeysSoa, Pack};
 use super::local_mean::QUERY_GROUP;
 use super::simd::Avx2Fma;
 use super::threads::Threads;
@@ -28,9 +30,13 @@ use crate::space;
 use crate::types::{Neighbours, RowNormalized, RowStates};
 
 /// Keys and value matrices in the kernels' layout, and, for a key set,
-/// the memory they hold.
-pub(crate) struct CpuKeys {
+/// the memory they hold; a one-shot call's also borrow the caller's keys
+/// (`'a`).
+pub(crate) struct CpuKeys<'a> {
     keys: KeyColumns,
+    /// The caller's keys, row-major, lent for a one-shot call's kNN (its
+    /// panels keep no copy of them: [`Pack::PanelsInstead`]).
+    lent: Option<&'a [f32]>,
     /// Where the ops run (the memory they wait for is reserved before,
     /// on the calling thread).
     threads: Threads,
@@ -42,7 +48,7 @@ pub(crate) struct CpuKeys {
     cells: Option<CellCache>,
 }
 
-impl std::fmt::Debug for CpuKeys {
+impl std::fmt::Debug for CpuKeys<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuKeys")
             .field("n", &self.keys.n())
@@ -60,7 +66,7 @@ fn request_bytes(m: usize, q: usize) -> u64 {
     m.saturating_mul(12 * q as u64 + 16)
 }
 
-impl CpuKeys {
+impl CpuKeys<'static> {
     /// A key set: transposes `keys` and every value matrix, after charging
     /// their size to `budget`.
     pub(crate) fn kept(
@@ -84,20 +90,24 @@ impl CpuKeys {
         let held = budget.reserve("prepare", "resident keys and values", bytes)?;
         Ok(CpuKeys {
             keys: threads.install(|| KeyColumns::try_new("prepare", keys, sets, pack))?,
+            lent: None,
             threads: threads.clone(),
             held,
             cells: Some(CellCache::default()),
         })
     }
+}
 
+impl<'a> CpuKeys<'a> {
     /// Keys for one `call`: transposed, with the panels that call uses
     /// (inner products for many queries in many dimensions; kNN's blocked
-    /// path), charged to `budget` (with the call's working memory) until
-    /// the call ends.
+    /// path, which borrows `keys` row-major rather than copy them),
+    /// charged to `budget` (with the call's working memory) until the
+    /// call ends.
     pub(crate) fn for_call(
         budget: &Arc<MemoryBudget>,
         threads: &Threads,
-        keys: &Matrix<'_>,
+        keys: &'a Matrix<'a>,
         sets: &[Matrix<'_>],
         call: &Call<'_>,
     ) -> Result<Self> {
@@ -121,10 +131,21 @@ impl CpuKeys {
         )?;
         Ok(CpuKeys {
             keys: threads.install(|| KeyColumns::try_new(op, keys, sets, pack))?,
+            lent: (pack == Pack::PanelsInstead).then(|| keys.as_slice()),
             threads: threads.clone(),
             held,
             cells: None,
         })
+    }
+
+    /// The borrowed layout the kernels take, with value matrix `set` (none:
+    /// no value columns) and the lent keys where the columns have none.
+    fn soa(&self, set: Option<usize>) -> KeysSoa<'_> {
+        let soa = self.keys.soa(set);
+        KeysSoa {
+            rows: soa.rows.or(self.lent),
+            ..soa
+        }
     }
 
     /// Charges a request of `bytes` working memory for as long as the guard
@@ -152,9 +173,9 @@ fn indexed_request_bytes(m: usize, q: usize) -> u64 {
     request_bytes(m, q).saturating_add(extra)
 }
 
-impl PreparedKeys for CpuKeys {
+impl PreparedKeys for CpuKeys<'_> {
     fn local_mean(&self, q: &Query<'_>, set: usize) -> Result<RowNormalized> {
-        let soa = self.keys.soa(Some(set));
+        let soa = self.soa(Some(set));
         let (queries, cols) = (q.rows, soa.q);
         let m = queries.rows();
         let cp = Checkpoint::current("local_mean");
@@ -181,7 +202,7 @@ impl PreparedKeys for CpuKeys {
     }
 
     fn row_states(&self, q: &Query<'_>, set: Option<usize>) -> Result<RowStates> {
-        let soa = self.keys.soa(set);
+        let soa = self.soa(set);
         let m = q.rows.rows();
         let (rows, d) = (q.rows.as_slice(), self.keys.d());
         let cp = Checkpoint::current("row_states");
@@ -215,7 +236,7 @@ impl PreparedKeys for CpuKeys {
         q.kernel.require_euclidean("local_moments")?;
         let bytes = request_bytes(q.rows.rows(), pass.layout.cols());
         let _work = self.request("local_moments", bytes)?;
-        let keys = self.keys.soa(pass.set);
+        let keys = self.soa(pass.set);
         self.threads
             .install(|| moments::local_moments(q.kernel, q.rows, &keys, pass.layout))
     }
@@ -230,19 +251,21 @@ impl PreparedKeys for CpuKeys {
         // else gets columns, charged as the request's.
         let (built, _columns);
         let blocked = metric.is_euclidean() && knn::blocked(d, queries.rows(), self.keys.n());
-        let keys = match self.keys.has_columns() || blocked {
-            true => &self.keys,
+        let soa = match self.keys.has_columns() || blocked {
+            true => self.soa(None),
             false => {
-                let rows = self.keys.rows_copy().expect("kept with the panels"); // ok: PanelsInstead keeps the rows
-                let m = Matrix::check("knn", "keys", rows)?;
+                let rows = self.lent.expect("keys without columns are lent"); // ok: only PanelsInstead builds none
+                let view = ArrayView2::from_shape((self.keys.n(), d), rows)
+                    .expect("the lent keys are n × d"); // ok: as the columns were built from them
+                let m = Matrix::check("knn", "keys", view)?;
                 _columns = self.request("knn", KeyColumns::bytes(&m, &[], Pack::None))?;
                 built = self
                     .threads
                     .install(|| KeyColumns::try_new("knn", &m, &[], Pack::None))?;
-                &built
+                built.soa(None)
             }
         };
-        let (rows, soa) = (queries.as_slice(), keys.soa(None));
+        let rows = queries.as_slice();
         let lists = self
             .threads
             .install(|| knn::knn(rows, d, &soa, (k, metric), &cp))?;
@@ -253,7 +276,7 @@ impl PreparedKeys for CpuKeys {
         q.kernel.require_euclidean("kernel_matrix")?;
         let (m, n) = (q.rows.rows(), self.keys.n());
         let mut out = alloc_output("kernel_matrix", "output", m, n)?;
-        let (rows, d, keys) = (q.rows.as_slice(), self.keys.d(), self.keys.soa(None));
+        let (rows, d, keys) = (q.rows.as_slice(), self.keys.d(), self.soa(None));
         let isa = Avx2Fma::detect();
         let empty = self.threads.install(|| {
             kernel_matrix::kernel_matrix(isa, q.kernel, rows, d, &keys, mode, &mut out)

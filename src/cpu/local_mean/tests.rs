@@ -39,6 +39,7 @@ fn keys_of<'a>(xt: &'a [f32], yt: &'a [f32], n: usize, q: usize) -> KeysSoa<'a> 
         ld: padded_stride(n),
         q,
         panels: None,
+        rows: None,
     }
 }
 
@@ -270,7 +271,7 @@ fn avx2_and_portable_versions_agree() {
 /// (where the rows fall back to the differences).
 #[test]
 fn inner_product_distances_match_plain_definition() {
-    use super::super::panels::Panels;
+    use super::super::panels::{KnnRows, Panels};
     let cases: [(&str, usize, usize, f32, f32); 5] = [
         ("plain d=32", 32, 2, 1.0, 0.0),
         ("plain d=33", 33, 3, 1.0, 0.0),
@@ -292,7 +293,7 @@ fn inner_product_distances_match_plain_definition() {
         }
         let y = data(n, q, 12);
         let (xt, yt) = (soa(&x, n, d), soa(&y, n, q));
-        let panels = Panels::from_rows(&x, d, false).expect("panels");
+        let panels = Panels::from_rows(&x, d, KnnRows::No).expect("panels");
         let keys = KeysSoa {
             panels: Some(&panels),
             ..keys_of(&xt, &yt, n, q)
