@@ -139,7 +139,8 @@ impl<'a> CpuKeys<'a> {
     }
 
     /// The borrowed layout the kernels take, with value matrix `set` (none:
-    /// no value columns) and the lent keys where the columns have none.
+    /// no value columns) and the keys row-major where they are at hand
+    /// (the panels' copy of a key set, the keys a one-shot call lends).
     fn soa(&self, set: Option<usize>) -> KeysSoa<'_> {
         let soa = self.keys.soa(set);
         KeysSoa {
