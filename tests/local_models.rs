@@ -325,6 +325,28 @@ fn knn_equals_brute_force_sort() {
     }
 }
 
+/// A query too far from the keys' mean for the inner-product filter's
+/// bound goes over every key directly, on the one-shot blocked path too
+/// (whose keys have no transposed copy: it measures them from their rows).
+#[test]
+fn knn_of_queries_far_from_the_keys_is_exact() {
+    let (m, n, d, k) = (40, 700, 32, 5);
+    let mut rng = Rng::new(77);
+    let x = rng.matrix(n, d, -1e16, 1e16);
+    let mut q = rng.matrix(m, d, -1e16, 1e16);
+    for i in [0, 17, m - 1] {
+        let far = rng.matrix(1, d, 1e17, 2e17);
+        q.row_mut(i).assign(&far.row(0));
+    }
+    for (name, e) in engines() {
+        let got = e.knn(q.view(), x.view(), k).unwrap();
+        check_knn(&format!("{name} far queries"), &q, &x, k, &got);
+        let set = e.prepare(x.view()).build().unwrap();
+        let kept = set.knn(q.view(), k).unwrap();
+        assert_eq!(kept.indices, got.indices, "{name} key set");
+    }
+}
+
 #[test]
 fn knn_ties_go_to_the_lower_index() {
     // Keys 0..4 all at distance 1 from the query; key 5 at distance 0.5.

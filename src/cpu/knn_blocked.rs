@@ -402,25 +402,51 @@ fn chunk_impl<S: Isa>(
             }
         }
     }
-    let isa = isa.avx2_fma();
     rows.into_iter()
         .enumerate()
-        .map(|(i, row)| {
-            if row.far() {
-                range(
-                    isa,
-                    &Metric::Euclidean,
-                    &chunk[i * d..(i + 1) * d],
-                    keys,
-                    k,
-                    0,
-                    n,
-                )
-            } else {
-                row.top
-            }
+        .map(|(i, row)| match (row.far(), keys.xt.is_empty()) {
+            (false, _) => row.top,
+            // Keys without columns (a one-shot call's, lent row-major):
+            // every key measured from its row, the same arithmetic.
+            (true, true) => far_from_rows(isa, i, chunk, d, keys, k),
+            (true, false) => range(
+                isa.avx2_fma(),
+                &Metric::Euclidean,
+                &chunk[i * d..(i + 1) * d],
+                keys,
+                k,
+                0,
+                n,
+            ),
         })
         .collect()
+}
+
+/// The `k` nearest keys of query row `i` of `chunk` (too far from the
+/// keys' mean for the filter's bound) over every key, from the keys
+/// row-major ([`KeysSoa::rows`]) eight at a time: the direct path's
+/// distances, bit for bit, offered in index order.
+fn far_from_rows<S: Isa>(
+    isa: S,
+    i: usize,
+    chunk: &[f32],
+    d: usize,
+    keys: &KeysSoa<'_>,
+    k: usize,
+) -> TopK {
+    let mut top = TopK::new(k);
+    let mut batch = [(0u32, 0u32); 8];
+    for j0 in (0..keys.n).step_by(8) {
+        let len = 8.min(keys.n - j0);
+        for (c, pair) in batch[..len].iter_mut().enumerate() {
+            *pair = (i as u32, (j0 + c) as u32);
+        }
+        let t = sq_dists8(isa, &batch[..len], chunk, d, keys);
+        for (c, &t) in t[..len].iter().enumerate() {
+            top.offer(t, (j0 + c) as u32);
+        }
+    }
+    top
 }
 
 /// The squared distances of up to eight (query row, key) pairs of `batch`
