@@ -15,8 +15,6 @@
 //! Imports: `super::simd`, `crate::error`, `crate::matrix`.
 
 #[cfg(target_arch = "x86_64")]
-use rayon::prelude::*;
-
 use super::simd::{Bf16Dot, KEY_BLOCK};
 use crate::error::Result;
 #[cfg(target_arch = "x86_64")]
@@ -69,35 +67,45 @@ impl Bf16Panels {
         (n.div_ceil(LANES) * LANES) as u64 * pairs_of(d) as u64 * 4
     }
 
-    /// The pairs of the `f32` panels `panels` (`c[p·LANES·d + k·LANES +
-    /// l]`, whole panels), each value rounded to the nearest `bf16`; or
+    /// Room for the pairs of `panels` panels of `d` coordinates, zero
+    /// (each filled by [`fill_panel`]); or
     /// [`Error::TooLarge`](crate::Error::TooLarge) for `op`.
-    pub(crate) fn try_from_panels(
-        op: &'static str,
-        t: Bf16Dot,
-        panels: &[f32],
-        d: usize,
-    ) -> Result<Bf16Panels> {
+    pub(crate) fn try_zeroed(op: &'static str, panels: usize, d: usize) -> Result<Bf16Panels> {
         let dp = pairs_of(d);
-        debug_assert!(panels.len().is_multiple_of(LANES * d));
-        #[cfg(target_arch = "x86_64")]
-        {
-            let np = panels.len() / (LANES * d);
-            let mut c = try_zeros::<u32>(op, "bf16 key panels", (np * dp * LANES) as u64)?;
-            c.par_chunks_mut(dp * LANES)
-                .zip(panels.par_chunks(LANES * d))
-                .for_each(|(out, panel)| {
-                    // SAFETY: the token proves AVX-512F and AVX-512 BF16.
-                    unsafe { pack_panel(t, panel, d, out) }
-                });
-            Ok(Bf16Panels { c, dp })
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (op, t, panels);
-            Ok(Bf16Panels { c: Vec::new(), dp })
-        }
+        let len = (panels as u64).saturating_mul((dp * LANES) as u64);
+        let c = try_zeros::<u32>(op, "bf16 key panels", len)?;
+        Ok(Bf16Panels { c, dp })
     }
+
+    /// Every pair, panel after panel (tests compare packings).
+    #[cfg(test)]
+    pub(crate) fn raw(&self) -> &[u32] {
+        &self.c
+    }
+
+    /// Entries of one panel's pairs.
+    pub(crate) fn panel_len(&self) -> usize {
+        self.dp * LANES
+    }
+
+    /// The pairs of the first `first` panels and of the others, to fill.
+    pub(crate) fn split_panels_mut(&mut self, first: usize) -> (&mut [u32], &mut [u32]) {
+        let at = (first * self.dp * LANES).min(self.c.len());
+        self.c.split_at_mut(at)
+    }
+}
+
+/// One `f32` panel's pairs (`panel`: `c[k·LANES + l]`, coordinate `k` of
+/// key `l`, zero-padded), each value rounded to the nearest `bf16`, into
+/// `out` (one panel of [`Bf16Panels`]).
+pub(crate) fn fill_panel(t: Bf16Dot, panel: &[f32], d: usize, out: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the token proves AVX-512F and AVX-512 BF16.
+    unsafe {
+        pack_panel(t, panel, d, out)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (t, panel, d, out);
 }
 
 /// One panel's pairs (`panel`: `d` registers of [`LANES`] keys; `out`:
@@ -260,7 +268,8 @@ mod tests {
             for j0 in (0..n).step_by(KEY_BLOCK) {
                 let len = KEY_BLOCK.min(n - j0);
                 dot_tile(t, &qb, pairs, j0, len, &mut s);
-                f32_tile(TileIsa::best(), &rows, ROWS, &panels, j0, len, &mut s32);
+                let span = panels.block(j0, Some(&x)).expect("packed on demand");
+                f32_tile(TileIsa::best(), &rows, ROWS, span, j0, len, &mut s32);
                 for r in 0..ROWS {
                     for j in j0..j0 + len {
                         let xc = panels_key(&panels, &x, j, d);

@@ -392,7 +392,12 @@ fn chunk_impl<S: Isa>(
                 refused[gi] += 1;
                 cand.clear();
             }
-            dot_tile(tile, g, rows_here, filter.panels, j0, len, &mut s);
+            match filter.panels.block(j0, keys.rows) {
+                Some(span) => dot_tile(tile, g, rows_here, span, j0, len, &mut s),
+                // The block's panels could not be allocated: every key of
+                // it passes (w − 2·∞ ≤ any limit) and is measured exactly.
+                None => s.fill(f32::INFINITY),
+            }
             let step = if per_chunk { 16 } else { len };
             for c0 in (0..len).step_by(step) {
                 cand.clear();
@@ -564,29 +569,40 @@ mod tests {
     }
 
     /// [`same`], the AVX2 + FMA build's filter with the panels' `bf16`
-    /// products where the CPU has them when `bf16`, in `f32` otherwise.
+    /// products where the CPU has them when `bf16`, in `f32` otherwise;
+    /// with the keys as a key set holds them (copied row-major) and as a
+    /// one-shot call does (lent, the `f32` panels after the first block
+    /// packed on demand where the pairs are built).
     fn same_with(q: &[f32], x: &[f32], d: usize, k: usize, what: &str, bf16: bool) {
         let n = x.len() / d;
         let view = ndarray::ArrayView2::from_shape((n, d), x).unwrap();
-        let cols = KeyColumns::new(
-            &Matrix::check("test", "x", view).unwrap(),
-            &[],
-            Pack::PanelsAndRows,
-        );
-        let cols = if bf16 { cols } else { cols.without_bf16() };
+        let m = Matrix::check("test", "x", view).unwrap();
+        let cols = KeyColumns::new(&m, &[], Pack::PanelsAndRows);
+        let lent = KeyColumns::new(&m, &[], Pack::PanelsInstead);
+        let (cols, lent) = match bf16 {
+            true => (cols, lent),
+            false => (cols.without_bf16(), lent.without_bf16()),
+        };
         let soa = cols.soa(None);
+        let lent_soa = KeysSoa {
+            rows: Some(x),
+            ..lent.soa(None)
+        };
         for isa in [None, Avx2Fma::detect()] {
             let cp = Checkpoint::current("knn");
             let want = direct(isa, &Metric::Euclidean, q, d, &soa, k, &cp);
-            let got = knn(isa, q, d, &soa, k, &cp).expect("blocked path runs");
-            assert_eq!(got.len(), want.len(), "{what}");
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g.idx(), w.idx(), "{what} avx2={} row {i}", isa.is_some());
-                let (gb, wb): (Vec<u32>, Vec<u32>) = (
-                    g.d2().iter().map(|v| v.to_bits()).collect(),
-                    w.d2().iter().map(|v| v.to_bits()).collect(),
-                );
-                assert_eq!(gb, wb, "{what} avx2={} row {i}", isa.is_some());
+            for (how, keys) in [("copied", &soa), ("lent", &lent_soa)] {
+                let got = knn(isa, q, d, keys, k, &cp).expect("blocked path runs");
+                let what = format!("{what} {how} avx2={}", isa.is_some());
+                assert_eq!(got.len(), want.len(), "{what}");
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.idx(), w.idx(), "{what} row {i}");
+                    let (gb, wb): (Vec<u32>, Vec<u32>) = (
+                        g.d2().iter().map(|v| v.to_bits()).collect(),
+                        w.d2().iter().map(|v| v.to_bits()).collect(),
+                    );
+                    assert_eq!(gb, wb, "{what} row {i}");
+                }
             }
         }
     }

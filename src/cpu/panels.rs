@@ -15,6 +15,7 @@
 //! `crate::matrix`.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
@@ -90,7 +91,15 @@ pub(crate) enum KnnRows {
 /// and packed in panels (`c[(j/P)·P·d + k·P + j%P]`, zero-padded), with
 /// their centred squared norms.
 pub(crate) struct Panels {
+    /// Every panel; or, for a one-shot kNN with the `bf16` pairs
+    /// ([`KnnRows::Lent`]), the first key block's only — the others are
+    /// packed when a tile first asks for them (`later`).
     c: Vec<f32>,
+    /// The `f32` panels of key blocks 1, 2, … ([`KEY_BLOCK`] keys each),
+    /// packed on first use from the lent keys when `c` holds the first
+    /// block only (empty otherwise); `None` inside where the block could
+    /// not be allocated.
+    later: Vec<OnceLock<Option<Vec<f32>>>>,
     /// `‖x'_j‖²`, accumulated in `f64`.
     norms: Vec<f64>,
     /// The same, rounded to `f32` (padded to whole panels with zeros).
@@ -158,9 +167,17 @@ impl Panels {
             .map(|s| s / n as f64)
             .collect();
         let padded = n.div_ceil(P) * P;
-        let mut c = try_zeros::<f32>(op, "key panels", (padded as u64).saturating_mul(d as u64))?;
-        let mut norms = try_zeros::<f64>(op, "key norms", padded as u64)?;
         let avx512 = Avx512::detect();
+        let pairs_of = match (knn, Bf16Dot::detect()) {
+            (KnnRows::Lent | KnnRows::Copied, Some(t)) => Some(t),
+            _ => None,
+        };
+        // A one-shot kNN filters in `bf16` after its first block: the `f32`
+        // panels of the others only where a group falls back to them.
+        let lazy = knn == KnnRows::Lent && pairs_of.is_some();
+        let eager = if lazy { padded.min(KEY_BLOCK) } else { padded };
+        let mut c = try_zeros::<f32>(op, "key panels", (eager as u64).saturating_mul(d as u64))?;
+        let mut norms = try_zeros::<f64>(op, "key norms", padded as u64)?;
         let near = c
             .par_chunks_mut(P * d)
             .zip(rows.par_chunks(P * d))
@@ -172,20 +189,54 @@ impl Panels {
         if !near {
             return Ok(None);
         }
+        let mut bf16 = match pairs_of {
+            Some(_) => Some(Bf16Panels::try_zeroed(op, padded / P, d)?),
+            None => None,
+        };
+        if let (Some(t), Some(pairs)) = (pairs_of, bf16.as_mut()) {
+            let plen = pairs.panel_len();
+            let (first, rest) = pairs.split_panels_mut(eager / P);
+            first
+                .par_chunks_mut(plen)
+                .zip(c.par_chunks(P * d))
+                .for_each(|(out, panel)| bf16::fill_panel(t, panel, d, out));
+            // The later panels through a scratch panel each: packed,
+            // measured and rounded, the `f32` copy dropped.
+            let near_later = rest
+                .par_chunks_mut(plen)
+                .zip(rows[(eager * d).min(rows.len())..].par_chunks(P * d))
+                .zip(norms[eager..].par_chunks_mut(P))
+                .map_init(
+                    || vec![0.0f32; P * d],
+                    |panel, ((out, keys), norms)| {
+                        if keys.len() < P * d {
+                            panel.fill(0.0); // the last panel's padding
+                        }
+                        pack(avx512, keys, d, &mean, panel, norms);
+                        bf16::fill_panel(t, panel, d, out);
+                        norms.iter().all(|&s| s < NORM_LIMIT)
+                    },
+                )
+                .all(|ok| ok);
+            if !near_later {
+                return Ok(None);
+            }
+        }
         let norms32 = try_collect(op, "key norms", padded, norms.iter().map(|&s| s as f32))?;
         norms.truncate(n);
         let rows = match knn {
             KnnRows::Copied => Some(try_copy(op, "row-major keys", rows)?),
             _ => None,
         };
-        let bf16 = match (knn, Bf16Dot::detect()) {
-            (KnnRows::Lent | KnnRows::Copied, Some(t)) => {
-                Some(Bf16Panels::try_from_panels(op, t, &c, d)?)
-            }
-            _ => None,
+        let later = match lazy {
+            true => (1..n.div_ceil(KEY_BLOCK))
+                .map(|_| OnceLock::new())
+                .collect(),
+            false => Vec::new(),
         };
         Ok(Some(Panels {
             c,
+            later,
             norms,
             norms32,
             mean,
@@ -239,6 +290,62 @@ impl Panels {
     pub(crate) fn d(&self) -> usize {
         self.d
     }
+
+    /// Every panel, for the tiles (the panels must all be packed: not a
+    /// one-shot kNN's, [`KnnRows::Lent`], whose tiles take [`block`](Self::block)).
+    pub(crate) fn span(&self) -> Span<'_> {
+        debug_assert!(self.later.is_empty());
+        Span {
+            c: &self.c,
+            p0: 0,
+            d: self.d,
+        }
+    }
+
+    /// The panels of the key block starting at `j0` (a multiple of
+    /// [`KEY_BLOCK`]), packed now from the keys row-major `rows` (those the
+    /// panels were built from) if the panels hold the first block only and
+    /// no tile has asked for this one before; `None` where that block
+    /// cannot be allocated or `rows` are missing (the caller then measures
+    /// the block's keys without the tile).
+    pub(crate) fn block(&self, j0: usize, rows: Option<&[f32]>) -> Option<Span<'_>> {
+        debug_assert!(j0.is_multiple_of(KEY_BLOCK));
+        let b = j0 / KEY_BLOCK;
+        if self.later.is_empty() || b == 0 {
+            return Some(self.span_unchecked());
+        }
+        let d = self.d;
+        let c = self.later.get(b - 1)?.get_or_init(|| {
+            let keys = &rows?.get(j0 * d..(j0 + KEY_BLOCK).min(self.norms.len()) * d)?;
+            let len = keys.len().div_ceil(P * d) * P * d;
+            let mut c = try_zeros::<f32>("knn", "key panels", len as u64).ok()?;
+            let avx512 = Avx512::detect();
+            for (panel, keys) in c.chunks_mut(P * d).zip(keys.chunks(P * d)) {
+                pack(avx512, keys, d, &self.mean, panel, &mut [0.0; P]);
+            }
+            Some(c)
+        });
+        c.as_deref().map(|c| Span { c, p0: j0 / P, d })
+    }
+
+    /// [`span`](Self::span) without its check: the first block's panels
+    /// at least.
+    fn span_unchecked(&self) -> Span<'_> {
+        Span {
+            c: &self.c,
+            p0: 0,
+            d: self.d,
+        }
+    }
+}
+
+/// Whole panels of keys for the tiles: `c` holds panels `p0, p0 + 1, …`
+/// of `d` coordinates each.
+#[derive(Clone, Copy)]
+pub(crate) struct Span<'a> {
+    c: &'a [f32],
+    p0: usize,
+    d: usize,
 }
 
 /// Up to [`ROWS`] queries centred on the keys' mean (`f64` difference,
@@ -301,7 +408,7 @@ pub(crate) fn dot_tile(
     isa: TileIsa,
     rows: &CentredRows,
     g: usize,
-    panels: &Panels,
+    panels: Span<'_>,
     j0: usize,
     len: usize,
     out: &mut [f32; ROWS * KEY_BLOCK],
@@ -325,7 +432,7 @@ fn tile_avx2(
     _t: Avx2Fma,
     rows: &CentredRows,
     g: usize,
-    panels: &Panels,
+    panels: Span<'_>,
     j0: usize,
     len: usize,
     out: &mut [f32; ROWS * KEY_BLOCK],
@@ -339,7 +446,7 @@ fn tile_avx512(
     t: Avx512,
     rows: &CentredRows,
     g: usize,
-    panels: &Panels,
+    panels: Span<'_>,
     j0: usize,
     len: usize,
     out: &mut [f32; ROWS * KEY_BLOCK],
@@ -394,7 +501,7 @@ fn dots_8x2_avx512(_t: Avx512, qs: &[f32], d: usize, span: &[f32], s: &mut [[[f3
 fn tile_impl<S: Isa, const G: usize, const W: usize, K>(
     rows: &CentredRows,
     g: usize,
-    panels: &Panels,
+    panels: Span<'_>,
     j0: usize,
     len: usize,
     out: &mut [f32; ROWS * KEY_BLOCK],
@@ -408,7 +515,8 @@ fn tile_impl<S: Isa, const G: usize, const W: usize, K>(
     let mut p = p0;
     while p < p1 {
         let w = W.min(p1 - p);
-        let span = &panels.c[p * P * d..(p + w) * P * d];
+        let at = p - panels.p0;
+        let span = &panels.c[at * P * d..(at + w) * P * d];
         for g0 in (0..g.next_multiple_of(G).min(ROWS)).step_by(G) {
             if w == W {
                 kernel(&rows.qc[g0 * d..(g0 + G) * d], d, span, &mut s);
@@ -566,7 +674,7 @@ impl<'a> SqDists<'a> {
             self.tile,
             &self.rows,
             g,
-            self.panels,
+            self.panels.span(),
             j0,
             len,
             &mut self.dist,
@@ -627,7 +735,7 @@ mod tests {
             for isa in TileIsa::all() {
                 for (j0, len) in [(0, 256), (3, 17), (250, 51), (17, 1), (288, 13)] {
                     let mut out = [f32::NAN; ROWS * KEY_BLOCK];
-                    dot_tile(isa, &rows, ROWS, &pan, j0, len, &mut out);
+                    dot_tile(isa, &rows, ROWS, pan.span(), j0, len, &mut out);
                     for r in 0..ROWS {
                         for jj in 0..len {
                             let j = j0 + jj;
@@ -701,5 +809,38 @@ mod tests {
             .map(|(i, v)| v * 1e-3 + if (i / d) % 2 == 1 { 1000.0 } else { 0.0 })
             .collect();
         check(&far, 1e-2, false);
+    }
+
+    /// A one-shot kNN's panels ([`KnnRows::Lent`]) hold the same values as
+    /// a key set's ([`KnnRows::Copied`]), bit for bit: the same norms, the
+    /// same `bf16` pairs (packed through a scratch panel), and each key
+    /// block's `f32` panels when a tile first asks for them.
+    #[test]
+    fn panels_packed_on_demand_equal_the_eager_ones() {
+        for (d, n) in [(1, 300), (7, 256), (33, 257), (128, 1000), (784, 600)] {
+            let x = data(n * d, 40 + d as u64);
+            let lent = Panels::from_rows(&x, d, KnnRows::Lent).unwrap();
+            let kept = Panels::from_rows(&x, d, KnnRows::Copied).unwrap();
+            assert_eq!(lent.norms(), kept.norms(), "d={d}");
+            assert_eq!(lent.norms32(0, n), kept.norms32(0, n), "d={d}");
+            assert_eq!(
+                lent.bf16().map(Bf16Panels::raw),
+                kept.bf16().map(Bf16Panels::raw),
+                "d={d}"
+            );
+            for j0 in (0..n).step_by(KEY_BLOCK) {
+                let (p0, p1) = (j0 / P, (j0 + KEY_BLOCK).min(n).div_ceil(P));
+                let want = &kept.span().c[p0 * P * d..p1 * P * d];
+                let got = lent.block(j0, Some(&x)).expect("packed");
+                assert_eq!(got.p0, if lent.later.is_empty() { 0 } else { p0 });
+                let at = (p0 - got.p0) * P * d;
+                assert_eq!(&got.c[at..at + want.len()], want, "d={d} j0={j0}");
+                if j0 > 0 && !lent.later.is_empty() {
+                    // Without the keys a later block cannot be packed.
+                    let fresh = Panels::from_rows(&x, d, KnnRows::Lent).unwrap();
+                    assert!(fresh.block(j0, None).is_none());
+                }
+            }
+        }
     }
 }
