@@ -258,6 +258,70 @@ fn class_counts_are_bounded_and_one_hot_allocation_is_fallible() {
 }
 
 #[test]
+fn knn_of_tiny_coordinates_keeps_its_ranking() {
+    // Squared distances of 1e-23 and of subnormal coordinates underflow
+    // f32: the op scales such data up first, under every metric that
+    // scales (haversine's angles do not).
+    let metrics = [
+        locus::Metric::Euclidean,
+        locus::Metric::Manhattan,
+        locus::Metric::Chebyshev,
+        locus::Metric::minkowski(3.0).unwrap(),
+    ];
+    let cases: [(Vec<f32>, Vec<usize>); 3] = [
+        (vec![2e-23, 1e-23, 3e-23], vec![1, 0, 2]),
+        (vec![3e-40, 1e-40, 2e-40], vec![1, 2, 0]),
+        (vec![5e-45, 1e-45, 3e-45], vec![1, 2, 0]),
+    ];
+    for e in engines() {
+        for m in &metrics {
+            for (keys, want) in &cases {
+                let x = ndarray::Array2::from_shape_vec((3, 1), keys.clone()).unwrap();
+                let q = ndarray::array![[0.0f32]];
+                let nb = e.knn_metric(q.view(), x.view(), 3, *m).unwrap();
+                let got: Vec<usize> = nb.indices.row(0).iter().map(|&i| i as usize).collect();
+                assert_eq!(&got, want, "{} {m:?} {keys:?}", e.backend());
+                for (&g, &j) in nb.distances.row(0).iter().zip(want) {
+                    let w = keys[j];
+                    assert!(
+                        (g - w).abs() <= 1e-6 * w,
+                        "{} {m:?}: {g} vs {w}",
+                        e.backend()
+                    );
+                }
+            }
+        }
+        // Many dimensions, tiny spread about a tiny offset: the f64 order.
+        let mut rng = common::Rng::new(31);
+        let x = rng.matrix(300, 40, 0.0, 1.0).mapv(|v| 1e-25 + v * 1e-30);
+        let q = rng.matrix(40, 40, 0.0, 1.0).mapv(|v| 1e-25 + v * 1e-30);
+        let nb = e.knn(q.view(), x.view(), 4).unwrap();
+        for i in 0..q.nrows() {
+            let mut all: Vec<(f64, usize)> = (0..x.nrows())
+                .map(|j| {
+                    let d2: f64 = q
+                        .row(i)
+                        .iter()
+                        .zip(x.row(j))
+                        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+                        .sum();
+                    (d2.sqrt(), j)
+                })
+                .collect();
+            all.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            for (c, &(dw, _)) in all.iter().take(4).enumerate() {
+                let dg = f64::from(nb.distances[[i, c]]);
+                assert!(
+                    (dg - dw).abs() <= 1e-5 * dw,
+                    "{} row {i}: {dg} vs {dw}",
+                    e.backend()
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn knn_with_coordinates_whose_squares_overflow_is_exact() {
     // Squared distances of 1e19 and 2e19 overflow f32; the ranking and the
     // distances must not.

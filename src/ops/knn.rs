@@ -254,10 +254,22 @@ pub(crate) fn rank_bound(metric: &Metric, d: usize, r: f64) -> f64 {
     }
 }
 
-/// The `k` nearest keys of every query ([`call::knn`]), exact for coordinates of any finite size: when squared
-/// distances could overflow `f32`, queries and keys are first scaled by a
-/// power of two (exact, so the ranking and the ties do not change) and the
-/// distances scaled back (`+∞` when beyond the `f32` range).
+/// Coordinates whose largest difference is below this are scaled up
+/// first (see [`knn_scaled`]): their squared distances would reach the
+/// subnormal `f32` range, where they lose their precision and then their
+/// order.
+const TINY_RANGE: f64 = 1.0 / (1u64 << 30) as f64;
+
+/// The `k` nearest keys of every query ([`call::knn`]), exact for
+/// coordinates of any finite size: when squared distances could overflow
+/// `f32`, queries and keys are first scaled down by a power of two, and
+/// when their largest difference is tiny (below [`TINY_RANGE`], down to
+/// subnormal coordinates) scaled up, so that it lies between 1 and 2; the
+/// coordinates then keep their values exactly, and the distances are
+/// scaled back (`+∞` when beyond the `f32` range, subnormal when below
+/// its normal range). One limit stays: data that spans both ends at once
+/// (differences near `10⁻³` beside coordinates near `10³⁸`) cannot keep
+/// the small squared distances once scaled down.
 pub(crate) fn knn_scaled(
     backend: &dyn Backend,
     queries: &Matrix<'_>,
@@ -266,23 +278,30 @@ pub(crate) fn knn_scaled(
 ) -> Result<Neighbours> {
     let r = f64::from(queries.max_abs()) + f64::from(keys.max_abs());
     let bound = rank_bound(metric, queries.cols(), r);
-    if bound <= SQ_DIST_LIMIT {
-        return call::knn(backend, queries, keys, k, metric);
-    }
     // 2^e with bound / 4^e ≤ SQ_DIST_LIMIT; finite f32 inputs keep e below
     // about 70 (plus log₄ d), so 2^−e is a normal f32. The other metrics
     // (homogeneous of degree 1: their distances scale as the coordinates)
-    // take the smallest e whose bound fits.
+    // take the smallest e whose bound fits. Tiny ranges take e < 0 (not
+    // haversine's angles, which do not scale).
     let e = match metric {
-        Metric::Euclidean => ((bound / SQ_DIST_LIMIT).log2() / 2.0).ceil() as i32,
-        m => (1..=160)
-            .find(|&e| rank_bound(m, queries.cols(), r * 2f64.powi(-e)) <= SQ_DIST_LIMIT)
-            .unwrap_or(160),
+        _ if bound > SQ_DIST_LIMIT => match metric {
+            Metric::Euclidean => ((bound / SQ_DIST_LIMIT).log2() / 2.0).ceil() as i32,
+            m => (1..=160)
+                .find(|&e| rank_bound(m, queries.cols(), r * 2f64.powi(-e)) <= SQ_DIST_LIMIT)
+                .unwrap_or(160),
+        },
+        Metric::Haversine => 0,
+        _ if r > 0.0 && r < TINY_RANGE => r.log2().floor() as i32,
+        _ => 0,
     };
-    let down = 2.0f32.powi(-e);
+    if e == 0 {
+        return call::knn(backend, queries, keys, k, metric);
+    }
+    // In f64: 2^−e may lie beyond the f32 range when scaling up.
+    let by = 2.0f64.powi(-e);
     let scale = |m: &Matrix<'_>, what| -> Result<Array2<f32>> {
         let mut a = m.to_array("knn", what)?;
-        a.mapv_inplace(|v| v * down);
+        a.mapv_inplace(|v| (f64::from(v) * by) as f32);
         Ok(a)
     };
     let (qs, xs) = (
