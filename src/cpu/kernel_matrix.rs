@@ -10,8 +10,9 @@
 use rayon::prelude::*;
 
 use super::keys::KeysSoa;
-use super::panels::{ROWS, SqDists, TileIsa, serve_sq_dists};
+use super::panels::{ROWS, TileIsa, serve_sq_dists};
 use super::simd::{Avx2Fma, Isa, KEY_BLOCK, Portable, scaled_sq_dists, sum_of};
+use super::sq_dists::SqDists;
 use super::weights::{block_weights, initial_max, product_ts};
 use crate::backend::MatrixMode;
 use crate::cancel::Checkpoint;

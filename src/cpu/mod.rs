@@ -33,6 +33,7 @@ mod panels;
 mod prepared;
 pub(crate) mod simd;
 mod softmax;
+mod sq_dists;
 mod threads;
 mod topk;
 mod variable;

@@ -17,10 +17,11 @@
 use std::arch::x86_64::*;
 
 use super::super::keys::KeysSoa;
-use super::super::panels::{SqDists, TileIsa};
+use super::super::panels::TileIsa;
 use super::super::simd::{
     Avx2Fma, EXP_LN2_HI, EXP_LN2_LO, EXP_MAGIC, EXP_MIN, EXP_POLY, KEY_BLOCK, LANES,
 };
+use super::super::sq_dists::SqDists;
 use super::group::{GroupJob, GroupState, QueryBlock};
 use crate::kernel::T_FAR;
 use crate::kernel::form::{Form, Lane, with_form};

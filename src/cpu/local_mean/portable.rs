@@ -11,8 +11,9 @@
 
 use super::super::keys::KeysSoa;
 use super::super::metric::metric_ts;
-use super::super::panels::{SqDists, TileIsa};
+use super::super::panels::TileIsa;
 use super::super::simd::{Isa, KEY_BLOCK, LANES, dot, exp_nonpos, fmadd, fmax};
+use super::super::sq_dists::SqDists;
 use super::super::weights::{initial_max, product_ts};
 use super::group::{GroupJob, GroupState, QueryBlock};
 use crate::kernel::form::{Form, Gaussian, with_form};
