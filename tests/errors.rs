@@ -281,6 +281,20 @@ fn knn_of_tiny_coordinates_keeps_its_ranking() {
                 let nb = e.knn_metric(q.view(), x.view(), 3, *m).unwrap();
                 let got: Vec<usize> = nb.indices.row(0).iter().map(|&i| i as usize).collect();
                 assert_eq!(&got, want, "{} {m:?} {keys:?}", e.backend());
+                // A key set keeps its keys as given: a typed error, not
+                // ties at 0 in index order.
+                let set = e.prepare(x.view()).build().unwrap();
+                let err = set.knn_metric(q.view(), 3, *m).unwrap_err();
+                assert!(
+                    matches!(
+                        err,
+                        Error::InvalidParameter {
+                            name: "queries",
+                            ..
+                        }
+                    ),
+                    "{err}"
+                );
                 for (&g, &j) in nb.distances.row(0).iter().zip(want) {
                     let w = keys[j];
                     assert!(

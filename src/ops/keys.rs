@@ -7,7 +7,7 @@ use ndarray::{Array1, ArrayView1, ArrayView2};
 
 use super::classify::{EmptyFallback, label_rows};
 use super::kde::{kernel_ln_normalizer, ln_density_scale};
-use super::knn::{SQ_DIST_LIMIT, check_k, check_room, rank_bound};
+use super::knn::{SQ_DIST_LIMIT, TINY_RANGE, check_k, check_room, rank_bound};
 use super::local_fit::{Centres, LocalFit, LocalPca, check_limits, fit_linear, fit_pca};
 use crate::backend::{Moments, PreparedKeys, Query};
 use crate::cpu::Threads;
@@ -152,8 +152,11 @@ impl OnKeys<'_> {
     }
 
     /// Fails when squared distances between `queries` and the keys could
-    /// overflow `f32`. [`Engine::knn`](crate::Engine::knn) rescales such
-    /// data; prepared keys cannot be rescaled per request.
+    /// overflow `f32`, or when every coordinate is so small (largest
+    /// difference below [`TINY_RANGE`], haversine aside) that they would
+    /// fall below its normal range and lose their order.
+    /// [`Engine::knn`](crate::Engine::knn) rescales such data; prepared
+    /// keys cannot be rescaled per request.
     fn check_distances(
         &self,
         op: &'static str,
@@ -162,6 +165,16 @@ impl OnKeys<'_> {
     ) -> Result<()> {
         let qx = queries.max_abs();
         let r = f64::from(qx) + f64::from(self.extent);
+        let tiny = r > 0.0 && r < TINY_RANGE && !matches!(metric, Metric::Haversine);
+        if tiny {
+            return Err(Error::InvalidParameter {
+                name: "queries",
+                reason: format!(
+                    "{op}: coordinates up to {qx:e} (keys up to {:e}) make distances underflow f32 and lose their order; scale the data by a power of two, or use Engine::knn, which rescales",
+                    self.extent
+                ),
+            });
+        }
         if rank_bound(metric, self.d, r) <= SQ_DIST_LIMIT {
             return Ok(());
         }

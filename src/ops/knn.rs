@@ -258,7 +258,7 @@ pub(crate) fn rank_bound(metric: &Metric, d: usize, r: f64) -> f64 {
 /// first (see [`knn_scaled`]): their squared distances would reach the
 /// subnormal `f32` range, where they lose their precision and then their
 /// order.
-const TINY_RANGE: f64 = 1.0 / (1u64 << 30) as f64;
+pub(crate) const TINY_RANGE: f64 = 1.0 / (1u64 << 30) as f64;
 
 /// The `k` nearest keys of every query ([`call::knn`]), exact for
 /// coordinates of any finite size: when squared distances could overflow
@@ -267,9 +267,11 @@ const TINY_RANGE: f64 = 1.0 / (1u64 << 30) as f64;
 /// subnormal coordinates) scaled up, so that it lies between 1 and 2; the
 /// coordinates then keep their values exactly, and the distances are
 /// scaled back (`+∞` when beyond the `f32` range, subnormal when below
-/// its normal range). One limit stays: data that spans both ends at once
-/// (differences near `10⁻³` beside coordinates near `10³⁸`) cannot keep
-/// the small squared distances once scaled down.
+/// its normal range). One limit stays: differences whose squares fall
+/// below the normal `f32` range (about `10⁻¹⁹` apart, relative to a
+/// largest difference of 1) beside larger ones that keep the data from
+/// being scaled up (`[0, 1e-25, 2e-25, 1]`), or small ones beside
+/// coordinates near `10³⁸` that scale it down, tie at 0.
 pub(crate) fn knn_scaled(
     backend: &dyn Backend,
     queries: &Matrix<'_>,
