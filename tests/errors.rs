@@ -257,6 +257,21 @@ fn class_counts_are_bounded_and_one_hot_allocation_is_fallible() {
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");
 }
 
+/// A key set's refusal of queries it cannot rank (distances that would
+/// overflow or underflow `f32`; it keeps its keys as given).
+fn refused_queries(err: Error) {
+    assert!(
+        matches!(
+            err,
+            Error::InvalidParameter {
+                name: "queries",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn knn_of_tiny_coordinates_keeps_its_ranking() {
     // Squared distances of 1e-23 and of subnormal coordinates underflow
@@ -284,17 +299,7 @@ fn knn_of_tiny_coordinates_keeps_its_ranking() {
                 // A key set keeps its keys as given: a typed error, not
                 // ties at 0 in index order.
                 let set = e.prepare(x.view()).build().unwrap();
-                let err = set.knn_metric(q.view(), 3, *m).unwrap_err();
-                assert!(
-                    matches!(
-                        err,
-                        Error::InvalidParameter {
-                            name: "queries",
-                            ..
-                        }
-                    ),
-                    "{err}"
-                );
+                refused_queries(set.knn_metric(q.view(), 3, *m).unwrap_err());
                 for (&g, &j) in nb.distances.row(0).iter().zip(want) {
                     let w = keys[j];
                     assert!(
@@ -356,17 +361,7 @@ fn knn_with_coordinates_whose_squares_overflow_is_exact() {
         assert_eq!(r.values[[0, 0]], 3.0);
         // A key set cannot rescale its resident keys per request: a typed error.
         let set = e.prepare(x.view()).build().unwrap();
-        let err = set.knn(q.view(), 1).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::InvalidParameter {
-                    name: "queries",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        refused_queries(set.knn(q.view(), 1).unwrap_err());
         // MeanShift labels every point with a real mode.
         let pts = ndarray::array![[0.0f32], [0.1], [1e20]];
         let params = locus::MeanShiftParams::new()
