@@ -21,9 +21,8 @@ use super::simd::Avx512;
 #[cfg(target_arch = "x86_64")]
 use super::simd::transpose8;
 use super::simd::{Avx2Fma, Bf16Dot, Isa, KEY_BLOCK, Portable};
-use super::topk::{TopK, range};
+use super::topk::TopK;
 use crate::cancel::Checkpoint;
-use crate::kernel::Metric;
 
 /// Queries per rayon task (groups of [`ROWS`] sharing each key block).
 const CHUNK: usize = 16 * ROWS;
@@ -409,29 +408,19 @@ fn chunk_impl<S: Isa>(
     }
     rows.into_iter()
         .enumerate()
-        .map(|(i, row)| match (row.far(), keys.xt.is_empty()) {
-            (false, _) => row.top,
-            // Keys without columns (a one-shot call's, lent row-major):
-            // every key measured from its row, the same arithmetic.
-            (true, true) => far_from_rows(isa, i, chunk, d, keys, k),
-            (true, false) => range(
-                isa.avx2_fma(),
-                &Metric::Euclidean,
-                &chunk[i * d..(i + 1) * d],
-                keys,
-                k,
-                0,
-                n,
-            ),
+        .map(|(i, row)| match row.far() {
+            true => far_row(isa, i, chunk, d, keys, k),
+            false => row.top,
         })
         .collect()
 }
 
 /// The `k` nearest keys of query row `i` of `chunk` (too far from the
-/// keys' mean for the filter's bound) over every key, from the keys
-/// row-major ([`KeysSoa::rows`]) eight at a time: the direct path's
-/// distances, bit for bit, offered in index order.
-fn far_from_rows<S: Isa>(
+/// keys' mean for the filter's bound) over every key, eight at a time by
+/// [`sq_dists8`] (from the keys' rows, or their columns where no rows are
+/// at hand): the direct path's distances, bit for bit, offered in index
+/// order.
+fn far_row<S: Isa>(
     isa: S,
     i: usize,
     chunk: &[f32],
@@ -560,6 +549,7 @@ mod tests {
     use super::super::knn::direct;
     use super::super::test_data as data;
     use super::*;
+    use crate::kernel::Metric;
     use crate::matrix::Matrix;
 
     /// Blocked and direct lists of `q` (m × d) against `x` (n × d), on the

@@ -292,11 +292,7 @@ impl Panels {
     /// one-shot kNN's, [`KnnRows::Lent`], whose tiles take [`block`](Self::block)).
     pub(crate) fn span(&self) -> Span<'_> {
         debug_assert!(self.later.is_empty());
-        Span {
-            c: &self.c,
-            p0: 0,
-            d: self.d,
-        }
+        self.span_unchecked()
     }
 
     /// The panels of the key block starting at `j0` (a multiple of

@@ -12,8 +12,6 @@
 
 use std::sync::Arc;
 
-use ndarray::ArrayView2;
-
 use super::cells::{self, CellCache, CellIndex};
 use super::keys::{KeyColumns, KeysSoa, Pack};
 use super::local_mean::QUERY_GROUP;
@@ -34,9 +32,9 @@ use crate::types::{Neighbours, RowNormalized, RowStates};
 /// (`'a`).
 pub(crate) struct CpuKeys<'a> {
     keys: KeyColumns,
-    /// The caller's keys, row-major, lent for a one-shot call's kNN (its
-    /// panels keep no copy of them: [`Pack::PanelsInstead`]).
-    lent: Option<&'a [f32]>,
+    /// The caller's keys, lent for a one-shot call's kNN (its panels keep
+    /// no copy of them: [`Pack::PanelsInstead`]).
+    lent: Option<&'a Matrix<'a>>,
     /// Where the ops run (the memory they wait for is reserved before,
     /// on the calling thread).
     threads: Threads,
@@ -131,7 +129,7 @@ impl<'a> CpuKeys<'a> {
         )?;
         Ok(CpuKeys {
             keys: threads.install(|| KeyColumns::try_new(op, keys, sets, pack))?,
-            lent: (pack == Pack::PanelsInstead).then(|| keys.as_slice()),
+            lent: (pack == Pack::PanelsInstead).then_some(keys),
             threads: threads.clone(),
             held,
             cells: None,
@@ -144,7 +142,7 @@ impl<'a> CpuKeys<'a> {
     fn soa(&self, set: Option<usize>) -> KeysSoa<'_> {
         let soa = self.keys.soa(set);
         KeysSoa {
-            rows: soa.rows.or(self.lent),
+            rows: soa.rows.or(self.lent.map(Matrix::as_slice)),
             ..soa
         }
     }
@@ -255,14 +253,11 @@ impl PreparedKeys for CpuKeys<'_> {
         let soa = match self.keys.has_columns() || blocked {
             true => self.soa(None),
             false => {
-                let rows = self.lent.expect("keys without columns are lent"); // ok: only PanelsInstead builds none
-                let view = ArrayView2::from_shape((self.keys.n(), d), rows)
-                    .expect("the lent keys are n × d"); // ok: as the columns were built from them
-                let m = Matrix::check("knn", "keys", view)?;
-                _columns = self.request("knn", KeyColumns::bytes(&m, &[], Pack::None))?;
+                let m = self.lent.expect("keys without columns are lent"); // ok: only PanelsInstead builds none
+                _columns = self.request("knn", KeyColumns::bytes(m, &[], Pack::None))?;
                 built = self
                     .threads
-                    .install(|| KeyColumns::try_new("knn", &m, &[], Pack::None))?;
+                    .install(|| KeyColumns::try_new("knn", m, &[], Pack::None))?;
                 built.soa(None)
             }
         };

@@ -7,7 +7,7 @@ use ndarray::{Array1, ArrayView1, ArrayView2};
 
 use super::classify::{EmptyFallback, label_rows};
 use super::kde::{kernel_ln_normalizer, ln_density_scale};
-use super::knn::{SQ_DIST_LIMIT, TINY_RANGE, check_k, check_room, rank_bound};
+use super::knn::{check_k, check_room, scale_exponent};
 use super::local_fit::{Centres, LocalFit, LocalPca, check_limits, fit_linear, fit_pca};
 use crate::backend::{Moments, PreparedKeys, Query};
 use crate::cpu::Threads;
@@ -152,9 +152,9 @@ impl OnKeys<'_> {
     }
 
     /// Fails when squared distances between `queries` and the keys could
-    /// overflow `f32`, or when every coordinate is so small (largest
-    /// difference below [`TINY_RANGE`], haversine aside) that they would
-    /// fall below its normal range and lose their order.
+    /// overflow `f32`, or when every coordinate is so small that they
+    /// would fall below its normal range and lose their order: wherever
+    /// [`scale_exponent`] would scale.
     /// [`Engine::knn`](crate::Engine::knn) rescales such data; prepared
     /// keys cannot be rescaled per request.
     fn check_distances(
@@ -165,8 +165,11 @@ impl OnKeys<'_> {
     ) -> Result<()> {
         let qx = queries.max_abs();
         let r = f64::from(qx) + f64::from(self.extent);
-        let tiny = r > 0.0 && r < TINY_RANGE && !matches!(metric, Metric::Haversine);
-        if tiny {
+        let e = scale_exponent(metric, self.d, r);
+        if e == 0 {
+            return Ok(());
+        }
+        if e < 0 {
             return Err(Error::InvalidParameter {
                 name: "queries",
                 reason: format!(
@@ -174,9 +177,6 @@ impl OnKeys<'_> {
                     self.extent
                 ),
             });
-        }
-        if rank_bound(metric, self.d, r) <= SQ_DIST_LIMIT {
-            return Ok(());
         }
         Err(Error::InvalidParameter {
             name: "queries",

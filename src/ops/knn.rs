@@ -260,6 +260,30 @@ pub(crate) fn rank_bound(metric: &Metric, d: usize, r: f64) -> f64 {
 /// order.
 pub(crate) const TINY_RANGE: f64 = 1.0 / (1u64 << 30) as f64;
 
+/// The `e` by which [`knn_scaled`] divides coordinates (`2^e`) in `d`
+/// dimensions whose differences reach at most `r` under `metric`: 0 when
+/// they need no scaling; `e > 0` when a rank could overflow `f32` (the
+/// smallest such, with the bound / 4^e ≤ [`SQ_DIST_LIMIT`] for squared
+/// distances; finite f32 inputs keep e below about 70 plus log₄ d, so
+/// 2^−e is a normal f32; the other metrics, homogeneous of degree 1,
+/// the smallest e whose bound fits); `e < 0` when `r` is below
+/// [`TINY_RANGE`], bringing it between 1 and 2 (not haversine's angles,
+/// which do not scale).
+pub(crate) fn scale_exponent(metric: &Metric, d: usize, r: f64) -> i32 {
+    let bound = rank_bound(metric, d, r);
+    match metric {
+        _ if bound > SQ_DIST_LIMIT => match metric {
+            Metric::Euclidean => ((bound / SQ_DIST_LIMIT).log2() / 2.0).ceil() as i32,
+            m => (1..=160)
+                .find(|&e| rank_bound(m, d, r * 2f64.powi(-e)) <= SQ_DIST_LIMIT)
+                .unwrap_or(160),
+        },
+        Metric::Haversine => 0,
+        _ if r > 0.0 && r < TINY_RANGE => r.log2().floor() as i32,
+        _ => 0,
+    }
+}
+
 /// The `k` nearest keys of every query ([`call::knn`]), exact for
 /// coordinates of any finite size: when squared distances could overflow
 /// `f32`, queries and keys are first scaled down by a power of two, and
@@ -279,23 +303,7 @@ pub(crate) fn knn_scaled(
     (k, metric): (usize, &Metric),
 ) -> Result<Neighbours> {
     let r = f64::from(queries.max_abs()) + f64::from(keys.max_abs());
-    let bound = rank_bound(metric, queries.cols(), r);
-    // 2^e with bound / 4^e ≤ SQ_DIST_LIMIT; finite f32 inputs keep e below
-    // about 70 (plus log₄ d), so 2^−e is a normal f32. The other metrics
-    // (homogeneous of degree 1: their distances scale as the coordinates)
-    // take the smallest e whose bound fits. Tiny ranges take e < 0 (not
-    // haversine's angles, which do not scale).
-    let e = match metric {
-        _ if bound > SQ_DIST_LIMIT => match metric {
-            Metric::Euclidean => ((bound / SQ_DIST_LIMIT).log2() / 2.0).ceil() as i32,
-            m => (1..=160)
-                .find(|&e| rank_bound(m, queries.cols(), r * 2f64.powi(-e)) <= SQ_DIST_LIMIT)
-                .unwrap_or(160),
-        },
-        Metric::Haversine => 0,
-        _ if r > 0.0 && r < TINY_RANGE => r.log2().floor() as i32,
-        _ => 0,
-    };
+    let e = scale_exponent(metric, queries.cols(), r);
     if e == 0 {
         return call::knn(backend, queries, keys, k, metric);
     }

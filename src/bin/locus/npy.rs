@@ -518,10 +518,14 @@ fn half_to_f32(h: u16) -> f32 {
 /// [`NpyError::Dtype`] for integer or bool data; as [`read_header`]'s
 /// size check, reading, and allocation.
 pub fn read_f32(r: &mut impl Read, h: &Header) -> Result<ArrayD<f32>, NpyError> {
-    let fill = |r: &mut _, out: &mut [f32]| {
-        Ok(Read::read_exact(r, bytemuck::cast_slice_mut(out)).map(|()| false)?)
-    };
-    read_f32_with(r, h, fill).map(|(a, _)| a)
+    read_f32_with(r, h, read_unscanned).map(|(a, _)| a)
+}
+
+/// Fills `out` with the next bytes of `r`, scanning nothing (`false`: the
+/// caller checks the entries).
+fn read_unscanned(r: &mut impl Read, out: &mut [f32]) -> Result<bool, NpyError> {
+    r.read_exact(bytemuck::cast_slice_mut(out))?;
+    Ok(false)
 }
 
 /// Bytes of data from which [`read_f32_file`] reads with several threads.
@@ -541,9 +545,7 @@ pub fn read_f32_file(
     use std::io::Seek;
     let offset = r.stream_position()?;
     read_f32_with(r, h, |r, out| match out.len() * 4 < PARALLEL_READ_FROM {
-        true => Ok(r
-            .read_exact(bytemuck::cast_slice_mut(out))
-            .map(|()| false)?),
+        true => read_unscanned(r, out),
         false => read_at_in_parallel(r.get_ref(), offset, out),
     })
 }
