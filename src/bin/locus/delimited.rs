@@ -225,6 +225,26 @@ pub fn f32_or_missing_field(f: &str) -> Result<f32, String> {
     f32_field(f)
 }
 
+/// Converts a field to `f64` and to the correctly rounded `f32` (each
+/// parsed from the text, so neither rounds twice), for points that are
+/// centred in `f64` before they are rounded. A finite value too large for
+/// `f32` is infinite in the `f32`, for the caller to refuse where it uses
+/// that; NaN and infinities pass, for the caller to locate.
+pub fn wide_field(f: &str) -> Result<(f32, f64), String> {
+    let v: f64 = f.parse().map_err(|_| "is not a number".to_string())?;
+    let x: f32 = f.parse().map_err(|_| "is not a number".to_string())?;
+    Ok((x, v))
+}
+
+/// As [`wide_field`], with a missing value read as NaN (as
+/// [`f32_or_missing_field`]).
+pub fn wide_or_missing_field(f: &str) -> Result<(f32, f64), String> {
+    if f.is_empty() || f.eq_ignore_ascii_case("na") || f.eq_ignore_ascii_case("nan") {
+        return Ok((f32::NAN, f64::NAN));
+    }
+    wide_field(f)
+}
+
 /// Converts a field to `i64`: an integer, or a number with no fractional
 /// part below 2⁵³ in magnitude (`3`, `3.0`, `3e2`).
 pub fn i64_field(f: &str) -> Result<i64, String> {
@@ -249,6 +269,13 @@ impl Field for f32 {
     fn write_csv(self, out: &mut impl Write) -> io::Result<()> {
         // `{:?}` is the shortest text that parses back to the same f32,
         // with an exponent for very large or small values.
+        write!(out, "{self:?}")
+    }
+}
+
+impl Field for f64 {
+    fn write_csv(self, out: &mut impl Write) -> io::Result<()> {
+        // The shortest text that parses back to the same f64.
         write!(out, "{self:?}")
     }
 }

@@ -8,11 +8,14 @@
 //! Every input is checked while it is read (shape, every entry a finite
 //! `f32`, sizes against the file before anything is allocated) and every
 //! problem is reported with the option and file it came from; [`Input`]
-//! and the shape checks ([`same_cols`], [`same_rows`], [`one_column`])
-//! cross-check inputs. Outputs are chosen by extension (`.npy` as f32, or
-//! i64 for labels; `.csv` with the shortest text that reads back to the
-//! same value) and written through the `atomic` module: paths checked
-//! before any work, files put in place only when the run succeeds.
+//! and the shape checks ([`same_rows`], [`one_column`]) cross-check
+//! inputs. Points are read by [`read_points`], keeping `f64` values where
+//! the file has them, for the `points` module to centre before rounding.
+//! Outputs are chosen by extension (`.npy` as f32 — float64 for positions
+//! moved back by an offset —, or i64 for labels; `.csv` with the shortest
+//! text that reads back to the same value) and written through the
+//! `atomic` module: paths checked before any work, files put in place
+//! only when the run succeeds.
 
 use std::fmt;
 use std::fs::File;
@@ -100,31 +103,6 @@ impl fmt::Display for Input {
             self.cols()
         )
     }
-}
-
-/// The queries named by `flag`, if any, checked to have the keys'
-/// dimension (without them an op queries the keys themselves).
-pub fn load_queries(
-    flag: &'static str,
-    path: Option<&Path>,
-    keys: &Input,
-) -> CliResult<Option<Input>> {
-    let queries = path.map(|p| Input::load(flag, p)).transpose()?;
-    if let Some(q) = &queries {
-        same_cols(q, keys)?;
-    }
-    Ok(queries)
-}
-
-/// Fails unless `a` and `b` have the same number of columns (points of the
-/// same dimension).
-pub fn same_cols(a: &Input, b: &Input) -> CliResult<()> {
-    if a.cols() == b.cols() {
-        return Ok(());
-    }
-    Err(CliError::input(format!(
-        "shape mismatch: {a} and {b} must have the same number of columns"
-    )))
 }
 
 /// Fails unless `a` and `b` have the same number of rows (one row of `a`
@@ -225,14 +203,6 @@ fn npy_message(e: NpyError) -> String {
     }
 }
 
-/// Reads a matrix whose missing entries are NaN: NaN in `.npy`, an empty
-/// field or `NA`/`nan` (any case) in `.csv`. Infinities are refused.
-pub fn read_matrix_with_missing(flag: &str, path: &Path) -> CliResult<Array2<f32>> {
-    let a = read_array(flag, path, 2, true)?;
-    a.into_dimensionality::<Ix2>()
-        .map_err(|e| CliError::input(format!("{flag} {}: {e}", path.display())))
-}
-
 /// Reads an array of at most `max_ndim` axes (1-D taken as a column, so at
 /// least 2) of finite `f32` (or NaN, with `missing`), none of them empty.
 fn read_array(flag: &str, path: &Path, max_ndim: usize, missing: bool) -> CliResult<ArrayD<f32>> {
@@ -285,6 +255,118 @@ fn read_array(flag: &str, path: &Path, max_ndim: usize, missing: bool) -> CliRes
     Ok(m)
 }
 
+/// A matrix of points as read, before it is rounded to `f32`: the file's
+/// `f32` entries, or where the file holds more precision (a float64
+/// `.npy`, CSV text) its `f64` values, which the `points` module centres
+/// before rounding. Every entry is finite (or NaN, read with `missing`).
+pub enum Points {
+    /// From an `f32` (or `f2`) `.npy`: nothing to gain from `f64`.
+    Narrow(Array2<f32>),
+    /// From a float64 `.npy` or a `.csv`.
+    Wide {
+        /// The values.
+        values: Array2<f64>,
+        /// CSV: each value correctly rounded to `f32` from its text
+        /// (infinite where too large), used where nothing is centred.
+        rounded: Option<Array2<f32>>,
+        /// CSV: the text line of each row.
+        lines: Option<Vec<usize>>,
+    },
+}
+
+impl Points {
+    /// Rows and columns.
+    pub fn dim(&self) -> (usize, usize) {
+        match self {
+            Points::Narrow(a) => a.dim(),
+            Points::Wide { values, .. } => values.dim(),
+        }
+    }
+
+    /// Read as `f64`.
+    pub fn is_wide(&self) -> bool {
+        matches!(self, Points::Wide { .. })
+    }
+
+    /// The points as read, in `f64`.
+    pub fn to_f64(&self) -> Array2<f64> {
+        match self {
+            Points::Narrow(a) => a.mapv(f64::from),
+            Points::Wide { values, .. } => values.clone(),
+        }
+    }
+}
+
+/// Reads an `N × d` matrix of points (as [`read_matrix`]; with `missing`,
+/// NaN — in CSV an empty field, `NA` or `nan` — marks a missing entry) keeping `f64` values where
+/// the file has them.
+pub fn read_points(flag: &str, path: &Path, missing: bool) -> CliResult<Points> {
+    let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
+    // A 1-D array is a column.
+    let to_matrix = |a: ArrayD<f64>| {
+        let (n, d) = match a.shape() {
+            &[n] => (n, 1),
+            &[n, d] => (n, d),
+            s => return Err(at(format!("expected a 1-D or 2-D array, got shape {s:?}"))),
+        };
+        a.into_shape_with_order((n, d))
+            .map_err(|e| at(e.to_string()))
+    };
+    let (values, rounded, lines) = match Format::of(flag, path)? {
+        Format::Npy => {
+            let (file, len) = open(path).map_err(at)?;
+            let mut r = BufReader::new(file);
+            let h = npy::read_header(&mut r, len).map_err(|e| at(npy_message(e)))?;
+            if !(h.dtype.kind == npy::Kind::Float && h.dtype.size == 8) {
+                let a = read_array(flag, path, 2, missing)?;
+                return Ok(Points::Narrow(
+                    a.into_dimensionality::<Ix2>()
+                        .map_err(|e| at(e.to_string()))?,
+                ));
+            }
+            if h.shape.is_empty() || h.shape.len() > 2 {
+                return Err(at(format!(
+                    "expected a 1-D or 2-D array, got shape {:?}",
+                    h.shape
+                )));
+            }
+            check_not_empty(&h.shape).map_err(at)?;
+            let a = npy::read_f64(&mut r, &h).map_err(|e| at(npy_message(e)))?;
+            (to_matrix(a)?, None, None)
+        }
+        Format::Csv => {
+            let text = read_text(path).map_err(at)?;
+            let field = if missing {
+                delimited::wide_or_missing_field
+            } else {
+                delimited::wide_field
+            };
+            let t = delimited::read(&text, header_rule(), field).map_err(at)?;
+            check_not_empty(t.data.shape()).map_err(at)?;
+            let rounded = t.data.mapv(|(x, _)| x);
+            (t.data.mapv(|(_, v)| v), Some(rounded), Some(t.lines))
+        }
+    };
+    check_not_empty(values.shape()).map_err(at)?;
+    let flat = values.as_slice().expect("standard layout"); // ok: built in C order above
+    if let Some(pos) = flat
+        .iter()
+        .position(|v| !(v.is_finite() || (missing && v.is_nan())))
+    {
+        return Err(at(non_finite(
+            flat[pos],
+            pos,
+            values.shape(),
+            lines.as_deref(),
+        )));
+    }
+    Ok(Points::Wide {
+        values,
+        rounded,
+        lines,
+    })
+}
+
 fn check_not_empty(shape: &[usize]) -> Result<(), String> {
     if !shape.contains(&0) {
         return Ok(());
@@ -306,20 +388,35 @@ fn check_finite(m: &ArrayD<f32>, lines: Option<&[usize]>, missing: bool) -> Resu
     let Some(pos) = locus::first_non_finite(flat, missing) else {
         return Ok(());
     };
-    let v = flat[pos];
+    Err(non_finite(f64::from(flat[pos]), pos, m.shape(), lines))
+}
+
+/// "NaN at row r, column c (0-based; line l)" for the entry `v` at flat
+/// position `pos` of an array of `shape`.
+fn non_finite(v: f64, pos: usize, shape: &[usize], lines: Option<&[usize]>) -> String {
     let what = if v.is_nan() {
         "NaN".to_string()
     } else {
         format!("{}infinity", if v < 0.0 { "-" } else { "" })
     };
-    let mut at = vec![0; m.ndim()];
+    format!("{what} at {}", entry(pos, shape, lines))
+}
+
+/// "row r, column c (0-based; line l)": where the entry at flat position
+/// `pos` of an array of `shape` is (`lines[i]`: the text line of row `i`,
+/// CSV).
+pub fn entry(pos: usize, shape: &[usize], lines: Option<&[usize]>) -> String {
+    let mut at = vec![0; shape.len()];
     let mut rest = pos;
-    for (a, &len) in at.iter_mut().zip(m.shape()).rev() {
-        *a = rest % len;
-        rest /= len;
+    for (a, &len) in at.iter_mut().zip(shape).rev() {
+        *a = rest % len.max(1);
+        rest /= len.max(1);
     }
-    let line = lines.map_or(String::new(), |l| format!("; line {}", l[at[at.len() - 2]]));
-    Err(format!("{what} at {} (0-based{line})", locate(&at)))
+    let line = match (lines, at.len()) {
+        (Some(l), n) if n >= 2 => format!("; line {}", l[at[n - 2]]),
+        _ => String::new(),
+    };
+    format!("{} (0-based{line})", locate(&at))
 }
 
 /// Reads class labels: one integer per row, from a 1-D or one-column

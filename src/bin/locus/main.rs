@@ -21,6 +21,7 @@ mod io;
 mod npy;
 mod npy_write;
 mod plot;
+mod points;
 mod progress;
 mod report;
 #[cfg(feature = "serve")]

@@ -633,12 +633,7 @@ fn read_f32_with<R: Read>(
     h: &Header,
     fill: impl FnOnce(&mut R, &mut [f32]) -> Result<bool, NpyError>,
 ) -> Result<(ArrayD<f32>, bool), NpyError> {
-    if h.dtype.kind != Kind::Float {
-        return Err(NpyError::Dtype(format!(
-            "unsupported dtype {} (expected float32 '<f4' or float64 '<f8')",
-            h.descr
-        )));
-    }
+    check_float(h)?;
     if h.dtype.size == 4 && !h.dtype.big_endian && cfg!(target_endian = "little") {
         // Little-endian f32, the common case: the bytes straight into
         // place, no per-element conversion (there is nothing to check).
@@ -655,6 +650,30 @@ fn read_f32_with<R: Read>(
         Ok(x)
     })?;
     Ok((a, false))
+}
+
+/// Reads the array after `h` as `f64`, every value as stored (`f2`, `f4`
+/// and `f8` are exact in `f64`; NaN and infinities are passed through for
+/// the caller to locate). For points whose file holds more precision than
+/// `f32`, which the caller centres before rounding.
+///
+/// # Errors
+/// [`NpyError::Dtype`] for integer or bool data; as [`read_header`]'s
+/// size check, reading, and allocation.
+pub fn read_f64(r: &mut impl Read, h: &Header) -> Result<ArrayD<f64>, NpyError> {
+    check_float(h)?;
+    read_data(r, h, "f64", |raw| Ok(float_of(raw)))
+}
+
+/// Refuses a header whose elements are not floats.
+fn check_float(h: &Header) -> Result<(), NpyError> {
+    if h.dtype.kind == Kind::Float {
+        return Ok(());
+    }
+    Err(NpyError::Dtype(format!(
+        "unsupported dtype {} (expected float32 '<f4' or float64 '<f8')",
+        h.descr
+    )))
 }
 
 /// Reads the array after `h` as integers: any integer dtype, bool, or

@@ -8,7 +8,8 @@ use serde_json::json;
 use super::Job;
 use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
-use crate::io::{self, Input};
+use crate::io;
+use crate::points::{self, Shift};
 use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
@@ -49,10 +50,18 @@ pub fn run(a: &ClassifyArgs) -> CliResult<()> {
         ("--proba", a.proba.as_deref()),
     ])?;
     let kernel = a.kernel.kernel()?;
-    let train = Input::load("--train", &a.train)?;
+    let points::Loaded {
+        keys: train,
+        others: [queries],
+        ..
+    } = points::load(
+        ("--train", &a.train),
+        [("--queries", Some(&a.queries))],
+        Shift::Invariant,
+        false,
+    )?;
+    let queries = queries.ok_or_else(|| CliError::compute("--queries was not read"))?;
     let labels = io::read_labels("--labels", &a.labels)?;
-    let queries = Input::load("--queries", &a.queries)?;
-    io::same_cols(&queries, &train)?;
     if labels.len() != train.rows() {
         return Err(CliError::input(format!(
             "shape mismatch: --labels {} has {} labels; {train} needs one per row",

@@ -11,8 +11,9 @@ use serde_json::json;
 use super::Job;
 use crate::args::{Compute, parse_profile};
 use crate::error::{CliError, CliResult};
-use crate::io::{self, Input};
+use crate::io;
 use crate::plot::{self, Scatter};
+use crate::points::{self, Shift};
 use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
@@ -104,7 +105,11 @@ pub fn run(a: &GenerateArgs) -> CliResult<()> {
     if let Some(p) = &a.plot {
         plot::check_path("--plot", p)?;
     }
-    let input = Input::load("--input", &a.input)?;
+    let points::Loaded {
+        centring,
+        keys: input,
+        others: [],
+    } = points::load(("--input", &a.input), [], Shift::Invariant, false)?;
     let schedule = match &a.sigmas {
         Some(s) => NoiseSchedule::Given(s.clone()),
         None => NoiseSchedule::Spaced {
@@ -182,7 +187,8 @@ pub fn run(a: &GenerateArgs) -> CliResult<()> {
         outputs: report::outputs(&[("output", Some(&a.output)), ("plot", a.plot.as_deref())]),
     };
     job.finish(summary, || {
-        io::write_array("--output", &a.output, out.samples.view())?;
+        // Positions: the offset comes back.
+        points::write_positions("--output", &a.output, out.samples.view(), &centring, None)?;
         if let Some(p) = &a.plot {
             let labels = Array1::from_elem(x.nrows(), -1i64);
             let title = format!(
@@ -194,9 +200,12 @@ pub fn run(a: &GenerateArgs) -> CliResult<()> {
                 "--plot",
                 p,
                 &Scatter {
-                    points: x,
+                    points: points::as_given(x, &centring).view(),
                     labels: labels.view(),
-                    marked: Some((out.samples.view(), "generated")),
+                    marked: Some((
+                        points::as_given(out.samples.view(), &centring).view(),
+                        "generated",
+                    )),
                     title: &title,
                 },
             )?;

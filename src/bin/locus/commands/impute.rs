@@ -8,7 +8,8 @@ use serde_json::json;
 use super::Job;
 use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
-use crate::io;
+use crate::io::{self, Points};
+use crate::points::{self, Shift};
 use crate::report::Summary;
 use crate::verify::{Deviation, Tolerance};
 
@@ -42,21 +43,38 @@ pub fn run(a: &ImputeArgs) -> CliResult<()> {
         return Err(CliError::input("--iterations must be at least 1"));
     }
     let kernel = a.kernel.kernel()?;
-    let data = io::read_matrix_with_missing("--input", &a.input)?;
+    let given = io::read_points("--input", &a.input, true)?;
     let reference = a
         .reference
         .as_deref()
-        .map(|p| io::read_matrix_with_missing("--reference", p))
+        .map(|p| io::read_points("--reference", p, true))
         .transpose()?;
     if let Some(r) = &reference
-        && r.ncols() != data.ncols()
+        && r.dim().1 != given.dim().1
     {
         return Err(CliError::input(format!(
             "shape mismatch: --input has {} columns but --reference has {}",
-            data.ncols(),
-            r.ncols()
+            given.dim().1,
+            r.dim().1
         )));
     }
+    // Centred on the reference's mean (or the input's), missing entries
+    // left out.
+    let all: Vec<&Points> = std::iter::once(&given).chain(&reference).collect();
+    let centring = points::centring_for(
+        reference.as_ref().unwrap_or(&given),
+        &all,
+        Shift::Invariant,
+        true,
+    );
+    // The observed entries are written as given.
+    let observed = given.is_wide().then(|| given.to_f64());
+    let offset = centring.offset();
+    let data = points::rounded("--input", &a.input, given, offset)?;
+    let reference = match (reference, a.reference.as_deref()) {
+        (Some(r), Some(path)) => Some(points::rounded("--reference", path, r, offset)?),
+        _ => None,
+    };
     let op = |e: &locus::Engine| match &reference {
         Some(r) => e.impute_from(&kernel, data.view(), r.view(), a.iterations),
         None => e.impute(&kernel, data.view(), a.iterations),
@@ -88,7 +106,15 @@ pub fn run(a: &ImputeArgs) -> CliResult<()> {
         ],
         outputs: vec![("output", a.output.clone())],
     };
+    // Imputed entries are positions (the offset comes back); observed
+    // ones are written as given.
     job.finish(summary, || {
-        io::write_array("--output", &a.output, result.values.view())
+        points::write_positions(
+            "--output",
+            &a.output,
+            result.values.view(),
+            &centring,
+            observed.as_ref(),
+        )
     })
 }

@@ -11,6 +11,7 @@ use super::variable::KernelArgs;
 use crate::args::{Compute, MetricArgs};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
+use crate::points::{self, Shift};
 use crate::report::Summary;
 use crate::verify::{Deviation, Tolerance};
 
@@ -49,9 +50,10 @@ pub fn run(a: &KdeArgs) -> CliResult<()> {
     if a.kernel.variable() {
         return run_variable(a);
     }
-    let kernel = a.kernel.fixed()?.with_metric(a.metric.metric()?)?;
-    let keys = Input::load("--keys", &a.keys)?;
-    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
+    let metric = a.metric.metric()?;
+    let kernel = a.kernel.fixed()?.with_metric(metric)?;
+    let (_, keys, queries) =
+        points::keys_and_queries(&a.keys, a.queries.as_deref(), Shift::of_metric(metric))?;
     let weights = a
         .weights
         .as_deref()
@@ -95,8 +97,9 @@ fn run_variable(a: &KdeArgs) -> CliResult<()> {
         ),
     ])?;
     let profile = rule.profile();
-    let keys = Input::load("--keys", &a.keys)?;
-    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
+    // Euclidean only (refused above otherwise).
+    let (_, keys, queries) =
+        points::keys_and_queries(&a.keys, a.queries.as_deref(), Shift::Invariant)?;
     let x = keys.data.view();
     let q = queries.as_ref().map_or(x, |q| q.data.view());
     if locus::ln_normalizer(profile, x.ncols()).is_err() {

@@ -11,7 +11,8 @@ use serde_json::json;
 use super::{Job, pairs_per_second};
 use crate::args::{Compute, KernelArgs};
 use crate::error::CliResult;
-use crate::io::{self, Input};
+use crate::io;
+use crate::points::{self, Shift};
 use crate::report::Summary;
 use crate::verify::{Deviation, Tolerance};
 
@@ -73,8 +74,8 @@ impl Which {
 pub fn run(a: &KernelMatrixArgs) -> CliResult<()> {
     io::check_output("--output", &a.output)?;
     let kernel = a.kernel.kernel()?;
-    let keys = Input::load("--keys", &a.keys)?;
-    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
+    let (_, keys, queries) =
+        points::keys_and_queries(&a.keys, a.queries.as_deref(), Shift::Invariant)?;
     let which = match (a.laplacian, a.normalize) {
         (false, Normalize::None) => Which::Raw,
         (false, Normalize::Rows) => Which::RowNormalized,

@@ -7,7 +7,8 @@ use serde_json::json;
 use super::{Job, pairs_per_second};
 use crate::args::{Compute, MetricArgs};
 use crate::error::{CliError, CliResult};
-use crate::io::{self, Input};
+use crate::io;
+use crate::points::{self, Shift};
 use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
@@ -41,8 +42,8 @@ pub fn run(a: &KnnArgs) -> CliResult<()> {
     let distances = a.distances.as_deref();
     let metric = a.metric.metric()?;
     io::check_outputs(&[("--output", Some(&a.output)), ("--distances", distances)])?;
-    let keys = Input::load("--keys", &a.keys)?;
-    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
+    let (_, keys, queries) =
+        points::keys_and_queries(&a.keys, a.queries.as_deref(), Shift::of_metric(metric))?;
     if a.k == 0 || a.k > keys.rows() {
         return Err(CliError::input(format!(
             "--k {}: must be between 1 and the number of keys ({} in {})",

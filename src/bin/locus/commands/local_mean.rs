@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use ndarray::ArrayView2;
 use serde_json::json;
 
 use super::variable::KernelArgs;
@@ -13,6 +14,7 @@ use locus::LocalFit;
 
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
+use crate::points::{self, Centring, Shift};
 use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
@@ -70,20 +72,13 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
         return run_variable(a);
     }
     let kernel = a.kernel.fixed()?;
-    let keys = Input::load("--keys", &a.keys)?;
-    let queries = a
-        .queries
-        .as_deref()
-        .map(|p| Input::load("--queries", p))
-        .transpose()?;
+    let (centring, keys, queries) =
+        points::keys_and_queries(&a.keys, a.queries.as_deref(), Shift::Invariant)?;
     let values = a
         .values
         .as_deref()
         .map(|p| Input::load("--values", p))
         .transpose()?;
-    if let Some(q) = &queries {
-        io::same_cols(q, &keys)?;
-    }
     if let Some(v) = &values {
         io::same_rows(v, &keys)?;
     }
@@ -143,7 +138,7 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
         outputs: report::outputs(&[("output", Some(&a.output)), ("slopes", a.slopes.as_deref())]),
     };
     job.finish(summary, || {
-        io::write_array("--output", &a.output, result.fitted.view())?;
+        write_fit(a, result.fitted.view(), values.is_none(), &centring)?;
         if let (Some(path), Some(slopes)) = (&a.slopes, &result.slopes) {
             io::write_array_3d("--slopes", path, slopes.view())?;
         }
@@ -156,8 +151,8 @@ pub fn run(a: &LocalMeanArgs) -> CliResult<()> {
 fn run_variable(a: &LocalMeanArgs) -> CliResult<()> {
     let rule = a.kernel.rule(&[("--degree 1", a.degree != 0)])?;
     let profile = rule.profile();
-    let keys = Input::load("--keys", &a.keys)?;
-    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
+    let (centring, keys, queries) =
+        points::keys_and_queries(&a.keys, a.queries.as_deref(), Shift::Invariant)?;
     let values = a
         .values
         .as_deref()
@@ -200,6 +195,20 @@ fn run_variable(a: &LocalMeanArgs) -> CliResult<()> {
         outputs: report::outputs(&[("output", Some(&a.output))]),
     };
     job.finish(summary, || {
-        io::write_array("--output", &a.output, result.values.view())
+        write_fit(a, result.values.view(), values.is_none(), &centring)
     })
+}
+
+/// Writes the fitted values; without `--values` they are local means of
+/// the keys, positions: the offset comes back.
+fn write_fit(
+    a: &LocalMeanArgs,
+    fit: ArrayView2<'_, f32>,
+    of_keys: bool,
+    centring: &Centring,
+) -> CliResult<()> {
+    match of_keys {
+        true => points::write_positions("--output", &a.output, fit, centring, None),
+        false => io::write_array("--output", &a.output, fit),
+    }
 }

@@ -8,7 +8,8 @@ use serde_json::json;
 use super::{Job, pairs_per_second};
 use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
-use crate::io::{self, Input};
+use crate::io;
+use crate::points::{self, Shift};
 use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
@@ -48,8 +49,8 @@ pub fn run(a: &LocalPcaArgs) -> CliResult<()> {
         ("--means", a.means.as_deref()),
     ])?;
     let kernel = a.kernel.kernel()?;
-    let keys = Input::load("--keys", &a.keys)?;
-    let queries = io::load_queries("--queries", a.queries.as_deref(), &keys)?;
+    let (centring, keys, queries) =
+        points::keys_and_queries(&a.keys, a.queries.as_deref(), Shift::Invariant)?;
     let x = keys.data.view();
     let q = queries.as_ref().map_or(x, |q| q.data.view());
     let d = x.ncols();
@@ -116,6 +117,12 @@ pub fn run(a: &LocalPcaArgs) -> CliResult<()> {
             a.variances.as_deref(),
             result.variances.view(),
         )?;
-        io::write_if("--means", a.means.as_deref(), result.means.view())
+        // Positions: the offset comes back.
+        points::write_positions_if(
+            "--means",
+            a.means.as_deref(),
+            result.means.view(),
+            &centring,
+        )
     })
 }

@@ -13,6 +13,7 @@ use crate::args::{Compute, kernel_from, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
 use crate::plot::{self, Scatter};
+use crate::points::{self, Shift};
 use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
@@ -113,7 +114,11 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     if let Some(p) = &a.plot {
         plot::check_path("--plot", p)?;
     }
-    let mut input = Input::load("--input", &a.input)?;
+    let points::Loaded {
+        centring,
+        keys: mut input,
+        others: [],
+    } = points::load(("--input", &a.input), [], Shift::Invariant, false)?;
     // A product kernel (--blocks), or the one profile of a radial kernel.
     let product = match &a.blocks {
         Some(dims) => {
@@ -289,7 +294,8 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     };
     job.finish(summary, || {
         io::write_array("--labels", &a.labels, fit.labels.view())?;
-        io::write_if("--modes", a.modes.as_deref(), fit.modes.view())?;
+        // Positions: the offset comes back.
+        points::write_positions_if("--modes", a.modes.as_deref(), fit.modes.view(), &centring)?;
         if let Some(p) = &a.plot {
             let kernel = match product {
                 Some(k) => k.to_string(),
@@ -303,9 +309,12 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
                 "--plot",
                 p,
                 &Scatter {
-                    points: x,
+                    points: points::as_given(x, &centring).view(),
                     labels: fit.labels.view(),
-                    marked: Some((fit.modes.view(), "modes")),
+                    marked: Some((
+                        points::as_given(fit.modes.view(), &centring).view(),
+                        "modes",
+                    )),
                     title: &title,
                 },
             )?;

@@ -10,8 +10,9 @@ use serde_json::json;
 use super::Job;
 use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
-use crate::io::{self, Input};
+use crate::io;
 use crate::plot::{self, Scatter};
+use crate::points::{self, Shift};
 use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 
@@ -46,7 +47,11 @@ pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
     if let Some(p) = &a.plot {
         plot::check_path("--plot", p)?;
     }
-    let input = Input::load("--input", &a.input)?;
+    let points::Loaded {
+        centring,
+        keys: input,
+        others: [],
+    } = points::load(("--input", &a.input), [], Shift::Invariant, false)?;
     let kernel = a.kernel.kernel()?;
     kernel.check_dim("medoid-shift", input.data.ncols())?;
     let params = MedoidShiftParams::new()
@@ -93,16 +98,20 @@ pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
     };
     job.finish(summary, || {
         io::write_array("--labels", &a.labels, fit.labels.view())?;
-        io::write_if("--medoids", medoids, fit.modes.view())?;
+        // Positions: the offset comes back.
+        points::write_positions_if("--medoids", medoids, fit.modes.view(), &centring)?;
         if let Some(p) = &a.plot {
             let title = format!("MedoidShift, {kernel}: {clusters} clusters");
             plot::write_png(
                 "--plot",
                 p,
                 &Scatter {
-                    points: x,
+                    points: points::as_given(x, &centring).view(),
                     labels: fit.labels.view(),
-                    marked: Some((fit.modes.view(), "medoids")),
+                    marked: Some((
+                        points::as_given(fit.modes.view(), &centring).view(),
+                        "medoids",
+                    )),
                     title: &title,
                 },
             )?;

@@ -4,8 +4,10 @@
 //! A compute subcommand is four steps, in this order so that bad input
 //! never costs a computation and a failed run never leaves a file:
 //! 1. check the output paths ([`io::check_output`](crate::io::check_output))
-//!    and load and cross-check the inputs ([`Input`](crate::io::Input),
-//!    [`same_cols`](crate::io::same_cols), …) — errors exit 2;
+//!    and load and cross-check the inputs (points through
+//!    [`points::load`](crate::points::load), which centres float64 ones;
+//!    [`Input`](crate::io::Input), [`same_rows`](crate::io::same_rows), …)
+//!    — errors exit 2;
 //! 2. [`Job::open`] the engine and [`Job::run`] the library call;
 //! 3. [`Job::verify`] (does nothing without `--verify`);
 //! 4. [`Job::finish`] with a [`Summary`] and a closure that writes the

@@ -12,6 +12,7 @@ use super::Job;
 use crate::args::{Compute, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input};
+use crate::points::{self, Shift};
 use crate::report::{self, Summary};
 use crate::verify::{Deviation, Tolerance};
 use locus::{Engine, PerFeatureOptions, Profile};
@@ -72,7 +73,8 @@ pub fn run(a: &SelectBandwidthArgs) -> CliResult<()> {
              function of the bandwidths",
         ));
     }
-    let points = Input::load("--points", &a.points)?;
+    let points::Loaded { keys: points, .. } =
+        points::load(("--points", &a.points), [], Shift::Invariant, false)?;
     let values = a
         .values
         .as_deref()

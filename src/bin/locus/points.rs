@@ -1,0 +1,371 @@
+//! Points centred before they are rounded to `f32`, as the Python package
+//! centres float64 arrays: points read as `f64` (a float64 `.npy`, CSV
+//! text) are moved to their keys' mean in `f64`, then rounded once, so a
+//! common offset costs no accuracy. `1e7 + x` rounded to `f32` keeps one
+//! significant digit of `x` (the spacing of `f32` near 10⁷ is 1);
+//! `x − mean` keeps seven.
+//!
+//! Only ops that a common shift of keys and queries leaves unchanged are
+//! centred (distances, kernels, densities, neighbours, local means of
+//! values; not the haversine metric, not attention); an output that is
+//! itself a position (the keys' own local mean, MeanShift's modes, local
+//! PCA's means, imputed or generated points) gets the offset added back in
+//! `f64` and is written in the precision the points came in: float64 to a
+//! `.npy` where a point file was read as `f64` ([`write_positions`]).
+//! Files of `f32` points are used as they are when every point file of
+//! the command is `f32`: rounding them loses nothing. Data already near 0
+//! is not moved ([`Offset::of`]), so its `f32` entries, and every result,
+//! are as without centring.
+
+use std::path::Path;
+
+use ndarray::{Array2, ArrayView2, Axis, CowArray, Ix2, Zip};
+
+use crate::error::{CliError, CliResult};
+use crate::io::{self, Input, Points};
+
+/// Per column, what was subtracted from the points in `f64` before they
+/// were rounded to `f32`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offset(Vec<f64>);
+
+impl Offset {
+    /// Where to centre `keys`: per column, the mean rounded to a multiple
+    /// of the power of two at or above the column's range (a constant
+    /// column: its value). The centred points are then within about one
+    /// range of 0, as accurate in `f32` as around their mean, and data
+    /// already near 0 (a mean within half that power of two) is not moved
+    /// at all. `missing`: NaN entries are left out (a column without any
+    /// value: 0). `None` where nothing moves. The entries are finite (or
+    /// NaN with `missing`): the reader refused any other.
+    pub fn of(keys: ArrayView2<'_, f64>, missing: bool) -> Option<Offset> {
+        let offset: Vec<f64> = keys
+            .axis_iter(Axis(1))
+            .map(|column| {
+                let (mut sum, mut count) = (0.0f64, 0usize);
+                let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+                for &v in column.iter().filter(|v| !(missing && v.is_nan())) {
+                    sum += v;
+                    count += 1;
+                    lo = lo.min(v);
+                    hi = hi.max(v);
+                }
+                if count == 0 {
+                    return 0.0;
+                }
+                let mean = sum / count as f64;
+                let width = hi - lo;
+                if width > 0.0 {
+                    let step = width.log2().ceil().exp2();
+                    (mean / step).round_ties_even() * step
+                } else {
+                    mean
+                }
+            })
+            .collect();
+        (offset.iter().all(|o| o.is_finite()) && offset.iter().any(|&o| o != 0.0))
+            .then_some(Offset(offset))
+    }
+
+    /// The offset of each column.
+    pub fn columns(&self) -> &[f64] {
+        &self.0
+    }
+
+    /// Positions computed on the centred points, moved back: `a + offset`
+    /// in `f64`.
+    pub fn restore(&self, a: ArrayView2<'_, f32>) -> Array2<f64> {
+        let mut out = a.mapv(f64::from);
+        for mut row in out.rows_mut() {
+            row.iter_mut().zip(&self.0).for_each(|(v, o)| *v += o);
+        }
+        out
+    }
+}
+
+/// How a command's points were rounded: the offset subtracted (`None`:
+/// none), and whether any point file was read as `f64` (positions then go
+/// back to a `.npy` as float64, the precision they came in).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Centring {
+    offset: Option<Offset>,
+    wide: bool,
+}
+
+impl Centring {
+    /// The offset subtracted, if any.
+    pub fn offset(&self) -> Option<&Offset> {
+        self.offset.as_ref()
+    }
+}
+
+/// Whether an op's results are unchanged by a common shift of its points
+/// (every metric but haversine): only then are they centred.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shift {
+    /// Distances, kernels, densities, neighbours, local means.
+    Invariant,
+    /// The haversine metric (latitude and longitude are not a
+    /// translation space): points are rounded as they are.
+    Matters,
+}
+
+impl Shift {
+    /// [`Shift::Matters`] for the haversine metric.
+    pub fn of_metric(metric: locus::Metric) -> Shift {
+        match metric {
+            locus::Metric::Haversine => Shift::Matters,
+            _ => Shift::Invariant,
+        }
+    }
+}
+
+/// Point files of one command, read and rounded to `f32` together.
+pub struct Loaded<const N: usize> {
+    /// What was subtracted, and the points' precision.
+    pub centring: Centring,
+    /// The keys.
+    pub keys: Input,
+    /// The other point files, in the order asked (`None`: not given).
+    pub others: [Option<Input>; N],
+}
+
+/// Reads the keys (`keys`: option and path) and the other point files of
+/// a command (queries, seeds, …; `None` when not given), each of the keys'
+/// dimension, and rounds them to `f32`: centred on the keys' mean in `f64`
+/// where any of them was read as `f64` and `shift` allows it
+/// ([`Offset::of`]). `missing`: NaN marks a missing entry (imputation).
+///
+/// # Errors
+/// As [`io::read_points`], the first in the order given; a file whose
+/// columns differ from the keys'; a value too large for `f32` as it is,
+/// or even centred.
+pub fn load<const N: usize>(
+    keys: (&'static str, &Path),
+    others: [(&'static str, Option<&Path>); N],
+    shift: Shift,
+    missing: bool,
+) -> CliResult<Loaded<N>> {
+    let (flag, path) = keys;
+    let key_points = io::read_points(flag, path, missing)?;
+    let other_points = first_error(others.map(|(flag, path)| {
+        path.map(|p| io::read_points(flag, p, missing).map(|r| (flag, p, r)))
+            .transpose()
+    }))?;
+    let all: Vec<&Points> = std::iter::once(&key_points)
+        .chain(other_points.iter().flatten().map(|(_, _, p)| p))
+        .collect();
+    let centring = centring_for(&key_points, &all, shift, missing);
+    let offset = centring.offset();
+    let keys = Input {
+        flag,
+        path: path.to_path_buf(),
+        data: rounded(flag, path, key_points, offset)?,
+    };
+    let others = first_error(other_points.map(|p| {
+        p.map(|(flag, path, p)| {
+            // The dimension first: the offset is one per key column.
+            let (rows, cols) = p.dim();
+            if cols != keys.cols() {
+                return Err(CliError::input(format!(
+                    "shape mismatch: {flag} {} ({rows}×{cols}) and {keys} must have the same number of columns",
+                    path.display()
+                )));
+            }
+            let data = rounded(flag, path, p, offset)?;
+            Ok(Input {
+                flag,
+                path: path.to_path_buf(),
+                data,
+            })
+        })
+        .transpose()
+    }))?;
+    Ok(Loaded {
+        centring,
+        keys,
+        others,
+    })
+}
+
+/// [`load`] of the keys (`--keys`) and optional queries (`--queries`):
+/// the centring, the keys, the queries.
+///
+/// # Errors
+/// As [`load`].
+pub fn keys_and_queries(
+    keys: &Path,
+    queries: Option<&Path>,
+    shift: Shift,
+) -> CliResult<(Centring, Input, Option<Input>)> {
+    let Loaded {
+        centring,
+        keys,
+        others: [queries],
+    } = load(("--keys", keys), [("--queries", queries)], shift, false)?;
+    Ok((centring, keys, queries))
+}
+
+/// How to round the points `all` of a command (the keys among them):
+/// centred on [`Offset::of`] the keys where any of them was read as `f64`
+/// and `shift` allows it; not where all are `f32` (rounding them loses
+/// nothing).
+pub fn centring_for(keys: &Points, all: &[&Points], shift: Shift, missing: bool) -> Centring {
+    let wide = all.iter().any(|p| p.is_wide());
+    let offset = match keys {
+        _ if shift == Shift::Matters || !wide => None,
+        Points::Wide { values, .. } => Offset::of(values.view(), missing),
+        Points::Narrow(a) => Offset::of(a.mapv(f64::from).view(), missing),
+    };
+    Centring { offset, wide }
+}
+
+/// Each `Ok` result, or the first error.
+fn first_error<T, const N: usize>(results: [CliResult<Option<T>>; N]) -> CliResult<[Option<T>; N]> {
+    let mut failed = None;
+    let out = results.map(|r| {
+        r.unwrap_or_else(|e| {
+            failed.get_or_insert(e);
+            None
+        })
+    });
+    failed.map_or(Ok(out), Err)
+}
+
+/// `points` as `f32`: minus `offset` in `f64` then rounded once, or as
+/// read (an `f32` file as it is; CSV text correctly rounded; `f64` values
+/// rounded once).
+///
+/// # Errors
+/// A value too large for `f32` as it is, or even centred.
+pub fn rounded(
+    flag: &str,
+    path: &Path,
+    points: Points,
+    offset: Option<&Offset>,
+) -> CliResult<Array2<f32>> {
+    let too_large = |v: f64, pos: usize, shape: &[usize], lines: Option<&[usize]>| {
+        let centred = offset.map_or(String::new(), |_| {
+            " even centred on the keys' mean (the points span more than f32 holds)".to_string()
+        });
+        CliError::input(format!(
+            "{flag} {}: value {v:e} at {} is too large for f32{centred}",
+            path.display(),
+            io::entry(pos, shape, lines)
+        ))
+    };
+    let (values, rounded, lines) = match points {
+        Points::Narrow(a) => match offset {
+            None => return Ok(a),
+            Some(_) => (a.mapv(f64::from), None, None),
+        },
+        Points::Wide {
+            values,
+            rounded,
+            lines,
+        } => (values, rounded, lines),
+    };
+    if let (None, Some(r)) = (offset, rounded) {
+        // CSV: each value rounded from its text.
+        if let Some(pos) = r.iter().position(|x| x.is_infinite()) {
+            let v = values.iter().nth(pos).copied().unwrap_or(f64::INFINITY);
+            return Err(too_large(v, pos, r.shape(), lines.as_deref()));
+        }
+        return Ok(r);
+    }
+    let mut out = Array2::<f32>::zeros(values.raw_dim());
+    match offset {
+        Some(o) => Zip::from(out.rows_mut())
+            .and(values.rows())
+            .for_each(|mut to, from| {
+                for ((t, &v), &c) in to.iter_mut().zip(from).zip(o.columns()) {
+                    *t = (v - c) as f32;
+                }
+            }),
+        None => Zip::from(&mut out)
+            .and(&values)
+            .for_each(|t, &v| *t = v as f32),
+    }
+    let flat = out.as_slice().expect("standard layout"); // ok: made above
+    if let Some(pos) = flat.iter().position(|x| x.is_infinite()) {
+        let v = values.iter().nth(pos).copied().unwrap_or(f64::INFINITY);
+        return Err(too_large(v, pos, out.shape(), lines.as_deref()));
+    }
+    Ok(out)
+}
+
+/// Writes positions computed on the points `centring` describes, in the
+/// precision the points came in: with an offset, moved back in `f64` and
+/// written as float64 (`.npy` `<f8`, the shortest `.csv` text of each
+/// `f64`); without one, a `.npy` as float64 where a point file was read
+/// as `f64` and as `f32` otherwise, a `.csv` as every output (`f32` text).
+/// `given`: entries as given, written in place of the positions where
+/// they are not NaN (imputation's observed entries).
+pub fn write_positions(
+    flag: &str,
+    path: &Path,
+    positions: ArrayView2<'_, f32>,
+    centring: &Centring,
+    given: Option<&Array2<f64>>,
+) -> CliResult<()> {
+    let npy = io::Format::of(flag, path)? == io::Format::Npy;
+    if centring.offset.is_none() && !(centring.wide && npy) {
+        return io::write_array(flag, path, positions);
+    }
+    let mut out = match &centring.offset {
+        Some(o) => o.restore(positions),
+        None => positions.mapv(f64::from),
+    };
+    if let Some(g) = given {
+        Zip::from(&mut out).and(g).for_each(|v, &g| {
+            if !g.is_nan() {
+                *v = g;
+            }
+        });
+    }
+    io::write_array(flag, path, out.view())
+}
+
+/// [`write_positions`] to `path` when the optional output was given.
+pub fn write_positions_if(
+    flag: &str,
+    path: Option<&Path>,
+    positions: ArrayView2<'_, f32>,
+    centring: &Centring,
+) -> CliResult<()> {
+    path.map_or(Ok(()), |p| {
+        write_positions(flag, p, positions, centring, None)
+    })
+}
+
+/// Positions for display (plots): with an offset moved back and rounded
+/// to `f32` (a picture needs no more), else borrowed as they are.
+pub fn as_given<'a>(positions: ArrayView2<'a, f32>, centring: &Centring) -> CowArray<'a, f32, Ix2> {
+    match &centring.offset {
+        None => CowArray::from(positions),
+        Some(o) => CowArray::from(o.restore(positions).mapv(|v| v as f32)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn the_offset_is_the_mean_on_a_power_of_two_grid() {
+        // Range 2 → step 2: the mean 1e7 + 0.5 rounds to 1e7.
+        let x = array![[1e7 - 0.5, 3.0], [1e7 + 1.5, 3.0]];
+        let o = Offset::of(x.view(), false).unwrap();
+        assert_eq!(o.columns(), &[1e7, 3.0]);
+        // Near 0 (mean within half a step): nothing moves.
+        assert_eq!(Offset::of(array![[-1.0], [1.5]].view(), false), None);
+        // Missing entries are left out; an empty column is 0.
+        let m = array![[f64::NAN, 5e6], [f64::NAN, 5e6 + 1.0]];
+        let o = Offset::of(m.view(), true).unwrap();
+        assert_eq!(o.columns(), &[0.0, 5e6]);
+        // Restored positions carry the offset in f64.
+        let back = o.restore(array![[1.0f32, 0.25]].view());
+        assert_eq!(back, array![[1.0, 5e6 + 0.25]]);
+    }
+}
