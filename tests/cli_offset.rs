@@ -275,6 +275,66 @@ fn mean_shift_modes_and_medoids_come_back_with_the_offset() {
             .any(|m| (m[0] - c[0]).abs() < 0.2 && (m[1] - c[1]).abs() < 0.2);
         assert!(near, "no mode near {c:?}: {modes}");
     }
+    // Binned seeds lie on cells of side h = 3 from the origin: the points
+    // move by whole cells only (the keys' mean on its power-of-two grid,
+    // 10⁶ and 2·10⁶ here, then to a multiple of 3), so the run far away is
+    // the run on the points moved by that much to the origin (which are
+    // not moved again), moved back, bit for bit. Moved by 10⁶ instead, the
+    // seeds would lie elsewhere.
+    let cells: Vec<f64> = x
+        .columns()
+        .into_iter()
+        .map(|c| {
+            let (lo, hi) = c
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+            let step = (hi - lo).log2().ceil().exp2();
+            let plain = (c.mean().unwrap() / step).round_ties_even() * step;
+            (plain / 3.0).round_ties_even() * 3.0
+        })
+        .collect();
+    assert_eq!(cells, [999_999.0, 2_000_001.0]);
+    let binned = |input: &Path, tag: &str| {
+        let (l, m) = (
+            dir.path().join(format!("l{tag}.npy")),
+            dir.path().join(format!("m{tag}.npy")),
+        );
+        locus()
+            .args([
+                "mean-shift",
+                "--backend",
+                "cpu",
+                "--bandwidth",
+                "3",
+                "--seeds",
+                "binned",
+                "--input",
+            ])
+            .arg(input)
+            .arg("--labels")
+            .arg(&l)
+            .arg("--modes")
+            .arg(&m)
+            .assert()
+            .success();
+        let labels: ndarray::Array1<i64> = read_npy(&l).unwrap();
+        let modes: Array2<f64> = read_npy(&m).unwrap();
+        (labels, modes)
+    };
+    let far = binned(&xp, "far");
+    let mut near = x.clone();
+    for mut r in near.rows_mut() {
+        r[0] -= cells[0];
+        r[1] -= cells[1];
+    }
+    let near = binned(&npy64(&dir, "near.npy", &near), "near");
+    assert_eq!(far.0, near.0);
+    let mut back = near.1.clone();
+    for mut r in back.rows_mut() {
+        r[0] += cells[0];
+        r[1] += cells[1];
+    }
+    assert_eq!(far.1, back);
     let medoids = dir.path().join("med.csv");
     locus()
         .args([

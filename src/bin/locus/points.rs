@@ -7,7 +7,8 @@
 //!
 //! Only ops that a common shift of keys and queries leaves unchanged are
 //! centred (distances, kernels, densities, neighbours, local means of
-//! values; not the haversine metric, not attention); an output that is
+//! values; not the haversine metric, not attention; MeanShift's binned
+//! seeds by whole cells only, [`Shift`]); an output that is
 //! itself a position (the keys' own local mean, MeanShift's modes, local
 //! PCA's means, imputed or generated points) gets the offset added back in
 //! `f64` and is written in the precision the points came in: float64 to a
@@ -67,6 +68,21 @@ impl Offset {
             .then_some(Offset(offset))
     }
 
+    /// The offset rounded to whole cells of side `side` (`None` where that
+    /// moves nothing, or `side` is not a positive number).
+    pub fn in_whole_cells(&self, side: f64) -> Option<Offset> {
+        if !(side > 0.0 && side.is_finite()) {
+            return None;
+        }
+        let moved: Vec<f64> = self
+            .0
+            .iter()
+            .map(|o| (o / side).round_ties_even() * side)
+            .collect();
+        (moved.iter().all(|o| o.is_finite()) && moved.iter().any(|&o| o != 0.0))
+            .then_some(Offset(moved))
+    }
+
     /// The offset of each column.
     pub fn columns(&self) -> &[f64] {
         &self.0
@@ -99,14 +115,19 @@ impl Centring {
     }
 }
 
-/// Whether an op's results are unchanged by a common shift of its points
-/// (every metric but haversine): only then are they centred.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which common shifts of its points leave an op's results unchanged
+/// (any, for every metric but haversine): the points are centred only by
+/// such a shift.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Shift {
     /// Distances, kernels, densities, neighbours, local means.
     Invariant,
-    /// The haversine metric (latitude and longitude are not a
-    /// translation space): points are rounded as they are.
+    /// Whole cells of this side only: MeanShift's binned seeds lie on a
+    /// grid of cells from the origin.
+    WholeCells(f64),
+    /// None: the haversine metric (latitude and longitude are not a
+    /// translation space); binned seeds on cells not known before the
+    /// run. Points are rounded as they are.
     Matters,
 }
 
@@ -216,6 +237,10 @@ pub fn centring_for(keys: &Points, all: &[&Points], shift: Shift, missing: bool)
         _ if shift == Shift::Matters || !wide => None,
         Points::Wide { values, .. } => Offset::of(values.view(), missing),
         Points::Narrow(a) => Offset::of(a.mapv(f64::from).view(), missing),
+    };
+    let offset = match shift {
+        Shift::WholeCells(side) => offset.and_then(|o| o.in_whole_cells(side)),
+        _ => offset,
     };
     Centring { offset, wide }
 }
@@ -364,6 +389,10 @@ mod tests {
         let m = array![[f64::NAN, 5e6], [f64::NAN, 5e6 + 1.0]];
         let o = Offset::of(m.view(), true).unwrap();
         assert_eq!(o.columns(), &[0.0, 5e6]);
+        // Binned seeds: whole cells only.
+        assert_eq!(o.in_whole_cells(3.0).unwrap().columns(), &[0.0, 5e6 + 1.0]);
+        assert_eq!(Offset(vec![1.0]).in_whole_cells(4.0), None);
+        assert_eq!(o.in_whole_cells(0.0), None);
         // Restored positions carry the offset in f64.
         let back = o.restore(array![[1.0f32, 0.25]].view());
         assert_eq!(back, array![[1.0, 5e6 + 0.25]]);

@@ -114,11 +114,35 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
     if let Some(p) = &a.plot {
         plot::check_path("--plot", p)?;
     }
+    // Per-point bandwidths, first: binned seeds use their median.
+    let given_bandwidths = a
+        .bandwidths
+        .as_deref()
+        .map(|p| Input::load("--bandwidths", p))
+        .transpose()?;
+    if let Some(b) = &given_bandwidths {
+        io::one_column(b)?;
+    }
+    let shift = match a.seeds {
+        SeedsArg::All => Shift::Invariant,
+        // The bins are cells of side h from the origin: the points move by
+        // whole cells, or not at all where the cell is found by the run
+        // (--quantile, --adaptive-k) or differs per block (--blocks).
+        SeedsArg::Binned => match (&given_bandwidths, a.bandwidth.as_deref(), &a.blocks) {
+            (Some(b), _, None) => {
+                let mut hs = b.data.column(0).to_vec();
+                hs.sort_by(f32::total_cmp);
+                Shift::WholeCells(f64::from(hs[hs.len() / 2]))
+            }
+            (None, Some([h]), None) if a.adaptive_k.is_none() => Shift::WholeCells(f64::from(*h)),
+            _ => Shift::Matters,
+        },
+    };
     let points::Loaded {
         centring,
         keys: mut input,
         others: [],
-    } = points::load(("--input", &a.input), [], Shift::Invariant, false)?;
+    } = points::load(("--input", &a.input), [], shift, false)?;
     // A product kernel (--blocks), or the one profile of a radial kernel.
     let product = match &a.blocks {
         Some(dims) => {
@@ -159,10 +183,11 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
         },
     };
     let adaptive = match (&a.bandwidths, a.adaptive_k) {
-        (Some(path), _) => {
-            let b = Input::load("--bandwidths", path)?;
-            io::one_column(&b)?;
-            io::same_rows(&b, &input)?;
+        (Some(_), _) => {
+            let b = given_bandwidths
+                .as_ref()
+                .ok_or_else(|| CliError::compute("--bandwidths was not read"))?;
+            io::same_rows(b, &input)?;
             Some(AdaptiveBandwidth::PerPoint(b.data.column(0).to_vec()))
         }
         (None, Some(k)) => Some(AdaptiveBandwidth::Knn { k, alpha: a.alpha }),
