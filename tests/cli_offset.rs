@@ -224,7 +224,14 @@ fn local_means_of_the_keys_come_back_as_float64_positions() {
             .success();
         let got: Array2<f64> = match name {
             "m.npy" => read_npy(&out).unwrap(), // float64: fails on f32
-            _ => csv_f64(&out),
+            _ => {
+                // Each f32 result as its shortest decimal, moved back: no
+                // run of binary digits beyond its precision.
+                let text = std::fs::read_to_string(&out).unwrap();
+                let longest = text.split([',', '\n']).map(str::len).max().unwrap();
+                assert!(longest <= 15, "a field of {longest} characters");
+                csv_f64(&out)
+            }
         };
         let err = (&got - &want).mapv(f64::abs).fold(0.0f64, |m, &v| m.max(v));
         // f32 carries 7 digits of the 100 m spread, not of 4.6e6 m.
@@ -275,12 +282,13 @@ fn mean_shift_modes_and_medoids_come_back_with_the_offset() {
             .any(|m| (m[0] - c[0]).abs() < 0.2 && (m[1] - c[1]).abs() < 0.2);
         assert!(near, "no mode near {c:?}: {modes}");
     }
-    // Binned seeds lie on cells of side h = 3 from the origin: the points
+    // Binned seeds lie on cells of side h = 0.7 from the origin: the points
     // move by whole cells only (the keys' mean on its power-of-two grid,
-    // 10⁶ and 2·10⁶ here, then to a multiple of 3), so the run far away is
-    // the run on the points moved by that much to the origin (which are
-    // not moved again), moved back, bit for bit. Moved by 10⁶ instead, the
-    // seeds would lie elsewhere.
+    // 10⁶ and 2·10⁶ here, then to a multiple of 0.7 — as written, not of
+    // the f32 nearest it), so the run far away is the run on the points
+    // moved by that much to the origin (which are not moved again), moved
+    // back, bit for bit. Moved by 10⁶, or by cells of f32(0.7), the seeds
+    // would lie elsewhere.
     let cells: Vec<f64> = x
         .columns()
         .into_iter()
@@ -290,10 +298,10 @@ fn mean_shift_modes_and_medoids_come_back_with_the_offset() {
                 .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
             let step = (hi - lo).log2().ceil().exp2();
             let plain = (c.mean().unwrap() / step).round_ties_even() * step;
-            (plain / 3.0).round_ties_even() * 3.0
+            (plain / 0.7).round_ties_even() * 0.7
         })
         .collect();
-    assert_eq!(cells, [999_999.0, 2_000_001.0]);
+    assert_eq!(cells, [1e6, 2e6].map(|c: f64| (c / 0.7).round() * 0.7));
     let binned = |input: &Path, tag: &str| {
         let (l, m) = (
             dir.path().join(format!("l{tag}.npy")),
@@ -305,7 +313,7 @@ fn mean_shift_modes_and_medoids_come_back_with_the_offset() {
                 "--backend",
                 "cpu",
                 "--bandwidth",
-                "3",
+                "0.7",
                 "--seeds",
                 "binned",
                 "--input",
@@ -352,17 +360,11 @@ fn mean_shift_modes_and_medoids_come_back_with_the_offset() {
         .arg(&medoids)
         .assert()
         .success();
-    // Each medoid is an input point, to f32's precision of the spread.
+    // Each medoid is an input point, as given.
     for m in csv_f64(&medoids).rows() {
-        let nearest = x
-            .rows()
-            .into_iter()
-            .map(|r| sq(m, r))
-            .fold(f64::INFINITY, f64::min);
         assert!(
-            nearest.sqrt() < 1e-5,
-            "medoid {m} is {} from every input point",
-            nearest.sqrt()
+            x.rows().into_iter().any(|r| r == m),
+            "medoid {m} is not an input point"
         );
     }
 }
@@ -407,6 +409,37 @@ fn impute_writes_observed_entries_as_given() {
             );
         } else {
             assert_eq!(got[[i, j]].to_bits(), v.to_bits(), "[{i},{j}]");
+        }
+    }
+}
+
+#[test]
+fn impute_keeps_float32_entries_centred_on_a_float64_reference() {
+    // The input's f32 entries move with the reference's offset and come
+    // back as given (0.1 is not 0.1 − 1e7 + 1e7 in f32).
+    let dir = TempDir::new().unwrap();
+    let mut rng = Rng::new(47);
+    let reference = far_points(&mut rng, 50, &[1e7, 1e7], 2.0);
+    let nan = f32::NAN;
+    let input = ndarray::array![[0.1f32, nan], [0.3, 0.7], [1e7 + 0.5, nan], [nan, 1e7]];
+    let ip = dir.path().join("in.npy");
+    write_npy(&ip, &input).unwrap();
+    let out = dir.path().join("f.npy");
+    locus()
+        .args(["impute", "--backend", "cpu", "--bandwidth", "1", "--input"])
+        .arg(&ip)
+        .arg("--reference")
+        .arg(npy64(&dir, "ref.npy", &reference))
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    let got: Array2<f64> = read_npy(&out).unwrap();
+    for ((i, j), &v) in input.indexed_iter() {
+        if !v.is_nan() {
+            assert_eq!(got[[i, j]], f64::from(v), "[{i},{j}]");
+        } else {
+            assert!(got[[i, j]].is_finite(), "[{i},{j}] not filled");
         }
     }
 }

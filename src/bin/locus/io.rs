@@ -12,7 +12,7 @@
 //! inputs. Points are read by [`read_points`], keeping `f64` values where
 //! the file has them, for the `points` module to centre before rounding.
 //! Outputs are chosen by extension (`.npy` as f32 — float64 for positions
-//! moved back by an offset —, or i64 for labels; `.csv` with the shortest
+//! of points read as `f64` —, or i64 for labels; `.csv` with the shortest
 //! text that reads back to the same value) and written through the
 //! `atomic` module: paths checked before any work, files put in place
 //! only when the run succeeds.
@@ -298,8 +298,8 @@ impl Points {
 }
 
 /// Reads an `N × d` matrix of points (as [`read_matrix`]; with `missing`,
-/// NaN — in CSV an empty field, `NA` or `nan` — marks a missing entry) keeping `f64` values where
-/// the file has them.
+/// NaN — in CSV an empty field, `NA` or `nan` — marks a missing entry),
+/// keeping `f64` values where the file has them.
 pub fn read_points(flag: &str, path: &Path, missing: bool) -> CliResult<Points> {
     let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
     // A 1-D array is a column.
@@ -342,7 +342,6 @@ pub fn read_points(flag: &str, path: &Path, missing: bool) -> CliResult<Points> 
                 delimited::wide_field
             };
             let t = delimited::read(&text, header_rule(), field).map_err(at)?;
-            check_not_empty(t.data.shape()).map_err(at)?;
             let rounded = t.data.mapv(|(x, _)| x);
             (t.data.mapv(|(_, v)| v), Some(rounded), Some(t.lines))
         }

@@ -48,6 +48,9 @@ pub struct Scatter<'a> {
     pub marked: Option<(ArrayView2<'a, f32>, &'a str)>,
     /// Title, e.g. kernel, bandwidth and cluster count.
     pub title: &'a str,
+    /// Added to the first two coordinates of every point drawn (points
+    /// centred on an offset are drawn where they were given).
+    pub origin: [f64; 2],
 }
 
 /// Checks, before any work, that `path` can receive a PNG.
@@ -111,10 +114,15 @@ fn render(s: &Scatter<'_>, size: (u32, u32)) -> Result<Vec<u8>, String> {
         let _ = register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
     });
 
+    let [ox, oy] = s.origin;
     let xy = |p: ArrayView1<'_, f32>| {
         (
-            f64::from(p[0]),
-            if p.len() > 1 { f64::from(p[1]) } else { 0.0 },
+            f64::from(p[0]) + ox,
+            if p.len() > 1 {
+                f64::from(p[1]) + oy
+            } else {
+                oy
+            },
         )
     };
     let pts: Vec<(f64, f64)> = s.points.rows().into_iter().map(xy).collect();
@@ -130,6 +138,14 @@ fn render(s: &Scatter<'_>, size: (u32, u32)) -> Result<Vec<u8>, String> {
         })
         .unwrap_or_default();
     let (xr, yr) = square_ranges(pts.iter().chain(&marks));
+    // Room for the longest tick label (coordinates far from 0 have many
+    // digits), about 8 pixels a character.
+    let digits = [yr.start, yr.end]
+        .iter()
+        .map(|v| format!("{:.1}", v).len())
+        .max()
+        .unwrap_or(0);
+    let y_labels = (digits as u32 * 8 + 12).clamp(52, 160);
 
     let mut buf = vec![255u8; size.0 as usize * size.1 as usize * 3];
     {
@@ -139,7 +155,7 @@ fn render(s: &Scatter<'_>, size: (u32, u32)) -> Result<Vec<u8>, String> {
             .caption(s.title, (FONT, 22))
             .margin(14)
             .x_label_area_size(36)
-            .y_label_area_size(52)
+            .y_label_area_size(y_labels)
             .build_cartesian_2d(xr, yr)
             .map_err(|e| e.to_string())?;
         chart
@@ -249,6 +265,7 @@ mod tests {
             labels: labels.view(),
             marked: Some((modes.view(), "modes")),
             title: "gaussian(h=0.5): 2 clusters",
+            origin: [0.0, 0.0],
         };
         write_png("--plot", &path, &s).unwrap();
         let img = image::open(&path).unwrap().to_rgb8();
@@ -271,6 +288,7 @@ mod tests {
             labels: labels.view(),
             marked: None,
             title: "line",
+            origin: [0.0, 0.0],
         };
         let buf = render(&s, (200, 150)).unwrap();
         assert_eq!(buf.len(), 200 * 150 * 3);
@@ -285,6 +303,7 @@ mod tests {
             labels: labels.view(),
             marked: None,
             title: "",
+            origin: [0.0, 0.0],
         };
         assert!(
             render(&s, (100, 100))

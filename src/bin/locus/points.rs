@@ -20,7 +20,7 @@
 
 use std::path::Path;
 
-use ndarray::{Array2, ArrayView2, Axis, CowArray, Ix2, Zip};
+use ndarray::{Array2, ArrayView2, Axis, Zip};
 
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input, Points};
@@ -43,10 +43,9 @@ impl Offset {
         let offset: Vec<f64> = keys
             .axis_iter(Axis(1))
             .map(|column| {
-                let (mut sum, mut count) = (0.0f64, 0usize);
-                let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-                for &v in column.iter().filter(|v| !(missing && v.is_nan())) {
-                    sum += v;
+                let seen = || column.iter().filter(|v| !(missing && v.is_nan()));
+                let (mut count, mut lo, mut hi) = (0usize, f64::INFINITY, f64::NEG_INFINITY);
+                for &v in seen() {
                     count += 1;
                     lo = lo.min(v);
                     hi = hi.max(v);
@@ -54,7 +53,9 @@ impl Offset {
                 if count == 0 {
                     return 0.0;
                 }
-                let mean = sum / count as f64;
+                // From the least value: no overflow near the ends of the
+                // f64 range, and a constant column's own value exactly.
+                let mean = lo + seen().map(|&v| v - lo).sum::<f64>() / count as f64;
                 let width = hi - lo;
                 if width > 0.0 {
                     let step = width.log2().ceil().exp2();
@@ -90,8 +91,8 @@ impl Offset {
 
     /// Positions computed on the centred points, moved back: `a + offset`
     /// in `f64`.
-    pub fn restore(&self, a: ArrayView2<'_, f32>) -> Array2<f64> {
-        let mut out = a.mapv(f64::from);
+    pub fn restore(&self, a: ArrayView2<'_, f64>) -> Array2<f64> {
+        let mut out = a.to_owned();
         for mut row in out.rows_mut() {
             row.iter_mut().zip(&self.0).for_each(|(v, o)| *v += o);
         }
@@ -337,9 +338,15 @@ pub fn write_positions(
     if centring.offset.is_none() && !(centring.wide && npy) {
         return io::write_array(flag, path, positions);
     }
+    // Text: each f32 result as its shortest decimal (its precision), then
+    // moved back, rather than every binary digit of it.
+    let positions = match npy {
+        true => positions.mapv(f64::from),
+        false => positions.mapv(as_written),
+    };
     let mut out = match &centring.offset {
-        Some(o) => o.restore(positions),
-        None => positions.mapv(f64::from),
+        Some(o) => o.restore(positions.view()),
+        None => positions,
     };
     if let Some(g) = given {
         Zip::from(&mut out).and(g).for_each(|v, &g| {
@@ -349,6 +356,12 @@ pub fn write_positions(
         });
     }
     io::write_array(flag, path, out.view())
+}
+
+/// The decimal an `f32` reads as (its shortest text), in `f64`: `0.7f32`
+/// is `0.7`, not `0.699999988079071`.
+pub fn as_written(x: f32) -> f64 {
+    format!("{x}").parse().unwrap_or(f64::from(x))
 }
 
 /// [`write_positions`] to `path` when the optional output was given.
@@ -363,13 +376,15 @@ pub fn write_positions_if(
     })
 }
 
-/// Positions for display (plots): with an offset moved back and rounded
-/// to `f32` (a picture needs no more), else borrowed as they are.
-pub fn as_given<'a>(positions: ArrayView2<'a, f32>, centring: &Centring) -> CowArray<'a, f32, Ix2> {
-    match &centring.offset {
-        None => CowArray::from(positions),
-        Some(o) => CowArray::from(o.restore(positions).mapv(|v| v as f32)),
-    }
+/// Where a plot draws the origin of the centred points: the offset of
+/// the first two coordinates (0 where nothing was moved), added in `f64`
+/// to each point drawn.
+pub fn plot_origin(centring: &Centring) -> [f64; 2] {
+    let o = centring.offset.as_ref().map_or(&[][..], |o| o.columns());
+    [
+        o.first().copied().unwrap_or(0.0),
+        o.get(1).copied().unwrap_or(0.0),
+    ]
 }
 
 #[cfg(test)]
@@ -389,12 +404,17 @@ mod tests {
         let m = array![[f64::NAN, 5e6], [f64::NAN, 5e6 + 1.0]];
         let o = Offset::of(m.view(), true).unwrap();
         assert_eq!(o.columns(), &[0.0, 5e6]);
+        // A constant column far out: its value, exactly.
+        let c = Array2::from_elem((1000, 1), 1e306);
+        assert_eq!(Offset::of(c.view(), false).unwrap().columns(), &[1e306]);
+        assert_eq!(as_written(0.7), 0.7);
+        assert!(as_written(f32::NAN).is_nan());
         // Binned seeds: whole cells only.
         assert_eq!(o.in_whole_cells(3.0).unwrap().columns(), &[0.0, 5e6 + 1.0]);
         assert_eq!(Offset(vec![1.0]).in_whole_cells(4.0), None);
         assert_eq!(o.in_whole_cells(0.0), None);
         // Restored positions carry the offset in f64.
-        let back = o.restore(array![[1.0f32, 0.25]].view());
+        let back = o.restore(array![[1.0, 0.25]].view());
         assert_eq!(back, array![[1.0, 5e6 + 0.25]]);
     }
 }

@@ -114,6 +114,7 @@ pub fn run(a: &DemoArgs) -> CliResult<()> {
                     labels: fit.labels.view(),
                     marked: Some((fit.modes.view(), "modes")),
                     title: &title,
+                    origin: [0.0, 0.0],
                 },
             )
         }

@@ -200,13 +200,11 @@ pub fn run(a: &GenerateArgs) -> CliResult<()> {
                 "--plot",
                 p,
                 &Scatter {
-                    points: points::as_given(x, &centring).view(),
+                    points: x,
                     labels: labels.view(),
-                    marked: Some((
-                        points::as_given(out.samples.view(), &centring).view(),
-                        "generated",
-                    )),
+                    marked: Some((out.samples.view(), "generated")),
                     title: &title,
+                    origin: points::plot_origin(&centring),
                 },
             )?;
         }

@@ -68,8 +68,8 @@ pub fn run(a: &ImputeArgs) -> CliResult<()> {
         true,
     );
     // The observed entries are written as given.
-    let observed = given.is_wide().then(|| given.to_f64());
     let offset = centring.offset();
+    let observed = (given.is_wide() || offset.is_some()).then(|| given.to_f64());
     let data = points::rounded("--input", &a.input, given, offset)?;
     let reference = match (reference, a.reference.as_deref()) {
         (Some(r), Some(path)) => Some(points::rounded("--reference", path, r, offset)?),

@@ -132,9 +132,13 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
             (Some(b), _, None) => {
                 let mut hs = b.data.column(0).to_vec();
                 hs.sort_by(f32::total_cmp);
-                Shift::WholeCells(f64::from(hs[hs.len() / 2]))
+                Shift::WholeCells(points::as_written(hs[hs.len() / 2]))
             }
-            (None, Some([h]), None) if a.adaptive_k.is_none() => Shift::WholeCells(f64::from(*h)),
+            // The cell as written (0.7, not the f32 nearest it): far from
+            // the origin the difference would add up to whole cells.
+            (None, Some([h]), None) if a.adaptive_k.is_none() => {
+                Shift::WholeCells(points::as_written(*h))
+            }
             _ => Shift::Matters,
         },
     };
@@ -334,13 +338,11 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
                 "--plot",
                 p,
                 &Scatter {
-                    points: points::as_given(x, &centring).view(),
+                    points: x,
                     labels: fit.labels.view(),
-                    marked: Some((
-                        points::as_given(fit.modes.view(), &centring).view(),
-                        "modes",
-                    )),
+                    marked: Some((fit.modes.view(), "modes")),
                     title: &title,
+                    origin: points::plot_origin(&centring),
                 },
             )?;
         }

@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 
 use locus::{Engine, MedoidShiftParams};
-use ndarray::Array1;
+use ndarray::{Array1, Axis};
 use serde_json::json;
 
 use super::Job;
 use crate::args::{Compute, KernelArgs};
 use crate::error::{CliError, CliResult};
-use crate::io;
+use crate::io::{self, Input};
 use crate::plot::{self, Scatter};
 use crate::points::{self, Shift};
 use crate::report::{self, Summary};
@@ -47,11 +47,15 @@ pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
     if let Some(p) = &a.plot {
         plot::check_path("--plot", p)?;
     }
-    let points::Loaded {
-        centring,
-        keys: input,
-        others: [],
-    } = points::load(("--input", &a.input), [], Shift::Invariant, false)?;
+    let given = io::read_points("--input", &a.input, false)?;
+    let centring = points::centring_for(&given, &[&given], Shift::Invariant, false);
+    // Medoids are input points: written as given.
+    let as_given = given.is_wide().then(|| given.to_f64());
+    let input = Input {
+        flag: "--input",
+        path: a.input.clone(),
+        data: points::rounded("--input", &a.input, given, centring.offset())?,
+    };
     let kernel = a.kernel.kernel()?;
     kernel.check_dim("medoid-shift", input.data.ncols())?;
     let params = MedoidShiftParams::new()
@@ -98,21 +102,21 @@ pub fn run(a: &MedoidShiftArgs) -> CliResult<()> {
     };
     job.finish(summary, || {
         io::write_array("--labels", &a.labels, fit.labels.view())?;
-        // Positions: the offset comes back.
-        points::write_positions_if("--medoids", medoids, fit.modes.view(), &centring)?;
+        match &as_given {
+            Some(x) => io::write_if("--medoids", medoids, x.select(Axis(0), &fit.medoids).view())?,
+            None => io::write_if("--medoids", medoids, fit.modes.view())?,
+        }
         if let Some(p) = &a.plot {
             let title = format!("MedoidShift, {kernel}: {clusters} clusters");
             plot::write_png(
                 "--plot",
                 p,
                 &Scatter {
-                    points: points::as_given(x, &centring).view(),
+                    points: x,
                     labels: fit.labels.view(),
-                    marked: Some((
-                        points::as_given(fit.modes.view(), &centring).view(),
-                        "medoids",
-                    )),
+                    marked: Some((fit.modes.view(), "medoids")),
                     title: &title,
+                    origin: points::plot_origin(&centring),
                 },
             )?;
         }
