@@ -139,13 +139,16 @@ fn render(s: &Scatter<'_>, size: (u32, u32)) -> Result<Vec<u8>, String> {
         .unwrap_or_default();
     let (xr, yr) = square_ranges(pts.iter().chain(&marks));
     // Room for the longest tick label (coordinates far from 0 have many
-    // digits), about 8 pixels a character.
-    let digits = [yr.start, yr.end]
-        .iter()
-        .map(|v| format!("{:.1}", v).len())
-        .max()
-        .unwrap_or(0);
-    let y_labels = (digits as u32 * 8 + 12).clamp(52, 160);
+    // digits), about 8 pixels a character; fewer labels along x then.
+    let width = |r: &std::ops::Range<f64>| {
+        [r.start, r.end]
+            .iter()
+            .map(|v| format!("{v:.1}").len() as u32)
+            .max()
+            .unwrap_or(0)
+    };
+    let y_labels = (width(&yr) * 8 + 12).clamp(52, 160);
+    let x_ticks = (size.0 / (width(&xr) * 10 + 40)).clamp(3, 10) as usize;
 
     let mut buf = vec![255u8; size.0 as usize * size.1 as usize * 3];
     {
@@ -161,6 +164,7 @@ fn render(s: &Scatter<'_>, size: (u32, u32)) -> Result<Vec<u8>, String> {
         chart
             .configure_mesh()
             .light_line_style(RGBColor(238, 238, 238))
+            .x_labels(x_ticks)
             .label_style((FONT, 14))
             .draw()
             .map_err(|e| e.to_string())?;
