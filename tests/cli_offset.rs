@@ -14,10 +14,29 @@ use ndarray_npy::{read_npy, write_npy};
 use predicates::prelude::*;
 use tempfile::TempDir;
 
-fn locus() -> Command {
+/// `locus ARGS… --backend cpu FLAG PATH…`.
+fn locus(args: &[&str], files: &[(&str, &Path)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_locus"));
-    c.env("NODEVICE_SELECT", "1");
+    c.env("NODEVICE_SELECT", "1")
+        .args(args)
+        .args(["--backend", "cpu"]);
+    for (flag, path) in files {
+        c.arg(flag).arg(path);
+    }
     c
+}
+
+/// [`locus`], run to success.
+fn run(args: &[&str], files: &[(&str, &Path)]) {
+    locus(args, files).assert().success();
+}
+
+/// [`locus`], refused with exit status 2 and `message` on stderr.
+fn refused(args: &[&str], files: &[(&str, &Path)], message: &str) {
+    locus(args, files)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(message));
 }
 
 /// `rows × cols` points: `offset[c]` plus `spread` times a uniform number
@@ -70,25 +89,15 @@ fn run_knn(
     extra: &[&str],
 ) -> (Array2<i64>, Array2<f32>) {
     let (idx, dist) = (dir.path().join("i.npy"), dir.path().join("d.npy"));
-    locus()
-        .args([
-            "knn",
-            "--backend",
-            "cpu",
-            "--k",
-            &k.to_string(),
-            "--queries",
-        ])
-        .arg(q)
-        .arg("--keys")
-        .arg(x)
-        .arg("--output")
-        .arg(&idx)
-        .arg("--distances")
-        .arg(&dist)
-        .args(extra)
-        .assert()
-        .success();
+    let k = k.to_string();
+    let args: Vec<&str> = ["knn", "--k", &k].iter().chain(extra).copied().collect();
+    let files = [
+        ("--queries", q),
+        ("--keys", x),
+        ("--output", &idx),
+        ("--distances", &dist),
+    ];
+    run(&args, &files);
     (read_npy(&idx).unwrap(), read_npy(&dist).unwrap())
 }
 
@@ -208,20 +217,11 @@ fn local_means_of_the_keys_come_back_as_float64_positions() {
     let want = ref_self_mean(&x, 10.0);
     for name in ["m.npy", "m.csv"] {
         let out = dir.path().join(name);
-        locus()
-            .args([
-                "local-mean",
-                "--backend",
-                "cpu",
-                "--bandwidth",
-                "10",
-                "--keys",
-            ])
-            .arg(csv64(&dir, "x.csv", &x))
-            .arg("--output")
-            .arg(&out)
-            .assert()
-            .success();
+        let keys = csv64(&dir, "x.csv", &x);
+        run(
+            &["local-mean", "--bandwidth", "10"],
+            &[("--keys", &keys), ("--output", &out)],
+        );
         let got: Array2<f64> = match name {
             "m.npy" => read_npy(&out).unwrap(), // float64: fails on f32
             _ => {
@@ -257,22 +257,12 @@ fn mean_shift_modes_and_medoids_come_back_with_the_offset() {
     .unwrap();
     let xp = npy64(&dir, "x.npy", &x);
     let (labels, modes) = (dir.path().join("l.npy"), dir.path().join("m.npy"));
-    locus()
-        .args([
-            "mean-shift",
-            "--backend",
-            "cpu",
-            "--bandwidth",
-            "2",
-            "--input",
-        ])
-        .arg(&xp)
-        .arg("--labels")
-        .arg(&labels)
-        .arg("--modes")
-        .arg(&modes)
-        .assert()
-        .success();
+    let files = [
+        ("--input", &*xp),
+        ("--labels", &labels),
+        ("--modes", &modes),
+    ];
+    run(&["mean-shift", "--bandwidth", "2"], &files);
     let modes: Array2<f64> = read_npy(&modes).unwrap();
     assert_eq!(modes.nrows(), 3);
     for c in centres {
@@ -307,24 +297,10 @@ fn mean_shift_modes_and_medoids_come_back_with_the_offset() {
             dir.path().join(format!("l{tag}.npy")),
             dir.path().join(format!("m{tag}.npy")),
         );
-        locus()
-            .args([
-                "mean-shift",
-                "--backend",
-                "cpu",
-                "--bandwidth",
-                "0.7",
-                "--seeds",
-                "binned",
-                "--input",
-            ])
-            .arg(input)
-            .arg("--labels")
-            .arg(&l)
-            .arg("--modes")
-            .arg(&m)
-            .assert()
-            .success();
+        run(
+            &["mean-shift", "--bandwidth", "0.7", "--seeds", "binned"],
+            &[("--input", input), ("--labels", &l), ("--modes", &m)],
+        );
         let labels: ndarray::Array1<i64> = read_npy(&l).unwrap();
         let modes: Array2<f64> = read_npy(&m).unwrap();
         (labels, modes)
@@ -344,22 +320,12 @@ fn mean_shift_modes_and_medoids_come_back_with_the_offset() {
     }
     assert_eq!(far.1, back);
     let medoids = dir.path().join("med.csv");
-    locus()
-        .args([
-            "medoid-shift",
-            "--backend",
-            "cpu",
-            "--bandwidth",
-            "2",
-            "--input",
-        ])
-        .arg(&xp)
-        .arg("--labels")
-        .arg(&labels)
-        .arg("--medoids")
-        .arg(&medoids)
-        .assert()
-        .success();
+    let files = [
+        ("--input", &*xp),
+        ("--labels", &labels),
+        ("--medoids", &medoids),
+    ];
+    run(&["medoid-shift", "--bandwidth", "2"], &files);
     // Each medoid is an input point, as given.
     for m in csv_f64(&medoids).rows() {
         assert!(
@@ -383,20 +349,11 @@ fn impute_writes_observed_entries_as_given() {
         x[[i, 2]] = f64::NAN;
     }
     let out = dir.path().join("f.npy");
-    locus()
-        .args([
-            "impute",
-            "--backend",
-            "cpu",
-            "--bandwidth",
-            "0.5",
-            "--input",
-        ])
-        .arg(npy64(&dir, "x.npy", &x))
-        .arg("--output")
-        .arg(&out)
-        .assert()
-        .success();
+    let input = npy64(&dir, "x.npy", &x);
+    run(
+        &["impute", "--bandwidth", "0.5"],
+        &[("--input", &input), ("--output", &out)],
+    );
     let got: Array2<f64> = read_npy(&out).unwrap();
     for ((i, j), &v) in x.indexed_iter() {
         if v.is_nan() {
@@ -425,15 +382,9 @@ fn impute_keeps_float32_entries_centred_on_a_float64_reference() {
     let ip = dir.path().join("in.npy");
     write_npy(&ip, &input).unwrap();
     let out = dir.path().join("f.npy");
-    locus()
-        .args(["impute", "--backend", "cpu", "--bandwidth", "1", "--input"])
-        .arg(&ip)
-        .arg("--reference")
-        .arg(npy64(&dir, "ref.npy", &reference))
-        .arg("--output")
-        .arg(&out)
-        .assert()
-        .success();
+    let rp = npy64(&dir, "ref.npy", &reference);
+    let files = [("--input", &*ip), ("--reference", &rp), ("--output", &out)];
+    run(&["impute", "--bandwidth", "1"], &files);
     let got: Array2<f64> = read_npy(&out).unwrap();
     for ((i, j), &v) in input.indexed_iter() {
         if !v.is_nan() {
@@ -457,38 +408,20 @@ fn values_beyond_f32_are_centred_or_refused() {
     // Spanning more than f32 holds: refused, naming the entry.
     let x = ndarray::array![[-1e39], [1e39]];
     let xp = npy64(&dir, "wide.npy", &x);
-    locus()
-        .args(["knn", "--backend", "cpu", "--k", "1", "--keys"])
-        .arg(&xp)
-        .arg("--output")
-        .arg(dir.path().join("i.npy"))
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "value -1e39 at row 0, column 0 (0-based) is too large for f32",
-        ));
+    let out = dir.path().join("i.npy");
+    refused(
+        &["knn", "--k", "1"],
+        &[("--keys", &xp), ("--output", &out)],
+        "value -1e39 at row 0, column 0 (0-based) is too large for f32",
+    );
     // A CSV entry: its line too.
     let p = dir.path().join("x.csv");
     std::fs::write(&p, "a,b\n1,2\n3,4e40\n").unwrap();
-    locus()
-        .args([
-            "knn",
-            "--backend",
-            "cpu",
-            "--k",
-            "1",
-            "--metric",
-            "haversine",
-            "--keys",
-        ])
-        .arg(&p)
-        .arg("--output")
-        .arg(dir.path().join("i.npy"))
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains(
-            "value 4e40 at row 1, column 1 (0-based; line 3) is too large for f32",
-        ));
+    refused(
+        &["knn", "--k", "1", "--metric", "haversine"],
+        &[("--keys", &p), ("--output", &out)],
+        "value 4e40 at row 1, column 1 (0-based; line 3) is too large for f32",
+    );
 }
 
 #[test]
@@ -511,20 +444,10 @@ fn float32_files_and_data_near_the_origin_are_not_moved() {
     write_npy(&x32, &x).unwrap();
     let run = |input: &Path, out: &str| {
         let out = dir.path().join(out);
-        locus()
-            .args([
-                "local-mean",
-                "--backend",
-                "cpu",
-                "--bandwidth",
-                "0.3",
-                "--keys",
-            ])
-            .arg(input)
-            .arg("--output")
-            .arg(&out)
-            .assert()
-            .success();
+        run(
+            &["local-mean", "--bandwidth", "0.3"],
+            &[("--keys", input), ("--output", &out)],
+        );
         out
     };
     let narrow: Array2<f32> = read_npy(run(&x32, "a.npy")).unwrap(); // f32

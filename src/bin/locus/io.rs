@@ -210,21 +210,7 @@ fn read_array(flag: &str, path: &Path, max_ndim: usize, missing: bool) -> CliRes
     let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
     let (m, lines, finite) = match format {
         Format::Npy => {
-            let (file, len) = open(path).map_err(at)?;
-            let mut r = BufReader::new(file);
-            let h = npy::read_header(&mut r, len).map_err(|e| at(npy_message(e)))?;
-            if h.shape.is_empty() || h.shape.len() > max_ndim {
-                let allowed = if max_ndim == 3 {
-                    "1-D, 2-D or 3-D"
-                } else {
-                    "1-D or 2-D"
-                };
-                return Err(at(format!(
-                    "expected a {allowed} array, got shape {:?}",
-                    h.shape
-                )));
-            }
-            check_not_empty(&h.shape).map_err(at)?;
+            let (mut r, h) = npy_header(path, max_ndim).map_err(at)?;
             let (a, finite) = npy::read_f32_file(&mut r, &h).map_err(|e| at(npy_message(e)))?;
             let a = if a.ndim() == 1 {
                 let n = a.len();
@@ -237,13 +223,8 @@ fn read_array(flag: &str, path: &Path, max_ndim: usize, missing: bool) -> CliRes
             (a, None, finite)
         }
         Format::Csv => {
-            let text = read_text(path).map_err(at)?;
-            let field = if missing {
-                delimited::f32_or_missing_field
-            } else {
-                delimited::f32_field
-            };
-            let t = delimited::read(&text, header_rule(), field).map_err(at)?;
+            let (plain, with_missing) = (delimited::f32_field, delimited::f32_or_missing_field);
+            let t = csv_table(path, missing, plain, with_missing).map_err(at)?;
             (t.data.into_dyn(), Some(t.lines), false)
         }
     };
@@ -314,9 +295,7 @@ pub fn read_points(flag: &str, path: &Path, missing: bool) -> CliResult<Points> 
     };
     let (values, rounded, lines) = match Format::of(flag, path)? {
         Format::Npy => {
-            let (file, len) = open(path).map_err(at)?;
-            let mut r = BufReader::new(file);
-            let h = npy::read_header(&mut r, len).map_err(|e| at(npy_message(e)))?;
+            let (mut r, h) = npy_header(path, 2).map_err(at)?;
             if !(h.dtype.kind == npy::Kind::Float && h.dtype.size == 8) {
                 let a = read_array(flag, path, 2, missing)?;
                 return Ok(Points::Narrow(
@@ -324,24 +303,12 @@ pub fn read_points(flag: &str, path: &Path, missing: bool) -> CliResult<Points> 
                         .map_err(|e| at(e.to_string()))?,
                 ));
             }
-            if h.shape.is_empty() || h.shape.len() > 2 {
-                return Err(at(format!(
-                    "expected a 1-D or 2-D array, got shape {:?}",
-                    h.shape
-                )));
-            }
-            check_not_empty(&h.shape).map_err(at)?;
             let a = npy::read_f64(&mut r, &h).map_err(|e| at(npy_message(e)))?;
             (to_matrix(a)?, None, None)
         }
         Format::Csv => {
-            let text = read_text(path).map_err(at)?;
-            let field = if missing {
-                delimited::wide_or_missing_field
-            } else {
-                delimited::wide_field
-            };
-            let t = delimited::read(&text, header_rule(), field).map_err(at)?;
+            let (plain, with_missing) = (delimited::wide_field, delimited::wide_or_missing_field);
+            let t = csv_table(path, missing, plain, with_missing).map_err(at)?;
             let rounded = t.data.mapv(|(x, _)| x);
             (t.data.mapv(|(_, v)| v), Some(rounded), Some(t.lines))
         }
@@ -364,6 +331,40 @@ pub fn read_points(flag: &str, path: &Path, missing: bool) -> CliResult<Points> 
         rounded,
         lines,
     })
+}
+
+/// Opens a `.npy` file and reads its header: an array of 1 to `max_ndim`
+/// axes, none of them empty; the reader is left at the first data byte.
+fn npy_header(path: &Path, max_ndim: usize) -> Result<(BufReader<File>, npy::Header), String> {
+    let (file, len) = open(path)?;
+    let mut r = BufReader::new(file);
+    let h = npy::read_header(&mut r, len).map_err(npy_message)?;
+    if h.shape.is_empty() || h.shape.len() > max_ndim {
+        let allowed = if max_ndim == 3 {
+            "1-D, 2-D or 3-D"
+        } else {
+            "1-D or 2-D"
+        };
+        return Err(format!(
+            "expected a {allowed} array, got shape {:?}",
+            h.shape
+        ));
+    }
+    check_not_empty(&h.shape)?;
+    Ok((r, h))
+}
+
+/// Reads a whole CSV file, converting each field with `plain`, or with
+/// `missing` with `with_missing` (which reads a missing entry).
+fn csv_table<T: Clone>(
+    path: &Path,
+    missing: bool,
+    plain: fn(&str) -> Result<T, String>,
+    with_missing: fn(&str) -> Result<T, String>,
+) -> Result<delimited::Table<T>, String> {
+    let text = read_text(path)?;
+    let field = if missing { with_missing } else { plain };
+    delimited::read(&text, header_rule(), field)
 }
 
 fn check_not_empty(shape: &[usize]) -> Result<(), String> {
