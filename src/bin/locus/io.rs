@@ -537,6 +537,58 @@ mod tests {
         assert!(csv("1e300\n").unwrap_err().contains("too large for f32"));
     }
 
+    /// Float64 points keep every bit, in either byte order and either
+    /// layout; 1-D is a column; NaN and infinities are located.
+    #[test]
+    fn float64_points_are_read_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.npy");
+        // Rows of 3: 1e7 plus parts below f32's spacing there.
+        let v: Vec<f64> = (0..12)
+            .map(|i| 1e7 + f64::from(i) * 0.123_456_789)
+            .collect();
+        let file = |descr: &str, fortran: bool, shape: &str, data: &[f64]| {
+            let mut header = format!(
+                "{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}",
+                if fortran { "True" } else { "False" }
+            );
+            while (10 + header.len() + 1) % 64 != 0 {
+                header.push(' ');
+            }
+            header.push('\n');
+            let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+            bytes.extend((header.len() as u16).to_le_bytes());
+            bytes.extend(header.as_bytes());
+            for x in data {
+                bytes.extend(if descr.starts_with('>') {
+                    x.to_be_bytes()
+                } else {
+                    x.to_le_bytes()
+                });
+            }
+            std::fs::write(&path, bytes).unwrap();
+            match read_points("--keys", &path, false) {
+                Ok(Points::Wide { values, .. }) => Ok(values),
+                Ok(Points::Narrow(_)) => panic!("float64 read as f32"),
+                Err(e) => Err(e.message().to_string()),
+            }
+        };
+        let want = Array2::from_shape_vec((4, 3), v.clone()).unwrap();
+        assert_eq!(file("<f8", false, "(4, 3)", &v).unwrap(), want);
+        assert_eq!(file(">f8", false, "(4, 3)", &v).unwrap(), want);
+        // Fortran order: the file holds the columns one after the other.
+        let by_columns: Vec<f64> = want.t().iter().copied().collect();
+        assert_eq!(file("<f8", true, "(4, 3)", &by_columns).unwrap(), want);
+        assert_eq!(
+            file("<f8", false, "(12,)", &v).unwrap(),
+            want.to_shape((12, 1)).unwrap()
+        );
+        let mut bad = v.clone();
+        bad[7] = f64::NEG_INFINITY;
+        let e = file("<f8", false, "(4, 3)", &bad).unwrap_err();
+        assert!(e.ends_with("-infinity at row 2, column 1 (0-based)"), "{e}");
+    }
+
     /// A large `.npy` is read and scanned by several threads: every entry
     /// that is not finite is found wherever it lies (first entry, the
     /// edges of a scanned piece and of a thread's part, the last), with

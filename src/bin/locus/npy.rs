@@ -662,6 +662,18 @@ fn read_f32_with<R: Read>(
 /// size check, reading, and allocation.
 pub fn read_f64(r: &mut impl Read, h: &Header) -> Result<ArrayD<f64>, NpyError> {
     check_float(h)?;
+    if h.dtype.size == 8 && !h.dtype.big_endian && cfg!(target_endian = "little") {
+        // Little-endian f64: the bytes straight into place.
+        let mut out: Vec<f64> = locus::zeroed_vec(h.len).ok_or_else(|| {
+            NpyError::Alloc(format!(
+                "{} elements ({} bytes) of f64 do not fit in memory",
+                h.len,
+                h.len.saturating_mul(8)
+            ))
+        })?;
+        r.read_exact(bytemuck::cast_slice_mut(&mut out))?;
+        return shaped(h, out);
+    }
     read_data(r, h, "f64", |raw| Ok(float_of(raw)))
 }
 

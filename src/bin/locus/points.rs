@@ -20,7 +20,7 @@
 
 use std::path::Path;
 
-use ndarray::{Array2, ArrayView2, Axis, Zip};
+use ndarray::{Array2, ArrayView2, Zip};
 
 use crate::error::{CliError, CliResult};
 use crate::io::{self, Input, Points};
@@ -40,23 +40,38 @@ impl Offset {
     /// value: 0). `None` where nothing moves. The entries are finite (or
     /// NaN with `missing`): the reader refused any other.
     pub fn of(keys: ArrayView2<'_, f64>, missing: bool) -> Option<Offset> {
-        let offset: Vec<f64> = keys
-            .axis_iter(Axis(1))
-            .map(|column| {
-                let seen = || column.iter().filter(|v| !(missing && v.is_nan()));
-                let (mut count, mut lo, mut hi) = (0usize, f64::INFINITY, f64::NEG_INFINITY);
-                for &v in seen() {
-                    count += 1;
-                    lo = lo.min(v);
-                    hi = hi.max(v);
-                }
-                if count == 0 {
+        let d = keys.ncols();
+        let seen = |v: f64| !(missing && v.is_nan());
+        // Row by row (the points are row-major): the least and largest
+        // value and the count of each column, then the sum of each value's
+        // excess over its column's least, so the mean neither overflows
+        // near the ends of the f64 range nor misses a constant column's
+        // own value.
+        let (mut count, mut lo, mut hi) = (
+            vec![0usize; d],
+            vec![f64::INFINITY; d],
+            vec![f64::NEG_INFINITY; d],
+        );
+        for row in keys.rows() {
+            for (c, &v) in row.iter().enumerate().filter(|&(_, &v)| seen(v)) {
+                count[c] += 1;
+                lo[c] = lo[c].min(v);
+                hi[c] = hi[c].max(v);
+            }
+        }
+        let mut excess = vec![0.0f64; d];
+        for row in keys.rows() {
+            for (c, &v) in row.iter().enumerate().filter(|&(_, &v)| seen(v)) {
+                excess[c] += v - lo[c];
+            }
+        }
+        let offset: Vec<f64> = (0..d)
+            .map(|c| {
+                if count[c] == 0 {
                     return 0.0;
                 }
-                // From the least value: no overflow near the ends of the
-                // f64 range, and a constant column's own value exactly.
-                let mean = lo + seen().map(|&v| v - lo).sum::<f64>() / count as f64;
-                let width = hi - lo;
+                let mean = lo[c] + excess[c] / count[c] as f64;
+                let width = hi[c] - lo[c];
                 if width > 0.0 {
                     let step = width.log2().ceil().exp2();
                     (mean / step).round_ties_even() * step
