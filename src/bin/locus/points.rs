@@ -341,7 +341,8 @@ pub fn rounded(
 /// `f64`); without one, a `.npy` as float64 where a point file was read
 /// as `f64` and as `f32` otherwise, a `.csv` as every output (`f32` text).
 /// `given`: entries as given, written in place of the positions where
-/// they are not NaN (imputation's observed entries).
+/// they are not NaN (imputation's observed entries; the output is then
+/// `f64`, so they keep every digit).
 pub fn write_positions(
     flag: &str,
     path: &Path,
@@ -350,7 +351,7 @@ pub fn write_positions(
     given: Option<&Array2<f64>>,
 ) -> CliResult<()> {
     let npy = io::Format::of(flag, path)? == io::Format::Npy;
-    if centring.offset.is_none() && !(centring.wide && npy) {
+    if centring.offset.is_none() && !(centring.wide && npy) && given.is_none() {
         return io::write_array(flag, path, positions);
     }
     // Text: each f32 result as its shortest decimal (its precision), then
