@@ -420,6 +420,18 @@ fn impute_keeps_float32_entries_centred_on_a_float64_reference() {
             assert!(got[[i, j]].is_finite(), "[{i},{j}] not filled");
         }
     }
+    // As text: each f32 entry as its shortest decimal (0.1, not
+    // 0.10000000149011612).
+    let csv_out = dir.path().join("f.csv");
+    let files = [
+        ("--input", &*ip),
+        ("--reference", &rp),
+        ("--output", &csv_out),
+    ];
+    run(&["impute", "--bandwidth", "1"], &files);
+    let text = std::fs::read_to_string(&csv_out).unwrap();
+    assert!(text.starts_with("0.1,"), "{text}");
+    assert!(text.contains("\n0.3,0.7\n"), "{text}");
 }
 
 #[test]

@@ -157,6 +157,8 @@ fn render(s: &Scatter<'_>, size: (u32, u32)) -> Result<Vec<u8>, String> {
         let mut chart = ChartBuilder::on(&root)
             .caption(s.title, (FONT, 22))
             .margin(14)
+            // Half the last x tick label may lie past the plot's edge.
+            .margin_right((width(&xr) * 4 + 14).min(90))
             .x_label_area_size(36)
             .y_label_area_size(y_labels)
             .build_cartesian_2d(xr, yr)
