@@ -206,40 +206,65 @@ fn npy_message(e: NpyError) -> String {
 /// Reads an array of at most `max_ndim` axes (1-D taken as a column, so at
 /// least 2) of finite `f32` (or NaN, with `missing`), none of them empty.
 fn read_array(flag: &str, path: &Path, max_ndim: usize, missing: bool) -> CliResult<ArrayD<f32>> {
-    let format = Format::of(flag, path)?;
-    let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
-    let (m, lines, finite) = match format {
+    let at = in_file(flag, path);
+    match Format::of(flag, path)? {
         Format::Npy => {
-            let (mut r, h) = npy_header(path, max_ndim).map_err(at)?;
-            let (a, finite) = npy::read_f32_file(&mut r, &h).map_err(|e| at(npy_message(e)))?;
-            let a = if a.ndim() == 1 {
-                let n = a.len();
-                a.into_shape_with_order((n, 1))
-                    .map_err(|e| at(e.to_string()))?
-                    .into_dyn()
-            } else {
-                a
-            };
-            (a, None, finite)
+            let (r, h) = npy_header(path, max_ndim).map_err(at)?;
+            npy_f32(flag, path, r, &h, missing)
         }
         Format::Csv => {
             let (plain, with_missing) = (delimited::f32_field, delimited::f32_or_missing_field);
             let t = csv_table(path, missing, plain, with_missing).map_err(at)?;
-            (t.data.into_dyn(), Some(t.lines), false)
+            let m = t.data.into_dyn();
+            check_not_empty(m.shape()).map_err(at)?;
+            check_finite(&m, Some(&t.lines), missing).map_err(at)?;
+            Ok(m)
         }
-    };
-    check_not_empty(m.shape()).map_err(at)?;
-    // Skipped where the reading threads scanned every entry.
-    if !finite {
-        check_finite(&m, lines.as_deref(), missing).map_err(at)?;
     }
-    Ok(m)
+}
+
+/// The data of a `.npy` file whose header `h` was read from `r` (by
+/// [`npy_header`]) as `f32`, 1-D as a column, checked finite (or NaN,
+/// with `missing`) unless the reading threads scanned every entry.
+fn npy_f32(
+    flag: &str,
+    path: &Path,
+    mut r: BufReader<File>,
+    h: &npy::Header,
+    missing: bool,
+) -> CliResult<ArrayD<f32>> {
+    let at = in_file(flag, path);
+    let (a, finite) = npy::read_f32_file(&mut r, h).map_err(|e| at(npy_message(e)))?;
+    let a = column_if_1d(a).map_err(at)?;
+    if !finite {
+        check_finite(&a, None, missing).map_err(at)?;
+    }
+    Ok(a)
+}
+
+/// `a`, a 1-D array as one column.
+fn column_if_1d<T>(a: ArrayD<T>) -> Result<ArrayD<T>, String> {
+    match a.ndim() {
+        1 => {
+            let n = a.len();
+            Ok(a.into_shape_with_order((n, 1))
+                .map_err(|e| e.to_string())?
+                .into_dyn())
+        }
+        _ => Ok(a),
+    }
+}
+
+/// An input error about `flag`'s file `path`: "--keys x.npy: …".
+fn in_file<'a>(flag: &'a str, path: &'a Path) -> impl Fn(String) -> CliError + Copy + 'a {
+    move |msg| CliError::input(format!("{flag} {}: {msg}", path.display()))
 }
 
 /// A matrix of points as read, before it is rounded to `f32`: the file's
 /// `f32` entries, or where the file holds more precision (a float64
 /// `.npy`, CSV text) its `f64` values, which the `points` module centres
 /// before rounding. Every entry is finite (or NaN, read with `missing`).
+#[derive(Clone)]
 pub enum Points {
     /// From an `f32` (or `f2`) `.npy`: nothing to gain from `f64`.
     Narrow(Array2<f32>),
@@ -282,29 +307,25 @@ impl Points {
 /// NaN — in CSV an empty field, `NA` or `nan` — marks a missing entry),
 /// keeping `f64` values where the file has them.
 pub fn read_points(flag: &str, path: &Path, missing: bool) -> CliResult<Points> {
-    let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
-    // A 1-D array is a column.
-    let to_matrix = |a: ArrayD<f64>| {
-        let (n, d) = match a.shape() {
-            &[n] => (n, 1),
-            &[n, d] => (n, d),
-            s => return Err(at(format!("expected a 1-D or 2-D array, got shape {s:?}"))),
-        };
-        a.into_shape_with_order((n, d))
-            .map_err(|e| at(e.to_string()))
-    };
+    let at = in_file(flag, path);
     let (values, rounded, lines) = match Format::of(flag, path)? {
         Format::Npy => {
             let (mut r, h) = npy_header(path, 2).map_err(at)?;
             if !(h.dtype.kind == npy::Kind::Float && h.dtype.size == 8) {
-                let a = read_array(flag, path, 2, missing)?;
-                return Ok(Points::Narrow(
-                    a.into_dimensionality::<Ix2>()
-                        .map_err(|e| at(e.to_string()))?,
-                ));
+                let a = npy_f32(flag, path, r, &h, missing)?;
+                let a = a
+                    .into_dimensionality::<Ix2>()
+                    .map_err(|e| at(e.to_string()))?;
+                return Ok(Points::Narrow(a));
             }
             let a = npy::read_f64(&mut r, &h).map_err(|e| at(npy_message(e)))?;
-            (to_matrix(a)?, None, None)
+            let a = column_if_1d(a).map_err(at)?;
+            (
+                a.into_dimensionality::<Ix2>()
+                    .map_err(|e| at(e.to_string()))?,
+                None,
+                None,
+            )
         }
         Format::Csv => {
             let (plain, with_missing) = (delimited::wide_field, delimited::wide_or_missing_field);
@@ -424,7 +445,7 @@ pub fn entry(pos: usize, shape: &[usize], lines: Option<&[usize]>) -> String {
 /// floats that are whole numbers, or from a one-column `.csv`.
 pub fn read_labels(flag: &str, path: &Path) -> CliResult<Array1<i64>> {
     let format = Format::of(flag, path)?;
-    let at = |msg: String| CliError::input(format!("{flag} {}: {msg}", path.display()));
+    let at = in_file(flag, path);
     let a = match format {
         Format::Npy => {
             let (file, len) = open(path).map_err(at)?;

@@ -408,11 +408,11 @@ fn alloc<T>(len: usize, what: &str) -> Result<Vec<T>, NpyError> {
 /// `len` zero floats from the allocator's zeroed memory (a large buffer is
 /// fresh pages, zero without a pass over them; the read then fills them),
 /// or [`NpyError::Alloc`].
-fn zeroed_f32(len: usize) -> Result<Vec<f32>, NpyError> {
+fn zeroed<T: bytemuck::Zeroable + Clone>(len: usize, what: &str) -> Result<Vec<T>, NpyError> {
     locus::zeroed_vec(len).ok_or_else(|| {
         NpyError::Alloc(format!(
-            "{len} elements ({} bytes) of f32 do not fit in memory",
-            len.saturating_mul(4)
+            "{len} elements ({} bytes) of {what} do not fit in memory",
+            len.saturating_mul(std::mem::size_of::<T>())
         ))
     })
 }
@@ -637,7 +637,7 @@ fn read_f32_with<R: Read>(
     if h.dtype.size == 4 && !h.dtype.big_endian && cfg!(target_endian = "little") {
         // Little-endian f32, the common case: the bytes straight into
         // place, no per-element conversion (there is nothing to check).
-        let mut out = zeroed_f32(h.len)?;
+        let mut out = zeroed::<f32>(h.len, "f32")?;
         let finite = fill(r, &mut out)?;
         return Ok((shaped(h, out)?, finite));
     }
@@ -664,13 +664,7 @@ pub fn read_f64(r: &mut impl Read, h: &Header) -> Result<ArrayD<f64>, NpyError> 
     check_float(h)?;
     if h.dtype.size == 8 && !h.dtype.big_endian && cfg!(target_endian = "little") {
         // Little-endian f64: the bytes straight into place.
-        let mut out: Vec<f64> = locus::zeroed_vec(h.len).ok_or_else(|| {
-            NpyError::Alloc(format!(
-                "{} elements ({} bytes) of f64 do not fit in memory",
-                h.len,
-                h.len.saturating_mul(8)
-            ))
-        })?;
+        let mut out = zeroed::<f64>(h.len, "f64")?;
         r.read_exact(bytemuck::cast_slice_mut(&mut out))?;
         return shaped(h, out);
     }

@@ -147,8 +147,9 @@ fn render(s: &Scatter<'_>, size: (u32, u32)) -> Result<Vec<u8>, String> {
             .max()
             .unwrap_or(0)
     };
-    let y_labels = (width(&yr) * 8 + 12).clamp(52, 160);
-    let x_ticks = (size.0 / (width(&xr) * 10 + 40)).clamp(3, 10) as usize;
+    let (x_width, y_width) = (width(&xr), width(&yr));
+    let y_labels = (y_width * 8 + 12).clamp(52, 160);
+    let x_ticks = (size.0 / (x_width * 10 + 40)).clamp(3, 10) as usize;
 
     let mut buf = vec![255u8; size.0 as usize * size.1 as usize * 3];
     {
@@ -158,7 +159,7 @@ fn render(s: &Scatter<'_>, size: (u32, u32)) -> Result<Vec<u8>, String> {
             .caption(s.title, (FONT, 22))
             .margin(14)
             // Half the last x tick label may lie past the plot's edge.
-            .margin_right((width(&xr) * 4 + 14).min(90))
+            .margin_right((x_width * 4 + 14).min(90))
             .x_label_area_size(36)
             .y_label_area_size(y_labels)
             .build_cartesian_2d(xr, yr)

@@ -39,7 +39,7 @@ impl Offset {
     /// at all. `missing`: NaN entries are left out (a column without any
     /// value: 0). `None` where nothing moves. The entries are finite (or
     /// NaN with `missing`): the reader refused any other.
-    pub fn of(keys: ArrayView2<'_, f64>, missing: bool) -> Option<Offset> {
+    pub fn of<T: Copy + Into<f64>>(keys: ArrayView2<'_, T>, missing: bool) -> Option<Offset> {
         let d = keys.ncols();
         let seen = |v: f64| !(missing && v.is_nan());
         // Row by row (the points are row-major): the least and largest
@@ -52,16 +52,21 @@ impl Offset {
             vec![f64::INFINITY; d],
             vec![f64::NEG_INFINITY; d],
         );
-        for row in keys.rows() {
-            for (c, &v) in row.iter().enumerate().filter(|&(_, &v)| seen(v)) {
+        let values = || {
+            keys.rows()
+                .into_iter()
+                .map(|row| row.into_iter().map(|&v| v.into()))
+        };
+        for row in values() {
+            for (c, v) in row.enumerate().filter(|&(_, v)| seen(v)) {
                 count[c] += 1;
                 lo[c] = lo[c].min(v);
                 hi[c] = hi[c].max(v);
             }
         }
         let mut excess = vec![0.0f64; d];
-        for row in keys.rows() {
-            for (c, &v) in row.iter().enumerate().filter(|&(_, &v)| seen(v)) {
+        for row in values() {
+            for (c, v) in row.enumerate().filter(|&(_, v)| seen(v)) {
                 excess[c] += v - lo[c];
             }
         }
@@ -104,14 +109,12 @@ impl Offset {
         &self.0
     }
 
-    /// Positions computed on the centred points, moved back: `a + offset`
-    /// in `f64`.
-    pub fn restore(&self, a: ArrayView2<'_, f64>) -> Array2<f64> {
-        let mut out = a.to_owned();
-        for mut row in out.rows_mut() {
+    /// Positions computed on the centred points, moved back in place:
+    /// `a + offset` in `f64`.
+    pub fn restore(&self, a: &mut Array2<f64>) {
+        for mut row in a.rows_mut() {
             row.iter_mut().zip(&self.0).for_each(|(v, o)| *v += o);
         }
-        out
     }
 }
 
@@ -252,7 +255,7 @@ pub fn centring_for(keys: &Points, all: &[&Points], shift: Shift, missing: bool)
     let offset = match keys {
         _ if shift == Shift::Matters || !wide => None,
         Points::Wide { values, .. } => Offset::of(values.view(), missing),
-        Points::Narrow(a) => Offset::of(a.mapv(f64::from).view(), missing),
+        Points::Narrow(a) => Offset::of(a.view(), missing),
     };
     let offset = match shift {
         Shift::WholeCells(side) => offset.and_then(|o| o.in_whole_cells(side)),
@@ -340,15 +343,16 @@ pub fn rounded(
 /// written as float64 (`.npy` `<f8`, the shortest `.csv` text of each
 /// `f64`); without one, a `.npy` as float64 where a point file was read
 /// as `f64` and as `f32` otherwise, a `.csv` as every output (`f32` text).
-/// `given`: entries as given, written in place of the positions where
-/// they are not NaN (imputation's observed entries; the output is then
-/// `f64`, so they keep every digit).
+/// `given`: points as read, written in place of the positions where they
+/// are not NaN (imputation's observed entries; the output is then `f64`,
+/// so they keep every digit; `f32` ones in a `.csv` as their shortest
+/// decimal).
 pub fn write_positions(
     flag: &str,
     path: &Path,
     positions: ArrayView2<'_, f32>,
     centring: &Centring,
-    given: Option<&Array2<f64>>,
+    given: Option<&Points>,
 ) -> CliResult<()> {
     let npy = io::Format::of(flag, path)? == io::Format::Npy;
     if centring.offset.is_none() && !(centring.wide && npy) && given.is_none() {
@@ -360,11 +364,15 @@ pub fn write_positions(
         true => positions.mapv(f64::from),
         false => positions.mapv(as_written),
     };
-    let mut out = match &centring.offset {
-        Some(o) => o.restore(positions.view()),
-        None => positions,
-    };
-    if let Some(g) = given {
+    let mut out = positions;
+    if let Some(o) = &centring.offset {
+        o.restore(&mut out);
+    }
+    let given = given.map(|g| match (g, npy) {
+        (Points::Narrow(x), false) => x.mapv(as_written),
+        (g, _) => g.to_f64(),
+    });
+    if let Some(g) = &given {
         Zip::from(&mut out).and(g).for_each(|v, &g| {
             if !g.is_nan() {
                 *v = g;
@@ -430,7 +438,8 @@ mod tests {
         assert_eq!(Offset(vec![1.0]).in_whole_cells(4.0), None);
         assert_eq!(o.in_whole_cells(0.0), None);
         // Restored positions carry the offset in f64.
-        let back = o.restore(array![[1.0, 0.25]].view());
+        let mut back = array![[1.0, 0.25]];
+        o.restore(&mut back);
         assert_eq!(back, array![[1.0, 5e6 + 0.25]]);
     }
 }

@@ -69,13 +69,7 @@ pub fn run(a: &ImputeArgs) -> CliResult<()> {
     );
     // The observed entries are written as given.
     let offset = centring.offset();
-    let csv_out = io::Format::of("--output", &a.output)? == io::Format::Csv;
-    let observed = (given.is_wide() || offset.is_some()).then(|| match (&given, csv_out) {
-        // f32 entries as text: their shortest decimal, which reads back
-        // to the same f32 (not every binary digit of it).
-        (Points::Narrow(x), true) => x.mapv(points::as_written),
-        _ => given.to_f64(),
-    });
+    let observed = (given.is_wide() || offset.is_some()).then(|| given.clone());
     let data = points::rounded("--input", &a.input, given, offset)?;
     let reference = match (reference, a.reference.as_deref()) {
         (Some(r), Some(path)) => Some(points::rounded("--reference", path, r, offset)?),

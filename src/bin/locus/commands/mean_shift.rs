@@ -186,11 +186,8 @@ pub fn run(a: &MeanShiftArgs) -> CliResult<()> {
             min_bin_freq: a.min_bin_freq,
         },
     };
-    let adaptive = match (&a.bandwidths, a.adaptive_k) {
-        (Some(_), _) => {
-            let b = given_bandwidths
-                .as_ref()
-                .ok_or_else(|| CliError::compute("--bandwidths was not read"))?;
+    let adaptive = match (&given_bandwidths, a.adaptive_k) {
+        (Some(b), _) => {
             io::same_rows(b, &input)?;
             Some(AdaptiveBandwidth::PerPoint(b.data.column(0).to_vec()))
         }
