@@ -355,33 +355,25 @@ fn impute_writes_observed_entries_as_given() {
         &[("--input", &input), ("--output", &out)],
     );
     let got: Array2<f64> = read_npy(&out).unwrap();
-    // The same as CSV text in and out: observed entries as given too.
+    // The same as CSV text in and out, far from and near the origin
+    // (nothing moved there; more digits than f32 holds): observed entries
+    // as given too.
     let csv_out = dir.path().join("f.csv");
-    let csv_in = csv64(&dir, "x.csv", &x);
-    run(
-        &["impute", "--bandwidth", "0.5"],
-        &[("--input", &csv_in), ("--output", &csv_out)],
-    );
-    let text = csv_f64(&csv_out);
-    for ((i, j), &v) in x.indexed_iter() {
-        if !v.is_nan() {
-            assert_eq!(text[[i, j]].to_bits(), v.to_bits(), "csv [{i},{j}]");
+    let as_text = |points: &Array2<f64>, name: &str, what: &str| {
+        let csv_in = csv64(&dir, name, points);
+        run(
+            &["impute", "--bandwidth", "0.5"],
+            &[("--input", &csv_in), ("--output", &csv_out)],
+        );
+        let text = csv_f64(&csv_out);
+        for ((i, j), &v) in points.indexed_iter() {
+            if !v.is_nan() {
+                assert_eq!(text[[i, j]].to_bits(), v.to_bits(), "{what} [{i},{j}]");
+            }
         }
-    }
-    // Near the origin (nothing moved), CSV text with more digits than f32
-    // holds: observed entries as given still.
-    let near = x.mapv(|v| v - 1e7);
-    let csv_in = csv64(&dir, "near.csv", &near);
-    run(
-        &["impute", "--bandwidth", "0.5"],
-        &[("--input", &csv_in), ("--output", &csv_out)],
-    );
-    let text = csv_f64(&csv_out);
-    for ((i, j), &v) in near.indexed_iter() {
-        if !v.is_nan() {
-            assert_eq!(text[[i, j]].to_bits(), v.to_bits(), "near csv [{i},{j}]");
-        }
-    }
+    };
+    as_text(&x, "x.csv", "csv");
+    as_text(&x.mapv(|v| v - 1e7), "near.csv", "near csv");
     for ((i, j), &v) in x.indexed_iter() {
         if v.is_nan() {
             // A local mean of neighbours within ~1 of a plane of slope 1.
