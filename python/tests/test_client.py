@@ -171,6 +171,38 @@ def test_sets_are_put_listed_and_deleted(client, data, local):
         client.put_set(name, data["keys"], weights=-data["weights"])
 
 
+def test_float64_points_far_from_the_origin_keep_their_precision(client):
+    # UTM-like coordinates: float32 spacing there is 0.5 m (x) and 0.5 m (y).
+    rng = np.random.default_rng(11)
+    origin = np.array([500_000.0, 4_649_776.0])
+    keys = origin + rng.uniform(-50, 50, (300, 2))
+    values = np.sin(keys - origin).astype(np.float32)
+    queries = origin + rng.uniform(-40, 40, (25, 2))
+    name = f"far-{client.arrow}"
+    r = client.put_set(name, keys, values=values)
+    assert r["set"]["offset"] is not None
+    # Against float64 references: kNN lists and local means.
+    d2 = ((queries[:, None, :] - keys[None, :, :]) ** 2).sum(-1)
+    got = client.knn(name, queries, 5)
+    np.testing.assert_array_equal(got.indices, np.argsort(d2, axis=1)[:, :5])
+    np.testing.assert_allclose(got.distances, np.sqrt(np.sort(d2, axis=1)[:, :5]), rtol=1e-5)
+    w = np.exp(-d2 / (2 * 4.0**2))
+    want = (w @ values.astype(np.float64)) / w.sum(1, keepdims=True)
+    np.testing.assert_allclose(client.local_mean(name, queries, bandwidth=4.0, kernel="gaussian"), want, atol=1e-5)
+    # The local package agrees (it centres float64 too).
+    ks = locus.Engine("cpu").prepare(keys, values=values)
+    _close(client.local_mean(name, queries, bandwidth=4.0, kernel="gaussian"),
+           ks.local_mean(queries, bandwidth=4.0, kernel="gaussian"))
+    # MeanShift's modes come back float64, where the points are.
+    blobs = origin + np.concatenate([rng.normal(0, 0.3, (30, 2)), rng.normal(5, 0.3, (30, 2))])
+    fit = client.mean_shift(blobs, bandwidth=1.0, kernel="gaussian", max_iter=300)
+    ref = locus.mean_shift(blobs, bandwidth=1.0, kernel="gaussian", max_iter=300, backend="cpu")
+    assert fit.cluster_centers.dtype == np.float64
+    np.testing.assert_array_equal(fit.labels, ref.labels)
+    np.testing.assert_allclose(fit.cluster_centers, ref.cluster_centers, rtol=0, atol=1e-4)
+    assert client.delete_set(name) == {"deleted": name}
+
+
 def test_errors_are_typed(client, data):
     assert client.livez() == {"status": "live"}
     assert client.readyz() == {"status": "ready"}

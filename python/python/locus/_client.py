@@ -55,8 +55,11 @@ def _pyarrow() -> ModuleType | None:
     return pyarrow
 
 
-def _points(x: Any, name: str) -> np.ndarray:
-    """``x`` as a C-contiguous float32 matrix (1-D: one column)."""
+def _points(x: Any, name: str, *, wide: bool = False) -> np.ndarray:
+    """``x`` as a C-contiguous matrix (1-D: one column) of float32, or with
+    ``wide`` of float64 unless it is float32 (or float16) already: the
+    service centres float64 points before it rounds them to float32, so
+    points far from the origin keep their precision."""
     a = np.asarray(x)
     if a.dtype.kind not in "fiub":
         raise InputError(f"{name}: numbers expected, not {a.dtype}")
@@ -64,7 +67,8 @@ def _points(x: Any, name: str) -> np.ndarray:
         a = a[:, None]
     if a.ndim != 2:
         raise InputError(f"{name}: a 2-D array expected, not {a.ndim}-D")
-    return np.ascontiguousarray(a, dtype=np.float32)
+    narrow = not wide or a.dtype in (np.float32, np.float16)
+    return np.ascontiguousarray(a, dtype=np.float32 if narrow else np.float64)
 
 
 def _kernel_params(kernel: str | ProductKernel | None, bandwidth: float | None) -> dict[str, str]:
@@ -88,6 +92,13 @@ class Client:
     The methods mirror :class:`~locus.KeySet`'s, with the set's name first;
     ``kernel`` and ``bandwidth`` default to the service's (``--kernel``,
     ``--bandwidth``). Thread-safe (one connection, one request at a time).
+
+    Points (keys, queries, MeanShift's points) go as float64 unless they
+    are float32: the service centres a float64 set on its keys' mean before
+    it rounds them to float32, and moves each query by the same offset, so
+    coordinates far from the origin (``1e7 + x``) keep their precision, as
+    in :class:`~locus.KeySet`. Pass float32 arrays to send half the bytes
+    where that precision is not needed.
 
     Parameters
     ----------
@@ -276,7 +287,7 @@ class Client:
         answer_json: bool = False,
     ) -> dict[str, Any]:
         """Posts ``points`` to ``path`` with ``params`` in the query string."""
-        x = _points(points, field)
+        x = _points(points, field, wide=True)
         query = "?" + urllib.parse.urlencode(params) if params else ""
         if self._pa is not None:
             body = self._arrow_stream({field: x})
@@ -576,10 +587,12 @@ class Client:
         params = _kernel_params(kernel, bandwidth)
         if max_iter is not None:
             params["max_iter"] = str(int(max_iter))
-        # The modes are not per point: the answer comes as JSON.
-        a = self._query("/v1/mean-shift", X, params, field="points", answer_json=True)
+        # The modes are not per point: the answer comes as JSON. They are
+        # float64 where the points were (the service centred them).
+        sent = _points(X, "points", wide=True)
+        a = self._query("/v1/mean-shift", sent, params, field="points", answer_json=True)
         return MeanShiftResult(
-            np.asarray(a["modes"], dtype=np.float32),
+            np.asarray(a["modes"], dtype=sent.dtype),
             np.asarray(a["labels"], dtype=np.int64),
             np.asarray(a["populations"], dtype=np.int64),
             int(a["iterations"]),
@@ -618,7 +631,7 @@ class Client:
         dict
             ``{"set": {...}, "replaced": bool}``.
         """
-        arrays: dict[str, np.ndarray] = {"keys": _points(keys, "keys")}
+        arrays: dict[str, np.ndarray] = {"keys": _points(keys, "keys", wide=True)}
         if values is not None:
             arrays["values"] = _points(values, "values")
         if labels is not None:

@@ -769,6 +769,29 @@ pub fn f32_from_bytes(bytes: &[u8]) -> Result<ArrayD<f32>, NpyError> {
     read_f32(&mut r, &h)
 }
 
+/// A float array in the precision it was stored in.
+pub enum Floats {
+    /// `f2` or `f4`: nothing to gain from `f64`.
+    F32(ArrayD<f32>),
+    /// `f8` (either byte order).
+    F64(ArrayD<f64>),
+}
+
+/// Reads a whole float `.npy` held in memory (a request's body), a
+/// float64 array as `f64`, others as [`f32_from_bytes`].
+///
+/// # Errors
+/// As [`read_header`], [`read_f32`] and [`read_f64`].
+pub fn floats_from_bytes(bytes: &[u8]) -> Result<Floats, NpyError> {
+    let mut r = bytes;
+    let h = read_header(&mut r, bytes.len() as u64)?;
+    if h.dtype.kind == Kind::Float && h.dtype.size == 8 {
+        read_f64(&mut r, &h).map(Floats::F64)
+    } else {
+        read_f32(&mut r, &h).map(Floats::F32)
+    }
+}
+
 /// Reads a whole `.npy` file held in memory as `i64` (for tests and small
 /// files).
 ///

@@ -317,6 +317,20 @@ pub fn rounded(
         }
         return Ok(r);
     }
+    round_on(&values, offset)
+        .map_err(|(pos, v)| too_large(v, pos, values.shape(), lines.as_deref()))
+}
+
+/// `values − offset` in `f64` (the values as they are without one), each
+/// rounded once to `f32`; NaN stays NaN.
+///
+/// # Errors
+/// The first entry (its row-major position and value) whose result is too
+/// large for `f32`.
+pub fn round_on(
+    values: &Array2<f64>,
+    offset: Option<&Offset>,
+) -> Result<Array2<f32>, (usize, f64)> {
     let mut out = Array2::<f32>::zeros(values.raw_dim());
     match offset {
         Some(o) => Zip::from(out.rows_mut())
@@ -327,15 +341,17 @@ pub fn rounded(
                 }
             }),
         None => Zip::from(&mut out)
-            .and(&values)
+            .and(values)
             .for_each(|t, &v| *t = v as f32),
     }
     let flat = out.as_slice().expect("standard layout"); // ok: made above
-    if let Some(pos) = flat.iter().position(|x| x.is_infinite()) {
-        let v = values.iter().nth(pos).copied().unwrap_or(f64::INFINITY);
-        return Err(too_large(v, pos, out.shape(), lines.as_deref()));
+    match flat.iter().position(|x| x.is_infinite()) {
+        Some(pos) => Err((
+            pos,
+            values.iter().nth(pos).copied().unwrap_or(f64::INFINITY),
+        )),
+        None => Ok(out),
     }
-    Ok(out)
 }
 
 /// Writes positions computed on the points `centring` describes, in the

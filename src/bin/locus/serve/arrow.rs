@@ -11,7 +11,7 @@
 //! `catch_unwind` (a malformed stream is a 400, never a dropped
 //! connection).
 //!
-//! Imports: `super::{app, field, sets}`.
+//! Imports: `super::{app, field, sets}`, `crate::io`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +30,8 @@ use ndarray::{Array1, Array2, ArrayD};
 
 use super::app::{Failure, bad, too_many_rows};
 use super::field::Field;
-use super::sets::SetData;
+use super::sets::{Centre, SetData};
+use crate::io::Points;
 
 /// The media type of Arrow IPC stream bodies.
 pub const ARROW: &str = "application/vnd.apache.arrow.stream";
@@ -170,11 +171,14 @@ pub(super) fn is_float(t: &DataType) -> bool {
     matches!(t, DataType::Float32 | DataType::Float64)
 }
 
-/// A primitive float array's values as `f32` (a float64 rounded as JSON
-/// numbers are), appended to `out`; `what`/`noun` name it in errors, the
-/// rows counted from `row0` and `width` values a row.
+/// A primitive float array's values in `f64`, appended to `out` (`wide`
+/// set where the array is float64: the points then go through
+/// [`Centre`](super::sets::Centre) before they are rounded to `f32`);
+/// `what`/`noun` name it in errors, the rows counted from `row0` and
+/// `width` values a row.
 fn push_floats(
-    out: &mut Vec<f32>,
+    out: &mut Vec<f64>,
+    wide: &mut bool,
     a: &dyn Array,
     what: &str,
     noun: &str,
@@ -187,25 +191,26 @@ fn push_floats(
     }
     out.try_reserve(a.len())
         .map_err(|_| format!("{what}: out of memory"))?;
-    let check = |i: usize, v: f64, f: f32| -> Result<f32, String> {
-        if f.is_finite() {
-            Ok(f)
+    let check = |i: usize, v: f64| -> Result<f64, String> {
+        if v.is_finite() {
+            Ok(v)
         } else {
             let (r, c) = (row0 + i / width.max(1), i % width.max(1));
             Err(format!(
-                "{what}: {noun} {r} column {c} is {v}, not a finite 32-bit float"
+                "{what}: {noun} {r} column {c} is {v}, not a finite number"
             ))
         }
     };
     match a.data_type() {
         DataType::Float32 => {
             for (i, &v) in a.as_primitive::<Float32Type>().values().iter().enumerate() {
-                out.push(check(i, f64::from(v), v)?);
+                out.push(check(i, f64::from(v))?);
             }
         }
         DataType::Float64 => {
+            *wide = true;
             for (i, &v) in a.as_primitive::<Float64Type>().values().iter().enumerate() {
-                out.push(check(i, v, v as f32)?);
+                out.push(check(i, v)?);
             }
         }
         t => return Err(format!("{what}: a column of {t}; send float32 or float64")),
@@ -217,7 +222,8 @@ fn push_floats(
 /// list whose every row has one length) of float32/float64, or a float
 /// column (one value a row). Returns the values and the width.
 fn list_rows(
-    out: &mut Vec<f32>,
+    out: &mut Vec<f64>,
+    wide: &mut bool,
     col: &dyn Array,
     what: &str,
     noun: &str,
@@ -245,21 +251,21 @@ fn list_rows(
             let w = usize::try_from(*size).map_err(|_| format!("{what}: negative list size"))?;
             let start = l.value_offset(0).max(0) as usize;
             let values = l.values().slice(start, l.len() * w);
-            push_floats(out, &values, what, noun, row0, w)?;
+            push_floats(out, wide, &values, what, noun, row0, w)?;
             Ok(w)
         }
         DataType::List(_) => {
             let l = col.as_list::<i32>();
             let offs: Vec<usize> = l.offsets().iter().map(|&o| o as usize).collect();
-            uniform(out, &offs, l.values(), what, noun, row0)
+            uniform((out, wide), &offs, l.values(), what, noun, row0)
         }
         DataType::LargeList(_) => {
             let l = col.as_list::<i64>();
             let offs: Vec<usize> = l.offsets().iter().map(|&o| o as usize).collect();
-            uniform(out, &offs, l.values(), what, noun, row0)
+            uniform((out, wide), &offs, l.values(), what, noun, row0)
         }
         t if is_float(t) => {
-            push_floats(out, col, what, noun, row0, 1)?;
+            push_floats(out, wide, col, what, noun, row0, 1)?;
             Ok(1)
         }
         t => Err(format!(
@@ -270,7 +276,7 @@ fn list_rows(
 
 /// The rows of a variable-size list column, which must all have one length.
 fn uniform(
-    out: &mut Vec<f32>,
+    (out, wide): (&mut Vec<f64>, &mut bool),
     offs: &[usize],
     values: &ArrayRef,
     what: &str,
@@ -289,13 +295,12 @@ fn uniform(
         ));
     }
     let values = values.slice(first, last - first);
-    push_floats(out, &values, what, noun, row0, w)?;
+    push_floats(out, wide, &values, what, noun, row0, w)?;
     Ok(w)
 }
 
-/// The rows of `batches` as an `N × d` matrix: the column `name`, or, when
-/// `columns_ok` and the schema has no such column, every column (each a
-/// float column, one coordinate each, in schema order).
+/// The rows of `batches` as an `N × d` matrix of `f32` (float64 values
+/// rounded as they are): see [`points`].
 pub fn matrix(
     schema: &Schema,
     batches: &[RecordBatch],
@@ -303,17 +308,57 @@ pub fn matrix(
     noun: &str,
     columns_ok: bool,
 ) -> Result<Array2<f32>, String> {
+    let p = points(schema, batches, name, noun, columns_ok)?;
+    super::sets::rounded(name, noun, p, None)
+}
+
+/// Points rounded to `f32` as they are (values and weights: never moved).
+pub fn round_as_is(name: &str, p: Points) -> Result<Array2<f32>, String> {
+    super::sets::rounded(name, "row", p, None)
+}
+
+/// The rows of `batches` as an `N × d` matrix of points in the precision
+/// they came in (`f64` where a column is float64): the column `name`, or,
+/// when `columns_ok` and the schema has no such column, every column (each
+/// a float column, one coordinate each, in schema order).
+pub fn points(
+    schema: &Schema,
+    batches: &[RecordBatch],
+    name: &str,
+    noun: &str,
+    columns_ok: bool,
+) -> Result<Points, String> {
     let mut values = Vec::new();
+    let mut wide = false;
     let mut rows = 0;
     let mut width = None;
+    let as_points = |rows: usize, w: usize, values: Vec<f64>, wide: bool| {
+        let values =
+            Array2::from_shape_vec((rows, w), values).map_err(|e| format!("{name}: {e}"))?;
+        Ok(match wide {
+            true => Points::Wide {
+                values,
+                rounded: None,
+                lines: None,
+            },
+            // float32 values, exact in f64 and back.
+            false => Points::Narrow(values.mapv(|v| v as f32)),
+        })
+    };
     if let Ok(i) = schema.index_of(name) {
         for b in batches {
-            let w = list_rows(&mut values, b.column(i).as_ref(), name, noun, rows)?;
+            let w = list_rows(
+                &mut values,
+                &mut wide,
+                b.column(i).as_ref(),
+                name,
+                noun,
+                rows,
+            )?;
             width = Some(w);
             rows += b.num_rows();
         }
-        let w = width.unwrap_or(0);
-        return Array2::from_shape_vec((rows, w), values).map_err(|e| format!("{name}: {e}"));
+        return as_points(rows, width.unwrap_or(0), values, wide);
     }
     let all_floats =
         !schema.fields().is_empty() && schema.fields().iter().all(|f| is_float(f.data_type()));
@@ -333,7 +378,7 @@ pub fn matrix(
         let mut cols = Vec::with_capacity(d);
         for (j, c) in b.columns().iter().enumerate() {
             let mut v = Vec::new();
-            push_floats(&mut v, c.as_ref(), name, noun, rows, 1).map_err(|e| {
+            push_floats(&mut v, &mut wide, c.as_ref(), name, noun, rows, 1).map_err(|e| {
                 format!("{e} (coordinate {j}, column {:?})", schema.field(j).name())
             })?;
             cols.push(v);
@@ -346,7 +391,7 @@ pub fn matrix(
         }
         rows += b.num_rows();
     }
-    Array2::from_shape_vec((rows, d), values).map_err(|e| format!("{name}: {e}"))
+    as_points(rows, d, values, wide)
 }
 
 /// An integer column of every batch (`labels`) as `i64`.
@@ -397,29 +442,29 @@ pub fn vector(schema: &Schema, batches: &[RecordBatch], name: &str) -> Result<Ar
     Ok(m.column(0).to_owned())
 }
 
-/// The rows of an Arrow query request (`field`: `queries`, or `points`
-/// for MeanShift), `d` wide when given.
-pub fn query_rows(
+/// The points of an Arrow query request (`field`: `queries`, or `points`
+/// for MeanShift), `d` wide when given, in the precision they came in.
+pub fn query_points(
     body: &[u8],
     field: &str,
     noun: &str,
     d: Option<usize>,
     max_rows: usize,
-) -> Result<Array2<f32>, Failure> {
+) -> Result<Points, Failure> {
     let (schema, batches) = read_stream(body, Some(max_rows))?;
-    let m = matrix(&schema, &batches, field, noun, true).map_err(bad)?;
-    if m.nrows() == 0 {
+    let p = points(&schema, &batches, field, noun, true).map_err(bad)?;
+    let (rows, cols) = p.dim();
+    if rows == 0 {
         return Err(bad(format!("{field:?} is empty; send at least one point")));
     }
     if let Some(d) = d
-        && m.ncols() != d
+        && cols != d
     {
         return Err(bad(format!(
-            "{noun} 0 has {} coordinates; the keys have {d}",
-            m.ncols()
+            "{noun} 0 has {cols} coordinates; the keys have {d}"
         )));
     }
-    Ok(m)
+    Ok(p)
 }
 
 /// A set upload as an Arrow stream: columns `keys` (required), `values`,
@@ -434,10 +479,11 @@ pub fn set_data(body: &[u8]) -> Result<SetData, Failure> {
             )));
         }
     }
-    let keys = matrix(&schema, &batches, "keys", "row", false).map_err(bad)?;
-    if keys.nrows() == 0 {
+    let keys = points(&schema, &batches, "keys", "row", false).map_err(bad)?;
+    if keys.dim().0 == 0 {
         return Err(bad("\"keys\" is empty; send at least one point"));
     }
+    let (keys, offset) = Centre::OwnMean.apply("keys", "row", keys).map_err(bad)?;
     let has = |n: &str| schema.index_of(n).ok();
     let values = has("values")
         .map(|_| matrix(&schema, &batches, "values", "row", false))
@@ -453,6 +499,7 @@ pub fn set_data(body: &[u8]) -> Result<SetData, Failure> {
         .map_err(bad)?;
     Ok(SetData {
         keys,
+        offset,
         values,
         labels,
         weights,

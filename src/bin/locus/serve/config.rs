@@ -3,7 +3,7 @@
 //! (`--set NAME --keys K [--values V] [--labels L] [--weights W]`,
 //! repeatable; `[[set]]` tables in the file).
 //!
-//! Imports: `super::sets`, `crate::{args, error, io}`.
+//! Imports: `super::{sets, tables}`, `crate::{args, error, io}`.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use clap::ArgMatches;
 use locus::{Batching, Engine, EngineOptions, Kernel, KeySetOptions, Profile};
 use serde::Deserialize;
 
-use super::sets::{SetData, check_name};
+use super::sets::{Centre, SetData, check_name};
 use super::tables;
 use crate::args::{BackendArg, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
@@ -196,7 +196,17 @@ impl SetSpec {
                 io::read_matrix(flag, p)
             }
         };
-        let keys = matrix("--keys", &self.keys).map_err(at)?;
+        // The keys in the precision the file holds, centred where that is
+        // f64 (sets::Centre).
+        let keys = if tables::is_table(&self.keys) {
+            tables::read_points("--keys", &self.keys, "keys").map_err(CliError::input)
+        } else {
+            io::read_points("--keys", &self.keys, false)
+        }
+        .map_err(at)?;
+        let (keys, offset) = Centre::OwnMean
+            .apply(&format!("--keys {}", self.keys.display()), "row", keys)
+            .map_err(|e| at(CliError::input(e)))?;
         let values = self
             .values
             .as_deref()
@@ -231,6 +241,7 @@ impl SetSpec {
         };
         Ok(SetData {
             keys,
+            offset,
             values,
             labels,
             weights,

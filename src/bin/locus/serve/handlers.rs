@@ -3,7 +3,8 @@
 //! and the request's deadline, answered in the asked format), the set
 //! management routes, and the probes.
 //!
-//! Imports: `super::{app, metrics, openapi, schema, sets, wire}`.
+//! Imports: `super::{app, metrics, openapi, schema, sets, wire}`,
+//! `crate::points`.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -20,10 +21,11 @@ use serde_json::{Value, json};
 use super::app::{App, Deadline, Failure, Phase, bad};
 use super::metrics::{Served, escape, family};
 use super::schema;
-use super::sets::{Entry, check_name};
+use super::sets::{Centre, Entry, check_name};
 use super::wire::{
     Answer, Field, Params, Request, answer_format, parse_request, parse_set, request_format,
 };
+use crate::points::Offset;
 
 /// A query op on a set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,16 +199,15 @@ async fn parse(
     body: Bytes,
     format: super::wire::Format,
     query: Option<&str>,
-    field: &'static str,
-    d: Option<usize>,
-    max_rows: usize,
+    (field, d, max_rows): (&'static str, Option<usize>, usize),
+    centre: Centre,
 ) -> Result<Request, Failure> {
     if body.len() < PARSE_OFF_THREAD {
-        return parse_request(&body, format, query, field, d, max_rows);
+        return parse_request(&body, format, query, field, d, max_rows, &centre);
     }
     let query = query.map(str::to_string);
     tokio::task::spawn_blocking(move || {
-        parse_request(&body, format, query.as_deref(), field, d, max_rows)
+        parse_request(&body, format, query.as_deref(), field, d, max_rows, &centre)
     })
     .await
     .map_err(|e| {
@@ -245,7 +246,15 @@ pub async fn query(
     let entry = app.sets.get(&name).ok_or_else(|| no_set(&app, &name))?;
     let format = request_format(&headers)?;
     let d = entry.set.dim();
-    let req = parse(body, format, uri.query(), "queries", Some(d), app.max_rows).await?;
+    let centre = Centre::On(entry.offset.clone());
+    let req = parse(
+        body,
+        format,
+        uri.query(),
+        ("queries", Some(d), app.max_rows),
+        centre,
+    )
+    .await?;
     check_params(op.name(), &req.params)?;
     let kernel = match op {
         Op::Knn => None,
@@ -285,7 +294,14 @@ pub async fn mean_shift(
 ) -> Result<Response, Failure> {
     app.check_ready()?;
     let format = request_format(&headers)?;
-    let req = parse(body, format, uri.query(), "points", None, app.max_rows).await?;
+    let req = parse(
+        body,
+        format,
+        uri.query(),
+        ("points", None, app.max_rows),
+        Centre::OwnMean,
+    )
+    .await?;
     check_params("mean-shift", &req.params)?;
     let kernel = kernel_of(&app, &req.params, req.rows.ncols())?;
     let mut params = MeanShiftParams::new().kernel(kernel);
@@ -301,7 +317,7 @@ pub async fn mean_shift(
             engine.mean_shift_owned(&params, points, |_| {})
         })
         .await?;
-    let answer = mean_shift_answer(fit);
+    let answer = mean_shift_answer(fit, req.offset.as_ref());
     declared("mean-shift", &answer)?;
     let mut r = answer.respond(answer_format(&headers), req.params.output.as_deref())?;
     r.extensions_mut().insert(Served { rows });
@@ -319,11 +335,20 @@ fn declared(op: &str, answer: &Answer) -> Result<(), Failure> {
     })
 }
 
-/// MeanShift's answer.
-fn mean_shift_answer(fit: locus::MeanShiftFit) -> Answer {
+/// MeanShift's answer; the modes moved back by `offset` (what was
+/// subtracted from the points), in `f64`, where there is one.
+fn mean_shift_answer(fit: locus::MeanShiftFit, offset: Option<&Offset>) -> Answer {
     let populations: Vec<i64> = fit.populations.iter().map(|&p| p as i64).collect();
+    let modes = match offset {
+        Some(o) => {
+            let mut m = fit.modes.mapv(f64::from);
+            o.restore(&mut m);
+            Field::F64(m.into_dyn())
+        }
+        None => Field::F32(fit.modes.into_dyn()),
+    };
     Answer::default()
-        .with_other("modes", Field::F32(fit.modes.into_dyn()))
+        .with_other("modes", modes)
         .with("labels", Field::I64(fit.labels.into_dyn()))
         .with_other(
             "populations",
@@ -345,6 +370,7 @@ fn describe(name: &str, e: &Entry) -> Value {
         "classes": s.class_labels().map(|c| c.to_vec()),
         "weighted": e.weighted.is_some(),
         "resident_bytes": s.resident_bytes(),
+        "offset": e.offset.as_ref().map(|o| o.columns().to_vec()),
         "queue_depth": e.queue_depth,
         "in_queue": e.in_queue(),
     })
@@ -603,6 +629,7 @@ mod tests {
         let engine = locus::Engine::cpu();
         let keys = Array2::from_shape_fn((12, 2), |(i, j)| (i * (j + 1)) as f32 * 0.25);
         let data = SetData {
+            offset: None,
             values: Some(keys.mapv(|x| x * 2.0)),
             labels: Some(Array1::from_shape_fn(12, |i| (i % 3) as i64)),
             weights: Some(Array1::from_elem(12, 1.0)),
@@ -627,6 +654,7 @@ mod tests {
             let req = Request {
                 params,
                 rows: rows.clone(),
+                offset: None,
             };
             let answer = run_op(&entry, op, Some(kernel), &req).unwrap();
             schema::conforms(op.name(), &answer).unwrap();
@@ -641,7 +669,19 @@ mod tests {
                 |_| {},
             )
             .unwrap();
-        schema::conforms("mean-shift", &mean_shift_answer(fit)).unwrap();
+        let moved = Offset::of(
+            ndarray::array![[1e7f64, 0.0], [1e7 + 2.0, 1.0]].view(),
+            false,
+        );
+        assert!(moved.is_some());
+        let modes = fit.modes.clone();
+        let moved_back = mean_shift_answer(fit.clone(), moved.as_ref());
+        schema::conforms("mean-shift", &moved_back).unwrap();
+        match &moved_back.fields[0] {
+            (_, Field::F64(m)) => assert_eq!(m[[0, 0]], 1e7 + f64::from(modes[[0, 0]])),
+            _ => panic!("modes moved back are float64"),
+        }
+        schema::conforms("mean-shift", &mean_shift_answer(fit, None)).unwrap();
         assert_eq!(schema::OPS[..6], Op::ALL.map(Op::name));
     }
 

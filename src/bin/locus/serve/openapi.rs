@@ -101,7 +101,7 @@ fn refer(name: &str) -> Value {
 /// The schema of a declared answer field.
 fn field_schema(s: &FieldSpec) -> Value {
     let mut v = match s.kind {
-        Kind::F32 | Kind::F64 => json!({ "type": "number", "nullable": true }),
+        Kind::F32 | Kind::F64 | Kind::Position => json!({ "type": "number", "nullable": true }),
         Kind::I64 => json!({ "type": "integer" }),
         Kind::Count => json!({ "type": "integer", "minimum": 0 }),
         Kind::Number => json!({ "type": "number" }),
@@ -337,7 +337,7 @@ fn set_info() -> Value {
         "type": "object",
         "additionalProperties": false,
         "required": ["name", "keys", "dim", "value_cols", "classes", "weighted",
-                     "resident_bytes", "queue_depth", "in_queue"],
+                     "resident_bytes", "offset", "queue_depth", "in_queue"],
         "properties": {
             "name": { "type": "string" },
             "keys": { "type": "integer", "minimum": 0, "description": "its keys, N" },
@@ -347,6 +347,8 @@ fn set_info() -> Value {
                          "description": "the class labels (null: no labels)" },
             "weighted": { "type": "boolean" },
             "resident_bytes": { "type": "integer", "minimum": 0 },
+            "offset": { "type": "array", "nullable": true, "items": { "type": "number" },
+                        "description": "per coordinate, what was subtracted from the keys (given as float64) and is from every query before rounding to float32 (null: nothing)" },
             "queue_depth": { "type": "integer", "minimum": 0, "description": "--queue-depth" },
             "in_queue": { "type": "integer", "minimum": 0, "description": "requests admitted now" },
         },

@@ -49,6 +49,9 @@ pub enum Kind {
     F32,
     /// Numbers written from `f64` (NaN as `null`).
     F64,
+    /// Positions: written from `f32`, or from `f64` where the points were
+    /// centred before rounding and the positions are moved back.
+    Position,
     /// Integers.
     I64,
     /// A non-negative count.
@@ -94,7 +97,7 @@ const fn some(name: &'static str, kind: Kind, rank: usize, about: &'static str) 
     }
 }
 
-use Kind::{Count, F32, F64, Flag, I64, Number};
+use Kind::{Count, F32, F64, Flag, I64, Number, Position};
 
 /// The fields of `op`'s answer, in the order they are written.
 pub fn answer(op: &str) -> &'static [FieldSpec] {
@@ -172,7 +175,12 @@ pub fn answer(op: &str) -> &'static [FieldSpec] {
         }
         "mean-shift" => {
             const A: &[FieldSpec] = &[
-                f("modes", F32, 2, "the modes found, C×d"),
+                f(
+                    "modes",
+                    Position,
+                    2,
+                    "the modes found, C×d (float64 where the points came as float64 and were centred: moved back)",
+                ),
                 f("labels", I64, 1, "the mode of each point, N"),
                 f("populations", I64, 1, "the points of each mode, C"),
                 f("iterations", Count, 0, "iterations run"),
@@ -211,7 +219,12 @@ pub fn conforms(op: &str, a: &Answer) -> Result<(), String> {
         if let Some(skipped) = declared[next..next + i].iter().find(|s| s.always) {
             return Err(format!("{op}: field {:?} missing", skipped.name));
         }
-        if shape_of(field) != (spec.kind, spec.rank) {
+        let (kind, rank) = shape_of(field);
+        let kind_ok = match spec.kind {
+            Kind::Position => matches!(kind, Kind::F32 | Kind::F64),
+            k => k == kind,
+        };
+        if !kind_ok || rank != spec.rank {
             return Err(format!(
                 "{op}: field {name:?} is {:?}, declared {:?} of {} axes",
                 shape_of(field),

@@ -3,7 +3,14 @@
 //! [`Arc`] that a replacement swaps atomically — a request in flight keeps
 //! the set it started on, and a new one is swapped in only once prepared.
 //!
-//! Imports: nothing of the service (the data, the engine and the registry).
+//! A set's keys given in `f64` (JSON numbers, a float64 `.npy`, Arrow
+//! float64, a float64 or CSV file at start) are centred on their mean
+//! before they are rounded to `f32`, as the command-line tool and the
+//! Python package centre float64 points ([`Centre`]); its queries are
+//! moved by the same offset, in `f64`, whatever type they come in.
+//!
+//! Imports: nothing of the service (the data, the engine and the
+//! registry); `crate::{io, points}` for the centring.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -11,6 +18,9 @@ use std::sync::{Arc, RwLock};
 use locus::{Engine, Error, KeySet, KeySetOptions};
 use ndarray::{Array1, Array2};
 use tokio::sync::Semaphore;
+
+use crate::io::Points;
+use crate::points::{Offset, round_on};
 
 /// Most characters in a set's name.
 pub const MAX_NAME: usize = 64;
@@ -31,10 +41,88 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// Where points are moved before they are rounded to `f32`.
+#[derive(Debug, Clone)]
+pub enum Centre {
+    /// By a set's offset (its keys were centred by it); `None`: not at
+    /// all.
+    On(Option<Offset>),
+    /// To their own mean ([`Offset::of`]) where they came as `f64`: a
+    /// set's keys, MeanShift's points. `f32` points are rounded as they
+    /// are (rounding them loses nothing), as are points already near 0
+    /// (the offset is then `None`).
+    OwnMean,
+}
+
+impl Centre {
+    /// `points` centred and rounded ([`rounded`]), and the offset
+    /// subtracted; `what` and `noun` name them in errors (`queries`,
+    /// `query`).
+    ///
+    /// # Errors
+    /// A value too large for `f32` (even centred).
+    pub fn apply(
+        &self,
+        what: &str,
+        noun: &str,
+        points: Points,
+    ) -> Result<(Array2<f32>, Option<Offset>), String> {
+        let offset = match (self, &points) {
+            (Centre::On(o), _) => o.clone(),
+            (Centre::OwnMean, Points::Wide { values, .. }) => Offset::of(values.view(), false),
+            (Centre::OwnMean, Points::Narrow(_)) => None,
+        };
+        Ok((rounded(what, noun, points, offset.as_ref())?, offset))
+    }
+}
+
+/// Points as `f32`: `offset` subtracted in `f64`, then rounded once
+/// (`f32` points without an offset as they are).
+///
+/// # Errors
+/// A value too large for `f32` (even centred), naming its row and column.
+pub fn rounded(
+    what: &str,
+    noun: &str,
+    points: Points,
+    offset: Option<&Offset>,
+) -> Result<Array2<f32>, String> {
+    if let Some(o) = offset
+        && o.columns().len() != points.dim().1
+    {
+        return Err(format!(
+            "{what}: {} coordinates; the keys have {}",
+            points.dim().1,
+            o.columns().len()
+        ));
+    }
+    let values = match points {
+        Points::Narrow(a) if offset.is_none() => return Ok(a),
+        Points::Narrow(a) => a.mapv(f64::from),
+        Points::Wide { values, .. } => values,
+    };
+    round_on(&values, offset).map_err(|(pos, v)| {
+        let d = values.ncols().max(1);
+        let centred = match offset {
+            Some(_) => " (even centred on the keys' mean)",
+            None => "",
+        };
+        format!(
+            "{what}: {noun} {} column {} is {v}, not a finite 32-bit float{centred}",
+            pos / d,
+            pos % d
+        )
+    })
+}
+
 /// The arrays of a set before it is prepared.
 pub struct SetData {
-    /// `N × d`.
+    /// `N × d`, centred by `offset`.
     pub keys: Array2<f32>,
+    /// What was subtracted from the keys in `f64` before they were
+    /// rounded to `f32` ([`Centre::OwnMean`]), and is subtracted from
+    /// every query.
+    pub offset: Option<Offset>,
     /// `N × q`, for local means and row states.
     pub values: Option<Array2<f32>>,
     /// `N` class labels, for classification.
@@ -56,6 +144,9 @@ pub struct Weighted {
 pub struct Entry {
     /// The prepared keys, values and labels.
     pub set: KeySet,
+    /// What was subtracted from the keys (and is from each query) before
+    /// rounding to `f32`.
+    pub offset: Option<Offset>,
     /// Per-key weights, if given.
     pub weighted: Option<Weighted>,
     /// One permit per request admitted on this set (waiting in its batch
@@ -123,6 +214,7 @@ impl SetData {
         };
         Ok(Entry {
             set,
+            offset: self.offset,
             weighted,
             queue: Arc::new(Semaphore::new(queue_depth)),
             queue_depth,
@@ -192,6 +284,7 @@ mod tests {
         let e = Engine::cpu();
         let data = |v: f32| SetData {
             keys: ndarray::array![[0.0f32], [1.0]],
+            offset: None,
             values: Some(ndarray::array![[v], [v]]),
             labels: None,
             weights: Some(ndarray::array![1.0, 2.0]),

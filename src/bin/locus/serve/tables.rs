@@ -8,7 +8,7 @@
 //! one integer column; `weights`: its one float column). Every value is
 //! checked as a `.npy` file's (finite `f32`, no nulls).
 //!
-//! Imports: `super::arrow`.
+//! Imports: `super::arrow`, `crate::io`.
 
 use std::fs::File;
 use std::path::Path;
@@ -18,6 +18,7 @@ use arrow_schema::{DataType, Schema, SchemaRef};
 use ndarray::{Array1, Array2};
 
 use super::arrow;
+use crate::io::Points;
 
 /// The magic at the start (and end) of an Arrow IPC file.
 const MAGIC: &[u8] = b"ARROW1";
@@ -101,21 +102,29 @@ fn is_list(t: &DataType) -> bool {
     )
 }
 
-/// The matrix `column` (`keys`, `values`, `weights`) of the file at `path`
-/// (`flag` names it in errors).
+/// The matrix `column` (`values`, `weights`) of the file at `path` as
+/// `f32` (`flag` names it in errors).
 pub fn read_matrix(flag: &str, path: &Path, column: &str) -> Result<Array2<f32>, String> {
+    let p = read_points(flag, path, column)?;
+    arrow::round_as_is(column, p).map_err(|e| format!("{flag} {}: {e}", path.display()))
+}
+
+/// The matrix `column` (`keys`, …) of the file at `path` in the precision
+/// it holds (`f64` where a column is float64).
+pub fn read_points(flag: &str, path: &Path, column: &str) -> Result<Points, String> {
     let at = |e: String| format!("{flag} {}: {e}", path.display());
     let (schema, batches) = read_batches(path).map_err(at)?;
     let m = if schema.index_of(column).is_ok()
         || schema.fields().iter().any(|f| is_list(f.data_type()))
     {
-        arrow::matrix(&schema, &batches, column, "row", false)
+        arrow::points(&schema, &batches, column, "row", false)
     } else {
         let (s, b) = project(&schema, &batches, arrow::is_float).map_err(at)?;
-        arrow::matrix(&s, &b, column, "row", true)
+        arrow::points(&s, &b, column, "row", true)
     }
     .map_err(at)?;
-    if m.is_empty() {
+    let (rows, cols) = m.dim();
+    if rows * cols == 0 {
         return Err(at(format!("{column} is empty")));
     }
     Ok(m)

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::app::{Failure, bad, too_many_rows};
 use super::arrow::{self, ARROW};
-use super::sets::SetData;
+use super::sets::{Centre, SetData};
+use crate::io::Points;
+use crate::points::Offset;
 use crate::{npy, npy_write};
 
 pub use super::field::Field;
@@ -112,8 +114,11 @@ struct JsonQuery {
 pub struct Request {
     /// Its parameters.
     pub params: Params,
-    /// The query points (`M × d`).
+    /// The query points (`M × d`), centred as [`Centre`] asked and
+    /// rounded to `f32`.
     pub rows: Array2<f32>,
+    /// What was subtracted from them in `f64` before they were rounded.
+    pub offset: Option<Offset>,
 }
 
 /// Decodes `%XX` and `+` in a query-string component.
@@ -187,13 +192,13 @@ pub fn params_from_query(query: Option<&str>) -> Result<Params, Failure> {
     Ok(p)
 }
 
-/// Rows of numbers parsed straight into one flat `f32` buffer, a row at a
-/// time: a JSON body of `n` values costs about `4n` bytes (a list of
+/// Rows of numbers parsed straight into one flat `f64` buffer, a row at a
+/// time: a JSON body of `n` values costs about `8n` bytes (a list of
 /// lists of `f64` cost about 18 bytes a value before any limit could be
-/// checked). Each row must be as wide as the first; every value must be a
-/// finite `f32`.
+/// checked), kept in `f64` until they are centred ([`Centre`]). Each row
+/// must be as wide as the first.
 pub struct Rows {
-    values: Vec<f32>,
+    values: Vec<f64>,
     rows: usize,
     width: usize,
 }
@@ -201,7 +206,7 @@ pub struct Rows {
 impl Rows {
     /// The rows as an `M × d` matrix, `d` the keys' width when given
     /// (`what` names them in errors: `queries`, `points`, `keys`).
-    fn into_matrix(self, what: &str, d: Option<usize>) -> Result<Array2<f32>, Failure> {
+    fn into_points(self, what: &str, d: Option<usize>) -> Result<Points, Failure> {
         if self.rows == 0 {
             return Err(bad(format!("{what:?} is empty; send at least one point")));
         }
@@ -214,8 +219,13 @@ impl Rows {
                 self.width
             )));
         }
-        Array2::from_shape_vec((self.rows, self.width), self.values)
-            .map_err(|e| bad(format!("{what}: {e}")))
+        let values = Array2::from_shape_vec((self.rows, self.width), self.values)
+            .map_err(|e| bad(format!("{what}: {e}")))?;
+        Ok(Points::Wide {
+            values,
+            rounded: None,
+            lines: None,
+        })
     }
 }
 
@@ -261,16 +271,9 @@ impl<'de> serde::de::Visitor<'de> for RowsVisitor {
             if out.values.try_reserve(row.len()).is_err() {
                 return Err(A::Error::custom("out of memory"));
             }
-            for (j, &v) in row.iter().enumerate() {
-                let f = v as f32;
-                if !f.is_finite() {
-                    return Err(A::Error::custom(format!(
-                        "{} {i} column {j} is {v}, not a finite 32-bit float",
-                        self.0
-                    )));
-                }
-                out.values.push(f);
-            }
+            // JSON numbers are finite (serde_json refuses others); whether
+            // they fit an f32 is known once they are centred.
+            out.values.extend_from_slice(&row);
             out.rows += 1;
         }
         Ok(out)
@@ -327,9 +330,41 @@ fn matrix_from_rows(
     Array2::from_shape_vec((rows.len(), d), data).map_err(|e| bad(format!("{what}: {e}")))
 }
 
-/// An `.npy` body as a matrix (a 1-D array is one column).
+/// An `.npy` body of points, in the precision it came in (a 1-D array is
+/// one column).
+fn npy_points(what: &str, bytes: &[u8]) -> Result<Points, Failure> {
+    let two_d = |n: usize| bad(format!("{what}: {n} axes; send a 1-D or 2-D array"));
+    let a = npy::floats_from_bytes(bytes).map_err(|e| bad(format!("{what}: {e}")))?;
+    Ok(match a {
+        npy::Floats::F32(a) => match a.ndim() {
+            1 | 2 => Points::Narrow(npy_matrix_of(what, a)?),
+            n => return Err(two_d(n)),
+        },
+        npy::Floats::F64(a) => {
+            let a = match a.ndim() {
+                1 => a.insert_axis(Axis(1)),
+                2 => a,
+                n => return Err(two_d(n)),
+            };
+            Points::Wide {
+                values: a
+                    .into_dimensionality::<Ix2>()
+                    .map_err(|e| bad(format!("{what}: {e}")))?,
+                rounded: None,
+                lines: None,
+            }
+        }
+    })
+}
+
+/// An `.npy` body as an `f32` matrix (a 1-D array is one column).
 fn npy_matrix(what: &str, bytes: &[u8]) -> Result<Array2<f32>, Failure> {
     let a = npy::f32_from_bytes(bytes).map_err(|e| bad(format!("{what}: {e}")))?;
+    npy_matrix_of(what, a)
+}
+
+/// A 1-D or 2-D array as a matrix (1-D: one column).
+fn npy_matrix_of(what: &str, a: ndarray::ArrayD<f32>) -> Result<Array2<f32>, Failure> {
     let a = match a.ndim() {
         1 => a.insert_axis(Axis(1)),
         2 => a,
@@ -341,7 +376,8 @@ fn npy_matrix(what: &str, bytes: &[u8]) -> Result<Array2<f32>, Failure> {
 
 /// Parses a query op's request. `field` names the JSON array of points
 /// (`queries`, or `points` for MeanShift); `d` is the width they must have
-/// (checked again by the op).
+/// (the set's keys'); `centre` says where they are moved before they are
+/// rounded to `f32`.
 pub fn parse_request(
     body: &[u8],
     format: Format,
@@ -349,20 +385,21 @@ pub fn parse_request(
     field: &'static str,
     d: Option<usize>,
     max_rows: usize,
+    centre: &Centre,
 ) -> Result<Request, Failure> {
-    let req = match format {
+    let (params, points) = match format {
         Format::Npy => {
             let params = params_from_query(query)?;
-            let rows = npy_matrix(field, body)?;
-            if rows.nrows() > max_rows {
-                return Err(too_many_rows(max_rows, rows.nrows()));
+            let points = npy_points(field, body)?;
+            if points.dim().0 > max_rows {
+                return Err(too_many_rows(max_rows, points.dim().0));
             }
-            Request { params, rows }
+            (params, points)
         }
         Format::Arrow => {
             let params = params_from_query(query)?;
-            let rows = arrow::query_rows(body, field, noun(field), d, max_rows)?;
-            Request { params, rows }
+            let points = arrow::query_points(body, field, noun(field), d, max_rows)?;
+            (params, points)
         }
         Format::Json => {
             let from_query = params_from_query(query)?;
@@ -392,22 +429,36 @@ pub fn parse_request(
             if points.rows > max_rows {
                 return Err(too_many_rows(max_rows, points.rows));
             }
-            let rows = points.into_matrix(field, d)?;
-            Request {
-                rows,
-                params: Params {
-                    kernel: q.kernel,
-                    bandwidth: q.bandwidth,
-                    blocks: q.blocks,
-                    degree: q.degree,
-                    k: q.k,
-                    max_iter: q.max_iter,
-                    output: from_query.output,
-                },
-            }
+            let points = points.into_points(field, d)?;
+            let params = Params {
+                kernel: q.kernel,
+                bandwidth: q.bandwidth,
+                blocks: q.blocks,
+                degree: q.degree,
+                k: q.k,
+                max_iter: q.max_iter,
+                output: from_query.output,
+            };
+            (params, points)
         }
     };
-    Ok(req)
+    // One offset a key column: points of another width are refused here,
+    // before they are moved (the op would refuse them too).
+    if let Some(d) = d
+        && points.dim().1 != d
+    {
+        return Err(bad(format!(
+            "{} 0 has {} coordinates; the keys have {d}",
+            noun(field),
+            points.dim().1
+        )));
+    }
+    let (rows, offset) = centre.apply(field, noun(field), points).map_err(bad)?;
+    Ok(Request {
+        params,
+        rows,
+        offset,
+    })
 }
 
 /// An op's answer: named fields, in order (the first array is what an
@@ -545,7 +596,9 @@ pub fn parse_set(body: &[u8], format: Format, query: Option<&str>) -> Result<Set
     if format == Format::Json {
         let s: JsonSet =
             serde_json::from_slice(body).map_err(|e| bad(format!("invalid set: {e}")))?;
-        let keys = s.keys.into_matrix("keys", None)?;
+        let (keys, offset) = Centre::OwnMean
+            .apply("keys", "row", s.keys.into_points("keys", None)?)
+            .map_err(bad)?;
         let values = match &s.values {
             Some(Column::Matrix(m)) => Some(matrix_from_rows("values", m, None)?),
             Some(Column::Vector(v)) => Some(column("values", v)?),
@@ -557,6 +610,7 @@ pub fn parse_set(body: &[u8], format: Format, query: Option<&str>) -> Result<Set
         };
         return Ok(SetData {
             keys,
+            offset,
             values,
             labels: s.labels.map(Array1::from),
             weights,
@@ -565,6 +619,7 @@ pub fn parse_set(body: &[u8], format: Format, query: Option<&str>) -> Result<Set
     let names = parts_list.unwrap_or_else(|| "keys".into());
     let mut data = SetData {
         keys: Array2::zeros((0, 0)),
+        offset: None,
         values: None,
         labels: None,
         weights: None,
@@ -589,7 +644,11 @@ pub fn parse_set(body: &[u8], format: Format, query: Option<&str>) -> Result<Set
             return Err(bad(format!("part {name:?} given twice")));
         }
         match name {
-            "keys" => data.keys = npy_matrix("keys", part)?,
+            "keys" => {
+                (data.keys, data.offset) = Centre::OwnMean
+                    .apply("keys", "row", npy_points("keys", part)?)
+                    .map_err(bad)?;
+            }
             "values" => data.values = Some(npy_matrix("values", part)?),
             "labels" => {
                 let l = npy::i64_from_bytes(part).map_err(|e| bad(format!("labels: {e}")))?;
