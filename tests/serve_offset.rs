@@ -456,7 +456,7 @@ fn values_beyond_f32_are_taken_once_centred_and_refused_otherwise() {
     );
     // Keys that span more than f32 holds, even centred.
     let (status, b) = c
-        .request("PUT", "/v1/sets/wide", r#"{"keys": [[1e39], [3e39]]}"#)
+        .request("PUT", "/v1/sets/wide", r#"{"keys": [[1e39], [1.5e39]]}"#)
         .unwrap();
     assert_eq!(status, 400, "{b}");
     assert!(b.contains("even centred"), "{b}");
@@ -470,4 +470,126 @@ fn values_beyond_f32_are_taken_once_centred_and_refused_otherwise() {
         .unwrap();
     assert_eq!(status, 400, "{b}");
     assert!(b.contains("coordinates"), "{b}");
+}
+
+/// The text of the `offset` array in a set's description, parsed by the
+/// standard library (correctly rounded), not by a JSON parser.
+fn offset_text(body: &str) -> Vec<f64> {
+    let at = body.find("\"offset\":[").expect("an offset array") + "\"offset\":[".len();
+    let end = at + body[at..].find(']').unwrap();
+    body[at..end]
+        .split(',')
+        .map(|x| x.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn json_numbers_are_read_exactly_and_data_near_the_origin_stays() {
+    let svc = Service::start(&["--backend", "cpu"], Duration::from_secs(60));
+    let mut c = Client::connect(svc.addr).unwrap();
+    // A single key's offset is the key itself: every digit of the JSON
+    // number, rounded once (a parser off by one unit in the last place
+    // would move every query by it).
+    let texts = [
+        "1000000000000.5989",
+        "123456789.98765432",
+        "-4649776.123456789",
+    ];
+    for t in texts {
+        let (status, b) = c
+            .request("PUT", "/v1/sets/one", &format!(r#"{{"keys": [[{t}]]}}"#))
+            .unwrap();
+        assert!(status == 201 || status == 200, "{b}");
+        let (_, b) = c.request("GET", "/v1/sets/one", "").unwrap();
+        assert_eq!(offset_text(&b), [t.parse::<f64>().unwrap()], "{t}: {b}");
+    }
+    // Values in [0, 1) with a mean above ½ (rounded to 1 on a grid of 1)
+    // are not moved: moving them gains nothing.
+    let mut rng = Rng::new(5);
+    let u = Array2::from_shape_fn((200, 2), |(_, j)| 0.05 * j as f64 + uniform64(&mut rng));
+    let (status, b) = c
+        .request(
+            "PUT",
+            "/v1/sets/u",
+            &format!(r#"{{"keys": {}}}"#, json_rows(&u)),
+        )
+        .unwrap();
+    assert_eq!(status, 201, "{b}");
+    let (_, b) = c.request("GET", "/v1/sets/u", "").unwrap();
+    assert_eq!(json(&b)["offset"], Value::Null, "{b}");
+    // An Arrow list column of float64 queries in batches of 4, 2 and 0
+    // rows (an empty last batch says nothing of the width).
+    let list = |rows: &Array2<f64>| -> ArrayRef {
+        let item = Arc::new(Field::new("item", DataType::Float64, true));
+        let flat = Float64Array::from(rows.iter().copied().collect::<Vec<_>>());
+        let offsets = arrow_buffer::OffsetBuffer::from_lengths(vec![2; rows.nrows()]);
+        Arc::new(arrow_array::ListArray::new(
+            item,
+            offsets,
+            Arc::new(flat),
+            None,
+        ))
+    };
+    let q = u.slice(ndarray::s![..6, ..]).to_owned();
+    let body = arrow::stream(&[
+        vec![("queries", list(&q.slice(ndarray::s![..4, ..]).to_owned()))],
+        vec![("queries", list(&q.slice(ndarray::s![4.., ..]).to_owned()))],
+        vec![("queries", list(&Array2::zeros((0, 2))))],
+    ]);
+    let r = c
+        .send(
+            "POST",
+            "/v1/sets/u/knn?k=1&output=indices",
+            &[
+                ("Content-Type", arrow::ARROW),
+                ("Accept", "application/x-npy"),
+            ],
+            &body,
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let idx = index_rows(&npy_answer(&r));
+    assert_eq!(idx, (0..6).map(|i| vec![i]).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_csv_set_near_the_origin_is_read_as_the_tool_reads_it() {
+    // 1 + 2⁻²⁴ + a hair: the nearest f32 is 1 + 2⁻²³, while the nearest
+    // f64 (1 + 2⁻²⁴) rounds to 1 (a tie, to even). Read from the text, as
+    // `locus knn` reads it.
+    let dir = temp_folder("serve-csv");
+    let path = dir.path().join("k.csv");
+    std::fs::write(&path, "0,0\n0,0\n1.0000000596046447753906250001,0\n").unwrap();
+    let p = path.to_string_lossy().into_owned();
+    let svc = Service::start(
+        &["--set", "c", "--keys", &p, "--backend", "cpu"],
+        Duration::from_secs(60),
+    );
+    let mut c = Client::connect(svc.addr).unwrap();
+    let (status, b) = c
+        .request("POST", "/v1/sets/c/knn", r#"{"queries": [[0, 0]], "k": 3}"#)
+        .unwrap();
+    assert_eq!(status, 200, "{b}");
+    let third = array(&json(&b)["distances"])[[0, 2]] as f32;
+    assert_eq!(third, 1.0 + f32::EPSILON, "{b}");
+    // A value beyond f32 is named with its line, as the tool names it.
+    std::fs::write(&path, "x,y\n0,0\n5e38,0\n").unwrap();
+    let out = std::process::Command::new(http::locus_binary())
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--set",
+            "c",
+            "--keys",
+            &p,
+            "--backend",
+            "cpu",
+        ])
+        .env("NODEVICE_SELECT", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("line 3"), "{err}");
 }

@@ -169,6 +169,13 @@ def test_sets_are_put_listed_and_deleted(client, data, local):
     assert e.value.status == 404 and e.value.kind == "not_found"
     with pytest.raises(locus.InputError, match="weight"):
         client.put_set(name, data["keys"], weights=-data["weights"])
+    # Labels that are not whole numbers are refused, not truncated.
+    with pytest.raises(locus.InputError, match="labels"):
+        client.put_set(name, data["keys"][:3], labels=[0.5, 1.7, 2.2])
+    with pytest.raises(locus.InputError, match="labels"):
+        client.put_set(name, data["keys"][:2], labels=["a", "b"])
+    assert client.put_set(name, data["keys"][:3], labels=[0.0, 1.0, 1.0])["set"]["classes"] == [0, 1]
+    client.delete_set(name)
 
 
 def test_float64_points_far_from_the_origin_keep_their_precision(client):

@@ -113,3 +113,10 @@ def test_data_near_the_origin_and_float32_data_are_not_moved(rng):
     np.testing.assert_array_equal(a, e.prepare(x32, values=x32).local_mean(x32[:50], bandwidth=0.5))
     # Offsets are rounded to a power of two at or above the range.
     np.testing.assert_array_equal(mean_offset(np.array([[1e6 + 0.25], [1e6 + 0.75]])), [1e6 + 0.5])
+    # A column moves only where its largest magnitude at least halves: not
+    # values in [0, 1) whose mean rounds to 1, not tiny values beside ones.
+    u = rng.uniform(0, 1, (1000, 3))
+    u[:, 1] += 0.02  # a mean above 0.5: rounded to 1 on a grid of 1
+    assert mean_offset(u) is None
+    assert mean_offset(np.array([[1e-7], [2e-7], [1.0], [1.0], [1.0]])) is None
+    np.testing.assert_array_equal(mean_offset(np.array([[10.0, 0.5], [11.0, 0.6]])), [10.0, 0.5])

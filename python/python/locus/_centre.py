@@ -42,9 +42,11 @@ def mean_offset(keys: np.ndarray, *, nan: bool = False) -> np.ndarray | None:
     """Where to centre ``keys`` (float64): per column, the mean rounded to
     a multiple of the power of two at or above the column's range (a
     constant column: its value). The centred points are then within about
-    one range of 0, as accurate in float32 as around their mean, and data
-    already near 0 (a mean within half that power of two) is not moved at
-    all: its float32 rounding, and every result, stay as they were.
+    one range of 0, as accurate in float32 as around their mean. A column
+    is moved only where that gains precision (its largest magnitude at
+    least halves), so data already near 0 (a mean within half that power
+    of two, or values in [0, 1)) is not moved at all: its float32
+    rounding, and every result, stay as they were.
     ``nan``: NaN entries are missing (columns without any value: 0).
     ``None`` when nothing moves, or there is nothing to centre on (no
     rows, non-finite entries, which the engine refuses with its own
@@ -65,10 +67,17 @@ def mean_offset(keys: np.ndarray, *, nan: bool = False) -> np.ndarray | None:
         if not np.all(np.isfinite(keys)):
             return None
         mean = keys.mean(axis=0)
-        width = keys.max(axis=0) - keys.min(axis=0)
+        hi, lo = keys.max(axis=0), keys.min(axis=0)
+        width = hi - lo
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         step = np.exp2(np.ceil(np.log2(width)))
         offset = np.where(width > 0, np.round(mean / step) * step, mean)
+        # Moved only where that gains precision: the column's largest
+        # magnitude at least halves (values in [0, 1), whose mean rounds
+        # to 1, stay where they are). `+ 0.0`: no -0.0.
+        big = np.maximum(np.abs(lo), np.abs(hi))
+        moved = np.maximum(np.abs(lo - offset), np.abs(hi - offset))
+        offset = np.where(moved <= big / 2, offset, 0.0) + 0.0
     if not np.all(np.isfinite(offset)) or not np.any(offset):
         return None
     return offset

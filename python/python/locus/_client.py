@@ -71,6 +71,19 @@ def _points(x: Any, name: str, *, wide: bool = False) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32 if narrow else np.float64)
 
 
+def _integer_labels(labels: Any) -> np.ndarray:
+    """``labels`` as C-contiguous int64 (the service's class labels):
+    integers, booleans, or floats that are whole numbers; others refused
+    rather than truncated."""
+    a = np.asarray(labels).ravel()
+    if a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)) or np.any(np.abs(a) >= 2.0**63):
+            raise InputError("labels: whole numbers expected (the service's classes are int64)")
+    elif a.dtype.kind not in "iub":
+        raise InputError(f"labels: integers expected (the service's classes are int64), not {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
 def _kernel_params(kernel: str | ProductKernel | None, bandwidth: float | None) -> dict[str, str]:
     """The query-string parameters of a kernel."""
     if isinstance(kernel, ProductKernel):
@@ -635,7 +648,7 @@ class Client:
         if values is not None:
             arrays["values"] = _points(values, "values")
         if labels is not None:
-            arrays["labels"] = np.ascontiguousarray(np.asarray(labels).ravel(), dtype=np.int64)
+            arrays["labels"] = _integer_labels(labels)
         if weights is not None:
             arrays["weights"] = np.ascontiguousarray(np.asarray(weights, dtype=np.float32).ravel())
         path = f"/v1/sets/{urllib.parse.quote(name, safe='')}"
@@ -670,7 +683,8 @@ class Client:
 
     def list_sets(self) -> list[dict[str, Any]]:
         """Every set: ``name``, ``keys``, ``dim``, ``value_cols``,
-        ``classes``, ``weighted``, ``resident_bytes``, ``queue_depth``,
+        ``classes``, ``weighted``, ``resident_bytes``, ``offset`` (what
+        the set's float64 keys were centred by, or None), ``queue_depth``,
         ``in_queue``.
 
         Returns

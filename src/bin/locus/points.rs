@@ -34,9 +34,10 @@ impl Offset {
     /// Where to centre `keys`: per column, the mean rounded to a multiple
     /// of the power of two at or above the column's range (a constant
     /// column: its value). The centred points are then within about one
-    /// range of 0, as accurate in `f32` as around their mean, and data
-    /// already near 0 (a mean within half that power of two) is not moved
-    /// at all. `missing`: NaN entries are left out (a column without any
+    /// range of 0, as accurate in `f32` as around their mean. A column is
+    /// moved only where that gains precision (its largest magnitude at
+    /// least halves), so data already near 0 (a mean within half that
+    /// power of two, or values in `[0, 1)`) is not moved at all. `missing`: NaN entries are left out (a column without any
     /// value: 0). `None` where nothing moves. The entries are finite (or
     /// NaN with `missing`): the reader refused any other.
     pub fn of<T: Copy + Into<f64>>(keys: ArrayView2<'_, T>, missing: bool) -> Option<Offset> {
@@ -77,12 +78,18 @@ impl Offset {
                 }
                 let mean = lo[c] + excess[c] / count[c] as f64;
                 let width = hi[c] - lo[c];
-                if width > 0.0 {
+                let o = if width > 0.0 {
                     let step = width.log2().ceil().exp2();
                     (mean / step).round_ties_even() * step
                 } else {
                     mean
-                }
+                };
+                // Moved only where that gains precision: the column's
+                // largest magnitude at least halves (values in [0, 1),
+                // whose mean rounds to 1, stay where they are).
+                let big = lo[c].abs().max(hi[c].abs());
+                let moved = (lo[c] - o).abs().max((hi[c] - o).abs());
+                if moved <= big / 2.0 { o + 0.0 } else { 0.0 }
             })
             .collect();
         (offset.iter().all(|o| o.is_finite()) && offset.iter().any(|&o| o != 0.0))
@@ -440,6 +447,16 @@ mod tests {
         assert_eq!(o.columns(), &[1e7, 3.0]);
         // Near 0 (mean within half a step): nothing moves.
         assert_eq!(Offset::of(array![[-1.0], [1.5]].view(), false), None);
+        // Nor where moving gains nothing: values in [0, 1) whose mean
+        // rounds to 1, tiny values beside ones (their f32 spacing near
+        // -1 would be coarser than near 0).
+        assert_eq!(Offset::of(array![[0.1], [0.9], [0.7]].view(), false), None);
+        let tiny = array![[1e-7], [2e-7], [1.0], [1.0], [1.0]];
+        assert_eq!(Offset::of(tiny.view(), false), None);
+        // No -0.0 beside a column that moves.
+        let z = array![[-0.5, 1e7], [0.25, 1e7 + 1.0]];
+        let o = Offset::of(z.view(), false).unwrap();
+        assert!(o.columns()[0] == 0.0 && o.columns()[0].is_sign_positive());
         // Missing entries are left out; an empty column is 0.
         let m = array![[f64::NAN, 5e6], [f64::NAN, 5e6 + 1.0]];
         let o = Offset::of(m.view(), true).unwrap();

@@ -308,13 +308,12 @@ pub fn matrix(
     noun: &str,
     columns_ok: bool,
 ) -> Result<Array2<f32>, String> {
-    let p = points(schema, batches, name, noun, columns_ok)?;
-    super::sets::rounded(name, noun, p, None)
+    round_as_is(name, noun, points(schema, batches, name, noun, columns_ok)?)
 }
 
 /// Points rounded to `f32` as they are (values and weights: never moved).
-pub fn round_as_is(name: &str, p: Points) -> Result<Array2<f32>, String> {
-    super::sets::rounded(name, "row", p, None)
+pub fn round_as_is(name: &str, noun: &str, p: Points) -> Result<Array2<f32>, String> {
+    super::sets::rounded(name, noun, p, None)
 }
 
 /// The rows of `batches` as an `N × d` matrix of points in the precision
@@ -355,7 +354,19 @@ pub fn points(
                 noun,
                 rows,
             )?;
-            width = Some(w);
+            // An empty batch says nothing of the width (a variable-size
+            // list's is 0); a batch of another width than the first is an
+            // error naming its first row.
+            if b.num_rows() > 0 {
+                match width {
+                    Some(w0) if w0 != w => {
+                        return Err(format!(
+                            "{name}: {noun} {rows} has {w} coordinates; {noun} 0 has {w0}"
+                        ));
+                    }
+                    _ => width = Some(w),
+                }
+            }
             rows += b.num_rows();
         }
         return as_points(rows, width.unwrap_or(0), values, wide);
@@ -443,26 +454,18 @@ pub fn vector(schema: &Schema, batches: &[RecordBatch], name: &str) -> Result<Ar
 }
 
 /// The points of an Arrow query request (`field`: `queries`, or `points`
-/// for MeanShift), `d` wide when given, in the precision they came in.
+/// for MeanShift), in the precision they came in (their width is checked
+/// by `wire::parse_request`, as every format's).
 pub fn query_points(
     body: &[u8],
     field: &str,
     noun: &str,
-    d: Option<usize>,
     max_rows: usize,
 ) -> Result<Points, Failure> {
     let (schema, batches) = read_stream(body, Some(max_rows))?;
     let p = points(&schema, &batches, field, noun, true).map_err(bad)?;
-    let (rows, cols) = p.dim();
-    if rows == 0 {
+    if p.dim().0 == 0 {
         return Err(bad(format!("{field:?} is empty; send at least one point")));
-    }
-    if let Some(d) = d
-        && cols != d
-    {
-        return Err(bad(format!(
-            "{noun} 0 has {cols} coordinates; the keys have {d}"
-        )));
     }
     Ok(p)
 }

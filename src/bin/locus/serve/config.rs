@@ -3,7 +3,7 @@
 //! (`--set NAME --keys K [--values V] [--labels L] [--weights W]`,
 //! repeatable; `[[set]]` tables in the file).
 //!
-//! Imports: `super::{sets, tables}`, `crate::{args, error, io}`.
+//! Imports: `super::{sets, tables}`, `crate::{args, error, io, points}`.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use super::sets::{Centre, SetData, check_name};
 use super::tables;
 use crate::args::{BackendArg, parse_bandwidth, parse_profile};
 use crate::error::{CliError, CliResult};
-use crate::io;
+use crate::{io, points};
 
 /// Arguments of `locus serve`.
 #[derive(Debug, clap::Args)]
@@ -197,16 +197,25 @@ impl SetSpec {
             }
         };
         // The keys in the precision the file holds, centred where that is
-        // f64 (sets::Centre).
-        let keys = if tables::is_table(&self.keys) {
-            tables::read_points("--keys", &self.keys, "keys").map_err(CliError::input)
+        // f64 (sets::Centre); a .npy or CSV file rounded as every input of
+        // the tool (CSV text correctly rounded where nothing moves, errors
+        // naming its line).
+        let (keys, offset) = if tables::is_table(&self.keys) {
+            let p = tables::read_points("--keys", &self.keys, "keys").map_err(CliError::input);
+            let what = format!("--keys {}", self.keys.display());
+            p.and_then(|p| {
+                Centre::OwnMean
+                    .apply(&what, "row", p)
+                    .map_err(CliError::input)
+            })
         } else {
-            io::read_points("--keys", &self.keys, false)
+            io::read_points("--keys", &self.keys, false).and_then(|p| {
+                let offset = Centre::OwnMean.offset_for(&p);
+                let keys = points::rounded("--keys", &self.keys, p, offset.as_ref())?;
+                Ok((keys, offset))
+            })
         }
         .map_err(at)?;
-        let (keys, offset) = Centre::OwnMean
-            .apply(&format!("--keys {}", self.keys.display()), "row", keys)
-            .map_err(|e| at(CliError::input(e)))?;
         let values = self
             .values
             .as_deref()

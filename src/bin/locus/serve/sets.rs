@@ -67,12 +67,17 @@ impl Centre {
         noun: &str,
         points: Points,
     ) -> Result<(Array2<f32>, Option<Offset>), String> {
-        let offset = match (self, &points) {
+        let offset = self.offset_for(&points);
+        Ok((rounded(what, noun, points, offset.as_ref())?, offset))
+    }
+
+    /// What is subtracted from `points`.
+    pub fn offset_for(&self, points: &Points) -> Option<Offset> {
+        match (self, points) {
             (Centre::On(o), _) => o.clone(),
             (Centre::OwnMean, Points::Wide { values, .. }) => Offset::of(values.view(), false),
             (Centre::OwnMean, Points::Narrow(_)) => None,
-        };
-        Ok((rounded(what, noun, points, offset.as_ref())?, offset))
+        }
     }
 }
 
@@ -103,15 +108,15 @@ pub fn rounded(
     };
     round_on(&values, offset).map_err(|(pos, v)| {
         let d = values.ncols().max(1);
-        let centred = match offset {
-            Some(_) => " (even centred on the keys' mean)",
-            None => "",
-        };
-        format!(
-            "{what}: {noun} {} column {} is {v}, not a finite 32-bit float{centred}",
-            pos / d,
-            pos % d
-        )
+        let (r, c) = (pos / d, pos % d);
+        match offset {
+            Some(o) => format!(
+                "{what}: {noun} {r} column {c} is {v:e}, {:e} from the offset {:e} the keys were centred by: not a finite 32-bit float even centred",
+                v - o.columns()[c],
+                o.columns()[c]
+            ),
+            None => format!("{what}: {noun} {r} column {c} is {v:e}, not a finite 32-bit float"),
+        }
     })
 }
 

@@ -106,7 +106,7 @@ fn is_list(t: &DataType) -> bool {
 /// `f32` (`flag` names it in errors).
 pub fn read_matrix(flag: &str, path: &Path, column: &str) -> Result<Array2<f32>, String> {
     let p = read_points(flag, path, column)?;
-    arrow::round_as_is(column, p).map_err(|e| format!("{flag} {}: {e}", path.display()))
+    arrow::round_as_is(column, "row", p).map_err(|e| format!("{flag} {}: {e}", path.display()))
 }
 
 /// The matrix `column` (`keys`, …) of the file at `path` in the precision

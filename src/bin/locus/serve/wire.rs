@@ -204,20 +204,11 @@ pub struct Rows {
 }
 
 impl Rows {
-    /// The rows as an `M × d` matrix, `d` the keys' width when given
-    /// (`what` names them in errors: `queries`, `points`, `keys`).
-    fn into_points(self, what: &str, d: Option<usize>) -> Result<Points, Failure> {
+    /// The rows as an `M × d` matrix of points (`what` names them in
+    /// errors: `queries`, `points`, `keys`).
+    fn into_points(self, what: &str) -> Result<Points, Failure> {
         if self.rows == 0 {
             return Err(bad(format!("{what:?} is empty; send at least one point")));
-        }
-        if let Some(d) = d
-            && d != self.width
-        {
-            return Err(bad(format!(
-                "{} 0 has {} coordinates; the keys have {d}",
-                noun(what),
-                self.width
-            )));
         }
         let values = Array2::from_shape_vec((self.rows, self.width), self.values)
             .map_err(|e| bad(format!("{what}: {e}")))?;
@@ -333,28 +324,16 @@ fn matrix_from_rows(
 /// An `.npy` body of points, in the precision it came in (a 1-D array is
 /// one column).
 fn npy_points(what: &str, bytes: &[u8]) -> Result<Points, Failure> {
-    let two_d = |n: usize| bad(format!("{what}: {n} axes; send a 1-D or 2-D array"));
-    let a = npy::floats_from_bytes(bytes).map_err(|e| bad(format!("{what}: {e}")))?;
-    Ok(match a {
-        npy::Floats::F32(a) => match a.ndim() {
-            1 | 2 => Points::Narrow(npy_matrix_of(what, a)?),
-            n => return Err(two_d(n)),
-        },
-        npy::Floats::F64(a) => {
-            let a = match a.ndim() {
-                1 => a.insert_axis(Axis(1)),
-                2 => a,
-                n => return Err(two_d(n)),
-            };
-            Points::Wide {
-                values: a
-                    .into_dimensionality::<Ix2>()
-                    .map_err(|e| bad(format!("{what}: {e}")))?,
+    Ok(
+        match npy::floats_from_bytes(bytes).map_err(|e| bad(format!("{what}: {e}")))? {
+            npy::Floats::F32(a) => Points::Narrow(npy_matrix_of(what, a)?),
+            npy::Floats::F64(a) => Points::Wide {
+                values: npy_matrix_of(what, a)?,
                 rounded: None,
                 lines: None,
-            }
-        }
-    })
+            },
+        },
+    )
 }
 
 /// An `.npy` body as an `f32` matrix (a 1-D array is one column).
@@ -364,7 +343,7 @@ fn npy_matrix(what: &str, bytes: &[u8]) -> Result<Array2<f32>, Failure> {
 }
 
 /// A 1-D or 2-D array as a matrix (1-D: one column).
-fn npy_matrix_of(what: &str, a: ndarray::ArrayD<f32>) -> Result<Array2<f32>, Failure> {
+fn npy_matrix_of<T>(what: &str, a: ndarray::ArrayD<T>) -> Result<Array2<T>, Failure> {
     let a = match a.ndim() {
         1 => a.insert_axis(Axis(1)),
         2 => a,
@@ -398,7 +377,7 @@ pub fn parse_request(
         }
         Format::Arrow => {
             let params = params_from_query(query)?;
-            let points = arrow::query_points(body, field, noun(field), d, max_rows)?;
+            let points = arrow::query_points(body, field, noun(field), max_rows)?;
             (params, points)
         }
         Format::Json => {
@@ -429,7 +408,7 @@ pub fn parse_request(
             if points.rows > max_rows {
                 return Err(too_many_rows(max_rows, points.rows));
             }
-            let points = points.into_points(field, d)?;
+            let points = points.into_points(field)?;
             let params = Params {
                 kernel: q.kernel,
                 bandwidth: q.bandwidth,
@@ -597,7 +576,7 @@ pub fn parse_set(body: &[u8], format: Format, query: Option<&str>) -> Result<Set
         let s: JsonSet =
             serde_json::from_slice(body).map_err(|e| bad(format!("invalid set: {e}")))?;
         let (keys, offset) = Centre::OwnMean
-            .apply("keys", "row", s.keys.into_points("keys", None)?)
+            .apply("keys", "row", s.keys.into_points("keys")?)
             .map_err(bad)?;
         let values = match &s.values {
             Some(Column::Matrix(m)) => Some(matrix_from_rows("values", m, None)?),
