@@ -43,7 +43,12 @@ CLI reports itself (``--json``) is shown next to it. Peers are timed warm
 
 The machine line names the CPU, its vector extensions and the path locus
 takes on it (``locus info``): results from different machine kinds belong
-in separate tables.
+in separate tables. Where ``target/release/examples/fma_ceiling`` is built
+(``cargo build --release --example fma_ceiling``; or ``--fma-ceiling
+PATH``), the machine's fp32 FMA ceiling (every core running independent
+FMA chains, best of 5) is measured first and last, and the attention
+table's GFLOP/s are also given as a share of it: the most any
+implementation, locus or a peer, can reach on this machine.
 
 Agreement: local means and attention outputs within 1e-4 of max|values|
 (max abs. difference / max |Y|); kNN: the sorted distance lists within 1e-5
@@ -248,6 +253,19 @@ def locus_path(locus, env=None):
     return "?"
 
 
+def fma_ceiling(a):
+    """The fp32 FMA ceiling in GFLOP/s (the wider of zmm and ymm), or None."""
+    if not a.fma_ceiling or not os.access(a.fma_ceiling, os.X_OK):
+        return None
+    out = subprocess.run([a.fma_ceiling], capture_output=True, text=True).stdout.strip().splitlines()
+    try:
+        j = json.loads(out[-1])
+    except (IndexError, ValueError):
+        return None
+    widths = [g for g in (j.get("zmm_gflops"), j.get("ymm_gflops")) if g]
+    return max(widths) if widths else None
+
+
 def part_attention(a, tmp, fails):
     import torch
     torch.set_num_threads(CORES)
@@ -316,6 +334,21 @@ def part_attention(a, tmp, fails):
           ["causal", "locus build", "B", "T", "d", "locus s, wall (compute)", "torch s",
            "torch/locus wall (compute)", "locus GFLOP/s wall (compute)", "torch GFLOP/s",
            "max diff / max abs V"], rows)
+    ceiling = fma_ceiling(a)
+    if ceiling and a.ceiling_start:
+        lo, hi = sorted((a.ceiling_start, ceiling))
+        span = f"{hi:.0f}" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f}"
+        print(f"\n- fp32 FMA ceiling {span} GFLOP/s (at the start, after this part); as a share of "
+              f"{hi:.0f}: " + "; ".join(
+                  f"{r[1]}{' causal' if r[0] == 'yes' else ''}: locus {share(r[8], hi)}, torch {share(r[9], hi)}"
+                  for r in rows))
+
+
+def share(gflops, ceiling):
+    """A table cell's GFLOP/s (the figure in brackets where there is one:
+    the compute) as a percentage of ``ceiling``."""
+    cell = gflops.split("(")[-1].rstrip(")")
+    return f"{100 * float(cell) / ceiling:.0f} %"
 
 
 def part_decode(a, tmp, fails):
@@ -361,6 +394,8 @@ def main():
     ap.add_argument("--parts", default="localmean,knn,lowd,attention,decode")
     ap.add_argument("--dims", default="3,64,256,784", help="dimensions of the localmean part")
     ap.add_argument("--quick", action="store_true", help="N, M (and T) divided by 8: a smoke test")
+    ap.add_argument("--fma-ceiling", default=str(ROOT / "target" / "release" / "examples" / "fma_ceiling"),
+                    help="the fma_ceiling example's binary (skipped where absent)")
     a = ap.parse_args()
     a.dims = [int(s) for s in a.dims.split(",")]
     a.div = 8 if a.quick else 1
@@ -388,6 +423,10 @@ def main():
     print(f"- best of {a.repeat}; locus wall = whole process incl. .npy I/O, (compute) = its own --json seconds;"
           f" peers warm, compute only{'; QUICK sizes (N, M, T / 8)' if a.quick else ''}")
 
+    a.ceiling_start = fma_ceiling(a)
+    if a.ceiling_start:
+        print(f"- fp32 FMA ceiling at the start: {a.ceiling_start:.0f} GFLOP/s ({CORES} threads of independent FMA "
+              "chains, best of 5: examples/fma_ceiling.rs)")
     fails = []
     with tempfile.TemporaryDirectory(prefix="locus-peers-") as tmp:
         for name, fn in (("localmean", part_localmean), ("knn", part_knn), ("lowd", part_lowd),
