@@ -460,6 +460,21 @@ fn values_beyond_f32_are_taken_once_centred_and_refused_otherwise() {
         .unwrap();
     assert_eq!(status, 400, "{b}");
     assert!(b.contains("even centred"), "{b}");
+    // A column that did not move is named as it is (MeanShift's points
+    // centred on their own mean: the first column moved, the second not).
+    let (status, b) = c
+        .request(
+            "POST",
+            "/v1/mean-shift",
+            r#"{"points": [[1e9, 0], [1000000001, 5e38]]}"#,
+        )
+        .unwrap();
+    assert_eq!(status, 400, "{b}");
+    assert!(
+        b.contains("point 1 column 1 is 5e38, not a finite 32-bit float"),
+        "{b}"
+    );
+    assert!(!b.contains("centred"), "{b}");
     // Queries of another width are refused before they are moved.
     let (status, b) = c
         .request(

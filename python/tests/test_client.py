@@ -174,6 +174,8 @@ def test_sets_are_put_listed_and_deleted(client, data, local):
         client.put_set(name, data["keys"][:3], labels=[0.5, 1.7, 2.2])
     with pytest.raises(locus.InputError, match="labels"):
         client.put_set(name, data["keys"][:2], labels=["a", "b"])
+    with pytest.raises(locus.InputError, match="labels"):
+        client.put_set(name, data["keys"][:2], labels=np.array([0, 2**63], dtype=np.uint64))
     assert client.put_set(name, data["keys"][:3], labels=[0.0, 1.0, 1.0])["set"]["classes"] == [0, 1]
     client.delete_set(name)
 

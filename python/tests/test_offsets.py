@@ -120,3 +120,9 @@ def test_data_near_the_origin_and_float32_data_are_not_moved(rng):
     assert mean_offset(u) is None
     assert mean_offset(np.array([[1e-7], [2e-7], [1.0], [1.0], [1.0]])) is None
     np.testing.assert_array_equal(mean_offset(np.array([[10.0, 0.5], [11.0, 0.6]])), [10.0, 0.5])
+    # The mean taken as the tool and the service take it (from the least
+    # value, excesses summed row after row): a tie rounds alike in all
+    # three (2.5 to even, where keys.mean() gave 2.5000000000000004 → 3),
+    # and keys near the end of the float64 range do not overflow it.
+    np.testing.assert_array_equal(mean_offset(np.array([[2.1], [2.7], [2.7]])), [2.0])
+    np.testing.assert_array_equal(mean_offset(np.array([[1e308, 0.0], [1e308, 1.0]])), [1e308, 0.0])

@@ -66,8 +66,15 @@ def mean_offset(keys: np.ndarray, *, nan: bool = False) -> np.ndarray | None:
     else:
         if not np.all(np.isfinite(keys)):
             return None
-        mean = keys.mean(axis=0)
         hi, lo = keys.max(axis=0), keys.min(axis=0)
+        # As the command-line tool and the service take it: from the least
+        # value, each value's excess summed row after row, so the mean
+        # neither overflows near the ends of the float64 range nor misses
+        # a constant column's value, and the three round it alike.
+        excess = np.zeros(keys.shape[1])
+        for start in range(0, keys.shape[0], 1 << 14):
+            excess += (keys[start : start + (1 << 14)] - lo).sum(axis=0)
+        mean = lo + excess / keys.shape[0]
         width = hi - lo
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         step = np.exp2(np.ceil(np.log2(width)))

@@ -81,6 +81,8 @@ def _integer_labels(labels: Any) -> np.ndarray:
             raise InputError("labels: whole numbers expected (the service's classes are int64)")
     elif a.dtype.kind not in "iub":
         raise InputError(f"labels: integers expected (the service's classes are int64), not {a.dtype}")
+    elif a.dtype.kind == "u" and a.size and int(a.max()) >= 2**63:
+        raise InputError("labels: values from 2**63 on do not fit the service's int64 classes")
     return np.ascontiguousarray(a, dtype=np.int64)
 
 

@@ -288,23 +288,48 @@ fn first_error<T, const N: usize>(results: [CliResult<Option<T>>; N]) -> CliResu
 /// rounded once).
 ///
 /// # Errors
-/// A value too large for `f32` as it is, or even centred.
+/// A value too large for `f32` as it is, or even centred, naming the
+/// entry (and the CSV line).
 pub fn rounded(
     flag: &str,
     path: &Path,
     points: Points,
     offset: Option<&Offset>,
 ) -> CliResult<Array2<f32>> {
-    let too_large = |v: f64, pos: usize, shape: &[usize], lines: Option<&[usize]>| {
+    to_f32(points, offset).map_err(|t| {
         let centred = offset.map_or(String::new(), |_| {
             " even centred on the keys' mean (the points span more than f32 holds)".to_string()
         });
         CliError::input(format!(
-            "{flag} {}: value {v:e} at {} is too large for f32{centred}",
+            "{flag} {}: value {:e} at {} is too large for f32{centred}",
             path.display(),
-            io::entry(pos, shape, lines)
+            t.value,
+            io::entry(t.pos, &t.shape, t.lines.as_deref())
         ))
-    };
+    })
+}
+
+/// An entry too large for `f32` (as it is, or once centred).
+#[derive(Debug)]
+pub struct TooLarge {
+    /// Its row-major position among the points.
+    pub pos: usize,
+    /// Its value as given.
+    pub value: f64,
+    /// The points' rows and columns.
+    pub shape: [usize; 2],
+    /// CSV: the text line of each row.
+    pub lines: Option<Vec<usize>>,
+}
+
+/// `points` as `f32` ([`rounded`] without the message): `f32` points
+/// without an offset as they are; CSV text without an offset correctly
+/// rounded from the text; otherwise `values − offset` in `f64` (the values
+/// without one), rounded once. NaN stays NaN.
+///
+/// # Errors
+/// The first entry whose result is too large for `f32`.
+pub fn to_f32(points: Points, offset: Option<&Offset>) -> Result<Array2<f32>, TooLarge> {
     let (values, rounded, lines) = match points {
         Points::Narrow(a) => match offset {
             None => return Ok(a),
@@ -316,29 +341,21 @@ pub fn rounded(
             lines,
         } => (values, rounded, lines),
     };
+    let (rows, cols) = values.dim();
+    let too_large = |pos: usize, lines: Option<Vec<usize>>| TooLarge {
+        pos,
+        value: values.iter().nth(pos).copied().unwrap_or(f64::INFINITY),
+        shape: [rows, cols],
+        lines,
+    };
     if let (None, Some(r)) = (offset, rounded) {
         // CSV: each value rounded from its text.
-        if let Some(pos) = r.iter().position(|x| x.is_infinite()) {
-            let v = values.iter().nth(pos).copied().unwrap_or(f64::INFINITY);
-            return Err(too_large(v, pos, r.shape(), lines.as_deref()));
-        }
-        return Ok(r);
+        return match r.iter().position(|x| x.is_infinite()) {
+            Some(pos) => Err(too_large(pos, lines)),
+            None => Ok(r),
+        };
     }
-    round_on(&values, offset)
-        .map_err(|(pos, v)| too_large(v, pos, values.shape(), lines.as_deref()))
-}
-
-/// `values − offset` in `f64` (the values as they are without one), each
-/// rounded once to `f32`; NaN stays NaN.
-///
-/// # Errors
-/// The first entry (its row-major position and value) whose result is too
-/// large for `f32`.
-pub fn round_on(
-    values: &Array2<f64>,
-    offset: Option<&Offset>,
-) -> Result<Array2<f32>, (usize, f64)> {
-    let mut out = Array2::<f32>::zeros(values.raw_dim());
+    let mut out = Array2::<f32>::zeros((rows, cols));
     match offset {
         Some(o) => Zip::from(out.rows_mut())
             .and(values.rows())
@@ -348,15 +365,12 @@ pub fn round_on(
                 }
             }),
         None => Zip::from(&mut out)
-            .and(values)
+            .and(&values)
             .for_each(|t, &v| *t = v as f32),
     }
     let flat = out.as_slice().expect("standard layout"); // ok: made above
     match flat.iter().position(|x| x.is_infinite()) {
-        Some(pos) => Err((
-            pos,
-            values.iter().nth(pos).copied().unwrap_or(f64::INFINITY),
-        )),
+        Some(pos) => Err(too_large(pos, lines)),
         None => Ok(out),
     }
 }

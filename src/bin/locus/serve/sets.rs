@@ -20,7 +20,7 @@ use ndarray::{Array1, Array2};
 use tokio::sync::Semaphore;
 
 use crate::io::Points;
-use crate::points::{Offset, round_on};
+use crate::points::{Offset, to_f32};
 
 /// Most characters in a set's name.
 pub const MAX_NAME: usize = 64;
@@ -82,7 +82,8 @@ impl Centre {
 }
 
 /// Points as `f32`: `offset` subtracted in `f64`, then rounded once
-/// (`f32` points without an offset as they are).
+/// (`f32` points without an offset as they are, CSV text as the tool
+/// rounds it: `points::to_f32`).
 ///
 /// # Errors
 /// A value too large for `f32` (even centred), naming its row and column.
@@ -101,21 +102,17 @@ pub fn rounded(
             o.columns().len()
         ));
     }
-    let values = match points {
-        Points::Narrow(a) if offset.is_none() => return Ok(a),
-        Points::Narrow(a) => a.mapv(f64::from),
-        Points::Wide { values, .. } => values,
-    };
-    round_on(&values, offset).map_err(|(pos, v)| {
-        let d = values.ncols().max(1);
-        let (r, c) = (pos / d, pos % d);
-        match offset {
-            Some(o) => format!(
-                "{what}: {noun} {r} column {c} is {v:e}, {:e} from the offset {:e} the keys were centred by: not a finite 32-bit float even centred",
-                v - o.columns()[c],
-                o.columns()[c]
-            ),
-            None => format!("{what}: {noun} {r} column {c} is {v:e}, not a finite 32-bit float"),
+    to_f32(points, offset).map_err(|t| {
+        let (r, c) = (t.pos / t.shape[1].max(1), t.pos % t.shape[1].max(1));
+        let v = t.value;
+        let o = offset.map_or(0.0, |o| o.columns()[c]);
+        if o == 0.0 {
+            format!("{what}: {noun} {r} column {c} is {v:e}, not a finite 32-bit float")
+        } else {
+            format!(
+                "{what}: {noun} {r} column {c} is {v:e}, {:e} once moved by the offset {o:e}: not a finite 32-bit float even centred",
+                v - o
+            )
         }
     })
 }
