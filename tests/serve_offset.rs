@@ -92,6 +92,36 @@ fn list64(a: &Array2<f64>) -> ArrayRef {
     Arc::new(FixedSizeListArray::try_new(item, a.ncols() as i32, Arc::new(flat), None).unwrap())
 }
 
+/// `locus serve` on the CPU with `args`, and a client of it.
+fn serve(args: &[&str]) -> (Service, Client) {
+    let mut all = vec!["--backend", "cpu"];
+    all.extend_from_slice(args);
+    let svc = Service::start(&all, Duration::from_secs(60));
+    let c = Client::connect(svc.addr).unwrap();
+    (svc, c)
+}
+
+/// Posts an `.npy` body to `path`, asking for an `.npy` answer.
+fn npy_post(c: &mut Client, path: &str, body: &[u8]) -> http::Reply {
+    c.send(
+        "POST",
+        path,
+        &[
+            ("Content-Type", "application/x-npy"),
+            ("Accept", "application/x-npy"),
+        ],
+        body,
+    )
+    .unwrap()
+}
+
+/// Sends a JSON request that must be refused with a 400; its body.
+fn refused(c: &mut Client, method: &str, path: &str, body: &str) -> String {
+    let (status, b) = c.request(method, path, body).unwrap();
+    assert_eq!(status, 400, "{b}");
+    b
+}
+
 /// The indices of an answer as rows of `usize`.
 fn index_rows(a: &ArrayD<f64>) -> Vec<Vec<usize>> {
     a.outer_iter()
@@ -127,34 +157,28 @@ fn float64_sets_and_queries_far_from_the_origin_are_centred_in_every_format() {
     let near = &keys - &ndarray::arr1(&origin);
     write_npy(at("near.npy"), &near.mapv(|v| v as f32)).unwrap();
     let (k, v, kc, kn) = (at("k.npy"), at("v.npy"), at("k.csv"), at("near.npy"));
-    let svc = Service::start(
-        &[
-            "--set",
-            "npy",
-            "--keys",
-            &k,
-            "--values",
-            &v,
-            "--set",
-            "csv",
-            "--keys",
-            &kc,
-            "--values",
-            &v,
-            "--set",
-            "near",
-            "--keys",
-            &kn,
-            "--backend",
-            "cpu",
-            "--kernel",
-            "gaussian",
-            "--bandwidth",
-            "0.5",
-        ],
-        Duration::from_secs(60),
-    );
-    let mut c = Client::connect(svc.addr).unwrap();
+    let (_svc, mut c) = serve(&[
+        "--set",
+        "npy",
+        "--keys",
+        &k,
+        "--values",
+        &v,
+        "--set",
+        "csv",
+        "--keys",
+        &kc,
+        "--values",
+        &v,
+        "--set",
+        "near",
+        "--keys",
+        &kn,
+        "--kernel",
+        "gaussian",
+        "--bandwidth",
+        "0.5",
+    ]);
 
     // Uploads: JSON numbers, .npy parts (<f8 keys), Arrow float64.
     let values_json: Vec<f32> = values.iter().copied().collect();
@@ -233,17 +257,7 @@ fn float64_sets_and_queries_far_from_the_origin_are_centred_in_every_format() {
             }
         }
         // .npy (<f8) and Arrow (a float64 list; float64 columns).
-        let npy = c
-            .send(
-                "POST",
-                &knn_path(set),
-                &[
-                    ("Content-Type", "application/x-npy"),
-                    ("Accept", "application/x-npy"),
-                ],
-                &npy_of(&queries),
-            )
-            .unwrap();
+        let npy = npy_post(&mut c, &knn_path(set), &npy_of(&queries));
         assert_eq!(index_rows(&npy_answer(&npy)), want, "{set}: .npy");
         let cols: Vec<(String, ArrayRef)> = (0..2)
             .map(|j| {
@@ -269,17 +283,11 @@ fn float64_sets_and_queries_far_from_the_origin_are_centred_in_every_format() {
             assert_eq!(index_rows(&npy_answer(&r)), want, "{set}: Arrow");
         }
         // Local means of the values, against float64.
-        let r = c
-            .send(
-                "POST",
-                &format!("/v1/sets/{set}/local-mean?output=values"),
-                &[
-                    ("Content-Type", "application/x-npy"),
-                    ("Accept", "application/x-npy"),
-                ],
-                &npy_of(&queries),
-            )
-            .unwrap();
+        let r = npy_post(
+            &mut c,
+            &format!("/v1/sets/{set}/local-mean?output=values"),
+            &npy_of(&queries),
+        );
         let got = npy_answer(&r);
         for (g, w) in got.iter().zip(&want_mean) {
             assert!((g - w).abs() < 1e-5, "{set}: local mean {g} vs {w}");
@@ -287,17 +295,7 @@ fn float64_sets_and_queries_far_from_the_origin_are_centred_in_every_format() {
     }
     // float32 queries to a centred set: their own values, moved exactly.
     let q32 = queries.mapv(|x| x as f32);
-    let r = c
-        .send(
-            "POST",
-            &knn_path("npy"),
-            &[
-                ("Content-Type", "application/x-npy"),
-                ("Accept", "application/x-npy"),
-            ],
-            &npy_of(&q32),
-        )
-        .unwrap();
+    let r = npy_post(&mut c, &knn_path("npy"), &npy_of(&q32));
     assert_eq!(
         index_rows(&npy_answer(&r)),
         knn64(&keys, &q32.mapv(f64::from), K),
@@ -306,46 +304,23 @@ fn float64_sets_and_queries_far_from_the_origin_are_centred_in_every_format() {
     // The same set near the origin, queried near the origin: centring
     // made the far sets' inputs exactly these, so the answers are equal bit
     // for bit.
-    let far = c
-        .send(
-            "POST",
-            &format!("/v1/sets/npy/knn?k={K}&output=distances"),
-            &[
-                ("Content-Type", "application/x-npy"),
-                ("Accept", "application/x-npy"),
-            ],
-            &npy_of(&queries),
-        )
-        .unwrap();
+    let far = npy_post(
+        &mut c,
+        &format!("/v1/sets/npy/knn?k={K}&output=distances"),
+        &npy_of(&queries),
+    );
     let near_q = &queries - &ndarray::arr1(&origin);
-    let close = c
-        .send(
-            "POST",
-            &format!("/v1/sets/near/knn?k={K}&output=distances"),
-            &[
-                ("Content-Type", "application/x-npy"),
-                ("Accept", "application/x-npy"),
-            ],
-            &npy_of(&near_q),
-        )
-        .unwrap();
+    let close = npy_post(
+        &mut c,
+        &format!("/v1/sets/near/knn?k={K}&output=distances"),
+        &npy_of(&near_q),
+    );
     assert_eq!(npy_answer(&far), npy_answer(&close));
 }
 
 #[test]
 fn mean_shift_modes_come_back_where_the_points_are_as_float64() {
-    let svc = Service::start(
-        &[
-            "--backend",
-            "cpu",
-            "--kernel",
-            "gaussian",
-            "--bandwidth",
-            "1.0",
-        ],
-        Duration::from_secs(60),
-    );
-    let mut c = Client::connect(svc.addr).unwrap();
+    let (_svc, mut c) = serve(&["--kernel", "gaussian", "--bandwidth", "1.0"]);
     let mut rng = Rng::new(3);
     // Two blobs 6 apart, 10⁷ from the origin; the same points near it.
     // On a grid of 2⁻²⁰, so `x + 10⁷` is exact in f64 and `x` in f32.
@@ -379,17 +354,7 @@ fn mean_shift_modes_come_back_where_the_points_are_as_float64() {
     // As .npy the modes are float64 where the points were moved, float32
     // where they were not.
     for (p, dtype) in [(&far, "<f8"), (&near, "<f4")] {
-        let r = c
-            .send(
-                "POST",
-                "/v1/mean-shift?output=modes",
-                &[
-                    ("Content-Type", "application/x-npy"),
-                    ("Accept", "application/x-npy"),
-                ],
-                &npy_of(p),
-            )
-            .unwrap();
+        let r = npy_post(&mut c, "/v1/mean-shift?output=modes", &npy_of(p));
         assert_eq!(r.status, 200, "{}", r.text());
         let head = String::from_utf8_lossy(&r.body[..64.min(r.body.len())]).into_owned();
         assert!(head.contains(dtype), "{dtype}: {head}");
@@ -400,24 +365,17 @@ fn mean_shift_modes_come_back_where_the_points_are_as_float64() {
         }
     }
     // float32 points are taken as they are: modes float32, not moved.
-    let r = c
-        .send(
-            "POST",
-            "/v1/mean-shift?output=modes",
-            &[
-                ("Content-Type", "application/x-npy"),
-                ("Accept", "application/x-npy"),
-            ],
-            &npy_of(&far.mapv(|x| x as f32)),
-        )
-        .unwrap();
+    let r = npy_post(
+        &mut c,
+        "/v1/mean-shift?output=modes",
+        &npy_of(&far.mapv(|x| x as f32)),
+    );
     assert!(String::from_utf8_lossy(&r.body[..64]).contains("<f4"));
 }
 
 #[test]
 fn values_beyond_f32_are_taken_once_centred_and_refused_otherwise() {
-    let svc = Service::start(&["--backend", "cpu"], Duration::from_secs(60));
-    let mut c = Client::connect(svc.addr).unwrap();
+    let (_svc, mut c) = serve(&[]);
     // Keys at 10³⁹ (beyond f32) 10²⁴ apart: centred, they fit.
     let keys: Vec<Vec<f64>> = (0..4).map(|i| vec![1e39 + f64::from(i) * 1e24]).collect();
     let body = format!(r#"{{"keys": {}}}"#, serde_json::to_string(&keys).unwrap());
@@ -428,62 +386,56 @@ fn values_beyond_f32_are_taken_once_centred_and_refused_otherwise() {
     assert!((off - 1e39).abs() < 1e25, "{b}");
     // (Distances between such keys, 10²⁴ and more, overflow f32: the
     // engine says so rather than answer.)
-    let (status, b) = c
-        .request(
-            "POST",
-            "/v1/sets/huge/knn",
-            r#"{"queries": [[1e39]], "k": 1}"#,
-        )
-        .unwrap();
-    assert_eq!(status, 400, "{b}");
+    let b = refused(
+        &mut c,
+        "POST",
+        "/v1/sets/huge/knn",
+        r#"{"queries": [[1e39]], "k": 1}"#,
+    );
     assert!(b.contains("overflow"), "{b}");
     // Such a query to a set near the origin is refused, naming it.
     let (status, b) = c
         .request("PUT", "/v1/sets/small", r#"{"keys": [[0.0], [1.0]]}"#)
         .unwrap();
     assert_eq!(status, 201, "{b}");
-    let (status, b) = c
-        .request(
-            "POST",
-            "/v1/sets/small/knn",
-            r#"{"queries": [[0.5], [1e39]], "k": 1}"#,
-        )
-        .unwrap();
-    assert_eq!(status, 400, "{b}");
+    let b = refused(
+        &mut c,
+        "POST",
+        "/v1/sets/small/knn",
+        r#"{"queries": [[0.5], [1e39]], "k": 1}"#,
+    );
     assert!(
         b.contains("query 1 column 0") && b.contains("32-bit"),
         "{b}"
     );
     // Keys that span more than f32 holds, even centred.
-    let (status, b) = c
-        .request("PUT", "/v1/sets/wide", r#"{"keys": [[1e39], [1.5e39]]}"#)
-        .unwrap();
-    assert_eq!(status, 400, "{b}");
+    let b = refused(
+        &mut c,
+        "PUT",
+        "/v1/sets/wide",
+        r#"{"keys": [[1e39], [1.5e39]]}"#,
+    );
     assert!(b.contains("even centred"), "{b}");
     // A column that did not move is named as it is (MeanShift's points
     // centred on their own mean: the first column moved, the second not).
-    let (status, b) = c
-        .request(
-            "POST",
-            "/v1/mean-shift",
-            r#"{"points": [[1e9, 0], [1000000001, 5e38]]}"#,
-        )
-        .unwrap();
-    assert_eq!(status, 400, "{b}");
+    let b = refused(
+        &mut c,
+        "POST",
+        "/v1/mean-shift",
+        r#"{"points": [[1e9, 0], [1000000001, 5e38]]}"#,
+    );
     assert!(
         b.contains("point 1 column 1 is 5e38, not a finite 32-bit float"),
         "{b}"
     );
     assert!(!b.contains("centred"), "{b}");
     // Queries of another width are refused before they are moved.
-    let (status, b) = c
-        .request(
-            "POST",
-            "/v1/sets/huge/knn",
-            r#"{"queries": [[1e39, 0.0]], "k": 1}"#,
-        )
-        .unwrap();
-    assert_eq!(status, 400, "{b}");
+    let b = refused(
+        &mut c,
+        "POST",
+        "/v1/sets/huge/knn",
+        r#"{"queries": [[1e39, 0.0]], "k": 1}"#,
+    );
     assert!(b.contains("coordinates"), "{b}");
 }
 
@@ -500,8 +452,7 @@ fn offset_text(body: &str) -> Vec<f64> {
 
 #[test]
 fn json_numbers_are_read_exactly_and_data_near_the_origin_stays() {
-    let svc = Service::start(&["--backend", "cpu"], Duration::from_secs(60));
-    let mut c = Client::connect(svc.addr).unwrap();
+    let (_svc, mut c) = serve(&[]);
     // A single key's offset is the key itself: every digit of the JSON
     // number, rounded once (a parser off by one unit in the last place
     // would move every query by it).
@@ -576,11 +527,7 @@ fn a_csv_set_near_the_origin_is_read_as_the_tool_reads_it() {
     let path = dir.path().join("k.csv");
     std::fs::write(&path, "0,0\n0,0\n1.0000000596046447753906250001,0\n").unwrap();
     let p = path.to_string_lossy().into_owned();
-    let svc = Service::start(
-        &["--set", "c", "--keys", &p, "--backend", "cpu"],
-        Duration::from_secs(60),
-    );
-    let mut c = Client::connect(svc.addr).unwrap();
+    let (_svc, mut c) = serve(&["--set", "c", "--keys", &p]);
     let (status, b) = c
         .request("POST", "/v1/sets/c/knn", r#"{"queries": [[0, 0]], "k": 3}"#)
         .unwrap();
