@@ -171,14 +171,63 @@ pub(super) fn is_float(t: &DataType) -> bool {
     matches!(t, DataType::Float32 | DataType::Float64)
 }
 
-/// A primitive float array's values in `f64`, appended to `out` (`wide`
-/// set where the array is float64: the points then go through
-/// [`Centre`](super::sets::Centre) before they are rounded to `f32`);
-/// `what`/`noun` name it in errors, the rows counted from `row0` and
-/// `width` values a row.
-fn push_floats(
-    out: &mut Vec<f64>,
-    wide: &mut bool,
+/// What float columns are gathered into: `f32` where every column read is
+/// float32 (the common case: no copy in `f64`), `f64` where one is float64
+/// (the points then go through [`Centre`](super::sets::Centre) before they
+/// are rounded to `f32`); [`points`] chooses from the schema.
+trait Gathered: Copy {
+    fn of_f32(v: f32) -> Self;
+    /// Only called where [`points`] chose `f64`.
+    fn of_f64(v: f64) -> Self;
+    fn finite(self) -> bool;
+    fn shown(self) -> f64;
+}
+
+impl Gathered for f32 {
+    fn of_f32(v: f32) -> Self {
+        v
+    }
+    fn of_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn finite(self) -> bool {
+        self.is_finite()
+    }
+    fn shown(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Gathered for f64 {
+    fn of_f32(v: f32) -> Self {
+        f64::from(v)
+    }
+    fn of_f64(v: f64) -> Self {
+        v
+    }
+    fn finite(self) -> bool {
+        self.is_finite()
+    }
+    fn shown(self) -> f64 {
+        self
+    }
+}
+
+/// Whether a column of type `t` holds float64 (itself or its list items).
+fn float64_in(t: &DataType) -> bool {
+    match t {
+        DataType::FixedSizeList(f, _) | DataType::List(f) | DataType::LargeList(f) => {
+            f.data_type() == &DataType::Float64
+        }
+        t => t == &DataType::Float64,
+    }
+}
+
+/// A primitive float array's values, appended to `out`; `what`/`noun`
+/// name it in errors, the rows counted from `row0` and `width` values a
+/// row.
+fn push_floats<T: Gathered>(
+    out: &mut Vec<T>,
     a: &dyn Array,
     what: &str,
     noun: &str,
@@ -191,26 +240,26 @@ fn push_floats(
     }
     out.try_reserve(a.len())
         .map_err(|_| format!("{what}: out of memory"))?;
-    let check = |i: usize, v: f64| -> Result<f64, String> {
-        if v.is_finite() {
+    let check = |i: usize, v: T| -> Result<T, String> {
+        if v.finite() {
             Ok(v)
         } else {
             let (r, c) = (row0 + i / width.max(1), i % width.max(1));
             Err(format!(
-                "{what}: {noun} {r} column {c} is {v}, not a finite number"
+                "{what}: {noun} {r} column {c} is {}, not a finite number",
+                v.shown()
             ))
         }
     };
     match a.data_type() {
         DataType::Float32 => {
             for (i, &v) in a.as_primitive::<Float32Type>().values().iter().enumerate() {
-                out.push(check(i, f64::from(v))?);
+                out.push(check(i, T::of_f32(v))?);
             }
         }
         DataType::Float64 => {
-            *wide = true;
             for (i, &v) in a.as_primitive::<Float64Type>().values().iter().enumerate() {
-                out.push(check(i, v)?);
+                out.push(check(i, T::of_f64(v))?);
             }
         }
         t => return Err(format!("{what}: a column of {t}; send float32 or float64")),
@@ -221,9 +270,8 @@ fn push_floats(
 /// One column of every batch as rows of floats: a fixed-size list (or a
 /// list whose every row has one length) of float32/float64, or a float
 /// column (one value a row). Returns the values and the width.
-fn list_rows(
-    out: &mut Vec<f64>,
-    wide: &mut bool,
+fn list_rows<T: Gathered>(
+    out: &mut Vec<T>,
     col: &dyn Array,
     what: &str,
     noun: &str,
@@ -251,21 +299,21 @@ fn list_rows(
             let w = usize::try_from(*size).map_err(|_| format!("{what}: negative list size"))?;
             let start = l.value_offset(0).max(0) as usize;
             let values = l.values().slice(start, l.len() * w);
-            push_floats(out, wide, &values, what, noun, row0, w)?;
+            push_floats(out, &values, what, noun, row0, w)?;
             Ok(w)
         }
         DataType::List(_) => {
             let l = col.as_list::<i32>();
             let offs: Vec<usize> = l.offsets().iter().map(|&o| o as usize).collect();
-            uniform((out, wide), &offs, l.values(), what, noun, row0)
+            uniform(out, &offs, l.values(), what, noun, row0)
         }
         DataType::LargeList(_) => {
             let l = col.as_list::<i64>();
             let offs: Vec<usize> = l.offsets().iter().map(|&o| o as usize).collect();
-            uniform((out, wide), &offs, l.values(), what, noun, row0)
+            uniform(out, &offs, l.values(), what, noun, row0)
         }
         t if is_float(t) => {
-            push_floats(out, wide, col, what, noun, row0, 1)?;
+            push_floats(out, col, what, noun, row0, 1)?;
             Ok(1)
         }
         t => Err(format!(
@@ -275,8 +323,8 @@ fn list_rows(
 }
 
 /// The rows of a variable-size list column, which must all have one length.
-fn uniform(
-    (out, wide): (&mut Vec<f64>, &mut bool),
+fn uniform<T: Gathered>(
+    out: &mut Vec<T>,
     offs: &[usize],
     values: &ArrayRef,
     what: &str,
@@ -295,7 +343,7 @@ fn uniform(
         ));
     }
     let values = values.slice(first, last - first);
-    push_floats(out, wide, &values, what, noun, row0, w)?;
+    push_floats(out, &values, what, noun, row0, w)?;
     Ok(w)
 }
 
@@ -327,33 +375,43 @@ pub fn points(
     noun: &str,
     columns_ok: bool,
 ) -> Result<Points, String> {
-    let mut values = Vec::new();
-    let mut wide = false;
-    let mut rows = 0;
-    let mut width = None;
-    let as_points = |rows: usize, w: usize, values: Vec<f64>, wide: bool| {
+    // The stream's schema holds for every batch: float64 anywhere in what
+    // is read gathers everything in f64, else in f32 as it came.
+    let wide = match schema.index_of(name) {
+        Ok(i) => float64_in(schema.field(i).data_type()),
+        Err(_) => schema.fields().iter().any(|f| float64_in(f.data_type())),
+    };
+    if wide {
+        let (values, rows, w) = gather::<f64>(schema, batches, name, noun, columns_ok)?;
         let values =
             Array2::from_shape_vec((rows, w), values).map_err(|e| format!("{name}: {e}"))?;
-        Ok(match wide {
-            true => Points::Wide {
-                values,
-                rounded: None,
-                lines: None,
-            },
-            // float32 values, exact in f64 and back.
-            false => Points::Narrow(values.mapv(|v| v as f32)),
+        Ok(Points::Wide {
+            values,
+            rounded: None,
+            lines: None,
         })
-    };
+    } else {
+        let (values, rows, w) = gather::<f32>(schema, batches, name, noun, columns_ok)?;
+        Array2::from_shape_vec((rows, w), values)
+            .map(Points::Narrow)
+            .map_err(|e| format!("{name}: {e}"))
+    }
+}
+
+/// [`points`]' values row after row, their rows and their width.
+fn gather<T: Gathered>(
+    schema: &Schema,
+    batches: &[RecordBatch],
+    name: &str,
+    noun: &str,
+    columns_ok: bool,
+) -> Result<(Vec<T>, usize, usize), String> {
+    let mut values = Vec::new();
+    let mut rows = 0;
+    let mut width = None;
     if let Ok(i) = schema.index_of(name) {
         for b in batches {
-            let w = list_rows(
-                &mut values,
-                &mut wide,
-                b.column(i).as_ref(),
-                name,
-                noun,
-                rows,
-            )?;
+            let w = list_rows(&mut values, b.column(i).as_ref(), name, noun, rows)?;
             // An empty batch says nothing of the width (a variable-size
             // list's is 0); a batch of another width than the first is an
             // error naming its first row.
@@ -369,7 +427,7 @@ pub fn points(
             }
             rows += b.num_rows();
         }
-        return as_points(rows, width.unwrap_or(0), values, wide);
+        return Ok((values, rows, width.unwrap_or(0)));
     }
     let all_floats =
         !schema.fields().is_empty() && schema.fields().iter().all(|f| is_float(f.data_type()));
@@ -389,7 +447,7 @@ pub fn points(
         let mut cols = Vec::with_capacity(d);
         for (j, c) in b.columns().iter().enumerate() {
             let mut v = Vec::new();
-            push_floats(&mut v, &mut wide, c.as_ref(), name, noun, rows, 1).map_err(|e| {
+            push_floats(&mut v, c.as_ref(), name, noun, rows, 1).map_err(|e| {
                 format!("{e} (coordinate {j}, column {:?})", schema.field(j).name())
             })?;
             cols.push(v);
@@ -398,11 +456,11 @@ pub fn points(
             .try_reserve(b.num_rows() * d)
             .map_err(|_| format!("{name}: out of memory"))?;
         for r in 0..b.num_rows() {
-            values.extend(cols.iter().map(|c| c[r]));
+            values.extend(cols.iter().map(|c: &Vec<T>| c[r]));
         }
         rows += b.num_rows();
     }
-    as_points(rows, d, values, wide)
+    Ok((values, rows, d))
 }
 
 /// An integer column of every batch (`labels`) as `i64`.
@@ -606,4 +664,37 @@ pub fn answer(
     w.write(&batch).map_err(|e| internal(e.to_string()))?;
     w.finish().map_err(|e| internal(e.to_string()))?;
     w.into_inner().map_err(|e| internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Per-coordinate columns: gathered as `f32` where all are float32, in
+    /// `f64` (every value exact) as soon as one is float64.
+    #[test]
+    fn float64_anywhere_gathers_in_f64() {
+        let batch = |second: ArrayRef| {
+            let a: ArrayRef = Arc::new(Float32Array::from(vec![0.1f32, 2.5]));
+            let schema = Arc::new(Schema::new(vec![
+                ArrowField::new("c0", DataType::Float32, false),
+                ArrowField::new("c1", second.data_type().clone(), false),
+            ]));
+            let b = RecordBatch::try_new(Arc::clone(&schema), vec![a, second]).unwrap();
+            (schema, vec![b])
+        };
+        let (s, b) = batch(Arc::new(Float32Array::from(vec![1.0f32, 2.0])));
+        match points(&s, &b, "queries", "query", true).unwrap() {
+            Points::Narrow(a) => assert_eq!(a, ndarray::array![[0.1f32, 1.0], [2.5, 2.0]]),
+            Points::Wide { .. } => panic!("float32 columns gathered in f64"),
+        }
+        let (s, b) = batch(Arc::new(Float64Array::from(vec![1e7 + 0.1, 2.0])));
+        match points(&s, &b, "queries", "query", true).unwrap() {
+            Points::Wide { values, .. } => assert_eq!(
+                values,
+                ndarray::array![[f64::from(0.1f32), 1e7 + 0.1], [2.5, 2.0]]
+            ),
+            Points::Narrow(_) => panic!("a float64 column rounded to f32"),
+        }
+    }
 }
