@@ -9,7 +9,7 @@
 #[path = "../src/bin/locus/delimited.rs"]
 #[allow(dead_code)]
 mod delimited;
-#[path = "../src/bin/locus/npy.rs"]
+#[path = "../src/bin/locus/npy/mod.rs"]
 mod npy;
 
 use std::alloc::{GlobalAlloc, Layout, System};
