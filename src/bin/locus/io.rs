@@ -235,24 +235,11 @@ fn npy_f32(
 ) -> CliResult<ArrayD<f32>> {
     let at = in_file(flag, path);
     let (a, finite) = npy::read_f32_file(&mut r, h).map_err(|e| at(npy_message(e)))?;
-    let a = column_if_1d(a).map_err(at)?;
+    let a = npy::column_if_1d(a);
     if !finite {
         check_finite(&a, None, missing).map_err(at)?;
     }
     Ok(a)
-}
-
-/// `a`, a 1-D array as one column.
-fn column_if_1d<T>(a: ArrayD<T>) -> Result<ArrayD<T>, String> {
-    match a.ndim() {
-        1 => {
-            let n = a.len();
-            Ok(a.into_shape_with_order((n, 1))
-                .map_err(|e| e.to_string())?
-                .into_dyn())
-        }
-        _ => Ok(a),
-    }
 }
 
 /// An input error about `flag`'s file `path`: "--keys x.npy: …".
@@ -319,7 +306,7 @@ pub fn read_points(flag: &str, path: &Path, missing: bool) -> CliResult<Points> 
                 return Ok(Points::Narrow(a));
             }
             let a = npy::read_f64(&mut r, &h).map_err(|e| at(npy_message(e)))?;
-            let a = column_if_1d(a).map_err(at)?;
+            let a = npy::column_if_1d(a);
             (
                 a.into_dimensionality::<Ix2>()
                     .map_err(|e| at(e.to_string()))?,

@@ -37,8 +37,9 @@ impl Offset {
     /// range of 0, as accurate in `f32` as around their mean. A column is
     /// moved only where that gains precision (its largest magnitude at
     /// least halves), so data already near 0 (a mean within half that
-    /// power of two, or values in `[0, 1)`) is not moved at all. `missing`: NaN entries are left out (a column without any
-    /// value: 0). `None` where nothing moves. The entries are finite (or
+    /// power of two, or values in `[0, 1)`) is not moved at all.
+    /// `missing`: NaN entries are left out (a column without any value:
+    /// 0). `None` where nothing moves. The entries are finite (or
     /// NaN with `missing`): the reader refused any other.
     pub fn of<T: Copy + Into<f64>>(keys: ArrayView2<'_, T>, missing: bool) -> Option<Offset> {
         let d = keys.ncols();

@@ -350,6 +350,15 @@ pub fn integral(v: f64) -> Result<i64, String> {
     }
 }
 
+/// `a`, a 1-D array as one column (the readers' and the service's rule
+/// for points).
+pub fn column_if_1d<T>(a: ArrayD<T>) -> ArrayD<T> {
+    match a.ndim() {
+        1 => a.insert_axis(ndarray::Axis(1)),
+        _ => a,
+    }
+}
+
 /// Reads a whole `.npy` file held in memory as `f32` (for tests and small
 /// files).
 ///

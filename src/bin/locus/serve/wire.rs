@@ -12,7 +12,7 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ndarray::{Array1, Array2, Axis, Ix1, Ix2};
+use ndarray::{Array1, Array2, Ix1, Ix2};
 use serde::{Deserialize, Serialize};
 
 use super::app::{Failure, bad, too_many_rows};
@@ -345,8 +345,7 @@ fn npy_matrix(what: &str, bytes: &[u8]) -> Result<Array2<f32>, Failure> {
 /// A 1-D or 2-D array as a matrix (1-D: one column).
 fn npy_matrix_of<T>(what: &str, a: ndarray::ArrayD<T>) -> Result<Array2<T>, Failure> {
     let a = match a.ndim() {
-        1 => a.insert_axis(Axis(1)),
-        2 => a,
+        1 | 2 => npy::column_if_1d(a),
         n => return Err(bad(format!("{what}: {n} axes; send a 1-D or 2-D array"))),
     };
     a.into_dimensionality::<Ix2>()
