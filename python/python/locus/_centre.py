@@ -53,29 +53,30 @@ def mean_offset(keys: np.ndarray, *, nan: bool = False) -> np.ndarray | None:
     message)."""
     if keys.shape[0] == 0 or keys.shape[1] == 0:
         return None
+    n, d = keys.shape
     if nan:
         seen = ~np.isnan(keys)
-        count = seen.sum(axis=0)
         if not np.all(np.isfinite(keys[seen])):
             return None
-        total = np.where(seen, keys, 0.0).sum(axis=0)
-        mean = np.divide(total, count, out=np.zeros(keys.shape[1]), where=count > 0)
+        count = seen.sum(axis=0)
         hi = np.where(seen, keys, -np.inf).max(axis=0)
         lo = np.where(seen, keys, np.inf).min(axis=0)
-        width = np.where(count > 0, hi - lo, 0.0)
     else:
         if not np.all(np.isfinite(keys)):
             return None
+        count = np.full(d, n)
         hi, lo = keys.max(axis=0), keys.min(axis=0)
-        # As the command-line tool and the service take it: from the least
-        # value, each value's excess summed row after row, so the mean
-        # neither overflows near the ends of the float64 range nor misses
-        # a constant column's value, and the three round it alike.
-        excess = np.zeros(keys.shape[1])
-        for start in range(0, keys.shape[0], 1 << 14):
-            excess += (keys[start : start + (1 << 14)] - lo).sum(axis=0)
-        mean = lo + excess / keys.shape[0]
-        width = hi - lo
+    # As the command-line tool and the service take it: from the least
+    # value, each value's excess summed row after row, so the mean neither
+    # overflows near the ends of the float64 range nor misses a constant
+    # column's value, and the three round it alike. Missing entries add 0.
+    base = np.where(count > 0, lo, 0.0)
+    excess = np.zeros(d)
+    for start in range(0, n, 1 << 14):
+        block = keys[start : start + (1 << 14)] - base
+        excess += (np.where(np.isnan(block), 0.0, block) if nan else block).sum(axis=0)
+    mean = base + np.divide(excess, count, out=np.zeros(d), where=count > 0)
+    width = np.where(count > 0, hi - lo, 0.0)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         step = np.exp2(np.ceil(np.log2(width)))
         offset = np.where(width > 0, np.round(mean / step) * step, mean)
