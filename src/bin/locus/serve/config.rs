@@ -197,24 +197,21 @@ impl SetSpec {
             }
         };
         // The keys in the precision the file holds, centred where that is
-        // f64 (sets::Centre); a .npy or CSV file rounded as every input of
-        // the tool (CSV text correctly rounded where nothing moves, errors
-        // naming its line).
+        // f64 (sets::Centre) and rounded as every input of the tool (CSV
+        // text correctly rounded where nothing moves, errors naming the
+        // entry and its line).
         let (keys, offset) = if tables::is_table(&self.keys) {
-            let p = tables::read_points("--keys", &self.keys, "keys").map_err(CliError::input);
-            let what = format!("--keys {}", self.keys.display());
-            p.and_then(|p| {
-                Centre::OwnMean
-                    .apply(&what, "row", p)
-                    .map_err(CliError::input)
-            })
+            tables::read_points("--keys", &self.keys, "keys").map_err(CliError::input)
         } else {
-            io::read_points("--keys", &self.keys, false).and_then(|p| {
-                let offset = Centre::OwnMean.offset_for(&p);
-                let keys = points::rounded("--keys", &self.keys, p, offset.as_ref())?;
-                Ok((keys, offset))
-            })
+            io::read_points("--keys", &self.keys, false)
         }
+        .and_then(|p| {
+            let offset = Centre::OwnMean.offset_for(&p);
+            Ok((
+                points::rounded("--keys", &self.keys, p, offset.as_ref())?,
+                offset,
+            ))
+        })
         .map_err(at)?;
         let values = self
             .values
